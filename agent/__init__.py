@@ -1,0 +1,1 @@
+"""epochscope node agent: samples a node and ships the samples."""

@@ -1,0 +1,403 @@
+"""Every measurement, tag and field name epochscope writes or reads.
+
+This module is the contract between agent, workloads, collector and dashboard: it is the
+only place those names are spelled. Elsewhere, write ``Disk.READ_BYTES`` rather than
+``"read_bytes"``.
+
+A field name is a ``str`` that also carries its kind (counter, gauge or text), its unit and
+a help line, so the Prometheus exposition and the collector's arithmetic know how to treat
+it without a second table.
+
+Units: cumulative counters are integers in base units (bytes, seconds, counts) unless
+the name says otherwise (``*_ms``, ``*_millijoules``); gauges are floats.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar
+
+PROMETHEUS_NAMESPACE = "epochscope"
+
+
+class Kind(StrEnum):
+    COUNTER = "counter"  # cumulative, only grows (a drop is a reset)
+    GAUGE = "gauge"  # a level at the time of the sample
+    TEXT = "text"  # a string field (workload events, labels)
+
+
+class FieldName(str):
+    """A field name with its kind, unit and help text."""
+
+    kind: Kind
+    unit: str
+    help: str
+
+    def __new__(cls, name: str, kind: Kind, unit: str, help: str) -> FieldName:
+        self = super().__new__(cls, name)
+        self.kind = kind
+        self.unit = unit
+        self.help = help
+        return self
+
+    @property
+    def is_counter(self) -> bool:
+        return self.kind is Kind.COUNTER
+
+
+def counter(name: str, unit: str, help: str) -> FieldName:
+    return FieldName(name, Kind.COUNTER, unit, help)
+
+
+def gauge(name: str, unit: str, help: str) -> FieldName:
+    return FieldName(name, Kind.GAUGE, unit, help)
+
+
+def text(name: str, help: str) -> FieldName:
+    return FieldName(name, Kind.TEXT, "", help)
+
+
+class Tag:
+    """Tag (label) names."""
+
+    HOST = "host"
+    DEVICE = "device"
+    KIND = "kind"
+    INTERFACE = "interface"
+    PORT = "port"
+    MOUNTPOINT = "mountpoint"
+    SERVER = "server"
+    EXPORT = "export"
+    NFS_VERSION = "nfs_version"
+    PROTO = "proto"
+    DUPLICATE_OF = "duplicate_of"
+    GPU = "gpu"
+    UUID = "uuid"
+    NAME = "name"
+    RUN_ID = "run_id"
+    RANK = "rank"
+    FRAMEWORK = "framework"
+
+
+class DiskKind:
+    """Values of the ``kind`` tag on ``disk`` points. Node totals use ``DISK`` only."""
+
+    DISK = "disk"
+    PARTITION = "partition"
+    VIRTUAL = "virtual"  # loop, dm, md, zram, ram, nbd...: their I/O lands on a disk too
+
+
+class InterfaceKind:
+    """Values of the ``kind`` tag on ``net`` points. Node totals exclude ``LOOPBACK``."""
+
+    LOOPBACK = "loopback"
+    PHYSICAL = "physical"
+    VIRTUAL = "virtual"  # /sys/devices/virtual/net: bridges, veth, tunnels
+
+
+class Measurement:
+    """Base of the measurement specs below: a name, its tags and its fields."""
+
+    NAME: ClassVar[str]
+    TAGS: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    def fields(cls) -> dict[str, FieldName]:
+        return {
+            str(value): value
+            for klass in reversed(cls.__mro__)
+            for value in vars(klass).values()
+            if isinstance(value, FieldName)
+        }
+
+
+class Cpu(Measurement):
+    """Whole-node CPU time from /proc/stat, in seconds (ticks / SC_CLK_TCK)."""
+
+    NAME = "cpu"
+    TAGS = (Tag.HOST,)
+    USER_SECONDS = counter("user_seconds", "seconds", "Time in user mode, all CPUs")
+    NICE_SECONDS = counter("nice_seconds", "seconds", "Time in user mode at low priority")
+    SYSTEM_SECONDS = counter("system_seconds", "seconds", "Time in kernel mode")
+    IDLE_SECONDS = counter("idle_seconds", "seconds", "Idle time")
+    IOWAIT_SECONDS = counter("iowait_seconds", "seconds", "Idle time with I/O outstanding")
+    IRQ_SECONDS = counter("irq_seconds", "seconds", "Time servicing interrupts")
+    SOFTIRQ_SECONDS = counter("softirq_seconds", "seconds", "Time servicing softirqs")
+    STEAL_SECONDS = counter("steal_seconds", "seconds", "Time stolen by the hypervisor")
+    CPUS_ONLINE = gauge("cpus_online", "count", "CPUs with a per-CPU line in /proc/stat")
+
+
+class Memory(Measurement):
+    """/proc/meminfo levels and /proc/vmstat paging counters."""
+
+    NAME = "memory"
+    TAGS = (Tag.HOST,)
+    TOTAL_BYTES = gauge("total_bytes", "bytes", "MemTotal")
+    FREE_BYTES = gauge("free_bytes", "bytes", "MemFree")
+    AVAILABLE_BYTES = gauge("available_bytes", "bytes", "MemAvailable")
+    CACHED_BYTES = gauge("cached_bytes", "bytes", "Cached: the page cache")
+    BUFFERS_BYTES = gauge("buffers_bytes", "bytes", "Buffers")
+    DIRTY_BYTES = gauge("dirty_bytes", "bytes", "Dirty")
+    WRITEBACK_BYTES = gauge("writeback_bytes", "bytes", "Writeback")
+    ACTIVE_FILE_BYTES = gauge("active_file_bytes", "bytes", "Active(file)")
+    INACTIVE_FILE_BYTES = gauge("inactive_file_bytes", "bytes", "Inactive(file)")
+    SHMEM_BYTES = gauge("shmem_bytes", "bytes", "Shmem")
+    PGPGIN = counter("pgpgin", "kibibytes", "vmstat pgpgin: KiB paged in from block devices")
+    PGPGOUT = counter("pgpgout", "kibibytes", "vmstat pgpgout: KiB paged out")
+    PGFAULT = counter("pgfault", "count", "vmstat pgfault: page faults")
+    PGMAJFAULT = counter("pgmajfault", "count", "vmstat pgmajfault: faults that read storage")
+
+
+class Disk(Measurement):
+    """/proc/diskstats per block device. Sectors are 512 bytes whatever the device."""
+
+    NAME = "disk"
+    TAGS = (Tag.HOST, Tag.DEVICE, Tag.KIND)
+    READS = counter("reads", "count", "Reads completed")
+    READ_BYTES = counter("read_bytes", "bytes", "Bytes read (sectors x 512)")
+    WRITES = counter("writes", "count", "Writes completed")
+    WRITE_BYTES = counter("write_bytes", "bytes", "Bytes written (sectors x 512)")
+    READ_TIME_MS = counter("read_time_ms", "milliseconds", "Time spent reading")
+    WRITE_TIME_MS = counter("write_time_ms", "milliseconds", "Time spent writing")
+    IO_TIME_MS = counter("io_time_ms", "milliseconds", "Time with I/O in progress")
+    IN_FLIGHT = gauge("in_flight", "count", "I/Os currently in progress")
+
+
+class Net(Measurement):
+    """/proc/net/dev per interface."""
+
+    NAME = "net"
+    TAGS = (Tag.HOST, Tag.INTERFACE, Tag.KIND)
+    RX_BYTES = counter("rx_bytes", "bytes", "Bytes received")
+    RX_PACKETS = counter("rx_packets", "count", "Packets received")
+    RX_ERRORS = counter("rx_errors", "count", "Receive errors")
+    RX_DROPS = counter("rx_drops", "count", "Received packets dropped")
+    TX_BYTES = counter("tx_bytes", "bytes", "Bytes sent")
+    TX_PACKETS = counter("tx_packets", "count", "Packets sent")
+    TX_ERRORS = counter("tx_errors", "count", "Send errors")
+    TX_DROPS = counter("tx_drops", "count", "Sent packets dropped")
+
+
+class Infiniband(Measurement):
+    """/sys/class/infiniband/<device>/ports/<port>/counters (and hw_counters).
+
+    ``port_rcv_data``/``port_xmit_data`` count 4-byte words; the byte fields are x4.
+    A saturated 32-bit counter (4294967295) or an ``N/A`` file gives no field at all.
+    """
+
+    NAME = "infiniband"
+    TAGS = (Tag.HOST, Tag.DEVICE, Tag.PORT)
+    HW_COUNTER_PREFIX: ClassVar[str] = "hw_"  # hw_counters/<name> -> field hw_<name>
+    RCV_BYTES = counter("rcv_bytes", "bytes", "Bytes received (4 x port_rcv_data)")
+    XMIT_BYTES = counter("xmit_bytes", "bytes", "Bytes sent (4 x port_xmit_data)")
+    RCV_PACKETS = counter("rcv_packets", "count", "Packets received")
+    XMIT_PACKETS = counter("xmit_packets", "count", "Packets sent")
+    UNICAST_RCV_PACKETS = counter("unicast_rcv_packets", "count", "Unicast packets received")
+    UNICAST_XMIT_PACKETS = counter("unicast_xmit_packets", "count", "Unicast packets sent")
+    MULTICAST_RCV_PACKETS = counter("multicast_rcv_packets", "count", "Multicast received")
+    MULTICAST_XMIT_PACKETS = counter("multicast_xmit_packets", "count", "Multicast sent")
+    XMIT_WAIT = counter("xmit_wait", "ticks", "Ticks with data to send but no credit")
+    SYMBOL_ERROR = counter("symbol_error", "count", "Minor link errors")
+    LINK_ERROR_RECOVERY = counter("link_error_recovery", "count", "Link error recoveries")
+    LINK_DOWNED = counter("link_downed", "count", "Times the link went down")
+    RCV_ERRORS = counter("rcv_errors", "count", "Received packets with errors")
+    RCV_REMOTE_PHYSICAL_ERRORS = counter(
+        "rcv_remote_physical_errors", "count", "Received packets marked bad upstream"
+    )
+    RCV_SWITCH_RELAY_ERRORS = counter(
+        "rcv_switch_relay_errors", "count", "Packets the switch could not relay"
+    )
+    XMIT_DISCARDS = counter("xmit_discards", "count", "Outbound packets discarded")
+    XMIT_CONSTRAINT_ERRORS = counter("xmit_constraint_errors", "count", "Outbound filtered")
+    RCV_CONSTRAINT_ERRORS = counter("rcv_constraint_errors", "count", "Inbound filtered")
+    LOCAL_LINK_INTEGRITY_ERRORS = counter(
+        "local_link_integrity_errors", "count", "Local physical errors over threshold"
+    )
+    EXCESSIVE_BUFFER_OVERRUN_ERRORS = counter(
+        "excessive_buffer_overrun_errors", "count", "Consecutive buffer overruns"
+    )
+    VL15_DROPPED = counter("vl15_dropped", "count", "Management packets dropped")
+    RATE_BYTES_PER_SECOND = gauge("rate_bytes_per_second", "bytes/s", "Link rate")
+    STATE = gauge("state", "enum", "Logical state: 1 down, 2 init, 3 armed, 4 active")
+    PHYS_STATE = gauge("phys_state", "enum", "Physical state: 5 LinkUp")
+    SATURATED_COUNTERS = gauge(
+        "saturated_counters", "count", "32-bit counters stuck at 4294967295 (not reported)"
+    )
+
+
+class Nfs(Measurement):
+    """/proc/self/mountstats per NFS mount.
+
+    ``app_read_bytes`` is what applications read (page-cache hits included);
+    ``server_read_bytes`` is what crossed the wire. Mounts of one export with identical
+    counters carry ``duplicate_of`` (the first mountpoint) so totals count them once.
+    """
+
+    NAME = "nfs"
+    TAGS = (
+        Tag.HOST,
+        Tag.MOUNTPOINT,
+        Tag.SERVER,
+        Tag.EXPORT,
+        Tag.NFS_VERSION,
+        Tag.PROTO,
+        Tag.DUPLICATE_OF,
+    )
+    APP_READ_BYTES = counter("app_read_bytes", "bytes", "Bytes read by applications")
+    APP_WRITE_BYTES = counter("app_write_bytes", "bytes", "Bytes written by applications")
+    DIRECT_READ_BYTES = counter("direct_read_bytes", "bytes", "O_DIRECT bytes read")
+    DIRECT_WRITE_BYTES = counter("direct_write_bytes", "bytes", "O_DIRECT bytes written")
+    SERVER_READ_BYTES = counter("server_read_bytes", "bytes", "Bytes read from the server")
+    SERVER_WRITE_BYTES = counter("server_write_bytes", "bytes", "Bytes written to the server")
+    READ_PAGES = counter("read_pages", "count", "Pages read")
+    WRITE_PAGES = counter("write_pages", "count", "Pages written")
+    READ_OPS = counter("read_ops", "count", "READ operations")
+    READ_TRANSMISSIONS = counter("read_transmissions", "count", "READ transmissions")
+    READ_MAJOR_TIMEOUTS = counter("read_major_timeouts", "count", "READ major timeouts")
+    READ_BYTES_SENT = counter("read_bytes_sent", "bytes", "READ request bytes sent")
+    READ_BYTES_RECEIVED = counter("read_bytes_received", "bytes", "READ reply bytes received")
+    READ_QUEUE_MS = counter("read_queue_ms", "milliseconds", "READ time queued")
+    READ_RTT_MS = counter("read_rtt_ms", "milliseconds", "READ round-trip time")
+    READ_EXECUTE_MS = counter("read_execute_ms", "milliseconds", "READ total execute time")
+    READ_ERRORS = counter("read_errors", "count", "READ errors (RPC iostats 1.1 only)")
+    WRITE_OPS = counter("write_ops", "count", "WRITE operations")
+    WRITE_TRANSMISSIONS = counter("write_transmissions", "count", "WRITE transmissions")
+    WRITE_MAJOR_TIMEOUTS = counter("write_major_timeouts", "count", "WRITE major timeouts")
+    WRITE_BYTES_SENT = counter("write_bytes_sent", "bytes", "WRITE request bytes sent")
+    WRITE_BYTES_RECEIVED = counter("write_bytes_received", "bytes", "WRITE reply bytes")
+    WRITE_QUEUE_MS = counter("write_queue_ms", "milliseconds", "WRITE time queued")
+    WRITE_RTT_MS = counter("write_rtt_ms", "milliseconds", "WRITE round-trip time")
+    WRITE_EXECUTE_MS = counter("write_execute_ms", "milliseconds", "WRITE total execute time")
+    WRITE_ERRORS = counter("write_errors", "count", "WRITE errors (RPC iostats 1.1 only)")
+    AGE_SECONDS = gauge("age_seconds", "seconds", "Seconds since the mount")
+
+
+class NfsRpc(Measurement):
+    """/proc/net/rpc/nfs: the NFS client's RPC layer, all mounts together."""
+
+    NAME = "nfs_rpc"
+    TAGS = (Tag.HOST,)
+    CALLS = counter("calls", "count", "RPC calls")
+    RETRANSMISSIONS = counter("retransmissions", "count", "RPC retransmissions")
+    AUTH_REFRESHES = counter("auth_refreshes", "count", "RPC credential refreshes")
+
+
+class Gpu(Measurement):
+    """NVML, one point per GPU."""
+
+    NAME = "gpu"
+    TAGS = (Tag.HOST, Tag.GPU, Tag.UUID, Tag.NAME)
+    UTILIZATION_PERCENT = gauge("utilization_percent", "percent", "Time a kernel was running")
+    MEMORY_UTILIZATION_PERCENT = gauge(
+        "memory_utilization_percent", "percent", "Time device memory was read or written"
+    )
+    MEMORY_USED_BYTES = gauge("memory_used_bytes", "bytes", "Device memory used")
+    MEMORY_TOTAL_BYTES = gauge("memory_total_bytes", "bytes", "Device memory installed")
+    POWER_WATTS = gauge("power_watts", "watts", "Power draw")
+    ENERGY_MILLIJOULES = counter("energy_millijoules", "millijoules", "Energy since driver load")
+    TEMPERATURE_CELSIUS = gauge("temperature_celsius", "celsius", "GPU core temperature")
+    SM_CLOCK_MHZ = gauge("sm_clock_mhz", "megahertz", "SM clock")
+    PCIE_RX_BYTES_PER_SECOND = gauge("pcie_rx_bytes_per_second", "bytes/s", "PCIe receive")
+    PCIE_TX_BYTES_PER_SECOND = gauge("pcie_tx_bytes_per_second", "bytes/s", "PCIe transmit")
+    THROTTLE_REASONS = gauge("throttle_reasons", "bitmask", "NVML clocks-throttle reasons")
+
+
+class AgentSelf(Measurement):
+    """The agent's own cost and health."""
+
+    NAME = "agent"
+    TAGS = (Tag.HOST,)
+    CPU_SECONDS = counter("cpu_seconds", "seconds", "Agent process CPU time (user+system)")
+    RSS_BYTES = gauge("rss_bytes", "bytes", "Agent resident set size")
+    SAMPLE_DURATION_SECONDS = gauge(
+        "sample_duration_seconds", "seconds", "Wall time of the last sample of all samplers"
+    )
+    SPOOL_BYTES = gauge("spool_bytes", "bytes", "Bytes waiting in the disk spool")
+    SPOOL_POINTS = gauge("spool_points", "count", "Points waiting in the disk spool")
+    POINTS_DROPPED = counter("points_dropped", "count", "Points dropped because the spool was full")
+
+
+class Event:
+    """Values of the ``event`` field of ``workload`` points."""
+
+    RUN_START = "run_start"
+    EPOCH_START = "epoch_start"
+    EPOCH_END = "epoch_end"
+    STEP = "step"
+    RUN_END = "run_end"
+    ALL = (RUN_START, EPOCH_START, EPOCH_END, STEP, RUN_END)
+
+
+class Workload(Measurement):
+    """Events written by every training rank (the workloads -> collector contract).
+
+    Timestamps are the writing host's clock; the collector correlates per host.
+    """
+
+    NAME = "workload"
+    TAGS = (Tag.HOST, Tag.RUN_ID, Tag.RANK, Tag.FRAMEWORK)
+    EVENT = text("event", "run_start | epoch_start | epoch_end | step | run_end")
+    EPOCH = gauge("epoch", "count", "Epoch number, from 1")
+    STEP = gauge("step", "count", "Global step number")
+    IMAGES = gauge("images", "count", "Images this rank processed in the epoch or step")
+    SECONDS = gauge("seconds", "seconds", "Duration of the epoch or step")
+    LOSS = gauge("loss", "", "Training loss")
+    TOP1 = gauge("top1", "fraction", "Validation top-1 accuracy, 0..1")
+    TOP5 = gauge("top5", "fraction", "Validation top-5 accuracy, 0..1")
+    STATE = text("state", "run_end only: finished | failed")
+    # run_start carries the whole configuration:
+    MODEL = text("model", "Model name, e.g. resnet50")
+    BATCH_SIZE = gauge("batch_size", "count", "Batch size per rank")
+    WORLD_SIZE = gauge("world_size", "count", "Ranks (GPUs or processes) in the run")
+    LOCAL_SIZE = gauge("local_size", "count", "Ranks on this host")
+    PRECISION = text("precision", "fp32 | fp16 | bf16")
+    DATA_FORMAT = text("data_format", "tfrecord | recordio | jpeg | synthetic")
+    DATASET_IMAGES = gauge("dataset_images", "count", "Training images in the data set")
+    DATASET_BYTES = gauge("dataset_bytes", "bytes", "Bytes of the training data set")
+    IMAGE_SIZE = gauge("image_size", "pixels", "Side of the square input image")
+    HOST_MEMORY_BYTES = gauge("host_memory_bytes", "bytes", "RAM of this host")
+    WARMUP_STEPS = gauge("warmup_steps", "count", "Steps excluded from throughput")
+    TARGET_TOP1 = gauge("target_top1", "fraction", "Top-1 the run aims for, if any")
+
+
+class RunState:
+    LIVE = "live"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+SAMPLE_MEASUREMENTS: tuple[type[Measurement], ...] = (
+    Cpu,
+    Memory,
+    Disk,
+    Net,
+    Infiniband,
+    Nfs,
+    NfsRpc,
+    Gpu,
+    AgentSelf,
+)
+ALL_MEASUREMENTS: tuple[type[Measurement], ...] = (*SAMPLE_MEASUREMENTS, Workload)
+BY_NAME: dict[str, type[Measurement]] = {m.NAME: m for m in ALL_MEASUREMENTS}
+
+
+def field_spec(measurement: str, field: str) -> FieldName | None:
+    """The spec of a field, or None for a name the schema does not know.
+
+    ``hw_*`` InfiniBand fields are counters named after the driver's files.
+    """
+    spec = BY_NAME.get(measurement)
+    if spec is None:
+        return None
+    known = spec.fields().get(field)
+    if known is not None:
+        return known
+    if spec is Infiniband and field.startswith(Infiniband.HW_COUNTER_PREFIX):
+        return counter(field, "count", f"Driver hardware counter {field[3:]}")
+    return None
+
+
+def prometheus_name(measurement: str, field: FieldName) -> str:
+    """``epochscope_disk_read_bytes_total`` for a counter, no suffix for a gauge."""
+    name = f"{PROMETHEUS_NAMESPACE}_{measurement}_{field}"
+    return f"{name}_total" if field.is_counter else name

@@ -1,0 +1,1 @@
+"""epochscope collector: ingest, store, per-epoch views, scaling and findings."""

@@ -1,0 +1,1 @@
+"""epochscope dashboard: a Dash app over the collector's query layer."""
