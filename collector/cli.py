@@ -1,0 +1,79 @@
+"""``collector`` command line: serve, report, runs, scaling.
+
+Each subcommand lives in its own module with a ``run(args) -> int`` function; this file only
+parses arguments and dispatches, so ``collector runs`` never imports the HTTP server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+DEFAULT_DB = os.environ.get("EPOCHSCOPE_DB", "runs/epochscope.sqlite")
+DEFAULT_LISTEN = "127.0.0.1:8086"
+
+# subcommand -> module whose run(args) handles it
+HANDLERS = {
+    "serve": "collector.server",
+    "report": "collector.reports_cli",
+    "runs": "collector.reports_cli",
+    "scaling": "collector.reports_cli",
+}
+
+
+def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite file (default {DEFAULT_DB})")
+    parser.add_argument(
+        "--backend",
+        metavar="victoriametrics=URL",
+        help="read from a Prometheus-API store instead of SQLite",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="collector", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="InfluxDB-compatible write API over the store")
+    _add_store_arguments(serve)
+    serve.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
+    serve.add_argument("--token-file", help="file holding the write/query token")
+    serve.add_argument(
+        "--retention-days", type=float, default=None, help="delete samples older than this"
+    )
+    serve.add_argument(
+        "--max-body-bytes", type=int, default=64 * 1024 * 1024, help="larger bodies get 413"
+    )
+
+    report = sub.add_parser("report", help="per-epoch, per-host table of a run")
+    report.add_argument("run_id")
+    _add_store_arguments(report)
+    report.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    report.add_argument("--findings", action="store_true", help="also print the findings")
+
+    runs = sub.add_parser("runs", help="list runs, newest first")
+    _add_store_arguments(runs)
+    runs.add_argument("--format", choices=("table", "json"), default="table")
+
+    scaling = sub.add_parser("scaling", help="scaling table over runs, or over given numbers")
+    _add_store_arguments(scaling)
+    scaling.add_argument(
+        "--throughput",
+        metavar="GPUS:IMG_S,...",
+        help="e.g. 1:283,4:1099,8:2075 instead of stored runs",
+    )
+    scaling.add_argument("--gpus-per-node", type=int, default=None)
+    scaling.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = importlib.import_module(HANDLERS[args.command])
+    return int(handler.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
