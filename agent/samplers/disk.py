@@ -203,12 +203,15 @@ class DiskSampler:
 
     def sample(self, now_ns: int) -> list[Point]:
         points = []
-        for row in self._read():
+        rows = self._read()
+        for row in rows:
             fields: dict[str, int | float] = dict(row.fields())
             if Disk.IN_FLIGHT in fields:
                 fields[Disk.IN_FLIGHT] = float(fields[Disk.IN_FLIGHT])
             tags = {Tag.DEVICE: row.device, Tag.KIND: self.kind(row.device)}
             points.append(Point(Disk.NAME, tags, fields, now_ns))
+        current = {row.device for row in rows}
+        self._kinds = {name: kind for name, kind in self._kinds.items() if name in current}
         return points
 
     def _read(self) -> list[DiskRow]:
