@@ -55,10 +55,11 @@ _LETTER_DISK_PARTITION = re.compile(r"(sd|hd|vd|xvd|emcpower)[a-z]+[0-9]+")
 # mmcblk0p1, cciss/c0d0p1, loop0p1, md0p1, nbd0p1): the kernel's own naming rule.
 _DIGIT_DISK_PARTITION = re.compile(r".*[0-9]p[0-9]+")
 # Block devices with no hardware of their own: sysfs puts them under
-# /sys/devices/virtual/block. Their I/O is issued again to the disks underneath
-# (dm-* LVM/crypt/multipath, md* software RAID, loop* files, zd* ZFS volumes,
-# emcpower* PowerPath multipath over sd paths) or touches no disk at all (ram*, zram*
-# compressed RAM, nullb*, and nbd*/drbd* whose storage is another host's).
+# /sys/devices/virtual/block. Their I/O is issued again to the disks underneath (dm-*
+# LVM/crypt/multipath, md* software RAID, loop* files, zd* ZFS volumes, bcache*, drbd*
+# replication, emcpower* PowerPath multipath over sd paths) or touches no local disk at
+# all (ram*, zram* compressed RAM, nullb*, ublkb* served by a user process, nbd* served
+# by another host).
 _VIRTUAL_PREFIXES = (
     "loop",
     "ram",
@@ -70,6 +71,7 @@ _VIRTUAL_PREFIXES = (
     "zd",
     "nullb",
     "ublkb",
+    "bcache",
     "emcpower",
 )
 
