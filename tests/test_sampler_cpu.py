@@ -15,7 +15,7 @@ from agent.samplers import make_sampler
 from agent.samplers.base import Roots
 from agent.samplers.cpu import CpuSampler, parse_stat
 from agent.schema import Cpu, Kind
-from tests.conftest import fixture_root
+from tests.conftest import FIXTURE_ROOTS, fixture_root
 
 # The captured hosts are x86 Linux, where USER_HZ (what /proc/stat counts in) is 100.
 TICKS = 100
@@ -228,3 +228,19 @@ def test_live_proc_stat_is_plausible_and_never_decreases():
     for name, value in first.fields.items():
         if name != "cpus_online":
             assert second.fields[name] >= value, name
+
+
+CAPTURED_TREES = sorted(p.name for p in FIXTURE_ROOTS.glob("*") if p.is_dir())
+
+
+@pytest.mark.parametrize("tree", CAPTURED_TREES)
+def test_every_captured_tree_with_a_stat_parses_cleanly(tree):
+    root = fixture_root(tree)
+    stat = root / "proc" / "stat"
+    sampler = CpuSampler(Roots(proc=root / "proc", sys=root / "sys"), clock_ticks=TICKS)
+    assert sampler.available() == stat.exists()
+    if stat.exists():
+        problems: list[str] = []
+        parse_stat(stat.read_text(), problems)
+        assert problems == []
+        assert tree in EXPECTED  # a new capture needs its hand-computed values above

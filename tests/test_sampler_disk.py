@@ -21,7 +21,7 @@ from agent.samplers.disk import (
     parse_diskstats,
 )
 from agent.schema import Disk, Kind
-from tests.conftest import fixture_root
+from tests.conftest import FIXTURE_ROOTS, fixture_root
 
 
 def assert_schema_types(fields: dict) -> None:
@@ -419,3 +419,20 @@ def test_live_diskstats_is_plausible_and_sysfs_agrees_with_the_name_rules():
                 low, high = getattr(before[device], theirs), getattr(after[device], theirs)
                 assert low <= point.fields[ours] <= high, (device, ours)
     assert any(point.tags["kind"] == "disk" for point in points)
+
+
+CAPTURED_TREES = sorted(p.name for p in FIXTURE_ROOTS.glob("*") if p.is_dir())
+
+
+@pytest.mark.parametrize("tree", CAPTURED_TREES)
+def test_every_captured_tree_with_diskstats_parses_cleanly(tree):
+    root = fixture_root(tree)
+    diskstats = root / "proc" / "diskstats"
+    assert DiskSampler(Roots(proc=root / "proc", sys=root / "sys")).available() == (
+        diskstats.exists()
+    )
+    if diskstats.exists():
+        problems: list[str] = []
+        rows = parse_diskstats(diskstats.read_text(), problems)
+        assert problems == []
+        assert len(rows) == len(diskstats.read_text().splitlines())

@@ -14,7 +14,7 @@ from agent.samplers import make_sampler
 from agent.samplers.base import Roots
 from agent.samplers.memory import MemorySampler, parse_meminfo, parse_vmstat
 from agent.schema import Kind, Memory
-from tests.conftest import fixture_root
+from tests.conftest import FIXTURE_ROOTS, fixture_root
 
 EXPECTED = {
     "pcp-meminfo-001": {
@@ -164,3 +164,20 @@ def test_live_meminfo_is_plausible():
     before = parse_vmstat(vm_before)
     for key in ("pgpgin", "pgpgout", "pgfault", "pgmajfault"):
         assert fields[key] >= before[key], key
+
+
+CAPTURED_TREES = sorted(p.name for p in FIXTURE_ROOTS.glob("*") if p.is_dir())
+
+
+@pytest.mark.parametrize("tree", CAPTURED_TREES)
+def test_every_captured_tree_with_a_meminfo_parses_cleanly(tree):
+    root = fixture_root(tree)
+    meminfo, vmstat = root / "proc" / "meminfo", root / "proc" / "vmstat"
+    assert MemorySampler(roots_of(root)).available() == meminfo.exists()
+    problems: list[str] = []
+    if meminfo.exists():
+        parse_meminfo(meminfo.read_text(), problems)
+        assert tree in EXPECTED  # a new capture needs its hand-computed values above
+    if vmstat.exists():
+        parse_vmstat(vmstat.read_text(), problems)
+    assert problems == []

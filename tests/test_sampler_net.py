@@ -19,7 +19,7 @@ from agent.samplers import make_sampler
 from agent.samplers.base import Roots
 from agent.samplers.net import NetSampler, kind_from_name, kind_from_sysfs, parse_net_dev
 from agent.schema import Net
-from tests.conftest import FIXTURE_ROOTS
+from tests.conftest import FIXTURE_ROOTS, fixture_root
 
 HEADER = (
     "Inter-|   Receive                                                |  Transmit\n"
@@ -182,9 +182,12 @@ def test_kinds_from_sysfs_win_over_names(tmp_path):
     )
 
 
-@pytest.mark.parametrize("tree", sorted(p.name for p in FIXTURE_ROOTS.iterdir() if p.is_dir()))
+CAPTURED_TREES = sorted(p.name for p in FIXTURE_ROOTS.glob("*") if p.is_dir())
+
+
+@pytest.mark.parametrize("tree", CAPTURED_TREES)
 def test_captured_trees(tree):
-    root = FIXTURE_ROOTS / tree
+    root = fixture_root(tree)
     sampler = NetSampler(Roots(proc=root / "proc", sys=root / "sys"))
     net_dev = root / "proc" / "net" / "dev"
     if not net_dev.exists():
