@@ -169,17 +169,20 @@ def test_older_kernel_with_four_columns_gives_four_fields(tmp_path):
     }
 
 
-def test_malformed_cpu_line_is_skipped_and_logged_once_with_its_line_number(tmp_path, caplog):
+def test_malformed_lines(tmp_path, caplog):
+    # A garbled per-CPU line still says the CPU is online; its numbers are not used.
     text = captured_stat("pcp-meminfo-001").replace("cpu2 123696 ", "cpu2 12x696 ")
+    [point] = CpuSampler(proc_tree(tmp_path, text), clock_ticks=TICKS).sample(0)
+    assert point.fields["cpus_online"] == 8.0
+    assert point.fields["user_seconds"] == 7854.5
+    # A garbled aggregate line: no point, one log line naming line 1, however often.
+    text = captured_stat("pcp-meminfo-001").replace("cpu  785450 ", "cpu  78545O ")
     sampler = CpuSampler(proc_tree(tmp_path, text), clock_ticks=TICKS)
     with caplog.at_level(logging.WARNING, logger="agent.samplers.cpu"):
-        for now in range(3):
-            [point] = sampler.sample(now)
-    assert point.fields["cpus_online"] == 7.0  # cpu2 (line 4) not counted
-    assert point.fields["user_seconds"] == 7854.5
+        assert [sampler.sample(now) for now in range(3)] == [[], [], []]
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1
-    assert "line 4" in warnings[0] and "cpu2" in warnings[0]
+    assert "stat: line 1: the cpu line is not all numbers" in warnings[0]
 
 
 def test_missing_or_unusable_file_disables_the_sampler(tmp_path):
@@ -240,7 +243,5 @@ def test_every_captured_tree_with_a_stat_parses_cleanly(tree):
     sampler = CpuSampler(Roots(proc=root / "proc", sys=root / "sys"), clock_ticks=TICKS)
     assert sampler.available() == stat.exists()
     if stat.exists():
-        problems: list[str] = []
-        parse_stat(stat.read_text(), problems)
-        assert problems == []
+        parse_stat(stat.read_text())  # raises on a bad aggregate line
         assert tree in EXPECTED  # a new capture needs its hand-computed values above

@@ -64,10 +64,10 @@ class CpuTimes:
     cpus_online: int
 
 
-def parse_stat(text: str, problems: list[str] | None = None) -> CpuTimes:
+def parse_stat(text: str) -> CpuTimes:
     """Parse ``/proc/stat``. Raises ValueError when there is no usable ``cpu`` line.
 
-    A malformed ``cpuN`` line is skipped (and noted in ``problems``); lines that are not
+    Per-CPU lines are only counted: their numbers are not used. Lines that are not
     about CPUs (intr, ctxt, softirq...) are ignored.
     """
     ticks: tuple[int, ...] | None = None
@@ -75,18 +75,16 @@ def parse_stat(text: str, problems: list[str] | None = None) -> CpuTimes:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.startswith("cpu"):
             continue
-        label, *columns = line.split()
-        values = to_ints(columns)
-        if values is None or not values:
-            if problems is not None:
-                problems.append(f"line {number}: {label} has a non-numeric column")
-            continue
+        label, _, rest = line.partition(" ")
         if label == "cpu":
+            values = to_ints(rest.split())
+            if not values:
+                raise ValueError(f"line {number}: the cpu line is not all numbers; no sample")
             ticks = tuple(values)
         elif label[3:].isascii() and label[3:].isdigit():
             cpus_online += 1
     if ticks is None:
-        raise ValueError("no aggregate 'cpu' line")
+        raise ValueError("no aggregate 'cpu' line; no sample")
     return CpuTimes(ticks=ticks, cpus_online=cpus_online)
 
 
@@ -118,14 +116,11 @@ class CpuSampler:
         text = read_text(self._path)
         if text is None:
             return None
-        problems: list[str] = []
         try:
-            times = parse_stat(text, problems)
+            return parse_stat(text)
         except ValueError as error:
-            problems.append(str(error))
-            times = None
-        self._problems.report(problems)
-        return times
+            self._problems.report([str(error)])
+            return None
 
     def _keep_highest(self, ticks: tuple[int, ...]) -> None:
         grown = self._highest + [0] * max(0, len(ticks) - len(self._highest))

@@ -117,7 +117,7 @@ def parse_diskstats(text: str, problems: list[str] | None = None) -> list[DiskRo
             if problems is not None:
                 problems.append(
                     f"line {number}: expected major, minor, name and 4, 11, 15 or 17"
-                    f" numbers, got {line.strip()!r}"
+                    f" numbers, got {line.strip()!r}; skipped"
                 )
             continue
         device, counters = words[2], numbers[2:]
@@ -186,6 +186,7 @@ class DiskSampler:
     def __init__(self, roots: Roots) -> None:
         self._path = roots.proc / "diskstats"
         self._sys_root = roots.sys
+        self._sysfs_present = True
         self._kinds: dict[str, str] = {}  # what sysfs said; a device's kind never changes
         self._problems = ProblemLog(log, self._path)
 
@@ -196,7 +197,7 @@ class DiskSampler:
         kind = self._kinds.get(device)
         if kind is not None:
             return kind
-        kind = kind_from_sysfs(self._sys_root, device)
+        kind = kind_from_sysfs(self._sys_root, device) if self._sysfs_present else None
         if kind is None:
             # Not (yet) in sysfs: judge by name, and ask sysfs again next time.
             return kind_from_name(device)
@@ -205,6 +206,8 @@ class DiskSampler:
 
     def sample(self, now_ns: int) -> list[Point]:
         points = []
+        # Without sysfs (a captured tree, an old kernel) skip a failed lookup per row.
+        self._sysfs_present = (self._sys_root / "class" / "block").is_dir()
         rows = self._read()
         for row in rows:
             fields: dict[str, int | float] = dict(row.fields())

@@ -29,11 +29,12 @@ class ProblemLog:
             if problem in self._seen or len(self._seen) >= _MAX_REMEMBERED:
                 continue
             self._seen.add(problem)
-            self._logger.warning("%s: %s (line skipped)", self._source, problem)
+            self._logger.warning("%s: %s", self._source, problem)
 
 
 def to_ints(words: list[str]) -> list[int] | None:
     """The words as non-negative integers, or None if any is not one."""
-    if not all(word.isascii() and word.isdigit() for word in words):
+    joined = "".join(words)  # one check for all: much faster on 480-CPU hosts
+    if not (joined.isascii() and joined.isdigit()):
         return None
-    return [int(word) for word in words]
+    return list(map(int, words))

@@ -76,7 +76,7 @@ def parse_meminfo(text: str, problems: list[str] | None = None) -> dict[str, int
         words = rest.split()
         if not colon or not words or not (words[0].isascii() and words[0].isdigit()):
             if problems is not None:
-                problems.append(f"line {number}: expected 'Key: value [kB]'")
+                problems.append(f"line {number}: expected 'Key: value [kB]', skipped")
             continue
         value = int(words[0])
         if len(words) > 1 and words[1] == "kB":
@@ -98,7 +98,7 @@ def parse_vmstat(text: str, problems: list[str] | None = None) -> dict[str, int]
         # sign, the counters we use are never negative.
         if len(words) != 2 or not _INTEGER.fullmatch(words[1]):
             if problems is not None:
-                problems.append(f"line {number}: expected 'name value'")
+                problems.append(f"line {number}: expected 'name value', skipped")
             continue
         values[words[0]] = int(words[1])
     return values

@@ -114,7 +114,7 @@ def parse_net_dev(text: str, problems: list[str] | None = None) -> list[Interfac
         values = to_ints(rest.split())
         if not colon or not name or values is None or len(values) != _COLUMNS:
             if problems is not None:
-                problems.append(f"line {number}: expected 'name: {_COLUMNS} numbers'")
+                problems.append(f"line {number}: expected 'name: {_COLUMNS} numbers', skipped")
             continue
         interfaces.append(
             InterfaceCounters(
@@ -161,6 +161,7 @@ class NetSampler:
     def __init__(self, roots: Roots) -> None:
         self._path = roots.proc / "net" / "dev"
         self._sys_root = roots.sys
+        self._sysfs_present = True
         self._kinds: dict[str, str] = {}  # what sysfs said, per interface name
         self._problems = ProblemLog(log, self._path)
 
@@ -171,7 +172,7 @@ class NetSampler:
         kind = self._kinds.get(interface)
         if kind is not None:
             return kind
-        kind = kind_from_sysfs(self._sys_root, interface)
+        kind = kind_from_sysfs(self._sys_root, interface) if self._sysfs_present else None
         if kind is None:
             # Not (yet) in sysfs: judge by name, and ask sysfs again next time.
             return kind_from_name(interface)
@@ -180,6 +181,8 @@ class NetSampler:
 
     def sample(self, now_ns: int) -> list[Point]:
         points = []
+        # Without sysfs (a captured tree, an old kernel) skip a failed lookup per row.
+        self._sysfs_present = (self._sys_root / "class" / "net").is_dir()
         interfaces = self._read()
         for counters in interfaces:
             tags = {Tag.INTERFACE: counters.interface, Tag.KIND: self.kind(counters.interface)}
