@@ -243,9 +243,8 @@ def _sorted_names(directory: Path) -> list[str]:
         names = [entry.name for entry in directory.iterdir() if entry.is_dir()]
     except OSError:
         return []
-    return sorted(
-        names, key=lambda name: (not name.isdigit(), int(name) if name.isdigit() else 0, name)
-    )
+    # Ports sort as numbers (2 before 10); device names as text.
+    return sorted(names, key=lambda name: (len(name), name) if name.isdigit() else (0, name))
 
 
 class InfinibandSampler:
