@@ -107,11 +107,26 @@ def precision_factor(precision: str | None) -> int:
 def parse_line_full(line: str) -> tuple[str, dict[str, str], dict[str, FieldValue], int | None]:
     """(measurement, tags, fields, timestamp or None) of one line, names and order as
     written; raises ``LineFormatError``."""
-    parsed = parse_line(line)
+    parsed = _parse(line)
     # the C parser hands tags and fields back last first
     tags = dict(reversed(parsed["tags"].items()))
     fields = dict(reversed(parsed["fields"].items()))
     return parsed["measurement"], tags, fields, parsed["time"]
+
+
+def _parse(line: str) -> dict:
+    """``parse_line``, plus InfluxDB's reading of ``\\\\`` in names and tags as one
+    backslash (the C parser keeps both; string field values it already unescapes)."""
+    parsed = parse_line(line)
+    if "\\\\" in line:
+        parsed["measurement"] = _unescape(parsed["measurement"])
+        parsed["tags"] = {_unescape(k): _unescape(v) for k, v in parsed["tags"].items()}
+        parsed["fields"] = {_unescape(k): v for k, v in parsed["fields"].items()}
+    return parsed
+
+
+def _unescape(name: str) -> str:
+    return name.replace("\\\\", "\\")
 
 
 def parse_body(text: str, precision: str | None = "ns", now_ns: int | None = None) -> ParsedBody:
@@ -131,7 +146,7 @@ def parse_body(text: str, precision: str | None = "ns", now_ns: int | None = Non
         if not line or line[0] == "#" or line.isspace():
             continue
         try:
-            parsed = parse_line(line)
+            parsed = _parse(line)
         except LineFormatError as error:
             errors.append(LineError(line_number, f"{error} {_excerpt(line)}"))
             continue
