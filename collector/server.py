@@ -473,7 +473,8 @@ def run(args) -> int:
         forwarder = Forwarder(parse_backend(args.backend))
     workers = min(os.cpu_count() or 1, 8)
     pool = ParsePool(workers)
-    pool.start()
+    # worker processes import numpy: start them beside the server, not before it listens
+    threading.Thread(target=pool.start, name="parse-pool-start", daemon=True).start()
     server = CollectorServer(
         (host, port),
         Sink(store, forwarder),

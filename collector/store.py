@@ -177,7 +177,11 @@ class SqliteStore:
     # ---------------------------------------------------------------- connections
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        # the writer moves between request threads behind _write_lock; readers stay in
+        # their thread but close() may run in another
+        conn = sqlite3.connect(
+            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+        )
         conn.execute("PRAGMA busy_timeout = 30000")
         return conn
 
