@@ -348,6 +348,11 @@ class EpochAmounts:
     fabric: str = ""  # "ib" | "net" | "" (neither)
 
 
+def _sum_present(values: Iterable[float]) -> float:
+    present = [v for v in values if not math.isnan(v)]
+    return sum(present) if present else math.nan
+
+
 def _ratio(numerator: float, denominator: float) -> float:
     if denominator is None or not denominator or math.isnan(denominator):
         return math.nan
@@ -432,8 +437,9 @@ def row_from_amounts(amounts: EpochAmounts) -> EpochRow:
     def per_second_mb(key: str) -> float:
         return _ratio(get(key), seconds) / BYTES_PER_MB
 
-    cpu_total = sum(get(f"cpu_{f}") for f in CPU_ALL_FIELDS)
-    cpu_busy = sum(get(f"cpu_{f}") for f in CPU_BUSY_FIELDS)
+    # a field a kernel does not report (steal on old kernels) is left out, not zero
+    cpu_total = _sum_present(get(f"cpu_{f}") for f in CPU_ALL_FIELDS)
+    cpu_busy = _sum_present(get(f"cpu_{f}") for f in CPU_BUSY_FIELDS)
     app_read = get("nfs_app_read")
     hit_ratio = (
         1.0 - get("nfs_server_read") / app_read
