@@ -359,7 +359,7 @@ def _ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator
 
 
-def _iso(time_ns: int) -> str:
+def iso_utc(time_ns: int) -> str:
     moment = datetime.fromtimestamp(time_ns / NS_PER_SECOND, tz=UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -405,11 +405,11 @@ class EpochRow:
 
     @property
     def start(self) -> str:
-        return _iso(self.start_ns)
+        return iso_utc(self.start_ns)
 
     @property
     def end(self) -> str:
-        return _iso(self.end_ns)
+        return iso_utc(self.end_ns)
 
     @property
     def storage_read_bytes(self) -> int | None:
