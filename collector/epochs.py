@@ -50,6 +50,7 @@ A value that cannot be measured (no such device on the host, no samples in the w
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -171,6 +172,55 @@ def assign_epochs(events: Iterable[WorkloadEvent]) -> list[tuple[WorkloadEvent, 
             if epoch is not None:
                 out.append((event, epoch))
     return out
+
+
+EPOCH_KINDS = (Event.RUN_START, Event.EPOCH_START, Event.EPOCH_END, Event.RUN_END)
+_KINDS_SUPPORT: dict[type, bool] = {}
+
+
+def run_events(
+    store: ReadStore,
+    run_id: str,
+    kinds: tuple[str, ...] | None = None,
+    since_ns: int | None = None,
+) -> list[WorkloadEvent]:
+    """A run's events of the given kinds, filtered by the store when it can (so a run's
+    many ``step`` events are not decoded when only its epochs are wanted)."""
+    if kinds is None:
+        return store.events(run_id, since_ns)
+    supported = _KINDS_SUPPORT.get(type(store))
+    if supported is None:
+        try:
+            supported = "kinds" in inspect.signature(store.events).parameters
+        except (TypeError, ValueError):
+            supported = False
+        _KINDS_SUPPORT[type(store)] = supported
+    if supported:
+        return store.events(run_id, since_ns, kinds=kinds)
+    return [e for e in store.events(run_id, since_ns) if e.event in kinds]
+
+
+def report_events(store: ReadStore, run_id: str) -> list[WorkloadEvent]:
+    """What the per-epoch view needs: the run's epoch events, plus the ``step`` events of
+    epochs still open (a live epoch ends at its latest step and counts its steps' images).
+    A finished run's steps are never read."""
+    events = run_events(store, run_id, EPOCH_KINDS)
+    started: dict[tuple[str, int, int], int] = {}
+    ended: set[tuple[str, int, int]] = set()
+    for event in events:
+        epoch = _epoch_of(event)
+        if epoch is None:
+            continue
+        key = (event.host, event.rank, epoch)
+        if event.event == Event.EPOCH_START:
+            started.setdefault(key, event.time_ns)
+        elif event.event == Event.EPOCH_END:
+            ended.add(key)
+    open_starts = [t for key, t in started.items() if key not in ended]
+    if not open_starts:
+        return events
+    steps = run_events(store, run_id, (Event.STEP,), since_ns=min(open_starts) - 1)
+    return sorted(events + steps, key=lambda e: (e.time_ns, e.rank))
 
 
 def epoch_windows(events: Iterable[WorkloadEvent]) -> list[EpochWindow]:
@@ -599,7 +649,7 @@ def _host_fabric(
 
 def build_report(store: ReadStore, run_id: str) -> EpochReport:
     """The per-epoch report of a run (empty when the run has no epoch events)."""
-    windows = epoch_windows(store.events(run_id))
+    windows = epoch_windows(report_events(store, run_id))
     amounts = epoch_amounts(store, windows)
     by_epoch: dict[int, list[EpochAmounts]] = defaultdict(list)
     for a in amounts:

@@ -46,11 +46,13 @@ from agent.schema import Event, RunState, Workload
 from collector.epochs import (
     ALL_HOSTS,
     BYTES_PER_MB,
+    EPOCH_KINDS,
     EpochAmounts,
     EpochReport,
     EpochRow,
     assign_epochs,
     build_report,
+    run_events,
 )
 from collector.scaling import GroupKey, RunFacts, run_facts, scaling_groups
 from collector.store_api import ReadStore, RunInfo, WorkloadEvent
@@ -102,12 +104,18 @@ class RunContext:
 
     store: ReadStore
     run: RunInfo
-    events: list[WorkloadEvent]
+    events: list[WorkloadEvent]  # run and epoch events (steps are read on demand)
     report: EpochReport
 
     @property
     def config(self) -> dict[str, Any]:
         return self.run.config
+
+    def steps(self, since_ns: int | None = None) -> list[WorkloadEvent]:
+        """Step events (after ``since_ns``), with the epoch events so each step finds its
+        epoch."""
+        steps = run_events(self.store, self.run.run_id, (Event.STEP,), since_ns=since_ns)
+        return sorted(self.events + steps, key=lambda e: (e.time_ns, e.rank))
 
     def totals(self) -> list[EpochRow]:
         """``*`` rows of complete epochs, in epoch order."""
@@ -347,25 +355,39 @@ def coefficient_of_variation(values: list[float]) -> float | None:
 
 
 def storage_bound(context: RunContext) -> list[Finding]:
-    warmup = int(_config_number(context.config, Workload.WARMUP_STEPS) or 0)
-    rates = step_rates(context.events, warmup)
     rows = [row for row, _ in context.hosts_rows()]
     storage = [r.storage_read_mbps for r in rows if r.storage_read_mbps is not None]
     if not storage:
         return []
     peak = max(storage)
+
+    def reading(row: EpochRow) -> bool:
+        return (
+            row.storage_read_mbps is not None
+            and row.storage_read_mbps >= MIN_STORAGE_MBPS
+            and row.storage_read_mbps >= STORAGE_HIGH_SHARE_OF_PEAK * peak
+        )
+
+    candidates = [
+        row
+        for row in rows
+        if reading(row)
+        and row.iowait_percent is not None
+        and row.iowait_percent >= IOWAIT_HIGH_PERCENT
+    ]
+    if not candidates:  # no step event is read for a run that never waited on storage
+        return []
+    candidate_keys = {(row.host, row.epoch) for row in candidates}
+    warmup = int(_config_number(context.config, Workload.WARMUP_STEPS) or 0)
+    rates = step_rates(context.steps(), warmup)
     bound, calm = [], []
     for row in rows:
         cv = coefficient_of_variation(rates.get((row.host, row.epoch), []))
-        if cv is None or row.iowait_percent is None or row.storage_read_mbps is None:
+        if cv is None:
             continue
-        reading = (
-            row.storage_read_mbps >= MIN_STORAGE_MBPS
-            and row.storage_read_mbps >= STORAGE_HIGH_SHARE_OF_PEAK * peak
-        )
-        if reading and row.iowait_percent >= IOWAIT_HIGH_PERCENT and cv >= STEP_CV_UNSTABLE:
+        if (row.host, row.epoch) in candidate_keys and cv >= STEP_CV_UNSTABLE:
             bound.append((row, cv))
-        elif not reading:
+        elif not reading(row):
             calm.append(cv)
     if not bound:
         return []
@@ -683,7 +705,7 @@ def run_context(store: ReadStore, run_id: str, report: EpochReport | None = None
     run = next((r for r in store.runs() if r.run_id == run_id), None)
     if run is None:
         raise KeyError(run_id)
-    events = store.events(run_id)
+    events = run_events(store, run_id, EPOCH_KINDS)
     return RunContext(
         store=store,
         run=run,

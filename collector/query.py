@@ -63,6 +63,7 @@ from collector.epochs import (
     COUNTER,
     CPU_ALL_FIELDS,
     CPU_BUSY_FIELDS,
+    EPOCH_KINDS,
     GAUGE_MEAN,
     HOST_TOTALS,
     HostTotal,
@@ -70,10 +71,12 @@ from collector.epochs import (
     epoch_windows,
     iso_utc,
     read_host_series,
+    report_events,
+    run_events,
     window_amounts,
 )
 from collector.findings import run_findings
-from collector.scaling import run_throughput, scaling_rows
+from collector.scaling import scaling_rows, stored_run_throughput
 from collector.store_api import ReadStore, RunInfo, WorkloadEvent
 
 DEFAULT_MAX_POINTS = 500
@@ -176,8 +179,9 @@ def runs_summary(store: ReadStore) -> list[RunSummary]:
     for run in sorted(store.runs(), key=lambda r: r.start_ns, reverse=True):
 
         def summarise(run: RunInfo = run) -> RunSummary:
-            events = store.events(run.run_id)
+            events = run_events(store, run.run_id, EPOCH_KINDS)
             ranks = {(e.host, e.rank) for e in events}
+            throughput = stored_run_throughput(store, run, events)
             return RunSummary(
                 run_id=run.run_id,
                 framework=run.framework,
@@ -185,7 +189,7 @@ def runs_summary(store: ReadStore) -> list[RunSummary]:
                 gpus=run.world_size or len(ranks),
                 hosts=len(run.hosts),
                 host_names=tuple(run.hosts),
-                images_per_second=run_throughput(events, run.config).images_per_second,
+                images_per_second=throughput.images_per_second,
                 state=run.state,
                 start_ns=run.start_ns,
                 start=iso_utc(run.start_ns),
@@ -209,7 +213,7 @@ def epoch_table(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
 def epoch_boundaries(store: ReadStore, run_id: str) -> dict[str, list[dict[str, Any]]]:
     def compute() -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for window in epoch_windows(store.events(run_id)):
+        for window in epoch_windows(report_events(store, run_id)):
             out[window.host].append(
                 {
                     "epoch": window.epoch,
@@ -294,7 +298,7 @@ def run_timeseries(
     Pass ``since_ns`` (per host, from ``next_since_ns``) and the ``bucket_ns`` of the
     first answer to get only the buckets completed since.
     """
-    events = store.events(run_id)
+    events = run_events(store, run_id, EPOCH_KINDS)
     spans = _host_spans(events)
     wanted = [h for h in (hosts if hosts is not None else sorted(spans)) if h in spans]
     if not wanted:
@@ -304,8 +308,8 @@ def run_timeseries(
     read_until = max(spans[h][1] if spans[h][2] else LATEST_NS for h in wanted)
     data = read_host_series(store, _SERIES_TOTALS, set(wanted), first, read_until)
     steps: dict[str, list[WorkloadEvent]] = defaultdict(list)
-    for event in events:
-        if event.event == Event.STEP:
+    for event in run_events(store, run_id, (Event.STEP,), since_ns=first - 1):
+        if event.host in wanted:
             steps[event.host].append(event)
 
     out = {}

@@ -18,10 +18,15 @@ Runs that report top-1 accuracy also get the time and number of epochs to reach 
 ``target_top1`` (on the reporting rank's own clock, from its ``run_start``).
 
 Run throughput (``run_throughput``) is computed from every rank's events, never rank 0
-times N: when the run has ``step`` events, each rank's images over its step seconds,
-leaving out that rank's first ``warmup_steps`` steps, summed over ranks (what
-tf_cnn_benchmarks reports); otherwise the epochs' images over their seconds, all hosts
-together (``collector.epochs``).
+times N:
+
+- a run with at least ``MIN_EPOCHS_FOR_EPOCH_THROUGHPUT`` complete epochs: the epochs'
+  images over their seconds, all hosts together (each epoch's longest host span, as in
+  ``collector.epochs``). That is what a long training pays, warm-up steps being a
+  negligible share of it; only epoch events are read;
+- a shorter run (the studies' short tests: 10 warm-up + 100 steps): each rank's images
+  over its step seconds, leaving out that rank's first ``warmup_steps`` steps, summed over
+  ranks (what tf_cnn_benchmarks reports); the epochs' figure when there are no steps.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agent.schema import Event, RunState, Workload
-from collector.epochs import EpochWindow, epoch_windows
+from collector.epochs import EPOCH_KINDS, EpochWindow, epoch_windows, run_events
 from collector.store_api import ReadStore, RunInfo, WorkloadEvent
 
 NS_PER_SECOND = 1_000_000_000
@@ -186,15 +191,40 @@ def epoch_throughput(windows: list[EpochWindow]) -> float | None:
     return images / seconds if seconds > 0 else None
 
 
+MIN_EPOCHS_FOR_EPOCH_THROUGHPUT = 2
+
+
+def complete_epochs(windows: list[EpochWindow]) -> int:
+    by_epoch: dict[int, bool] = {}
+    for window in windows:
+        by_epoch[window.epoch] = by_epoch.get(window.epoch, True) and window.complete
+    return sum(by_epoch.values())
+
+
 def run_throughput(events: list[WorkloadEvent], config: dict[str, Any]) -> RunThroughput:
+    """The run's aggregate images/s from the given events (see the module docstring)."""
+    windows = epoch_windows(events)
+    if complete_epochs(windows) >= MIN_EPOCHS_FOR_EPOCH_THROUGHPUT:
+        return RunThroughput(round(epoch_throughput(windows), 2), "epochs")
     warmup = int(config.get(Workload.WARMUP_STEPS, 0) or 0)
     from_steps = step_throughput(events, warmup)
     if from_steps is not None:
         return RunThroughput(round(from_steps, 2), "steps")
-    from_epochs = epoch_throughput(epoch_windows(events))
+    from_epochs = epoch_throughput(windows)
     if from_epochs is not None:
         return RunThroughput(round(from_epochs, 2), "epochs")
     return RunThroughput(None, "")
+
+
+def stored_run_throughput(
+    store: ReadStore, run: RunInfo, epoch_events: list[WorkloadEvent] | None = None
+) -> RunThroughput:
+    """``run_throughput`` reading step events only when the run is too short for epochs."""
+    if epoch_events is None:
+        epoch_events = run_events(store, run.run_id, EPOCH_KINDS)
+    if complete_epochs(epoch_windows(epoch_events)) >= MIN_EPOCHS_FOR_EPOCH_THROUGHPUT:
+        return run_throughput(epoch_events, run.config)
+    return run_throughput(store.events(run.run_id), run.config)
 
 
 @dataclass(frozen=True)
@@ -297,7 +327,7 @@ class RunFacts:
 
 
 def run_facts(store: ReadStore, run: RunInfo) -> RunFacts:
-    events = store.events(run.run_id)
+    events = run_events(store, run.run_id, EPOCH_KINDS)
     ranks = {(e.host, e.rank) for e in events}
     gpus = run.world_size or len(ranks)
     nodes = len(run.hosts) or len({host for host, _ in ranks})
@@ -305,7 +335,7 @@ def run_facts(store: ReadStore, run: RunInfo) -> RunFacts:
         run=run,
         gpus=gpus,
         nodes=nodes,
-        throughput=run_throughput(events, run.config),
+        throughput=stored_run_throughput(store, run, events),
         accuracy=time_to_accuracy(events, run.config),
     )
 

@@ -121,8 +121,11 @@ class MemoryStore:
         infos.sort(key=lambda r: r.start_ns, reverse=True)
         return infos
 
-    def events(self, run_id: str, since_ns: int | None = None) -> list[WorkloadEvent]:
-        events = self._events.get(run_id, [])
-        if since_ns is None:
-            return list(events)
-        return [e for e in events if e.time_ns > since_ns]
+    def events(
+        self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
+    ) -> list[WorkloadEvent]:
+        return [
+            e
+            for e in self._events.get(run_id, [])
+            if (since_ns is None or e.time_ns > since_ns) and (kinds is None or e.event in kinds)
+        ]

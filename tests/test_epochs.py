@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from agent.point import Point
-from agent.schema import Cpu, Event, Infiniband, Memory, Tag, Workload
+from agent.schema import Cpu, Event, Infiniband, Memory, RunState, Tag, Workload
 from collector.epochs import COLUMNS, build_report, epoch_rows, epoch_windows
+from tests.memory_store import MemoryStore
 from tests.run_builder import NS, T0_NS, RunBuilder
 
 pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
@@ -234,3 +235,36 @@ def test_memory_store_reads_boundary_samples(make_store):
     (info,) = store.list_series(Memory.NAME, Memory.CACHED_BYTES)
     (data,) = store.read_series([info], 3 * NS + 1, 5 * NS + 1)
     assert np.asarray(data.values).tolist() == [3.0, 4.0, 5.0, 6.0]
+
+
+class KindsRecordingStore(MemoryStore):
+    """Records which event kinds were asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[str, ...] | None] = []
+
+    def events(self, run_id, since_ns=None, kinds=None):
+        self.asked.append(kinds)
+        return super().events(run_id, since_ns, kinds)
+
+
+def test_a_finished_run_report_never_reads_step_events():
+    store = KindsRecordingStore()
+    store.write(two_host_run().points())
+    build_report(store, "r-two")
+    assert Event.STEP not in {kind for kinds in store.asked for kind in kinds or ("all",)}
+    assert None not in store.asked
+
+
+def test_an_open_epoch_reads_the_steps_since_it_started():
+    run = RunBuilder("r-open", state=RunState.LIVE)
+    run.epoch(10, 400)
+    run.epoch(10, 400)
+    store = KindsRecordingStore()
+    # epoch 2 is still running: its epoch_end has not arrived
+    store.write([p for p in run.points() if p.time_ns < T0_NS + 20 * NS])
+    rows = epoch_rows(store, "r-open")
+    assert (Event.STEP,) in store.asked
+    # epoch 2: steps at 12.5, 15, 17.5 s (100 images each) so far; ends at the last one
+    assert (rows[2]["epoch"], rows[2]["images"], rows[2]["seconds"]) == (2, 300, 7.5)
