@@ -71,7 +71,8 @@ def build_samplers(
             log.warning("sampler %s is off: %s: %s", name, type(error).__name__, error)
             continue
         if not available:
-            log.info("sampler %s is off: its data is not on this host", name)
+            # The sampler itself logs the one line saying what it did not find.
+            log.debug("sampler %s is off: its data is not on this host", name)
             continue
         if stats is not None and hasattr(sampler, "stats"):
             sampler.stats = stats  # type: ignore[attr-defined]

@@ -203,7 +203,7 @@ def test_build_samplers_leaves_out_unknown_modules_and_unavailable_ones(caplog, 
 
     monkeypatch.setattr(daemon_module, "make_sampler", fake_make)
     stats = AgentStats()
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.DEBUG):
         samplers = build_samplers(Roots(), ["cpu", "nfs", "gpu"], stats)
     assert samplers == [made["cpu"]]
     assert made["cpu"].stats is stats  # the self sampler reports this agent's numbers
