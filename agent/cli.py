@@ -134,7 +134,8 @@ def wait_for_stop_signal(seconds: float) -> bool:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from agent.daemon import AgentStats, Daemon, build_samplers
+    from agent.daemon import Daemon, build_samplers
+    from agent.samplers.agent import AgentStats
 
     config = _load_config(args)
     if config.push is not None and config.push.token is not None:

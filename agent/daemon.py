@@ -22,20 +22,10 @@ from typing import Protocol
 from agent.config import AgentConfig
 from agent.point import Point
 from agent.samplers import SAMPLER_NAMES, Roots, Sampler, make_sampler
+from agent.samplers.agent import AgentStats
 from agent.schema import Tag
 
 log = logging.getLogger(__name__)
-
-try:
-    from agent.samplers.agent import AgentStats
-except ImportError:  # the self sampler has not landed in this checkout yet
-
-    @dataclass
-    class AgentStats:  # type: ignore[no-redef]  # the agreed interface, field for field
-        sample_duration_seconds: float = 0.0
-        spool_bytes: int = 0
-        spool_points: int = 0
-        points_dropped: int = 0
 
 
 class Publisher(Protocol):

@@ -6,9 +6,10 @@ import logging
 from dataclasses import dataclass, field
 
 from agent.config import AgentConfig
-from agent.daemon import AgentStats, Daemon, SampleRound, build_samplers, next_tick_ns
+from agent.daemon import Daemon, SampleRound, build_samplers, next_tick_ns
 from agent.point import Point
 from agent.samplers import Roots
+from agent.samplers.agent import AgentStats
 
 SECOND = 10**9
 

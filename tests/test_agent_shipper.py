@@ -141,7 +141,7 @@ def test_points_arrive_through_influxdb_client_with_token_bucket_org(endpoint, t
 
 
 def test_outage_refused_then_503_then_back_every_point_once_in_order(endpoint, tmp_path):
-    from agent.daemon import AgentStats
+    from agent.samplers.agent import AgentStats
 
     stats = AgentStats()
     shipper = Shipper(
@@ -205,7 +205,7 @@ def test_spool_full_drops_oldest_and_counts_them(tmp_path, caplog):
     # so 3 x 43 + 2 = 131 bytes.
     segment_bytes = len("\n".join(expected_lines(range(1, 2))))
     assert segment_bytes == 131
-    from agent.daemon import AgentStats
+    from agent.samplers.agent import AgentStats
 
     stats = AgentStats()
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
