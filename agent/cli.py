@@ -164,6 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 push.spool_dir,
                 push.spool_max_bytes,
                 stats,
+                batch_seconds=push.batch_seconds,
             )
         except OSError as error:
             raise ConfigError(

@@ -15,6 +15,7 @@ Keys (all optional)::
     org = "epochscope"
     spool_dir = "/var/lib/epochscope/spool"
     spool_max_bytes = 536870912   # 512 MiB; when full the oldest points are dropped
+    batch_seconds = 5             # once caught up, send at most this often (0: every tick)
 
     [metrics]
     listen = "127.0.0.1:9711"     # Prometheus /metrics; "" turns it off
@@ -51,6 +52,7 @@ DEFAULT_SPOOL_MAX_BYTES = 512 * 2**20
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9711"
 DEFAULT_BUCKET = "epochscope"
 DEFAULT_ORG = "epochscope"
+DEFAULT_BATCH_SECONDS = 5.0
 
 
 class ConfigError(ValueError):
@@ -93,6 +95,7 @@ class PushConfig:
     org: str = DEFAULT_ORG
     spool_dir: Path = DEFAULT_SPOOL_DIR
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
+    batch_seconds: float = DEFAULT_BATCH_SECONDS
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ _KEYS: dict[str, dict[str, str]] = {
         "org": _STR,
         "spool_dir": _STR,
         "spool_max_bytes": _INT,
+        "batch_seconds": _NUMBER,
     },
     "metrics": {"listen": _STR},
 }
@@ -248,6 +252,9 @@ def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
     spool_max_bytes = table.get("spool_max_bytes", DEFAULT_SPOOL_MAX_BYTES)
     if spool_max_bytes <= 0:
         raise ConfigError("push.spool_max_bytes", f"must be > 0 (got {spool_max_bytes})")
+    batch_seconds = float(table.get("batch_seconds", DEFAULT_BATCH_SECONDS))
+    if not 0 <= batch_seconds <= 3600:
+        raise ConfigError("push.batch_seconds", f"must be 0..3600 (got {batch_seconds})")
     for key in ("bucket", "org", "spool_dir"):
         if key in table and not table[key]:
             raise ConfigError(f"push.{key}", "must not be empty")
@@ -258,6 +265,7 @@ def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
         org=table.get("org", DEFAULT_ORG),
         spool_dir=Path(table.get("spool_dir", DEFAULT_SPOOL_DIR)),
         spool_max_bytes=spool_max_bytes,
+        batch_seconds=batch_seconds,
     )
 
 

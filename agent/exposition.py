@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import CollectorRegistry, Metric
@@ -26,40 +27,54 @@ from agent.point import Point
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class _Exposed:
+    """How one (measurement, field) is exposed: sample name, family name, type, help."""
+
+    sample_name: str
+    family_name: str
+    type: str
+    help: str
+
+
+# (measurement, field) -> how it is exposed, or None: not exposed (text or unknown).
+_exposed_cache: dict[tuple[str, str], _Exposed | None] = {}
+
+
+def _exposed(measurement: str, field: str) -> _Exposed | None:
+    key = (measurement, field)
+    if key in _exposed_cache:
+        return _exposed_cache[key]
+    spec = schema.field_spec(measurement, field)
+    exposed = None
+    if spec is None:
+        log.warning("field %s.%s is not in agent/schema.py: not exposed", measurement, field)
+    elif spec.kind is not schema.Kind.TEXT:
+        name = schema.prometheus_name(measurement, spec)
+        if spec.is_counter:
+            # The client library adds "_total" to a counter family's samples itself.
+            exposed = _Exposed(name, name.removesuffix("_total"), "counter", spec.help)
+        else:
+            exposed = _Exposed(name, name, "gauge", spec.help)
+    _exposed_cache[key] = exposed
+    return exposed
+
+
 def metric_families(points: Sequence[Point]) -> list[Metric]:
     """Group the numeric fields of ``points`` into metric families, in first-seen order."""
     families: dict[str, Metric] = {}
-    unknown: list[tuple[str, str]] = []
     for point in points:
         labels = {key: str(value) for key, value in point.tags.items() if value != ""}
         for field, value in point.fields.items():
-            spec = schema.field_spec(point.measurement, field)
-            if spec is None:
-                unknown.append((point.measurement, field))
+            exposed = _exposed(point.measurement, field)
+            if exposed is None or isinstance(value, str):
                 continue
-            if spec.kind is schema.Kind.TEXT or isinstance(value, str):
-                continue
-            name = schema.prometheus_name(point.measurement, spec)
-            family = families.get(name)
+            family = families.get(exposed.family_name)
             if family is None:
-                if spec.is_counter:
-                    family = Metric(name.removesuffix("_total"), spec.help, "counter")
-                else:
-                    family = Metric(name, spec.help, "gauge")
-                families[name] = family
-            family.add_sample(name, labels, float(value))
-    _log_unknown_once(unknown)
+                family = Metric(exposed.family_name, exposed.help, exposed.type)
+                families[exposed.family_name] = family
+            family.add_sample(exposed.sample_name, labels, float(value))
     return list(families.values())
-
-
-_unknown_seen: set[tuple[str, str]] = set()
-
-
-def _log_unknown_once(unknown: list[tuple[str, str]]) -> None:
-    for measurement, field in unknown:
-        if (measurement, field) not in _unknown_seen:
-            _unknown_seen.add((measurement, field))
-            log.warning("field %s.%s is not in agent/schema.py: not exposed", measurement, field)
 
 
 class LatestSample(Collector):
@@ -67,16 +82,21 @@ class LatestSample(Collector):
 
     def __init__(self) -> None:
         self._points: Sequence[Point] = ()
+        self._families: list[Metric] | None = None
         self._lock = threading.Lock()
 
     def publish(self, points: Sequence[Point]) -> None:
         with self._lock:
             self._points = tuple(points)
+            self._families = None
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             points = self._points
-        yield from metric_families(points)
+            families = self._families
+            if families is None:  # first scrape of this sample: group it once
+                families = self._families = metric_families(points)
+        yield from families
 
 
 class MetricsServer:

@@ -118,7 +118,7 @@ class Spool:
         with temp.open("wb") as file:
             file.write(body)
             file.flush()
-            os.fsync(file.fileno())
+            os.fdatasync(file.fileno())
         os.rename(temp, path)
         _fsync_dir(self.directory)
         segment = Segment(seq, points, len(body), path)

@@ -48,6 +48,7 @@ bucket = "cluster"
 org = "lab"
 spool_dir = "/tmp/spool"
 spool_max_bytes = 1048576
+batch_seconds = 0
 
 [metrics]
 listen = ""
@@ -64,6 +65,7 @@ listen = ""
     assert (loaded.push.bucket, loaded.push.org) == ("cluster", "lab")
     assert loaded.push.spool_dir == Path("/tmp/spool")
     assert loaded.push.spool_max_bytes == 1048576
+    assert loaded.push.batch_seconds == 0
     assert loaded.metrics is None  # "" turns /metrics off
 
 
@@ -76,6 +78,7 @@ def test_push_defaults(tmp_path):
         org="epochscope",
         spool_dir=Path("/var/lib/epochscope/spool"),
         spool_max_bytes=512 * 2**20,
+        batch_seconds=5.0,
     )
 
 
@@ -125,6 +128,7 @@ def test_push_can_come_from_the_environment_alone():
         ("[push]\nurl = 'http://h'\nspool_max_bytes = 1.5", {}, "push.spool_max_bytes", "integer"),
         ("[push]\nurl = 'http://h'\ntoken = 'a'\ntoken_file = 'b'", {}, "push.token", "not both"),
         ("[push]\nurl = 'http://h'\nbucket = ''", {}, "push.bucket", "must not be empty"),
+        ("[push]\nurl = 'http://h'\nbatch_seconds = -1", {}, "push.batch_seconds", "0..3600"),
         ("push = 1", {}, "push", "must be a table"),
         ("[metrics]\nlisten = '127.0.0.1'", {}, "metrics.listen", "ADDRESS:PORT"),
         ("[metrics]\nlisten = '127.0.0.1:70000'", {}, "metrics.listen", "0..65535"),

@@ -41,6 +41,7 @@ sys_root = "{root / "sys"}"
 url = "{endpoint_url}"
 token = "{TOKEN}"
 spool_dir = "{tmp_path / "spool"}"
+batch_seconds = 1
 
 [metrics]
 listen = "127.0.0.1:{metrics_port}"

@@ -175,6 +175,22 @@ def test_outage_refused_then_503_then_back_every_point_once_in_order(endpoint, t
     assert stats.spool_points == 0 and stats.spool_bytes == 0 and stats.points_dropped == 0
 
 
+def test_once_caught_up_ticks_gather_for_batch_seconds_then_go_in_one_request(endpoint, tmp_path):
+    shipper = Shipper(endpoint.url, "t", "o", "b", tmp_path / "spool", batch_seconds=60)
+    shipper.start()
+    shipper.submit(points_for(0))
+    assert wait_until(lambda: len(endpoint.bodies) == 1)  # the first goes at once
+    for tick in range(1, 4):
+        shipper.submit(points_for(tick))
+    time.sleep(0.3)
+    assert len(endpoint.bodies) == 1  # ticks 1-3 wait in the spool for the batch window
+    assert shipper.spool.points == 9
+    assert shipper.flush(10)  # a flush cuts the window short
+    shipper.close()
+    assert len(endpoint.bodies) == 2  # ticks 1-3 went in one request
+    assert endpoint.lines() == expected_lines(range(4))
+
+
 def test_restart_while_endpoint_down_replays_the_spool(endpoint, tmp_path):
     spool_dir = tmp_path / "spool"
     endpoint.stop()
