@@ -194,14 +194,16 @@ class Callbacks:
         grown = state["points"] + update.points > 2 * self.source.max_points
         redraw = not live or grown or list(update.hosts) != hosts
 
+        rows = self.source.epochs(run_id) if (epochs_changed or redraw) else None
         bucket_note: Any = no_update
         if redraw:
             ts = self.source.timeseries(run_id, live)
-            time_figures: list[Any] = pages.time_chart_figures(ts, boundaries)
+            time_figures: list[Any] = pages.time_chart_figures(ts, boundaries, rows or [])
             new_state = self._live_state(run_id, ts, boundaries)
             bucket_note = pages.bucket_note(ts, boundaries)
         else:
-            time_figures = self._extend(update, hosts, boundaries if epochs_changed else None)
+            changed = (boundaries, rows) if epochs_changed and rows is not None else None
+            time_figures = self._extend(update, hosts, changed)
             new_state = {
                 **state,
                 "since": {**state["since"], **update.next_since},
@@ -209,8 +211,7 @@ class Callbacks:
                 "epochs": digest(boundaries),
             }
 
-        if epochs_changed or not live:
-            rows = self.source.epochs(run_id)
+        if rows is not None:
             epoch_figures: list[Any] = pages.epoch_figures(rows, new_state["hosts"])
             table: Any = pages.epoch_table(rows)
             findings: Any = pages.findings_list(self.source.findings(run_id), run_id, True)
@@ -232,23 +233,31 @@ class Callbacks:
 
     @staticmethod
     def _extend(
-        update: Timeseries, hosts: list[str], boundaries: dict[str, Any] | None
+        update: Timeseries,
+        hosts: list[str],
+        epochs: tuple[dict[str, Any], list[dict[str, Any]]] | None,
     ) -> list[Any]:
-        """One ``Patch`` per time chart: append the new buckets' values to each trace (and
-        redraw the epoch shading when an epoch started or ended)."""
+        """One ``Patch`` per time chart: append the new buckets' values to each trace. When
+        an epoch started or ended (``epochs`` = boundaries and report rows), also redraw the
+        epoch shading and replace the throughput chart's epoch means."""
         out: list[Any] = []
-        shading = figures.epoch_shading(boundaries, hosts) if boundaries is not None else None
+        shading = figures.epoch_shading(epochs[0], hosts) if epochs is not None else None
         for chart in figures.TIME_CHARTS:
             extension = figures.time_chart_extension(chart, update.hosts, hosts)
-            if not extension and shading is None:
+            if not extension and epochs is None:
                 out.append(no_update)
                 continue
             patch = Patch()
             for index, values in extension.items():
                 patch["data"][index]["y"].extend(values)
-            if shading is not None:
+            if epochs is not None and shading is not None:
                 patch["layout"]["shapes"] = shading[0]
                 patch["layout"]["annotations"] = shading[1]
+                if chart.chart_id == figures.THROUGHPUT_CHART:
+                    means = figures.epoch_mean_traces(epochs[1], epochs[0], hosts)
+                    first = len(chart.series) * len(hosts)
+                    for offset, trace in enumerate(means):
+                        patch["data"][first + offset] = trace
             out.append(patch)
         return out
 

@@ -60,7 +60,10 @@ class TimeChart:
 
 TIME_CHARTS: tuple[TimeChart, ...] = (
     TimeChart(
-        "images_per_second", "Training throughput", "images/s", (("images_per_second", "images/s"),)
+        "images_per_second",
+        "Training throughput (thin: per bucket, from step events; thick: epoch mean)",
+        "images/s",
+        (("images_per_second", "images/s"),),
     ),
     TimeChart("disk_read_mbps", "Local disk read", "MB/s", (("disk_read_mbps", "disk read"),)),
     TimeChart(
@@ -263,13 +266,60 @@ def epoch_shading(
     return shapes, labels
 
 
+THROUGHPUT_CHART = "images_per_second"
+
+
+def epoch_mean_traces(
+    rows: list[dict[str, Any]],
+    boundaries: dict[str, list[dict[str, Any]]],
+    host_order: list[str],
+) -> list[dict[str, Any]]:
+    """Each host's per-epoch images/s (the report's rows) as a level across its epoch window:
+    step events arrive every few seconds, so per-bucket throughput is jagged by nature; the
+    epoch means show the trend (epoch 1 against the rest) at a glance. One trace per host,
+    in ``host_order``, so a live update can replace them in place."""
+    rate = {(r["host"], r["epoch"]): r.get("images_per_second") for r in _host_rows(rows)}
+    traces = []
+    for host_index, host in enumerate(host_order):
+        x: list[str | None] = []
+        y: list[float | None] = []
+        for window in boundaries.get(host, []):
+            value = rate.get((host, window["epoch"]))
+            if value is None:
+                continue
+            x += [iso_ms(window["start_ns"]), iso_ms(window["end_ns"]), None]
+            y += [value, value, None]
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"{host} epoch mean",
+                "legendgroup": host,
+                "showlegend": False,
+                "x": x,
+                "y": y,
+                "line": {"color": host_colour(host_index), "width": 3.5},
+                "hovertemplate": f"epoch mean %{{y:,.0f}} images/s<extra>{host}</extra>",
+            }
+        )
+    return traces
+
+
 def time_chart_figure(
     chart: TimeChart,
     hosts: dict[str, dict[str, Any]],
     boundaries: dict[str, list[dict[str, Any]]],
     host_order: list[str],
+    epoch_rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """A time-series chart; the throughput chart also gets the epoch means (after the
+    per-bucket traces, so live extensions keep their indices)."""
     traces = time_chart_traces(chart, hosts, host_order)
+    if chart.chart_id == THROUGHPUT_CHART and epoch_rows is not None:
+        for trace in traces:
+            trace["line"]["width"] = 1.0
+            trace["opacity"] = 0.55
+        traces += epoch_mean_traces(epoch_rows, boundaries, host_order)
     layout = _base_layout(chart.title, chart.unit)
     shapes, labels = epoch_shading(boundaries, host_order)
     layout["shapes"] = shapes

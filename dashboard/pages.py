@@ -292,9 +292,14 @@ def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
     return dcc.Graph(id=element_id, figure=figure, config=GRAPH_CONFIG)
 
 
-def time_chart_figures(ts: Timeseries, boundaries: dict[str, Any]) -> list[dict[str, Any]]:
+def time_chart_figures(
+    ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     order = list(ts.hosts)
-    return [figures.time_chart_figure(c, ts.hosts, boundaries, order) for c in figures.TIME_CHARTS]
+    return [
+        figures.time_chart_figure(chart, ts.hosts, boundaries, order, rows)
+        for chart in figures.TIME_CHARTS
+    ]
 
 
 def epoch_figures(rows: list[dict[str, Any]], host_order: list[str]) -> list[dict[str, Any]]:
@@ -339,7 +344,7 @@ def run_page(
 ) -> html.Div:
     order = list(ts.hosts)
     disk, nfs, fabric = epoch_figures(rows, order)
-    time_figures = time_chart_figures(ts, boundaries)
+    time_figures = time_chart_figures(ts, boundaries, rows)
     return html.Div(
         [
             html.Div(run_header(run, live, poll_ms), id="run-header"),

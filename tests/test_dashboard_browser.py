@@ -75,6 +75,14 @@ def table_rows(duo, selector: str) -> list[list[str]]:
     )
 
 
+def text_of(duo, selector: str) -> str | None:
+    """An element's text, read in one go (None when it is not there)."""
+    return duo.driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : null;",
+        selector,
+    )
+
+
 def wait_for(condition, timeout: float = 60, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -133,7 +141,7 @@ def test_run_page_charts_carry_each_host_and_epoch(dash_duo):
     assert rows[2][:5] == ["1", "all hosts", "120.0", "192,000", "1,600.0"]
     headers = dash_duo.find_elements("#epoch-table-container th")
     assert all(th.get_attribute("title") for th in headers)
-    assert dash_duo.find_element("#run-status").text == "finished: not updating"
+    assert text_of(dash_duo, "#run-status") == "finished: not updating"
     assert dash_duo.get_logs() == []
 
 
@@ -191,7 +199,7 @@ def test_unknown_run_says_so(dash_duo):
 
 def test_live_run_gets_new_epochs_and_stops_polling_when_it_ends(dash_duo, store):
     open_page(dash_duo, f"/runs/{LIVE_RUN}", "#ts-images_per_second .main-svg")
-    assert dash_duo.find_element("#run-status").text.startswith("live: updating every 0.4 s")
+    assert text_of(dash_duo, "#run-status").startswith("live: updating every 0.4 s")
     epochs = {row[0] for row in table_rows(dash_duo, "#epoch-table-container")}
     assert epochs == {"1", "2"}
     disk = figure_data(dash_duo.driver, "ts-disk_read_mbps")
@@ -211,10 +219,13 @@ def test_live_run_gets_new_epochs_and_stops_polling_when_it_ends(dash_duo, store
     )
     disk = figure_data(dash_duo.driver, "ts-disk_read_mbps")[0]["y"]
     assert disk[75] == pytest.approx(50.0)  # 50 MB/s in every epoch of the live run
+    throughput = figure_data(dash_duo.driver, "ts-images_per_second")
+    assert throughput[2]["name"] == "node1 epoch mean"
+    assert throughput[2]["y"][-3:] == [100.0, 100.0, None]  # 3,000 images / 30 s
 
     store.write_points(run_end_points(live_run(3)))
     wait_for(
-        lambda: dash_duo.find_element("#run-status").text == "finished: not updating",
+        lambda: text_of(dash_duo, "#run-status") == "finished: not updating",
         what="the page to notice the run ended",
     )
     assert dash_duo.get_logs() == []

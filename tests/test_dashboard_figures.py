@@ -70,6 +70,24 @@ def test_infiniband_chart_has_receive_and_transmit_per_host(paper):
     assert transmit["line"]["dash"] == "dot"
 
 
+def test_throughput_chart_shows_each_epochs_mean_over_its_window(paper):
+    figure = valid(
+        figures.time_chart_figure(
+            chart("images_per_second"),
+            paper["ts"].hosts,
+            paper["boundaries"],
+            HOST_ORDER,
+            paper["rows"],
+        )
+    )
+    names = [t["name"] for t in figure["data"]]
+    assert names == ["node1", "node2", "node1 epoch mean", "node2 epoch mean"]
+    mean = figure["data"][2]
+    # 96,000 images per host per epoch: / 120 s = 800, then / 80 s = 1,200
+    assert mean["y"] == [800.0, 800.0, None, 1200.0, 1200.0, None, 1200.0, 1200.0, None]
+    assert mean["x"][:3] == ["2023-11-14 22:13:20.000", "2023-11-14 22:15:20.000", None]
+
+
 def test_page_cache_chart_is_in_gigabytes(paper):
     figure = valid(
         figures.time_chart_figure(
