@@ -126,7 +126,10 @@ class Callbacks:
 
     # -- routing ---------------------------------------------------------------------------
     def route(self, pathname: str | None, search: str | None) -> tuple[Any, Any]:
-        pathname = pathname or "/"
+        with self.source.request():
+            return self._route(pathname or "/", search)
+
+    def _route(self, pathname: str, search: str | None) -> tuple[Any, Any]:
         nav = pages.navigation(pathname)
         if pathname in ("/", "/runs", "/runs/"):
             runs = self.source.runs()
@@ -144,6 +147,7 @@ class Callbacks:
         return pages.not_found(f"No page at {pathname}."), nav
 
     def run_page(self, run_id: str) -> html.Div:
+        self.source.store.prefetch_events(run_id)
         run = self.source.run(run_id)
         if run is None:
             return pages.not_found(f"No run {run_id!r} in the store.")
@@ -175,7 +179,8 @@ class Callbacks:
 
     # -- runs page -------------------------------------------------------------------------
     def refresh_runs(self, _tick: int, known: str | None) -> tuple[Any, str]:
-        runs = self.source.runs()
+        with self.source.request():
+            runs = self.source.runs()
         now = digest(runs)
         if now == known:
             raise PreventUpdate
@@ -185,6 +190,10 @@ class Callbacks:
     def refresh_run(self, _tick: int, state: dict[str, Any] | None) -> tuple:
         if not state:
             raise PreventUpdate
+        with self.source.request(state["run_id"]):
+            return self._refresh_run(state)
+
+    def _refresh_run(self, state: dict[str, Any]) -> tuple:
         run_id = state["run_id"]
         live = is_live(self.source.run_state(run_id))
         boundaries = self.source.boundaries(run_id)
@@ -264,7 +273,8 @@ class Callbacks:
     # -- scaling and findings --------------------------------------------------------------
     def select_scaling_runs(self, selected: list[str] | None) -> tuple:
         chosen = set(selected or [])
-        rows = [row for row in self.source.scaling() if row["run_id"] in chosen]
+        with self.source.request():
+            rows = [row for row in self.source.scaling() if row["run_id"] in chosen]
         accuracy = figures.time_to_target_figure(rows)
         style = pages.accuracy_style(rows)
         return figures.scaling_figure(rows), accuracy, style, pages.scaling_table(rows)
@@ -272,4 +282,6 @@ class Callbacks:
     def select_findings_run(self, run_id: str | None) -> Any:
         if not run_id:
             raise PreventUpdate
-        return pages.findings_list(self.source.findings(run_id), run_id, same_page=False)
+        with self.source.request(run_id):
+            found = self.source.findings(run_id)
+        return pages.findings_list(found, run_id, same_page=False)

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from agent.schema import RunState
 from collector import query
-from collector.store_api import ReadStore
+from collector.store_api import ReadStore, RunInfo, SeriesData, SeriesInfo, WorkloadEvent
 
 DEFAULT_MAX_POINTS = 500
 BYTES_PER_MB = 1_000_000
@@ -44,10 +47,93 @@ class Timeseries:
         return max((len(s["times_ns"]) for s in self.hosts.values()), default=0)
 
 
+class RequestScopedStore:
+    """A ``ReadStore`` in front of the real one that remembers ``runs()`` and ``events()``
+    answers for the length of one request.
+
+    Building a run page asks the query layer about the same run several times over (summary,
+    series, epoch table, boundaries, findings), and each of those reads the run's events: a
+    3-hour run on 32 ranks has tens of thousands. Inside ``DataSource.request()`` the first
+    answer is kept and filtered for later asks (``since_ns``, ``kinds``); outside it, or in
+    another thread, every call goes to the store. Samples are never kept.
+    """
+
+    def __init__(self, store: ReadStore) -> None:
+        self.store = store
+        self._local = threading.local()
+
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        outer = getattr(self._local, "memo", None)
+        if outer is not None:  # nested: the outer request keeps its memo
+            yield
+            return
+        self._local.memo = {}
+        try:
+            yield
+        finally:
+            self._local.memo = None
+
+    def _memo(self) -> dict[Any, Any] | None:
+        return getattr(self._local, "memo", None)
+
+    def runs(self) -> list[RunInfo]:
+        memo = self._memo()
+        if memo is None:
+            return self.store.runs()
+        if "runs" not in memo:
+            memo["runs"] = self.store.runs()
+        return list(memo["runs"])
+
+    def events(
+        self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
+    ) -> list[WorkloadEvent]:
+        memo = self._memo()
+        if memo is None:
+            return self.store.events(run_id, since_ns, kinds)
+        full = memo.get(("events", run_id))
+        if full is None:
+            key = ("events", run_id, since_ns, kinds)
+            if key not in memo:
+                memo[key] = self.store.events(run_id, since_ns, kinds)
+            return list(memo[key])
+        return [
+            e
+            for e in full
+            if (since_ns is None or e.time_ns > since_ns) and (kinds is None or e.event in kinds)
+        ]
+
+    def prefetch_events(self, run_id: str) -> None:
+        """Read the run's events once for the rest of the request."""
+        memo = self._memo()
+        if memo is not None and ("events", run_id) not in memo:
+            memo[("events", run_id)] = self.store.events(run_id)
+
+    def list_series(
+        self, measurement: str, field: str, host: str | None = None
+    ) -> list[SeriesInfo]:
+        return self.store.list_series(measurement, field, host)
+
+    def read_series(self, series: list[SeriesInfo], start_ns: int, end_ns: int) -> list[SeriesData]:
+        return self.store.read_series(series, start_ns, end_ns)
+
+    def hosts(self) -> list[str]:
+        return self.store.hosts()
+
+
 class DataSource:
     def __init__(self, store: ReadStore, max_points: int = DEFAULT_MAX_POINTS) -> None:
-        self.store = store
+        self.store = RequestScopedStore(store)
         self.max_points = max_points
+
+    @contextmanager
+    def request(self, run_id: str | None = None) -> Iterator[None]:
+        """One page build or poll: store answers are shared inside it (see
+        ``RequestScopedStore``); with ``run_id``, that run's events are read once up front."""
+        with self.store.request():
+            if run_id is not None:
+                self.store.prefetch_events(run_id)
+            yield
 
     # -- runs ------------------------------------------------------------------------------
     def runs(self) -> list[dict[str, Any]]:
@@ -81,7 +167,7 @@ class DataSource:
 
     def _series(self, run_id: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
         result = query.run_timeseries(self.store, run_id, **kwargs)
-        return {host: series.to_dict() for host, series in sorted(result.items())}
+        return {host: host_series_dict(series) for host, series in sorted(result.items())}
 
     def boundaries(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
         return query.epoch_boundaries(self.store, run_id)
@@ -101,6 +187,20 @@ class DataSource:
     # -- all runs --------------------------------------------------------------------------
     def scaling(self) -> list[dict[str, Any]]:
         return query.scaling_table(self.store)
+
+
+def host_series_dict(series: query.HostSeries) -> dict[str, Any]:
+    """``HostSeries`` as a dict, sharing its lists (``to_dict()`` deep-copies every value
+    through ``dataclasses.asdict``, which costs more than the query itself)."""
+    return {
+        "run_id": series.run_id,
+        "host": series.host,
+        "bucket_ns": series.bucket_ns,
+        "times_ns": series.times_ns,
+        "series": series.series,
+        "next_since_ns": series.next_since_ns,
+        "units": series.units,
+    }
 
 
 def with_nic_rates(row: dict[str, Any]) -> dict[str, Any]:

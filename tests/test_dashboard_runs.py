@@ -36,9 +36,8 @@ pytest.importorskip("collector.query", reason="the collector's query layer is no
 SqliteStore = pytest.importorskip(
     "collector.store", reason="the SQLite store is not in this tree"
 ).SqliteStore
-from tests.run_builder import NS, T0_NS, RunBuilder  # noqa: E402
-
 from dashboard.source import DataSource  # noqa: E402
+from tests.run_builder import NS, T0_NS, RunBuilder  # noqa: E402
 
 PAPER_RUN = "tf-2node-ib"
 BASELINE_RUN = "tf-1gpu"
@@ -195,3 +194,40 @@ def test_findings_name_the_chart_that_shows_them(source):
     assert "cache_warmup" in found
     assert found["cache_warmup"]["chart"] == "disk_read_mbps"
     assert "fabric_carries_storage" in found
+
+
+class CountingStore:
+    """The real store, counting how often each run's events are read."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.event_reads: dict[str, int] = {}
+
+    def events(self, run_id, since_ns=None, kinds=None):
+        self.event_reads[run_id] = self.event_reads.get(run_id, 0) + 1
+        return self.store.events(run_id, since_ns, kinds)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_a_run_page_reads_the_runs_events_once(source):
+    from dashboard.app import Callbacks
+
+    counting = CountingStore(source.store.store)
+    callbacks = Callbacks(DataSource(counting), poll_ms=2000)
+    callbacks.route(f"/runs/{PAPER_RUN}", "")
+    # summary, series, epoch table, boundaries and findings all ask for the events
+    assert counting.event_reads[PAPER_RUN] == 1
+
+
+def test_events_kept_for_a_request_answer_like_the_store(source):
+    store = source.store
+    direct = store.store
+    kinds = (Event.EPOCH_START, Event.EPOCH_END)
+    since = T0_NS + 100 * NS
+    with source.request(PAPER_RUN):
+        assert store.events(PAPER_RUN) == direct.events(PAPER_RUN)
+        assert store.events(PAPER_RUN, kinds=kinds) == direct.events(PAPER_RUN, kinds=kinds)
+        assert store.events(PAPER_RUN, since, kinds) == direct.events(PAPER_RUN, since, kinds)
+    assert store._memo() is None  # nothing is kept after the request
