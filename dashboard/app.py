@@ -147,7 +147,6 @@ class Callbacks:
         return pages.not_found(f"No page at {pathname}."), nav
 
     def run_page(self, run_id: str) -> html.Div:
-        self.source.store.prefetch_events(run_id)
         run = self.source.run(run_id)
         if run is None:
             return pages.not_found(f"No run {run_id!r} in the store.")
@@ -190,7 +189,7 @@ class Callbacks:
     def refresh_run(self, _tick: int, state: dict[str, Any] | None) -> tuple:
         if not state:
             raise PreventUpdate
-        with self.source.request(state["run_id"]):
+        with self.source.request():
             return self._refresh_run(state)
 
     def _refresh_run(self, state: dict[str, Any]) -> tuple:
@@ -282,6 +281,6 @@ class Callbacks:
     def select_findings_run(self, run_id: str | None) -> Any:
         if not run_id:
             raise PreventUpdate
-        with self.source.request(run_id):
+        with self.source.request():
             found = self.source.findings(run_id)
         return pages.findings_list(found, run_id, same_page=False)

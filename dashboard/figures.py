@@ -315,30 +315,36 @@ def time_chart_figure(
     """A time-series chart; the throughput chart also gets the epoch means (after the
     per-bucket traces, so live extensions keep their indices)."""
     traces = time_chart_traces(chart, hosts, host_order)
+    layout = _base_layout(chart.title, chart.unit)
+    layout["showlegend"] = False  # the page shows one host legend for all charts
     if chart.chart_id == THROUGHPUT_CHART and epoch_rows is not None:
         for trace in traces:
             trace["line"]["width"] = 1.0
             trace["opacity"] = 0.55
         traces += epoch_mean_traces(epoch_rows, boundaries, host_order)
-    layout = _base_layout(chart.title, chart.unit)
     shapes, labels = epoch_shading(boundaries, host_order)
     layout["shapes"] = shapes
     layout["annotations"] = labels
     layout["xaxis"] = {"type": "date", "gridcolor": GRID_COLOUR}
-    if not any(v is not None for trace in traces for v in trace["y"]):
-        layout["annotations"] = [
-            *labels,
-            {
-                "text": "no samples of this kind from these hosts",
-                "xref": "paper",
-                "yref": "paper",
-                "x": 0.5,
-                "y": 0.5,
-                "showarrow": False,
-                "font": {"size": 12, "color": "#888"},
-            },
-        ]
+    values = [v for trace in traces for v in trace["y"] if v is not None]
+    if not values:
+        layout["annotations"] = [*labels, _note("no samples of this kind from these hosts")]
+    elif not any(values):
+        layout["annotations"] = [*labels, _note(f"0 {chart.unit} throughout, on every host")]
     return {"data": traces, "layout": layout}
+
+
+def _note(text: str) -> dict[str, Any]:
+    """A grey remark in the middle of a chart."""
+    return {
+        "text": text,
+        "xref": "paper",
+        "yref": "paper",
+        "x": 0.5,
+        "y": 0.5,
+        "showarrow": False,
+        "font": {"size": 12, "color": "#888"},
+    }
 
 
 def time_chart_extension(
@@ -389,10 +395,13 @@ def epoch_bars_figure(
                 "hovertemplate": f"%{{x}}: %{{y:,.1f}} {unit}<extra>{host}</extra>",
             }
         )
-    layout = _base_layout(title, unit, height=300)
+    layout = _base_layout(title, unit, height=280)
+    layout["showlegend"] = False  # the page shows one host legend for all charts
     layout["barmode"] = "group"
     layout["hovermode"] = "closest"
     layout["xaxis"] = {"type": "category"}
+    if not any(row.get(column) for row in host_rows):
+        layout["annotations"] = [_note(f"0 {unit} in every epoch, on every host")]
     return {"data": traces, "layout": layout}
 
 

@@ -22,7 +22,7 @@ from dashboard.columns import (
 )
 from dashboard.source import Timeseries
 
-GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
+GRAPH_CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": False}
 
 # a finding's ``chart`` (a report column) -> the run page element that shows it
 CHART_ANCHORS = {
@@ -288,6 +288,20 @@ def run_header(run: dict[str, Any], live: bool, poll_ms: int) -> html.Div:
     )
 
 
+def host_legend(host_order: list[str]) -> html.Div:
+    """One colour per host, the same on every chart of the page."""
+    return html.Div(
+        [
+            html.Span(
+                [html.Span(className="swatch", style={"background": figures.host_colour(i)}), host],
+                className="legend-item",
+            )
+            for i, host in enumerate(host_order)
+        ],
+        className="host-legend",
+    )
+
+
 def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
     return dcc.Graph(id=element_id, figure=figure, config=GRAPH_CONFIG)
 
@@ -357,6 +371,7 @@ def run_page(
                 "read rate when storage is on the fabric.",
                 className="lead",
             ),
+            host_legend(order),
             html.Div(
                 [html.Div(graph(EPOCH_CHARTS[0], disk)), html.Div(graph(EPOCH_CHARTS[1], nfs))],
                 className="grid",
@@ -365,6 +380,7 @@ def run_page(
             html.Div(graph(EPOCH_CHARTS[2], fabric), id="epoch-fabric", className="panel"),
             html.H2("Over time"),
             html.P(bucket_note(ts, boundaries), className="lead", id="bucket-note"),
+            host_legend(order),
             html.Div(
                 [
                     html.Div(graph(f"ts-{chart.chart_id}", figure), id=chart.chart_id)
@@ -384,6 +400,10 @@ def run_page(
     )
 
 
+def gpus_text(gpus: int) -> str:
+    return f"{gpus} GPU" if gpus == 1 else f"{gpus} GPUs"
+
+
 def accuracy_style(rows: list[dict[str, Any]]) -> dict[str, str]:
     """The time-to-accuracy chart only shows when some run reached its target."""
     if any(row.get("seconds_to_target") is not None for row in rows):
@@ -394,7 +414,7 @@ def accuracy_style(rows: list[dict[str, Any]]) -> dict[str, str]:
 def scaling_page(rows: list[dict[str, Any]]) -> html.Div:
     options = [
         {
-            "label": f"{row['run_id']}  ({figures.group_label(row)}, {row['gpus']} GPUs)",
+            "label": f"{row['run_id']}  ({figures.group_label(row)}, {gpus_text(row['gpus'])})",
             "value": row["run_id"],
         }
         for row in rows

@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from collector import query
 from collector.store_api import ReadStore, RunInfo, SeriesData, SeriesInfo, WorkloadEvent
 
 DEFAULT_MAX_POINTS = 500
+FINISHED_RUNS_KEPT = 16  # ~100 kB of chart data each
 BYTES_PER_MB = 1_000_000
 
 
@@ -91,23 +93,14 @@ class RequestScopedStore:
         memo = self._memo()
         if memo is None:
             return self.store.events(run_id, since_ns, kinds)
-        full = memo.get(("events", run_id))
-        if full is None:
-            key = ("events", run_id, since_ns, kinds)
-            if key not in memo:
-                memo[key] = self.store.events(run_id, since_ns, kinds)
-            return list(memo[key])
+        key = ("events", run_id)
+        if key not in memo:  # read them all once; later asks are filtered from that
+            memo[key] = self.store.events(run_id)
         return [
             e
-            for e in full
+            for e in memo[key]
             if (since_ns is None or e.time_ns > since_ns) and (kinds is None or e.event in kinds)
         ]
-
-    def prefetch_events(self, run_id: str) -> None:
-        """Read the run's events once for the rest of the request."""
-        memo = self._memo()
-        if memo is not None and ("events", run_id) not in memo:
-            memo[("events", run_id)] = self.store.events(run_id)
 
     def list_series(
         self, measurement: str, field: str, host: str | None = None
@@ -125,15 +118,15 @@ class DataSource:
     def __init__(self, store: ReadStore, max_points: int = DEFAULT_MAX_POINTS) -> None:
         self.store = RequestScopedStore(store)
         self.max_points = max_points
+        # charts of finished runs, which no longer change (the query layer keeps their
+        # summaries, epoch tables and findings the same way)
+        self._finished: OrderedDict[tuple[str, int | None, int], Timeseries] = OrderedDict()
+        self._lock = threading.Lock()
 
-    @contextmanager
-    def request(self, run_id: str | None = None) -> Iterator[None]:
+    def request(self) -> AbstractContextManager[None]:
         """One page build or poll: store answers are shared inside it (see
-        ``RequestScopedStore``); with ``run_id``, that run's events are read once up front."""
-        with self.store.request():
-            if run_id is not None:
-                self.store.prefetch_events(run_id)
-            yield
+        ``RequestScopedStore``)."""
+        return self.store.request()
 
     # -- runs ------------------------------------------------------------------------------
     def runs(self) -> list[dict[str, Any]]:
@@ -143,14 +136,40 @@ class DataSource:
     def run(self, run_id: str) -> dict[str, Any] | None:
         return next((run for run in self.runs() if run["run_id"] == run_id), None)
 
+    def forget(self) -> None:
+        """Drop the kept charts of finished runs (and the query layer's cache): the
+        benchmark's cold opens."""
+        with self._lock:
+            self._finished.clear()
+        query.clear_cache()
+
+    def run_info(self, run_id: str) -> RunInfo | None:
+        """The store's record of the run (cheap: no events, no throughput)."""
+        return next((r for r in self.store.runs() if r.run_id == run_id), None)
+
     def run_state(self, run_id: str) -> str | None:
-        """live | finished | failed, straight from the store (cheap: no throughput)."""
-        info = next((r for r in self.store.runs() if r.run_id == run_id), None)
+        """live | finished | failed."""
+        info = self.run_info(run_id)
         return info.state if info else None
 
     # -- one run ---------------------------------------------------------------------------
     def timeseries(self, run_id: str, live: bool) -> Timeseries:
         """The run's charts data, down-sampled on the server to ``max_points`` buckets."""
+        info = self.run_info(run_id)
+        if live or info is None or is_live(info.state):
+            return self._timeseries(run_id, live)
+        key = (run_id, info.end_ns, self.max_points)
+        with self._lock:
+            cached = self._finished.get(key)
+        if cached is None:
+            cached = self._timeseries(run_id, live)
+            with self._lock:
+                self._finished[key] = cached
+                while len(self._finished) > FINISHED_RUNS_KEPT:
+                    self._finished.popitem(last=False)
+        return cached
+
+    def _timeseries(self, run_id: str, live: bool) -> Timeseries:
         hosts = self._series(run_id, max_points=self.max_points)
         buckets = {series["bucket_ns"] for series in hosts.values()}
         if live and len(buckets) > 1:
