@@ -108,8 +108,15 @@ class Callbacks:
             Output("run-live", "data"),
             Input("run-interval", "n_intervals"),
             State("run-live", "data"),
+            State("epoch-table-hosts", "value"),
             prevent_initial_call=True,
         )(self.refresh_run)
+        app.callback(
+            Output("epoch-table-container", "children", allow_duplicate=True),
+            Input("epoch-table-hosts", "value"),
+            State("run-live", "data"),
+            prevent_initial_call=True,
+        )(self.switch_epoch_table)
         app.callback(
             Output("scaling-graph", "figure"),
             Output("accuracy-graph", "figure"),
@@ -186,13 +193,22 @@ class Callbacks:
         return pages.runs_table(runs), now
 
     # -- run page --------------------------------------------------------------------------
-    def refresh_run(self, _tick: int, state: dict[str, Any] | None) -> tuple:
+    def refresh_run(
+        self, _tick: int, state: dict[str, Any] | None, per_host: list[str] | None
+    ) -> tuple:
         if not state:
             raise PreventUpdate
         with self.source.request():
-            return self._refresh_run(state)
+            return self._refresh_run(state, bool(per_host))
 
-    def _refresh_run(self, state: dict[str, Any]) -> tuple:
+    def switch_epoch_table(self, per_host: list[str] | None, state: dict[str, Any] | None) -> Any:
+        if not state:
+            raise PreventUpdate
+        with self.source.request():
+            rows = self.source.epochs(state["run_id"])
+        return pages.epoch_table(rows, per_host=bool(per_host))
+
+    def _refresh_run(self, state: dict[str, Any], per_host: bool) -> tuple:
         run_id = state["run_id"]
         live = is_live(self.source.run_state(run_id))
         boundaries = self.source.boundaries(run_id)
@@ -221,7 +237,7 @@ class Callbacks:
 
         if rows is not None:
             epoch_figures: list[Any] = pages.epoch_figures(rows, new_state["hosts"])
-            table: Any = pages.epoch_table(rows)
+            table: Any = pages.epoch_table(rows, per_host)
             findings: Any = pages.findings_list(self.source.findings(run_id), run_id, True)
             run = self.source.run(run_id)
             header: Any = pages.run_header(run, live, self.poll_ms) if run else no_update

@@ -128,11 +128,23 @@ def runs_table(runs: list[dict[str, Any]]) -> html.Table | html.P:
     return html.Table([_header(RUN_COLUMNS), html.Tbody(body)], className="table", id="runs-list")
 
 
-def epoch_table(rows: list[dict[str, Any]]) -> html.Table | html.P:
+EPOCH_TABLE_MAX_ROWS = 120  # more rows than this: one row per epoch until asked for hosts
+PER_HOST = "per-host"
+
+
+def per_host_default(rows: list[dict[str, Any]]) -> list[str]:
+    """The "one row per host" switch: on unless the table would be long."""
+    return [PER_HOST] if len(rows) <= EPOCH_TABLE_MAX_ROWS else []
+
+
+def epoch_table(rows: list[dict[str, Any]], per_host: bool = True) -> html.Table | html.P:
+    """Host rows and the all-hosts row of each epoch (only the latter unless ``per_host``)."""
     if not rows:
         return html.P("No epoch has started yet.", className="empty")
     body = []
     for row in rows:
+        if not per_host and row["host"] != ALL_HOSTS:
+            continue
         all_hosts = row["host"] == ALL_HOSTS
         cells = []
         for column in EPOCH_COLUMNS:
@@ -385,7 +397,17 @@ def run_page(
                 "Hover a column header for its meaning; – means not measured (never zero).",
                 className="lead",
             ),
-            html.Div(epoch_table(rows), id="epoch-table-container", className="table-scroll"),
+            dcc.Checklist(
+                id="epoch-table-hosts",
+                options=[{"label": " one row per host", "value": PER_HOST}],
+                value=per_host_default(rows),
+                className="table-switch",
+            ),
+            html.Div(
+                epoch_table(rows, per_host=bool(per_host_default(rows))),
+                id="epoch-table-container",
+                className="table-scroll",
+            ),
             dcc.Interval(id="run-interval", interval=poll_ms, disabled=not live),
             dcc.Store(id="run-live", data=live_state),
         ]

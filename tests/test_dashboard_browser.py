@@ -150,6 +150,13 @@ def test_run_page_charts_carry_each_host_and_epoch(dash_duo):
     assert text_of(dash_duo, "#run-status") == "finished: not updating"
     assert dash_duo.get_logs() == []
 
+    dash_duo.find_element("#epoch-table-hosts input").click()  # one row per epoch
+    wait_for(
+        lambda: len(table_rows(dash_duo, "#epoch-table-container")) == 3,
+        what="the table to keep only the all-hosts rows",
+    )
+    assert dash_duo.get_logs() == []
+
 
 def test_findings_link_to_the_chart_on_the_run_page(dash_duo, store):
     open_page(dash_duo, f"/findings?run={PAPER_RUN}", ".finding")

@@ -237,6 +237,14 @@ def test_epoch_table_marks_all_host_rows_and_tooltips(paper):
     assert cells[:5] == ["1", "all hosts", "120.0", "192,000", "1,600.0"]
 
 
+def test_long_epoch_tables_start_with_one_row_per_epoch(paper):
+    rows = paper["rows"]
+    assert pages.per_host_default(rows) == [pages.PER_HOST]  # 9 rows: every host shown
+    assert pages.per_host_default(rows * 14) == []  # 126 rows: too long
+    body = pages.epoch_table(rows, per_host=False).children[1].children
+    assert [tr.children[1].children for tr in body] == ["all hosts"] * 3
+
+
 def test_findings_link_to_the_chart_that_shows_them(source):
     found = source.findings(PAPER_RUN)
     card = pages.finding_card(
