@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from agent.point import Point
-from agent.shipper import Shipper, lazy_package, line_number_in
+from agent.shipper import Shipper, lazy_package, line_number_in, reexports
 from agent.spool import Spool, parse_segment_name
 
 
@@ -346,6 +346,37 @@ print(numpy.__name__)
     assert 0 < int(domain_modules) < 100
     assert version_ok == "True" and in_dir == "True"
     assert numpy_later == "numpy"  # importable again once influxdb-client is loaded
+
+
+def test_reexports_reads_only_pure_reexport_inits():
+    source = """# coding: utf-8
+# flake8: noqa
+\"\"\"
+Docstring with from x import y inside.
+\"\"\"
+from __future__ import absolute_import
+
+from pkg.a import A
+from pkg.b import B, C as D
+VERSION_ALIAS = A
+"""
+    assert reexports(source) == {
+        "A": ("pkg.a", "A"),
+        "B": ("pkg.b", "B"),
+        "D": ("pkg.b", "C"),
+        "VERSION_ALIAS": ("pkg.a", "A"),
+    }
+    assert reexports('"""One line."""\nfrom m import x\n') == {"x": ("m", "x")}
+    for not_pure in (
+        "from m import x\nCONSTANT = 3\n",  # a value computed here
+        "from m import (\n    x,\n)\n",  # a multi-line import
+        "from . import x\n",  # relative
+        "from m import *\n",
+        "import os\n",
+        "from m import x\nif x:\n    pass\n",
+        "y = x\n",  # an alias of a name not imported
+    ):
+        assert reexports(not_pure) is None, not_pure
 
 
 def test_lazy_package_refuses_an_init_it_cannot_model(tmp_path, monkeypatch):
