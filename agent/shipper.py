@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.point import Point, encode_line
-from agent.spool import Segment, Spool
+from agent.spool import DEFAULT_SEGMENT_MAX_BYTES, Segment, Spool
 
 if TYPE_CHECKING:
     from agent.samplers.agent import AgentStats
@@ -278,6 +278,7 @@ class Shipper:
         *,
         batch_seconds: float = 0.0,
         backoff_max_seconds: float = 30.0,
+        segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES,
     ) -> None:
         self.url = url
         self._token = token
@@ -286,7 +287,7 @@ class Shipper:
         self.stats = stats
         self.batch_seconds = batch_seconds
         self.backoff_max_seconds = backoff_max_seconds
-        self.spool = Spool(Path(spool_dir), spool_max_bytes)
+        self.spool = Spool(Path(spool_dir), spool_max_bytes, segment_max_bytes)
         self._writer: InfluxWriter | None = None
         self._wake = threading.Condition()
         self._new_data = False  # set by submit: wakes an idle sender
@@ -360,6 +361,7 @@ class Shipper:
             self._thread.join(max(0.1, deadline - time.monotonic()))
         if self._writer is not None:
             self._writer.close()
+        self.spool.close()
         if not flushed and len(self.spool):
             log.warning(
                 "stopping with %d points (%d bytes) still spooled in %s: "
@@ -399,7 +401,7 @@ class Shipper:
                 self._wait_for_data()
                 continue
             single = oldest.seq <= self._isolate_until_seq
-            batch = self.spool.peek(BATCH_MAX_BYTES, 1 if single else BATCH_MAX_SEGMENTS)
+            batch = self.spool.take(BATCH_MAX_BYTES, 1 if single else BATCH_MAX_SEGMENTS)
             outcome = self._send(batch)
             if outcome.delivered:
                 self.spool.remove(batch)
@@ -431,7 +433,7 @@ class Shipper:
 
     def _send(self, batch: list[Segment]) -> Outcome:
         try:
-            body = b"\n".join(segment.read() for segment in batch)
+            body = b"".join(segment.read() for segment in batch)
         except OSError as error:
             return Outcome(False, False, None, f"cannot read the spool: {error.strerror}")
         assert self._writer is not None

@@ -157,14 +157,17 @@ def progress(total: float):
         return (lambda done: print(f"{done:.0f}/{total:.0f} s", file=sys.stderr)), (lambda: None)
 
 
-def start_agent(workdir: Path, host: str, endpoint: WriteEndpoint) -> Watched:
-    """``agent run`` at 1 Hz with its default samplers, /metrics on, pushing."""
+def start_agent(
+    workdir: Path, host: str, endpoint: WriteEndpoint, samplers: list[str] | None
+) -> Watched:
+    """``agent run`` at 1 Hz (default samplers unless told), /metrics on, pushing."""
     port = free_port()
     config = workdir / f"{host}.toml"
     config.write_text(
         f'host = "{host}"\n'
         "interval_seconds = 1\n"
-        "[push]\n"
+        + (f"samplers = {json.dumps(samplers)}\n" if samplers is not None else "")
+        + "[push]\n"
         f'url = "http://127.0.0.1:{endpoint.port}"\n'
         'token = "bench-token"\n'
         f'spool_dir = "{workdir / host / "spool"}"\n'
@@ -183,15 +186,15 @@ def start_agent(workdir: Path, host: str, endpoint: WriteEndpoint) -> Watched:
     return Watched(host, process, f"http://127.0.0.1:{port}/metrics")
 
 
-def run(seconds: float, warmup: float, out: Path) -> dict:
+def run(seconds: float, warmup: float, out: Path, samplers: list[str] | None = None) -> dict:
     if not NODE_EXPORTER.exists():
         sys.exit(f"{NODE_EXPORTER} is missing: apt-get install prometheus-node-exporter")
     endpoint = WriteEndpoint()
     workdir = Path(tempfile.mkdtemp(prefix="agent-overhead-"))
     exporter_port = free_port()
     # Two agents: one also scraped once a second (pull and push), one push only.
-    scraped = start_agent(workdir, "agent-scraped", endpoint)
-    push_only = start_agent(workdir, "agent-push-only", endpoint)
+    scraped = start_agent(workdir, "agent-scraped", endpoint, samplers)
+    push_only = start_agent(workdir, "agent-push-only", endpoint, samplers)
     exporter = Watched(
         "node_exporter",
         subprocess.Popen(
@@ -243,6 +246,7 @@ def run(seconds: float, warmup: float, out: Path) -> dict:
         "machine": f"{platform.node()}: {os.cpu_count()} CPUs, {platform.platform()}",
         "python": platform.python_version(),
         "seconds": seconds,
+        "samplers": samplers or "default (every sampler that finds its data)",
         "agent_scraped": scraped.report(),
         "agent_push_only": push_only.report(),
         "node_exporter": exporter.report(),
@@ -296,8 +300,13 @@ def main() -> None:
         default=Path(__file__).resolve().parent / "results.json",
         help="where the numbers go (JSON)",
     )
+    parser.add_argument(
+        "--samplers",
+        help="comma-separated samplers for the agents (default: the agent's own default)",
+    )
     args = parser.parse_args()
-    run(args.seconds, args.warmup, args.out)
+    samplers = args.samplers.split(",") if args.samplers else None
+    run(args.seconds, args.warmup, args.out, samplers)
 
 
 if __name__ == "__main__":
