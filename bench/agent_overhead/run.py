@@ -213,6 +213,7 @@ def run(seconds: float, warmup: float, out: Path, samplers: list[str] | None = N
         for each in watched:
             each.cpu_start = cpu_seconds(each.process.pid)
         window_start_ns = time.time_ns()
+        load_start = round(os.getloadavg()[0], 2)
         started = time.monotonic()
         update, stop_bar = progress(seconds)
         next_scrape = started
@@ -246,6 +247,8 @@ def run(seconds: float, warmup: float, out: Path, samplers: list[str] | None = N
         "machine": f"{platform.node()}: {os.cpu_count()} CPUs, {platform.platform()}",
         "python": platform.python_version(),
         "seconds": seconds,
+        "load_average_start": load_start,
+        "load_average_end": round(os.getloadavg()[0], 2),
         "samplers": samplers or "default (every sampler that finds its data)",
         "agent_scraped": scraped.report(),
         "agent_push_only": push_only.report(),
@@ -264,6 +267,10 @@ def run(seconds: float, warmup: float, out: Path, samplers: list[str] | None = N
     return results
 
 
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} ({size / 2**20:.1f})"
+
+
 def print_table(results: dict) -> None:
     columns = ("agent_scraped", "agent_push_only", "node_exporter")
     rows = [
@@ -271,8 +278,8 @@ def print_table(results: dict) -> None:
         ("CPU s in window", lambda r: f"{r['cpu_seconds']:.2f}"),
         ("CPU ms / sample", lambda r: f"{r['cpu_ms_per_sample']:.2f}"),
         ("CPU ratio to n_e", lambda r: str(r.get("cpu_ratio_to_node_exporter", "1"))),
-        ("RSS max MB", lambda r: f"{r['rss_max_bytes'] / 1e6:.1f}"),
-        ("RSS final MB", lambda r: f"{r['rss_final_bytes'] / 1e6:.1f}"),
+        ("RSS max MB (MiB)", lambda r: _megabytes(r["rss_max_bytes"])),
+        ("RSS final MB (MiB)", lambda r: _megabytes(r["rss_final_bytes"])),
         ("/metrics bytes", lambda r: str(r["metrics_page_bytes"] or "-")),
         ("exit code", lambda r: str(r["exit_code"])),
     ]
@@ -288,6 +295,10 @@ def print_table(results: dict) -> None:
             f"{name}: CPU/sample {ratio}x node_exporter's (target <= {TARGET_CPU_RATIO}: "
             f"{cpu_ok}); RSS max {rss / 1e6:.1f} MB (target <= 40 MB: {rss_ok})"
         )
+    print(
+        f"load average {results['load_average_start']} at the start, "
+        f"{results['load_average_end']} at the end"
+    )
 
 
 def main() -> None:
