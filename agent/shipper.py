@@ -401,7 +401,9 @@ class Shipper:
                 self._wait_for_data()
                 continue
             single = oldest.seq <= self._isolate_until_seq
-            batch = self.spool.take(BATCH_MAX_BYTES, 1 if single else BATCH_MAX_SEGMENTS)
+            batch, everything = self.spool.take(
+                BATCH_MAX_BYTES, 1 if single else BATCH_MAX_SEGMENTS
+            )
             outcome = self._send(batch)
             if outcome.delivered:
                 self.spool.remove(batch)
@@ -409,8 +411,9 @@ class Shipper:
                 if self._outage_logged:
                     self._outage_logged = False
                     log.info("push to %s works again: sending the spool", self.url)
-                if self.batch_seconds > 0 and self.spool.oldest() is None:
-                    # Caught up: let a few ticks gather so that one request carries them.
+                if self.batch_seconds > 0 and everything:
+                    # Caught up: let a few ticks gather so that one request carries them
+                    # (what was submitted while this request was out waits too).
                     self._update_stats()
                     self._pause(self.batch_seconds)
                     continue

@@ -216,9 +216,10 @@ class Spool:
         with self._lock:
             return self._segments[0] if self._segments else None
 
-    def take(self, max_bytes: int, max_segments: int) -> list[Segment]:
+    def take(self, max_bytes: int, max_segments: int) -> tuple[list[Segment], bool]:
         """The oldest segments, at least one, at most ``max_bytes`` together, sealed and
-        marked in flight (the open segment is sealed when taken)."""
+        marked in flight (the open segment is sealed when taken); and whether they are
+        all the spool holds."""
         with self._lock:
             batch: list[Segment] = []
             total = 0
@@ -230,7 +231,7 @@ class Spool:
                 batch.append(segment)
                 total += segment.size
             self._in_flight.update(segment.seq for segment in batch)
-            return batch
+            return batch, len(batch) == len(self._segments)
 
     def release(self, batch: list[Segment]) -> None:
         """The batch was not sent: it stays, no longer in flight."""

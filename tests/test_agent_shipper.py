@@ -179,7 +179,8 @@ def test_once_caught_up_ticks_gather_for_batch_seconds_then_go_in_one_request(en
     shipper = Shipper(endpoint.url, "t", "o", "b", tmp_path / "spool", batch_seconds=60)
     shipper.start()
     shipper.submit(points_for(0))
-    assert wait_until(lambda: len(endpoint.bodies) == 1)  # the first goes at once
+    # The first goes at once.
+    assert wait_until(lambda: len(endpoint.bodies) == 1 and shipper.spool.points == 0)
     for tick in range(1, 4):
         shipper.submit(points_for(tick))
     time.sleep(0.3)
