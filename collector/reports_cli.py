@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from collector.epochs import ALL_HOSTS, COLUMNS, EpochRow, build_report, iso_utc
-from collector.findings import Finding, run_findings
 from collector.scaling import THROUGHPUT_KEYS, parse_throughput, scaling_rows, throughput_table
 from collector.store_api import ReadStore, RunInfo
 
@@ -175,7 +174,7 @@ def report_table(run_id: str, rows: list[EpochRow]):
     return table
 
 
-def print_findings(findings: list[Finding], console) -> None:
+def print_findings(findings: list, console) -> None:
     colours = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
     if not findings:
         console.print("No findings.")
@@ -198,7 +197,11 @@ def _find_run(store: ReadStore, run_id: str) -> RunInfo:
 def print_report(store: ReadStore, args: argparse.Namespace, out) -> int:
     _find_run(store, args.run_id)
     report = build_report(store, args.run_id)
-    findings = run_findings(store, args.run_id, report) if args.findings else None
+    findings = None
+    if args.findings:
+        from collector.findings import run_findings  # only then: it imports the scaling rules
+
+        findings = run_findings(store, args.run_id, report)
     rows = [row.to_dict() for row in report.rows]
     if args.format == "json":
         if findings is not None:
