@@ -74,7 +74,7 @@ def test_report_table_and_findings(make_store):
     text = cli(make_store(two_runs()), "report", "r-old", "--findings")
     assert "run r-old: per epoch, per host" in text
     assert "img/s" in text and "rx-tx MB/s" in text
-    star_rows = [line for line in text.splitlines() if line.startswith("│ *")]
+    star_rows = [line for line in text.splitlines() if line.startswith("* ")]
     assert len(star_rows) == 2
     assert "30.0 GB" in text  # n1's NFS server bytes in epoch 1
     assert "WARNING Storage reads stop after epoch 1" in text
