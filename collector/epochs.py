@@ -50,7 +50,6 @@ A value that cannot be measured (no such device on the host, no samples in the w
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -175,7 +174,6 @@ def assign_epochs(events: Iterable[WorkloadEvent]) -> list[tuple[WorkloadEvent, 
 
 
 EPOCH_KINDS = (Event.RUN_START, Event.EPOCH_START, Event.EPOCH_END, Event.RUN_END)
-_KINDS_SUPPORT: dict[type, bool] = {}
 
 
 def run_events(
@@ -184,20 +182,9 @@ def run_events(
     kinds: tuple[str, ...] | None = None,
     since_ns: int | None = None,
 ) -> list[WorkloadEvent]:
-    """A run's events of the given kinds, filtered by the store when it can (so a run's
-    many ``step`` events are not decoded when only its epochs are wanted)."""
-    if kinds is None:
-        return store.events(run_id, since_ns)
-    supported = _KINDS_SUPPORT.get(type(store))
-    if supported is None:
-        try:
-            supported = "kinds" in inspect.signature(store.events).parameters
-        except (TypeError, ValueError):
-            supported = False
-        _KINDS_SUPPORT[type(store)] = supported
-    if supported:
-        return store.events(run_id, since_ns, kinds=kinds)
-    return [e for e in store.events(run_id, since_ns) if e.event in kinds]
+    """A run's events of the given kinds, filtered by the store (so a run's many ``step``
+    events are not decoded when only its epochs are wanted)."""
+    return store.events(run_id, since_ns, kinds=kinds)
 
 
 def report_events(store: ReadStore, run_id: str) -> list[WorkloadEvent]:
