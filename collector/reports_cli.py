@@ -82,6 +82,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_json(data: Any, out) -> None:
+    """A list as one element per line (json's C encoder; ``indent`` would switch to the
+    pure-Python one), anything else indented."""
+    if isinstance(data, list):
+        out.write("[\n")
+        out.write(",\n".join(json.dumps(item, allow_nan=False) for item in data))
+        out.write("\n]\n" if data else "]\n")
+        return
     json.dump(data, out, indent=2, allow_nan=False)
     out.write("\n")
 
