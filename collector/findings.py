@@ -188,6 +188,11 @@ def cache_warmup(context: RunContext) -> list[Finding]:
         "first_epoch_page_cache_growth_bytes_per_host": (
             round(cache_growth / hosts) if cache_growth is not None else None
         ),
+        "page_cache_growth_to_dataset_ratio": (
+            round(cache_growth / hosts / dataset, 3)
+            if cache_growth is not None and dataset
+            else None
+        ),
         "dataset_bytes": dataset,
         "host_memory_bytes": memory,
         "dataset_to_memory_ratio": round(ratio, 3) if ratio is not None else None,

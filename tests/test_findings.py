@@ -63,6 +63,7 @@ def test_cache_warmup_fires_when_reads_stop_after_epoch_1(make_store):
     }
     # 290 MB/s x 100 s per host
     assert evidence["first_epoch_page_cache_growth_bytes_per_host"] == 29_000_000_000
+    assert evidence["page_cache_growth_to_dataset_ratio"] == 0.203  # 29 GB of 143 GB
     assert evidence["dataset_to_memory_ratio"] == pytest.approx(143 / 384, abs=1e-3)
     assert "measure memory, not storage" in finding.explanation
 
