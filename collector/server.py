@@ -47,6 +47,7 @@ from urllib.parse import parse_qs, urlsplit
 from collector import lineprotocol
 from collector.lineprotocol import ParsedBody, PrecisionError
 from collector.store import SqliteStore
+from collector.victoriametrics import BackendError, Forwarder, parse_backend
 
 log = logging.getLogger("collector.server")
 
@@ -72,15 +73,19 @@ class HttpError(Exception):
 class Sink:
     """Where parsed bodies go: the SQLite store, or VictoriaMetrics plus local events."""
 
-    def __init__(self, store: SqliteStore, forwarder: object | None = None) -> None:
+    def __init__(self, store: SqliteStore, forwarder: Forwarder | None = None) -> None:
         self.store = store
-        self.forwarder = forwarder  # collector.victoriametrics.Forwarder
+        self.forwarder = forwarder
 
-    def write(self, parsed: ParsedBody, text_lines: list[str] | None, precision: str) -> None:
+    def write(self, parsed: ParsedBody, body: bytes, precision: str) -> None:
         if self.forwarder is None:
             self.store.write(parsed)
             return
-        self.forwarder.forward(parsed, text_lines, precision)  # type: ignore[attr-defined]
+        try:
+            self.forwarder.forward(parsed, body, precision)
+        except BackendError as error:
+            # nothing is stored: the client keeps the batch and sends it again
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", str(error)) from None
         if parsed.events:
             self.store.write(ParsedBody(events=parsed.events, points=len(parsed.events)))
 
@@ -238,10 +243,7 @@ class WriteHandler(BaseHTTPRequestHandler):
         body = self._read_body()
         now_ns = time.time_ns()
         parsed = self.server.parse_pool.parse(body, precision, now_ns)
-        lines = None
-        if self.server.sink.forwarder is not None and (parsed.errors or parsed.untimed_lines):
-            lines = body.decode("utf-8", errors="replace").split("\n")
-        self.server.sink.write(parsed, lines, precision)
+        self.server.sink.write(parsed, body, precision)
         if parsed.errors:
             shown = "; ".join(str(error) for error in parsed.errors[:10])
             more = f" (and {len(parsed.errors) - 10} more)" if len(parsed.errors) > 10 else ""
@@ -466,11 +468,7 @@ def run(args) -> int:
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)
     store = SqliteStore(args.db)
-    forwarder = None
-    if args.backend:
-        from collector.victoriametrics import Forwarder, parse_backend
-
-        forwarder = Forwarder(parse_backend(args.backend))
+    forwarder = Forwarder(parse_backend(args.backend)) if args.backend else None
     workers = min(os.cpu_count() or 1, 8)
     pool = ParsePool(workers)
     # worker processes import numpy: start them beside the server, not before it listens
