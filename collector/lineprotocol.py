@@ -51,6 +51,9 @@ PRECISION_NS: dict[str, int] = {
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
+# InfluxDB's time range: int64 less its two extremes (kept as markers)
+MIN_TIME_NS = INT64_MIN + 2
+MAX_TIME_NS = INT64_MAX - 1
 
 
 class PrecisionError(ValueError):
@@ -360,11 +363,11 @@ def _template_columns(
     if not (joined_times.isdigit() and joined_times.isascii()):
         return None
     longest = max(map(len, raw_times))
-    if longest >= 19 and max(map(int, raw_times)) > INT64_MAX:
+    if longest >= 19 and max(map(int, raw_times)) > MAX_TIME_NS:
         return None
     times = list(map(int, raw_times))
     if factor != 1:
-        if max(times) > INT64_MAX // factor:
+        if max(times) > MAX_TIME_NS // factor:
             return None
         times = [t * factor for t in times]
     # fields: strip the type suffixes, then split names from values in one go
@@ -449,7 +452,7 @@ def _parse_general(
             untimed.append(line_number)
         elif factor != 1:
             time_ns *= factor
-            if not INT64_MIN <= time_ns <= INT64_MAX:
+            if not MIN_TIME_NS <= time_ns <= MAX_TIME_NS:
                 errors.append(LineError(line_number, f"time out of range {_excerpt(line)}"))
                 continue
         fields = parsed["fields"]

@@ -333,6 +333,8 @@ VALUES = [
     "e5",
 ]
 TIMES = [
+    "9223372036854775806",
+    "9223372036854775807",
     "1",
     "2",
     "3",
@@ -362,7 +364,7 @@ def reference(body: str, precision: str) -> tuple[dict, list[int]]:
             bad.append(number)
             continue
         time_ns = NOW // factor * factor if timestamp is None else timestamp * factor
-        if not -(2**63) <= time_ns < 2**63:
+        if not -(2**63) + 2 <= time_ns <= 2**63 - 2:  # InfluxDB's time range
             bad.append(number)
             continue
         if measurement == "workload":
