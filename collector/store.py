@@ -562,7 +562,9 @@ class SqliteStore:
         found.sort(key=lambda run: (run.start_ns, run.run_id), reverse=True)
         return found
 
-    def events(self, run_id: str, since_ns: int | None = None) -> list[WorkloadEvent]:
+    def events(
+        self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
+    ) -> list[WorkloadEvent]:
         sql = (
             "SELECT run_id, host, rank, framework, event, time_ns, fields FROM events"
             " WHERE run_id = ?"
@@ -571,6 +573,9 @@ class SqliteStore:
         if since_ns is not None:
             sql += " AND time_ns > ?"
             args.append(since_ns)
+        if kinds is not None:
+            sql += f" AND event IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
         sql += " ORDER BY time_ns, rank, host"
         return [
             WorkloadEvent(run, host, rank, framework, event, time_ns, json.loads(fields))
