@@ -29,9 +29,11 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import os
 import re
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 import numpy as np
@@ -194,10 +196,19 @@ def _seconds(ms: int) -> str:
 class VictoriaMetricsStore:
     """``ReadStore`` over VictoriaMetrics' Prometheus API, with events from SQLite."""
 
-    def __init__(self, url: str, events: SqliteStore | str | None = None) -> None:
+    def __init__(
+        self, url: str, events: SqliteStore | str | os.PathLike[str] | None = None
+    ) -> None:
+        """``events``: the SQLite store (or its path) ``collector serve --backend`` keeps the
+        workload events in; by default the ``--db`` default (``$EPOCHSCOPE_DB`` or
+        runs/epochscope.sqlite) when that file exists."""
         self.url = url.rstrip("/")
         self.http = _Http(self.url)
-        if isinstance(events, str):
+        if events is None:
+            from collector.cli import DEFAULT_DB
+
+            events = DEFAULT_DB if Path(DEFAULT_DB).is_file() else None
+        if isinstance(events, str | os.PathLike):
             events = SqliteStore(events)
         self.events_store = events
 
@@ -360,10 +371,12 @@ class VictoriaMetricsStore:
     def runs(self) -> list[RunInfo]:
         return self.events_store.runs() if self.events_store is not None else []
 
-    def events(self, run_id: str, since_ns: int | None = None) -> list[WorkloadEvent]:
+    def events(
+        self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
+    ) -> list[WorkloadEvent]:
         if self.events_store is None:
             return []
-        return self.events_store.events(run_id, since_ns)
+        return self.events_store.events(run_id, since_ns, kinds)
 
     def flush(self) -> None:
         """Make recent writes searchable now (VictoriaMetrics buffers them ~1 s)."""

@@ -280,6 +280,13 @@ def test_runs_and_events_from_workload_points(store):
     ]
     assert events[2].fields == {"epoch": 2 - 1, "images": 1000, "seconds": 10.5}
     assert events[2].host == "node0" and events[2].framework == "horovod-tf"
+    assert [(e.event, e.rank) for e in store.events("r-old", kinds=("run_start", "run_end"))] == [
+        ("run_start", 0),
+        ("run_start", 1),
+        ("run_end", 0),
+        ("run_end", 1),
+    ]
+    assert store.events("r-old", since_ns=1200 * S, kinds=("epoch_end",)) == []
     assert [e.time_ns // S for e in store.events("r-old", since_ns=1100 * S)] == [
         1200,
         1200,

@@ -254,6 +254,7 @@ def test_workload_events_stay_local_and_numbers_go_to_victoria(collector, victor
     assert [e.event for e in events] == ["run_start", "epoch_end", "run_end"]
     assert events[1].fields == {"epoch": 1, "images": 1281167, "seconds": 300.5}
     assert [e.event for e in store.events("vmrun", since_ns=(T0 + 300) * S)] == ["run_end"]
+    assert [e.event for e in store.events("vmrun", kinds=("epoch_end",))] == ["epoch_end"]
     (images,) = store.list_series("workload", "images", "w1")
     assert images.tags == {"framework": "pytorch", "rank": "0", "run_id": "vmrun"}
     assert store.list_series("workload", "event") == []
