@@ -111,8 +111,12 @@ class ParsePool:
     def start(self) -> None:
         """Start the workers now rather than on the first large body."""
         if self.workers > 1:
-            futures = [self._pool().submit(os.getpid) for _ in range(self.workers)]
-            concurrent.futures.wait(futures)
+            try:
+                futures = [self._pool().submit(os.getpid) for _ in range(self.workers)]
+                concurrent.futures.wait(futures)
+            except (OSError, concurrent.futures.BrokenExecutor) as error:
+                log.warning("parse workers unavailable (%s); parsing in the server", error)
+                self.workers = 1
 
     def parse(self, body: bytes, precision: str | None, now_ns: int) -> ParsedBody:
         if self.workers < 2 or len(body) < PARALLEL_PARSE_BYTES:
@@ -124,7 +128,10 @@ class ParsePool:
             log.warning("a parse worker died; starting new workers")
             with self._lock:
                 self._executor = None
-            return lineprotocol.parse_body_bytes(body, precision, now_ns)
+        except OSError as error:  # no processes to be had: parse here from now on
+            log.warning("parse workers unavailable (%s); parsing in the server", error)
+            self.workers = 1
+        return lineprotocol.parse_body_bytes(body, precision, now_ns)
 
     def close(self) -> None:
         with self._lock:
