@@ -105,7 +105,7 @@ class SampleGroup:
         self.tag_items = tag_items  # every tag, host included, as written
         self.fields = fields
         self.times = times  # int64[n], ascending, unique
-        self.vals = vals  # float64[len(fields), n], one row per field
+        self.vals = vals  # float64[n, len(fields)]: a row per point, as lines come; NaN: none
         self.n = len(times) // 8
         self.min_ns = int.from_bytes(times[:8], "little", signed=True)
         self.max_ns = int.from_bytes(times[-8:], "little", signed=True)
@@ -124,7 +124,8 @@ class SampleGroup:
 
     @property
     def values(self) -> np.ndarray:
-        return np.frombuffer(self.vals, dtype=np.float64).reshape(len(self.fields), self.n)
+        """float64[len(fields), n]: one row per field (a transposed view)."""
+        return np.frombuffer(self.vals, dtype=np.float64).reshape(self.n, len(self.fields)).T
 
     @property
     def samples(self) -> int:
@@ -250,13 +251,29 @@ def parse_body(text: str, precision: str | None = "ns", now_ns: int | None = Non
         else:
             general.append(index)
 
-    found: list[tuple[SampleGroup, list[int]]] = []  # each group with its line indexes
+    # Prefixes whose lines have one field set and types (every host's disk lines, say) are
+    # converted together: a few string operations per body, not per tag set.
+    shapes: dict[tuple, list[tuple[str, _Candidates, _Template]]] = {}
     for prefix, candidates in by_prefix.items():
-        group = _template_group(prefix, candidates, lines, factor)
-        if group is None:
-            general.extend(candidates.indexes)
-        else:
-            found.append((group, candidates.indexes))
+        template = _templates.get(prefix)
+        if template is None:
+            template = _make_template(prefix, candidates.fields[0], candidates.times[0])
+            if template is None:
+                general.extend(candidates.indexes)
+                continue
+            _templates[prefix] = template
+        shapes.setdefault(template.shape, []).append((prefix, candidates, template))
+    found: list[tuple[SampleGroup, list[int]]] = []  # each group with its line indexes
+    for members in shapes.values():
+        for (prefix, candidates, _), group in zip(
+            members, _template_groups(members, factor), strict=True
+        ):
+            if group is None:
+                # the template may be stale (fields came or went): the next body renews it
+                _templates.pop(prefix, None)
+                general.extend(candidates.indexes)
+            else:
+                found.append((group, candidates.indexes))
     if general:
         general.sort()
         found.extend(_parse_general(lines, general, factor, server_time_ns, result))
@@ -285,6 +302,11 @@ class _Template:
     names: list[str]  # raw field names, in line order
     int_columns: list[int]  # positions of i values
     uint_columns: list[int]  # positions of u values
+
+    @property
+    def shape(self) -> tuple:
+        """Templates of one shape read the same text the same way, whatever the tags."""
+        return (tuple(self.names), tuple(self.int_columns), tuple(self.uint_columns))
 
 
 _templates: dict[str, _Template] = {}  # prefix text -> template, shared by every body
@@ -323,42 +345,64 @@ def _make_template(prefix: str, raw_fields: str, raw_time: str) -> _Template | N
     return _Template(parsed["measurement"], tag_items, names, int_columns, uint_columns)
 
 
-def _template_group(
-    prefix: str, candidates: _Candidates, lines: list[str], factor: int
-) -> SampleGroup | None:
-    """The lines of one prefix as a group, converted with whole-body string operations, or
-    None when any line strays from the template (they then take the general path, which
-    accepts or rejects each line exactly)."""
-    template = _templates.get(prefix)
-    if template is None:
-        template = _make_template(prefix, candidates.fields[0], candidates.times[0])
-        if template is None:
-            return None
-        _templates[prefix] = template
-    group = _template_columns(template, candidates, factor)
-    if group is None:
-        # the template may be stale (fields came or went): the next body renews it
-        _templates.pop(prefix, None)
-        return None
-    times, vals = group
-    names = tuple(template.names)
-    return SampleGroup(
-        template.measurement,
-        template.tag_items,
-        names,
-        times,
-        vals,
-        "\n".join((prefix, *names)),
-    )
+def _template_groups(
+    members: list[tuple[str, _Candidates, _Template]], factor: int
+) -> list[SampleGroup | None]:
+    """The lines of prefixes sharing one template shape, as one group per prefix: all
+    converted at once, or, when some line strays, prefix by prefix (None for a prefix with
+    a stray line: its lines then take the general path, which accepts or rejects each
+    line exactly)."""
+    template = members[0][2]
+    k = len(template.names)
+    converted = None
+    if len(members) > 1:
+        converted = _template_columns(
+            template,
+            list(chain.from_iterable(c.fields for _, c, _ in members)),
+            list(chain.from_iterable(c.times for _, c, _ in members)),
+            factor,
+        )
+    groups: list[SampleGroup | None] = []
+    offset = 0
+    for prefix, candidates, member_template in members:
+        n = len(candidates.times)
+        if converted is not None:
+            times = converted[0][offset : offset + n]
+            numbers = converted[1][offset * k : (offset + n) * k]
+            offset += n
+        else:
+            alone = _template_columns(member_template, candidates.fields, candidates.times, factor)
+            if alone is None:
+                groups.append(None)
+                continue
+            times, numbers = alone
+        if n > 1 and (times != sorted(times) or len(set(times)) != n):
+            times_bytes, vals_bytes = _sorted_unique(
+                np.array(times, dtype=np.int64), numbers.reshape(n, k)
+            )
+        else:
+            times_bytes, vals_bytes = array("q", times).tobytes(), numbers.tobytes()
+        names = tuple(member_template.names)
+        groups.append(
+            SampleGroup(
+                member_template.measurement,
+                member_template.tag_items,
+                names,
+                times_bytes,
+                vals_bytes,
+                "\n".join((prefix, *names)),
+            )
+        )
+    return groups
 
 
 def _template_columns(
-    template: _Template, candidates: _Candidates, factor: int
-) -> tuple[bytes, bytes] | None:
-    """Times and field-major values of lines that all match ``template``, else None."""
-    n, k = len(candidates.times), len(template.names)
+    template: _Template, raw_fields: list[str], raw_times: list[str], factor: int
+) -> tuple[list[int], np.ndarray] | None:
+    """Times (ns) and values (a row per line, flat) of field sets that all match
+    ``template``, else None."""
+    n, k = len(raw_times), len(template.names)
     # timestamps: ASCII digits within int64 (a sign, a space or "1_0" is not for us)
-    raw_times = candidates.times
     joined_times = "".join(raw_times)
     if not (joined_times.isdigit() and joined_times.isascii()):
         return None
@@ -371,7 +415,7 @@ def _template_columns(
             return None
         times = [t * factor for t in times]
     # fields: strip the type suffixes, then split names from values in one go
-    joined = ",".join(candidates.fields) + ","
+    joined = ",".join(raw_fields) + ","
     if "\\" in joined:
         return None
     if template.int_columns or template.uint_columns:
@@ -402,10 +446,7 @@ def _template_columns(
         return None
     if ("e" in digits or "E" in digits) and not np.isfinite(numbers).all():  # 1e999
         return None
-    vals = numbers.reshape(n, k).T
-    if n > 1 and (times != sorted(times) or len(set(times)) != n):
-        return _sorted_unique(np.array(times, dtype=np.int64), vals)
-    return array("q", times).tobytes(), vals.tobytes()
+    return times, numbers
 
 
 def _integers_in_range(template: _Template, values: list[str]) -> bool:
@@ -421,12 +462,12 @@ def _integers_in_range(template: _Template, values: list[str]) -> bool:
     return True
 
 
-def _sorted_unique(times_ns: np.ndarray, values: np.ndarray) -> tuple[bytes, bytes]:
-    """Sort columns by time; of equal times the last one written wins."""
+def _sorted_unique(times_ns: np.ndarray, rows: np.ndarray) -> tuple[bytes, bytes]:
+    """Sort rows (points) by time; of equal times the last one written wins."""
     order = np.argsort(times_ns, kind="stable")
-    times_ns, values = times_ns[order], values[:, order]
+    times_ns, rows = times_ns[order], rows[order]
     last_of_run = np.append(times_ns[1:] != times_ns[:-1], True)
-    return times_ns[last_of_run].tobytes(), values[:, last_of_run].tobytes()
+    return times_ns[last_of_run].tobytes(), rows[last_of_run].tobytes()
 
 
 def _parse_general(
@@ -527,9 +568,9 @@ def _group_line_by_line(
                 series.setdefault(name, {})[time_ns] = float(value)
     times = sorted(set(chain.from_iterable(series.values())))
     column_of = {time_ns: column for column, time_ns in enumerate(times)}
-    vals = np.full((len(series), len(times)), np.nan)
-    for row, points in enumerate(series.values()):
-        vals[row, [column_of[t] for t in points]] = list(points.values())
+    vals = np.full((len(times), len(series)), np.nan)
+    for column, points in enumerate(series.values()):
+        vals[[column_of[t] for t in points], column] = list(points.values())
     times_bytes = np.array(times, dtype=np.int64).tobytes()
     return SampleGroup(measurement, tag_items, tuple(series), times_bytes, vals.tobytes())
 
@@ -555,14 +596,10 @@ def parse_body_bytes(
 
 
 def _columns(times: list[int], rows: list[tuple]) -> tuple[bytes, bytes]:
-    """Times and field-major values as bytes, sorted by time (last write wins)."""
+    """Times and values (a row per point) as bytes, sorted by time (last write wins)."""
     if len(times) > 1 and (times != sorted(times) or len(set(times)) != len(times)):
-        return _sorted_unique(np.array(times, dtype=np.int64), np.array(rows, dtype=np.float64).T)
-    if len(rows) == 1:
-        return array("q", times).tobytes(), array("d", rows[0]).tobytes()
-    return array("q", times).tobytes(), array(
-        "d", chain.from_iterable(zip(*rows, strict=True))
-    ).tobytes()
+        return _sorted_unique(np.array(times, dtype=np.int64), np.array(rows, dtype=np.float64))
+    return array("q", times).tobytes(), array("d", chain.from_iterable(rows)).tobytes()
 
 
 def _excerpt(line: str, limit: int = 60) -> str:

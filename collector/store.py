@@ -17,8 +17,8 @@ Tables (times are ns since the epoch, int64; arrays are little-endian BLOBs):
 ``batches``  the head: one row per write request, as it came. ``groups`` int64[g, 3] (tag
              set id, points n, series k of each group), ``series_ids`` int64[sum k],
              ``times`` int64[sum n] (ascending, unique within a group), ``vals``
-             float64[sum k*n] (each group k rows of n). One INSERT per request, whatever it
-             holds: this is what makes ingest cheap.
+             float64[sum n*k] (each group n rows of k: a row per point, as lines come).
+             One INSERT per request, whatever it holds: this is what makes ingest cheap.
 ``blocks``   the compacted samples: tagset_id, min_ns, max_ns, n, ``series_ids``
              int64[k], ``times`` int64[n] ascending and unique, ``vals`` float64[k, n].
              NaN marks "no value at that time" (line protocol cannot carry NaN, so it is
@@ -141,22 +141,27 @@ class WriteResult:
     events: int
 
 
-@dataclass
+@dataclass(slots=True)
 class _Block:
-    block_id: int
+    """Columns of one tag set: a ``blocks`` row, or one group of a ``batches`` row."""
+
+    block_id: int  # write order (batches: _BATCH_ORDER + batch id)
     min_ns: int
     max_ns: int
-    series_ids: np.ndarray  # int64 (k,)
+    ids: bytes  # the series ids as stored (compared as bytes: same field set?)
     times: np.ndarray  # int64 (n,)
-    vals: np.ndarray  # float64 (k, n)
+    vals: np.ndarray  # float64 (k, n), possibly a transposed view
+
+    @property
+    def series_ids(self) -> np.ndarray:
+        return np.frombuffer(self.ids, dtype=np.int64)
 
     @classmethod
     def from_row(cls, row: tuple) -> _Block:
         block_id, min_ns, max_ns, ids, times, vals = row
-        series_ids = np.frombuffer(ids, dtype=np.int64)
         times_ns = np.frombuffer(times, dtype=np.int64)
-        values = np.frombuffer(vals, dtype=np.float64).reshape(series_ids.size, times_ns.size)
-        return cls(block_id, min_ns, max_ns, series_ids, times_ns, values)
+        values = np.frombuffer(vals, dtype=np.float64).reshape(len(ids) // 8, times_ns.size)
+        return cls(block_id, min_ns, max_ns, ids, times_ns, values)
 
 
 _BLOCK_COLUMNS = "id, min_ns, max_ns, series_ids, times, vals"
@@ -423,7 +428,7 @@ class SqliteStore:
         for row in rows:
             for tagset_id, block in _batch_blocks(row):
                 parts.setdefault(tagset_id, []).append(block)
-        inserts = []
+        windows_of: dict[int, set[int]] = {}
         for tagset_id, new_blocks in parts.items():
             windows: set[int] = set()
             for block in new_blocks:
@@ -432,24 +437,29 @@ class SqliteStore:
                     windows.add(first)
                 else:
                     windows.update(np.unique(block.times // CHUNK_NS).tolist())
-            old_blocks = [
-                block
-                for block in map(
-                    _Block.from_row,
-                    conn.execute(
-                        f"SELECT {_BLOCK_COLUMNS} FROM blocks"
-                        " WHERE tagset_id = ? AND max_ns >= ? AND min_ns < ? ORDER BY id",
-                        (tagset_id, min(windows) * CHUNK_NS, (max(windows) + 1) * CHUNK_NS),
-                    ),
-                )
-                if block.min_ns // CHUNK_NS in windows
-            ]
-            if old_blocks:
-                conn.executemany(
-                    "DELETE FROM blocks WHERE id = ?", [(block.block_id,) for block in old_blocks]
-                )
+            windows_of[tagset_id] = windows
+        # the blocks of the windows written to, a few hundred tag sets per query
+        old: dict[int, list[_Block]] = {}
+        low = min(min(w) for w in windows_of.values()) * CHUNK_NS
+        high = (max(max(w) for w in windows_of.values()) + 1) * CHUNK_NS
+        tagset_ids = list(parts)
+        for offset in range(0, len(tagset_ids), 500):
+            chunk = tagset_ids[offset : offset + 500]
+            marks = ",".join("?" * len(chunk))
+            for tagset_id, *block_row in conn.execute(
+                f"SELECT tagset_id, {_BLOCK_COLUMNS} FROM blocks WHERE tagset_id IN ({marks})"
+                " AND max_ns >= ? AND min_ns < ? ORDER BY id",
+                (*chunk, low, high),
+            ):
+                if block_row[1] // CHUNK_NS in windows_of[tagset_id]:
+                    old.setdefault(tagset_id, []).append(_Block.from_row(block_row))
+        inserts, deletes = [], []
+        for tagset_id, new_blocks in parts.items():
+            old_blocks = old.get(tagset_id, [])
+            deletes.extend((block.block_id,) for block in old_blocks)
             series_ids, times, vals = _merge_blocks(old_blocks + new_blocks)
             inserts.extend(_window_rows(tagset_id, series_ids, times, vals))
+        conn.executemany("DELETE FROM blocks WHERE id = ?", deletes)
         conn.executemany(
             "INSERT INTO blocks (tagset_id, min_ns, max_ns, n, series_ids, times, vals)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -645,34 +655,34 @@ def _batch_blocks(row: tuple) -> Iterator[tuple[int, _Block]]:
     """(tag set id, block) of each group in a ``batches`` row, as views of its BLOBs."""
     batch_id, groups, ids, times, vals = row
     index = np.frombuffer(groups, dtype=np.int64).reshape(-1, 3)
-    all_ids = np.frombuffer(ids, dtype=np.int64)
     all_times = np.frombuffer(times, dtype=np.int64)
     all_vals = np.frombuffer(vals, dtype=np.float64)
+    time_stops = np.cumsum(index[:, 1])
+    firsts = all_times[time_stops - index[:, 1]].tolist()
+    lasts = all_times[time_stops - 1].tolist()
     order = _BATCH_ORDER + batch_id
     id_at = time_at = value_at = 0
-    for tagset_id, n, k in index.tolist():
-        block_times = all_times[time_at : time_at + n]
-        yield (
-            tagset_id,
-            _Block(
-                order,
-                int(block_times[0]),
-                int(block_times[-1]),
-                all_ids[id_at : id_at + k],
-                block_times,
-                all_vals[value_at : value_at + k * n].reshape(k, n),
-            ),
+    for group, (tagset_id, n, k) in enumerate(index.tolist()):
+        block_vals = all_vals[value_at : value_at + n * k].reshape(n, k).T
+        block = _Block(
+            order,
+            firsts[group],
+            lasts[group],
+            ids[id_at * 8 : (id_at + k) * 8],
+            all_times[time_at : time_at + n],
+            block_vals,
         )
+        yield tagset_id, block
         id_at += k
         time_at += n
-        value_at += k * n
+        value_at += n * k
 
 
 def _merge_blocks(blocks: list[_Block]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One (series_ids, times, vals) from blocks in write order; later writes win."""
+    """One (series_ids, times, vals (k, n)) from blocks in write order; later writes win."""
     first = blocks[0]
     if all(
-        np.array_equal(block.series_ids, first.series_ids) and block.min_ns > previous.max_ns
+        block.ids == first.ids and block.min_ns > previous.max_ns
         for previous, block in itertools.pairwise(blocks)
     ):  # the usual case: one field set, each write after the last
         if len(blocks) == 1:
@@ -695,24 +705,31 @@ def _merge_blocks(blocks: list[_Block]) -> tuple[np.ndarray, np.ndarray, np.ndar
 def _window_rows(
     tagset_id: int, series_ids: np.ndarray, times: np.ndarray, vals: np.ndarray
 ) -> list[tuple]:
-    """``blocks`` rows of merged columns cut at ``CHUNK_NS`` windows."""
+    """``blocks`` rows of merged columns cut at ``CHUNK_NS`` windows (a series with no
+    value in a window is left out of that window's block)."""
+    first_window, last_window = int(times[0]) // CHUNK_NS, int(times[-1]) // CHUNK_NS
+    if first_window == last_window:
+        bounds = [(0, int(times.size))]
+    else:
+        edges = (np.flatnonzero(np.diff(times // CHUNK_NS)) + 1).tolist()
+        bounds = list(zip([0, *edges], [*edges, int(times.size)], strict=True))
+    holes = bool(np.isnan(vals).any())
     rows = []
-    windows = times // CHUNK_NS
-    edges = np.flatnonzero(np.diff(windows)) + 1
-    starts = [0, *edges.tolist()]
-    stops = [*edges.tolist(), int(times.size)]
-    for start, stop in zip(starts, stops, strict=True):
+    for start, stop in bounds:
         window_vals = vals[:, start:stop]
-        present = ~np.all(np.isnan(window_vals), axis=1)
+        window_ids = series_ids
+        if holes:
+            present = ~np.all(np.isnan(window_vals), axis=1)
+            window_vals, window_ids = window_vals[present], series_ids[present]
         rows.append(
             (
                 tagset_id,
                 int(times[start]),
                 int(times[stop - 1]),
                 stop - start,
-                series_ids[present].tobytes(),
+                window_ids.tobytes(),
                 times[start:stop].tobytes(),
-                np.ascontiguousarray(window_vals[present]).tobytes(),
+                np.ascontiguousarray(window_vals).tobytes(),
             )
         )
     return rows
@@ -789,7 +806,7 @@ def _cut_blocks(
     by_time = sorted(blocks, key=lambda b: (b.min_ns, b.block_id))
     disjoint = all(b.min_ns > a.max_ns for a, b in itertools.pairwise(by_time))
     ordered = by_time if disjoint else sorted(blocks, key=lambda b: b.block_id)
-    rows_of = [{int(sid): row for row, sid in enumerate(b.series_ids)} for b in ordered]
+    rows_of = [{sid: row for row, sid in enumerate(b.series_ids.tolist())} for b in ordered]
     has_nan = [bool(np.isnan(b.vals).any()) for b in ordered]
     shared_times: np.ndarray | None = None  # all blocks' times, for series in every block
     results = []
