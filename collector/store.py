@@ -394,7 +394,7 @@ class SqliteStore:
 
     # ---------------------------------------------------------------- maintenance
 
-    def compact(self, batches_per_step: int = 64) -> int:
+    def compact(self, batches_per_step: int = 32) -> int:
         """Fold written batches, oldest first, into each tag set's blocks, one block per
         ``CHUNK_NS`` window (a window's existing block is merged and rewritten). Returns the
         number of batches folded.
@@ -424,10 +424,7 @@ class SqliteStore:
                 return folded
 
     def _fold_batches(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
-        parts: dict[int, list[_Block]] = {}
-        for row in rows:
-            for tagset_id, block in _batch_blocks(row):
-                parts.setdefault(tagset_id, []).append(block)
+        parts = _gather_batches(rows)
         windows_of: dict[int, set[int]] = {}
         for tagset_id, new_blocks in parts.items():
             windows: set[int] = set()
@@ -676,6 +673,85 @@ def _batch_blocks(row: tuple) -> Iterator[tuple[int, _Block]]:
         id_at += k
         time_at += n
         value_at += n * k
+
+
+def _gather_batches(rows: list[tuple]) -> dict[int, list[_Block]]:
+    """Each tag set's samples in ``batches`` rows (in id order), as one block per tag set
+    when its groups share one field set and follow each other in time (the usual case),
+    else as one block per group. Vectorised over all groups: per-group Python work is one
+    bytes slice."""
+    indexes, times_parts, vals_parts, ids_parts, batch_of_group = [], [], [], [], []
+    for batch_id, groups, ids, times, vals in rows:
+        index = np.frombuffer(groups, dtype=np.int64).reshape(-1, 3)
+        indexes.append(index)
+        batch_of_group.append(np.full(len(index), batch_id, dtype=np.int64))
+        times_parts.append(np.frombuffer(times, dtype=np.int64))
+        vals_parts.append(np.frombuffer(vals, dtype=np.float64))
+        ids_parts.append(ids)
+    index = np.concatenate(indexes)
+    batch_ids = np.concatenate(batch_of_group)
+    all_times = np.concatenate(times_parts)
+    all_vals = np.concatenate(vals_parts)
+    all_ids = b"".join(ids_parts)
+    tagsets, counts, widths = index[:, 0], index[:, 1], index[:, 2]
+    time_starts = np.cumsum(counts) - counts
+    value_counts = counts * widths
+    value_starts = np.cumsum(value_counts) - value_counts
+    id_stops = np.cumsum(widths).tolist()
+    id_starts = (np.cumsum(widths) - widths).tolist()
+    ids_of = [all_ids[a * 8 : b * 8] for a, b in zip(id_starts, id_stops, strict=True)]
+    firsts = all_times[time_starts]
+    lasts = all_times[time_starts + counts - 1]
+
+    order = np.argsort(tagsets, kind="stable")  # by tag set, write order within one
+    sorted_tagsets = tagsets[order]
+    starts = np.flatnonzero(np.r_[True, sorted_tagsets[1:] != sorted_tagsets[:-1]]).tolist()
+    stops = [*starts[1:], len(order)]
+    follows = np.r_[False, firsts[order][1:] > lasts[order][:-1]].tolist()
+    out_time_stops = np.cumsum(counts[order]).tolist()
+    out_value_stops = np.cumsum(value_counts[order]).tolist()
+    times_sorted = all_times[_ranges(time_starts[order], counts[order])]
+    vals_sorted = all_vals[_ranges(value_starts[order], value_counts[order])]
+    order_list = order.tolist()
+    firsts_list, lasts_list = firsts.tolist(), lasts.tolist()
+    found: dict[int, list[_Block]] = {}
+    for start, stop in zip(starts, stops, strict=True):
+        members = order_list[start:stop]
+        tagset_id = int(sorted_tagsets[start])
+        first = members[0]
+        width = int(widths[first])
+        if all(ids_of[g] == ids_of[first] for g in members) and all(follows[start + 1 : stop]):
+            t_from = out_time_stops[start - 1] if start else 0
+            v_from = out_value_stops[start - 1] if start else 0
+            times = times_sorted[t_from : out_time_stops[stop - 1]]
+            vals = vals_sorted[v_from : out_value_stops[stop - 1]].reshape(-1, width).T
+            block = _Block(
+                _BATCH_ORDER + int(batch_ids[members[-1]]),
+                firsts_list[first],
+                lasts_list[members[-1]],
+                ids_of[first],
+                times,
+                vals,
+            )
+            found[tagset_id] = [block]
+            continue
+        blocks = []
+        for g in members:  # field sets changed or writes overlap: merged exactly later
+            n, k = int(counts[g]), int(widths[g])
+            times = all_times[time_starts[g] : time_starts[g] + n]
+            vals = all_vals[value_starts[g] : value_starts[g] + n * k].reshape(n, k).T
+            order_g = _BATCH_ORDER + int(batch_ids[g])
+            blocks.append(_Block(order_g, firsts_list[g], lasts_list[g], ids_of[g], times, vals))
+        found[tagset_id] = blocks
+    return found
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(start, start + length)`` for each pair, vectorised."""
+    if lengths.size == 0:
+        return np.empty(0, dtype=np.int64)
+    out_starts = np.cumsum(lengths) - lengths
+    return np.repeat(starts - out_starts, lengths) + np.arange(int(lengths.sum()))
 
 
 def _merge_blocks(blocks: list[_Block]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -11,6 +11,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent.point import Point
 from collector import store as store_module
@@ -350,3 +352,61 @@ def test_events_keep_their_types(store):
     assert type(event.fields["step"]) is int
     stored = store._read_conn().execute("SELECT fields FROM events").fetchone()[0]
     assert json.loads(stored) == event.fields
+
+
+# ---- any sequence of writes and compactions reads back as "the last write wins"
+
+HOSTS = ["a", "b"]
+FIELDS = ["x", "y", "z"]
+
+
+@st.composite
+def write_sequences(draw):
+    steps = []
+    for _ in range(draw(st.integers(1, 8))):
+        if draw(st.booleans()) and steps:
+            steps.append(("compact", draw(st.sampled_from([1, 2, 32]))))
+            continue
+        lines = []
+        for _ in range(draw(st.integers(1, 12))):
+            host = draw(st.sampled_from(HOSTS))
+            fields = draw(st.lists(st.sampled_from(FIELDS), min_size=1, max_size=3, unique=True))
+            # times across two compaction windows, with repeats and disorder
+            t = draw(st.sampled_from([0, 1, 2, 5, 599, 600, 601, 1300]))
+            values = {f: draw(st.integers(-5, 5)) for f in fields}
+            lines.append((host, values, t))
+        steps.append(("write", lines))
+    return steps
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(write_sequences(), st.sampled_from([(0, 2000), (1, 1), (2, 600), (599, 601), (3, 4)]))
+def test_reads_equal_last_write_wins_model(tmp_path_factory, steps, window):
+    path = tmp_path_factory.mktemp("model") / "m.sqlite"
+    model: dict[tuple[str, str], dict[int, float]] = {}
+    with SqliteStore(path) as store:
+        for kind, payload in steps:
+            if kind == "compact":
+                store.compact(batches_per_step=payload)
+                continue
+            body = "\n".join(
+                f"m,host={host} " + ",".join(f"{f}={v}" for f, v in values.items()) + f" {t * S}"
+                for host, values, t in payload
+            )
+            parsed = store.write_lines(body)
+            assert parsed.errors == []
+            for host, values, t in payload:
+                for f, v in values.items():
+                    model.setdefault((host, f), {})[t * S] = float(v)
+        start, end = window[0] * S, window[1] * S
+        for field in FIELDS:
+            infos = store.list_series("m", field)
+            for data in store.read_series(infos, start, end):
+                points = sorted(model[(data.info.host, field)].items())
+                times = [t for t, _ in points]
+                inside = [i for i, t in enumerate(times) if start <= t <= end]
+                before = [i for i, t in enumerate(times) if t < start][-1:]
+                after = [i for i, t in enumerate(times) if t > end][:1]
+                expected = [points[i] for i in before + inside + after]
+                got = list(zip(data.times_ns.tolist(), data.values.tolist(), strict=True))
+                assert got == expected, (data.info.host, field)
