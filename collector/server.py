@@ -13,6 +13,9 @@ client can write here):
     Content-Length before reading, and while reading chunked or gzip bodies).
 ``GET /health``, ``GET /ready``, ``GET|HEAD /ping`` (204): InfluxDB's shapes.
 
+Retention (``--retention-days``) applies to the SQLite store; with ``--backend`` the
+samples live in VictoriaMetrics, whose own ``-retentionPeriod`` applies.
+
 Token (``--token-file``): ``Authorization: Token <t>`` (or ``Bearer``); on ``/write`` also
 Basic auth or ``?p=`` with the token as password. Without a token file, writes are open
 (the default listen address is loopback). The token is never logged, nor is a query string.
@@ -429,7 +432,15 @@ def read_token(path: str | None) -> str | None:
     """The token in ``path`` (surrounding whitespace ignored), or None without a path."""
     if path is None:
         return None
-    token = Path(path).read_text(encoding="utf-8").strip()
+    try:
+        mode = Path(path).stat().st_mode
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise SystemExit(f"collector: cannot read token file {path}: {error.strerror}") from None
+    if mode & 0o077:
+        log.warning(
+            "token file %s is readable by others (mode %o): chmod 600 it", path, mode & 0o777
+        )
     if not token:
         raise SystemExit(f"collector: token file {path} is empty")
     return token

@@ -94,6 +94,7 @@ CREATE TABLE IF NOT EXISTS blocks (
     min_ns INTEGER NOT NULL,
     max_ns INTEGER NOT NULL,
     n INTEGER NOT NULL,
+    holes INTEGER NOT NULL,
     series_ids BLOB NOT NULL,
     times BLOB NOT NULL,
     vals BLOB NOT NULL
@@ -151,6 +152,7 @@ class _Block:
     ids: bytes  # the series ids as stored (compared as bytes: same field set?)
     times: np.ndarray  # int64 (n,)
     vals: np.ndarray  # float64 (k, n), possibly a transposed view
+    holes: bool = True  # may hold NaN (no value); False lets reads skip looking
 
     @property
     def series_ids(self) -> np.ndarray:
@@ -158,13 +160,13 @@ class _Block:
 
     @classmethod
     def from_row(cls, row: tuple) -> _Block:
-        block_id, min_ns, max_ns, ids, times, vals = row
+        block_id, min_ns, max_ns, holes, ids, times, vals = row
         times_ns = np.frombuffer(times, dtype=np.int64)
         values = np.frombuffer(vals, dtype=np.float64).reshape(len(ids) // 8, times_ns.size)
-        return cls(block_id, min_ns, max_ns, ids, times_ns, values)
+        return cls(block_id, min_ns, max_ns, ids, times_ns, values, bool(holes))
 
 
-_BLOCK_COLUMNS = "id, min_ns, max_ns, series_ids, times, vals"
+_BLOCK_COLUMNS = "id, min_ns, max_ns, holes, series_ids, times, vals"
 _BATCH_COLUMNS = "id, groups, series_ids, times, vals"
 _BATCH_ORDER = 1 << 62  # batches sort after every block: they hold the newest writes
 
@@ -458,8 +460,8 @@ class SqliteStore:
             inserts.extend(_window_rows(tagset_id, series_ids, times, vals))
         conn.executemany("DELETE FROM blocks WHERE id = ?", deletes)
         conn.executemany(
-            "INSERT INTO blocks (tagset_id, min_ns, max_ns, n, series_ids, times, vals)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO blocks (tagset_id, min_ns, max_ns, n, holes, series_ids, times, vals)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             inserts,
         )
         conn.execute("DELETE FROM batches WHERE id <= ?", (rows[-1][0],))
@@ -789,20 +791,23 @@ def _window_rows(
     else:
         edges = (np.flatnonzero(np.diff(times // CHUNK_NS)) + 1).tolist()
         bounds = list(zip([0, *edges], [*edges, int(times.size)], strict=True))
-    holes = bool(np.isnan(vals).any())
+    holes = bool(np.isnan(vals).any())  # one pass here saves one on every read
     rows = []
     for start, stop in bounds:
         window_vals = vals[:, start:stop]
         window_ids = series_ids
+        window_holes = False
         if holes:
             present = ~np.all(np.isnan(window_vals), axis=1)
             window_vals, window_ids = window_vals[present], series_ids[present]
+            window_holes = bool(np.isnan(window_vals).any())
         rows.append(
             (
                 tagset_id,
                 int(times[start]),
                 int(times[stop - 1]),
                 stop - start,
+                int(window_holes),
                 window_ids.tobytes(),
                 times[start:stop].tobytes(),
                 np.ascontiguousarray(window_vals).tobytes(),
@@ -883,7 +888,7 @@ def _cut_blocks(
     disjoint = all(b.min_ns > a.max_ns for a, b in itertools.pairwise(by_time))
     ordered = by_time if disjoint else sorted(blocks, key=lambda b: b.block_id)
     rows_of = [{sid: row for row, sid in enumerate(b.series_ids.tolist())} for b in ordered]
-    has_nan = [bool(np.isnan(b.vals).any()) for b in ordered]
+    has_nan = [b.holes for b in ordered]
     shared_times: np.ndarray | None = None  # all blocks' times, for series in every block
     results = []
     for series_id in series_ids:
