@@ -5,7 +5,7 @@
     workloads dataset describe DIR
     workloads run --framework tensorflow|mxnet|pytorch [--data-dir D | --synthetic] ...
     workloads cache report|drop DIR          (page-cache residency of a data set)
-    workloads resend --spool DIR --collector URL   (events a run could not deliver)
+    workloads resend --spool DIR | --events DIR --collector URL   (undelivered events)
     workloads worker --spec ...              (one rank; started by the launcher)
 
 Heavy frameworks are imported only by the subcommand that needs them.
@@ -99,8 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("dir", type=Path)
     cache.add_argument("--json", action="store_true")
 
-    resend = commands.add_parser("resend", help="deliver events left in a run's spool")
-    resend.add_argument("--spool", required=True, type=Path)
+    resend = commands.add_parser("resend", help="deliver a run's undelivered events")
+    what = resend.add_mutually_exclusive_group(required=True)
+    what.add_argument("--spool", type=Path, help="a rank's spool directory")
+    what.add_argument("--events", type=Path, help="a run's events directory (no collector)")
     resend.add_argument("--collector", required=True)
     resend.add_argument("--token-file", type=Path)
     resend.add_argument("--timeout", type=float, default=60.0)
@@ -186,9 +188,19 @@ def _resend(args: argparse.Namespace) -> int:
     from workloads.events import ShipperSink
 
     token = args.token_file.read_text().strip() if args.token_file else None
-    sink = ShipperSink(args.collector, token, args.spool)
+    if args.spool is not None:
+        spool = args.spool
+        sink = ShipperSink(args.collector, token, spool)
+    else:
+        from workloads.summary import read_events_dir
+
+        points = read_events_dir(args.events)
+        spool = args.events.parent / "resend-spool"
+        sink = ShipperSink(args.collector, token, spool)
+        sink.submit(points)
+        print(f"{len(points)} events from {args.events}")
     delivered = sink.close(args.timeout)
-    print("delivered" if delivered else f"still undelivered, kept in {args.spool}")
+    print("delivered" if delivered else f"still undelivered, kept in {spool}")
     return 0 if delivered else 1
 
 
