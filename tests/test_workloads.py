@@ -181,16 +181,18 @@ def test_warm_up_steps_are_excluded_from_throughput():
         clock.advance()
         recorder.step_done(lambda step=step: 10.0 - step)
     stats = recorder.epoch_end(loss=2.5, top1=0.25, top5=0.5)
-    # timed: steps 3..5, 3 x 8 = 24 images in 1.5 s -> 16 images/s
-    assert (stats.timed_steps, stats.images, stats.seconds) == (3, 24, 1.5)
+    # all: 5 x 8 = 40 images in 5.5 s; timed: steps 3..5, 3 x 8 = 24 images in 1.5 s
+    assert (stats.steps, stats.images, stats.seconds) == (5, 40, 5.5)
+    assert (stats.timed_steps, stats.timed_images, stats.timed_seconds) == (3, 24, 1.5)
     assert stats.images_per_second == 16.0
     events = [p.fields for p in sink.points]
     assert [e["event"] for e in events] == ["epoch_start", "step", "epoch_end"]
     # the 2nd timed step is global step 4: 8 images in 0.5 s, loss read then (10 - 3)
     assert events[1] == {"event": "step", "epoch": 1, "step": 4, "images": 8, "seconds": 0.5,
                          "loss": 7.0}  # fmt: skip
-    assert events[2] == {"event": "epoch_end", "epoch": 1, "step": 5, "images": 24,
-                         "seconds": 1.5, "loss": 2.5, "top1": 0.25, "top5": 0.5}  # fmt: skip
+    assert events[2] == {"event": "epoch_end", "epoch": 1, "step": 5, "images": 40,
+                         "seconds": 5.5, "timed_images": 24, "timed_seconds": 1.5,
+                         "loss": 2.5, "top1": 0.25, "top5": 0.5}  # fmt: skip
     # per-step rates 16, 16, 16 images/s
     assert recorder.summary().startswith("images/sec: 16.0 over 3 timed steps")
 
@@ -198,7 +200,9 @@ def test_warm_up_steps_are_excluded_from_throughput():
 def _epoch_end(host: str, rank: int, epoch: int, images: int, seconds: float, top1: float):
     writer = EventWriter(MemorySink(), "r", rank, "tensorflow", host=host, clock_ns=lambda: 0)
     return writer.emit(Event.EPOCH_END, {Workload.EPOCH: epoch, Workload.IMAGES: images,
-                                         Workload.SECONDS: seconds, Workload.LOSS: 1.0,
+                                         Workload.SECONDS: seconds,
+                                         Workload.TIMED_IMAGES: images,
+                                         Workload.TIMED_SECONDS: seconds, Workload.LOSS: 1.0,
                                          Workload.TOP1: top1})  # fmt: skip
 
 

@@ -1,8 +1,8 @@
 """Per-epoch throughput from a run's own event files (runs without a collector).
 
-The aggregate is built from every rank's ``epoch_end``: a rank's images/s is its timed
-images over its timed seconds; a host's is the sum over its ranks, the run's the sum over
-all ranks (tf_cnn_benchmarks' total images/sec).
+The aggregate is built from every rank's ``epoch_end``: a rank's images/s is its
+``timed_images`` over its ``timed_seconds`` (warm-up excluded); a host's is the sum over
+its ranks, the run's the sum over all ranks (tf_cnn_benchmarks' total images/sec).
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ def epoch_rows(points: list[Point]) -> list[EpochRow]:
     ):
         rate = 0.0
         for end in ends:
-            seconds = float(end.fields.get(Workload.SECONDS, 0.0))
+            seconds = float(end.fields.get(Workload.TIMED_SECONDS, 0.0))
             if seconds > 0:
-                rate += float(end.fields.get(Workload.IMAGES, 0)) / seconds
+                rate += float(end.fields.get(Workload.TIMED_IMAGES, 0)) / seconds
         rows.append(
             EpochRow(
                 epoch=epoch,

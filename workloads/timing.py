@@ -2,17 +2,21 @@
 
 A training loop calls ``epoch_start``, then ``step_done`` after every step (the step's
 wall time is the time since the previous mark, so waiting for input counts), then
-``epoch_end``. The first ``warmup_steps`` steps of the run are excluded from every
-images and seconds figure: ``epoch_end`` reports the images and wall seconds of the timed
-steps of the epoch, so images / seconds is the epoch's images/s on this rank and the
-sum over ranks is the run's aggregate. A ``step`` event goes out every ``step_every``
-timed steps with that one step's images, seconds and loss.
+``epoch_end`` (after validation, whose time is in no figure). ``epoch_end`` carries:
+
+- ``images``/``seconds``: every image this rank trained on in the epoch and the wall time
+  of those steps;
+- ``timed_images``/``timed_seconds``: the same for the steps after the run's first
+  ``warmup_steps`` steps. timed_images / timed_seconds is the epoch's images/s on this
+  rank as tf_cnn_benchmarks reports it; the sum over ranks is the run's aggregate.
+
+A ``step`` event goes out every ``step_every`` timed steps with that one step's images,
+seconds (so images/seconds is the per-step images/s) and loss.
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,16 +29,19 @@ from workloads.events import EventWriter
 class EpochStats:
     epoch: int
     steps: int = 0
-    timed_steps: int = 0
-    images: int = 0  # timed images
-    seconds: float = 0.0  # timed wall seconds
+    images: int = 0
+    seconds: float = 0.0  # wall time of the steps
+    timed_steps: int = 0  # after warm-up
+    timed_images: int = 0
+    timed_seconds: float = 0.0
     loss: float | None = None
     top1: float | None = None
     top5: float | None = None
 
     @property
     def images_per_second(self) -> float | None:
-        return self.images / self.seconds if self.seconds > 0 else None
+        """Warm-up excluded."""
+        return self.timed_images / self.timed_seconds if self.timed_seconds > 0 else None
 
 
 @dataclass
@@ -71,11 +78,13 @@ class Recorder:
         self.global_step += 1
         stats = self.epochs[-1]
         stats.steps += 1
+        stats.images += self.batch_size
+        stats.seconds += seconds
         if self.global_step <= self.warmup_steps:
             return
         stats.timed_steps += 1
-        stats.images += self.batch_size
-        stats.seconds += seconds
+        stats.timed_images += self.batch_size
+        stats.timed_seconds += seconds
         if seconds > 0:
             self.step_rates.append(self.batch_size / seconds)
         if stats.timed_steps % self.step_every == 0:
@@ -107,6 +116,8 @@ class Recorder:
                 Workload.STEP: self.global_step,
                 Workload.IMAGES: stats.images,
                 Workload.SECONDS: stats.seconds,
+                Workload.TIMED_IMAGES: stats.timed_images,
+                Workload.TIMED_SECONDS: stats.timed_seconds,
                 Workload.LOSS: loss,
                 Workload.TOP1: top1,
                 Workload.TOP5: top5,
@@ -129,14 +140,10 @@ class Recorder:
             return "no timed steps (all warm-up)"
         mean = statistics.fmean(self.step_rates)
         spread = statistics.pstdev(self.step_rates)
-        images = sum(epoch.images for epoch in self.epochs)
-        seconds = sum(epoch.seconds for epoch in self.epochs)
+        images = sum(epoch.timed_images for epoch in self.epochs)
+        seconds = sum(epoch.timed_seconds for epoch in self.epochs)
         overall = images / seconds if seconds > 0 else float("nan")
         return (
             f"images/sec: {overall:.1f} over {len(self.step_rates)} timed steps "
             f"(per step {mean:.1f} +/- {spread:.1f})"
         )
-
-
-def print_err(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
