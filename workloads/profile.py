@@ -78,6 +78,22 @@ def stop(process: subprocess.Popen | None) -> None:
         process.wait()
 
 
+def start_collector(db: Path, log: Path) -> tuple[subprocess.Popen, int]:
+    """``collector serve`` on a free loopback port, once it listens: (process, port)."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "collector", "serve", "--db", str(db),
+         "--listen", f"127.0.0.1:{port}"],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, env=child_env(),
+    )  # fmt: skip
+    try:
+        wait_for_port(port, process, "collector", log)
+    except ProfileError:
+        stop(process)
+        raise
+    return process, port
+
+
 @dataclass
 class EmbeddedProfile:
     run_id: str
@@ -103,16 +119,9 @@ class EmbeddedProfile:
     def start(self) -> EmbeddedProfile:
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = child_env()
-        self.collector_port = free_port()
-        collector_log = self.workdir / "collector.log"
-        self.collector = subprocess.Popen(
-            [
-                sys.executable, "-m", "collector", "serve",
-                "--db", str(self.db), "--listen", f"127.0.0.1:{self.collector_port}",
-            ],
-            stdout=collector_log.open("ab"), stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
-        wait_for_port(self.collector_port, self.collector, "collector", collector_log)
+        self.collector, self.collector_port = start_collector(
+            self.db, self.workdir / "collector.log"
+        )
         self.agent_port = free_port()
         config = self.workdir / "agent.toml"
         config.write_text(
@@ -124,7 +133,11 @@ class EmbeddedProfile:
             [sys.executable, "-m", "agent", "run", "--config", str(config)],
             stdout=agent_log.open("ab"), stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
-        wait_for_port(self.agent_port, self.agent, "agent", agent_log)
+        try:
+            wait_for_port(self.agent_port, self.agent, "agent", agent_log)
+        except ProfileError:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
