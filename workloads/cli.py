@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default ./runs")
     run.add_argument("--ssh-user", help="user for SSH to --hosts (default: yours)")
     run.add_argument("--ssh-port", type=int, default=22)
+    run.add_argument("--ssh-key", type=Path, help="private key for SSH (default: ~/.ssh)")
     run.add_argument("--agent-port", type=int, default=9711, help="agent /metrics port")
     run.add_argument("--seed", type=int, default=0)
 

@@ -113,15 +113,24 @@ def agent_answers(host: str, port: int) -> bool:
 class RemoteHost:
     """One SSH connection (paramiko) to a host of the run."""
 
-    def __init__(self, name: str, user: str | None = None, port: int = 22) -> None:
+    def __init__(
+        self, name: str, user: str | None = None, port: int = 22, key: Path | None = None
+    ) -> None:
         import paramiko
 
         self.name = name
         self.client = paramiko.SSHClient()
         self.client.load_system_host_keys()
+        # Like horovodrun's own ssh (StrictHostKeyChecking=no): warn, do not refuse.
         self.client.set_missing_host_key_policy(paramiko.WarningPolicy())
         try:
-            self.client.connect(name, port=port, username=user, timeout=SSH_TIMEOUT_SECONDS)
+            self.client.connect(
+                name,
+                port=port,
+                username=user,
+                key_filename=str(key) if key else None,
+                timeout=SSH_TIMEOUT_SECONDS,
+            )
         except (OSError, paramiko.SSHException) as error:
             raise HostError(f"cannot SSH to {name}:{port}: {error}") from None
 
@@ -131,21 +140,27 @@ class RemoteHost:
         err = stderr.read().decode(errors="replace")
         return stdout.channel.recv_exit_status(), out, err
 
-    def put_private(self, text: str, remote_path: str) -> None:
-        """Write a secret to remote_path with mode 0600 (created before it holds anything)."""
-        sftp = self.client.open_sftp()
-        try:
-            self.run(["mkdir", "-p", str(Path(remote_path).parent)])
-            with sftp.open(remote_path, "w") as handle:
-                sftp.chmod(remote_path, 0o600)
-                handle.write(text)
-        finally:
-            sftp.close()
+    def put_private(self, text: str, remote_path: str, python: str) -> None:
+        """Write a secret to remote_path, mode 0600 from creation, through stdin (never on
+        a command line, no SFTP subsystem needed)."""
+        argv = [python, "-c", WRITE_PRIVATE, remote_path]
+        stdin, stdout, stderr = self.client.exec_command(shlex.join(argv), timeout=60)
+        stdin.write(text)
+        stdin.channel.shutdown_write()
+        if stdout.channel.recv_exit_status() != 0:
+            error = stderr.read().decode(errors="replace").strip()
+            raise HostError(f"{self.name}: cannot write {remote_path}: {error}")
 
     def close(self) -> None:
         self.client.close()
 
 
+WRITE_PRIVATE = (
+    "import os, sys; path = os.path.expanduser(sys.argv[1]); "
+    "os.makedirs(os.path.dirname(path) or '.', mode=0o700, exist_ok=True); "
+    "fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600); "
+    "os.write(fd, sys.stdin.buffer.read()); os.close(fd)"
+)
 MEMORY_AND_CPUS = (
     "import os; print(os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE'), os.cpu_count())"
 )

@@ -139,7 +139,7 @@ def prepare(plan: Plan, args: argparse.Namespace) -> None:
         if host.is_local:
             report = prepare_local(data_paths, args.drop_caches, args.agent_port)
         else:
-            remote = RemoteHost(host.name, args.ssh_user, args.ssh_port)
+            remote = RemoteHost(host.name, args.ssh_user, args.ssh_port, args.ssh_key)
             try:
                 data_dir = Path(plan.dataset.root) if plan.dataset else None
                 report = prepare_host(
@@ -147,7 +147,7 @@ def prepare(plan: Plan, args: argparse.Namespace) -> None:
                 )
                 if plan.token:
                     path = f".cache/epochscope/tokens/{plan.spec.run_id}"
-                    remote.put_private(plan.token, path)
+                    remote.put_private(plan.token, path, remote_python())
                     plan.remote_token_file = path  # relative to the home directory
             finally:
                 remote.close()
@@ -155,16 +155,35 @@ def prepare(plan: Plan, args: argparse.Namespace) -> None:
         print(f"host {report.describe()}", flush=True)
 
 
+def remove_remote_tokens(plan: Plan, args: argparse.Namespace) -> None:
+    if not plan.remote_token_file:
+        return
+    for host in plan.hosts:
+        if host.is_local:
+            continue
+        try:
+            remote = RemoteHost(host.name, args.ssh_user, args.ssh_port, args.ssh_key)
+        except HostError as error:
+            print(f"workloads: token file left on {host.name}: {error}", file=sys.stderr)
+            continue
+        try:
+            remote.run(["rm", "-f", plan.remote_token_file])
+        finally:
+            remote.close()
+
+
 def worker_argv(spec: RunSpec) -> list[str]:
     return ["-m", "workloads", "worker", "--spec", spec.encode()]
 
 
-def horovodrun_command(plan: Plan, ssh_port: int) -> list[str]:
+def horovodrun_command(plan: Plan, ssh_port: int, ssh_key: Path | None = None) -> list[str]:
     host_list = ",".join(f"{host.name}:{host.slots}" for host in plan.hosts)
     command = [frameworks.horovodrun() or "horovodrun", "-np", str(plan.processes)]
     command += ["-H", host_list, "--gloo"]
     if plan.multi_host and ssh_port != 22:
         command += ["-p", str(ssh_port)]
+    if plan.multi_host and ssh_key is not None:
+        command += ["--ssh-identity-file", str(ssh_key)]
     return [*command, remote_python(), *worker_argv(plan.spec)]
 
 
@@ -200,7 +219,9 @@ def launch(plan: Plan, args: argparse.Namespace) -> int:
         return run_rank(plan.spec)
     env = launch_env(plan)
     if plan.spec.framework != "pytorch":
-        return subprocess.run(horovodrun_command(plan, args.ssh_port), env=env).returncode
+        return subprocess.run(
+            horovodrun_command(plan, args.ssh_port, args.ssh_key), env=env
+        ).returncode
     share = placement(plan.hosts, plan.processes)
     if not plan.multi_host:
         command = torchrun_command(plan, 1, plan.processes, 0, "127.0.0.1", 0)
@@ -219,7 +240,7 @@ def _torchrun_over_ssh(plan: Plan, share, args: argparse.Namespace) -> int:
         command = torchrun_command(plan, len(share), per_node, index, master, port)
         if plan.remote_token_file:
             command = ["env", f"{TOKEN_FILE_ENV}={plan.remote_token_file}", *command]
-        remote = RemoteHost(host.name, args.ssh_user, args.ssh_port)
+        remote = RemoteHost(host.name, args.ssh_user, args.ssh_port, args.ssh_key)
         try:
             status, out, err = remote.run(command, timeout=None)
             sys.stdout.write(out)
@@ -266,6 +287,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if profile is not None:
             profile.stop()
+        remove_remote_tokens(plan, args)
     _after(plan, profile, args)
     return status
 

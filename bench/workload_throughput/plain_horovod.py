@@ -54,7 +54,7 @@ def main() -> None:
             loss = loss_fn(target, model(data, training=True))
         tape = hvd.DistributedGradientTape(tape)
         gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
         if first_batch:
             hvd.broadcast_variables(model.variables, root_rank=0)
             hvd.broadcast_variables(optimizer.variables(), root_rank=0)
