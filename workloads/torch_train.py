@@ -188,7 +188,6 @@ def run(spec: RunSpec, start_recorder):
         root = Path(spec.dataset["root"])
         train_set = JpegFolder(root / "train", spec.image_size, train=True, seed=spec.seed)
         train_loader = _loader(torch, train_set, spec, placement, train=True)
-        steps = min(steps, len(train_loader))
         val_loader = None
         if spec.dataset["val"]["images"] and spec.validate:
             val_set = JpegFolder(root / "val", spec.image_size, train=False)
@@ -205,7 +204,11 @@ def run(spec: RunSpec, start_recorder):
         stream = iter(train_loader) if train_loader is not None else None
         for _ in range(steps):
             if stream is not None:
-                images, labels = next(stream)
+                try:
+                    images, labels = next(stream)
+                except StopIteration:  # --steps-per-epoch beyond one pass: go round again
+                    stream = iter(train_loader)
+                    images, labels = next(stream)
                 images = images.to(device, non_blocking=True).contiguous(
                     memory_format=torch.channels_last
                 )
