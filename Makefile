@@ -6,12 +6,12 @@ SYSTEM_PACKAGES := chromium chromium-driver openssh-server victoria-metrics prom
 	prometheus-node-exporter iproute2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test env system-packages lint bench clean
+.PHONY: demo test env frameworks system-packages lint bench clean
 
 demo: env
 	$(PY) -m agent.demo --seconds 30
 
-test: env system-packages
+test: env frameworks system-packages
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
@@ -24,6 +24,37 @@ $(VENV)/.installed: pyproject.toml
 	[ -x $(PY) ] || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# The workloads' ML frameworks (extras tensorflow, mxnet, pytorch) and Horovod 0.28.1,
+# compiled here against TensorFlow 2.15 and MXNet 1.9.1 with gloo (no MPI, no PyTorch:
+# PyTorch runs use torch.distributed). The compiled wheel is cached outside the checkout,
+# keyed by the framework versions, so a second set-up installs it in seconds; a build
+# that fails with MXNet is retried without it (MXNet then runs one process only).
+HOROVOD_VERSION := 0.28.1
+WHEEL_CACHE := $(HOME)/.cache/epochscope/wheels
+HOROVOD_WHEELS := $(WHEEL_CACHE)/horovod-$(HOROVOD_VERSION)-tf2.15.1-mx1.9.1-py311
+HOROVOD_ENV := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+	HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_CPU_OPERATIONS=gloo MAKEFLAGS=-j$$(nproc)
+
+frameworks: $(VENV)/.frameworks
+
+$(VENV)/.frameworks: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[dev,tensorflow,mxnet,pytorch]'
+	@command -v cmake >/dev/null && command -v g++ >/dev/null || \
+		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q cmake g++; }
+	@if ! ls $(HOROVOD_WHEELS)/horovod-$(HOROVOD_VERSION)-*.whl >/dev/null 2>&1; then \
+		echo "building horovod $(HOROVOD_VERSION) into $(HOROVOD_WHEELS) (minutes)"; \
+		rm -rf $(HOROVOD_WHEELS).tmp && mkdir -p $(HOROVOD_WHEELS).tmp && \
+		{ $(HOROVOD_ENV) HOROVOD_WITH_MXNET=1 $(PY) -m pip wheel --no-deps \
+			--no-build-isolation -w $(HOROVOD_WHEELS).tmp horovod==$(HOROVOD_VERSION) || \
+		  { echo "horovod did not build with MXNet: building it without (MXNet: 1 process)"; \
+		    $(HOROVOD_ENV) HOROVOD_WITHOUT_MXNET=1 $(PY) -m pip wheel --no-deps \
+			--no-build-isolation -w $(HOROVOD_WHEELS).tmp horovod==$(HOROVOD_VERSION); }; } && \
+		rm -rf $(HOROVOD_WHEELS) && mv $(HOROVOD_WHEELS).tmp $(HOROVOD_WHEELS); \
+	fi
+	$(PY) -m pip install -q $(HOROVOD_WHEELS)/horovod-$(HOROVOD_VERSION)-*.whl
+	$(PY) -c 'import tensorflow, mxnet, torch, horovod.tensorflow'
 	touch $@
 
 # Debian packages the tests drive for real. Services are kept from starting on install
