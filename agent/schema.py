@@ -182,7 +182,8 @@ class Infiniband(Measurement):
     """/sys/class/infiniband/<device>/ports/<port>/counters (and hw_counters).
 
     ``port_rcv_data``/``port_xmit_data`` count 4-byte words; the byte fields are x4.
-    A saturated 32-bit counter (4294967295) or an ``N/A`` file gives no field at all.
+    A saturated counter (4294967295 for a 32-bit one; error counters are 4 to 16 bits)
+    or an ``N/A`` file gives no field at all.
     """
 
     NAME = "infiniband"
@@ -221,7 +222,7 @@ class Infiniband(Measurement):
     STATE = gauge("state", "enum", "Logical state: 1 down, 2 init, 3 armed, 4 active")
     PHYS_STATE = gauge("phys_state", "enum", "Physical state: 5 LinkUp")
     SATURATED_COUNTERS = gauge(
-        "saturated_counters", "count", "32-bit counters stuck at 4294967295 (not reported)"
+        "saturated_counters", "count", "PMA counters stuck at their maximum (not reported)"
     )
 
 

@@ -77,6 +77,10 @@ class ReadStore(Protocol):
         """Newest first."""
         ...
 
-    def events(self, run_id: str, since_ns: int | None = None) -> list[WorkloadEvent]:
-        """A run's events in time order (only those after ``since_ns`` when given)."""
+    def events(
+        self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
+    ) -> list[WorkloadEvent]:
+        """A run's events in time order (only those after ``since_ns`` when given, and only
+        those whose ``event`` is one of ``kinds`` when given: the per-epoch report reads
+        the few epoch events of a run without decoding its many ``step`` events)."""
         ...

@@ -1,0 +1,219 @@
+"""``agent sample --once`` and ``agent run``: the node agent's command line.
+
+``agent sample --once`` prints one sample of every sampler that finds its data (or of
+``--samplers``) as JSON (a list of ``{"measurement", "tags", "fields", "time"}``, time in
+ns) or InfluxDB line protocol. ``agent run`` is the daemon: it samples every
+``interval_seconds``, serves /metrics and pushes to ``[push] url`` through a disk spool;
+SIGTERM or SIGINT flushes (for at most a few seconds) and exits 0.
+
+Exit codes: 0 fine, 2 bad configuration or arguments (the message names the key), 1
+anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from agent import config as agent_config
+from agent.config import AgentConfig, ConfigError
+from agent.point import encode_lines
+from agent.samplers import SAMPLER_NAMES, Roots
+
+log = logging.getLogger("agent")
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+FLUSH_SECONDS_AT_STOP = 5.0
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+class RedactingFormatter(logging.Formatter):
+    """Formats as usual, then replaces every secret (the push token) with ``***``."""
+
+    def __init__(self, fmt: str, secrets: Sequence[str] = ()) -> None:
+        super().__init__(fmt)
+        self.secrets = [secret for secret in secrets if secret]
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def setup_logging(level: str, secrets: Sequence[str] = ()) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", secrets)
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def _sampler_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SAMPLER_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown sampler {', '.join(unknown)} (known: {', '.join(SAMPLER_NAMES)})"
+        )
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    sample = commands.add_parser("sample", help="print one sample and exit")
+    sample.add_argument("--once", action="store_true", help="one sample (the only mode)")
+    sample.add_argument("--format", choices=["json", "line"], default="json")
+    sample.add_argument("--samplers", type=_sampler_list, help="comma-separated sampler names")
+    sample.add_argument("--host", help="the host tag (default: this machine's hostname)")
+
+    run = commands.add_parser("run", help="the daemon: sample, serve /metrics, push")
+    run.add_argument("--config", type=Path, help="TOML configuration file")
+
+    for command in (sample, run):
+        command.add_argument("--proc-root", type=Path, help="procfs root (default /proc)")
+        command.add_argument("--sys-root", type=Path, help="sysfs root (default /sys)")
+    return parser
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from agent.daemon import SampleRound, build_samplers
+
+    config = AgentConfig() if args.host is None else AgentConfig(host=args.host)
+    roots = Roots(args.proc_root or Roots.proc, args.sys_root or Roots.sys)
+    samplers = build_samplers(roots, args.samplers)
+    points = SampleRound(samplers, config.host)(_now_ns())
+    if args.format == "json":
+        json.dump([point.to_json() for point in points], sys.stdout, indent=1)
+    else:
+        sys.stdout.write(encode_lines(points))
+    sys.stdout.write("\n")
+    return EXIT_OK
+
+
+def _now_ns() -> int:
+    import time
+
+    return time.time_ns()
+
+
+def _load_config(args: argparse.Namespace) -> AgentConfig:
+    config = agent_config.load(args.config)
+    overrides = {}
+    if args.proc_root is not None:
+        overrides["proc_root"] = args.proc_root
+    if args.sys_root is not None:
+        overrides["sys_root"] = args.sys_root
+    return dataclasses.replace(config, **overrides)
+
+
+def wait_for_stop_signal(seconds: float) -> bool:
+    """Sleep up to ``seconds``; True as soon as SIGTERM or SIGINT arrives.
+
+    The stop signals are blocked in every thread and taken here synchronously, so a
+    signal can never land in the middle of a spool write or a lock.
+    """
+    info = signal.sigtimedwait(STOP_SIGNALS, seconds)
+    if info is None:
+        return False
+    log.info("%s: flushing and stopping", signal.Signals(info.si_signo).name)
+    return True
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agent.daemon import Daemon, build_samplers
+    from agent.samplers.agent import AgentStats
+
+    config = _load_config(args)
+    if config.push is not None and config.push.token is not None:
+        # From here on the token cannot reach the log, whatever prints it.
+        setup_logging(args.log_level, [config.push.token.reveal()])
+    # Blocked before any thread starts, so every thread inherits the mask.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    stats = AgentStats()
+    samplers = build_samplers(Roots(config.proc_root, config.sys_root), config.samplers, stats)
+    if not samplers:
+        log.warning("no sampler can run on this host: only the loop runs")
+
+    publishers, submitters, closers = [], [], []
+    shipper = None
+    if config.push is not None:
+        from agent.shipper import Shipper
+
+        push = config.push
+        try:
+            shipper = Shipper(
+                push.url,
+                push.token.reveal() if push.token else None,
+                push.org,
+                push.bucket,
+                push.spool_dir,
+                push.spool_max_bytes,
+                stats,
+                batch_seconds=push.batch_seconds,
+            )
+        except OSError as error:
+            raise ConfigError(
+                "push.spool_dir", f"cannot use {push.spool_dir}: {error.strerror}"
+            ) from None
+        shipper.start()
+        submitters.append(shipper)
+    metrics_server = None
+    if config.metrics is not None:
+        from agent.exposition import MetricsServer
+
+        try:
+            metrics_server = MetricsServer(config.metrics.address, config.metrics.port)
+        except OSError as error:
+            listen = f"{config.metrics.address}:{config.metrics.port}"
+            raise ConfigError(
+                "metrics.listen", f"cannot listen on {listen}: {error.strerror}"
+            ) from None
+        publishers.append(metrics_server)
+        closers.append(metrics_server.close)
+
+    log.info(
+        "agent started: host=%s interval=%ss samplers=%s push=%s metrics=%s",
+        config.host,
+        config.interval_seconds,
+        ",".join(sampler.name for sampler in samplers) or "none",
+        config.push.url if config.push else "off",
+        f"http://{metrics_server.address}:{metrics_server.port}/metrics"
+        if metrics_server
+        else "off",
+    )
+    daemon = Daemon(config, samplers, stats, publishers, submitters)
+    daemon.run(wait_for_stop_signal)
+
+    if shipper is not None:
+        shipper.close(FLUSH_SECONDS_AT_STOP)
+    for close in closers:
+        close()
+    log.info("agent stopped after %d samples", daemon.ticks)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        if args.command == "sample":
+            return cmd_sample(args)
+        return cmd_run(args)
+    except ConfigError as error:
+        log.error("bad configuration: %s", error)
+        return EXIT_USAGE

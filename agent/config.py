@@ -1,0 +1,335 @@
+"""The agent's configuration: a TOML file, then environment overrides, then checks.
+
+Keys (all optional)::
+
+    host = "node01"               # the host tag; default: this machine's hostname
+    interval_seconds = 1          # sampling period, >= 0.1; ticks align to the wall clock
+    proc_root = "/proc"           # where procfs is (a captured tree in tests)
+    sys_root = "/sys"             # where sysfs is
+    samplers = ["cpu", "disk"]    # default: every sampler whose data this host has
+
+    [push]                        # InfluxDB v2 write API; no url: no push
+    url = "http://head:8086"
+    token = "..."                 # or token_file = "/etc/epochscope/token"
+    bucket = "epochscope"
+    org = "epochscope"
+    spool_dir = "/var/lib/epochscope/spool"
+    spool_max_bytes = 536870912   # 512 MiB; when full the oldest points are dropped
+    batch_seconds = 5             # once caught up, send at most this often (0: every tick)
+
+    [metrics]
+    listen = "127.0.0.1:9711"     # Prometheus /metrics; "" turns it off
+
+Every key can be overridden from the environment: ``EPOCHSCOPE_<KEY>`` for a top-level
+key and ``EPOCHSCOPE_<SECTION>_<KEY>`` for a key in a section (``EPOCHSCOPE_PUSH_TOKEN``,
+``EPOCHSCOPE_INTERVAL_SECONDS``); a list is written comma-separated.
+
+A bad configuration raises ``ConfigError`` naming the key and the reason. The push token
+is held in a ``Secret`` whose repr and str never show it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import stat
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.samplers import SAMPLER_NAMES
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "EPOCHSCOPE_"
+DEFAULT_INTERVAL_SECONDS = 1.0
+MIN_INTERVAL_SECONDS = 0.1
+DEFAULT_SPOOL_DIR = Path("/var/lib/epochscope/spool")
+DEFAULT_SPOOL_MAX_BYTES = 512 * 2**20
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9711"
+DEFAULT_BUCKET = "epochscope"
+DEFAULT_ORG = "epochscope"
+DEFAULT_BATCH_SECONDS = 5.0
+
+
+class ConfigError(ValueError):
+    """A key of the configuration is wrong; the message names it and says why."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class Secret:
+    """A string that is never shown: its repr and str are ``***``."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class PushConfig:
+    url: str
+    token: Secret | None
+    bucket: str = DEFAULT_BUCKET
+    org: str = DEFAULT_ORG
+    spool_dir: Path = DEFAULT_SPOOL_DIR
+    spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
+    batch_seconds: float = DEFAULT_BATCH_SECONDS
+
+
+@dataclass(frozen=True)
+class MetricsListen:
+    address: str
+    port: int
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    host: str = field(default_factory=socket.gethostname)
+    interval_seconds: float = DEFAULT_INTERVAL_SECONDS
+    proc_root: Path = Path("/proc")
+    sys_root: Path = Path("/sys")
+    # None: every sampler whose data this host has.
+    samplers: tuple[str, ...] | None = None
+    push: PushConfig | None = None
+    metrics: MetricsListen | None = MetricsListen("127.0.0.1", 9711)
+
+
+# The accepted keys and the type each must have, per section ("" is the top level).
+_STR, _NUMBER, _INT, _STR_LIST = "a string", "a number", "an integer", "a list of strings"
+_KEYS: dict[str, dict[str, str]] = {
+    "": {
+        "host": _STR,
+        "interval_seconds": _NUMBER,
+        "proc_root": _STR,
+        "sys_root": _STR,
+        "samplers": _STR_LIST,
+    },
+    "push": {
+        "url": _STR,
+        "token": _STR,
+        "token_file": _STR,
+        "bucket": _STR,
+        "org": _STR,
+        "spool_dir": _STR,
+        "spool_max_bytes": _INT,
+        "batch_seconds": _NUMBER,
+    },
+    "metrics": {"listen": _STR},
+}
+_SECRET_KEYS = {"push.token"}
+
+
+def _dotted(section: str, key: str) -> str:
+    return f"{section}.{key}" if section else key
+
+
+def _check_type(name: str, expected: str, value: Any) -> None:
+    ok = {
+        _STR: isinstance(value, str),
+        _NUMBER: isinstance(value, int | float) and not isinstance(value, bool),
+        _INT: isinstance(value, int) and not isinstance(value, bool),
+        _STR_LIST: isinstance(value, list) and all(isinstance(v, str) for v in value),
+    }[expected]
+    if not ok:
+        shown = "" if name in _SECRET_KEYS else f" (got {type(value).__name__})"
+        raise ConfigError(name, f"must be {expected}{shown}")
+
+
+def _from_env_text(name: str, expected: str, text: str) -> Any:
+    """Convert an environment variable's text to the type the key wants."""
+    if expected == _STR:
+        return text
+    if expected == _STR_LIST:
+        return [part.strip() for part in text.split(",") if part.strip()]
+    try:
+        return int(text) if expected == _INT else float(text)
+    except ValueError:
+        raise ConfigError(name, f"must be {expected} (got {text!r} from the environment)") from None
+
+
+def apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """``raw`` with every ``EPOCHSCOPE_*`` variable naming a known key laid over it.
+
+    Other ``EPOCHSCOPE_*`` variables are left alone: tools beside the agent use that
+    prefix too.
+    """
+    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    for section, keys in _KEYS.items():
+        for key, expected in keys.items():
+            env_name = ENV_PREFIX + (f"{section}_{key}" if section else key).upper()
+            if env_name not in environ:
+                continue
+            value = _from_env_text(_dotted(section, key), expected, environ[env_name])
+            if section:
+                table = merged.setdefault(section, {})
+                if not isinstance(table, dict):
+                    raise ConfigError(section, "must be a table")
+                table[key] = value
+            else:
+                merged[key] = value
+    return merged
+
+
+def _check_keys(raw: Mapping[str, Any]) -> None:
+    for key, value in raw.items():
+        if key in _KEYS and key != "":
+            if not isinstance(value, dict):
+                raise ConfigError(key, f"must be a table ([{key}])")
+            for sub_key, sub_value in value.items():
+                expected = _KEYS[key].get(sub_key)
+                if expected is None:
+                    known = ", ".join(_KEYS[key])
+                    raise ConfigError(f"{key}.{sub_key}", f"unknown key (known: {known})")
+                _check_type(f"{key}.{sub_key}", expected, sub_value)
+        elif key in _KEYS[""]:
+            _check_type(key, _KEYS[""][key], value)
+        else:
+            known = ", ".join([*_KEYS[""], *(f"[{s}]" for s in _KEYS if s)])
+            raise ConfigError(key, f"unknown key (known: {known})")
+
+
+def parse_listen(text: str) -> MetricsListen | None:
+    """``"127.0.0.1:9711"``, ``"[::1]:9711"`` or ``":9711"`` (all addresses); ``""``: off."""
+    if text == "":
+        return None
+    address, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ConfigError("metrics.listen", f"must be ADDRESS:PORT or '' (got {text!r})")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ConfigError("metrics.listen", f"port must be 0..65535 (got {port})")
+    return MetricsListen(address.strip("[]") or "0.0.0.0", port)
+
+
+def _read_token_file(path: Path) -> Secret:
+    try:
+        token = path.read_text().strip()
+    except OSError as error:
+        raise ConfigError("push.token_file", f"cannot read {path}: {error.strerror}") from None
+    if not token:
+        raise ConfigError("push.token_file", f"{path} is empty")
+    warn_if_readable_by_others(path, "push token file")
+    return Secret(token)
+
+
+def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
+    url = table.get("url", "")
+    if not url:
+        if set(table) - {"url"}:
+            log.info("no push.url: push is off (the other [push] keys are unused)")
+        return None
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError("push.url", f"must start with http:// or https:// (got {url!r})")
+    if "token" in table and "token_file" in table:
+        raise ConfigError("push.token", "give token or token_file, not both")
+    token: Secret | None = None
+    if table.get("token"):
+        token = Secret(table["token"])
+    elif "token_file" in table:
+        token = _read_token_file(Path(table["token_file"]))
+    spool_max_bytes = table.get("spool_max_bytes", DEFAULT_SPOOL_MAX_BYTES)
+    if spool_max_bytes <= 0:
+        raise ConfigError("push.spool_max_bytes", f"must be > 0 (got {spool_max_bytes})")
+    batch_seconds = float(table.get("batch_seconds", DEFAULT_BATCH_SECONDS))
+    if not 0 <= batch_seconds <= 3600:
+        raise ConfigError("push.batch_seconds", f"must be 0..3600 (got {batch_seconds})")
+    for key in ("bucket", "org", "spool_dir"):
+        if key in table and not table[key]:
+            raise ConfigError(f"push.{key}", "must not be empty")
+    return PushConfig(
+        url=url.rstrip("/"),
+        token=token,
+        bucket=table.get("bucket", DEFAULT_BUCKET),
+        org=table.get("org", DEFAULT_ORG),
+        spool_dir=Path(table.get("spool_dir", DEFAULT_SPOOL_DIR)),
+        spool_max_bytes=spool_max_bytes,
+        batch_seconds=batch_seconds,
+    )
+
+
+def build(raw: Mapping[str, Any]) -> AgentConfig:
+    """Check a parsed configuration (file plus environment) and build the config."""
+    _check_keys(raw)
+    interval = float(raw.get("interval_seconds", DEFAULT_INTERVAL_SECONDS))
+    if not interval >= MIN_INTERVAL_SECONDS or interval == float("inf"):
+        raise ConfigError(
+            "interval_seconds", f"must be >= {MIN_INTERVAL_SECONDS} and finite (got {interval})"
+        )
+    samplers: tuple[str, ...] | None = None
+    if "samplers" in raw:
+        unknown = [name for name in raw["samplers"] if name not in SAMPLER_NAMES]
+        if unknown:
+            raise ConfigError(
+                "samplers",
+                f"unknown sampler {', '.join(map(repr, unknown))} "
+                f"(known: {', '.join(SAMPLER_NAMES)})",
+            )
+        samplers = tuple(dict.fromkeys(raw["samplers"]))  # keep order, drop repeats
+    host = raw.get("host") or socket.gethostname()
+    metrics_table = raw.get("metrics", {})
+    return AgentConfig(
+        host=host,
+        interval_seconds=interval,
+        proc_root=Path(raw.get("proc_root", "/proc")),
+        sys_root=Path(raw.get("sys_root", "/sys")),
+        samplers=samplers,
+        push=_push_config(raw.get("push", {})),
+        metrics=parse_listen(metrics_table.get("listen", DEFAULT_METRICS_LISTEN)),
+    )
+
+
+def warn_if_readable_by_others(path: Path, what: str) -> None:
+    """One warning when a file holding a secret can be read by group or others."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning(
+            "%s %s is readable by group/others (mode %o): chmod 600 it",
+            what,
+            path,
+            stat.S_IMODE(mode),
+        )
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except OSError as error:
+        raise ConfigError(str(path), f"cannot read: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        # The decoder's message gives line and column, never the text of the line.
+        raise ConfigError(str(path), f"invalid TOML: {error}") from None
+
+
+def load(path: Path | None, environ: Mapping[str, str] | None = None) -> AgentConfig:
+    """Read ``path`` (or nothing), lay the environment over it and check it."""
+    raw: dict[str, Any] = read_toml(path) if path is not None else {}
+    push_table = raw.get("push")
+    if path is not None and isinstance(push_table, dict) and "token" in push_table:
+        warn_if_readable_by_others(path, "config file with a push token")
+    return build(apply_env(raw, os.environ if environ is None else environ))

@@ -1,0 +1,153 @@
+"""The sampling loop: every tick, sample every sampler, publish and ship.
+
+Ticks sit on multiples of the interval on the wall clock (1 s: every whole second), so
+the points of every node line up. The next tick is always the next multiple after now:
+a slow sample skips ticks rather than queueing them, and a clock step does not make the
+loop race or stall.
+
+Each tick: every sampler's ``sample(now_ns)`` (a sampler that raises is logged once and
+tried again next tick), the ``host`` tag added, the points published to /metrics and
+submitted to the shipper; ``AgentStats.sample_duration_seconds`` is the wall time of the
+sampling, read by the ``agent`` self sampler at the next tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agent.config import AgentConfig
+from agent.point import Point
+from agent.samplers import SAMPLER_NAMES, Roots, Sampler, make_sampler
+from agent.samplers.agent import AgentStats
+from agent.schema import Tag
+
+log = logging.getLogger(__name__)
+
+
+class Publisher(Protocol):
+    def publish(self, points: Sequence[Point]) -> None: ...
+
+
+class Submitter(Protocol):
+    def submit(self, points: list[Point]) -> None: ...
+
+
+def next_tick_ns(now_ns: int, interval_ns: int) -> int:
+    """The first multiple of ``interval_ns`` strictly after ``now_ns``."""
+    return (now_ns // interval_ns + 1) * interval_ns
+
+
+def build_samplers(
+    roots: Roots, wanted: Sequence[str] | None, stats: AgentStats | None = None
+) -> list[Sampler]:
+    """The samplers to run: ``wanted`` (default: all) that find their data on this host.
+
+    One that cannot run is left out with one log line saying why. The self sampler is
+    given ``stats`` so that it reports this agent's spool and timings.
+    """
+    samplers: list[Sampler] = []
+    for name in wanted if wanted is not None else SAMPLER_NAMES:
+        try:
+            sampler = make_sampler(name, roots)
+            available = sampler.available()
+        except ImportError as error:
+            log.warning("sampler %s is off: cannot load it (%s)", name, error)
+            continue
+        except Exception as error:
+            log.warning("sampler %s is off: %s: %s", name, type(error).__name__, error)
+            continue
+        if not available:
+            # The sampler itself logs the one line saying what it did not find.
+            log.debug("sampler %s is off: its data is not on this host", name)
+            continue
+        if stats is not None and hasattr(sampler, "stats"):
+            sampler.stats = stats  # type: ignore[attr-defined]
+        samplers.append(sampler)
+    return samplers
+
+
+@dataclass
+class SampleRound:
+    """Runs every sampler once and tags the points with the host."""
+
+    samplers: Sequence[Sampler]
+    host: str
+    _failing: set[str] = field(default_factory=set)
+
+    def __call__(self, now_ns: int) -> list[Point]:
+        points: list[Point] = []
+        for sampler in self.samplers:
+            try:
+                sampled = sampler.sample(now_ns)
+            except Exception:
+                if sampler.name not in self._failing:
+                    self._failing.add(sampler.name)
+                    log.exception(
+                        "sampler %s failed; retrying every tick, logged once until it works",
+                        sampler.name,
+                    )
+                continue
+            if sampler.name in self._failing:
+                self._failing.discard(sampler.name)
+                log.info("sampler %s works again", sampler.name)
+            for point in sampled:
+                point.tags[Tag.HOST] = self.host
+            points.extend(sampled)
+        return points
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: AgentConfig,
+        samplers: Sequence[Sampler],
+        stats: AgentStats,
+        publishers: Sequence[Publisher] = (),
+        submitters: Sequence[Submitter] = (),
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.interval_ns = round(config.interval_seconds * 1e9)
+        self.sample_round = SampleRound(samplers, config.host)
+        self.stats = stats
+        self.publishers = publishers
+        self.submitters = submitters
+        self.clock_ns = clock_ns
+        self.ticks = 0
+        self.skipped_ticks = 0
+
+    def tick(self) -> list[Point]:
+        started = time.perf_counter()
+        points = self.sample_round(self.clock_ns())
+        self.stats.sample_duration_seconds = time.perf_counter() - started
+        for publisher in self.publishers:
+            publisher.publish(points)
+        for submitter in self.submitters:
+            try:
+                submitter.submit(points)
+            except Exception:
+                log.exception("handing a sample to %r failed", submitter)
+        self.ticks += 1
+        return points
+
+    def run(self, wait: Callable[[float], bool]) -> None:
+        """Tick until ``wait(seconds)`` returns True (a stop was asked for)."""
+        next_ns = next_tick_ns(self.clock_ns(), self.interval_ns)
+        while True:
+            now_ns = self.clock_ns()
+            if next_ns - now_ns > self.interval_ns:  # the clock was stepped back
+                next_ns = next_tick_ns(now_ns, self.interval_ns)
+            if wait(max(0, next_ns - now_ns) / 1e9):
+                return
+            if self.clock_ns() < next_ns:
+                continue  # woken early: wait for the rest
+            self.tick()
+            after = next_tick_ns(self.clock_ns(), self.interval_ns)
+            missed = (after - next_ns) // self.interval_ns - 1
+            if missed > 0:
+                self.skipped_ticks += missed
+                log.debug("sampling took longer than the interval: skipped %d ticks", missed)
+            next_ns = after

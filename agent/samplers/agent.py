@@ -1,0 +1,76 @@
+"""The agent's own cost and health: what watching the node costs the node.
+
+Measurement ``agent``, no tags beyond ``host``. Fields (see ``agent.schema.AgentSelf``):
+
+=======================  =======  =======  ==============================================
+field                    kind     unit     source
+=======================  =======  =======  ==============================================
+cpu_seconds              counter  seconds  ``os.times()`` user + system of this process
+rss_bytes                gauge    bytes    ``psutil.Process().memory_info().rss``
+sample_duration_seconds  gauge    seconds  ``AgentStats``: wall time of the last round
+spool_bytes              gauge    bytes    ``AgentStats``: bytes waiting in the spool
+spool_points             gauge    count    ``AgentStats``: points waiting in the spool
+points_dropped           counter  count    ``AgentStats``: points lost to a full spool
+=======================  =======  =======  ==============================================
+
+``cpu_seconds`` stays a float for the same reason as the ``cpu`` measurement: whole
+seconds would quantise a small per-second cost to zero. It covers this process only
+(threads included, children not). The last four fields are copied from the
+:class:`AgentStats` in the ``stats`` attribute, which the daemon replaces with the one
+its shipper updates; until then they read zero. Always available: it reads the live
+process, never the ``--proc-root`` tree.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import psutil
+
+from agent.point import Point
+from agent.samplers.base import Roots
+from agent.schema import AgentSelf
+
+
+@dataclass
+class AgentStats:
+    """What the daemon and shipper know about themselves; copied into every sample."""
+
+    sample_duration_seconds: float = 0.0
+    spool_bytes: int = 0
+    spool_points: int = 0
+    points_dropped: int = 0
+
+
+class AgentSampler:
+    name = AgentSelf.NAME
+
+    def __init__(self, roots: Roots, stats: AgentStats | None = None) -> None:
+        self.stats = stats if stats is not None else AgentStats()
+        self._process = psutil.Process()
+
+    def available(self) -> bool:
+        return True
+
+    def sample(self, now_ns: int) -> list[Point]:
+        times = os.times()
+        stats = self.stats
+        fields: dict[str, int | float] = {
+            AgentSelf.CPU_SECONDS: times.user + times.system,
+            AgentSelf.RSS_BYTES: float(self._own_process().memory_info().rss),
+            AgentSelf.SAMPLE_DURATION_SECONDS: float(stats.sample_duration_seconds),
+            AgentSelf.SPOOL_BYTES: float(stats.spool_bytes),
+            AgentSelf.SPOOL_POINTS: float(stats.spool_points),
+            AgentSelf.POINTS_DROPPED: int(stats.points_dropped),
+        }
+        return [Point(AgentSelf.NAME, {}, fields, now_ns)]
+
+    def _own_process(self) -> psutil.Process:
+        # A daemon that forks after building its samplers must not report its parent.
+        if self._process.pid != os.getpid():
+            self._process = psutil.Process()
+        return self._process
+
+
+SAMPLER = AgentSampler

@@ -1,0 +1,153 @@
+"""Memory levels from ``<proc>/meminfo`` and paging counters from ``<proc>/vmstat``.
+
+Measurement ``memory``, no tags beyond ``host``. Fields (see ``agent.schema.Memory``):
+
+===================  =======  =========  ==============================================
+field                kind     unit       source
+===================  =======  =========  ==============================================
+total_bytes          gauge    bytes      meminfo ``MemTotal`` x 1024
+free_bytes           gauge    bytes      ``MemFree`` x 1024
+available_bytes      gauge    bytes      ``MemAvailable`` x 1024 (Linux 3.14+)
+cached_bytes         gauge    bytes      ``Cached`` x 1024: the page cache (includes shmem)
+buffers_bytes        gauge    bytes      ``Buffers`` x 1024
+dirty_bytes          gauge    bytes      ``Dirty`` x 1024
+writeback_bytes      gauge    bytes      ``Writeback`` x 1024
+active_file_bytes    gauge    bytes      ``Active(file)`` x 1024 (2.6.28+)
+inactive_file_bytes  gauge    bytes      ``Inactive(file)`` x 1024 (2.6.28+)
+shmem_bytes          gauge    bytes      ``Shmem`` x 1024 (2.6.32+)
+pgpgin               counter  kibibytes  vmstat ``pgpgin``
+pgpgout              counter  kibibytes  vmstat ``pgpgout``
+pgfault              counter  count      vmstat ``pgfault``
+pgmajfault           counter  count      vmstat ``pgmajfault``
+===================  =======  =========  ==============================================
+
+meminfo says "kB" but means KiB, hence x 1024. A key the kernel does not print (an old
+kernel has no ``MemAvailable``) gives no field, never a zero. ``Cached`` includes
+``Shmem`` (tmpfs, shared memory), which cannot be dropped like file cache; the data set
+of a training run shows up in ``Cached`` and in ``Active(file)``/``Inactive(file)``.
+Without a readable vmstat the point carries the meminfo fields only.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from agent.point import Point
+from agent.samplers.base import Roots, read_text
+from agent.samplers.host_common import ProblemLog
+from agent.schema import FieldName, Memory
+
+log = logging.getLogger(__name__)
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+MEMINFO_FIELDS: dict[str, FieldName] = {
+    "MemTotal": Memory.TOTAL_BYTES,
+    "MemFree": Memory.FREE_BYTES,
+    "MemAvailable": Memory.AVAILABLE_BYTES,
+    "Cached": Memory.CACHED_BYTES,
+    "Buffers": Memory.BUFFERS_BYTES,
+    "Dirty": Memory.DIRTY_BYTES,
+    "Writeback": Memory.WRITEBACK_BYTES,
+    "Active(file)": Memory.ACTIVE_FILE_BYTES,
+    "Inactive(file)": Memory.INACTIVE_FILE_BYTES,
+    "Shmem": Memory.SHMEM_BYTES,
+}
+VMSTAT_FIELDS: dict[str, FieldName] = {
+    "pgpgin": Memory.PGPGIN,
+    "pgpgout": Memory.PGPGOUT,
+    "pgfault": Memory.PGFAULT,
+    "pgmajfault": Memory.PGMAJFAULT,
+}
+
+
+def parse_meminfo(text: str, problems: list[str] | None = None) -> dict[str, int]:
+    """``/proc/meminfo`` as {key: value}, "kB" values converted to bytes.
+
+    Keys without a unit (``HugePages_Total``) are counts and stay as they are. Raises
+    ValueError when there is no ``MemTotal``: then this is not a meminfo file.
+    """
+    values: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        key, colon, rest = line.partition(":")
+        words = rest.split()
+        if not colon or not words or not (words[0].isascii() and words[0].isdigit()):
+            if problems is not None:
+                problems.append(f"line {number}: expected 'Key: value [kB]', skipped")
+            continue
+        value = int(words[0])
+        if len(words) > 1 and words[1] == "kB":
+            value *= 1024
+        values[key.strip()] = value
+    if "MemTotal" not in values:
+        raise ValueError("no MemTotal line")
+    return values
+
+
+def parse_vmstat(text: str, problems: list[str] | None = None) -> dict[str, int]:
+    """``/proc/vmstat`` as {name: value}."""
+    values: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        words = line.split()
+        if not words:
+            continue
+        # A few nr_* gauges can dip below zero transiently on some kernels: accept a
+        # sign, the counters we use are never negative.
+        if len(words) != 2 or not _INTEGER.fullmatch(words[1]):
+            if problems is not None:
+                problems.append(f"line {number}: expected 'name value', skipped")
+            continue
+        values[words[0]] = int(words[1])
+    return values
+
+
+class MemorySampler:
+    name = Memory.NAME
+
+    def __init__(self, roots: Roots) -> None:
+        self._meminfo_path = roots.proc / "meminfo"
+        self._vmstat_path = roots.proc / "vmstat"
+        self._meminfo_problems = ProblemLog(log, self._meminfo_path)
+        self._vmstat_problems = ProblemLog(log, self._vmstat_path)
+
+    def available(self) -> bool:
+        return self._read_meminfo() is not None
+
+    def sample(self, now_ns: int) -> list[Point]:
+        meminfo = self._read_meminfo()
+        if meminfo is None:
+            return []
+        fields: dict[str, int | float] = {
+            field: float(meminfo[key]) for key, field in MEMINFO_FIELDS.items() if key in meminfo
+        }
+        vmstat = self._read_vmstat()
+        fields.update({field: vmstat[key] for key, field in VMSTAT_FIELDS.items() if key in vmstat})
+        return [Point(Memory.NAME, {}, fields, now_ns)]
+
+    def _read_meminfo(self) -> dict[str, int] | None:
+        text = read_text(self._meminfo_path)
+        if text is None:
+            return None
+        problems: list[str] = []
+        try:
+            meminfo = parse_meminfo(text, problems)
+        except ValueError as error:
+            problems.append(str(error))
+            meminfo = None
+        self._meminfo_problems.report(problems)
+        return meminfo
+
+    def _read_vmstat(self) -> dict[str, int]:
+        text = read_text(self._vmstat_path)
+        if text is None:
+            return {}
+        problems: list[str] = []
+        vmstat = parse_vmstat(text, problems)
+        self._vmstat_problems.report(problems)
+        return vmstat
+
+
+SAMPLER = MemorySampler

@@ -1,0 +1,458 @@
+"""Push points to an InfluxDB v2 write endpoint, through a disk spool.
+
+``submit`` writes the batch to the spool (durable before it returns, never waits on the
+network); a background thread sends the spool oldest-first with influxdb-client's
+synchronous write API (line protocol, precision ns, the client's own retries off) and
+deletes a segment only after a 2xx. Once caught up it waits ``batch_seconds`` before the
+next request, so that one request carries several ticks (each HTTP request costs the
+agent about a millisecond of CPU; a flush or a stop cuts the wait short). Any InfluxDB v2
+write endpoint works: the epochscope collector, InfluxDB 2/3, VictoriaMetrics 1.79
+(influxdb-client posts to ``/api/v2/write``, which VictoriaMetrics accepts).
+
+What happens on each answer:
+
+- 2xx: the segments are deleted.
+- connection refused, timeout, 5xx, 401, 429: the segments stay; retry after a backoff
+  that doubles from 0.5 s up to ``backoff_max_seconds`` (429/503 ``Retry-After`` is
+  honoured up to that cap); logged once per outage.
+- any other 4xx (malformed data): logged with the line number from the server's message
+  when it gives one, and the segment is deleted, its points counted in ``points_dropped``.
+  A batch of several segments is first retried one segment at a time, so only the
+  poisoned segment is lost.
+
+Counts are mirrored into the ``AgentStats`` the self sampler reports: ``spool_bytes``,
+``spool_points``, ``points_dropped``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import json
+import logging
+import re
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.point import Point, encode_line
+from agent.spool import Segment, Spool
+
+if TYPE_CHECKING:
+    from agent.samplers.agent import AgentStats
+
+log = logging.getLogger(__name__)
+
+BACKOFF_START_SECONDS = 0.5
+BATCH_MAX_BYTES = 1 << 20
+BATCH_MAX_SEGMENTS = 64
+HTTP_TIMEOUT_SECONDS = 10.0
+_LINE_NUMBER = re.compile(r"\bline[s()]*\s*:?\s*(\d+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a write attempt came to."""
+
+    delivered: bool
+    retry: bool  # not delivered, keep and retry later
+    status: int | None = None
+    message: str = ""
+    retry_after: float | None = None
+
+
+# influxdb-client's package __init__ files re-export ~700 generated API models and
+# services by importing every one of them; the write path needs a few dozen.
+_INFLUXDB_CLIENT_EAGER_PACKAGES = (
+    "influxdb_client",
+    "influxdb_client.domain",
+    "influxdb_client.service",
+)
+
+
+def import_influxdb_client() -> Any:
+    """Import influxdb-client for writing, at about half its usual resident memory.
+
+    Two trims, measured with ``python -X importtime`` and VmRSS (see
+    bench/agent_overhead/README.md):
+
+    - numpy is hidden while influxdb-client loads: it imports numpy when it can, only to
+      serialise pandas DataFrames, which the agent never sends (~17 MB when numpy is
+      installed beside the agent). numpy is importable again afterwards.
+    - its package ``__init__`` files, which only re-export names, are replaced by lazy
+      ones (``lazy_package``) that import a name's module when the name is first used,
+      as SPEC 1 lazy loading does (~6 MB). Every name stays reachable.
+
+    Already imported (by anything): the module as it is.
+    """
+    if "influxdb_client" in sys.modules:
+        return sys.modules["influxdb_client"]
+    hide_numpy = "numpy" not in sys.modules
+    if hide_numpy:
+        sys.modules["numpy"] = None  # type: ignore[assignment]  # import raises ModuleNotFoundError
+    try:
+        for package in _INFLUXDB_CLIENT_EAGER_PACKAGES:
+            lazy_package(package)
+        import influxdb_client
+        import influxdb_client.client.influxdb_client
+        import influxdb_client.client.write_api  # loaded while numpy is hidden
+    finally:
+        if hide_numpy:
+            del sys.modules["numpy"]
+    return influxdb_client
+
+
+def lazy_package(name: str) -> bool:
+    """Put ``name`` in sys.modules without running its ``__init__``, resolving lazily.
+
+    Only for a package whose ``__init__`` holds nothing but a docstring, absolute
+    ``from module import name`` lines and ``alias = name`` assignments; any other
+    ``__init__`` is left to import normally (False).
+    """
+    if name in sys.modules:
+        return False
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None or not spec.submodule_search_locations:
+        return False
+    try:
+        tree = ast.parse(Path(spec.origin).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    sources: dict[str, tuple[str, str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "__future__":
+                continue
+            for alias in node.names:
+                if alias.name == "*":
+                    return False
+                sources[alias.asname or alias.name] = (node.module, alias.name)
+            continue
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in sources
+        ):
+            sources[node.targets[0].id] = sources[node.value.id]
+            continue
+        return False  # something this loader does not model: import it the usual way
+    module = importlib.util.module_from_spec(spec)
+
+    def __getattr__(attribute: str) -> Any:
+        try:
+            source, original = sources[attribute]
+        except KeyError:
+            raise AttributeError(f"module {name!r} has no attribute {attribute!r}") from None
+        value = getattr(importlib.import_module(source), original)
+        setattr(module, attribute, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(module)) | set(sources))
+
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]
+    module.__dir__ = __dir__  # type: ignore[method-assign]
+    sys.modules[name] = module
+    return True
+
+
+def line_number_in(message: str) -> int | None:
+    """The first line number a server's error message names, if any."""
+    match = _LINE_NUMBER.search(message)
+    return int(match[1]) if match else None
+
+
+def _server_message(body: Any) -> str:
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    text = str(body or "").strip()
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        return text[:500]
+    if isinstance(decoded, dict) and "message" in decoded:
+        return str(decoded["message"])[:500]
+    return text[:500]
+
+
+class InfluxWriter:
+    """One InfluxDB v2 write endpoint through influxdb-client; never raises."""
+
+    def __init__(self, url: str, token: str | None, org: str, bucket: str) -> None:
+        import_influxdb_client()
+        from influxdb_client.client.influxdb_client import InfluxDBClient
+        from influxdb_client.client.write_api import SYNCHRONOUS
+        from influxdb_client.domain.write_precision import WritePrecision
+        from influxdb_client.rest import ApiException
+
+        self._bucket = bucket
+        self._org = org
+        self._precision = WritePrecision.NS
+        self._client = InfluxDBClient(
+            url=url,
+            token=token,
+            org=org,
+            timeout=int(HTTP_TIMEOUT_SECONDS * 1000),
+            retries=False,
+            enable_gzip=False,
+        )
+        self._write_api = self._client.write_api(write_options=SYNCHRONOUS)
+        self._api_exception = ApiException
+
+    def write(self, body: bytes) -> Outcome:
+        try:
+            self._write_api.write(
+                bucket=self._bucket, org=self._org, record=body, write_precision=self._precision
+            )
+        except self._api_exception as error:
+            status = int(error.status or 0)
+            message = _server_message(error.body) or str(error.reason or "")
+            retry_after = _retry_after(error.headers)
+            retry = status in (401, 408, 429) or status >= 500 or status == 0
+            return Outcome(False, retry, status, message, retry_after)
+        except Exception as error:  # refused, reset, timeout: the endpoint is not there
+            return Outcome(False, True, None, f"{type(error).__name__}: {_short(error)}")
+        return Outcome(True, False, 204)
+
+    def close(self) -> None:
+        try:
+            self._client.close()
+        except Exception:  # closing a pool of dead connections must not stop a shutdown
+            log.debug("closing the InfluxDB client failed", exc_info=True)
+
+
+def _short(error: Exception) -> str:
+    # urllib3 wraps the cause several times over; the innermost reason says it best.
+    reason = getattr(error, "reason", None)
+    return str(reason if reason is not None else error)[:300]
+
+
+def _retry_after(headers: Any) -> float | None:
+    if not headers:
+        return None
+    value = headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class Shipper:
+    """Durable, ordered, at-least-once delivery of points to one write endpoint."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        org: str,
+        bucket: str,
+        spool_dir: Path,
+        spool_max_bytes: int = 512 * 2**20,
+        stats: AgentStats | None = None,
+        *,
+        batch_seconds: float = 0.0,
+        backoff_max_seconds: float = 30.0,
+    ) -> None:
+        self.url = url
+        self._token = token
+        self._org = org
+        self._bucket = bucket
+        self.stats = stats
+        self.batch_seconds = batch_seconds
+        self.backoff_max_seconds = backoff_max_seconds
+        self.spool = Spool(Path(spool_dir), spool_max_bytes)
+        self._writer: InfluxWriter | None = None
+        self._wake = threading.Condition()
+        self._new_data = False  # set by submit: wakes an idle sender
+        self._flush_asked = False  # set by flush: also cuts a backoff short
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._isolate_until_seq = 0  # send one segment at a time up to this one
+        self._outage_logged = False
+        self._spool_error_logged = False
+        self._update_stats()
+
+    def __repr__(self) -> str:
+        return f"Shipper(url={self.url!r}, spool_dir={str(self.spool.directory)!r})"
+
+    # The sampling side.
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._writer = InfluxWriter(self.url, self._token, self._org, self._bucket)
+        self._thread = threading.Thread(target=self._run, name="shipper", daemon=True)
+        self._thread.start()
+
+    def submit(self, points: Sequence[Point]) -> None:
+        """Spool the points (durably) and wake the sender; never waits on the network."""
+        lines = [line for line in map(encode_line, points) if line]
+        if not lines:
+            return
+        body = "\n".join(lines).encode()
+        try:
+            self.spool.append(body, len(lines))
+        except OSError as error:
+            self.spool.count_dropped(len(lines))
+            if not self._spool_error_logged:
+                self._spool_error_logged = True
+                log.error(
+                    "cannot write to the spool %s (%s): dropping points until it works again",
+                    self.spool.directory,
+                    error.strerror,
+                )
+        else:
+            self._spool_error_logged = False
+        self._update_stats()
+        with self._wake:
+            self._new_data = True
+            self._wake.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Ask for an immediate attempt; True once the spool is empty (within ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        with self._wake:
+            self._flush_asked = True
+            self._wake.notify_all()
+        while len(self.spool):
+            if self._thread is None or not self._thread.is_alive():
+                return False
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(0.05, remaining))
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush for up to ``timeout`` seconds, then stop; what is left stays spooled."""
+        deadline = time.monotonic() + timeout
+        flushed = self.flush(timeout)
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(max(0.1, deadline - time.monotonic()))
+        if self._writer is not None:
+            self._writer.close()
+        if not flushed and len(self.spool):
+            log.warning(
+                "stopping with %d points (%d bytes) still spooled in %s: "
+                "they are sent at the next start",
+                self.spool.points,
+                self.spool.bytes,
+                self.spool.directory,
+            )
+        self._update_stats()
+
+    # The sender thread.
+
+    def _wait_for_data(self) -> None:
+        """Idle: wait until something is submitted, a flush is asked for, or a stop."""
+        with self._wake:
+            while not (self._new_data or self._flush_asked or self._stopping):
+                self._wake.wait()
+            self._new_data = self._flush_asked = False
+
+    def _pause(self, seconds: float) -> None:
+        """Wait out a backoff or a batch window; new data does not cut it short, a flush
+        or a stop does."""
+        deadline = time.monotonic() + seconds
+        with self._wake:
+            while not (self._flush_asked or self._stopping):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._wake.wait(remaining)
+            self._new_data = self._flush_asked = False
+
+    def _run(self) -> None:
+        backoff = BACKOFF_START_SECONDS
+        while not self._stopping:
+            oldest = self.spool.oldest()
+            if oldest is None:
+                self._wait_for_data()
+                continue
+            single = oldest.seq <= self._isolate_until_seq
+            batch = self.spool.peek(BATCH_MAX_BYTES, 1 if single else BATCH_MAX_SEGMENTS)
+            outcome = self._send(batch)
+            if outcome.delivered:
+                self.spool.remove(batch)
+                backoff = BACKOFF_START_SECONDS
+                if self._outage_logged:
+                    self._outage_logged = False
+                    log.info("push to %s works again: sending the spool", self.url)
+                if self.batch_seconds > 0 and self.spool.oldest() is None:
+                    # Caught up: let a few ticks gather so that one request carries them.
+                    self._update_stats()
+                    self._pause(self.batch_seconds)
+                    continue
+            elif outcome.retry:
+                self.spool.release(batch)
+                self._log_outage(outcome)
+                wait = min(outcome.retry_after or backoff, self.backoff_max_seconds)
+                backoff = min(backoff * 2, self.backoff_max_seconds)
+                self._update_stats()
+                self._pause(wait)
+                continue
+            elif len(batch) > 1:
+                # Find the poisoned segment: resend this batch one segment at a time.
+                self.spool.release(batch)
+                self._isolate_until_seq = batch[-1].seq
+            else:
+                self._log_rejected(batch[0], outcome)
+                self.spool.remove(batch, dropped=True)
+            self._update_stats()
+
+    def _send(self, batch: list[Segment]) -> Outcome:
+        try:
+            body = b"\n".join(segment.read() for segment in batch)
+        except OSError as error:
+            return Outcome(False, False, None, f"cannot read the spool: {error.strerror}")
+        assert self._writer is not None
+        return self._writer.write(body)
+
+    def _log_outage(self, outcome: Outcome) -> None:
+        if self._outage_logged:
+            return
+        self._outage_logged = True
+        what = f"HTTP {outcome.status}" if outcome.status else "unreachable"
+        if outcome.status == 401:
+            what += " (the token was refused)"
+        log.warning(
+            "push to %s failed (%s: %s): keeping points in the spool and retrying; "
+            "logged once until it works",
+            self.url,
+            what,
+            self._redact(outcome.message),
+        )
+
+    def _log_rejected(self, segment: Segment, outcome: Outcome) -> None:
+        line = line_number_in(outcome.message)
+        where = f" at line {line} of {segment.path.name}" if line else f" ({segment.path.name})"
+        log.error(
+            "%s rejected %d points with HTTP %s%s: %s; dropped them",
+            self.url,
+            segment.points,
+            outcome.status,
+            where,
+            self._redact(outcome.message),
+        )
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._token, "***") if self._token else text
+
+    def _update_stats(self) -> None:
+        if self.stats is None:
+            return
+        self.stats.spool_bytes = self.spool.bytes
+        self.stats.spool_points = self.spool.points
+        self.stats.points_dropped = self.spool.points_dropped

@@ -1,0 +1,672 @@
+"""The per-epoch view of a run: one row per (host, epoch) plus a ``host="*"`` row per epoch.
+
+Epoch windows come from the workload events and are cut per host on that host's own clock:
+an epoch's window on host H runs from the earliest ``epoch_start`` of H's ranks to the latest
+``epoch_end`` of H's ranks. Every node metric of H is then measured over that window (see
+``collector.counters``), so clock skew between hosts never mixes two clocks in one number.
+
+Columns (``COLUMNS``, in this order; MB = 10^6 bytes, rates per second of the window):
+
+=========================  ==================================================================
+host, epoch                the host (``*`` for all hosts together) and the epoch number
+start, end                 window bounds, ISO-8601 UTC on the host's clock
+seconds                    window length
+images                     images the host's ranks processed (``epoch_end.images``; the sum
+                           of the rank's ``step`` images when a rank has no ``epoch_end`` yet)
+images_per_second          images / seconds
+disk_read_bytes/_mbps      block devices of kind ``disk`` (partitions, dm, md, loop excluded:
+disk_write_bytes           their I/O is already counted on the disk below them)
+nfs_server_read_bytes/mbps bytes fetched from NFS servers, each duplicate mount group once
+nfs_app_read_bytes         bytes applications read from NFS mounts (page-cache hits included)
+nfs_cache_hit_ratio        1 - server_read / app_read, when app_read > 0
+ib_rcv/xmit_bytes, _mbps   all InfiniBand ports
+net_rx/tx_bytes            all interfaces but loopback (IPoIB interfaces included)
+rx_minus_tx_mbps           receive minus send on the fabric: InfiniBand when the host shows
+                           any InfiniBand traffic during the run, else the NICs. With shared
+                           storage on the fabric this is the storage read rate (gradients
+                           are sent and received in equal amounts).
+page_cache_delta_bytes     ``memory.cached_bytes`` at end minus at start
+major_faults               ``memory.pgmajfault`` growth
+cpu_util_percent           share of all CPU time that is neither idle nor iowait
+iowait_percent             share of all CPU time in iowait
+gpu_util_percent           time-weighted mean utilisation over the host's GPUs
+=========================  ==================================================================
+
+The ``*`` row of an epoch adds up the hosts that ran it:
+
+- images and every byte or fault count are sums over hosts;
+- ``seconds`` is the *longest* per-host window, each measured on its own clock. The ranks
+  synchronise every step, so every host's span is the same epoch seen through a different
+  clock; taking the longest never credits the cluster with time a skewed clock lost.
+  Rates (images/s, MB/s) are the summed amounts over these seconds;
+- ``start``/``end`` are the earliest start and latest end over hosts: indicative only,
+  as they mix clocks;
+- CPU percentages pool all hosts' CPU seconds; GPU utilisation averages all GPUs;
+  the cache-hit ratio is computed from the summed NFS bytes.
+
+A value that cannot be measured (no such device on the host, no samples in the window) is
+``None``: missing data is never reported as zero.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from agent.schema import (
+    Cpu,
+    Disk,
+    DiskKind,
+    Event,
+    Gpu,
+    Infiniband,
+    InterfaceKind,
+    Memory,
+    Net,
+    Nfs,
+    Tag,
+    Workload,
+)
+from collector.counters import (
+    NS_PER_SECOND,
+    counter_increases,
+    gauge_deltas,
+    gauge_means,
+    nansum_or_nan,
+)
+from collector.store_api import ReadStore, SeriesData, SeriesInfo, WorkloadEvent
+
+ALL_HOSTS = "*"
+BYTES_PER_MB = 1_000_000
+
+COLUMNS: tuple[str, ...] = (
+    "host",
+    "epoch",
+    "start",
+    "end",
+    "seconds",
+    "images",
+    "images_per_second",
+    "disk_read_bytes",
+    "disk_read_mbps",
+    "disk_write_bytes",
+    "nfs_server_read_bytes",
+    "nfs_server_read_mbps",
+    "nfs_app_read_bytes",
+    "nfs_cache_hit_ratio",
+    "ib_rcv_bytes",
+    "ib_xmit_bytes",
+    "ib_rcv_mbps",
+    "ib_xmit_mbps",
+    "net_rx_bytes",
+    "net_tx_bytes",
+    "rx_minus_tx_mbps",
+    "page_cache_delta_bytes",
+    "major_faults",
+    "cpu_util_percent",
+    "iowait_percent",
+    "gpu_util_percent",
+)
+
+
+# --------------------------------------------------------------------------------------
+# Epoch windows from workload events
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpochWindow:
+    """One epoch as seen on one host (times on that host's clock)."""
+
+    host: str
+    epoch: int
+    start_ns: int
+    end_ns: int
+    images: float
+    ranks: tuple[int, ...]
+    complete: bool  # every rank of the host that started the epoch also ended it
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_SECOND
+
+
+def _epoch_of(event: WorkloadEvent) -> int | None:
+    value = event.fields.get(Workload.EPOCH)
+    if value is None or isinstance(value, str):
+        return None
+    return int(value)
+
+
+def _number(event: WorkloadEvent, name: str) -> float | None:
+    value = event.fields.get(name)
+    if value is None or isinstance(value, str):
+        return None
+    number = float(value)
+    return None if math.isnan(number) else number
+
+
+def assign_epochs(events: Iterable[WorkloadEvent]) -> list[tuple[WorkloadEvent, int]]:
+    """Epoch events and steps with their epoch: a step without an ``epoch`` field belongs to
+    its rank's latest ``epoch_start``."""
+    current: dict[tuple[str, int], int] = {}
+    out = []
+    for event in events:
+        key = (event.host, event.rank)
+        if event.event == Event.EPOCH_START:
+            epoch = _epoch_of(event)
+            if epoch is not None:
+                current[key] = epoch
+                out.append((event, epoch))
+        elif event.event in (Event.EPOCH_END, Event.STEP):
+            epoch = _epoch_of(event)
+            if epoch is None:
+                epoch = current.get(key)
+            if epoch is not None:
+                out.append((event, epoch))
+    return out
+
+
+EPOCH_KINDS = (Event.RUN_START, Event.EPOCH_START, Event.EPOCH_END, Event.RUN_END)
+_KINDS_SUPPORT: dict[type, bool] = {}
+
+
+def run_events(
+    store: ReadStore,
+    run_id: str,
+    kinds: tuple[str, ...] | None = None,
+    since_ns: int | None = None,
+) -> list[WorkloadEvent]:
+    """A run's events of the given kinds, filtered by the store when it can (so a run's
+    many ``step`` events are not decoded when only its epochs are wanted)."""
+    if kinds is None:
+        return store.events(run_id, since_ns)
+    supported = _KINDS_SUPPORT.get(type(store))
+    if supported is None:
+        try:
+            supported = "kinds" in inspect.signature(store.events).parameters
+        except (TypeError, ValueError):
+            supported = False
+        _KINDS_SUPPORT[type(store)] = supported
+    if supported:
+        return store.events(run_id, since_ns, kinds=kinds)
+    return [e for e in store.events(run_id, since_ns) if e.event in kinds]
+
+
+def report_events(store: ReadStore, run_id: str) -> list[WorkloadEvent]:
+    """What the per-epoch view needs: the run's epoch events, plus the ``step`` events of
+    epochs still open (a live epoch ends at its latest step and counts its steps' images).
+    A finished run's steps are never read."""
+    events = run_events(store, run_id, EPOCH_KINDS)
+    started: dict[tuple[str, int, int], int] = {}
+    ended: set[tuple[str, int, int]] = set()
+    for event in events:
+        epoch = _epoch_of(event)
+        if epoch is None:
+            continue
+        key = (event.host, event.rank, epoch)
+        if event.event == Event.EPOCH_START:
+            started.setdefault(key, event.time_ns)
+        elif event.event == Event.EPOCH_END:
+            ended.add(key)
+    open_starts = [t for key, t in started.items() if key not in ended]
+    if not open_starts:
+        return events
+    steps = run_events(store, run_id, (Event.STEP,), since_ns=min(open_starts) - 1)
+    return sorted(events + steps, key=lambda e: (e.time_ns, e.rank))
+
+
+def epoch_windows(events: Iterable[WorkloadEvent]) -> list[EpochWindow]:
+    """Per-host epoch windows, sorted by epoch then host."""
+    starts: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
+    ends: dict[tuple[str, int], dict[int, WorkloadEvent]] = defaultdict(dict)
+    steps: dict[tuple[str, int], dict[int, list[WorkloadEvent]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for event, epoch in assign_epochs(events):
+        key = (event.host, epoch)
+        if event.event == Event.EPOCH_START:
+            previous = starts[key].get(event.rank)
+            starts[key][event.rank] = (
+                event.time_ns if previous is None else min(previous, event.time_ns)
+            )
+        elif event.event == Event.EPOCH_END:
+            ends[key][event.rank] = event
+        else:
+            steps[key][event.rank].append(event)
+
+    windows = []
+    for key in sorted(set(starts) | set(ends) | set(steps), key=lambda k: (k[1], k[0])):
+        host, epoch = key
+        ranks = sorted(set(starts[key]) | set(ends[key]) | set(steps[key]))
+        rank_ends = ends[key]
+        step_times = [s.time_ns for rank_steps in steps[key].values() for s in rank_steps]
+        start_candidates = list(starts[key].values())
+        if not start_candidates:  # no epoch_start seen: back off from the first end or step
+            for end_event in rank_ends.values():
+                seconds = _number(end_event, Workload.SECONDS)
+                if seconds is not None:
+                    start_candidates.append(end_event.time_ns - int(seconds * NS_PER_SECOND))
+            start_candidates += step_times
+        if not start_candidates:
+            continue
+        complete = all(rank in rank_ends for rank in ranks)
+        end_candidates = [e.time_ns for e in rank_ends.values()]
+        if not complete:
+            end_candidates += step_times
+        start_ns = min(start_candidates)
+        end_ns = max(end_candidates, default=start_ns)
+
+        images = 0.0
+        for rank in ranks:
+            end_event = rank_ends.get(rank)
+            rank_images = _number(end_event, Workload.IMAGES) if end_event else None
+            if rank_images is None:
+                rank_images = sum(
+                    _number(s, Workload.IMAGES) or 0.0 for s in steps[key].get(rank, [])
+                )
+            images += rank_images
+        windows.append(EpochWindow(host, epoch, start_ns, end_ns, images, tuple(ranks), complete))
+    return windows
+
+
+# --------------------------------------------------------------------------------------
+# Node metrics per window
+# --------------------------------------------------------------------------------------
+
+CPU_BUSY_FIELDS = (
+    Cpu.USER_SECONDS,
+    Cpu.NICE_SECONDS,
+    Cpu.SYSTEM_SECONDS,
+    Cpu.IRQ_SECONDS,
+    Cpu.SOFTIRQ_SECONDS,
+    Cpu.STEAL_SECONDS,
+)
+CPU_ALL_FIELDS = (*CPU_BUSY_FIELDS, Cpu.IDLE_SECONDS, Cpu.IOWAIT_SECONDS)
+
+
+def _is_disk(info: SeriesInfo) -> bool:
+    return info.tags.get(Tag.KIND) == DiskKind.DISK
+
+
+def _not_loopback(info: SeriesInfo) -> bool:
+    return info.tags.get(Tag.KIND) != InterfaceKind.LOOPBACK
+
+
+def _not_duplicate(info: SeriesInfo) -> bool:
+    return not info.tags.get(Tag.DUPLICATE_OF)
+
+
+def _any(info: SeriesInfo) -> bool:
+    return True
+
+
+COUNTER, GAUGE_DELTA, GAUGE_MEAN = "counter", "gauge_delta", "gauge_mean"
+
+
+@dataclass(frozen=True)
+class HostTotal:
+    """How one per-host amount is made from stored series."""
+
+    key: str
+    measurement: str
+    field: str
+    how: str  # COUNTER (sum of growths) | GAUGE_DELTA (sum of deltas) | GAUGE_MEAN
+    keep: Callable[[SeriesInfo], bool] = _any
+
+
+HOST_TOTALS: tuple[HostTotal, ...] = (
+    HostTotal("disk_read", Disk.NAME, Disk.READ_BYTES, COUNTER, _is_disk),
+    HostTotal("disk_write", Disk.NAME, Disk.WRITE_BYTES, COUNTER, _is_disk),
+    HostTotal("nfs_server_read", Nfs.NAME, Nfs.SERVER_READ_BYTES, COUNTER, _not_duplicate),
+    HostTotal("nfs_app_read", Nfs.NAME, Nfs.APP_READ_BYTES, COUNTER, _not_duplicate),
+    HostTotal("ib_rcv", Infiniband.NAME, Infiniband.RCV_BYTES, COUNTER),
+    HostTotal("ib_xmit", Infiniband.NAME, Infiniband.XMIT_BYTES, COUNTER),
+    HostTotal("net_rx", Net.NAME, Net.RX_BYTES, COUNTER, _not_loopback),
+    HostTotal("net_tx", Net.NAME, Net.TX_BYTES, COUNTER, _not_loopback),
+    HostTotal("page_cache_delta", Memory.NAME, Memory.CACHED_BYTES, GAUGE_DELTA),
+    HostTotal("major_faults", Memory.NAME, Memory.PGMAJFAULT, COUNTER),
+    *(HostTotal(f"cpu_{f}", Cpu.NAME, f, COUNTER) for f in CPU_ALL_FIELDS),
+    HostTotal("gpu_util", Gpu.NAME, Gpu.UTILIZATION_PERCENT, GAUGE_MEAN),
+)
+
+
+def read_host_series(
+    store: ReadStore,
+    totals: Iterable[HostTotal],
+    hosts: set[str],
+    start_ns: int,
+    end_ns: int,
+) -> dict[tuple[str, str], list[SeriesData]]:
+    """The series behind each ``HostTotal`` for each host, read in one store call.
+
+    Keyed by (total key, host).
+    """
+    wanted: list[tuple[str, SeriesInfo]] = []
+    for total in totals:
+        for info in store.list_series(total.measurement, total.field):
+            if info.host in hosts and total.keep(info):
+                wanted.append((total.key, info))
+    data = store.read_series([info for _, info in wanted], start_ns, end_ns) if wanted else []
+    by_key: dict[tuple[str, str], list[SeriesData]] = defaultdict(list)
+    for (key, info), series in zip(wanted, data, strict=True):
+        by_key[(key, info.host)].append(series)
+    return by_key
+
+
+def window_amounts(
+    how: str, series: list[SeriesData], starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(amount per window, number of series with data per window) for one host total.
+
+    COUNTER and GAUGE_DELTA amounts add up over series; GAUGE_MEAN returns the sum of the
+    series' means, to be divided by the count.
+    """
+    function = {COUNTER: counter_increases, GAUGE_DELTA: gauge_deltas, GAUGE_MEAN: gauge_means}[how]
+    results = [function(s.times_ns, s.values, starts, ends) for s in series]
+    if not results:
+        return np.full(starts.shape, np.nan), np.zeros(starts.shape)
+    count = np.sum([~np.isnan(r) for r in results], axis=0).astype(np.float64)
+    return nansum_or_nan(results, starts.size), count
+
+
+# --------------------------------------------------------------------------------------
+# Rows
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class EpochAmounts:
+    """Additive amounts of one (host, epoch) or of all hosts for one epoch: rows are
+    derived from these, so the ``*`` row is made by adding hosts' amounts, not rates."""
+
+    host: str
+    epoch: int
+    start_ns: int
+    end_ns: int
+    seconds: float
+    images: float
+    values: dict[str, float] = field(default_factory=dict)  # HostTotal key -> amount
+    gpu_count: float = 0.0
+    fabric: str = ""  # "ib" | "net" | "" (neither)
+
+
+def _sum_present(values: Iterable[float]) -> float:
+    present = [v for v in values if not math.isnan(v)]
+    return sum(present) if present else math.nan
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    if denominator is None or not denominator or math.isnan(denominator):
+        return math.nan
+    return numerator / denominator
+
+
+def iso_utc(time_ns: int) -> str:
+    moment = datetime.fromtimestamp(time_ns / NS_PER_SECOND, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _clean_number(value: float, digits: int | None) -> float | int | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if digits is None:
+        return round(float(value))
+    return round(float(value), digits)
+
+
+@dataclass(frozen=True)
+class EpochRow:
+    """One line of the per-epoch report. ``None`` means "no data", never zero."""
+
+    host: str
+    epoch: int
+    start_ns: int
+    end_ns: int
+    seconds: float
+    images: int
+    images_per_second: float | None
+    disk_read_bytes: int | None
+    disk_read_mbps: float | None
+    disk_write_bytes: int | None
+    nfs_server_read_bytes: int | None
+    nfs_server_read_mbps: float | None
+    nfs_app_read_bytes: int | None
+    nfs_cache_hit_ratio: float | None
+    ib_rcv_bytes: int | None
+    ib_xmit_bytes: int | None
+    ib_rcv_mbps: float | None
+    ib_xmit_mbps: float | None
+    net_rx_bytes: int | None
+    net_tx_bytes: int | None
+    rx_minus_tx_mbps: float | None
+    page_cache_delta_bytes: int | None
+    major_faults: int | None
+    cpu_util_percent: float | None
+    iowait_percent: float | None
+    gpu_util_percent: float | None
+
+    @property
+    def start(self) -> str:
+        return iso_utc(self.start_ns)
+
+    @property
+    def end(self) -> str:
+        return iso_utc(self.end_ns)
+
+    @property
+    def storage_read_bytes(self) -> int | None:
+        """Disk plus NFS-server reads: what came from storage rather than the page cache."""
+        parts = [v for v in (self.disk_read_bytes, self.nfs_server_read_bytes) if v is not None]
+        return sum(parts) if parts else None
+
+    @property
+    def storage_read_mbps(self) -> float | None:
+        parts = [v for v in (self.disk_read_mbps, self.nfs_server_read_mbps) if v is not None]
+        return sum(parts) if parts else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row with exactly ``COLUMNS`` as keys (JSON-ready)."""
+        return {column: getattr(self, column) for column in COLUMNS}
+
+
+def row_from_amounts(amounts: EpochAmounts) -> EpochRow:
+    v = amounts.values
+    seconds = amounts.seconds
+
+    def get(key: str) -> float:
+        return v.get(key, math.nan)
+
+    def per_second_mb(key: str) -> float:
+        return _ratio(get(key), seconds) / BYTES_PER_MB
+
+    # a field a kernel does not report (steal on old kernels) is left out, not zero
+    cpu_total = _sum_present(get(f"cpu_{f}") for f in CPU_ALL_FIELDS)
+    cpu_busy = _sum_present(get(f"cpu_{f}") for f in CPU_BUSY_FIELDS)
+    app_read = get("nfs_app_read")
+    hit_ratio = (
+        1.0 - get("nfs_server_read") / app_read
+        if not math.isnan(app_read) and app_read > 0
+        else math.nan
+    )
+    if amounts.fabric == "ib":
+        fabric_net = get("ib_rcv") - get("ib_xmit")
+    elif amounts.fabric == "net":
+        fabric_net = get("net_rx") - get("net_tx")
+    else:
+        fabric_net = math.nan
+    gpu_util = _ratio(get("gpu_util"), amounts.gpu_count)
+
+    return EpochRow(
+        host=amounts.host,
+        epoch=amounts.epoch,
+        start_ns=amounts.start_ns,
+        end_ns=amounts.end_ns,
+        seconds=round(seconds, 3),
+        images=round(float(amounts.images)),
+        images_per_second=_clean_number(_ratio(amounts.images, seconds), 2),
+        disk_read_bytes=_clean_number(get("disk_read"), None),
+        disk_read_mbps=_clean_number(per_second_mb("disk_read"), 3),
+        disk_write_bytes=_clean_number(get("disk_write"), None),
+        nfs_server_read_bytes=_clean_number(get("nfs_server_read"), None),
+        nfs_server_read_mbps=_clean_number(per_second_mb("nfs_server_read"), 3),
+        nfs_app_read_bytes=_clean_number(app_read, None),
+        nfs_cache_hit_ratio=_clean_number(hit_ratio, 4),
+        ib_rcv_bytes=_clean_number(get("ib_rcv"), None),
+        ib_xmit_bytes=_clean_number(get("ib_xmit"), None),
+        ib_rcv_mbps=_clean_number(per_second_mb("ib_rcv"), 3),
+        ib_xmit_mbps=_clean_number(per_second_mb("ib_xmit"), 3),
+        net_rx_bytes=_clean_number(get("net_rx"), None),
+        net_tx_bytes=_clean_number(get("net_tx"), None),
+        rx_minus_tx_mbps=_clean_number(_ratio(fabric_net, seconds) / BYTES_PER_MB, 3),
+        page_cache_delta_bytes=_clean_number(get("page_cache_delta"), None),
+        major_faults=_clean_number(get("major_faults"), None),
+        cpu_util_percent=_clean_number(100.0 * _ratio(cpu_busy, cpu_total), 2),
+        iowait_percent=_clean_number(100.0 * _ratio(get("cpu_iowait_seconds"), cpu_total), 2),
+        gpu_util_percent=_clean_number(gpu_util, 2),
+    )
+
+
+def _add(total: float, value: float) -> float:
+    if math.isnan(value):
+        return total
+    return value if math.isnan(total) else total + value
+
+
+def all_hosts_amounts(epoch: int, hosts: list[EpochAmounts]) -> EpochAmounts:
+    """The ``*`` amounts of one epoch: sums over hosts, longest per-host span."""
+    combined = EpochAmounts(
+        host=ALL_HOSTS,
+        epoch=epoch,
+        start_ns=min(h.start_ns for h in hosts),
+        end_ns=max(h.end_ns for h in hosts),
+        seconds=max(h.seconds for h in hosts),
+        images=sum(h.images for h in hosts),
+        gpu_count=sum(h.gpu_count for h in hosts),
+    )
+    keys = {key for h in hosts for key in h.values}
+    for key in keys:
+        total = math.nan
+        for h in hosts:
+            total = _add(total, h.values.get(key, math.nan))
+        combined.values[key] = total
+    # The fabric difference is added host by host, each on its own fabric.
+    fabric_net = math.nan
+    for h in hosts:
+        if h.fabric == "ib":
+            fabric_net = _add(fabric_net, h.values["ib_rcv"] - h.values["ib_xmit"])
+        elif h.fabric == "net":
+            fabric_net = _add(fabric_net, h.values["net_rx"] - h.values["net_tx"])
+    combined.values["fabric_net"] = fabric_net
+    combined.fabric = "mixed"
+    return combined
+
+
+def _all_hosts_row(amounts: EpochAmounts) -> EpochRow:
+    row = row_from_amounts(amounts)
+    fabric_mbps = _ratio(amounts.values["fabric_net"], amounts.seconds) / BYTES_PER_MB
+    return replace(row, rx_minus_tx_mbps=_clean_number(fabric_mbps, 3))
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    """Rows of a run (host rows of each epoch, then its ``*`` row) and what they came from."""
+
+    run_id: str
+    windows: list[EpochWindow]
+    rows: list[EpochRow]
+    amounts: list[EpochAmounts]  # same order as rows
+
+    def host_rows(self) -> list[EpochRow]:
+        return [row for row in self.rows if row.host != ALL_HOSTS]
+
+    def total_rows(self) -> list[EpochRow]:
+        return [row for row in self.rows if row.host == ALL_HOSTS]
+
+
+def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmounts]:
+    """Measure every node metric over every host's epoch windows (one store read)."""
+    if not windows:
+        return []
+    by_host: dict[str, list[EpochWindow]] = defaultdict(list)
+    for window in windows:
+        by_host[window.host].append(window)
+    span_start = min(w.start_ns for w in windows)
+    span_end = max(w.end_ns for w in windows)
+    series = read_host_series(store, HOST_TOTALS, set(by_host), span_start, span_end)
+
+    out: list[EpochAmounts] = []
+    for host, host_windows in by_host.items():
+        starts = np.array([w.start_ns for w in host_windows], dtype=np.int64)
+        ends = np.array([w.end_ns for w in host_windows], dtype=np.int64)
+        values: dict[str, np.ndarray] = {}
+        gpu_count = np.zeros(starts.shape)
+        for total in HOST_TOTALS:
+            amount, count = window_amounts(
+                total.how, series.get((total.key, host), []), starts, ends
+            )
+            values[total.key] = amount
+            if total.key == "gpu_util":
+                gpu_count = count
+        fabric = _host_fabric(series, host, int(starts.min()), int(ends.max()))
+        for i, window in enumerate(host_windows):
+            out.append(
+                EpochAmounts(
+                    host=host,
+                    epoch=window.epoch,
+                    start_ns=window.start_ns,
+                    end_ns=window.end_ns,
+                    seconds=window.seconds,
+                    images=window.images,
+                    values={key: float(array[i]) for key, array in values.items()},
+                    gpu_count=float(gpu_count[i]),
+                    fabric=fabric,
+                )
+            )
+    return out
+
+
+def _host_fabric(
+    series: dict[tuple[str, str], list[SeriesData]], host: str, start_ns: int, end_ns: int
+) -> str:
+    """``ib`` if any InfiniBand port of the host moved bytes during the run, else ``net``."""
+    for key in ("ib_rcv", "ib_xmit"):
+        for s in series.get((key, host), []):
+            growth = counter_increases(s.times_ns, s.values, [start_ns], [end_ns])[0]
+            if not math.isnan(growth) and growth > 0:
+                return "ib"
+    if series.get(("net_rx", host)) or series.get(("net_tx", host)):
+        return "net"
+    return ""
+
+
+def build_report(store: ReadStore, run_id: str) -> EpochReport:
+    """The per-epoch report of a run (empty when the run has no epoch events)."""
+    windows = epoch_windows(report_events(store, run_id))
+    amounts = epoch_amounts(store, windows)
+    by_epoch: dict[int, list[EpochAmounts]] = defaultdict(list)
+    for a in amounts:
+        by_epoch[a.epoch].append(a)
+    rows: list[EpochRow] = []
+    ordered: list[EpochAmounts] = []
+    for epoch in sorted(by_epoch):
+        hosts = sorted(by_epoch[epoch], key=lambda a: a.host)
+        for a in hosts:
+            rows.append(row_from_amounts(a))
+            ordered.append(a)
+        combined = all_hosts_amounts(epoch, hosts)
+        rows.append(_all_hosts_row(combined))
+        ordered.append(combined)
+    return EpochReport(run_id=run_id, windows=windows, rows=rows, amounts=ordered)
+
+
+def epoch_rows(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
+    """The report as a list of dicts with exactly ``COLUMNS`` as keys."""
+    return [row.to_dict() for row in build_report(store, run_id).rows]

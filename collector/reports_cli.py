@@ -1,0 +1,410 @@
+"""``collector report``, ``collector runs`` and ``collector scaling``.
+
+``report RUN_ID``   the per-epoch, per-host table of a run (collector.epochs), as a rich
+                    table, CSV or JSON (a list of row dicts with exactly the report's
+                    columns). ``--findings`` adds the findings: after the table, on stderr
+                    for CSV (so the CSV stays clean), or as ``{"rows": [...],
+                    "findings": [...]}`` for JSON.
+``runs``            every run, newest first; JSON keys run_id, framework, model, hosts,
+                    world_size, start, end, state.
+``scaling``         scaling tables over stored runs (collector.scaling), or over given
+                    numbers with ``--throughput 1:283,4:1099,8:2075 --gpus-per-node 4``.
+
+Exit status: 0 on success, 1 when the run or the store is not there, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from collector.epochs import ALL_HOSTS, COLUMNS, EpochRow, build_report, iso_utc
+from collector.findings import Finding, run_findings
+from collector.scaling import THROUGHPUT_KEYS, parse_throughput, scaling_rows, throughput_table
+from collector.store_api import ReadStore, RunInfo
+
+RUNS_KEYS = ("run_id", "framework", "model", "hosts", "world_size", "start", "end", "state")
+VICTORIAMETRICS = "victoriametrics"
+
+
+class CliError(Exception):
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def open_store(args: argparse.Namespace) -> ReadStore:
+    """The SQLite file at ``--db``, or the Prometheus-API store named by ``--backend``."""
+    backend = getattr(args, "backend", None)
+    if backend:
+        kind, sep, url = backend.partition("=")
+        if kind != VICTORIAMETRICS or not sep or not url:
+            raise CliError(f"--backend must be {VICTORIAMETRICS}=URL, not {backend!r}", 2)
+        try:
+            from collector.victoriametrics import VictoriaMetricsStore
+        except ImportError as error:
+            raise CliError(f"the VictoriaMetrics backend is not available: {error}") from None
+        return VictoriaMetricsStore(url)
+    path = Path(args.db)
+    if not path.is_file():
+        raise CliError(f"no store at {path} (start `collector serve --db {path}` first)")
+    from collector.store import SqliteStore
+
+    return SqliteStore(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    try:
+        if args.command == "scaling" and args.throughput:
+            return print_throughput_scaling(args, out)
+        store = open_store(args)
+        if args.command == "report":
+            return print_report(store, args, out)
+        if args.command == "runs":
+            return print_runs(store, args, out)
+        if args.command == "scaling":
+            return print_stored_scaling(store, args, out)
+        raise CliError(f"unknown command {args.command}", 2)
+    except CliError as error:
+        print(f"collector {args.command}: {error}", file=sys.stderr)
+        return error.status
+
+
+# --------------------------------------------------------------------------------------
+# formatting helpers
+# --------------------------------------------------------------------------------------
+
+
+def write_json(data: Any, out) -> None:
+    json.dump(data, out, indent=2, allow_nan=False)
+    out.write("\n")
+
+
+def write_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str], out) -> None:
+    writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(
+            {k: ("" if row.get(k) is None else _csv_value(row.get(k))) for k in columns}
+        )
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return " ".join(map(str, value))
+    return value
+
+
+def _console(out):
+    from rich.console import Console
+
+    # Wide tables must not be squeezed into 80 columns when stdout is a pipe or a file.
+    return Console(file=out, width=None if out.isatty() else 400, soft_wrap=False)
+
+
+def human_bytes(value: float | None) -> str:
+    if value is None:
+        return "–"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:,.1f} {unit}"
+    return f"{value:,.0f} B"
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+# --------------------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------------------
+
+# (header, how to show the row's value) for the human table; CSV/JSON use COLUMNS as is.
+TABLE_COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("host", lambda r: r.host),
+    ("epoch", lambda r: str(r.epoch)),
+    ("start (UTC)", lambda r: r.start[11:19]),
+    ("s", lambda r: _number(r.seconds)),
+    ("images", lambda r: f"{r.images:,}"),
+    ("img/s", lambda r: _number(r.images_per_second)),
+    ("disk read", lambda r: human_bytes(r.disk_read_bytes)),
+    ("disk MB/s", lambda r: _number(r.disk_read_mbps)),
+    ("disk write", lambda r: human_bytes(r.disk_write_bytes)),
+    ("NFS server", lambda r: human_bytes(r.nfs_server_read_bytes)),
+    ("NFS MB/s", lambda r: _number(r.nfs_server_read_mbps)),
+    ("NFS app", lambda r: human_bytes(r.nfs_app_read_bytes)),
+    ("NFS hit", lambda r: _number(r.nfs_cache_hit_ratio, 2)),
+    ("IB rcv", lambda r: human_bytes(r.ib_rcv_bytes)),
+    ("IB xmit", lambda r: human_bytes(r.ib_xmit_bytes)),
+    ("IB rcv MB/s", lambda r: _number(r.ib_rcv_mbps)),
+    ("IB xmit MB/s", lambda r: _number(r.ib_xmit_mbps)),
+    ("NIC rx", lambda r: human_bytes(r.net_rx_bytes)),
+    ("NIC tx", lambda r: human_bytes(r.net_tx_bytes)),
+    ("rx-tx MB/s", lambda r: _number(r.rx_minus_tx_mbps)),
+    ("cache Δ", lambda r: human_bytes(r.page_cache_delta_bytes)),
+    ("maj faults", lambda r: "–" if r.major_faults is None else f"{r.major_faults:,}"),
+    ("CPU %", lambda r: _number(r.cpu_util_percent)),
+    ("iowait %", lambda r: _number(r.iowait_percent)),
+    ("GPU %", lambda r: _number(r.gpu_util_percent)),
+)
+
+
+def report_table(run_id: str, rows: list[EpochRow]):
+    from rich.table import Table
+
+    table = Table(title=f"run {run_id}: per epoch, per host (MB = 10^6 bytes)")
+    for header, _ in TABLE_COLUMNS:
+        table.add_column(header, justify="left" if header == "host" else "right", no_wrap=True)
+    previous_epoch = None
+    for row in rows:
+        if previous_epoch is not None and row.epoch != previous_epoch:
+            table.add_section()
+        previous_epoch = row.epoch
+        style = "bold" if row.host == ALL_HOSTS else None
+        table.add_row(*(show(row) for _, show in TABLE_COLUMNS), style=style)
+    return table
+
+
+def print_findings(findings: list[Finding], console) -> None:
+    colours = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+    if not findings:
+        console.print("No findings.")
+        return
+    for finding in findings:
+        colour = colours.get(finding.severity, "")
+        console.print(f"[{colour}]{finding.severity.upper()}[/] {finding.title}")
+        console.print(f"  {finding.explanation}", highlight=False)
+        if finding.chart:
+            console.print(f"  chart: {finding.chart}", style="dim")
+
+
+def _find_run(store: ReadStore, run_id: str) -> RunInfo:
+    run = next((r for r in store.runs() if r.run_id == run_id), None)
+    if run is None:
+        raise CliError(f"no run {run_id!r} in the store (see `collector runs`)")
+    return run
+
+
+def print_report(store: ReadStore, args: argparse.Namespace, out) -> int:
+    _find_run(store, args.run_id)
+    report = build_report(store, args.run_id)
+    findings = run_findings(store, args.run_id, report) if args.findings else None
+    rows = [row.to_dict() for row in report.rows]
+    if args.format == "json":
+        if findings is not None:
+            write_json({"rows": rows, "findings": [f.to_dict() for f in findings]}, out)
+        else:
+            write_json(rows, out)
+    elif args.format == "csv":
+        write_csv(rows, COLUMNS, out)
+        if findings is not None:
+            print_findings(findings, _console(sys.stderr))
+    else:
+        console = _console(out)
+        if not report.rows:
+            console.print(f"run {args.run_id} has no epoch events yet")
+        else:
+            console.print(report_table(args.run_id, report.rows))
+        if findings is not None:
+            console.print()
+            print_findings(findings, console)
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# runs
+# --------------------------------------------------------------------------------------
+
+
+def _iso(time_ns: int | None) -> str | None:
+    return None if time_ns is None else iso_utc(time_ns)
+
+
+def runs_rows(store: ReadStore) -> list[dict[str, Any]]:
+    return [
+        {
+            "run_id": r.run_id,
+            "framework": r.framework,
+            "model": r.model,
+            "hosts": list(r.hosts),
+            "world_size": r.world_size,
+            "start": _iso(r.start_ns),
+            "end": _iso(r.end_ns),
+            "state": r.state,
+        }
+        for r in sorted(store.runs(), key=lambda r: r.start_ns, reverse=True)
+    ]
+
+
+def print_runs(store: ReadStore, args: argparse.Namespace, out) -> int:
+    rows = runs_rows(store)
+    if args.format == "json":
+        write_json(rows, out)
+        return 0
+    from rich.table import Table
+
+    table = Table(title="runs, newest first")
+    for key in RUNS_KEYS:
+        table.add_column(key, no_wrap=True)
+    for row in rows:
+        table.add_row(
+            row["run_id"],
+            row["framework"],
+            row["model"],
+            ", ".join(row["hosts"]),
+            str(row["world_size"]),
+            row["start"] or "",
+            row["end"] or "",
+            row["state"],
+        )
+    _console(out).print(table)
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# scaling
+# --------------------------------------------------------------------------------------
+
+
+def print_throughput_scaling(args: argparse.Namespace, out) -> int:
+    try:
+        rows = throughput_table(parse_throughput(args.throughput), args.gpus_per_node)
+    except ValueError as error:
+        raise CliError(str(error), 2) from None
+    dicts = [row.throughput_dict() for row in rows]
+    if args.format == "json":
+        write_json(dicts, out)
+    elif args.format == "csv":
+        write_csv(dicts, THROUGHPUT_KEYS, out)
+    else:
+        from rich.table import Table
+
+        table = Table(title="scaling against 1 GPU x N (ideal)")
+        for header in ("GPUs", "nodes", "img/s", "ideal", "efficiency", "speedup", "scope"):
+            table.add_column(header, justify="right")
+        for row in rows:
+            table.add_row(
+                str(row.gpus),
+                "–" if row.nodes is None else str(row.nodes),
+                _number(row.images_per_second),
+                _number(row.ideal),
+                f"{row.efficiency_percent}%",
+                f"{row.speedup:.2f}x",
+                row.scope,
+            )
+        _console(out).print(table)
+    return 0
+
+
+SCALING_COLUMNS = (
+    "run_id",
+    "framework",
+    "model",
+    "precision",
+    "batch_size",
+    "data_format",
+    "state",
+    "gpus",
+    "nodes",
+    "images_per_second",
+    "ideal",
+    "efficiency_percent",
+    "speedup",
+    "scope",
+    "throughput_source",
+    "final_top1",
+    "target_top1",
+    "epochs_to_target",
+    "seconds_to_target",
+)
+
+
+def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int:
+    rows = scaling_rows(store)
+    if args.format == "json":
+        write_json(rows, out)
+        return 0
+    if args.format == "csv":
+        write_csv(rows, SCALING_COLUMNS, out)
+        return 0
+    from rich.table import Table
+
+    console = _console(out)
+    if not rows:
+        console.print("no runs with throughput yet")
+        return 0
+    table = Table(title="scaling per group (framework, model, precision, batch/GPU, format)")
+    headers = (
+        "group",
+        "run",
+        "GPUs",
+        "nodes",
+        "img/s",
+        "ideal",
+        "eff.",
+        "speedup",
+        "scope",
+        "top-1",
+        "epochs to target",
+        "time to target",
+    )
+    for header in headers:
+        table.add_column(header, justify="left" if header in ("group", "run") else "right")
+    previous = None
+    for row in rows:
+        group = " ".join(
+            str(row[k])
+            for k in ("framework", "model", "precision", "batch_size", "data_format")
+            if row[k] not in (None, "")
+        )
+        if previous is not None and group != previous:
+            table.add_section()
+        table.add_row(
+            group if group != previous else "",
+            row["run_id"],
+            str(row["gpus"]),
+            str(row["nodes"]),
+            _number(row["images_per_second"]),
+            _number(row["ideal"]),
+            "–" if row["efficiency_percent"] is None else f"{row['efficiency_percent']}%",
+            "–" if row["speedup"] is None else f"{row['speedup']:.2f}x",
+            row["scope"],
+            _number(row["final_top1"], 3),
+            "–" if row["epochs_to_target"] is None else str(row["epochs_to_target"]),
+            _duration(row["seconds_to_target"]),
+        )
+        previous = group
+    console.print(table)
+    return 0
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    hours, rest = divmod(round(float(seconds)), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
+def render(args: argparse.Namespace, store: ReadStore | None = None) -> str:
+    """Run a subcommand against a given store and return what it printed (for tests and
+    the dashboard's export)."""
+    buffer = io.StringIO()
+    if args.command == "scaling" and args.throughput:
+        print_throughput_scaling(args, buffer)
+    else:
+        store = store if store is not None else open_store(args)
+        {"report": print_report, "runs": print_runs, "scaling": print_stored_scaling}[args.command](
+            store, args, buffer
+        )
+    return buffer.getvalue()

@@ -1,0 +1,510 @@
+"""``collector serve``: the InfluxDB write API in front of the store.
+
+Endpoints (what InfluxDB 2 answers, so the agent, the workloads, Telegraf and any InfluxDB
+client can write here):
+
+``POST /api/v2/write?bucket=B&org=O&precision=ns|us|ms|s``
+``POST /write?db=D&precision=n|ns|u|us|ms|s|m|h`` (InfluxDB 1 compatible)
+    Line protocol, optionally ``Content-Encoding: gzip``, plain or chunked. Bucket, org and
+    db are accepted and ignored: there is one store. Answers 204 once every valid line is
+    committed; 400 ``{"code": "invalid", "message": "... line N: ..."}`` when some lines are
+    malformed (the valid lines of the body are stored all the same, like InfluxDB's partial
+    writes); 401 without the token; 413 for a body over ``--max-body-bytes`` (decided from
+    Content-Length before reading, and while reading chunked or gzip bodies).
+``GET /health``, ``GET /ready``, ``GET|HEAD /ping`` (204): InfluxDB's shapes.
+
+Token (``--token-file``): ``Authorization: Token <t>`` (or ``Bearer``); on ``/write`` also
+Basic auth or ``?p=`` with the token as password. Without a token file, writes are open
+(the default listen address is loopback). The token is never logged, nor is a query string.
+
+Each request runs in its own thread. Bodies over ``PARALLEL_PARSE_BYTES`` are parsed in a
+pool of worker processes (parsing is CPU-bound Python, and the GIL would otherwise keep it on
+one core); the store keeps one writer connection behind a lock. Background maintenance
+compacts small blocks every ``COMPACT_SECONDS`` and applies ``--retention-days``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import concurrent.futures
+import hmac
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+import zlib
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from collector import lineprotocol
+from collector.lineprotocol import ParsedBody, PrecisionError
+from collector.store import SqliteStore
+
+log = logging.getLogger("collector.server")
+
+VERSION = "2.7.0-epochscope"  # what /ping and /health report; clients only check it exists
+PARALLEL_PARSE_BYTES = 256 * 1024
+COMPACT_SECONDS = 30.0
+RETENTION_SECONDS = 3600.0  # how often retention runs
+_READ_CHUNK = 1 << 16
+V2_PRECISIONS = ("ns", "us", "ms", "s")
+
+
+class HttpError(Exception):
+    """An error answer: status, InfluxDB error code and message."""
+
+    def __init__(self, status: int, code: str, message: str, close: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.close = close  # the body was not read: the connection cannot be reused
+
+
+class Sink:
+    """Where parsed bodies go: the SQLite store, or VictoriaMetrics plus local events."""
+
+    def __init__(self, store: SqliteStore, forwarder: object | None = None) -> None:
+        self.store = store
+        self.forwarder = forwarder  # collector.victoriametrics.Forwarder
+
+    def write(self, parsed: ParsedBody, text_lines: list[str] | None, precision: str) -> None:
+        if self.forwarder is None:
+            self.store.write(parsed)
+            return
+        self.forwarder.forward(parsed, text_lines, precision)  # type: ignore[attr-defined]
+        if parsed.events:
+            self.store.write(ParsedBody(events=parsed.events, points=len(parsed.events)))
+
+
+class ParsePool:
+    """Worker processes that parse large bodies; small ones are parsed in the caller."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._lock = threading.Lock()
+        self._executor: concurrent.futures.ProcessPoolExecutor | None = None
+
+    def _pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                context = multiprocessing.get_context("forkserver")
+                context.set_forkserver_preload(["collector.lineprotocol"])
+                self._executor = concurrent.futures.ProcessPoolExecutor(
+                    max_workers=self.workers, mp_context=context
+                )
+            return self._executor
+
+    def start(self) -> None:
+        """Start the workers now rather than on the first large body."""
+        if self.workers > 1:
+            futures = [self._pool().submit(os.getpid) for _ in range(self.workers)]
+            concurrent.futures.wait(futures)
+
+    def parse(self, body: bytes, precision: str | None, now_ns: int) -> ParsedBody:
+        if self.workers < 2 or len(body) < PARALLEL_PARSE_BYTES:
+            return lineprotocol.parse_body_bytes(body, precision, now_ns)
+        try:
+            future = self._pool().submit(lineprotocol.parse_body_bytes, body, precision, now_ns)
+            return future.result()
+        except concurrent.futures.BrokenExecutor:
+            log.warning("a parse worker died; starting new workers")
+            with self._lock:
+                self._executor = None
+            return lineprotocol.parse_body_bytes(body, precision, now_ns)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True, cancel_futures=True)
+                self._executor = None
+
+
+class CollectorServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        sink: Sink,
+        token: str | None = None,
+        max_body_bytes: int = 64 * 1024 * 1024,
+        parse_pool: ParsePool | None = None,
+    ) -> None:
+        super().__init__(address, WriteHandler)
+        self.sink = sink
+        self.token = token
+        self.max_body_bytes = max_body_bytes
+        self.parse_pool = parse_pool or ParsePool(1)
+        self.started = datetime.now(UTC)
+        self.started_monotonic = time.monotonic()
+
+
+class WriteHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "epochscope-collector"
+    server: CollectorServer
+
+    # ---------------------------------------------------------------- dispatch
+
+    def do_POST(self) -> None:
+        url = urlsplit(self.path)
+        try:
+            if url.path == "/api/v2/write":
+                self._write(parse_qs(url.query), v1=False)
+            elif url.path == "/write":
+                self._write(parse_qs(url.query), v1=True)
+            else:
+                raise HttpError(HTTPStatus.NOT_FOUND, "not found", "path not found", close=True)
+        except HttpError as error:
+            self._send_error(error)
+        except Exception:
+            log.exception("write failed")
+            self._send_error(
+                HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", "write failed")
+            )
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        if url.path == "/ping":
+            self._ping(parse_qs(url.query))
+        elif url.path == "/health":
+            self._health()
+        elif url.path == "/ready":
+            up = time.monotonic() - self.server.started_monotonic
+            started = self.server.started.isoformat(timespec="microseconds")
+            self._send_json(
+                HTTPStatus.OK,
+                {"status": "ready", "started": started.replace("+00:00", "Z"), "up": f"{up:.3f}s"},
+            )
+        else:
+            self._send_error(HttpError(HTTPStatus.NOT_FOUND, "not found", "path not found"))
+
+    def do_HEAD(self) -> None:
+        if urlsplit(self.path).path == "/ping":
+            self._ping({})
+        else:
+            self._send(HTTPStatus.NOT_FOUND, b"", "application/json; charset=utf-8", head=True)
+
+    # ---------------------------------------------------------------- endpoints
+
+    def _ping(self, query: dict[str, list[str]]) -> None:
+        if query.get("verbose", [""])[0].lower() == "true":
+            self._send_json(HTTPStatus.OK, {"version": VERSION})
+        else:
+            self._send(HTTPStatus.NO_CONTENT, b"", None, head=self.command == "HEAD")
+
+    def _health(self) -> None:
+        health = {
+            "name": "epochscope-collector",
+            "message": "ready for queries and writes",
+            "status": "pass",
+            "checks": [],
+            "version": VERSION,
+            "commit": "",
+        }
+        try:
+            self.server.sink.store.hosts()
+        except Exception as error:  # the store is unreadable: say so, as InfluxDB does
+            health.update(status="fail", message=f"store unavailable: {type(error).__name__}")
+            self._send_json(HTTPStatus.SERVICE_UNAVAILABLE, health)
+            return
+        self._send_json(HTTPStatus.OK, health)
+
+    def _write(self, query: dict[str, list[str]], v1: bool) -> None:
+        self._authorize(query, v1)
+        precision = query.get("precision", ["ns"])[0] or "ns"
+        if not v1 and precision not in V2_PRECISIONS:
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                "invalid",
+                f"invalid precision {precision!r}: use one of {', '.join(V2_PRECISIONS)}",
+                close=True,
+            )
+        try:
+            lineprotocol.precision_factor(precision)
+        except PrecisionError as error:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", str(error), close=True) from None
+        body = self._read_body()
+        now_ns = time.time_ns()
+        parsed = self.server.parse_pool.parse(body, precision, now_ns)
+        lines = None
+        if self.server.sink.forwarder is not None and (parsed.errors or parsed.untimed_lines):
+            lines = body.decode("utf-8", errors="replace").split("\n")
+        self.server.sink.write(parsed, lines, precision)
+        if parsed.errors:
+            shown = "; ".join(str(error) for error in parsed.errors[:10])
+            more = f" (and {len(parsed.errors) - 10} more)" if len(parsed.errors) > 10 else ""
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                "invalid",
+                f"partial write: {parsed.points} points written, "
+                f"{len(parsed.errors)} line(s) rejected: {shown}{more}",
+            )
+        self._send(HTTPStatus.NO_CONTENT, b"", None)
+
+    # ---------------------------------------------------------------- request parts
+
+    def _authorize(self, query: dict[str, list[str]], v1: bool) -> None:
+        token = self.server.token
+        if token is None:
+            return
+        offered: list[str] = []
+        header = self.headers.get("Authorization", "")
+        scheme, _, credentials = header.strip().partition(" ")
+        if scheme.lower() in ("token", "bearer"):
+            offered.append(credentials.strip())
+        elif v1 and scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
+                offered.append(decoded.partition(":")[2])
+            except (binascii.Error, UnicodeDecodeError):
+                pass
+        if v1:
+            offered.extend(query.get("p", []))
+        expected = token.encode("utf-8")
+        if not any(hmac.compare_digest(expected, given.encode("utf-8")) for given in offered):
+            raise HttpError(
+                HTTPStatus.UNAUTHORIZED, "unauthorized", "unauthorized access", close=True
+            )
+
+    def _read_body(self) -> bytes:
+        limit = self.server.max_body_bytes
+        too_large = HttpError(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            "request too large",
+            f"request body exceeds the limit of {limit} bytes",
+            close=True,
+        )
+        encoding = self.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("identity", "gzip", ""):
+            raise HttpError(
+                HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                "unsupported media type",
+                f"Content-Encoding {encoding!r} is not supported (use gzip or none)",
+                close=True,
+            )
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            raw = self._read_chunked(limit, too_large)
+        else:
+            length_header = self.headers.get("Content-Length")
+            if length_header is None:
+                raise HttpError(
+                    HTTPStatus.LENGTH_REQUIRED,
+                    "invalid",
+                    "Content-Length or chunked transfer encoding required",
+                    close=True,
+                )
+            try:
+                length = int(length_header)
+            except ValueError:
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST, "invalid", "bad Content-Length", close=True
+                ) from None
+            if length > limit:
+                raise too_large
+            if length < 0:
+                raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", "bad Content-Length", close=True)
+            raw = self.rfile.read(length)
+            if len(raw) != length:
+                raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", "body truncated", close=True)
+        if encoding == "gzip":
+            return _gunzip(raw, limit, too_large)
+        return raw
+
+    def _read_chunked(self, limit: int, too_large: HttpError) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            size_line = self.rfile.readline(1024)
+            try:
+                size = int(size_line.split(b";")[0].strip(), 16)
+            except ValueError:
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST, "invalid", "bad chunked encoding", close=True
+                ) from None
+            if size == 0:
+                # trailers end with an empty line
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass
+                return b"".join(parts)
+            total += size
+            if total > limit:
+                raise too_large
+            chunk = self.rfile.read(size)
+            if len(chunk) != size:
+                raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", "body truncated", close=True)
+            parts.append(chunk)
+            self.rfile.readline(8)  # the CRLF after each chunk
+
+    # ---------------------------------------------------------------- responses
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str | None,
+        head: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.send_response(status)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
+        self.send_header("X-Influxdb-Version", VERSION)
+        self.send_header("X-Influxdb-Build", "OSS")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if status != HTTPStatus.NO_CONTENT:
+            self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if body and not head:
+            self.wfile.write(body)
+
+    def _send_json(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
+        body = json.dumps(payload).encode("utf-8")
+        self._send(status, body, "application/json; charset=utf-8", headers=headers)
+
+    def _send_error(self, error: HttpError) -> None:
+        if error.close:
+            self.close_connection = True
+        headers = None
+        if error.status == HTTPStatus.UNAUTHORIZED:
+            headers = {"WWW-Authenticate": 'Token realm="epochscope"'}
+        self._send_json(error.status, {"code": error.code, "message": error.message}, headers)
+
+    # Request lines can carry the token (``/write?p=``): log method, path and status only.
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        path = urlsplit(self.path).path if hasattr(self, "path") else "-"
+        log.debug("%s %s %s", getattr(self, "command", "-"), path, code)
+
+    def log_error(self, format: str, *args: object) -> None:
+        log.debug("bad request from %s", self.client_address[0])
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("request from %s", self.client_address[0])
+
+
+def _gunzip(raw: bytes, limit: int, too_large: HttpError) -> bytes:
+    """Inflate a gzip body, stopping as soon as it grows past ``limit`` (gzip bombs)."""
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(raw, limit + 1)
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise too_large
+        out += inflater.flush()
+    except zlib.error as error:
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, "invalid", f"bad gzip body: {error}", close=True
+        ) from None
+    if len(out) > limit:
+        raise too_large
+    return out
+
+
+# -------------------------------------------------------------------- process
+
+
+def read_token(path: str | None) -> str | None:
+    """The token in ``path`` (surrounding whitespace ignored), or None without a path."""
+    if path is None:
+        return None
+    token = Path(path).read_text(encoding="utf-8").strip()
+    if not token:
+        raise SystemExit(f"collector: token file {path} is empty")
+    return token
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise SystemExit(f"collector: --listen wants HOST:PORT, got {listen!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class Maintenance(threading.Thread):
+    """Compacts small blocks and applies retention in the background."""
+
+    def __init__(self, store: SqliteStore, retention_days: float | None) -> None:
+        super().__init__(name="store-maintenance", daemon=True)
+        self.store = store
+        self.retention_days = retention_days
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        last_retention = 0.0
+        while not self.stopping.wait(COMPACT_SECONDS):
+            try:
+                self.store.compact()
+                now = time.monotonic()
+                if self.retention_days is not None and now - last_retention >= RETENTION_SECONDS:
+                    last_retention = now
+                    cutoff = time.time_ns() - int(self.retention_days * 86400e9)
+                    dropped = self.store.delete_before(cutoff)
+                    if dropped:
+                        log.info("retention: dropped %d blocks", dropped)
+            except Exception:
+                log.exception("store maintenance failed")
+
+
+def run(args) -> int:
+    logging.basicConfig(
+        level=os.environ.get("EPOCHSCOPE_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    token = read_token(args.token_file)
+    host, port = parse_listen(args.listen)
+    store = SqliteStore(args.db)
+    forwarder = None
+    if args.backend:
+        from collector.victoriametrics import Forwarder, parse_backend
+
+        forwarder = Forwarder(parse_backend(args.backend))
+    workers = min(os.cpu_count() or 1, 8)
+    pool = ParsePool(workers)
+    # worker processes import numpy: start them beside the server, not before it listens
+    threading.Thread(target=pool.start, name="parse-pool-start", daemon=True).start()
+    server = CollectorServer(
+        (host, port),
+        Sink(store, forwarder),
+        token=token,
+        max_body_bytes=args.max_body_bytes,
+        parse_pool=pool,
+    )
+    maintenance = Maintenance(store, args.retention_days)
+    maintenance.start()
+
+    def stop(signum: int, frame: object) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    bound_host, bound_port = server.server_address[:2]
+    where = f"backend {args.backend.partition('=')[0]}" if args.backend else f"db {args.db}"
+    log.info(
+        "listening on http://%s:%d (%s, token %s)",
+        bound_host,
+        bound_port,
+        where,
+        "required" if token else "not required",
+    )
+    sys.stderr.flush()
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        maintenance.stopping.set()
+        server.server_close()
+        pool.close()
+        store.close()
+    return 0

@@ -1,0 +1,97 @@
+"""End to end: ``agent sample --once`` over every captured host tree, diffed with golden files.
+
+Like node_exporter's end-to-end test: the real CLI in a subprocess, the roots pointed at
+``../shared/fixtures/roots/<tree>``, the whole JSON output compared with
+``tests/golden/agent_sample_<tree>.json`` (times set to 0). To regenerate after a
+deliberate change, run with ``EPOCHSCOPE_UPDATE_GOLDEN=1`` and review the diff.
+
+``gpu`` (NVML, not a file tree) and ``agent`` (this process's own CPU and memory) do
+not read the roots, so they are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.point import Point, encode_lines
+from agent.samplers import SAMPLER_NAMES
+from tests.conftest import FIXTURE_ROOTS, fixture_root
+
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
+UPDATE = os.environ.get("EPOCHSCOPE_UPDATE_GOLDEN") == "1"
+TREE_SAMPLERS = [name for name in SAMPLER_NAMES if name not in ("gpu", "agent")]
+TREES = (
+    sorted(p.name for p in FIXTURE_ROOTS.iterdir() if (p / "proc").is_dir())
+    if (FIXTURE_ROOTS.is_dir())
+    else []
+)
+
+
+def sample_once(tree: str, repo_env, output_format: str) -> str:
+    root = fixture_root(tree)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent",
+            "sample",
+            "--once",
+            "--proc-root",
+            str(root / "proc"),
+            "--sys-root",
+            str(root / "sys"),
+            "--format",
+            output_format,
+            "--host",
+            "golden",
+            "--samplers",
+            ",".join(TREE_SAMPLERS),
+        ],
+        capture_output=True,
+        text=True,
+        env=repo_env,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout
+
+
+def normalised(points: list[dict]) -> list[dict]:
+    times = {point["time"] for point in points}
+    assert len(times) <= 1, "one sample: every point carries the same time"
+    return [{**point, "time": 0} for point in points]
+
+
+@pytest.mark.parametrize("tree", TREES)
+def test_sample_once_matches_golden(tree, repo_env):
+    points = normalised(json.loads(sample_once(tree, repo_env, "json")))
+    golden = GOLDEN_DIR / f"agent_sample_{tree}.json"
+    if UPDATE:
+        GOLDEN_DIR.mkdir(exist_ok=True)
+        golden.write_text(json.dumps(points, indent=1) + "\n")
+    assert golden.exists(), f"{golden} is missing: run with EPOCHSCOPE_UPDATE_GOLDEN=1"
+    expected = json.loads(golden.read_text())
+    assert points == expected
+    for point in points:
+        assert point["tags"]["host"] == "golden"
+
+
+def test_line_format_is_the_json_sample_in_line_protocol(repo_env):
+    tree = "procfs-mlx-hfi"
+    as_json = json.loads(sample_once(tree, repo_env, "json"))
+    as_lines = sample_once(tree, repo_env, "line").rstrip("\n").split("\n")
+    time_ns = as_json[0]["time"]
+    # Two runs, two times: compare with the time of each line taken off.
+    expected = encode_lines(
+        Point(p["measurement"], p["tags"], p["fields"], time_ns) for p in as_json
+    ).split("\n")
+    assert [line.rsplit(" ", 1)[0] for line in as_lines] == [
+        line.rsplit(" ", 1)[0] for line in expected
+    ]
+    assert len(as_lines) == len(as_json) > 0

@@ -1,0 +1,431 @@
+"""The shipper and its disk spool against a real HTTP endpoint on loopback.
+
+``Endpoint`` is a small InfluxDB-v2-write-shaped server: it records every body it accepts
+and answers 204, or whatever status the test sets; ``stop()`` closes its socket so that
+the shipper sees "connection refused", ``start()`` listens again on the same port.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from agent.point import Point
+from agent.shipper import Shipper, lazy_package, line_number_in
+from agent.spool import Spool, parse_segment_name
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Endpoint:
+    """Records accepted write bodies; answers ``status`` (204 unless told otherwise)."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.status = 204
+        self.decide: Callable[[bytes], int] | None = None  # status from the body
+        self.error_body = b""
+        self.bodies: list[bytes] = []
+        self.requests: list[dict] = []  # every request, accepted or not
+        self._server: ThreadingHTTPServer | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                body = self.rfile.read(length)
+                parsed = urllib.parse.urlsplit(self.path)
+                status = endpoint.decide(body) if endpoint.decide else endpoint.status
+                endpoint.requests.append(
+                    {
+                        "path": parsed.path,
+                        "query": urllib.parse.parse_qs(parsed.query),
+                        "authorization": self.headers.get("Authorization"),
+                        "status": status,
+                    }
+                )
+                if status == 204:
+                    endpoint.bodies.append(body)
+                self.send_response(status)
+                payload = endpoint.error_body if status != 204 else b""
+                self.send_header("Content-Length", str(len(payload)))
+                if payload:
+                    self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def lines(self) -> list[str]:
+        return [line for body in self.bodies for line in body.decode().split("\n") if line]
+
+
+@pytest.fixture
+def endpoint():
+    server = Endpoint()
+    yield server
+    server.stop()
+
+
+def points_for(tick: int, per_tick: int = 3) -> list[Point]:
+    """``per_tick`` points per tick, each with a unique (tick, n) so order can be checked."""
+    return [
+        Point("disk", {"host": "n1", "device": f"sd{n}"}, {"reads": tick}, tick * 10**9 + n)
+        for n in range(per_tick)
+    ]
+
+
+def expected_lines(ticks: range, per_tick: int = 3) -> list[str]:
+    return [
+        f"disk,device=sd{n},host=n1 reads={tick}i {tick * 10**9 + n}"
+        for tick in ticks
+        for n in range(per_tick)
+    ]
+
+
+def wait_until(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def test_points_arrive_through_influxdb_client_with_token_bucket_org(endpoint, tmp_path):
+    shipper = Shipper(endpoint.url, "s3cret", "my-org", "my-bucket", tmp_path / "spool")
+    shipper.start()
+    shipper.submit(points_for(1))
+    assert shipper.flush(10)
+    shipper.close()
+    assert endpoint.lines() == expected_lines(range(1, 2))
+    request = endpoint.requests[0]
+    assert request["path"] == "/api/v2/write"
+    assert request["query"] == {"org": ["my-org"], "bucket": ["my-bucket"], "precision": ["ns"]}
+    assert request["authorization"] == "Token s3cret"
+    assert list((tmp_path / "spool").iterdir()) == []
+
+
+def test_outage_refused_then_503_then_back_every_point_once_in_order(endpoint, tmp_path):
+    from agent.samplers.agent import AgentStats
+
+    stats = AgentStats()
+    shipper = Shipper(
+        endpoint.url, "t", "o", "b", tmp_path / "spool", stats=stats, backoff_max_seconds=0.2
+    )
+    shipper.start()
+    shipper.submit(points_for(0))
+    assert shipper.flush(10)
+
+    endpoint.stop()  # connection refused
+    for tick in range(1, 6):
+        shipper.submit(points_for(tick))
+    time.sleep(0.5)  # several refused attempts
+    assert stats.spool_points == 15  # 5 ticks x 3 points wait in the spool
+    assert stats.spool_bytes == sum(len(line) for line in expected_lines(range(1, 6))) + 5 * 2
+    # (each 3-line segment has 2 newlines)
+
+    endpoint.start()
+    endpoint.status = 503  # up, but unavailable
+    for tick in range(6, 9):
+        shipper.submit(points_for(tick))
+    assert wait_until(lambda: len(endpoint.requests) >= 3)
+    assert endpoint.lines() == expected_lines(range(0, 1))  # nothing accepted during 503
+
+    endpoint.status = 204
+    for tick in range(9, 12):
+        shipper.submit(points_for(tick))
+    assert shipper.flush(10)
+    shipper.close()
+    assert endpoint.lines() == expected_lines(range(0, 12))  # all, once each, in order
+    assert stats.spool_points == 0 and stats.spool_bytes == 0 and stats.points_dropped == 0
+
+
+def test_once_caught_up_ticks_gather_for_batch_seconds_then_go_in_one_request(endpoint, tmp_path):
+    shipper = Shipper(endpoint.url, "t", "o", "b", tmp_path / "spool", batch_seconds=60)
+    shipper.start()
+    shipper.submit(points_for(0))
+    assert wait_until(lambda: len(endpoint.bodies) == 1)  # the first goes at once
+    for tick in range(1, 4):
+        shipper.submit(points_for(tick))
+    time.sleep(0.3)
+    assert len(endpoint.bodies) == 1  # ticks 1-3 wait in the spool for the batch window
+    assert shipper.spool.points == 9
+    assert shipper.flush(10)  # a flush cuts the window short
+    shipper.close()
+    assert len(endpoint.bodies) == 2  # ticks 1-3 went in one request
+    assert endpoint.lines() == expected_lines(range(4))
+
+
+def test_restart_while_endpoint_down_replays_the_spool(endpoint, tmp_path):
+    spool_dir = tmp_path / "spool"
+    endpoint.stop()
+    first = Shipper(endpoint.url, "t", "o", "b", spool_dir, backoff_max_seconds=0.2)
+    first.start()
+    for tick in range(3):
+        first.submit(points_for(tick))
+    first.close(timeout=0.5)  # cannot flush: the points stay on disk
+    assert sorted(parse_segment_name(p.name) for p in spool_dir.iterdir()) == [
+        (1, 3),
+        (2, 3),
+        (3, 3),
+    ]
+
+    second = Shipper(endpoint.url, "t", "o", "b", spool_dir, backoff_max_seconds=0.2)
+    assert second.spool.points == 9
+    second.start()
+    second.submit(points_for(3))  # a new tick goes after the replayed ones
+    endpoint.start()
+    assert second.flush(10)
+    second.close()
+    assert endpoint.lines() == expected_lines(range(4))
+
+
+def test_spool_full_drops_oldest_and_counts_them(tmp_path, caplog):
+    # A segment of points_for(t), 1 <= t <= 9, is 3 lines + 2 newlines: each line is
+    # "disk,device=sd0,host=n1" (23) + " reads=1i" (9) + " 1000000000" (11) = 43 bytes,
+    # so 3 x 43 + 2 = 131 bytes.
+    segment_bytes = len("\n".join(expected_lines(range(1, 2))))
+    assert segment_bytes == 131
+    from agent.samplers.agent import AgentStats
+
+    stats = AgentStats()
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    shipper = Shipper(
+        down, None, "o", "b", tmp_path / "spool", spool_max_bytes=3 * 131, stats=stats
+    )  # not started: nothing is sent, nothing is in flight
+    with caplog.at_level(logging.WARNING):
+        for tick in range(1, 8):
+            shipper.submit(points_for(tick))
+    # Room for 3 segments: ticks 5, 6, 7 remain; ticks 1-4 (12 points) were dropped.
+    assert stats.points_dropped == 12
+    assert stats.spool_points == 9 and stats.spool_bytes == 3 * 131
+    remaining = Spool(tmp_path / "spool", 3 * 131)
+    assert [segment.read().decode() for segment in remaining._segments] == [
+        "\n".join(expected_lines(range(tick, tick + 1))) for tick in (5, 6, 7)
+    ]
+    full_warnings = [r for r in caplog.records if "is full" in r.getMessage()]
+    assert len(full_warnings) == 1  # once per episode
+
+
+def test_rejected_segment_is_dropped_with_line_number_and_the_rest_arrive(
+    endpoint, tmp_path, caplog
+):
+    shipper = Shipper(endpoint.url, "t", "o", "b", tmp_path / "spool", backoff_max_seconds=0.2)
+    for tick in range(4):
+        shipper.submit(points_for(tick))
+    # The second segment (tick 1) is poisoned: 400 for any body holding it.
+    endpoint.decide = lambda body: 400 if b"reads=1i" in body else 204
+    endpoint.error_body = (
+        b'{"code":"invalid","message":"unable to parse points: line 2: invalid field format"}'
+    )
+    with caplog.at_level(logging.INFO):
+        shipper.start()
+        assert shipper.flush(10)
+    shipper.close()
+    assert endpoint.lines() == expected_lines(range(0, 1)) + expected_lines(range(2, 4))
+    assert shipper.spool.points_dropped == 3
+    rejected = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
+    assert len(rejected) == 1
+    assert "rejected 3 points with HTTP 400 at line 2 of 00000000000000000002.3.lp" in rejected[0]
+    # The batch of 4 segments was refused once, then resent one segment at a time.
+    assert [request["status"] for request in endpoint.requests] == [400, 204, 400, 204, 204]
+
+
+def test_401_keeps_points_spooled_and_the_token_never_reaches_the_log(endpoint, tmp_path, caplog):
+    token = "tok-DO-NOT-LOG-123"
+    endpoint.status = 401
+    endpoint.error_body = f'{{"code":"unauthorized","message":"bad token {token}"}}'.encode()
+    shipper = Shipper(endpoint.url, token, "o", "b", tmp_path / "spool", backoff_max_seconds=0.1)
+    assert token not in repr(shipper)
+    with caplog.at_level(logging.DEBUG):
+        shipper.start()
+        shipper.submit(points_for(1))
+        assert wait_until(lambda: len(endpoint.requests) >= 3)
+        assert shipper.spool.points == 3 and shipper.spool.points_dropped == 0
+        endpoint.status = 204
+        assert shipper.flush(10)
+        shipper.close()
+    assert endpoint.lines() == expected_lines(range(1, 2))
+    messages = "\n".join(r.getMessage() for r in caplog.records)
+    assert "HTTP 401 (the token was refused)" in messages
+    assert token not in messages
+    outage_logs = [r for r in caplog.records if "keeping points in the spool" in r.getMessage()]
+    assert len(outage_logs) == 1  # once per outage, not once per retry
+
+
+def test_a_spool_that_cannot_be_written_drops_and_counts_never_raises(tmp_path, caplog):
+    spool_dir = tmp_path / "spool"
+    shipper = Shipper("http://127.0.0.1:9", None, "o", "b", spool_dir)
+    shutil.rmtree(spool_dir)
+    spool_dir.write_text("now a file, not a directory")
+    with caplog.at_level(logging.ERROR):
+        shipper.submit(points_for(1))
+        shipper.submit(points_for(2))
+    assert shipper.spool.points_dropped == 6
+    assert len([r for r in caplog.records if "cannot write to the spool" in r.getMessage()]) == 1
+
+
+def test_leftover_partial_write_is_removed_at_start(tmp_path):
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    (spool_dir / ".incoming-7").write_bytes(b"disk,host=a reads=1")
+    (spool_dir / "00000000000000000006.1.lp").write_bytes(b"disk,host=a reads=1i 1")
+    spool = Spool(spool_dir, 1000)
+    assert sorted(p.name for p in spool_dir.iterdir()) == ["00000000000000000006.1.lp"]
+    assert spool.points == 1 and spool.bytes == 22
+    assert spool.append(b"disk,host=a reads=2i 2", 1).seq == 7  # numbering carries on
+
+
+def test_line_number_in_server_messages():
+    assert line_number_in("unable to parse points: line 2: invalid field format") == 2
+    assert (
+        line_number_in(
+            "failed to parse line protocol: errors encountered on line(s):\nline 12: bad timestamp"
+        )
+        == 12
+    )
+    assert line_number_in("partial write: field type conflict") is None
+
+
+def test_influxdb_client_import_is_trimmed_yet_complete(repo_env):
+    # In a fresh interpreter: numpy stays out, the generated models load only when used,
+    # and every name the package exports is still there.
+    code = """
+import sys
+from agent.shipper import import_influxdb_client
+client = import_influxdb_client()
+print("numpy" in sys.modules)
+print(len([m for m in sys.modules if m.startswith("influxdb_client.domain.")]))
+from influxdb_client import Point, WriteApi, BucketRetentionRules
+print(client.__version__ == client.version.VERSION)
+print("BucketRetentionRules" in dir(client))
+import numpy
+print(numpy.__name__)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=repo_env, check=True
+    )
+    numpy_loaded, domain_modules, version_ok, in_dir, numpy_later = result.stdout.split()
+    assert numpy_loaded == "False"
+    # The write path needs a few dozen of the 320 model modules the eager __init__ loads.
+    assert 0 < int(domain_modules) < 100
+    assert version_ok == "True" and in_dir == "True"
+    assert numpy_later == "numpy"  # importable again once influxdb-client is loaded
+
+
+def test_lazy_package_refuses_an_init_it_cannot_model(tmp_path, monkeypatch):
+    package = tmp_path / "oddpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from os import path\nCONSTANT = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert lazy_package("oddpkg") is False
+    assert "oddpkg" not in sys.modules
+
+
+VICTORIA_METRICS = Path("/usr/bin/victoria-metrics")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not VICTORIA_METRICS.exists(),
+    reason="VictoriaMetrics is not installed (Debian package victoria-metrics)",
+)
+def test_victoria_metrics_receives_pushed_points(tmp_path):
+    import json
+
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            str(VICTORIA_METRICS),
+            f"-httpListenAddr=127.0.0.1:{port}",
+            f"-storageDataPath={tmp_path / 'vm'}",
+            "-loggerLevel=ERROR",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=1) as response:
+                    return response.status == 200
+            except OSError:
+                return False
+
+        assert wait_until(healthy, 30), "VictoriaMetrics did not start"
+        # Whole seconds in the past: export reads up to now.
+        then_ms = (int(time.time()) - 10) * 1000
+        shipper = Shipper(base, "unused-token", "o", "epochscope", tmp_path / "spool")
+        shipper.start()
+        shipper.submit(
+            [
+                Point(
+                    "disk",
+                    {"host": "n1", "device": "sda", "kind": "disk"},
+                    {"read_bytes": 1234567, "in_flight": 2.5},
+                    then_ms * 10**6,
+                ),
+                Point(
+                    "disk",
+                    {"host": "n1", "device": "sda", "kind": "disk"},
+                    {"read_bytes": 1334567, "in_flight": 0.0},
+                    (then_ms + 1000) * 10**6,
+                ),
+            ]
+        )
+        assert shipper.flush(10)
+        shipper.close()
+        urllib.request.urlopen(f"{base}/internal/force_flush", timeout=5).read()
+
+        def export() -> list[dict]:
+            query = urllib.parse.urlencode({"match[]": '{__name__=~"disk_.*",host="n1"}'})
+            with urllib.request.urlopen(f"{base}/api/v1/export?{query}", timeout=5) as r:
+                return [json.loads(line) for line in r.read().decode().splitlines() if line]
+
+        assert wait_until(lambda: len(export()) == 2, 10)
+        series = {row["metric"]["__name__"]: row for row in export()}
+        read = series["disk_read_bytes"]
+        assert read["metric"]["device"] == "sda" and read["metric"]["kind"] == "disk"
+        assert read["values"] == [1234567, 1334567]
+        assert read["timestamps"] == [then_ms, then_ms + 1000]
+        assert series["disk_in_flight"]["values"] == [2.5, 0]
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -1,0 +1,136 @@
+"""`collector report | runs | scaling` output formats (collector.reports_cli)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+from agent.schema import RunState
+from collector.cli import build_parser
+from collector.epochs import COLUMNS
+from collector.reports_cli import RUNS_KEYS, render
+from tests.run_builder import NS, T0_NS, RunBuilder
+
+pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+
+MB = 1e6
+
+
+def two_runs() -> list:
+    first = RunBuilder("r-old", hosts=("n1", "n2"), ranks_per_host=2, host_memory_bytes=10**11)
+    first.epoch(100, 6400, nfs_server_read=300 * MB, nfs_app_read=300 * MB, cache_growth=1e8)
+    first.epoch(50, 6400, nfs_app_read=300 * MB)
+    live = RunBuilder("r-live", framework="mxnet", t0_ns=T0_NS + 3600 * NS, state=RunState.LIVE)
+    live.epoch(10, 640)
+    return first.points() + live.points()
+
+
+def cli(store, *argv: str) -> str:
+    return render(build_parser().parse_args(list(argv)), store)
+
+
+def test_report_json_is_a_list_of_rows_with_exactly_the_columns(make_store):
+    store = make_store(two_runs())
+    rows = json.loads(cli(store, "report", "r-old", "--format", "json"))
+    assert [(r["host"], r["epoch"]) for r in rows] == [
+        ("n1", 1),
+        ("n2", 1),
+        ("*", 1),
+        ("n1", 2),
+        ("n2", 2),
+        ("*", 2),
+    ]
+    assert all(list(r) == list(COLUMNS) for r in rows)
+    assert rows[2]["nfs_server_read_mbps"] == 600.0  # 2 hosts x 300 MB/s
+    assert rows[2]["images_per_second"] == 256.0  # 4 ranks x 6400 / 100 s
+    assert rows[0]["gpu_util_percent"] == 0.0 and rows[0]["ib_rcv_bytes"] is None
+
+
+def test_report_csv_header_and_empty_cells_for_missing_data(make_store):
+    text = cli(make_store(two_runs()), "report", "r-old", "--format", "csv")
+    lines = text.splitlines()
+    assert lines[0] == ",".join(COLUMNS)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 6
+    assert rows[0]["ib_rcv_bytes"] == ""  # no InfiniBand: empty, not 0
+    assert rows[0]["nfs_server_read_bytes"] == "30000000000"
+    assert rows[2]["host"] == "*"
+
+
+def test_report_table_and_findings(make_store):
+    text = cli(make_store(two_runs()), "report", "r-old", "--findings")
+    assert "run r-old: per epoch, per host" in text
+    assert "img/s" in text and "rx-tx MB/s" in text
+    star_rows = [line for line in text.splitlines() if line.startswith("│ *")]
+    assert len(star_rows) == 2
+    assert "30.0 GB" in text  # n1's NFS server bytes in epoch 1
+    assert "WARNING Storage reads stop after epoch 1" in text
+
+
+def test_report_json_with_findings_is_an_object(make_store):
+    out = json.loads(
+        cli(make_store(two_runs()), "report", "r-old", "--format", "json", "--findings")
+    )
+    assert set(out) == {"rows", "findings"}
+    rules = [f["rule"] for f in out["findings"]]
+    assert "cache_warmup" in rules
+    finding = out["findings"][rules.index("cache_warmup")]
+    assert set(finding) == {"rule", "severity", "title", "explanation", "evidence", "chart"}
+
+
+def test_runs_json_newest_first(make_store):
+    runs = json.loads(cli(make_store(two_runs()), "runs", "--format", "json"))
+    assert [list(r) for r in runs] == [list(RUNS_KEYS)] * 2
+    live, old = runs
+    assert live == {
+        "run_id": "r-live",
+        "framework": "mxnet",
+        "model": "resnet50",
+        "hosts": ["node1"],
+        "world_size": 1,
+        "start": "2023-11-14T23:13:20.000Z",
+        "end": None,
+        "state": "live",
+    }
+    assert old["hosts"] == ["n1", "n2"] and old["world_size"] == 4
+    assert (old["end"], old["state"]) == ("2023-11-14T22:15:50.000Z", "finished")
+
+
+def test_runs_table(make_store):
+    text = cli(make_store(two_runs()), "runs")
+    assert text.index("r-live") < text.index("r-old")
+    assert "n1, n2" in text
+
+
+def test_scaling_over_stored_runs_json(make_store):
+    rows = json.loads(cli(make_store(two_runs()), "scaling", "--format", "json"))
+    by_run = {r["run_id"]: r for r in rows}
+    assert by_run["r-live"]["scope"] == "baseline" and by_run["r-live"]["gpus"] == 1
+    assert by_run["r-old"]["gpus"] == 4 and by_run["r-old"]["nodes"] == 2
+
+
+def run_collector(*args: str, env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "collector", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_missing_store_is_a_clear_error(repo_env, tmp_path):
+    result = run_collector("report", "r1", "--db", str(tmp_path / "none.sqlite"), env=repo_env)
+    assert result.returncode == 1
+    assert "no store at" in result.stderr
+    assert not (tmp_path / "none.sqlite").exists()  # never created by a read
+
+
+def test_bad_backend_is_a_usage_error(repo_env):
+    result = run_collector("runs", "--backend", "influx=http://x", env=repo_env)
+    assert result.returncode == 2
+    assert "--backend must be victoriametrics=URL" in result.stderr

@@ -1,0 +1,88 @@
+"""The agent's self-cost sampler, on this very test process."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import fields as dataclass_fields
+
+import psutil
+
+from agent.point import encode_line
+from agent.samplers import make_sampler
+from agent.samplers.agent import AgentSampler, AgentStats
+from agent.samplers.base import Roots
+from agent.schema import AgentSelf, Kind
+from tests.conftest import FIXTURE_ROOTS
+
+
+def test_agent_stats_is_the_agreed_dataclass():
+    assert [(f.name, f.type, f.default) for f in dataclass_fields(AgentStats)] == [
+        ("sample_duration_seconds", "float", 0.0),
+        ("spool_bytes", "int", 0),
+        ("spool_points", "int", 0),
+        ("points_dropped", "int", 0),
+    ]
+
+
+def test_always_available_even_on_a_captured_tree():
+    # It measures the running process, never the --proc-root tree.
+    tree = FIXTURE_ROOTS / "pcp-meminfo-001"
+    sampler = make_sampler("agent", Roots(proc=tree / "proc", sys=tree / "sys"))
+    assert sampler.available()
+    assert sampler.sample(0)[0].fields["rss_bytes"] > 0
+
+
+def test_fields_types_and_defaults():
+    sampler = AgentSampler(Roots())
+    [point] = sampler.sample(123)
+    assert (point.measurement, point.tags, point.time_ns) == ("agent", {}, 123)
+    assert set(point.fields) == set(AgentSelf.fields())
+    for name, value in point.fields.items():
+        spec = AgentSelf.fields()[name]
+        # cpu_seconds is a float counter, like the cpu measurement's seconds.
+        if spec.kind is Kind.COUNTER and name != AgentSelf.CPU_SECONDS:
+            assert type(value) is int, name
+        else:
+            assert type(value) is float, name
+    assert point.fields["sample_duration_seconds"] == 0.0
+    assert point.fields["spool_bytes"] == 0.0
+    assert point.fields["spool_points"] == 0.0
+    assert point.fields["points_dropped"] == 0
+
+
+def test_stats_are_copied_from_the_replaceable_attribute():
+    sampler = AgentSampler(Roots())
+    daemon_stats = AgentStats()
+    sampler.stats = daemon_stats  # what the daemon does
+    daemon_stats.sample_duration_seconds = 0.0125
+    daemon_stats.spool_bytes = 4096
+    daemon_stats.spool_points = 17
+    daemon_stats.points_dropped = 3
+    [point] = sampler.sample(1)
+    assert point.fields["sample_duration_seconds"] == 0.0125
+    assert point.fields["spool_bytes"] == 4096.0
+    assert point.fields["spool_points"] == 17.0
+    assert point.fields["points_dropped"] == 3
+    line = encode_line(point)
+    assert "points_dropped=3i" in line and "spool_bytes=4096.0" in line
+    # Updates the daemon makes later show in the next sample.
+    daemon_stats.points_dropped = 5
+    assert sampler.sample(2)[0].fields["points_dropped"] == 5
+    assert AgentSampler(Roots(), stats=daemon_stats).stats is daemon_stats
+
+
+def test_cpu_and_rss_track_this_process():
+    sampler = AgentSampler(Roots())
+    first = sampler.sample(1)[0].fields["cpu_seconds"]
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:  # bounded: burn 50 ms of CPU
+        pass
+    [point] = sampler.sample(2)
+    own = psutil.Process(os.getpid())
+    cpu = own.cpu_times()
+    assert point.fields["cpu_seconds"] >= first + 0.04
+    assert abs(point.fields["cpu_seconds"] - (cpu.user + cpu.system)) < 0.05
+    rss = own.memory_info().rss
+    assert 1e6 < point.fields["rss_bytes"] < 4e9
+    assert abs(point.fields["rss_bytes"] - rss) < 16 * 2**20

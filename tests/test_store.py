@@ -1,0 +1,332 @@
+"""SqliteStore on real SQLite files: the ReadStore contract, idempotent writes, compaction,
+runs and events, retention, and reading from another process while a write is open."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sqlite3
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from agent.point import Point
+from collector import store as store_module
+from collector.store import SqliteStore
+from collector.store_api import ReadStore
+
+S = 1_000_000_000  # ns per second
+
+
+@pytest.fixture
+def store(tmp_path):
+    with SqliteStore(tmp_path / "runs" / "epochscope.sqlite") as opened:
+        yield opened
+
+
+def cpu_lines(host: str, seconds: range, field: str = "user_seconds", scale: int = 2) -> str:
+    return "\n".join(f"cpu,host={host} {field}={t * scale}i {t * S}" for t in seconds)
+
+
+def read_one(store, measurement, field, host, start, end):
+    (info,) = store.list_series(measurement, field, host)
+    (data,) = store.read_series([info], start, end)
+    return (data.times_ns // S).tolist(), data.values.tolist()
+
+
+def assert_implements_read_store(cls) -> None:
+    """Every ReadStore method, with the protocol's exact parameters."""
+    for name in ("list_series", "read_series", "hosts", "runs", "events"):
+        expected = inspect.signature(getattr(ReadStore, name))
+        actual = inspect.signature(getattr(cls, name))
+        assert list(actual.parameters) == list(expected.parameters), name
+        for param in expected.parameters.values():
+            assert actual.parameters[param.name].default == param.default, (name, param)
+
+
+def test_is_a_read_store_and_creates_the_file_in_wal_mode(store):
+    assert_implements_read_store(SqliteStore)
+    assert store.path.exists()
+    conn = sqlite3.connect(store.path)
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    conn.close()
+
+
+def test_series_are_keyed_by_measurement_host_field_and_other_tags(store):
+    store.write_lines(
+        "disk,host=n1,device=sda,kind=disk reads=1i,read_bytes=512i 1\n"
+        "disk,host=n1,device=sdb,kind=disk reads=2i,read_bytes=1024i 1\n"
+        "disk,host=n2,device=sda,kind=disk reads=3i 1\n"
+        "disk,device=sda,kind=disk reads=4i 1"  # no host tag: host ''
+    )
+    infos = store.list_series("disk", "reads")
+    assert [(i.host, i.tags) for i in infos] == [
+        ("", {"device": "sda", "kind": "disk"}),
+        ("n1", {"device": "sda", "kind": "disk"}),
+        ("n1", {"device": "sdb", "kind": "disk"}),
+        ("n2", {"device": "sda", "kind": "disk"}),
+    ]
+    assert len({i.series_id for i in infos}) == 4
+    assert [i.tags["device"] for i in store.list_series("disk", "read_bytes", "n1")] == [
+        "sda",
+        "sdb",
+    ]
+    assert store.list_series("disk", "writes") == []
+    assert store.hosts() == ["n1", "n2"]
+
+
+def test_read_range_includes_one_sample_beyond_each_end(store):
+    store.write_lines(cpu_lines("a", range(0, 100)))
+    times, values = read_one(store, "cpu", "user_seconds", "a", 10 * S, 20 * S)
+    assert times == list(range(9, 22))
+    assert values == [2.0 * t for t in range(9, 22)]
+    # range between samples: only the neighbours
+    times, _ = read_one(store, "cpu", "user_seconds", "a", 10 * S + 1, 11 * S - 1)
+    assert times == [10, 11]
+    # before all data and after all data
+    assert read_one(store, "cpu", "user_seconds", "a", -5 * S, -S) == ([0], [0.0])
+    assert read_one(store, "cpu", "user_seconds", "a", 200 * S, 300 * S) == ([99], [198.0])
+
+
+def test_neighbours_found_in_other_blocks_and_across_a_field_set_change(store):
+    # one write per second, like the agent: 30 small blocks
+    for t in range(30):
+        store.write_lines(f"cpu,host=a user_seconds={t}i,idle_seconds={t}i {t * S}")
+    # then user_seconds disappears for a while (idle_seconds alone)
+    for t in range(30, 40):
+        store.write_lines(f"cpu,host=a idle_seconds={t}i {t * S}")
+    store.write_lines(f"cpu,host=a user_seconds=50i,idle_seconds=50i {50 * S}")
+    # [35 s, 45 s] holds no user_seconds sample: the neighbours are 29 s and 50 s
+    assert read_one(store, "cpu", "user_seconds", "a", 35 * S, 45 * S) == (
+        [29, 50],
+        [29.0, 50.0],
+    )
+    assert read_one(store, "cpu", "idle_seconds", "a", 35 * S, 45 * S)[0] == [
+        34,
+        35,
+        36,
+        37,
+        38,
+        39,
+        50,
+    ]
+    before = store.read_series(store.list_series("cpu", "user_seconds"), 0, 60 * S)
+    store.compact(now_ns=10**6 * S)
+    after = store.read_series(store.list_series("cpu", "user_seconds"), 0, 60 * S)
+    assert before[0].times_ns.tolist() == after[0].times_ns.tolist()
+    assert before[0].values.tolist() == after[0].values.tolist()
+    assert read_one(store, "cpu", "user_seconds", "a", 35 * S, 45 * S) == (
+        [29, 50],
+        [29.0, 50.0],
+    )
+
+
+def test_replayed_batch_is_stored_once_and_last_write_wins(store):
+    body = cpu_lines("a", range(10))
+    store.write_lines(body)
+    store.write_lines(body)  # the agent's spool replays after a crash
+    store.write_lines(f"cpu,host=a user_seconds=1000i {5 * S}")  # same time, new value
+    times, values = read_one(store, "cpu", "user_seconds", "a", 0, 9 * S)
+    assert times == list(range(10))
+    assert values == [0.0, 2.0, 4.0, 6.0, 8.0, 1000.0, 12.0, 14.0, 16.0, 18.0]
+    store.compact(now_ns=10**6 * S)
+    assert read_one(store, "cpu", "user_seconds", "a", 0, 9 * S) == (times, values)
+    (blocks,) = store._read_conn().execute("SELECT count(*) FROM blocks").fetchone()
+    assert blocks == 1
+
+
+def test_compaction_merges_small_blocks_into_sealed_windows(store):
+    window_s = store_module.CHUNK_NS // S  # 600
+    for t in range(0, 2 * window_s, 10):  # 120 agent writes, 10 s apart, two windows
+        store.write_lines(f"mem,host=a free_bytes={t}.5 {t * S}")
+    conn = store._read_conn()
+    assert conn.execute("SELECT count(*), sum(sealed) FROM blocks").fetchone() == (120, 0)
+    # in the middle of the second window: the first is over, the second still open
+    store.compact(now_ns=(window_s + window_s // 2) * S)
+    rows = conn.execute("SELECT min_ns, max_ns, n, sealed FROM blocks ORDER BY min_ns").fetchall()
+    assert rows == [
+        (0, (window_s - 10) * S, 60, 1),
+        (window_s * S, (2 * window_s - 10) * S, 60, 0),
+    ]
+    store.write_lines(f"mem,host=a free_bytes=1.5 {2 * window_s * S}")
+    store.compact(now_ns=10 * window_s * S)
+    rows = conn.execute("SELECT n, sealed FROM blocks ORDER BY min_ns").fetchall()
+    assert rows == [(60, 1), (60, 1), (1, 1)]
+    times, values = read_one(store, "mem", "free_bytes", "a", 0, 3 * window_s * S)
+    assert times == [*range(0, 2 * window_s, 10), 2 * window_s]
+    assert values[:3] == [0.5, 10.5, 20.5]
+
+
+def test_large_writes_are_sealed_blocks_as_written(store):
+    store.write_lines(cpu_lines("a", range(store_module.SEAL_POINTS)))
+    store.write_lines(cpu_lines("a", range(100, 103)))
+    conn = store._read_conn()
+    assert conn.execute("SELECT n, sealed FROM blocks ORDER BY id").fetchall() == [
+        (store_module.SEAL_POINTS, 1),
+        (3, 0),
+    ]
+
+
+def test_read_many_series_at_once_in_request_order(store):
+    lines = []
+    for host in ("b", "a"):
+        for t in range(5):
+            lines.append(f"net,host={host},interface=eth0 rx_bytes={t}i,tx_bytes={10 * t}i {t * S}")
+    store.write_lines("\n".join(lines))
+    infos = store.list_series("net", "tx_bytes") + store.list_series("net", "rx_bytes", "a")
+    data = store.read_series(infos, S, 3 * S)
+    assert [(d.info.host, d.info.field) for d in data] == [
+        ("a", "tx_bytes"),
+        ("b", "tx_bytes"),
+        ("a", "rx_bytes"),
+    ]
+    assert data[1].values.tolist() == [0.0, 10.0, 20.0, 30.0, 40.0]
+    assert data[2].times_ns.dtype == np.int64 and data[2].values.dtype == np.float64
+    assert store.read_series([], 0, 1) == []
+
+
+def test_overlapping_late_data_reads_sorted_and_merged(store):
+    store.write_lines(cpu_lines("a", range(0, 100, 2)))  # sealed, even seconds
+    store.write_lines(cpu_lines("a", range(1, 100, 2), scale=3))  # late, odd seconds
+    times, values = read_one(store, "cpu", "user_seconds", "a", 0, 10 * S)
+    assert times == list(range(12))
+    assert values == [0.0, 3.0, 4.0, 9.0, 8.0, 15.0, 12.0, 21.0, 16.0, 27.0, 20.0, 33.0]
+
+
+def run_events(run_id: str, ranks: int, end_state: str | None, start_s: int) -> list[Point]:
+    points = []
+    for rank in range(ranks):
+        tags = {
+            "host": f"node{rank // 2}",
+            "run_id": run_id,
+            "rank": str(rank),
+            "framework": "horovod-tf",
+        }
+        points.append(
+            Point(
+                "workload",
+                tags,
+                {
+                    "event": "run_start",
+                    "model": "resnet50",
+                    "world_size": ranks,
+                    "batch_size": 256,
+                    "precision": "fp16",
+                },
+                (start_s + rank) * S,
+            )
+        )
+        for epoch in (1, 2):
+            points.append(
+                Point(
+                    "workload",
+                    tags,
+                    {"event": "epoch_end", "epoch": epoch, "images": 1000, "seconds": 10.5},
+                    (start_s + 100 * epoch) * S,
+                )
+            )
+        if end_state is not None:
+            state = end_state if rank == ranks - 1 else "finished"
+            points.append(
+                Point("workload", tags, {"event": "run_end", "state": state}, (start_s + 300) * S)
+            )
+    return points
+
+
+def test_runs_and_events_from_workload_points(store):
+    store.write_points(run_events("r-old", 2, "finished", 1000))
+    store.write_points(run_events("r-failed", 4, "failed", 5000))
+    store.write_points(run_events("r-live", 4, None, 9000))
+    runs = store.runs()
+    assert [run.run_id for run in runs] == ["r-live", "r-failed", "r-old"]  # newest first
+    live, failed, old = runs
+    assert live.state == "live" and live.end_ns is None
+    assert failed.state == "failed" and failed.end_ns == 5300 * S
+    assert old.state == "finished" and old.end_ns == 1300 * S
+    assert failed.hosts == ("node0", "node1")
+    assert failed.world_size == 4
+    assert failed.framework == "horovod-tf"
+    assert failed.model == "resnet50"
+    assert failed.start_ns == 5000 * S  # rank 0's run_start; rank 3 started at 5003 s
+    assert failed.config == {
+        "model": "resnet50",
+        "world_size": 4,
+        "batch_size": 256,
+        "precision": "fp16",
+    }
+    events = store.events("r-old")
+    assert [(e.event, e.rank, e.time_ns // S) for e in events] == [
+        ("run_start", 0, 1000),
+        ("run_start", 1, 1001),
+        ("epoch_end", 0, 1100),
+        ("epoch_end", 1, 1100),
+        ("epoch_end", 0, 1200),
+        ("epoch_end", 1, 1200),
+        ("run_end", 0, 1300),
+        ("run_end", 1, 1300),
+    ]
+    assert events[2].fields == {"epoch": 2 - 1, "images": 1000, "seconds": 10.5}
+    assert events[2].host == "node0" and events[2].framework == "horovod-tf"
+    assert [e.time_ns // S for e in store.events("r-old", since_ns=1100 * S)] == [
+        1200,
+        1200,
+        1300,
+        1300,
+    ]
+    # replaying events changes nothing
+    store.write_points(run_events("r-old", 2, "finished", 1000))
+    assert len(store.events("r-old")) == 8
+    assert store.hosts() == ["node0", "node1"]
+
+
+def test_run_finishes_with_rank_zero_and_counts_ranks_without_world_size(store):
+    tags = {"host": "h", "run_id": "solo", "rank": "0", "framework": "mxnet"}
+    store.write_points([Point("workload", tags, {"event": "run_start"}, 10 * S)])
+    (run,) = store.runs()
+    assert (run.state, run.world_size, run.model, run.end_ns) == ("live", 1, "", None)
+    store.write_points([Point("workload", tags, {"event": "run_end", "state": "finished"}, 20 * S)])
+    (run,) = store.runs()
+    assert (run.state, run.end_ns) == ("finished", 20 * S)
+
+
+def test_retention_drops_old_blocks(store):
+    store.write_lines(cpu_lines("a", range(0, 100)))  # one sealed block 0..99 s
+    store.write_lines(cpu_lines("a", range(200, 203)))
+    assert store.delete_before(150 * S) == 1
+    times, _ = read_one(store, "cpu", "user_seconds", "a", 0, 300 * S)
+    assert times == [200, 201, 202]
+
+
+def test_another_process_reads_while_a_write_transaction_is_open(store):
+    store.write_lines(cpu_lines("a", range(10)))
+    writer = store._write_conn()
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("DELETE FROM blocks")  # uncommitted
+    code = (
+        "import sys; from collector.store import SqliteStore\n"
+        "s = SqliteStore(sys.argv[1]); (i,) = s.list_series('cpu', 'user_seconds')\n"
+        "(d,) = s.read_series([i], 0, 10**12); print(d.values.size)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(store.path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    writer.execute("ROLLBACK")
+    assert out.stdout.strip() == "10"
+
+
+def test_events_keep_their_types(store):
+    tags = {"host": "h", "run_id": "r", "rank": "3", "framework": "pytorch"}
+    fields = {"event": "step", "step": 7, "loss": 2.5, "images": 256, "note": "warm"}
+    store.write_points([Point("workload", tags, fields, 5)])
+    (event,) = store.events("r")
+    assert event.rank == 3 and event.event == "step" and event.time_ns == 5
+    assert event.fields == {"step": 7, "loss": 2.5, "images": 256, "note": "warm"}
+    assert type(event.fields["step"]) is int
+    stored = store._read_conn().execute("SELECT fields FROM events").fetchone()[0]
+    assert json.loads(stored) == event.fields
