@@ -18,16 +18,12 @@ fetches setuptools the same way. The nodes themselves never reach an index.
 from __future__ import annotations
 
 import grp
-import hashlib
-import json
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import tomllib
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,13 +31,18 @@ import pytest
 from test_ansible_harness import (
     REPO_ROOT,
     Controller,
+    Node,
     PlaybookRun,
     SshServer,
+    build_wheelhouse,
+    fetch_metrics,
     free_port,
-    fresh_account_name,
     pid_alive,
     port_is_open,
     readable_base_dir,
+    remove_account,
+    stop_leftover_agents,
+    store_hosts,
     wait_for_port,
     write_inventory,
 )
@@ -49,70 +50,6 @@ from test_ansible_harness import (
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 NODE_ADDRESSES = {"node1": "127.0.0.1", "node2": "127.0.0.2"}
-SERVICE = "epochscope-agent"
-
-
-@dataclass
-class Node:
-    name: str
-    address: str
-    root: Path
-    metrics_port: int
-    interval_seconds: float = 1.0
-
-    @property
-    def prefix(self) -> Path:
-        return self.root / "opt" / "epochscope"
-
-    @property
-    def config_dir(self) -> Path:
-        return self.root / "etc" / "epochscope"
-
-    @property
-    def state_dir(self) -> Path:
-        return self.root / "var" / "lib" / "epochscope"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.root / "var" / "log" / "epochscope"
-
-    @property
-    def run_dir(self) -> Path:
-        return self.root / "run" / "epochscope"
-
-    @property
-    def pidfile(self) -> Path:
-        return self.run_dir / f"{SERVICE}.pid"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{self.address}:{self.metrics_port}/metrics"
-
-    def inventory_vars(self) -> dict[str, str]:
-        return {
-            "ansible_host": self.address,
-            "epochscope_host_tag": self.name,
-            "epochscope_prefix": str(self.prefix),
-            "epochscope_config_dir": str(self.config_dir),
-            "epochscope_state_dir": str(self.state_dir),
-            "epochscope_log_dir": str(self.log_dir),
-            "epochscope_run_dir": str(self.run_dir),
-            "epochscope_metrics_listen": f"{self.address}:{self.metrics_port}",
-            "epochscope_interval_seconds": str(self.interval_seconds),
-        }
-
-    def make_skeleton(self) -> None:
-        """The directories every real node already has (/opt, /etc, /var/lib...)."""
-        for parent in (self.prefix, self.config_dir, self.state_dir, self.log_dir, self.run_dir):
-            parent.parent.mkdir(parents=True, exist_ok=True)
-        for path in [self.root, *self.root.rglob("*")]:
-            path.chmod(0o755)
-
-    def agent_pid(self) -> int | None:
-        try:
-            return int(self.pidfile.read_text().splitlines()[0])
-        except (OSError, ValueError, IndexError):
-            return None
 
 
 @dataclass
@@ -122,7 +59,6 @@ class Deployment:
     base: Path
     inventory: Path
     nodes: dict[str, Node]
-    account: str
     token: str
     collector_db: Path
     group_vars: dict[str, dict[str, str]]
@@ -144,43 +80,6 @@ class Deployment:
         run = self.controller.run("deploy-agents.yml", self.inventory, *args)
         self.runs.append(run)
         return run
-
-
-def agent_dependencies() -> list[str]:
-    with open(REPO_ROOT / "pyproject.toml", "rb") as f:
-        return sorted(tomllib.load(f)["project"]["dependencies"])
-
-
-def build_wheelhouse() -> Path:
-    """Wheels of the agent's dependencies, kept in .cache/ between runs (keyed by the
-    dependency list and this Python)."""
-    deps = agent_dependencies()
-    key = hashlib.sha256(json.dumps([deps, sys.version_info[:2]]).encode()).hexdigest()[:16]
-    wheelhouse = REPO_ROOT / ".cache" / f"test-wheelhouse-{key}"
-    if wheelhouse.is_dir():
-        return wheelhouse
-    partial = wheelhouse.with_name(wheelhouse.name + f".partial-{os.getpid()}")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--only-binary=:all:",
-            "--dest",
-            str(partial),
-            *deps,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if result.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        pytest.skip(f"cannot build the dependency wheelhouse with pip download: {result.stderr}")
-    partial.rename(wheelhouse)
-    return wheelhouse
 
 
 def start_collector(
@@ -214,24 +113,6 @@ def start_collector(
     return process, db, port
 
 
-def stop_leftover_agents(nodes: dict[str, Node]) -> None:
-    """After a failed test: stop agents the uninstall did not, by their verified pidfiles."""
-    for node in nodes.values():
-        try:
-            lines = node.pidfile.read_text().splitlines()
-            pid, argv = int(lines[0]), json.loads(lines[1])
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
-        except (OSError, ValueError, IndexError):
-            continue
-        if cmdline == argv:
-            os.kill(pid, signal.SIGTERM)
-
-
-def remove_account(name: str) -> None:
-    for command in (["userdel", name], ["groupdel", name]):
-        subprocess.run(command, capture_output=True, check=False)
-
-
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     base = readable_base_dir("epochscope-deploy-")
@@ -250,7 +131,6 @@ def deployment(tmp_path_factory):
     }
     for node in nodes.values():
         node.make_skeleton()
-    account = fresh_account_name()
     group_vars = {
         "epochscope_agents": {
             "ansible_connection": "paramiko",
@@ -262,10 +142,12 @@ def deployment(tmp_path_factory):
             "epochscope_python": "/usr/bin/python3",
             "epochscope_become": "false",
             "epochscope_service_manager": "process",
-            "epochscope_user": account,
             "epochscope_push_url": f"http://127.0.0.1:{collector_port}",
             "epochscope_token": token,
             "epochscope_wheelhouse": str(wheelhouse),
+            "epochscope_push_batch_seconds": "1",
+            # The two "nodes" share this machine's /etc/passwd.
+            "epochscope_account_throttle": "1",
             "epochscope_verify_timeout_seconds": "60",
         }
     }
@@ -283,7 +165,6 @@ def deployment(tmp_path_factory):
         base,
         base / "inventory.ini",
         nodes,
-        account,
         token,
         db,
         group_vars,
@@ -298,20 +179,9 @@ def deployment(tmp_path_factory):
         collector.terminate()
         collector.wait(10)
         sshd.stop()
-        remove_account(account)
+        for node in nodes.values():
+            remove_account(node.account)
         shutil.rmtree(base, ignore_errors=True)
-
-
-def fetch_metrics(node: Node) -> str:
-    with urllib.request.urlopen(node.metrics_url, timeout=5) as response:
-        assert response.status == 200
-        return response.read().decode()
-
-
-def store_hosts(db: Path) -> set[str]:
-    from collector.store import SqliteStore
-
-    return set(SqliteStore(db).hosts())
 
 
 def test_first_deploy_starts_both_agents_and_their_samples_reach_the_collector(deployment):
@@ -323,8 +193,8 @@ def test_first_deploy_starts_both_agents_and_their_samples_reach_the_collector(d
     # no_log: the token never shows in Ansible's output.
     assert deployment.token not in run.output
 
-    account = pwd.getpwnam(deployment.account)
     for node in deployment.nodes.values():
+        account = pwd.getpwnam(node.account)
         metrics = fetch_metrics(node)
         assert f'host="{node.name}"' in metrics
         assert "epochscope_" in metrics
@@ -425,10 +295,11 @@ def test_uninstall_leaves_nothing_behind(deployment):
             assert not path.exists(), path
         leftovers = [p for p in node.root.rglob("*") if not p.is_dir()]
         assert leftovers == []
-    with pytest.raises(KeyError):
-        pwd.getpwnam(deployment.account)
-    with pytest.raises(KeyError):
-        grp.getgrnam(deployment.account)
+    for node in deployment.nodes.values():
+        with pytest.raises(KeyError):
+            pwd.getpwnam(node.account)
+        with pytest.raises(KeyError):
+            grp.getgrnam(node.account)
 
     again = deployment.deploy("--tags", "uninstall")
     assert again.returncode == 0, again.describe()

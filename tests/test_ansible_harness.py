@@ -10,15 +10,20 @@ dir, spool...), reached at its own loopback address.
 from __future__ import annotations
 
 import getpass
+import hashlib
+import json
 import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import tomllib
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -195,6 +200,8 @@ class Controller:
             ANSIBLE_FORCE_COLOR="0",
             ANSIBLE_RETRY_FILES_ENABLED="0",
             ANSIBLE_LOCAL_TEMP=str(home / ".ansible" / "tmp"),
+            # Timestamped log of every run (for finding slow tasks after a failure).
+            ANSIBLE_LOG_PATH=str(home / "ansible.log"),
             # Host keys are checked (against the known_hosts above), never learnt.
             ANSIBLE_HOST_KEY_CHECKING="1",
             ANSIBLE_PARAMIKO_RECORD_HOST_KEYS="0",
@@ -262,6 +269,155 @@ def pid_alive(pid: int) -> bool:
 
 def environ_without_pip_config() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+
+
+SERVICE = "epochscope-agent"
+
+
+@dataclass
+class Node:
+    name: str
+    address: str
+    root: Path
+    metrics_port: int
+    interval_seconds: float = 1.0
+    # Its own account: the "nodes" share this machine's /etc/passwd, where one account
+    # name cannot have two home directories (real nodes each have their own).
+    account: str = field(default_factory=fresh_account_name)
+
+    @property
+    def prefix(self) -> Path:
+        return self.root / "opt" / "epochscope"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "etc" / "epochscope"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "var" / "lib" / "epochscope"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "var" / "log" / "epochscope"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run" / "epochscope"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.run_dir / f"{SERVICE}.pid"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.address}:{self.metrics_port}/metrics"
+
+    def inventory_vars(self) -> dict[str, str]:
+        return {
+            "ansible_host": self.address,
+            "epochscope_host_tag": self.name,
+            "epochscope_prefix": str(self.prefix),
+            "epochscope_config_dir": str(self.config_dir),
+            "epochscope_state_dir": str(self.state_dir),
+            "epochscope_log_dir": str(self.log_dir),
+            "epochscope_run_dir": str(self.run_dir),
+            "epochscope_metrics_listen": f"{self.address}:{self.metrics_port}",
+            "epochscope_interval_seconds": str(self.interval_seconds),
+            "epochscope_user": self.account,
+        }
+
+    def make_skeleton(self) -> None:
+        """The directories every real node already has (/opt, /etc, /var/lib...)."""
+        for parent in (self.prefix, self.config_dir, self.state_dir, self.log_dir, self.run_dir):
+            parent.parent.mkdir(parents=True, exist_ok=True)
+        for path in [self.root, *self.root.rglob("*")]:
+            path.chmod(0o755)
+
+    def agent_pid(self) -> int | None:
+        try:
+            return int(self.pidfile.read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+
+def dependencies(extras: tuple[str, ...] = ()) -> list[str]:
+    with open(REPO_ROOT / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    deps = list(project["dependencies"])
+    for extra in extras:
+        deps += project["optional-dependencies"][extra]
+    return sorted(deps)
+
+
+def build_wheelhouse(extras: tuple[str, ...] = ()) -> Path:
+    """Wheels of the agent's dependencies (plus those of ``extras``), kept in .cache/
+    between runs (keyed by the dependency list and this Python)."""
+    deps = dependencies(extras)
+    key = hashlib.sha256(json.dumps([deps, sys.version_info[:2]]).encode()).hexdigest()[:16]
+    wheelhouse = REPO_ROOT / ".cache" / f"test-wheelhouse-{key}"
+    if wheelhouse.is_dir():
+        return wheelhouse
+    partial = wheelhouse.with_name(wheelhouse.name + f".partial-{os.getpid()}")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--only-binary=:all:",
+            "--dest",
+            str(partial),
+            *deps,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if result.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        pytest.skip(f"cannot build the dependency wheelhouse with pip download: {result.stderr}")
+    partial.rename(wheelhouse)
+    return wheelhouse
+
+
+def stop_leftover_agents(nodes: dict[str, Node]) -> None:
+    """After a failed test: stop agents the uninstall did not, by their verified pidfiles,
+    and wait for them (userdel refuses an account that still runs processes)."""
+    stopped = []
+    for node in nodes.values():
+        try:
+            lines = node.pidfile.read_text().splitlines()
+            pid, argv = int(lines[0]), json.loads(lines[1])
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if cmdline == argv:
+            os.kill(pid, signal.SIGTERM)
+            stopped.append(pid)
+    for pid in stopped:
+        try:
+            wait_until(lambda pid=pid: not pid_alive(pid), 30, f"agent {pid} to exit")
+        except AssertionError:
+            os.kill(pid, signal.SIGKILL)
+
+
+def remove_account(name: str) -> None:
+    for command in (["userdel", name], ["groupdel", name]):
+        subprocess.run(command, capture_output=True, check=False)
+
+
+def fetch_metrics(node: Node) -> str:
+    with urllib.request.urlopen(node.metrics_url, timeout=5) as response:
+        assert response.status == 200
+        return response.read().decode()
+
+
+def store_hosts(db: Path) -> set[str]:
+    from collector.store import SqliteStore
+
+    return set(SqliteStore(db).hosts())
 
 
 # --- tests of the harness itself (fast) ---

@@ -1,6 +1,7 @@
 """Build the epochscope wheel from a source checkout, on the Ansible controller.
 
-Usage: build_wheel.py SOURCE_DIR OUT_DIR  (prints the wheel's path)
+Usage: build_wheel.py SOURCE_DIR OUT_DIR   (prints the wheel's path)
+       build_wheel.py --pack-wheelhouse WHEELHOUSE_DIR OUT_DIR   (prints the tar's path)
 
 The checkout is copied first (without VCS data, virtual environments and build leftovers)
 so the build never writes into it and a stale ``build/`` directory cannot add files that no
@@ -14,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 IGNORED = shutil.ignore_patterns(
@@ -65,7 +67,30 @@ def build_wheel(source: Path, out_dir: Path) -> Path:
     return wheels[0]
 
 
+def pack_wheelhouse(wheelhouse: Path, out_dir: Path) -> Path:
+    """One uncompressed tar of the wheelhouse's wheels, byte-identical for the same wheels
+    (sorted names, fixed times and owners): one file to copy and compare per node instead
+    of one per wheel."""
+    wheels = sorted(wheelhouse.glob("*.whl"))
+    if not wheels:
+        raise SystemExit(f"no wheels in {wheelhouse}")
+    tar_path = out_dir / "wheelhouse.tar"
+    with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for wheel in wheels:
+            info = tar.gettarinfo(wheel, arcname=wheel.name)
+            info.mtime = int(REPRODUCIBLE_EPOCH)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mode = 0o644
+            with open(wheel, "rb") as f:
+                tar.addfile(info, f)
+    return tar_path
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "--pack-wheelhouse":
+        print(pack_wheelhouse(Path(argv[1]), Path(argv[2])))
+        return 0
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
