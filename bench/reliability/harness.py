@@ -148,6 +148,7 @@ class Agent:
     samplers: tuple[str, ...] | None = None
     tree: Path = FIXTURE_TREE
     metrics_port: int = field(default_factory=free_port)
+    log_level: str = "info"
     process: subprocess.Popen | None = None
     ticks_reported: list[int] = field(default_factory=list)  # one per run that stopped cleanly
 
@@ -191,7 +192,16 @@ class Agent:
         self.write_config()
         with self.log.open("ab") as log_file:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "agent", "run", "--config", str(self.config)],
+                [
+                    sys.executable,
+                    "-m",
+                    "agent",
+                    "--log-level",
+                    self.log_level,
+                    "run",
+                    "--config",
+                    str(self.config),
+                ],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env=repo_env(),
