@@ -176,7 +176,7 @@ def estimates(scenario: Scenario, windows: list[tuple[int, int]]) -> np.ndarray:
     )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_per_epoch_increase_is_the_true_increase_within_the_stated_bound(scenario):
     samples = scenario.sample_ns
@@ -200,7 +200,7 @@ def test_per_epoch_increase_is_the_true_increase_within_the_stated_bound(scenari
         assert estimate >= -rounding  # a counter never shrinks, resets or not
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scenarios(), st.lists(st.floats(0, 1), min_size=1, max_size=10))
 def test_epochs_that_tile_the_run_add_up_to_the_run(scenario, cuts):
     """Consecutive epochs (shared boundaries) sum to the increase over their union, and

@@ -106,6 +106,7 @@ def run(
     workdir: Path | None = None,
     show_progress: bool = True,
     catch_up_timeout: float = 300.0,
+    kill: bool = False,
 ) -> dict:
     """Run the experiment; returns the results (see the module docstring)."""
     owned = None
@@ -149,7 +150,10 @@ def run(
             raise RuntimeError("the agents did not start delivering within 120 s")
         timeline.run_for(warmup_seconds, "warmup")
 
-        collector.stop()
+        if kill:
+            collector.kill()  # kill -9: requests in flight are cut, nothing is flushed
+        else:
+            collector.stop()
         stopped_at = time.monotonic()
         if progress is not None:
             with progress:
@@ -264,6 +268,7 @@ def run(
         "interval_seconds": 1.0,
         "batch_seconds": batch_seconds,
         "outage_seconds_planned": outage_seconds,
+        "stopped_with": "SIGKILL" if kill else "SIGTERM",
         "outage_seconds": restarted_at - stopped_at,
         "sent": sent_total,
         "stored": stored_total,
@@ -348,7 +353,8 @@ def plot(results: dict, path: Path) -> None:
 def summary(results: dict) -> str:
     lines = [
         f"{results['date']}  {results['machine']}",
-        f"agents {results['agents']}, outage {results['outage_seconds']:.1f} s,"
+        f"agents {results['agents']}, outage {results['outage_seconds']:.1f} s"
+        f" (collector stopped with {results['stopped_with']}),"
         f" load average before {results['load_average_before'][0]:.2f}"
         f" after {results['load_average_after'][0]:.2f}",
         f"sent {results['sent']}  stored {results['stored']}  lost {results['lost']}"
@@ -378,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--batch-seconds", type=float, default=5.0, help="agents' push.batch_seconds"
     )
+    parser.add_argument("--kill", action="store_true", help="kill -9 the collector, not SIGTERM")
     parser.add_argument("--workdir", type=Path, help="keep databases, spools and logs here")
     parser.add_argument("--results", type=Path, default=RESULTS / "outage.json")
     parser.add_argument("--figure", type=Path, default=FIGURES / "reliability-outage.png")
@@ -389,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         after_seconds=args.after_seconds,
         batch_seconds=args.batch_seconds,
         workdir=args.workdir,
+        kill=args.kill,
     )
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(results, indent=1))
