@@ -211,7 +211,6 @@ def test_loopback_without_auth_serves_the_page(repo_env, empty_db):
 @needs_store
 def test_the_app_has_no_write_routes(empty_db):
     from collector.store import SqliteStore
-
     from dashboard.app import create_app
     from dashboard.source import DataSource
 
