@@ -22,6 +22,7 @@ them: on a shared machine the browser numbers move with it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import make_store  # noqa: E402
+import psutil  # noqa: E402
 from dash._utils import to_json  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
@@ -139,39 +141,64 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
         driver.get(base + run_path)
         return until(PAGE_READY, 0.0)  # performance.now() counts from navigation start
 
-    def click(cold: bool) -> tuple[float, float]:
-        """(charts and table drawn, findings shown), seconds after the click."""
+    browser = psutil.Process(driver.service.process.pid)
+
+    def browser_cpu() -> float:
+        """CPU seconds used so far by Chromium's processes (browser, renderer, GPU...)."""
+        total = 0.0
+        for process in browser.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system
+        return total
+
+    def click(cold: bool) -> tuple[float, ...]:
+        """Seconds after the click until the charts and table are drawn, until the findings
+        are shown; CPU seconds the browser and this process (the server) spent meanwhile."""
         driver.find_element(By.CSS_SELECTOR, "nav a[href='/']").click()
         WebDriverWait(driver, 60).until(
             ec.presence_of_element_located((By.CSS_SELECTOR, "#runs-list"))
         )
         if cold:
             source.forget()
+        time.sleep(0.5)  # let the runs page settle before counting CPU
+        browser_before, server_before = browser_cpu(), time.process_time()
         started = driver.execute_script(
             "const link = document.querySelector(`a[href='${arguments[0]}']`);"
             "const now = performance.now(); link.click(); return now;",
             run_path,
         )
-        return until(PAGE_READY, started), until(FINDINGS_READY, started)
+        drawn = until(PAGE_READY, started)
+        findings = until(FINDINGS_READY, started)
+        return (
+            drawn,
+            findings,
+            browser_cpu() - browser_before,
+            time.process_time() - server_before,
+        )
 
-    def clicks(cold: bool) -> tuple[float, float]:
+    def clicks(cold: bool) -> tuple[float, ...]:
         times = [click(cold) for _ in range(repeat)]
-        return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
+        return tuple(statistics.median(t[i] for t in times) for i in range(4))
 
     try:
         first = load(True)  # the browser fetches plotly.js and Dash's bundles once
         load_cold = median_of(repeat, lambda: load(True))
         load_warm = median_of(repeat, lambda: load(False))
-        click_cold, findings_cold = clicks(True)
-        click_warm, findings_warm = clicks(False)
+        cold = clicks(True)
+        warm = clicks(False)
         results = {
             "first_visit_s": first,
             "load_cold_s": load_cold,
             "load_warm_s": load_warm,
-            "click_cold_s": click_cold,
-            "click_warm_s": click_warm,
-            "click_cold_findings_s": findings_cold,
-            "click_warm_findings_s": findings_warm,
+            "click_cold_s": cold[0],
+            "click_warm_s": warm[0],
+            "click_cold_findings_s": cold[1],
+            "click_warm_findings_s": warm[1],
+            "click_cold_browser_cpu_s": cold[2],
+            "click_warm_browser_cpu_s": warm[2],
+            "click_cold_server_cpu_s": cold[3],
+            "click_warm_server_cpu_s": warm[3],
         }
         errors = driver.get_log("browser")
         if errors:
