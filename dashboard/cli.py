@@ -2,6 +2,7 @@
 
     dashboard serve [--db PATH | --collector URL] [--host 127.0.0.1] [--port 8050]
                     [--auth USER:PASSWORD] [--poll-seconds 2] [--max-points 500]
+                    [--prepare-runs 4]
 
 ``--db`` is the collector's SQLite file (default: ``$EPOCHSCOPE_DB`` or
 ``runs/epochscope.sqlite``, as for ``collector``). ``--collector URL`` reads samples from the
@@ -64,6 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="how often live pages fetch new data (%(default)s)",
     )
     serve.add_argument(
+        "--prepare-runs",
+        type=int,
+        default=4,
+        metavar="N",
+        help="keep the N newest finished runs computed in the background, so that they "
+        "open at once (%(default)s; 0: off)",
+    )
+    serve.add_argument(
         "--max-points",
         type=int,
         default=DEFAULT_MAX_POINTS,
@@ -106,8 +115,8 @@ def serve(args: argparse.Namespace) -> int:
         check_bind(args.host, credentials)
     except AuthError as error:
         raise CliError(str(error)) from None
-    if args.poll_seconds <= 0 or args.max_points < 10:
-        raise CliError("--poll-seconds must be > 0 and --max-points at least 10")
+    if args.poll_seconds <= 0 or args.max_points < 10 or args.prepare_runs < 0:
+        raise CliError("--poll-seconds must be > 0, --max-points at least 10, --prepare-runs >= 0")
 
     from werkzeug.serving import make_server
 
@@ -115,11 +124,8 @@ def serve(args: argparse.Namespace) -> int:
     from dashboard.source import DataSource
 
     store = open_store(args)
-    app = create_app(
-        DataSource(store, max_points=args.max_points),
-        poll_seconds=args.poll_seconds,
-        credentials=credentials,
-    )
+    source = DataSource(store, max_points=args.max_points)
+    app = create_app(source, poll_seconds=args.poll_seconds, credentials=credentials)
     try:
         server = make_server(args.host, args.port, app.server, threaded=True)
     except OSError as error:
@@ -129,6 +135,7 @@ def serve(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+    preparing = source.start_preparing(args.prepare_runs) if args.prepare_runs > 0 else None
     shown_host = f"[{args.host}]" if ":" in args.host else args.host
     who = f", basic auth as {credentials.user}" if credentials else ""
     log.info("dashboard on http://%s:%d/%s", shown_host, server.server_port, who)
@@ -137,6 +144,8 @@ def serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        if preparing is not None:
+            preparing.set()
         server.server_close()
         close = getattr(store, "close", None)
         if callable(close):

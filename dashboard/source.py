@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from typing import Any
 from agent.schema import RunState
 from collector import query
 from collector.store_api import ReadStore, RunInfo, SeriesData, SeriesInfo, WorkloadEvent
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_POINTS = 500
 FINISHED_RUNS_KEPT = 16  # ~100 kB of chart data each
@@ -122,6 +125,7 @@ class DataSource:
         # summaries, epoch tables and findings the same way)
         self._finished: OrderedDict[tuple[str, int | None, int], Timeseries] = OrderedDict()
         self._lock = threading.Lock()
+        self.prepared: frozenset[str] = frozenset()  # run ids the preparing thread has done
 
     def request(self) -> AbstractContextManager[None]:
         """One page build or poll: store answers are shared inside it (see
@@ -135,6 +139,48 @@ class DataSource:
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         return next((run for run in self.runs() if run["run_id"] == run_id), None)
+
+    # -- finished runs, prepared ahead --------------------------------------------------------
+    def prepare(self, run_id: str) -> bool:
+        """Compute what a finished run's page shows (summary, charts, epoch table, findings),
+        so that opening it later only lays the page out. False for live or unknown runs."""
+        with self.request():
+            info = self.run_info(run_id)
+            if info is None or is_live(info.state):
+                return False
+            self.runs()
+            self.timeseries(run_id, live=False)
+            self.boundaries(run_id)
+            self.epochs(run_id)
+            self.findings(run_id)
+        return True
+
+    def start_preparing(self, newest: int, every_s: float = 30.0) -> threading.Event:
+        """Keep the ``newest`` finished runs prepared, in a background thread: at once, and
+        again as runs finish. Returns the event that stops it."""
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=self._prepare_loop, args=(newest, every_s, stop), name="prepare-runs"
+        )
+        thread.daemon = True
+        thread.start()
+        return stop
+
+    def _prepare_loop(self, newest: int, every_s: float, stop: threading.Event) -> None:
+        done: set[tuple[str, int | None]] = set()
+        while not stop.is_set():
+            try:
+                finished = [r for r in self.store.runs() if not is_live(r.state)][:newest]
+                for info in finished:
+                    if stop.is_set():
+                        return
+                    if (info.run_id, info.end_ns) not in done and self.prepare(info.run_id):
+                        done.add((info.run_id, info.end_ns))
+                        log.info("prepared run %s", info.run_id)
+                self.prepared = frozenset(run_id for run_id, _end in done)
+            except Exception:  # a bad run must not stop the others from being prepared
+                log.exception("preparing runs failed; trying again in %g s", every_s)
+            stop.wait(every_s)
 
     def forget(self) -> None:
         """Drop the kept charts of finished runs (and the query layer's cache): the

@@ -25,6 +25,7 @@ reaching top-1 0.749 in their second epoch (200 s after run_start).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,24 @@ def test_events_kept_for_a_request_answer_like_the_store(source):
         assert store.events(PAPER_RUN, kinds=kinds) == direct.events(PAPER_RUN, kinds=kinds)
         assert store.events(PAPER_RUN, since, kinds) == direct.events(PAPER_RUN, since, kinds)
     assert store._memo() is None  # nothing is kept after the request
+
+
+def test_prepared_runs_open_without_reading_the_store_again(source):
+    from collector import query
+    from dashboard.app import Callbacks
+
+    counting = CountingStore(source.store.store)
+    prepared = DataSource(counting)
+    query.clear_cache()
+    stop = prepared.start_preparing(newest=2, every_s=60)
+    try:
+        deadline = time.monotonic() + 60
+        while prepared.prepared != {PAPER_RUN, INTRA_RUN} and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+    assert prepared.prepared == {PAPER_RUN, INTRA_RUN}  # the two newest finished runs
+    reads = dict(counting.event_reads)
+    Callbacks(prepared, poll_ms=2000).route(f"/runs/{PAPER_RUN}", "")
+    assert counting.event_reads == reads  # the page came from what was prepared
+    assert not prepared.prepare("no-such-run")
