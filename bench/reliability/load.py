@@ -387,9 +387,10 @@ def run(
 ) -> dict:
     owned = None
     if nice:
-        # this thread (the event loop) and the monitor started below; the collector gets
-        # the same through `nice -n`
+        # this thread (the event loop), the monitor started below and this session's
+        # scheduler autogroup; the collector gets the same in a session of its own
         os.nice(nice)
+        harness.set_autogroup_nice("self", nice)
     if workdir is None:
         owned = tempfile.TemporaryDirectory(prefix="epochscope-load-")
         workdir = Path(owned.name)
