@@ -244,8 +244,9 @@ def event_points(cluster: Cluster, host_index: int) -> list[Point]:
 
 
 def generate(db: Path, hosts: int = 8, hours: float = 3.0, epochs: int = 90) -> dict:
-    from collector.store import SqliteStore
     from rich.progress import Progress
+
+    from collector.store import SqliteStore
 
     cluster = Cluster(hosts, hours, epochs, ranks_per_host=4)
     db.parent.mkdir(parents=True, exist_ok=True)
