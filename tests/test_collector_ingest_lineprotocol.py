@@ -389,7 +389,7 @@ def bodies(draw):
     return "\n".join(lines)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(bodies(), st.sampled_from(["ns", "s"]))
 def test_template_path_agrees_with_the_general_path(body, precision):
     expected, bad = reference(body, precision)
@@ -398,7 +398,7 @@ def test_template_path_agrees_with_the_general_path(body, precision):
     assert series_of(parsed) == expected
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.sampled_from(VALUES[:14]), min_size=2, max_size=2), st.integers(2, 30))
 def test_repeated_agent_lines_agree_with_the_general_path(values, count):
     # many lines of one prefix and one field set: the case the template path is for

@@ -379,7 +379,7 @@ def write_sequences(draw):
     return steps
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(write_sequences(), st.sampled_from([(0, 2000), (1, 1), (2, 600), (599, 601), (3, 4)]))
 def test_reads_equal_last_write_wins_model(tmp_path_factory, steps, window):
     path = tmp_path_factory.mktemp("model") / "m.sqlite"
