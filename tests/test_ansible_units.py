@@ -1,0 +1,309 @@
+"""The pieces of the Ansible roles that run without SSH: epochscope-servicectl (with real
+processes), the rendered agent.toml (parsed back with tomllib) and the systemd units
+(rendered by ansible-playbook from the roles, then `systemd-analyze verify`; systemd is not
+PID 1 here, so starting them is out of reach and that path is checked this far only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from test_ansible_harness import ANSIBLE_DIR, ANSIBLE_PLAYBOOK, pid_alive
+
+SERVICECTL = ANSIBLE_DIR / "roles" / "epochscope_package" / "files" / "servicectl.py"
+SLEEPER = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (print('got SIGTERM', flush=True), sys.exit(0)))\n"
+    "print('up', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def ctl(spec_path: Path, action: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SERVICECTL), str(spec_path), action],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def write_spec(tmp_path: Path, argv: list[str], **extra) -> Path:
+    spec = {
+        "name": "sleeper",
+        "argv": argv,
+        "pidfile": str(tmp_path / "run" / "sleeper.pid"),
+        "logfile": str(tmp_path / "log" / "sleeper.log"),
+        "stop_timeout": 10,
+        **extra,
+    }
+    path = tmp_path / "sleeper.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def pid_of(result: subprocess.CompletedProcess) -> int:
+    return int(result.stdout.split()[-1])
+
+
+@pytest.fixture
+def sleeper_spec(tmp_path):
+    spec = write_spec(tmp_path, [sys.executable, "-c", SLEEPER])
+    yield spec
+    ctl(spec, "stop")
+
+
+def test_servicectl_start_stop_restart_status_are_idempotent(sleeper_spec, tmp_path):
+    assert ctl(sleeper_spec, "status").returncode == 3
+    first = ctl(sleeper_spec, "start")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("started pid ")
+    pid = pid_of(first)
+    assert pid_alive(pid)
+
+    again = ctl(sleeper_spec, "start")
+    assert again.stdout.strip() == f"already running pid {pid}"
+    status = ctl(sleeper_spec, "status")
+    assert (status.returncode, status.stdout.strip()) == (0, f"running pid {pid}")
+
+    restarted = ctl(sleeper_spec, "restart")
+    assert restarted.stdout.startswith("restarted pid ")
+    new_pid = pid_of(restarted)
+    assert new_pid != pid and not pid_alive(pid) and pid_alive(new_pid)
+
+    stopped = ctl(sleeper_spec, "stop")
+    assert stopped.stdout.strip() == f"stopped pid {new_pid}"
+    assert not pid_alive(new_pid)
+    assert ctl(sleeper_spec, "stop").stdout.strip() == "not running"
+    assert not (tmp_path / "run" / "sleeper.pid").exists()
+    # Both runs logged, and both got SIGTERM (not SIGKILL): the daemon could flush.
+    log = (tmp_path / "log" / "sleeper.log").read_text()
+    assert log.count("up\n") == 2 and log.count("got SIGTERM\n") == 2
+
+
+def test_servicectl_never_signals_a_reused_pid(sleeper_spec, tmp_path):
+    # A stale pidfile naming a live process that is not the daemon (this test's own pid).
+    pidfile = tmp_path / "run" / "sleeper.pid"
+    pidfile.parent.mkdir()
+    argv = json.loads(sleeper_spec.read_text())["argv"]
+    pidfile.write_text(f"{os.getpid()}\n{json.dumps(argv)}\n")
+    assert ctl(sleeper_spec, "stop").stdout.strip() == "not running"
+    started = ctl(sleeper_spec, "start")
+    assert started.stdout.startswith("started pid ")
+    assert pid_of(started) != os.getpid()
+
+
+def test_servicectl_stops_a_daemon_started_from_an_older_spec(sleeper_spec):
+    pid = pid_of(ctl(sleeper_spec, "start"))
+    spec = json.loads(sleeper_spec.read_text())
+    spec["argv"] = [*spec["argv"], "--new-option"]
+    sleeper_spec.write_text(json.dumps(spec))
+    assert ctl(sleeper_spec, "stop").stdout.strip() == f"stopped pid {pid}"
+    assert not pid_alive(pid)
+
+
+def test_servicectl_reports_a_daemon_that_dies_at_once(tmp_path):
+    spec = write_spec(tmp_path, [sys.executable, "-c", "print('bad config: no [push]'); exit(2)"])
+    result = ctl(spec, "start")
+    assert result.returncode == 1
+    assert "exited right after starting" in result.stderr
+    assert "bad config: no [push]" in result.stderr
+    assert not (tmp_path / "run" / "sleeper.pid").exists()
+
+
+def test_servicectl_reports_a_missing_program(tmp_path):
+    spec = write_spec(tmp_path, [str(tmp_path / "no-such-venv" / "bin" / "python")])
+    result = ctl(spec, "start")
+    assert result.returncode == 1
+    assert "could not start" in result.stderr and "No such file" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching accounts needs root")
+def test_servicectl_runs_the_daemon_as_the_configured_account(tmp_path):
+    nobody = pwd.getpwnam("nobody")
+    tmp_path.chmod(0o755)
+    # The system interpreter: the test venv's resolves under /root (0700), out of nobody's reach.
+    spec = write_spec(tmp_path, ["/usr/bin/python3", "-c", SLEEPER], user="nobody", group="nogroup")
+    try:
+        pid = pid_of(ctl(spec, "start"))
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        uid = next(line for line in status if line.startswith("Uid:")).split()[1:]
+        assert uid == [str(nobody.pw_uid)] * 4
+        assert (tmp_path / "log" / "sleeper.log").stat().st_uid == nobody.pw_uid
+    finally:
+        ctl(spec, "stop")
+
+
+# --- templates rendered by Ansible itself, from the roles' defaults ---
+
+RENDER_PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  vars_files:
+    - {roles}/epochscope_agent/defaults/main.yml
+    - {roles}/epochscope_agent/vars/main.yml
+  tasks:
+    - ansible.builtin.template:
+        src: {roles}/epochscope_agent/templates/agent.toml.j2
+        dest: {out}/agent.toml
+        mode: "0600"
+    - ansible.builtin.template:
+        src: {roles}/epochscope_agent/templates/epochscope-agent.service.j2
+        dest: {out}/epochscope-agent.service
+        mode: "0644"
+
+- hosts: localhost
+  gather_facts: false
+  vars_files:
+    - {roles}/epochscope_collector/defaults/main.yml
+    - {roles}/epochscope_collector/vars/main.yml
+  tasks:
+    - ansible.builtin.template:
+        src: {roles}/epochscope_collector/templates/server.service.j2
+        dest: "{out}/{{{{ item.name }}}}.service"
+        mode: "0644"
+      loop: "{{{{ epochscope_collector_services }}}}"
+"""
+
+
+def render(tmp_path: Path, extra_vars: dict) -> Path:
+    out = tmp_path / "out"
+    out.mkdir()
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(RENDER_PLAYBOOK.format(roles=ANSIBLE_DIR / "roles", out=out))
+    vars_file = tmp_path / "vars.json"
+    vars_file.write_text(json.dumps(extra_vars))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
+    env["ANSIBLE_LOCAL_TEMP"] = str(tmp_path / "ansible-tmp")
+    result = subprocess.run(
+        [
+            str(ANSIBLE_PLAYBOOK),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            str(playbook),
+            "-e",
+            f"@{vars_file}",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("render")
+    prefix = tmp_path / "opt" / "epochscope"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to(sys.executable)
+    server = tmp_path / "opt" / "epochscope-server"
+    (server / "bin").mkdir(parents=True)
+    (server / "bin" / "python").symlink_to(sys.executable)
+    extra = {
+        "epochscope_prefix": str(prefix),
+        "epochscope_collector_prefix": str(server),
+        "epochscope_host_tag": "gpu07",
+        # Quotes, a backslash and non-ASCII must survive TOML quoting.
+        "epochscope_token": 'a"b\\c é',
+        "epochscope_push_url": "http://head01:8086",
+        "epochscope_samplers": ["cpu", "net", "gpu"],
+        "epochscope_interval_seconds": 5,
+        "epochscope_spool_max_bytes": 1048576,
+        "epochscope_collector_retention_days": 30,
+    }
+    return render(tmp_path, extra), prefix
+
+
+def test_agent_toml_holds_exactly_the_inventory_values(rendered):
+    out, _ = rendered
+    config = tomllib.loads((out / "agent.toml").read_text())
+    assert config == {
+        "host": "gpu07",
+        "interval_seconds": 5,
+        "proc_root": "/proc",
+        "sys_root": "/sys",
+        "samplers": ["cpu", "net", "gpu"],
+        "push": {
+            "url": "http://head01:8086",
+            "token": 'a"b\\c é',
+            "bucket": "epochscope",
+            "org": "epochscope",
+            "spool_dir": "/var/lib/epochscope/spool",
+            "spool_max_bytes": 1048576,
+            "batch_seconds": 5,
+        },
+        "metrics": {"listen": "127.0.0.1:9711"},
+    }
+    assert (out / "agent.toml").stat().st_mode & 0o777 == 0o600
+
+
+def test_agent_unit_is_hardened_but_keeps_gpu_proc_and_sys(rendered):
+    out, prefix = rendered
+    unit = (out / "epochscope-agent.service").read_text()
+    settings = [line for line in unit.splitlines() if "=" in line and not line.startswith("#")]
+    assert (
+        f"ExecStart={prefix}/bin/python -m agent run --config /etc/epochscope/agent.toml"
+        in settings
+    )
+    for line in (
+        "Restart=always",
+        "User=epochscope",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        "ReadWritePaths=/var/lib/epochscope/spool",
+        "DevicePolicy=closed",
+        "DeviceAllow=char-nvidia* rw",
+        "CapabilityBoundingSet=",
+    ):
+        assert line in settings
+    assert not any(
+        line.startswith(("PrivateDevices", "ProtectProc", "InaccessiblePaths")) for line in settings
+    )
+
+
+def test_collector_units_run_serve_and_dashboard(rendered):
+    out, _ = rendered
+    collector = (out / "epochscope-collector.service").read_text()
+    assert "-m collector serve --db /var/lib/epochscope-collector/epochscope.sqlite" in collector
+    assert "--listen 0.0.0.0:8086 --token-file /etc/epochscope/collector.token" in collector
+    assert "--retention-days 30" in collector
+    assert "ReadWritePaths=/var/lib/epochscope-collector" in collector
+    dashboard = (out / "epochscope-dashboard.service").read_text()
+    assert "-m dashboard serve --db /var/lib/epochscope-collector/epochscope.sqlite" in dashboard
+    assert "--host 127.0.0.1 --port 8050" in dashboard
+
+
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed"
+)
+@pytest.mark.parametrize(
+    "unit",
+    ["epochscope-agent.service", "epochscope-collector.service", "epochscope-dashboard.service"],
+)
+def test_units_pass_systemd_analyze_verify(rendered, unit):
+    out, _ = rendered
+    result = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(out / unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # Only complaints about this unit count (the host's other units may have their own).
+    complaints = [line for line in (result.stdout + result.stderr).splitlines() if unit in line]
+    assert result.returncode == 0 and complaints == [], result.stdout + result.stderr
