@@ -6,12 +6,21 @@ SYSTEM_PACKAGES := chromium chromium-driver openssh-server victoria-metrics prom
 	prometheus-node-exporter iproute2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test env system-packages lint bench clean
+.PHONY: demo test env frameworks system-packages lint bench clean
 
-demo: env
-	$(PY) -m agent.demo --seconds 30
+# The main job: ResNet-50 with Horovod + TensorFlow, 2 processes, 3 epochs, profiled by a
+# local agent and collector, on a small TFRecord data set made once and dropped from the
+# page cache before the run, so epoch 1 reads it from disk and later epochs do not.
+DEMO_DATA := runs/demo-data
+DEMO_RUN_ARGS := --framework tensorflow --data-dir $(DEMO_DATA) --np 2 --epochs 3 \
+	--batch-size 16 --image-size 64 --warmup-steps 2 --step-every 4 --drop-caches --profile
 
-test: env system-packages
+demo: env frameworks
+	@[ -f $(DEMO_DATA)/manifest.json ] || $(PY) -m workloads dataset make --format tfrecord \
+		--images 1536 --classes 10 --image-size 160 --val-images 256 --shards 8 --out $(DEMO_DATA)
+	$(PY) -m workloads run $(DEMO_RUN_ARGS)
+
+test: env frameworks system-packages
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
@@ -24,6 +33,37 @@ $(VENV)/.installed: pyproject.toml
 	[ -x $(PY) ] || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# The workloads' ML frameworks (extras tensorflow, mxnet, pytorch) and Horovod 0.28.1,
+# compiled here against TensorFlow 2.15 and MXNet 1.9.1 with gloo (no MPI, no PyTorch:
+# PyTorch runs use torch.distributed). The compiled wheel is cached outside the checkout,
+# keyed by the framework versions, so a second set-up installs it in seconds; a build
+# that fails with MXNet is retried without it (MXNet then runs one process only).
+HOROVOD_VERSION := 0.28.1
+WHEEL_CACHE := $(HOME)/.cache/epochscope/wheels
+HOROVOD_WHEELS := $(WHEEL_CACHE)/horovod-$(HOROVOD_VERSION)-tf2.15.1-mx1.9.1-py311
+HOROVOD_ENV := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+	HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_CPU_OPERATIONS=gloo MAKEFLAGS=-j$$(nproc)
+
+frameworks: $(VENV)/.frameworks
+
+$(VENV)/.frameworks: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[dev,tensorflow,mxnet,pytorch]'
+	@command -v cmake >/dev/null && command -v g++ >/dev/null || \
+		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q cmake g++; }
+	@if ! ls $(HOROVOD_WHEELS)/horovod-$(HOROVOD_VERSION)-*.whl >/dev/null 2>&1; then \
+		echo "building horovod $(HOROVOD_VERSION) into $(HOROVOD_WHEELS) (minutes)"; \
+		rm -rf $(HOROVOD_WHEELS).tmp && mkdir -p $(HOROVOD_WHEELS).tmp && \
+		{ $(HOROVOD_ENV) HOROVOD_WITH_MXNET=1 $(PY) -m pip wheel --no-deps \
+			--no-build-isolation -w $(HOROVOD_WHEELS).tmp horovod==$(HOROVOD_VERSION) || \
+		  { echo "horovod did not build with MXNet: building it without (MXNet: 1 process)"; \
+		    $(HOROVOD_ENV) HOROVOD_WITHOUT_MXNET=1 $(PY) -m pip wheel --no-deps \
+			--no-build-isolation -w $(HOROVOD_WHEELS).tmp horovod==$(HOROVOD_VERSION); }; } && \
+		rm -rf $(HOROVOD_WHEELS) && mv $(HOROVOD_WHEELS).tmp $(HOROVOD_WHEELS); \
+	fi
+	$(PY) -m pip install -q $(HOROVOD_WHEELS)/horovod-$(HOROVOD_VERSION)-*.whl
+	$(PY) -c 'import tensorflow, mxnet, torch, horovod.tensorflow'
 	touch $@
 
 # Debian packages the tests drive for real. Services are kept from starting on install

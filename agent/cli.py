@@ -68,7 +68,9 @@ def _sampler_list(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agent", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="agent", description="epochscope node agent: sample, serve /metrics, push"
+    )
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )

@@ -342,6 +342,10 @@ class Workload(Measurement):
     STEP = gauge("step", "count", "Global step number")
     IMAGES = gauge("images", "count", "Images this rank processed in the epoch or step")
     SECONDS = gauge("seconds", "seconds", "Duration of the epoch or step")
+    # epoch_end: the epoch's steps after the run's warm-up steps (tf_cnn_benchmarks'
+    # throughput is timed_images / timed_seconds; equal to images/seconds past warm-up).
+    TIMED_IMAGES = gauge("timed_images", "count", "Images of the epoch's post-warm-up steps")
+    TIMED_SECONDS = gauge("timed_seconds", "seconds", "Wall time of those steps")
     LOSS = gauge("loss", "", "Training loss")
     TOP1 = gauge("top1", "fraction", "Validation top-1 accuracy, 0..1")
     TOP5 = gauge("top5", "fraction", "Validation top-5 accuracy, 0..1")

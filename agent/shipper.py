@@ -26,7 +26,6 @@ Counts are mirrored into the ``AgentStats`` the self sampler reports: ``spool_by
 
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import json
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.point import Point, encode_line
-from agent.spool import Segment, Spool
+from agent.spool import DEFAULT_SEGMENT_MAX_BYTES, Segment, Spool
 
 if TYPE_CHECKING:
     from agent.samplers.agent import AgentStats
@@ -107,12 +106,50 @@ def import_influxdb_client() -> Any:
     return influxdb_client
 
 
+_FROM_IMPORT = re.compile(r"from ([A-Za-z_][\w.]*) import (\w+(?: as \w+)?(?:, \w+(?: as \w+)?)*)")
+_ALIAS = re.compile(r"(\w+) = (\w+)")
+
+
+def reexports(source: str) -> dict[str, tuple[str, str]] | None:
+    """``{name: (module, name there)}`` of an ``__init__`` that only re-exports names.
+
+    Such a file holds comments, one docstring, one-line absolute ``from module import
+    a, b as c`` statements and ``alias = name`` lines. Anything else: None. Read line by
+    line rather than with ``ast``: parsing ~800 lines into a tree leaves ~0.7 MB of
+    freed-but-held memory behind in a process that wants to stay small.
+    """
+    sources: dict[str, tuple[str, str]] = {}
+    in_docstring = seen_docstring = False
+    for raw in source.splitlines():
+        line = raw.strip()
+        if in_docstring:
+            in_docstring = not line.endswith('"""')
+            continue
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith('"""') and not seen_docstring and not sources:
+            seen_docstring = True
+            in_docstring = not (len(line) >= 6 and line.endswith('"""'))
+            continue
+        if line.startswith("from __future__ import "):
+            continue
+        if match := _FROM_IMPORT.fullmatch(line):
+            for item in match[2].split(", "):
+                original, _, alias = item.partition(" as ")
+                sources[alias or original] = (match[1], original)
+            continue
+        if (match := _ALIAS.fullmatch(line)) and match[2] in sources:
+            sources[match[1]] = sources[match[2]]
+            continue
+        return None
+    return sources
+
+
 def lazy_package(name: str) -> bool:
     """Put ``name`` in sys.modules without running its ``__init__``, resolving lazily.
 
-    Only for a package whose ``__init__`` holds nothing but a docstring, absolute
-    ``from module import name`` lines and ``alias = name`` assignments; any other
-    ``__init__`` is left to import normally (False).
+    Only for a package whose ``__init__`` just re-exports names (``reexports``); any
+    other is left to import normally (False).
     """
     if name in sys.modules:
         return False
@@ -120,31 +157,11 @@ def lazy_package(name: str) -> bool:
     if spec is None or spec.origin is None or not spec.submodule_search_locations:
         return False
     try:
-        tree = ast.parse(Path(spec.origin).read_text())
-    except (OSError, SyntaxError, ValueError):
+        sources = reexports(Path(spec.origin).read_text())
+    except (OSError, ValueError):
         return False
-    sources: dict[str, tuple[str, str]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            continue  # the docstring
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "__future__":
-                continue
-            for alias in node.names:
-                if alias.name == "*":
-                    return False
-                sources[alias.asname or alias.name] = (node.module, alias.name)
-            continue
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and isinstance(node.value, ast.Name)
-            and node.value.id in sources
-        ):
-            sources[node.targets[0].id] = sources[node.value.id]
-            continue
-        return False  # something this loader does not model: import it the usual way
+    if sources is None:
+        return False
     module = importlib.util.module_from_spec(spec)
 
     def __getattr__(attribute: str) -> Any:
@@ -261,6 +278,7 @@ class Shipper:
         *,
         batch_seconds: float = 0.0,
         backoff_max_seconds: float = 30.0,
+        segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES,
     ) -> None:
         self.url = url
         self._token = token
@@ -269,7 +287,7 @@ class Shipper:
         self.stats = stats
         self.batch_seconds = batch_seconds
         self.backoff_max_seconds = backoff_max_seconds
-        self.spool = Spool(Path(spool_dir), spool_max_bytes)
+        self.spool = Spool(Path(spool_dir), spool_max_bytes, segment_max_bytes)
         self._writer: InfluxWriter | None = None
         self._wake = threading.Condition()
         self._new_data = False  # set by submit: wakes an idle sender
@@ -343,6 +361,7 @@ class Shipper:
             self._thread.join(max(0.1, deadline - time.monotonic()))
         if self._writer is not None:
             self._writer.close()
+        self.spool.close()
         if not flushed and len(self.spool):
             log.warning(
                 "stopping with %d points (%d bytes) still spooled in %s: "
@@ -382,7 +401,9 @@ class Shipper:
                 self._wait_for_data()
                 continue
             single = oldest.seq <= self._isolate_until_seq
-            batch = self.spool.peek(BATCH_MAX_BYTES, 1 if single else BATCH_MAX_SEGMENTS)
+            batch, everything = self.spool.take(
+                BATCH_MAX_BYTES, 1 if single else BATCH_MAX_SEGMENTS
+            )
             outcome = self._send(batch)
             if outcome.delivered:
                 self.spool.remove(batch)
@@ -390,8 +411,9 @@ class Shipper:
                 if self._outage_logged:
                     self._outage_logged = False
                     log.info("push to %s works again: sending the spool", self.url)
-                if self.batch_seconds > 0 and self.spool.oldest() is None:
-                    # Caught up: let a few ticks gather so that one request carries them.
+                if self.batch_seconds > 0 and everything:
+                    # Caught up: let a few ticks gather so that one request carries them
+                    # (what was submitted while this request was out waits too).
                     self._update_stats()
                     self._pause(self.batch_seconds)
                     continue
@@ -414,7 +436,7 @@ class Shipper:
 
     def _send(self, batch: list[Segment]) -> Outcome:
         try:
-            body = b"\n".join(segment.read() for segment in batch)
+            body = b"".join(segment.read() for segment in batch)
         except OSError as error:
             return Outcome(False, False, None, f"cannot read the spool: {error.strerror}")
         assert self._writer is not None

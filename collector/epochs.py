@@ -50,11 +50,10 @@ A value that cannot be measured (no such device on the host, no samples in the w
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -175,7 +174,6 @@ def assign_epochs(events: Iterable[WorkloadEvent]) -> list[tuple[WorkloadEvent, 
 
 
 EPOCH_KINDS = (Event.RUN_START, Event.EPOCH_START, Event.EPOCH_END, Event.RUN_END)
-_KINDS_SUPPORT: dict[type, bool] = {}
 
 
 def run_events(
@@ -184,20 +182,9 @@ def run_events(
     kinds: tuple[str, ...] | None = None,
     since_ns: int | None = None,
 ) -> list[WorkloadEvent]:
-    """A run's events of the given kinds, filtered by the store when it can (so a run's
-    many ``step`` events are not decoded when only its epochs are wanted)."""
-    if kinds is None:
-        return store.events(run_id, since_ns)
-    supported = _KINDS_SUPPORT.get(type(store))
-    if supported is None:
-        try:
-            supported = "kinds" in inspect.signature(store.events).parameters
-        except (TypeError, ValueError):
-            supported = False
-        _KINDS_SUPPORT[type(store)] = supported
-    if supported:
-        return store.events(run_id, since_ns, kinds=kinds)
-    return [e for e in store.events(run_id, since_ns) if e.event in kinds]
+    """A run's events of the given kinds, filtered by the store (so a run's many ``step``
+    events are not decoded when only its epochs are wanted)."""
+    return store.events(run_id, since_ns, kinds=kinds)
 
 
 def report_events(store: ReadStore, run_id: str) -> list[WorkloadEvent]:
@@ -398,28 +385,9 @@ class EpochAmounts:
     fabric: str = ""  # "ib" | "net" | "" (neither)
 
 
-def _sum_present(values: Iterable[float]) -> float:
-    present = [v for v in values if not math.isnan(v)]
-    return sum(present) if present else math.nan
-
-
-def _ratio(numerator: float, denominator: float) -> float:
-    if denominator is None or not denominator or math.isnan(denominator):
-        return math.nan
-    return numerator / denominator
-
-
 def iso_utc(time_ns: int) -> str:
     moment = datetime.fromtimestamp(time_ns / NS_PER_SECOND, tz=UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _clean_number(value: float, digits: int | None) -> float | int | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if digits is None:
-        return round(float(value))
-    return round(float(value), digits)
 
 
 @dataclass(frozen=True)
@@ -477,71 +445,77 @@ class EpochRow:
         return {column: getattr(self, column) for column in COLUMNS}
 
 
+def _column_values(values: np.ndarray, digits: int | None) -> list[float | int | None]:
+    """Rounded Python numbers, None for NaN (no data); integers when ``digits`` is None."""
+    rounded = np.round(values, digits or 0).tolist()
+    if digits is None:
+        return [None if v != v else int(v) for v in rounded]
+    return [None if v != v else v for v in rounded]
+
+
+def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
+    """Rows for many amounts at once (the derivations are column-wise numpy)."""
+    if not amounts:
+        return []
+    size = len(amounts)
+
+    def column(key: str) -> np.ndarray:
+        return np.fromiter((a.values.get(key, math.nan) for a in amounts), float, size)
+
+    seconds = np.fromiter((a.seconds for a in amounts), float, size)
+    images = np.fromiter((a.images for a in amounts), float, size)
+    gpu_count = np.fromiter((a.gpu_count for a in amounts), float, size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_second = np.where(seconds > 0, 1.0 / np.where(seconds > 0, seconds, 1.0), np.nan)
+
+        def mbps(key: str) -> np.ndarray:
+            return column(key) * per_second / BYTES_PER_MB
+
+        # a field a kernel does not report (steal on old kernels) is left out, not zero
+        cpu_total = nansum_or_nan([column(f"cpu_{f}") for f in CPU_ALL_FIELDS], size)
+        cpu_busy = nansum_or_nan([column(f"cpu_{f}") for f in CPU_BUSY_FIELDS], size)
+        cpu_total = np.where(cpu_total > 0, cpu_total, np.nan)
+        app_read = column("nfs_app_read")
+        hit_ratio = np.where(app_read > 0, 1.0 - column("nfs_server_read") / app_read, np.nan)
+        gpu_util = np.where(gpu_count > 0, column("gpu_util") / gpu_count, np.nan)
+        derived: dict[str, tuple[np.ndarray, int | None]] = {
+            "images_per_second": (images * per_second, 2),
+            "disk_read_bytes": (column("disk_read"), None),
+            "disk_read_mbps": (mbps("disk_read"), 3),
+            "disk_write_bytes": (column("disk_write"), None),
+            "nfs_server_read_bytes": (column("nfs_server_read"), None),
+            "nfs_server_read_mbps": (mbps("nfs_server_read"), 3),
+            "nfs_app_read_bytes": (app_read, None),
+            "nfs_cache_hit_ratio": (hit_ratio, 4),
+            "ib_rcv_bytes": (column("ib_rcv"), None),
+            "ib_xmit_bytes": (column("ib_xmit"), None),
+            "ib_rcv_mbps": (mbps("ib_rcv"), 3),
+            "ib_xmit_mbps": (mbps("ib_xmit"), 3),
+            "net_rx_bytes": (column("net_rx"), None),
+            "net_tx_bytes": (column("net_tx"), None),
+            "rx_minus_tx_mbps": (mbps("fabric_net"), 3),
+            "page_cache_delta_bytes": (column("page_cache_delta"), None),
+            "major_faults": (column("major_faults"), None),
+            "cpu_util_percent": (100.0 * cpu_busy / cpu_total, 2),
+            "iowait_percent": (100.0 * column("cpu_iowait_seconds") / cpu_total, 2),
+            "gpu_util_percent": (gpu_util, 2),
+        }
+    values = [_column_values(array, digits) for array, digits in derived.values()]
+    seconds_out = np.round(seconds, 3).tolist()
+    images_out = np.round(images).astype(np.int64).tolist()
+    return [
+        EpochRow(a.host, a.epoch, a.start_ns, a.end_ns, seconds_out[i], images_out[i], *row)
+        for i, (a, row) in enumerate(zip(amounts, zip(*values, strict=True), strict=True))
+    ]
+
+
 def row_from_amounts(amounts: EpochAmounts) -> EpochRow:
-    v = amounts.values
-    seconds = amounts.seconds
-
-    def get(key: str) -> float:
-        return v.get(key, math.nan)
-
-    def per_second_mb(key: str) -> float:
-        return _ratio(get(key), seconds) / BYTES_PER_MB
-
-    # a field a kernel does not report (steal on old kernels) is left out, not zero
-    cpu_total = _sum_present(get(f"cpu_{f}") for f in CPU_ALL_FIELDS)
-    cpu_busy = _sum_present(get(f"cpu_{f}") for f in CPU_BUSY_FIELDS)
-    app_read = get("nfs_app_read")
-    hit_ratio = (
-        1.0 - get("nfs_server_read") / app_read
-        if not math.isnan(app_read) and app_read > 0
-        else math.nan
-    )
-    if amounts.fabric == "ib":
-        fabric_net = get("ib_rcv") - get("ib_xmit")
-    elif amounts.fabric == "net":
-        fabric_net = get("net_rx") - get("net_tx")
-    else:
-        fabric_net = math.nan
-    gpu_util = _ratio(get("gpu_util"), amounts.gpu_count)
-
-    return EpochRow(
-        host=amounts.host,
-        epoch=amounts.epoch,
-        start_ns=amounts.start_ns,
-        end_ns=amounts.end_ns,
-        seconds=round(seconds, 3),
-        images=round(float(amounts.images)),
-        images_per_second=_clean_number(_ratio(amounts.images, seconds), 2),
-        disk_read_bytes=_clean_number(get("disk_read"), None),
-        disk_read_mbps=_clean_number(per_second_mb("disk_read"), 3),
-        disk_write_bytes=_clean_number(get("disk_write"), None),
-        nfs_server_read_bytes=_clean_number(get("nfs_server_read"), None),
-        nfs_server_read_mbps=_clean_number(per_second_mb("nfs_server_read"), 3),
-        nfs_app_read_bytes=_clean_number(app_read, None),
-        nfs_cache_hit_ratio=_clean_number(hit_ratio, 4),
-        ib_rcv_bytes=_clean_number(get("ib_rcv"), None),
-        ib_xmit_bytes=_clean_number(get("ib_xmit"), None),
-        ib_rcv_mbps=_clean_number(per_second_mb("ib_rcv"), 3),
-        ib_xmit_mbps=_clean_number(per_second_mb("ib_xmit"), 3),
-        net_rx_bytes=_clean_number(get("net_rx"), None),
-        net_tx_bytes=_clean_number(get("net_tx"), None),
-        rx_minus_tx_mbps=_clean_number(_ratio(fabric_net, seconds) / BYTES_PER_MB, 3),
-        page_cache_delta_bytes=_clean_number(get("page_cache_delta"), None),
-        major_faults=_clean_number(get("major_faults"), None),
-        cpu_util_percent=_clean_number(100.0 * _ratio(cpu_busy, cpu_total), 2),
-        iowait_percent=_clean_number(100.0 * _ratio(get("cpu_iowait_seconds"), cpu_total), 2),
-        gpu_util_percent=_clean_number(gpu_util, 2),
-    )
-
-
-def _add(total: float, value: float) -> float:
-    if math.isnan(value):
-        return total
-    return value if math.isnan(total) else total + value
+    return rows_from_amounts([amounts])[0]
 
 
 def all_hosts_amounts(epoch: int, hosts: list[EpochAmounts]) -> EpochAmounts:
-    """The ``*`` amounts of one epoch: sums over hosts, longest per-host span."""
+    """The ``*`` amounts of one epoch: sums over hosts (each host's fabric difference on its
+    own fabric), the longest per-host span."""
     combined = EpochAmounts(
         host=ALL_HOSTS,
         epoch=epoch,
@@ -550,29 +524,12 @@ def all_hosts_amounts(epoch: int, hosts: list[EpochAmounts]) -> EpochAmounts:
         seconds=max(h.seconds for h in hosts),
         images=sum(h.images for h in hosts),
         gpu_count=sum(h.gpu_count for h in hosts),
+        fabric="mixed",
     )
-    keys = {key for h in hosts for key in h.values}
-    for key in keys:
-        total = math.nan
-        for h in hosts:
-            total = _add(total, h.values.get(key, math.nan))
-        combined.values[key] = total
-    # The fabric difference is added host by host, each on its own fabric.
-    fabric_net = math.nan
-    for h in hosts:
-        if h.fabric == "ib":
-            fabric_net = _add(fabric_net, h.values["ib_rcv"] - h.values["ib_xmit"])
-        elif h.fabric == "net":
-            fabric_net = _add(fabric_net, h.values["net_rx"] - h.values["net_tx"])
-    combined.values["fabric_net"] = fabric_net
-    combined.fabric = "mixed"
+    for key in {key for h in hosts for key in h.values}:
+        present = [v for h in hosts if (v := h.values.get(key, math.nan)) == v]
+        combined.values[key] = sum(present) if present else math.nan
     return combined
-
-
-def _all_hosts_row(amounts: EpochAmounts) -> EpochRow:
-    row = row_from_amounts(amounts)
-    fabric_mbps = _ratio(amounts.values["fabric_net"], amounts.seconds) / BYTES_PER_MB
-    return replace(row, rx_minus_tx_mbps=_clean_number(fabric_mbps, 3))
 
 
 @dataclass(frozen=True)
@@ -616,6 +573,10 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
             if total.key == "gpu_util":
                 gpu_count = count
         fabric = _host_fabric(series, host, int(starts.min()), int(ends.max()))
+        if fabric == "ib":
+            values["fabric_net"] = values["ib_rcv"] - values["ib_xmit"]
+        elif fabric == "net":
+            values["fabric_net"] = values["net_rx"] - values["net_tx"]
         for i, window in enumerate(host_windows):
             out.append(
                 EpochAmounts(
@@ -654,16 +615,12 @@ def build_report(store: ReadStore, run_id: str) -> EpochReport:
     by_epoch: dict[int, list[EpochAmounts]] = defaultdict(list)
     for a in amounts:
         by_epoch[a.epoch].append(a)
-    rows: list[EpochRow] = []
     ordered: list[EpochAmounts] = []
     for epoch in sorted(by_epoch):
         hosts = sorted(by_epoch[epoch], key=lambda a: a.host)
-        for a in hosts:
-            rows.append(row_from_amounts(a))
-            ordered.append(a)
-        combined = all_hosts_amounts(epoch, hosts)
-        rows.append(_all_hosts_row(combined))
-        ordered.append(combined)
+        ordered += hosts
+        ordered.append(all_hosts_amounts(epoch, hosts))
+    rows = rows_from_amounts(ordered)
     return EpochReport(run_id=run_id, windows=windows, rows=rows, amounts=ordered)
 
 

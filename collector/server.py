@@ -13,6 +13,9 @@ client can write here):
     Content-Length before reading, and while reading chunked or gzip bodies).
 ``GET /health``, ``GET /ready``, ``GET|HEAD /ping`` (204): InfluxDB's shapes.
 
+Retention (``--retention-days``) applies to the SQLite store; with ``--backend`` the
+samples live in VictoriaMetrics, whose own ``-retentionPeriod`` applies.
+
 Token (``--token-file``): ``Authorization: Token <t>`` (or ``Bearer``); on ``/write`` also
 Basic auth or ``?p=`` with the token as password. Without a token file, writes are open
 (the default listen address is loopback). The token is never logged, nor is a query string.
@@ -47,6 +50,7 @@ from urllib.parse import parse_qs, urlsplit
 from collector import lineprotocol
 from collector.lineprotocol import ParsedBody, PrecisionError
 from collector.store import SqliteStore
+from collector.victoriametrics import BackendError, Forwarder, parse_backend
 
 log = logging.getLogger("collector.server")
 
@@ -72,15 +76,19 @@ class HttpError(Exception):
 class Sink:
     """Where parsed bodies go: the SQLite store, or VictoriaMetrics plus local events."""
 
-    def __init__(self, store: SqliteStore, forwarder: object | None = None) -> None:
+    def __init__(self, store: SqliteStore, forwarder: Forwarder | None = None) -> None:
         self.store = store
-        self.forwarder = forwarder  # collector.victoriametrics.Forwarder
+        self.forwarder = forwarder
 
-    def write(self, parsed: ParsedBody, text_lines: list[str] | None, precision: str) -> None:
+    def write(self, parsed: ParsedBody, body: bytes, precision: str) -> None:
         if self.forwarder is None:
             self.store.write(parsed)
             return
-        self.forwarder.forward(parsed, text_lines, precision)  # type: ignore[attr-defined]
+        try:
+            self.forwarder.forward(parsed, body, precision)
+        except BackendError as error:
+            # nothing is stored: the client keeps the batch and sends it again
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", str(error)) from None
         if parsed.events:
             self.store.write(ParsedBody(events=parsed.events, points=len(parsed.events)))
 
@@ -106,8 +114,12 @@ class ParsePool:
     def start(self) -> None:
         """Start the workers now rather than on the first large body."""
         if self.workers > 1:
-            futures = [self._pool().submit(os.getpid) for _ in range(self.workers)]
-            concurrent.futures.wait(futures)
+            try:
+                futures = [self._pool().submit(os.getpid) for _ in range(self.workers)]
+                concurrent.futures.wait(futures)
+            except (OSError, concurrent.futures.BrokenExecutor) as error:
+                log.warning("parse workers unavailable (%s); parsing in the server", error)
+                self.workers = 1
 
     def parse(self, body: bytes, precision: str | None, now_ns: int) -> ParsedBody:
         if self.workers < 2 or len(body) < PARALLEL_PARSE_BYTES:
@@ -119,7 +131,10 @@ class ParsePool:
             log.warning("a parse worker died; starting new workers")
             with self._lock:
                 self._executor = None
-            return lineprotocol.parse_body_bytes(body, precision, now_ns)
+        except OSError as error:  # no processes to be had: parse here from now on
+            log.warning("parse workers unavailable (%s); parsing in the server", error)
+            self.workers = 1
+        return lineprotocol.parse_body_bytes(body, precision, now_ns)
 
     def close(self) -> None:
         with self._lock:
@@ -238,10 +253,7 @@ class WriteHandler(BaseHTTPRequestHandler):
         body = self._read_body()
         now_ns = time.time_ns()
         parsed = self.server.parse_pool.parse(body, precision, now_ns)
-        lines = None
-        if self.server.sink.forwarder is not None and (parsed.errors or parsed.untimed_lines):
-            lines = body.decode("utf-8", errors="replace").split("\n")
-        self.server.sink.write(parsed, lines, precision)
+        self.server.sink.write(parsed, body, precision)
         if parsed.errors:
             shown = "; ".join(str(error) for error in parsed.errors[:10])
             more = f" (and {len(parsed.errors) - 10} more)" if len(parsed.errors) > 10 else ""
@@ -420,7 +432,15 @@ def read_token(path: str | None) -> str | None:
     """The token in ``path`` (surrounding whitespace ignored), or None without a path."""
     if path is None:
         return None
-    token = Path(path).read_text(encoding="utf-8").strip()
+    try:
+        mode = Path(path).stat().st_mode
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise SystemExit(f"collector: cannot read token file {path}: {error.strerror}") from None
+    if mode & 0o077:
+        log.warning(
+            "token file %s is readable by others (mode %o): chmod 600 it", path, mode & 0o777
+        )
     if not token:
         raise SystemExit(f"collector: token file {path} is empty")
     return token
@@ -466,11 +486,7 @@ def run(args) -> int:
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)
     store = SqliteStore(args.db)
-    forwarder = None
-    if args.backend:
-        from collector.victoriametrics import Forwarder, parse_backend
-
-        forwarder = Forwarder(parse_backend(args.backend))
+    forwarder = Forwarder(parse_backend(args.backend)) if args.backend else None
     workers = min(os.cpu_count() or 1, 8)
     pool = ParsePool(workers)
     # worker processes import numpy: start them beside the server, not before it listens

@@ -1,35 +1,43 @@
-"""The embedded store: one SQLite file (WAL) holding samples in column blocks, and events.
+"""The embedded store: one SQLite file (WAL) holding samples as column blocks, and events.
 
 Why blocks. The analysis reads whole series ranges (a 3-hour run of 8 hosts x ~300 series at
 1 Hz is ~26M values) and the ingest must keep up with bursts of hundreds of thousands of
-samples per second. A row per sample costs ~1 µs to insert and ~0.3 µs to read back into
-Python; a block is one row per tag set per write holding numpy arrays as BLOBs, so a write of
-5,000 lines is a few dozen INSERTs and a read is ``numpy.frombuffer`` over large BLOBs. The
-same layout as Prometheus' head block and chunks, with the tag set (not the series) as the
-unit because an agent line carries all fields of a tag set at one timestamp: they share one
-time vector.
+samples per second. A row per sample costs microseconds to insert and to read back into
+Python, 26M times over; a block holds many samples of one tag set as numpy arrays in BLOBs,
+so a read is a few thousand ``numpy.frombuffer`` calls. The layout follows Prometheus' TSDB
+(a head of recent writes, then per-series chunks by time window), with the tag set rather
+than the series as the unit: an agent line carries all fields of a tag set at one
+timestamp, so they share one time vector.
 
-Tables (times are ns since the epoch, int64):
+Tables (times are ns since the epoch, int64; arrays are little-endian BLOBs):
 
 ``tagsets``  id, measurement, host (the ``host`` tag, '' when absent), tags (JSON object of
              the other tags, keys sorted)
 ``series``   id, tagset_id, field: one numeric field of one tag set (``SeriesInfo``)
-``blocks``   tagset_id, min_ns, max_ns, n (points), sealed, and three BLOBs:
-             ``series_ids`` int64[k], ``times`` int64[n] ascending and unique, ``vals``
-             float64[k, n] row-major (one row per series). NaN marks "no value at that
-             time" (line protocol cannot carry NaN, so it is never a real sample).
+``batches``  the head: one row per write request, as it came. ``groups`` int64[g, 3] (tag
+             set id, points n, series k of each group), ``series_ids`` int64[sum k],
+             ``times`` int64[sum n] (ascending, unique within a group), ``vals``
+             float64[sum n*k] (each group n rows of k: a row per point, as lines come).
+             One INSERT per request, whatever it holds: this is what makes ingest cheap.
+``blocks``   the compacted samples: tagset_id, min_ns, max_ns, n, ``series_ids``
+             int64[k], ``times`` int64[n] ascending and unique, ``vals`` float64[k, n].
+             NaN marks "no value at that time" (line protocol cannot carry NaN, so it is
+             never a real sample).
 ``events``   workload points: run_id, host, rank, framework, event, time_ns, fields (JSON);
              key (run_id, time_ns, host, rank, event)
 ``runs``     run_id, framework, first_ns, last_ns; ``run_hosts`` (run_id, host)
 
-Writes: each ingested body becomes one block per (tag set, field names). Small blocks (an
-agent's one-second batch) are written unsealed; :meth:`SqliteStore.compact` merges a tag
-set's unsealed blocks into one block per ``CHUNK_NS`` window (sealed once the window is
-over), so a live store holds few, large blocks. Re-sending a point stores it once in effect:
-duplicates (same series, same time) are merged by compaction and by every read, last
-written wins, as in InfluxDB. A write commits before :meth:`SqliteStore.write` returns; with
-WAL and ``synchronous=NORMAL`` a committed write survives the process being killed (a power
-cut may lose the last transactions: see ``SYNCHRONOUS``).
+Writes: a request's groups go into one ``batches`` row in one transaction, committed before
+:meth:`SqliteStore.write` returns. With WAL and ``synchronous=NORMAL`` a committed write
+survives the process being killed (a power cut may lose the last transactions: see
+``SYNCHRONOUS``). :meth:`SqliteStore.compact` (the server runs it every 30 s) folds batches,
+oldest first, into one block per tag set per ``CHUNK_NS`` window: new samples of a window
+are merged into its block, which is rewritten (at 1 Hz a window is 600 samples per series).
+
+Reads merge a tag set's blocks with its parts of every batch. Re-sending a point stores it
+once in effect: duplicates (same series, same time) are merged by compaction and by every
+read, last written wins (as in InfluxDB); batches always count as newer than blocks, which
+holds because compaction takes them oldest first.
 
 Reads go through their own connection per thread, so the dashboard and ``collector report``
 read while ``collector serve`` writes (WAL: readers never block the writer).
@@ -43,7 +51,7 @@ import logging
 import os
 import sqlite3
 import threading
-import time
+from array import array
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,9 +66,8 @@ from collector.store_api import RunInfo, SeriesData, SeriesInfo, WorkloadEvent
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 1: a row per block written, before batches
 CHUNK_NS = 10 * 60 * 10**9  # compaction windows: 600 samples per series at 1 Hz
-SEAL_POINTS = 64  # a block written with at least this many points is final as it is
 SYNCHRONOUS = "NORMAL"  # WAL: durable across process crashes; FULL adds power-cut safety
 MMAP_BYTES = 1 << 32  # address space for reads (not memory): the whole file when it fits
 _NEIGHBOUR_BLOCKS = 16  # how far back (or on) to look for the sample beyond a range
@@ -87,14 +94,21 @@ CREATE TABLE IF NOT EXISTS blocks (
     min_ns INTEGER NOT NULL,
     max_ns INTEGER NOT NULL,
     n INTEGER NOT NULL,
-    sealed INTEGER NOT NULL,
+    holes INTEGER NOT NULL,
     series_ids BLOB NOT NULL,
     times BLOB NOT NULL,
     vals BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS blocks_by_end ON blocks (tagset_id, max_ns);
-CREATE INDEX IF NOT EXISTS blocks_by_start ON blocks (tagset_id, min_ns);
-CREATE INDEX IF NOT EXISTS blocks_unsealed ON blocks (tagset_id) WHERE sealed = 0;
+CREATE TABLE IF NOT EXISTS batches (
+    id INTEGER PRIMARY KEY,
+    min_ns INTEGER NOT NULL,
+    max_ns INTEGER NOT NULL,
+    groups BLOB NOT NULL,
+    series_ids BLOB NOT NULL,
+    times BLOB NOT NULL,
+    vals BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL,
     time_ns INTEGER NOT NULL,
@@ -106,6 +120,7 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (run_id, time_ns, host, rank, event)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS events_by_kind ON events (event, run_id);
+CREATE INDEX IF NOT EXISTS events_by_run_kind ON events (run_id, event, time_ns);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
     framework TEXT NOT NULL,
@@ -127,25 +142,33 @@ class WriteResult:
     events: int
 
 
-@dataclass
+@dataclass(slots=True)
 class _Block:
-    block_id: int
+    """Columns of one tag set: a ``blocks`` row, or one group of a ``batches`` row."""
+
+    block_id: int  # write order (batches: _BATCH_ORDER + batch id)
     min_ns: int
     max_ns: int
-    series_ids: np.ndarray  # int64 (k,)
+    ids: bytes  # the series ids as stored (compared as bytes: same field set?)
     times: np.ndarray  # int64 (n,)
-    vals: np.ndarray  # float64 (k, n)
+    vals: np.ndarray  # float64 (k, n), possibly a transposed view
+    holes: bool = True  # may hold NaN (no value); False lets reads skip looking
+
+    @property
+    def series_ids(self) -> np.ndarray:
+        return np.frombuffer(self.ids, dtype=np.int64)
 
     @classmethod
     def from_row(cls, row: tuple) -> _Block:
-        block_id, min_ns, max_ns, ids, times, vals = row
-        series_ids = np.frombuffer(ids, dtype=np.int64)
+        block_id, min_ns, max_ns, holes, ids, times, vals = row
         times_ns = np.frombuffer(times, dtype=np.int64)
-        values = np.frombuffer(vals, dtype=np.float64).reshape(series_ids.size, times_ns.size)
-        return cls(block_id, min_ns, max_ns, series_ids, times_ns, values)
+        values = np.frombuffer(vals, dtype=np.float64).reshape(len(ids) // 8, times_ns.size)
+        return cls(block_id, min_ns, max_ns, ids, times_ns, values, bool(holes))
 
 
-_BLOCK_COLUMNS = "id, min_ns, max_ns, series_ids, times, vals"
+_BLOCK_COLUMNS = "id, min_ns, max_ns, holes, series_ids, times, vals"
+_BATCH_COLUMNS = "id, groups, series_ids, times, vals"
+_BATCH_ORDER = 1 << 62  # batches sort after every block: they hold the newest writes
 
 
 def _tags_key(tags: dict[str, str]) -> tuple[str, str]:
@@ -258,12 +281,12 @@ class SqliteStore:
             conn = self._write_conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                rows = [self._block_row(conn, group) for group in parsed.groups]
-                conn.executemany(
-                    "INSERT INTO blocks (tagset_id, min_ns, max_ns, n, sealed, series_ids,"
-                    " times, vals) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
+                if parsed.groups:
+                    conn.execute(
+                        "INSERT INTO batches (min_ns, max_ns, groups, series_ids, times, vals)"
+                        " VALUES (?, ?, ?, ?, ?, ?)",
+                        self._batch_row(conn, parsed.groups),
+                    )
                 if parsed.events:
                     self._write_events(conn, parsed.events)
                 conn.execute("COMMIT")
@@ -283,22 +306,26 @@ class SqliteStore:
     def write_points(self, points: Iterable[Point]) -> ParsedBody:
         return self.write_lines(encode_lines(points))
 
-    def _block_row(self, conn: sqlite3.Connection, group: SampleGroup) -> tuple:
-        key = (group.measurement, tuple(group.tags.items()), group.fields)
-        ids = self._group_ids.get(key)
-        if ids is None:
-            ids = self._group_ids[key] = self._create_ids(conn, group)
-        times = group.times_ns
-        sealed = int(times.size >= SEAL_POINTS)
+    def _batch_row(self, conn: sqlite3.Connection, groups: list[SampleGroup]) -> tuple:
+        """One ``batches`` row holding every group of a body (see the module docstring)."""
+        index = array("q")
+        series_parts, time_parts, value_parts = [], [], []
+        known = self._group_ids
+        for group in groups:
+            ids = known.get(group.key)
+            if ids is None:
+                ids = known[group.key] = self._create_ids(conn, group)
+            index.extend((ids[0], group.n, len(group.fields)))
+            series_parts.append(ids[1])
+            time_parts.append(group.times)
+            value_parts.append(group.vals)
         return (
-            ids[0],
-            int(times[0]),
-            int(times[-1]),
-            int(times.size),
-            sealed,
-            ids[1],
-            times.tobytes(),
-            group.values.tobytes(),
+            min(group.min_ns for group in groups),
+            max(group.max_ns for group in groups),
+            index.tobytes(),
+            b"".join(series_parts),
+            b"".join(time_parts),
+            b"".join(value_parts),
         )
 
     def _create_ids(self, conn: sqlite3.Connection, group: SampleGroup) -> tuple[int, bytes]:
@@ -369,88 +396,92 @@ class SqliteStore:
 
     # ---------------------------------------------------------------- maintenance
 
-    def compact(self, now_ns: int | None = None, max_tagsets: int | None = None) -> int:
-        """Merge each tag set's unsealed blocks into one block per ``CHUNK_NS`` window.
+    def compact(self, batches_per_step: int = 32) -> int:
+        """Fold written batches, oldest first, into each tag set's blocks, one block per
+        ``CHUNK_NS`` window (a window's existing block is merged and rewritten). Returns the
+        number of batches folded.
 
-        A window's block is sealed once the window is over (``now_ns`` past its end). Returns
-        the number of tag sets compacted. Each tag set is its own short transaction, so
-        writes go on in between.
+        Works in steps of ``batches_per_step`` batches, one transaction each, so writes go
+        on in between. Oldest first keeps the rule reads rely on: every batch is newer than
+        every block.
         """
-        if now_ns is None:
-            now_ns = time.time_ns()
-        conn = self._read_conn()
-        candidates = conn.execute(
-            "SELECT tagset_id, count(*), min(min_ns) FROM blocks WHERE sealed = 0"
-            " GROUP BY tagset_id"
-        ).fetchall()
-        done = 0
-        for tagset_id, count, first_ns in candidates:
-            window_over = first_ns // CHUNK_NS * CHUNK_NS + CHUNK_NS <= now_ns
-            if count < 2 and not window_over:
-                continue
+        folded = 0
+        while True:
             with self._write_lock:
-                writer = self._write_conn()
-                writer.execute("BEGIN IMMEDIATE")
+                conn = self._write_conn()
+                conn.execute("BEGIN IMMEDIATE")
                 try:
-                    self._compact_tagset(writer, tagset_id, now_ns)
-                    writer.execute("COMMIT")
+                    rows = conn.execute(
+                        f"SELECT {_BATCH_COLUMNS} FROM batches ORDER BY id LIMIT ?",
+                        (batches_per_step,),
+                    ).fetchall()
+                    if rows:
+                        self._fold_batches(conn, rows)
+                    conn.execute("COMMIT")
                 except BaseException:
-                    writer.execute("ROLLBACK")
+                    conn.execute("ROLLBACK")
                     raise
-            done += 1
-            if max_tagsets is not None and done >= max_tagsets:
-                break
-        return done
+            folded += len(rows)
+            if len(rows) < batches_per_step:
+                return folded
 
-    def _compact_tagset(self, conn: sqlite3.Connection, tagset_id: int, now_ns: int) -> None:
-        blocks = [
-            _Block.from_row(row)
-            for row in conn.execute(
-                f"SELECT {_BLOCK_COLUMNS} FROM blocks WHERE tagset_id = ? AND sealed = 0"
-                " ORDER BY id",
-                (tagset_id,),
-            )
-        ]
-        if not blocks:
-            return
-        series_ids, times, vals = _merge_blocks(blocks)
-        rows = []
-        windows = times // CHUNK_NS
-        edges = np.flatnonzero(np.diff(windows)) + 1
-        for start, stop in zip(
-            np.concatenate(([0], edges)), np.concatenate((edges, [times.size])), strict=True
-        ):
-            window_vals = vals[:, start:stop]
-            present = ~np.all(np.isnan(window_vals), axis=1)
-            window_end = int(windows[start]) * CHUNK_NS + CHUNK_NS
-            rows.append(
-                (
-                    tagset_id,
-                    int(times[start]),
-                    int(times[stop - 1]),
-                    int(stop - start),
-                    int(window_end <= now_ns),
-                    series_ids[present].tobytes(),
-                    times[start:stop].tobytes(),
-                    np.ascontiguousarray(window_vals[present]).tobytes(),
-                )
-            )
-        conn.executemany("DELETE FROM blocks WHERE id = ?", [(block.block_id,) for block in blocks])
+    def _fold_batches(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
+        parts = _gather_batches(rows)
+        windows_of: dict[int, set[int]] = {}
+        for tagset_id, new_blocks in parts.items():
+            windows: set[int] = set()
+            for block in new_blocks:
+                first, last = block.min_ns // CHUNK_NS, block.max_ns // CHUNK_NS
+                if first == last:
+                    windows.add(first)
+                else:
+                    windows.update(np.unique(block.times // CHUNK_NS).tolist())
+            windows_of[tagset_id] = windows
+        # the blocks of the windows written to, a few hundred tag sets per query
+        old: dict[int, list[_Block]] = {}
+        low = min(min(w) for w in windows_of.values()) * CHUNK_NS
+        high = (max(max(w) for w in windows_of.values()) + 1) * CHUNK_NS
+        tagset_ids = list(parts)
+        for offset in range(0, len(tagset_ids), 500):
+            chunk = tagset_ids[offset : offset + 500]
+            marks = ",".join("?" * len(chunk))
+            for tagset_id, *block_row in conn.execute(
+                f"SELECT tagset_id, {_BLOCK_COLUMNS} FROM blocks WHERE tagset_id IN ({marks})"
+                " AND max_ns >= ? AND min_ns < ? ORDER BY id",
+                (*chunk, low, high),
+            ):
+                if block_row[1] // CHUNK_NS in windows_of[tagset_id]:
+                    old.setdefault(tagset_id, []).append(_Block.from_row(block_row))
+        inserts, deletes = [], []
+        for tagset_id, new_blocks in parts.items():
+            old_blocks = old.get(tagset_id, [])
+            deletes.extend((block.block_id,) for block in old_blocks)
+            series_ids, times, vals = _merge_blocks(old_blocks + new_blocks)
+            inserts.extend(_window_rows(tagset_id, series_ids, times, vals))
+        conn.executemany("DELETE FROM blocks WHERE id = ?", deletes)
         conn.executemany(
-            "INSERT INTO blocks (tagset_id, min_ns, max_ns, n, sealed, series_ids, times,"
-            " vals) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            rows,
+            "INSERT INTO blocks (tagset_id, min_ns, max_ns, n, holes, series_ids, times, vals)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            inserts,
         )
+        conn.execute("DELETE FROM batches WHERE id <= ?", (rows[-1][0],))
 
     def delete_before(self, cutoff_ns: int) -> int:
-        """Retention: drop blocks whose newest sample is older than ``cutoff_ns``.
-
-        Events and runs are kept (they are small and name the runs). Returns blocks dropped.
+        """Retention: drop blocks (and batches) whose newest sample is older than
+        ``cutoff_ns``. Events and runs are kept (they are small and name the runs). Returns
+        the rows dropped.
         """
         with self._write_lock:
             conn = self._write_conn()
-            cursor = conn.execute("DELETE FROM blocks WHERE max_ns < ?", (cutoff_ns,))
-            return cursor.rowcount
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                dropped = conn.execute("DELETE FROM blocks WHERE max_ns < ?", (cutoff_ns,))
+                dropped_batches = conn.execute("DELETE FROM batches WHERE max_ns < ?", (cutoff_ns,))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return dropped.rowcount + dropped_batches.rowcount
 
     # ---------------------------------------------------------------- ReadStore
 
@@ -477,6 +508,10 @@ class SqliteStore:
         if not series:
             return []
         with self._read_snapshot() as conn:
+            batch_blocks: dict[int, list[_Block]] = {}
+            for row in conn.execute(f"SELECT {_BATCH_COLUMNS} FROM batches ORDER BY id"):
+                for tagset_id, block in _batch_blocks(row):
+                    batch_blocks.setdefault(tagset_id, []).append(block)
             by_tagset: dict[int, list[SeriesInfo]] = {}
             for info, tagset_id in zip(series, self._tagsets_of(conn, series), strict=True):
                 by_tagset.setdefault(tagset_id, []).append(info)
@@ -484,7 +519,14 @@ class SqliteStore:
             for tagset_id, infos in by_tagset.items():
                 for info, (times, values) in zip(
                     infos,
-                    _read_tagset(conn, tagset_id, [i.series_id for i in infos], start_ns, end_ns),
+                    _read_tagset(
+                        conn,
+                        tagset_id,
+                        [info.series_id for info in infos],
+                        start_ns,
+                        end_ns,
+                        batch_blocks.get(tagset_id, []),
+                    ),
                     strict=True,
                 ):
                     found[info.series_id] = SeriesData(info, times, values)
@@ -542,6 +584,8 @@ class SqliteStore:
             sql += " AND time_ns > ?"
             args.append(since_ns)
         if kinds is not None:
+            # by (run, kind): a run's few epoch events without walking its many steps
+            sql = sql.replace("FROM events", "FROM events INDEXED BY events_by_run_kind")
             sql += f" AND event IN ({','.join('?' * len(kinds))})"
             args.extend(kinds)
         sql += " ORDER BY time_ns, rank, host"
@@ -606,8 +650,123 @@ def _run_info(
     )
 
 
+def _batch_blocks(row: tuple) -> Iterator[tuple[int, _Block]]:
+    """(tag set id, block) of each group in a ``batches`` row, as views of its BLOBs."""
+    batch_id, groups, ids, times, vals = row
+    index = np.frombuffer(groups, dtype=np.int64).reshape(-1, 3)
+    all_times = np.frombuffer(times, dtype=np.int64)
+    all_vals = np.frombuffer(vals, dtype=np.float64)
+    time_stops = np.cumsum(index[:, 1])
+    firsts = all_times[time_stops - index[:, 1]].tolist()
+    lasts = all_times[time_stops - 1].tolist()
+    order = _BATCH_ORDER + batch_id
+    id_at = time_at = value_at = 0
+    for group, (tagset_id, n, k) in enumerate(index.tolist()):
+        block_vals = all_vals[value_at : value_at + n * k].reshape(n, k).T
+        block = _Block(
+            order,
+            firsts[group],
+            lasts[group],
+            ids[id_at * 8 : (id_at + k) * 8],
+            all_times[time_at : time_at + n],
+            block_vals,
+        )
+        yield tagset_id, block
+        id_at += k
+        time_at += n
+        value_at += n * k
+
+
+def _gather_batches(rows: list[tuple]) -> dict[int, list[_Block]]:
+    """Each tag set's samples in ``batches`` rows (in id order), as one block per tag set
+    when its groups share one field set and follow each other in time (the usual case),
+    else as one block per group. Vectorised over all groups: per-group Python work is one
+    bytes slice."""
+    indexes, times_parts, vals_parts, ids_parts, batch_of_group = [], [], [], [], []
+    for batch_id, groups, ids, times, vals in rows:
+        index = np.frombuffer(groups, dtype=np.int64).reshape(-1, 3)
+        indexes.append(index)
+        batch_of_group.append(np.full(len(index), batch_id, dtype=np.int64))
+        times_parts.append(np.frombuffer(times, dtype=np.int64))
+        vals_parts.append(np.frombuffer(vals, dtype=np.float64))
+        ids_parts.append(ids)
+    index = np.concatenate(indexes)
+    batch_ids = np.concatenate(batch_of_group)
+    all_times = np.concatenate(times_parts)
+    all_vals = np.concatenate(vals_parts)
+    all_ids = b"".join(ids_parts)
+    tagsets, counts, widths = index[:, 0], index[:, 1], index[:, 2]
+    time_starts = np.cumsum(counts) - counts
+    value_counts = counts * widths
+    value_starts = np.cumsum(value_counts) - value_counts
+    id_stops = np.cumsum(widths).tolist()
+    id_starts = (np.cumsum(widths) - widths).tolist()
+    ids_of = [all_ids[a * 8 : b * 8] for a, b in zip(id_starts, id_stops, strict=True)]
+    firsts = all_times[time_starts]
+    lasts = all_times[time_starts + counts - 1]
+
+    order = np.argsort(tagsets, kind="stable")  # by tag set, write order within one
+    sorted_tagsets = tagsets[order]
+    starts = np.flatnonzero(np.r_[True, sorted_tagsets[1:] != sorted_tagsets[:-1]]).tolist()
+    stops = [*starts[1:], len(order)]
+    follows = np.r_[False, firsts[order][1:] > lasts[order][:-1]].tolist()
+    out_time_stops = np.cumsum(counts[order]).tolist()
+    out_value_stops = np.cumsum(value_counts[order]).tolist()
+    times_sorted = all_times[_ranges(time_starts[order], counts[order])]
+    vals_sorted = all_vals[_ranges(value_starts[order], value_counts[order])]
+    order_list = order.tolist()
+    firsts_list, lasts_list = firsts.tolist(), lasts.tolist()
+    found: dict[int, list[_Block]] = {}
+    for start, stop in zip(starts, stops, strict=True):
+        members = order_list[start:stop]
+        tagset_id = int(sorted_tagsets[start])
+        first = members[0]
+        width = int(widths[first])
+        if all(ids_of[g] == ids_of[first] for g in members) and all(follows[start + 1 : stop]):
+            t_from = out_time_stops[start - 1] if start else 0
+            v_from = out_value_stops[start - 1] if start else 0
+            times = times_sorted[t_from : out_time_stops[stop - 1]]
+            vals = vals_sorted[v_from : out_value_stops[stop - 1]].reshape(-1, width).T
+            block = _Block(
+                _BATCH_ORDER + int(batch_ids[members[-1]]),
+                firsts_list[first],
+                lasts_list[members[-1]],
+                ids_of[first],
+                times,
+                vals,
+            )
+            found[tagset_id] = [block]
+            continue
+        blocks = []
+        for g in members:  # field sets changed or writes overlap: merged exactly later
+            n, k = int(counts[g]), int(widths[g])
+            times = all_times[time_starts[g] : time_starts[g] + n]
+            vals = all_vals[value_starts[g] : value_starts[g] + n * k].reshape(n, k).T
+            order_g = _BATCH_ORDER + int(batch_ids[g])
+            blocks.append(_Block(order_g, firsts_list[g], lasts_list[g], ids_of[g], times, vals))
+        found[tagset_id] = blocks
+    return found
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(start, start + length)`` for each pair, vectorised."""
+    if lengths.size == 0:
+        return np.empty(0, dtype=np.int64)
+    out_starts = np.cumsum(lengths) - lengths
+    return np.repeat(starts - out_starts, lengths) + np.arange(int(lengths.sum()))
+
+
 def _merge_blocks(blocks: list[_Block]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One (series_ids, times, vals) from blocks in write order; later writes win."""
+    """One (series_ids, times, vals (k, n)) from blocks in write order; later writes win."""
+    first = blocks[0]
+    if all(
+        block.ids == first.ids and block.min_ns > previous.max_ns
+        for previous, block in itertools.pairwise(blocks)
+    ):  # the usual case: one field set, each write after the last
+        if len(blocks) == 1:
+            return first.series_ids, first.times, first.vals
+        times = np.concatenate([block.times for block in blocks])
+        return first.series_ids, times, np.concatenate([block.vals for block in blocks], axis=1)
     series_ids = np.unique(np.concatenate([block.series_ids for block in blocks]))
     times = np.unique(np.concatenate([block.times for block in blocks]))
     vals = np.full((series_ids.size, times.size), np.nan)
@@ -621,11 +780,53 @@ def _merge_blocks(blocks: list[_Block]) -> tuple[np.ndarray, np.ndarray, np.ndar
     return series_ids, times, vals
 
 
+def _window_rows(
+    tagset_id: int, series_ids: np.ndarray, times: np.ndarray, vals: np.ndarray
+) -> list[tuple]:
+    """``blocks`` rows of merged columns cut at ``CHUNK_NS`` windows (a series with no
+    value in a window is left out of that window's block)."""
+    first_window, last_window = int(times[0]) // CHUNK_NS, int(times[-1]) // CHUNK_NS
+    if first_window == last_window:
+        bounds = [(0, int(times.size))]
+    else:
+        edges = (np.flatnonzero(np.diff(times // CHUNK_NS)) + 1).tolist()
+        bounds = list(zip([0, *edges], [*edges, int(times.size)], strict=True))
+    holes = bool(np.isnan(vals).any())  # one pass here saves one on every read
+    rows = []
+    for start, stop in bounds:
+        window_vals = vals[:, start:stop]
+        window_ids = series_ids
+        window_holes = False
+        if holes:
+            present = ~np.all(np.isnan(window_vals), axis=1)
+            window_vals, window_ids = window_vals[present], series_ids[present]
+            window_holes = bool(np.isnan(window_vals).any())
+        rows.append(
+            (
+                tagset_id,
+                int(times[start]),
+                int(times[stop - 1]),
+                stop - start,
+                int(window_holes),
+                window_ids.tobytes(),
+                times[start:stop].tobytes(),
+                np.ascontiguousarray(window_vals).tobytes(),
+            )
+        )
+    return rows
+
+
 def _read_tagset(
-    conn: sqlite3.Connection, tagset_id: int, series_ids: list[int], start_ns: int, end_ns: int
+    conn: sqlite3.Connection,
+    tagset_id: int,
+    series_ids: list[int],
+    start_ns: int,
+    end_ns: int,
+    batch_blocks: list[_Block],
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """(times, values) of each wanted series of one tag set in [start, end], plus the
-    nearest sample on either side."""
+    nearest sample on either side. ``batch_blocks``: the tag set's not yet compacted
+    writes, all of them."""
     blocks = [
         _Block.from_row(row)
         for row in conn.execute(
@@ -634,19 +835,21 @@ def _read_tagset(
             (tagset_id, start_ns, end_ns),
         )
     ]
+    blocks.extend(batch_blocks)
     results = _cut_blocks(blocks, series_ids, start_ns, end_ns)
     # The nearest sample before the range may sit in a block that ends before it (and the
     # one after in a block that starts after it): walk those blocks nearest first while one
     # could hold a nearer sample than the one found.
     beyond = (
-        ("max_ns < ? ORDER BY max_ns DESC", start_ns, _before_improvable),
-        ("min_ns > ? ORDER BY min_ns", end_ns, _after_improvable),
+        ("max_ns < :bound ORDER BY max_ns DESC", start_ns, _before_improvable),
+        # (max_ns > bound lets the (tagset_id, max_ns) index narrow the search)
+        ("max_ns > :bound AND min_ns > :bound ORDER BY min_ns", end_ns, _after_improvable),
     )
     for condition, bound, improvable in beyond:
         rows = conn.execute(
-            f"SELECT {_BLOCK_COLUMNS} FROM blocks WHERE tagset_id = ? AND {condition}"
+            f"SELECT {_BLOCK_COLUMNS} FROM blocks WHERE tagset_id = :tagset AND {condition}"
             f" LIMIT {_NEIGHBOUR_BLOCKS}",
-            (tagset_id, bound),
+            {"tagset": tagset_id, "bound": bound},
         )
         for row in rows:
             block = _Block.from_row(row)
@@ -684,8 +887,8 @@ def _cut_blocks(
     by_time = sorted(blocks, key=lambda b: (b.min_ns, b.block_id))
     disjoint = all(b.min_ns > a.max_ns for a, b in itertools.pairwise(by_time))
     ordered = by_time if disjoint else sorted(blocks, key=lambda b: b.block_id)
-    rows_of = [{int(sid): row for row, sid in enumerate(b.series_ids)} for b in ordered]
-    has_nan = [bool(np.isnan(b.vals).any()) for b in ordered]
+    rows_of = [{sid: row for row, sid in enumerate(b.series_ids.tolist())} for b in ordered]
+    has_nan = [b.holes for b in ordered]
     shared_times: np.ndarray | None = None  # all blocks' times, for series in every block
     results = []
     for series_id in series_ids:

@@ -34,6 +34,11 @@ def make_store(request, tmp_path) -> Callable[[list[Point]], ReadStore]:
             store = MemoryStore()
             store.write(points)
             return store
-        return sqlite_store_with(points, tmp_path / "epochscope.sqlite")
+        store = sqlite_store_with(points, tmp_path / f"epochscope-{len(opened)}.sqlite")
+        opened.append(store)
+        return store
+
+    opened: list = []
+    request.addfinalizer(lambda: [store.close() for store in opened])
 
     return build

@@ -23,6 +23,7 @@ class MemoryStore:
         self._series: dict[tuple, SeriesInfo] = {}
         self._samples: dict[int, list[tuple[int, float]]] = defaultdict(list)
         self._events: dict[str, list[WorkloadEvent]] = defaultdict(list)
+        self._unsorted: set[str] = set()
 
     # -- write side -----------------------------------------------------------------------
     def write(self, points: list[Point]) -> None:
@@ -62,9 +63,15 @@ class MemoryStore:
             time_ns=point.time_ns,
             fields={k: v for k, v in point.fields.items() if k != Workload.EVENT},
         )
-        events = self._events[event.run_id]
-        events.append(event)
-        events.sort(key=lambda e: (e.time_ns, e.rank))
+        self._events[event.run_id].append(event)
+        self._unsorted.add(event.run_id)
+
+    def _run_events(self, run_id: str) -> list[WorkloadEvent]:
+        events = self._events.get(run_id, [])
+        if run_id in self._unsorted:
+            events.sort(key=lambda e: (e.time_ns, e.rank))
+            self._unsorted.discard(run_id)
+        return events
 
     # -- ReadStore ------------------------------------------------------------------------
     def list_series(
@@ -94,7 +101,8 @@ class MemoryStore:
 
     def runs(self) -> list[RunInfo]:
         infos = []
-        for run_id, events in self._events.items():
+        for run_id in list(self._events):
+            events = self._run_events(run_id)
             starts = [e for e in events if e.event == Event.RUN_START]
             rank0 = next((e for e in starts if e.rank == 0), starts[0] if starts else None)
             config = dict(rank0.fields) if rank0 else {}
@@ -126,6 +134,6 @@ class MemoryStore:
     ) -> list[WorkloadEvent]:
         return [
             e
-            for e in self._events.get(run_id, [])
+            for e in self._run_events(run_id)
             if (since_ns is None or e.time_ns > since_ns) and (kinds is None or e.event in kinds)
         ]

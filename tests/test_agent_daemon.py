@@ -212,3 +212,23 @@ def test_build_samplers_leaves_out_unknown_modules_and_unavailable_ones(caplog, 
     assert "sampler nfs is off: its data is not on this host" in messages
     assert any(m.startswith("sampler gpu is off: cannot load it") for m in messages)
     assert len(messages) == 2  # one line per sampler left out
+
+
+def test_the_self_sampler_reports_this_daemons_stats(tmp_path):
+    from agent.shipper import Shipper
+
+    stats = AgentStats()
+    samplers = build_samplers(Roots(), ["agent"], stats)
+    down = Shipper("http://127.0.0.1:9", None, "o", "b", tmp_path / "spool", stats=stats)
+    daemon = Daemon(AgentConfig(host="n1"), samplers, stats, submitters=[down])
+    daemon.tick()  # spools the first sample: 1 point (not started: nothing is sent)
+    (point,) = daemon.tick()
+    assert point.measurement == "agent" and point.tags == {"host": "n1"}
+    # The second sample reports the spool as the first tick left it: one line.
+    (segment,) = tmp_path.joinpath("spool").glob("*.lp")
+    first_line = segment.read_bytes().split(b"\n")[0] + b"\n"
+    assert point.fields["spool_points"] == 1.0
+    assert point.fields["spool_bytes"] == float(len(first_line))
+    assert point.fields["points_dropped"] == 0
+    assert 0 < point.fields["sample_duration_seconds"] < 5
+    down.spool.close()

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from agent.point import Point
-from agent.shipper import Shipper, lazy_package, line_number_in
-from agent.spool import Spool, parse_segment_name
+from agent.shipper import Shipper, lazy_package, line_number_in, reexports
+from agent.spool import Spool
 
 
 def free_port() -> int:
@@ -156,8 +156,8 @@ def test_outage_refused_then_503_then_back_every_point_once_in_order(endpoint, t
         shipper.submit(points_for(tick))
     time.sleep(0.5)  # several refused attempts
     assert stats.spool_points == 15  # 5 ticks x 3 points wait in the spool
-    assert stats.spool_bytes == sum(len(line) for line in expected_lines(range(1, 6))) + 5 * 2
-    # (each 3-line segment has 2 newlines)
+    # Every line is spooled with its newline.
+    assert stats.spool_bytes == sum(len(line) + 1 for line in expected_lines(range(1, 6)))
 
     endpoint.start()
     endpoint.status = 503  # up, but unavailable
@@ -179,7 +179,8 @@ def test_once_caught_up_ticks_gather_for_batch_seconds_then_go_in_one_request(en
     shipper = Shipper(endpoint.url, "t", "o", "b", tmp_path / "spool", batch_seconds=60)
     shipper.start()
     shipper.submit(points_for(0))
-    assert wait_until(lambda: len(endpoint.bodies) == 1)  # the first goes at once
+    # The first goes at once.
+    assert wait_until(lambda: len(endpoint.bodies) == 1 and shipper.spool.points == 0)
     for tick in range(1, 4):
         shipper.submit(points_for(tick))
     time.sleep(0.3)
@@ -199,11 +200,8 @@ def test_restart_while_endpoint_down_replays_the_spool(endpoint, tmp_path):
     for tick in range(3):
         first.submit(points_for(tick))
     first.close(timeout=0.5)  # cannot flush: the points stay on disk
-    assert sorted(parse_segment_name(p.name) for p in spool_dir.iterdir()) == [
-        (1, 3),
-        (2, 3),
-        (3, 3),
-    ]
+    on_disk = b"".join(p.read_bytes() for p in sorted(spool_dir.iterdir()))
+    assert on_disk.decode() == "".join(line + "\n" for line in expected_lines(range(3)))
 
     second = Shipper(endpoint.url, "t", "o", "b", spool_dir, backoff_max_seconds=0.2)
     assert second.spool.points == 9
@@ -216,27 +214,29 @@ def test_restart_while_endpoint_down_replays_the_spool(endpoint, tmp_path):
 
 
 def test_spool_full_drops_oldest_and_counts_them(tmp_path, caplog):
-    # A segment of points_for(t), 1 <= t <= 9, is 3 lines + 2 newlines: each line is
+    # A tick of points_for(t), 1 <= t <= 9, is 3 lines and 3 newlines: each line is
     # "disk,device=sd0,host=n1" (23) + " reads=1i" (9) + " 1000000000" (11) = 43 bytes,
-    # so 3 x 43 + 2 = 131 bytes.
-    segment_bytes = len("\n".join(expected_lines(range(1, 2))))
-    assert segment_bytes == 131
+    # so 3 x 44 = 132 bytes. The spool holds 3 ticks; its segments hold one tick each
+    # (segment_max_bytes is capped at a quarter of the spool).
+    tick_bytes = sum(len(line) + 1 for line in expected_lines(range(1, 2)))
+    assert tick_bytes == 132
     from agent.samplers.agent import AgentStats
 
     stats = AgentStats()
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     shipper = Shipper(
-        down, None, "o", "b", tmp_path / "spool", spool_max_bytes=3 * 131, stats=stats
+        down, None, "o", "b", tmp_path / "spool", spool_max_bytes=3 * 132, stats=stats
     )  # not started: nothing is sent, nothing is in flight
     with caplog.at_level(logging.WARNING):
         for tick in range(1, 8):
             shipper.submit(points_for(tick))
     # Room for 3 segments: ticks 5, 6, 7 remain; ticks 1-4 (12 points) were dropped.
     assert stats.points_dropped == 12
-    assert stats.spool_points == 9 and stats.spool_bytes == 3 * 131
-    remaining = Spool(tmp_path / "spool", 3 * 131)
+    assert stats.spool_points == 9 and stats.spool_bytes == 3 * 132
+    shipper.spool.close()
+    remaining = Spool(tmp_path / "spool", 3 * 132)
     assert [segment.read().decode() for segment in remaining._segments] == [
-        "\n".join(expected_lines(range(tick, tick + 1))) for tick in (5, 6, 7)
+        "".join(line + "\n" for line in expected_lines(range(tick, tick + 1))) for tick in (5, 6, 7)
     ]
     full_warnings = [r for r in caplog.records if "is full" in r.getMessage()]
     assert len(full_warnings) == 1  # once per episode
@@ -245,7 +245,15 @@ def test_spool_full_drops_oldest_and_counts_them(tmp_path, caplog):
 def test_rejected_segment_is_dropped_with_line_number_and_the_rest_arrive(
     endpoint, tmp_path, caplog
 ):
-    shipper = Shipper(endpoint.url, "t", "o", "b", tmp_path / "spool", backoff_max_seconds=0.2)
+    shipper = Shipper(
+        endpoint.url,
+        "t",
+        "o",
+        "b",
+        tmp_path / "spool",
+        backoff_max_seconds=0.2,
+        segment_max_bytes=1,  # one tick per segment
+    )
     for tick in range(4):
         shipper.submit(points_for(tick))
     # The second segment (tick 1) is poisoned: 400 for any body holding it.
@@ -261,7 +269,7 @@ def test_rejected_segment_is_dropped_with_line_number_and_the_rest_arrive(
     assert shipper.spool.points_dropped == 3
     rejected = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
     assert len(rejected) == 1
-    assert "rejected 3 points with HTTP 400 at line 2 of 00000000000000000002.3.lp" in rejected[0]
+    assert "rejected 3 points with HTTP 400 at line 2 of 00000000000000000002.lp" in rejected[0]
     # The batch of 4 segments was refused once, then resent one segment at a time.
     assert [request["status"] for request in endpoint.requests] == [400, 204, 400, 204, 204]
 
@@ -300,15 +308,28 @@ def test_a_spool_that_cannot_be_written_drops_and_counts_never_raises(tmp_path, 
     assert len([r for r in caplog.records if "cannot write to the spool" in r.getMessage()]) == 1
 
 
-def test_leftover_partial_write_is_removed_at_start(tmp_path):
+def test_a_line_cut_short_by_a_crash_is_truncated_at_start(tmp_path, caplog):
     spool_dir = tmp_path / "spool"
     spool_dir.mkdir()
-    (spool_dir / ".incoming-7").write_bytes(b"disk,host=a reads=1")
-    (spool_dir / "00000000000000000006.1.lp").write_bytes(b"disk,host=a reads=1i 1")
-    spool = Spool(spool_dir, 1000)
-    assert sorted(p.name for p in spool_dir.iterdir()) == ["00000000000000000006.1.lp"]
-    assert spool.points == 1 and spool.bytes == 22
-    assert spool.append(b"disk,host=a reads=2i 2", 1).seq == 7  # numbering carries on
+    # Two complete lines, then a write cut short mid-line.
+    (spool_dir / "00000000000000000006.lp").write_bytes(
+        b"disk,host=a reads=1i 1\ndisk,host=a reads=2i 2\ndisk,host=a rea"
+    )
+    (spool_dir / "00000000000000000007.lp").write_bytes(b"disk,ho")  # nothing complete
+    (spool_dir / "notes.txt").write_text("not a segment")
+    with caplog.at_level(logging.WARNING):
+        spool = Spool(spool_dir, 1000)
+    assert sorted(p.name for p in spool_dir.iterdir()) == [
+        "00000000000000000006.lp",
+        "notes.txt",
+    ]
+    assert (spool_dir / "00000000000000000006.lp").read_bytes() == (
+        b"disk,host=a reads=1i 1\ndisk,host=a reads=2i 2\n"
+    )
+    assert spool.points == 2 and spool.bytes == 46  # 2 x (22 + newline)
+    assert spool.append(b"disk,host=a reads=3i 3", 1)
+    assert [segment.seq for segment in spool._segments] == [6, 8]  # numbering carries on
+    assert len([r for r in caplog.records if "cut short" in r.getMessage()]) == 2
 
 
 def test_line_number_in_server_messages():
@@ -346,6 +367,37 @@ print(numpy.__name__)
     assert 0 < int(domain_modules) < 100
     assert version_ok == "True" and in_dir == "True"
     assert numpy_later == "numpy"  # importable again once influxdb-client is loaded
+
+
+def test_reexports_reads_only_pure_reexport_inits():
+    source = """# coding: utf-8
+# flake8: noqa
+\"\"\"
+Docstring with from x import y inside.
+\"\"\"
+from __future__ import absolute_import
+
+from pkg.a import A
+from pkg.b import B, C as D
+VERSION_ALIAS = A
+"""
+    assert reexports(source) == {
+        "A": ("pkg.a", "A"),
+        "B": ("pkg.b", "B"),
+        "D": ("pkg.b", "C"),
+        "VERSION_ALIAS": ("pkg.a", "A"),
+    }
+    assert reexports('"""One line."""\nfrom m import x\n') == {"x": ("m", "x")}
+    for not_pure in (
+        "from m import x\nCONSTANT = 3\n",  # a value computed here
+        "from m import (\n    x,\n)\n",  # a multi-line import
+        "from . import x\n",  # relative
+        "from m import *\n",
+        "import os\n",
+        "from m import x\nif x:\n    pass\n",
+        "y = x\n",  # an alias of a name not imported
+    ):
+        assert reexports(not_pure) is None, not_pure
 
 
 def test_lazy_package_refuses_an_init_it_cannot_model(tmp_path, monkeypatch):

@@ -3,8 +3,12 @@ precision, server time, and malformed lines reported by number without losing th
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.point import Point, encode_lines
 from collector.lineprotocol import (
@@ -25,6 +29,18 @@ def only_group(parsed):
 
 def column(group, name):
     return group.values[group.fields.index(name)]
+
+
+def series_of(parsed) -> dict[tuple, list[tuple[int, float]]]:
+    """(measurement, tags, field) -> [(time, value)] over every group, whatever the grouping
+    (NaN stands for "no value")."""
+    found: dict[tuple, dict[int, float]] = {}
+    for group in parsed.groups:
+        for name, values in zip(group.fields, group.values, strict=True):
+            key = (group.measurement, tuple(sorted(group.tags.items())), name)
+            points = zip(group.times_ns.tolist(), values.tolist(), strict=True)
+            found.setdefault(key, {}).update((t, v) for t, v in points if not math.isnan(v))
+    return {key: sorted(points.items()) for key, points in found.items()}
 
 
 def test_telegraf_cpu_and_disk_lines():
@@ -191,9 +207,9 @@ def test_missing_timestamp_gets_server_time_truncated_to_precision():
     assert parsed.untimed_lines == [1]
     # 1_700_000_000_123_456_789 ns truncated to ms: ..._123_000_000
     assert parsed.server_time_ns == 1_700_000_000_123_000_000
-    group = only_group(parsed)
-    assert group.times_ns.tolist() == [5_000_000, 1_700_000_000_123_000_000]
-    assert group.values.tolist() == [[2.0, 1.0]]  # sorted by time
+    assert series_of(parsed) == {
+        ("cpu", (), "v"): [(5_000_000, 2.0), (1_700_000_000_123_000_000, 1.0)]
+    }
 
 
 def test_same_series_same_time_last_write_wins_and_unsorted_input():
@@ -272,3 +288,125 @@ def test_backslashes_in_names_as_influxdb_reads_them():
         _, tags, fields, _ = parse_line_full(f"m,t=a{written}b f{written}x=1i 1")
         assert tags == {"t": f"a{meant}b"}
         assert fields == {f"f{meant}x": 1}
+
+
+# ---- the template path must accept, reject and read exactly what the general path does
+
+PREFIXES = ["cpu,host=a", "gpu,gpu=0,host=a,name=Tesla\\ V100", "m", "m,t=x\\,y", "workload,host=a"]
+NAMES = ["a", "b", "c_d", "a\\ b", "e\\=f", "pcie_rx", "multi"]
+VALUES = [
+    "1",
+    "-2",
+    "3.5",
+    "1e5",
+    "-1.5E-3",
+    ".5",
+    "5.",
+    "0",
+    "7i",
+    "-8i",
+    "9u",
+    "123456789012i",
+    "18446744073709551615u",
+    "9223372036854775807i",
+    "9223372036854775808i",
+    "-1u",
+    "1.5i",
+    "1e3i",
+    "+1",
+    "+1i",
+    "1e+5",
+    "nan",
+    "inf",
+    "1_0",
+    "t",
+    "false",
+    '"s"',
+    "",
+    ".",
+    "1e999",
+    "0x10",
+    "\u0663",
+    "1-2",
+    "--1",
+    "1e",
+    "e5",
+]
+TIMES = [
+    "9223372036854775806",
+    "9223372036854775807",
+    "1",
+    "2",
+    "3",
+    "10",
+    "",
+    "-1",
+    "99999999999999999999",
+    "9223372036854775807",
+    "1.5",
+    "+3",
+    "\u0663",
+    " 4",
+]
+
+
+def reference(body: str, precision: str) -> tuple[dict, list[int]]:
+    """What every line means when parsed on its own by the general path."""
+    factor = precision_factor(precision)
+    found: dict[tuple, dict[int, float]] = {}
+    bad = []
+    for number, line in enumerate(body.split("\n"), 1):
+        if not line or line.startswith("#") or line.isspace():
+            continue
+        try:
+            measurement, tags, fields, timestamp = parse_line_full(line)
+        except Exception:
+            bad.append(number)
+            continue
+        time_ns = NOW // factor * factor if timestamp is None else timestamp * factor
+        if not -(2**63) + 2 <= time_ns <= 2**63 - 2:  # InfluxDB's time range
+            bad.append(number)
+            continue
+        if measurement == "workload":
+            continue
+        for name, value in fields.items():
+            if not isinstance(value, str):
+                key = (measurement, tuple(sorted(tags.items())), name)
+                found.setdefault(key, {})[time_ns] = float(value)
+    return {key: sorted(points.items()) for key, points in found.items()}, bad
+
+
+@st.composite
+def bodies(draw):
+    lines = []
+    for _ in range(draw(st.integers(1, 40))):
+        prefix = draw(st.sampled_from(PREFIXES))
+        names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=4))
+        values = [draw(st.sampled_from(VALUES)) for _ in names]
+        fields = ",".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
+        stamp = draw(st.sampled_from(TIMES))
+        lines.append(f"{prefix} {fields} {stamp}".rstrip(" ") if stamp else f"{prefix} {fields}")
+    return "\n".join(lines)
+
+
+@settings(max_examples=100, deadline=None)
+@given(bodies(), st.sampled_from(["ns", "s"]))
+def test_template_path_agrees_with_the_general_path(body, precision):
+    expected, bad = reference(body, precision)
+    parsed = parse_body(body, precision, now_ns=NOW)
+    assert [error.line for error in parsed.errors] == bad
+    assert series_of(parsed) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(VALUES[:14]), min_size=2, max_size=2), st.integers(2, 30))
+def test_repeated_agent_lines_agree_with_the_general_path(values, count):
+    # many lines of one prefix and one field set: the case the template path is for
+    body = "\n".join(
+        f"disk,device=sda,host=n{i % 3} reads={values[0]},read_bytes={values[1]} {1000 + i}"
+        for i in range(count)
+    )
+    expected, bad = reference(body, "ns")
+    parsed = parse_body(body, "ns", now_ns=NOW)
+    assert [error.line for error in parsed.errors] == bad
+    assert series_of(parsed) == expected

@@ -63,6 +63,7 @@ def test_cache_warmup_fires_when_reads_stop_after_epoch_1(make_store):
     }
     # 290 MB/s x 100 s per host
     assert evidence["first_epoch_page_cache_growth_bytes_per_host"] == 29_000_000_000
+    assert evidence["page_cache_growth_to_dataset_ratio"] == 0.203  # 29 GB of 143 GB
     assert evidence["dataset_to_memory_ratio"] == pytest.approx(143 / 384, abs=1e-3)
     assert "measure memory, not storage" in finding.explanation
 
@@ -276,3 +277,49 @@ def test_findings_are_json_ready_and_most_severe_first(make_store):
     assert [f.rule for f in findings] == ["cache_warmup", "dataset_fits_in_memory"]
     assert findings[0].severity == "warning"
     json.dumps([f.to_dict() for f in findings], allow_nan=False)
+
+
+# --------------------------------------------------------------------------------------
+# precision and read demand
+# --------------------------------------------------------------------------------------
+
+
+def precision_runs(fp16_mbps: float) -> list[RunBuilder]:
+    """Study 003, two nodes: FP16 (batch doubled) read ~550 MB/s where FP32 read 430."""
+    day = 86_400 * NS
+    runs = []
+    for run_id, precision, batch, mbps, images, t0 in (
+        ("fp32", "fp32", 64, 430, 20_000, T0_NS),
+        ("fp16", "fp16", 128, fp16_mbps, 36_000, T0_NS + day),
+    ):
+        run = RunBuilder(
+            run_id,
+            hosts=(f"{run_id}-a", f"{run_id}-b"),
+            precision=precision,
+            batch_size=batch,
+            t0_ns=t0,
+        )
+        half = mbps / 2 * MB  # per host: the two nodes together read `mbps`
+        run.epoch(100, images, nfs_server_read=half, nfs_app_read=half)
+        run.epoch(100, images, nfs_app_read=half)
+        runs.append(run)
+    return runs
+
+
+def test_precision_read_demand_fires_on_the_faster_reader(make_store):
+    store = make_store([p for run in precision_runs(550) for p in run.points()])
+    (finding,) = findings_of(store, "fp16", "precision_read_demand")
+    assert finding.title == "FP16 reads storage 1.3x as fast as FP32"
+    evidence = finding.evidence
+    assert (evidence["storage_read_mbps"], evidence["other_storage_read_mbps"]) == (550, 430)
+    assert evidence["ratio"] == pytest.approx(550 / 430, abs=1e-3)  # 1.279
+    # 2 hosts x 36000 images / 100 s against 2 x 20000 / 100 s
+    assert (evidence["images_per_second"], evidence["other_images_per_second"]) == (720, 400)
+    assert finding.chart == "nfs_server_read_mbps"
+    # the FP32 run reads less: nothing to say about it
+    assert findings_of(store, "fp32", "precision_read_demand") == []
+
+
+def test_precision_read_demand_silent_when_reads_are_alike(make_store):
+    store = make_store([p for run in precision_runs(450) for p in run.points()])
+    assert findings_of(store, "fp16", "precision_read_demand") == []  # 450 / 430 = 1.05

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import csv
+import http.client
 import io
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
+import pytest
+
+from agent.point import encode_lines
 from agent.schema import RunState
 from collector.cli import build_parser
 from collector.epochs import COLUMNS
 from collector.reports_cli import RUNS_KEYS, render
+from tests.conftest import REPO_ROOT
 from tests.run_builder import NS, T0_NS, RunBuilder
 
 pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
@@ -64,7 +74,7 @@ def test_report_table_and_findings(make_store):
     text = cli(make_store(two_runs()), "report", "r-old", "--findings")
     assert "run r-old: per epoch, per host" in text
     assert "img/s" in text and "rx-tx MB/s" in text
-    star_rows = [line for line in text.splitlines() if line.startswith("│ *")]
+    star_rows = [line for line in text.splitlines() if line.startswith("* ")]
     assert len(star_rows) == 2
     assert "30.0 GB" in text  # n1's NFS server bytes in epoch 1
     assert "WARNING Storage reads stop after epoch 1" in text
@@ -134,3 +144,85 @@ def test_bad_backend_is_a_usage_error(repo_env):
     result = run_collector("runs", "--backend", "influx=http://x", env=repo_env)
     assert result.returncode == 2
     assert "--backend must be victoriametrics=URL" in result.stderr
+
+
+# --------------------------------------------------------------------------------------
+# end to end: `collector serve` takes the points over HTTP into a real SQLite file, then
+# `collector report | runs | scaling` read that file as separate processes
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served_db(tmp_path_factory) -> Path:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    tmp = tmp_path_factory.mktemp("served")
+    db, log_path = tmp / "epochscope.sqlite", tmp / "serve.log"
+    with open(log_path, "wb") as log_file:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "collector",
+                "serve",
+                "--db",
+                str(db),
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        address = None
+        while address is None and time.monotonic() < deadline:
+            address = re.search(r"listening on http://([\d.]+):(\d+)", log_path.read_text())
+            if server.poll() is not None:
+                pytest.fail(f"collector serve exited: {log_path.read_text()}")
+            time.sleep(0.05)
+        assert address, log_path.read_text()
+        lines = encode_lines(two_runs()).split("\n")
+        for first in range(0, len(lines), 2000):  # requests of 2000 lines, as agents batch
+            body = "\n".join(lines[first : first + 2000]).encode()
+            connection = http.client.HTTPConnection(address[1], int(address[2]), timeout=60)
+            connection.request("POST", "/api/v2/write?org=o&bucket=b&precision=ns", body)
+            response = connection.getresponse()
+            assert response.status == 204, response.read()
+            connection.close()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+    return db
+
+
+def test_report_from_the_served_store(served_db, repo_env):
+    result = run_collector(
+        "report", "r-old", "--db", str(served_db), "--format", "json", env=repo_env
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [(r["host"], r["epoch"]) for r in rows][:3] == [("n1", 1), ("n2", 1), ("*", 1)]
+    # 2 hosts x 300 MB/s NFS server reads; 4 ranks x 6400 images in 100 s
+    assert (rows[2]["nfs_server_read_mbps"], rows[2]["images_per_second"]) == (600.0, 256.0)
+    csv_out = run_collector(
+        "report", "r-old", "--db", str(served_db), "--format", "csv", env=repo_env
+    )
+    assert csv_out.stdout.splitlines()[0] == ",".join(COLUMNS)
+    table = run_collector("report", "r-old", "--db", str(served_db), "--findings", env=repo_env)
+    assert table.returncode == 0 and "Storage reads stop after epoch 1" in table.stdout
+    missing = run_collector("report", "nope", "--db", str(served_db), env=repo_env)
+    assert missing.returncode == 1 and "no run 'nope'" in missing.stderr
+
+
+def test_runs_and_scaling_from_the_served_store(served_db, repo_env):
+    runs = json.loads(
+        run_collector("runs", "--db", str(served_db), "--format", "json", env=repo_env).stdout
+    )
+    assert [r["run_id"] for r in runs] == ["r-live", "r-old"]
+    assert runs[0]["state"] == "live" and runs[0]["end"] is None
+    scaling = json.loads(
+        run_collector("scaling", "--db", str(served_db), "--format", "json", env=repo_env).stdout
+    )
+    assert {r["run_id"]: r["gpus"] for r in scaling} == {"r-live": 1, "r-old": 4}

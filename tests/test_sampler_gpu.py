@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
+import agent.samplers.gpu as gpu_module
 from agent.point import encode_lines
 from agent.samplers import make_sampler
 from agent.samplers.base import Roots
@@ -113,6 +114,8 @@ class FakeNvml:
             "nvmlDeviceGetCurrentClocksThrottleReasons",
         ):
             monkeypatch.setattr(pynvml, name, getattr(self, name))
+        # the fake stands in for the driver, so its library counts as present
+        monkeypatch.setattr(gpu_module, "nvml_library_loadable", lambda: True)
         return self
 
     @staticmethod
@@ -315,8 +318,22 @@ def test_real_nvml_missing_on_this_machine(caplog):
     sampler.close()
 
 
+def test_no_driver_library_means_pynvml_is_never_imported(monkeypatch, caplog):
+    """This machine has no libnvidia-ml.so.1: the sampler turns itself off before pynvml."""
+    if gpu_module.nvml_library_loadable():
+        pytest.skip("this machine has the NVIDIA driver library")
+    caplog.set_level(logging.DEBUG, logger="agent.samplers.gpu")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # importing it would raise
+    sampler = make_sampler("gpu", Roots())
+    assert sampler.available() is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "gpu sampler off: no NVML driver library (libnvidia-ml.so.1)"
+    ]
+
+
 def test_no_nvidia_ml_py_installed(monkeypatch, caplog):
     caplog.set_level(logging.DEBUG, logger="agent.samplers.gpu")
+    monkeypatch.setattr(gpu_module, "nvml_library_loadable", lambda: True)
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
     sampler = make_sampler("gpu", Roots())
     assert sampler.available() is False

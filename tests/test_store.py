@@ -11,6 +11,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent.point import Point
 from collector import store as store_module
@@ -113,7 +115,7 @@ def test_neighbours_found_in_other_blocks_and_across_a_field_set_change(store):
         50,
     ]
     before = store.read_series(store.list_series("cpu", "user_seconds"), 0, 60 * S)
-    store.compact(now_ns=10**6 * S)
+    store.compact()
     after = store.read_series(store.list_series("cpu", "user_seconds"), 0, 60 * S)
     assert before[0].times_ns.tolist() == after[0].times_ns.tolist()
     assert before[0].values.tolist() == after[0].values.tolist()
@@ -131,42 +133,53 @@ def test_replayed_batch_is_stored_once_and_last_write_wins(store):
     times, values = read_one(store, "cpu", "user_seconds", "a", 0, 9 * S)
     assert times == list(range(10))
     assert values == [0.0, 2.0, 4.0, 6.0, 8.0, 1000.0, 12.0, 14.0, 16.0, 18.0]
-    store.compact(now_ns=10**6 * S)
+    store.compact()
     assert read_one(store, "cpu", "user_seconds", "a", 0, 9 * S) == (times, values)
     (blocks,) = store._read_conn().execute("SELECT count(*) FROM blocks").fetchone()
-    assert blocks == 1
+    assert blocks == 1  # one 10-minute window
 
 
-def test_compaction_merges_small_blocks_into_sealed_windows(store):
+def test_compaction_folds_batches_into_one_block_per_window(store):
     window_s = store_module.CHUNK_NS // S  # 600
     for t in range(0, 2 * window_s, 10):  # 120 agent writes, 10 s apart, two windows
         store.write_lines(f"mem,host=a free_bytes={t}.5 {t * S}")
     conn = store._read_conn()
-    assert conn.execute("SELECT count(*), sum(sealed) FROM blocks").fetchone() == (120, 0)
-    # in the middle of the second window: the first is over, the second still open
-    store.compact(now_ns=(window_s + window_s // 2) * S)
-    rows = conn.execute("SELECT min_ns, max_ns, n, sealed FROM blocks ORDER BY min_ns").fetchall()
+    assert conn.execute("SELECT count(*) FROM batches").fetchone() == (120,)
+    assert conn.execute("SELECT count(*) FROM blocks").fetchone() == (0,)
+    before = read_one(store, "mem", "free_bytes", "a", 0, 3 * window_s * S)
+    # in steps of 50 batches: the first window is completed by the second step
+    assert store.compact(batches_per_step=50) == 120
+    assert conn.execute("SELECT count(*) FROM batches").fetchone() == (0,)
+    rows = conn.execute("SELECT min_ns, max_ns, n FROM blocks ORDER BY min_ns").fetchall()
     assert rows == [
-        (0, (window_s - 10) * S, 60, 1),
-        (window_s * S, (2 * window_s - 10) * S, 60, 0),
+        (0, (window_s - 10) * S, 60),
+        (window_s * S, (2 * window_s - 10) * S, 60),
     ]
-    store.write_lines(f"mem,host=a free_bytes=1.5 {2 * window_s * S}")
-    store.compact(now_ns=10 * window_s * S)
-    rows = conn.execute("SELECT n, sealed FROM blocks ORDER BY min_ns").fetchall()
-    assert rows == [(60, 1), (60, 1), (1, 1)]
+    assert read_one(store, "mem", "free_bytes", "a", 0, 3 * window_s * S) == before
+    # late data for the second window is merged into its block; a third window starts
+    store.write_lines(
+        f"mem,host=a free_bytes=7.5 {(2 * window_s - 5) * S}\n"
+        f"mem,host=a free_bytes=1.5 {2 * window_s * S}"
+    )
+    assert store.compact() == 1
+    rows = conn.execute("SELECT n FROM blocks ORDER BY min_ns").fetchall()
+    assert rows == [(60,), (61,), (1,)]
     times, values = read_one(store, "mem", "free_bytes", "a", 0, 3 * window_s * S)
-    assert times == [*range(0, 2 * window_s, 10), 2 * window_s]
+    assert times == sorted([*range(0, 2 * window_s, 10), 2 * window_s - 5, 2 * window_s])
     assert values[:3] == [0.5, 10.5, 20.5]
+    assert values[-3:] == [1190.5, 7.5, 1.5]
 
 
-def test_large_writes_are_sealed_blocks_as_written(store):
-    store.write_lines(cpu_lines("a", range(store_module.SEAL_POINTS)))
-    store.write_lines(cpu_lines("a", range(100, 103)))
-    conn = store._read_conn()
-    assert conn.execute("SELECT n, sealed FROM blocks ORDER BY id").fetchall() == [
-        (store_module.SEAL_POINTS, 1),
-        (3, 0),
-    ]
+def test_reads_merge_blocks_with_newer_batches(store):
+    store.write_lines(cpu_lines("a", range(0, 10)))
+    store.compact()
+    store.write_lines(f"cpu,host=a user_seconds=99i {3 * S}")  # rewrite one compacted point
+    store.write_lines(cpu_lines("a", range(10, 12)))
+    times, values = read_one(store, "cpu", "user_seconds", "a", 2 * S, 10 * S)
+    assert times == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert values == [2.0, 4.0, 99.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0, 22.0]
+    store.compact()
+    assert read_one(store, "cpu", "user_seconds", "a", 2 * S, 10 * S) == (times, values)
 
 
 def test_read_many_series_at_once_in_request_order(store):
@@ -269,6 +282,13 @@ def test_runs_and_events_from_workload_points(store):
     ]
     assert events[2].fields == {"epoch": 2 - 1, "images": 1000, "seconds": 10.5}
     assert events[2].host == "node0" and events[2].framework == "horovod-tf"
+    assert [(e.event, e.rank) for e in store.events("r-old", kinds=("run_start", "run_end"))] == [
+        ("run_start", 0),
+        ("run_start", 1),
+        ("run_end", 0),
+        ("run_end", 1),
+    ]
+    assert store.events("r-old", since_ns=1200 * S, kinds=("epoch_end",)) == []
     assert [e.time_ns // S for e in store.events("r-old", since_ns=1100 * S)] == [
         1200,
         1200,
@@ -291,10 +311,12 @@ def test_run_finishes_with_rank_zero_and_counts_ranks_without_world_size(store):
     assert (run.state, run.end_ns) == ("finished", 20 * S)
 
 
-def test_retention_drops_old_blocks(store):
-    store.write_lines(cpu_lines("a", range(0, 100)))  # one sealed block 0..99 s
+def test_retention_drops_old_blocks_and_batches(store):
+    store.write_lines(cpu_lines("a", range(0, 100)))
+    store.compact()  # one block 0..99 s
+    store.write_lines(cpu_lines("a", range(100, 110)))  # a batch 100..109 s
     store.write_lines(cpu_lines("a", range(200, 203)))
-    assert store.delete_before(150 * S) == 1
+    assert store.delete_before(150 * S) == 2
     times, _ = read_one(store, "cpu", "user_seconds", "a", 0, 300 * S)
     assert times == [200, 201, 202]
 
@@ -330,3 +352,61 @@ def test_events_keep_their_types(store):
     assert type(event.fields["step"]) is int
     stored = store._read_conn().execute("SELECT fields FROM events").fetchone()[0]
     assert json.loads(stored) == event.fields
+
+
+# ---- any sequence of writes and compactions reads back as "the last write wins"
+
+HOSTS = ["a", "b"]
+FIELDS = ["x", "y", "z"]
+
+
+@st.composite
+def write_sequences(draw):
+    steps = []
+    for _ in range(draw(st.integers(1, 8))):
+        if draw(st.booleans()) and steps:
+            steps.append(("compact", draw(st.sampled_from([1, 2, 32]))))
+            continue
+        lines = []
+        for _ in range(draw(st.integers(1, 12))):
+            host = draw(st.sampled_from(HOSTS))
+            fields = draw(st.lists(st.sampled_from(FIELDS), min_size=1, max_size=3, unique=True))
+            # times across two compaction windows, with repeats and disorder
+            t = draw(st.sampled_from([0, 1, 2, 5, 599, 600, 601, 1300]))
+            values = {f: draw(st.integers(-5, 5)) for f in fields}
+            lines.append((host, values, t))
+        steps.append(("write", lines))
+    return steps
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(write_sequences(), st.sampled_from([(0, 2000), (1, 1), (2, 600), (599, 601), (3, 4)]))
+def test_reads_equal_last_write_wins_model(tmp_path_factory, steps, window):
+    path = tmp_path_factory.mktemp("model") / "m.sqlite"
+    model: dict[tuple[str, str], dict[int, float]] = {}
+    with SqliteStore(path) as store:
+        for kind, payload in steps:
+            if kind == "compact":
+                store.compact(batches_per_step=payload)
+                continue
+            body = "\n".join(
+                f"m,host={host} " + ",".join(f"{f}={v}" for f, v in values.items()) + f" {t * S}"
+                for host, values, t in payload
+            )
+            parsed = store.write_lines(body)
+            assert parsed.errors == []
+            for host, values, t in payload:
+                for f, v in values.items():
+                    model.setdefault((host, f), {})[t * S] = float(v)
+        start, end = window[0] * S, window[1] * S
+        for field in FIELDS:
+            infos = store.list_series("m", field)
+            for data in store.read_series(infos, start, end):
+                points = sorted(model[(data.info.host, field)].items())
+                times = [t for t, _ in points]
+                inside = [i for i, t in enumerate(times) if start <= t <= end]
+                before = [i for i, t in enumerate(times) if t < start][-1:]
+                after = [i for i, t in enumerate(times) if t > end][:1]
+                expected = [points[i] for i in before + inside + after]
+                got = list(zip(data.times_ns.tolist(), data.values.tolist(), strict=True))
+                assert got == expected, (data.info.host, field)

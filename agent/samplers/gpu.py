@@ -195,6 +195,9 @@ class GpuSampler:
     def available(self) -> bool:
         if self._nvml is not None:
             return bool(self._devices)
+        if not nvml_library_loadable():
+            log.info("gpu sampler off: no NVML driver library (%s)", NVML_LIBRARY)
+            return False
         try:
             import pynvml
         except ImportError:
@@ -243,6 +246,21 @@ class GpuSampler:
                 nvml.nvmlShutdown()
             except nvml.NVMLError as error:
                 log.debug("nvmlShutdown failed: %s", error)
+
+
+NVML_LIBRARY = "libnvidia-ml.so.1"
+
+
+def nvml_library_loadable() -> bool:
+    """Is the driver's NVML library there? Checked before importing pynvml, whose ~2 MB
+    a node without NVIDIA GPUs should not pay for (the agent's RSS is a target)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError:
+        return False
+    return True
 
 
 SAMPLER = GpuSampler

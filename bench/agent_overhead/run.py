@@ -1,11 +1,13 @@
 """Agent overhead, side by side with Prometheus node_exporter in one run.
 
-Starts ``agent run`` (1 Hz, every sampler that finds its data, /metrics on, pushing to a
-loopback write endpoint run by this script) and Debian's ``prometheus-node-exporter``,
-scrapes both /metrics once a second, and reads each process's CPU time
-(/proc/<pid>/stat utime+stime) and VmRSS. CPU per sample = CPU seconds spent in the
-measured window / samples in it (agent: distinct timestamps it pushed; node_exporter:
-scrapes). Prints a table and writes the numbers as JSON.
+Starts two ``agent run`` (1 Hz, default samplers: every one that finds its data, /metrics
+on, pushing to a loopback write endpoint run by this script) and Debian's
+``prometheus-node-exporter`` with its default collectors. The bench scrapes
+node_exporter and the first agent once a second; the second agent is left alone (push
+only). It reads each process's CPU time (/proc/<pid>/stat utime+stime, all threads) and
+VmRSS. CPU per sample = CPU seconds in the measured window / samples in it (agents: the
+distinct timestamps they pushed from the window; node_exporter: scrapes). Prints a table
+and writes the numbers as JSON.
 
     python bench/agent_overhead/run.py --seconds 180
 """
@@ -57,11 +59,11 @@ def rss_bytes(pid: int) -> int:
 
 
 class WriteEndpoint:
-    """Accepts InfluxDB v2 writes (204) and keeps the timestamps of the lines it got."""
+    """Accepts InfluxDB v2 writes (204); keeps, per host tag, the timestamps it got."""
 
     def __init__(self) -> None:
-        self.timestamps: set[int] = set()
-        self.lines = 0
+        self.timestamps: dict[str, set[int]] = {}
+        self.lines: dict[str, int] = {}
         self.port = free_port()
         endpoint = self
 
@@ -69,8 +71,9 @@ class WriteEndpoint:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 for line in body.decode().splitlines():
-                    endpoint.lines += 1
-                    endpoint.timestamps.add(int(line.rsplit(" ", 1)[1]))
+                    host = line.split(",host=", 1)[1].split(",", 1)[0].split(" ", 1)[0]
+                    endpoint.lines[host] = endpoint.lines.get(host, 0) + 1
+                    endpoint.timestamps.setdefault(host, set()).add(int(line.rsplit(" ", 1)[1]))
                 self.send_response(204)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -80,6 +83,9 @@ class WriteEndpoint:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def samples(self, host: str, start_ns: int, end_ns: int) -> int:
+        return len([t for t in self.timestamps.get(host, ()) if start_ns <= t < end_ns])
 
     def close(self) -> None:
         self.server.shutdown()
@@ -106,21 +112,36 @@ def wait_for(url: str, timeout: float = 60.0) -> None:
 class Watched:
     """One process under measurement."""
 
-    def __init__(self, name: str, process: subprocess.Popen, metrics_url: str) -> None:
+    def __init__(self, name: str, process: subprocess.Popen, metrics_url: str | None) -> None:
         self.name = name
         self.process = process
-        self.metrics_url = metrics_url
+        self.metrics_url = metrics_url  # None: not scraped
         self.cpu_start = 0.0
         self.cpu_end = 0.0
         self.rss_max = 0
         self.rss_final = 0
         self.scrapes = 0
         self.scrape_bytes = 0
+        self.samples = 0
+        self.exit_code: int | None = None
 
     def poll_rss(self) -> None:
         rss = rss_bytes(self.process.pid)
         self.rss_max = max(self.rss_max, rss)
         self.rss_final = rss
+
+    def report(self) -> dict:
+        cpu = self.cpu_end - self.cpu_start
+        return {
+            "samples": self.samples,
+            "scrapes": self.scrapes,
+            "cpu_seconds": round(cpu, 3),
+            "cpu_ms_per_sample": round(cpu / max(self.samples, 1) * 1000, 3),
+            "rss_max_bytes": self.rss_max,
+            "rss_final_bytes": self.rss_final,
+            "metrics_page_bytes": self.scrape_bytes,
+            "exit_code": self.exit_code,
+        }
 
 
 def progress(total: float):
@@ -136,35 +157,44 @@ def progress(total: float):
         return (lambda done: print(f"{done:.0f}/{total:.0f} s", file=sys.stderr)), (lambda: None)
 
 
-def run(seconds: float, warmup: float, out: Path) -> dict:
+def start_agent(
+    workdir: Path, host: str, endpoint: WriteEndpoint, samplers: list[str] | None
+) -> Watched:
+    """``agent run`` at 1 Hz (default samplers unless told), /metrics on, pushing."""
+    port = free_port()
+    config = workdir / f"{host}.toml"
+    config.write_text(
+        f'host = "{host}"\n'
+        "interval_seconds = 1\n"
+        + (f"samplers = {json.dumps(samplers)}\n" if samplers is not None else "")
+        + "[push]\n"
+        f'url = "http://127.0.0.1:{endpoint.port}"\n'
+        'token = "bench-token"\n'
+        f'spool_dir = "{workdir / host / "spool"}"\n'
+        "[metrics]\n"
+        f'listen = "127.0.0.1:{port}"\n'
+    )
+    config.chmod(0o600)
+    log = (workdir / f"{host}.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agent", "run", "--config", str(config)],
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    return Watched(host, process, f"http://127.0.0.1:{port}/metrics")
+
+
+def run(seconds: float, warmup: float, out: Path, samplers: list[str] | None = None) -> dict:
     if not NODE_EXPORTER.exists():
         sys.exit(f"{NODE_EXPORTER} is missing: apt-get install prometheus-node-exporter")
     endpoint = WriteEndpoint()
     workdir = Path(tempfile.mkdtemp(prefix="agent-overhead-"))
-    agent_port, exporter_port = free_port(), free_port()
-    config = workdir / "agent.toml"
-    config.write_text(
-        "interval_seconds = 1\n"
-        "[push]\n"
-        f'url = "http://127.0.0.1:{endpoint.port}"\n'
-        'token = "bench-token"\n'
-        f'spool_dir = "{workdir / "spool"}"\n'
-        "[metrics]\n"
-        f'listen = "127.0.0.1:{agent_port}"\n'
-    )
-    config.chmod(0o600)
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    agent_log = (workdir / "agent.log").open("w")
-    agent = Watched(
-        "epochscope agent",
-        subprocess.Popen(
-            [sys.executable, "-m", "agent", "run", "--config", str(config)],
-            env=env,
-            stdout=agent_log,
-            stderr=subprocess.STDOUT,
-        ),
-        f"http://127.0.0.1:{agent_port}/metrics",
-    )
+    exporter_port = free_port()
+    # Two agents: one also scraped once a second (pull and push), one push only.
+    scraped = start_agent(workdir, "agent-scraped", endpoint, samplers)
+    push_only = start_agent(workdir, "agent-push-only", endpoint, samplers)
     exporter = Watched(
         "node_exporter",
         subprocess.Popen(
@@ -174,21 +204,24 @@ def run(seconds: float, warmup: float, out: Path) -> dict:
         ),
         f"http://127.0.0.1:{exporter_port}/metrics",
     )
-    watched = [agent, exporter]
+    watched = [scraped, push_only, exporter]
     try:
         for each in watched:
             wait_for(each.metrics_url)
+        push_only.metrics_url = None  # up; from now on left alone
         time.sleep(warmup)  # past start-up: imports and first samples are not counted
         for each in watched:
             each.cpu_start = cpu_seconds(each.process.pid)
         window_start_ns = time.time_ns()
+        load_start = round(os.getloadavg()[0], 2)
         started = time.monotonic()
         update, stop_bar = progress(seconds)
         next_scrape = started
         while (elapsed := time.monotonic() - started) < seconds:
             for each in watched:
-                each.scrape_bytes = len(scrape(each.metrics_url))
-                each.scrapes += 1
+                if each.metrics_url is not None:
+                    each.scrape_bytes = len(scrape(each.metrics_url))
+                    each.scrapes += 1
                 each.poll_rss()
             update(elapsed)
             next_scrape += 1.0
@@ -198,89 +231,74 @@ def run(seconds: float, warmup: float, out: Path) -> dict:
             each.cpu_end = cpu_seconds(each.process.pid)
             each.poll_rss()
         window_end_ns = time.time_ns()
-        agent_samples = len(
-            [t for t in endpoint.timestamps if window_start_ns <= t < window_end_ns]
-        )
     finally:
-        agent.process.send_signal(signal.SIGTERM)
-        exporter.process.terminate()
-        agent_exit = agent.process.wait(30)
-        exporter.process.wait(30)
-        endpoint.close()
-        agent_log.close()
+        for each in watched:
+            each.process.send_signal(signal.SIGTERM)
+        for each in watched:
+            each.exit_code = each.process.wait(30)
+    # The agents flushed their last batch on SIGTERM: count the samples taken in the window.
+    for agent in (scraped, push_only):
+        agent.samples = endpoint.samples(agent.name, window_start_ns, window_end_ns)
+    exporter.samples = exporter.scrapes
+    endpoint.close()
 
-    agent_cpu = agent.cpu_end - agent.cpu_start
-    exporter_cpu = exporter.cpu_end - exporter.cpu_start
-    per_agent_sample = agent_cpu / max(agent_samples, 1)
-    per_exporter_scrape = exporter_cpu / max(exporter.scrapes, 1)
     results = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()}: {os.cpu_count()} CPUs, {platform.platform()}",
         "python": platform.python_version(),
         "seconds": seconds,
-        "agent": {
-            "samples": agent_samples,
-            "scrapes": agent.scrapes,
-            "cpu_seconds": round(agent_cpu, 3),
-            "cpu_seconds_per_sample": round(per_agent_sample, 5),
-            "rss_max_bytes": agent.rss_max,
-            "rss_final_bytes": agent.rss_final,
-            "metrics_page_bytes": agent.scrape_bytes,
-            "points_pushed": endpoint.lines,
-            "exit_code_on_sigterm": agent_exit,
-        },
-        "node_exporter": {
-            "scrapes": exporter.scrapes,
-            "cpu_seconds": round(exporter_cpu, 3),
-            "cpu_seconds_per_scrape": round(per_exporter_scrape, 5),
-            "rss_max_bytes": exporter.rss_max,
-            "rss_final_bytes": exporter.rss_final,
-            "metrics_page_bytes": exporter.scrape_bytes,
-        },
-        "cpu_ratio_agent_to_node_exporter": round(per_agent_sample / per_exporter_scrape, 3)
-        if per_exporter_scrape
-        else None,
-        "agent_log": str(workdir / "agent.log"),
+        "load_average_start": load_start,
+        "load_average_end": round(os.getloadavg()[0], 2),
+        "samplers": samplers or "default (every sampler that finds its data)",
+        "agent_scraped": scraped.report(),
+        "agent_push_only": push_only.report(),
+        "node_exporter": exporter.report(),
+        "points_pushed": endpoint.lines,
+        "logs": str(workdir),
     }
+    exporter_ms = results["node_exporter"]["cpu_ms_per_sample"]
+    for key in ("agent_scraped", "agent_push_only"):
+        results[key]["cpu_ratio_to_node_exporter"] = (
+            round(results[key]["cpu_ms_per_sample"] / exporter_ms, 3) if exporter_ms else None
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print_table(results)
     return results
 
 
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} ({size / 2**20:.1f})"
+
+
 def print_table(results: dict) -> None:
-    agent, exporter = results["agent"], results["node_exporter"]
-    ratio = results["cpu_ratio_agent_to_node_exporter"]
+    columns = ("agent_scraped", "agent_push_only", "node_exporter")
     rows = [
-        ("samples / scrapes", agent["samples"], exporter["scrapes"]),
-        ("CPU s total", agent["cpu_seconds"], exporter["cpu_seconds"]),
-        (
-            "CPU ms per sample",
-            f"{agent['cpu_seconds_per_sample'] * 1000:.2f}",
-            f"{exporter['cpu_seconds_per_scrape'] * 1000:.2f}",
-        ),
-        (
-            "RSS max MB",
-            f"{agent['rss_max_bytes'] / 1e6:.1f}",
-            f"{exporter['rss_max_bytes'] / 1e6:.1f}",
-        ),
-        (
-            "RSS final MB",
-            f"{agent['rss_final_bytes'] / 1e6:.1f}",
-            f"{exporter['rss_final_bytes'] / 1e6:.1f}",
-        ),
-        ("/metrics bytes", agent["metrics_page_bytes"], exporter["metrics_page_bytes"]),
+        ("samples (scrapes)", lambda r: f"{r['samples']} ({r['scrapes']})"),
+        ("CPU s in window", lambda r: f"{r['cpu_seconds']:.2f}"),
+        ("CPU ms / sample", lambda r: f"{r['cpu_ms_per_sample']:.2f}"),
+        ("CPU ratio to n_e", lambda r: str(r.get("cpu_ratio_to_node_exporter", "1"))),
+        ("RSS max MB (MiB)", lambda r: _megabytes(r["rss_max_bytes"])),
+        ("RSS final MB (MiB)", lambda r: _megabytes(r["rss_final_bytes"])),
+        ("/metrics bytes", lambda r: str(r["metrics_page_bytes"] or "-")),
+        ("exit code", lambda r: str(r["exit_code"])),
     ]
-    verdict_cpu = "met" if ratio is not None and ratio <= TARGET_CPU_RATIO else "MISSED"
-    verdict_rss = "met" if agent["rss_max_bytes"] <= TARGET_RSS_BYTES else "MISSED"
-    print(f"\n{'':20} {'agent':>14} {'node_exporter':>14}")
-    for label, left, right in rows:
-        print(f"{label:20} {left!s:>14} {right!s:>14}")
+    print(f"\n{'':20}" + "".join(f"{name:>18}" for name in columns))
+    for label, cell in rows:
+        print(f"{label:20}" + "".join(f"{cell(results[name]):>18}" for name in columns))
+    for name in ("agent_scraped", "agent_push_only"):
+        ratio = results[name]["cpu_ratio_to_node_exporter"]
+        rss = results[name]["rss_max_bytes"]
+        cpu_ok = "met" if ratio is not None and ratio <= TARGET_CPU_RATIO else "MISSED"
+        rss_ok = "met" if rss <= TARGET_RSS_BYTES else "MISSED"
+        print(
+            f"{name}: CPU/sample {ratio}x node_exporter's (target <= {TARGET_CPU_RATIO}: "
+            f"{cpu_ok}); RSS max {rss / 1e6:.1f} MB (target <= 40 MB: {rss_ok})"
+        )
     print(
-        f"\nCPU per sample, agent / node_exporter: {ratio} (target <= {TARGET_CPU_RATIO}: {verdict_cpu})"
+        f"load average {results['load_average_start']} at the start, "
+        f"{results['load_average_end']} at the end"
     )
-    print(f"agent RSS max {agent['rss_max_bytes'] / 1e6:.1f} MB (target <= 40 MB: {verdict_rss})")
-    print(f"agent exit code on SIGTERM: {agent['exit_code_on_sigterm']}")
 
 
 def main() -> None:
@@ -293,8 +311,13 @@ def main() -> None:
         default=Path(__file__).resolve().parent / "results.json",
         help="where the numbers go (JSON)",
     )
+    parser.add_argument(
+        "--samplers",
+        help="comma-separated samplers for the agents (default: the agent's own default)",
+    )
     args = parser.parse_args()
-    run(args.seconds, args.warmup, args.out)
+    samplers = args.samplers.split(",") if args.samplers else None
+    run(args.seconds, args.warmup, args.out, samplers)
 
 
 if __name__ == "__main__":

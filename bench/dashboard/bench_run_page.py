@@ -1,0 +1,200 @@
+"""How fast the run page of a big run opens: 8 hosts x 3 h of 1 Hz samples.
+
+    python bench/dashboard/bench_run_page.py [--db PATH] [--repeat 3] [--json OUT]
+
+Builds the store with make_store.py when ``--db`` does not exist yet (a few minutes; kept
+for the next run). Then, side by side in one process, for the dashboard as shipped
+(``--max-points 500``: down-sampled on the server) and for a dashboard that ships every
+1-second sample (``max_points`` = the run's length in seconds):
+
+- server: the run page callback (``/runs/<id>``: run summary, time series, epoch table,
+  findings, layout), with the query layer's cache of finished runs cleared first (cold) and
+  then warm; and what it sends (JSON bytes, points per chart trace);
+- browser: headless Chromium opening ``/runs/<id>`` until all 11 charts are drawn and the
+  epoch table is there, timed by the page itself (``performance.now()`` since navigation
+  start), with the server cache cold and warm.
+
+Each number is the median of ``--repeat`` runs. The machine's load average is printed with
+them: on a shared machine the browser numbers move with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import make_store  # noqa: E402
+from dash._utils import to_json  # noqa: E402
+from werkzeug.serving import make_server  # noqa: E402
+
+from collector.store import SqliteStore  # noqa: E402
+from dashboard import figures  # noqa: E402
+from dashboard.app import Callbacks, create_app  # noqa: E402
+from dashboard.browser import chrome_driver  # noqa: E402
+from dashboard.source import DataSource  # noqa: E402
+
+DEFAULT_DB = Path(os.environ.get("TMPDIR", "/tmp")) / "epochscope-bench-dashboard.sqlite"
+GRAPHS = len(figures.TIME_CHARTS) + 3
+PAGE_READY = """
+const graphs = Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .filter(g => g._fullLayout && g.querySelector('.main-svg'));
+const table = document.querySelector('#epoch-table-container table');
+return graphs.length >= arguments[0] && table ? performance.now() : null;
+"""
+
+
+def median_of(repeat: int, measure) -> float:
+    return statistics.median(measure() for _ in range(repeat))
+
+
+def server_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, Any]:
+    source = DataSource(store, max_points=max_points)
+    callbacks = Callbacks(source, poll_ms=2000)
+    path = f"/runs/{make_store.RUN_ID}"
+
+    def timed(cold: bool, clock=time.perf_counter) -> float:
+        if cold:
+            source.forget()
+        started = clock()
+        callbacks.route(path, "")
+        return clock() - started
+
+    cold = median_of(repeat, lambda: timed(True))
+    # CPU time of this process: what the page costs without the other processes' load
+    cold_cpu = median_of(repeat, lambda: timed(True, time.process_time))
+    warm = median_of(repeat, lambda: timed(False))
+    page, _nav = callbacks.route(path, "")
+    body = to_json(page)
+    points = sum(
+        len(trace.get("y") or [])
+        for graph in _graphs(page)
+        if graph.id.startswith("ts-")
+        for trace in graph.figure["data"]
+    )
+    return {
+        "cold_s": cold,
+        "cold_cpu_s": cold_cpu,
+        "warm_s": warm,
+        "json_bytes": len(body.encode()),
+        "points": points,
+    }
+
+
+def _graphs(component) -> list:
+    found = []
+    if getattr(component, "figure", None) is not None:
+        found.append(component)
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, list | tuple) else [children]:
+        if hasattr(child, "to_plotly_json"):  # a component, not text
+            found += _graphs(child)
+    return found
+
+
+def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, float]:
+    source = DataSource(store, max_points=max_points)
+    app = create_app(source)
+    server = make_server("127.0.0.1", 0, app.server, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/runs/{make_store.RUN_ID}"
+    driver = chrome_driver()
+    try:
+        driver.set_script_timeout(120)
+
+        def open_page(cold: bool) -> float:
+            if cold:
+                source.forget()
+            driver.get("about:blank")
+            driver.get(url)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                done = driver.execute_script(PAGE_READY, GRAPHS)
+                if done is not None:
+                    return done / 1000
+                time.sleep(0.02)
+            raise TimeoutError("the run page did not finish drawing in 120 s")
+
+        first = open_page(True)  # the browser fetches plotly.js and Dash's bundles once
+        cold = median_of(repeat, lambda: open_page(True))
+        warm = median_of(repeat, lambda: open_page(False))
+        errors = driver.get_log("browser")
+        if errors:
+            raise RuntimeError(f"browser console errors: {errors}")
+        return {"first_visit_s": first, "cold_s": cold, "warm_s": warm}
+    finally:
+        driver.quit()
+        server.shutdown()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, default=DEFAULT_DB)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    if not args.db.exists():
+        print(f"building {args.db} (8 hosts x 3 h) ...")
+        make_store.build(args.db)
+
+    store = SqliteStore(args.db)
+    run = next(r for r in store.runs() if r.run_id == make_store.RUN_ID)
+    seconds = round((run.end_ns - run.start_ns) / 1e9)
+    every_sample = seconds + 1
+    results: dict[str, Any] = {
+        "hosts": len(run.hosts),
+        "run_seconds": seconds,
+        "series_per_host": len(
+            {
+                (s.measurement, s.field, tuple(sorted(s.tags.items())))
+                for s in _all_series(store, run.hosts[0])
+            }
+        ),
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
+    }
+    for label, max_points in (("downsampled", 500), ("every_sample", every_sample)):
+        print(f"measuring {label} (max_points={max_points}) ...", flush=True)
+        results[label] = {
+            "max_points": max_points,
+            "server": server_side(store, max_points, args.repeat),
+            "browser": browser_side(store, max_points, args.repeat),
+        }
+    store.close()
+
+    print(json.dumps(results, indent=2))
+    down, full = results["downsampled"], results["every_sample"]
+    print(
+        "ratios every_sample / downsampled: "
+        f"JSON {full['server']['json_bytes'] / down['server']['json_bytes']:.1f}x, "
+        f"server cold {full['server']['cold_s'] / down['server']['cold_s']:.2f}x, "
+        f"browser cold {full['browser']['cold_s'] / down['browser']['cold_s']:.2f}x"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+def _all_series(store: SqliteStore, host: str) -> list:
+    """Every stored series of the host (through the ReadStore API)."""
+    from agent import schema
+
+    out = []
+    for measurement in schema.SAMPLE_MEASUREMENTS:
+        for name in measurement.fields():
+            out += store.list_series(measurement.NAME, name, host)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

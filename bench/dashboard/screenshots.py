@@ -1,0 +1,172 @@
+"""Screenshots of every dashboard page, from headless Chromium, for the docs.
+
+    python bench/dashboard/screenshots.py [--out docs/screenshots]
+
+Builds a demo store through the real SQLite store's write path, serves the dashboard on
+127.0.0.1 and saves runs.png, run.png, scaling.png and findings.png.
+
+The demo is the seed studies' setting, made up with ``tests.run_builder`` (no cluster here):
+ResNet-50 with Horovod+TensorFlow on 4 nodes x 4 GPUs, the data set (144 GB) on NFS over
+InfiniBand. Epoch 1 (450 s) reads it from the server at about 320 MB/s per node while the page
+cache fills, with iowait and uneven steps; the four later 300-s epochs read nothing from the
+server and run 1.5x faster. Three more runs of the same group (1 GPU, 4 GPUs on one node,
+8 GPUs on two nodes) fill the scaling page; all reach top-1 0.749 in their fifth epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from werkzeug.serving import make_server  # noqa: E402
+
+from collector.store import SqliteStore  # noqa: E402
+from dashboard.app import create_app  # noqa: E402
+from dashboard.browser import chrome_driver  # noqa: E402
+from dashboard.source import DataSource  # noqa: E402
+from tests.run_builder import NS, T0_NS, RunBuilder  # noqa: E402
+
+DEMO_RUN = "resnet50-hvd-16gpu"
+IMAGES_PER_EPOCH = 1_280_000
+TOP1 = (0.36, 0.55, 0.66, 0.72, 0.752)
+HOURS = 3600 * NS
+PAGES = {
+    "runs": ("/", "#runs-list"),
+    "run": (f"/runs/{DEMO_RUN}", "#ts-gpu_util_percent .main-svg"),
+    "scaling": ("/scaling", "#scaling-graph .main-svg"),
+    "findings": (f"/findings?run={DEMO_RUN}", ".finding"),
+}
+
+
+def demo_run() -> RunBuilder:
+    hosts = ("node1", "node2", "node3", "node4")
+    builder = RunBuilder(
+        DEMO_RUN,
+        hosts=hosts,
+        ranks_per_host=4,
+        steps_per_epoch=300,
+        cpus=40,
+        batch_size=256,
+        dataset_bytes=144_000_000_000,
+        target_top1=0.749,
+        skew_s={"node3": 0.4},
+    )
+    nfs = {host: rate for host, rate in zip(hosts, (330e6, 315e6, 322e6, 309e6), strict=True)}
+    per_rank = IMAGES_PER_EPOCH // 16
+    builder.epoch(
+        450,
+        per_rank,
+        step_pattern=(1.0, 1.6, 0.7, 1.3, 0.8, 1.9),
+        top1=TOP1[0],
+        nfs_server_read=nfs,
+        nfs_app_read=nfs,
+        ib_rcv={host: 150e6 + rate for host, rate in nfs.items()},
+        ib_xmit=150e6,
+        net_rx=2e6,
+        net_tx=2e6,
+        cache_growth=nfs,
+        cpu_busy=0.32,
+        cpu_iowait=0.17,
+        gpu_util=58.0,
+    )
+    for top1 in TOP1[1:]:
+        builder.epoch(
+            300,
+            per_rank,
+            top1=top1,
+            nfs_app_read=480e6,
+            ib_rcv=150e6,
+            ib_xmit=150e6,
+            net_rx=2e6,
+            net_tx=2e6,
+            cpu_busy=0.55,
+            cpu_iowait=0.005,
+            gpu_util=94.0,
+        )
+    return builder
+
+
+def scaling_runs() -> list[RunBuilder]:
+    """The same group on fewer GPUs: events only (no samples), 5 epochs each."""
+    out = []
+    shapes = (("hvd-1gpu", 1, 1, 300.0), ("hvd-4gpu", 1, 4, 1140.0), ("hvd-8gpu", 2, 4, 2208.0))
+    for index, (run_id, nodes, ranks, rate) in enumerate(shapes):
+        builder = RunBuilder(
+            run_id,
+            hosts=tuple(f"node{n + 1}" for n in range(nodes)),
+            ranks_per_host=ranks,
+            t0_ns=T0_NS - (3 - index) * 24 * HOURS,
+            batch_size=256,
+            target_top1=0.749,
+            write_samples=False,
+        )
+        for top1 in TOP1:
+            builder.epoch(IMAGES_PER_EPOCH / rate, IMAGES_PER_EPOCH // (nodes * ranks), top1=top1)
+        out.append(builder)
+    return out
+
+
+def build_demo_store(path: Path) -> SqliteStore:
+    store = SqliteStore(path)
+    for builder in [*scaling_runs(), demo_run()]:
+        store.write_points(builder.points())
+    return store
+
+
+def full_page(driver, path: Path) -> None:
+    height = driver.execute_script(
+        "const page = document.getElementById('page').getBoundingClientRect();"
+        "return Math.ceil(Math.max(document.documentElement.scrollHeight,"
+        " page.bottom + window.scrollY + 24));"
+    )
+    driver.set_window_size(1400, min(max(height, 800), 6000))
+    time.sleep(0.8)  # plotly relayout after the resize
+    driver.save_screenshot(str(path))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = build_demo_store(Path(tmp) / "epochscope.sqlite")
+        app = create_app(DataSource(store))
+        server = make_server("127.0.0.1", 0, app.server, threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{server.server_port}"
+        driver = chrome_driver()
+        try:
+            from selenium.webdriver.common.by import By
+            from selenium.webdriver.support import expected_conditions as ec
+            from selenium.webdriver.support.ui import WebDriverWait
+
+            for name, (url, ready) in PAGES.items():
+                driver.set_window_size(1400, 1000)
+                driver.get(base + url)
+                WebDriverWait(driver, 30).until(
+                    ec.presence_of_element_located((By.CSS_SELECTOR, ready))
+                )
+                time.sleep(1.0)
+                full_page(driver, args.out / f"{name}.png")
+                print(f"saved {args.out / f'{name}.png'}")
+            errors = driver.get_log("browser")
+            if errors:
+                print("browser console errors:", errors, file=sys.stderr)
+                return 1
+        finally:
+            driver.quit()
+            server.shutdown()
+            store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

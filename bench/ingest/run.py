@@ -1,0 +1,399 @@
+"""Ingest throughput: ``collector serve`` (SQLite) vs Debian's victoria-metrics, same payload,
+same client, same run, same machine.
+
+The payload is what a cluster of agents sends: every host's ~300 series (26 lines of the
+agent's measurements per second: cpu, memory, 6 disks, 4 NICs, 2 IB ports, 2 NFS mounts,
+nfs_rpc, 8 GPUs, agent), one line per tag set per second, counters as integers and gauges
+as floats. Lines are ordered by time then host, cut into bodies of ``--body-lines`` lines,
+and sent by ``--senders`` threads over keep-alive ``http.client`` connections to
+``/api/v2/write`` (both servers speak it). Every body must get a 204.
+
+Each round starts both servers fresh (empty data directories) one after the other; rounds
+alternate which goes first. Reported: lines/s and samples/s from the first request to the
+last 204, the server's CPU seconds (all its processes), and for the collector the time
+``SqliteStore.compact`` then takes to fold the small blocks (what its background thread
+does every 30 s), counted into a second "with compaction" rate.
+
+    .venv/bin/python bench/ingest/run.py               # defaults: 64 hosts, 240 s of data
+    .venv/bin/python bench/ingest/run.py --hosts 8 --seconds 60 --rounds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT))
+
+from agent import schema  # noqa: E402
+from agent.point import Point, encode_line  # noqa: E402
+
+VICTORIA_METRICS = "/usr/bin/victoria-metrics"
+COLLECTOR_SERVE = [sys.executable, "-m", "collector", "serve"]
+WRITE_PATH = "/api/v2/write?org=bench&bucket=bench&precision=ns"
+T0_NS = 1_700_000_000 * 10**9
+
+# tag sets per host: (measurement, tags)
+DEVICE_LAYOUT: list[tuple[type[schema.Measurement], list[dict[str, str]]]] = [
+    (schema.Cpu, [{}]),
+    (schema.Memory, [{}]),
+    (
+        schema.Disk,
+        [
+            {"device": name, "kind": "disk"}
+            for name in ("sda", "sdb", "nvme0n1", "nvme1n1", "nvme2n1", "nvme3n1")
+        ],
+    ),
+    (
+        schema.Net,
+        [
+            {"interface": name, "kind": kind}
+            for name, kind in (
+                ("eno1", "physical"),
+                ("eno2", "physical"),
+                ("ib0", "physical"),
+                ("docker0", "virtual"),
+            )
+        ],
+    ),
+    (schema.Infiniband, [{"device": "mlx5_0", "port": "1"}, {"device": "mlx5_1", "port": "1"}]),
+    (
+        schema.Nfs,
+        [
+            {
+                "mountpoint": mount,
+                "server": "fs01",
+                "export": f"/export{mount}",
+                "nfs_version": "4.2",
+                "proto": "tcp",
+            }
+            for mount in ("/data", "/home")
+        ],
+    ),
+    (schema.NfsRpc, [{}]),
+    (
+        schema.Gpu,
+        [
+            {"gpu": str(i), "uuid": f"GPU-3b2c{i:04d}", "name": "Tesla V100-SXM2-32GB"}
+            for i in range(8)
+        ],
+    ),
+    (schema.AgentSelf, [{}]),
+]
+
+
+def host_lines(host: str, second: int, rng: random.Random, counters: dict) -> list[str]:
+    """One agent sample of one host: 26 lines, 304 fields."""
+    lines = []
+    time_ns = T0_NS + second * 10**9 + rng.randrange(0, 5_000_000)  # sampling jitter
+    for measurement, tag_sets in DEVICE_LAYOUT:
+        fields_spec = measurement.fields()
+        for tags in tag_sets:
+            fields: dict[str, int | float] = {}
+            for name, spec in fields_spec.items():
+                if spec.is_counter:
+                    key = (host, measurement.NAME, tuple(tags.items()), name)
+                    counters[key] = counters.get(key, rng.randrange(10**6, 10**12)) + (
+                        rng.randrange(0, 10**6)
+                    )
+                    fields[name] = counters[key]
+                else:
+                    fields[name] = round(rng.uniform(0, 1000), 3)
+            lines.append(
+                encode_line(Point(measurement.NAME, {"host": host, **tags}, fields, time_ns))
+            )
+    return lines
+
+
+def make_bodies(hosts: int, seconds: int, body_lines: int) -> tuple[list[bytes], int, int]:
+    rng = random.Random(20240501)
+    counters: dict = {}
+    lines: list[str] = []
+    for second in range(seconds):
+        for index in range(hosts):
+            lines.extend(host_lines(f"node{index:03d}", second, rng, counters))
+    samples = sum(line.split(" ")[-2].count("=") for line in lines[: 26 * hosts]) * seconds
+    bodies = [
+        "\n".join(lines[i : i + body_lines]).encode() for i in range(0, len(lines), body_lines)
+    ]
+    return bodies, len(lines), samples
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_http(port: int, path: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", path)
+            if conn.getresponse().status < 500:
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing answered on port {port}")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and its children (the collector's parse workers)."""
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for each in procs:
+        try:
+            times = each.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def send_all(port: int, bodies: list[bytes], senders: int) -> float:
+    """Send every body, ``senders`` at a time; seconds from first request to last 204."""
+    next_body = iter(range(len(bodies)))
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def sender() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        while True:
+            with lock:
+                index = next(next_body, None)
+            if index is None:
+                break
+            conn.request("POST", WRITE_PATH, body=bodies[index])
+            response = conn.getresponse()
+            reply = response.read()
+            if response.status != 204:
+                failures.append(f"{response.status} {reply[:200]!r}")
+                break
+        conn.close()
+
+    threads = [threading.Thread(target=sender) for _ in range(senders)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    if failures:
+        raise RuntimeError(f"writes failed: {failures[:3]}")
+    return elapsed
+
+
+@dataclass
+class Result:
+    server: str
+    round: int
+    seconds: float
+    lines_per_s: float
+    samples_per_s: float
+    server_cpu_s: float
+    compact_s: float | None = None
+    samples_per_s_with_compaction: float | None = None
+
+
+def run_collector(workdir: Path, bodies, lines, samples, senders, round_no) -> Result:
+    port = free_port()
+    db = workdir / "collector.sqlite"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), EPOCHSCOPE_LOG_LEVEL="WARNING")
+    proc = subprocess.Popen(
+        [*COLLECTOR_SERVE, "--db", str(db), "--listen", f"127.0.0.1:{port}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(port, "/ping")
+        # the parse workers start beside the server: let them come up before timing
+        send_all(port, [b"warmup,host=w v=1 1"] * 4, 1)
+        time.sleep(3)
+        cpu_before = process_cpu_seconds(proc.pid)
+        elapsed = send_all(port, bodies, senders)
+        cpu = process_cpu_seconds(proc.pid) - cpu_before
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    from collector.store import SqliteStore
+
+    with SqliteStore(db) as store:
+        started = time.perf_counter()
+        store.compact()
+        compact_s = time.perf_counter() - started
+        (info,) = store.list_series(schema.Cpu.NAME, schema.Cpu.USER_SECONDS, "node000")
+        (data,) = store.read_series([info], 0, 2**62)
+        assert data.times_ns.size == lines // (26 * len_hosts(bodies)), data.times_ns.size
+    return Result(
+        "collector (SQLite)",
+        round_no,
+        elapsed,
+        lines / elapsed,
+        samples / elapsed,
+        cpu,
+        compact_s,
+        samples / (elapsed + compact_s),
+    )
+
+
+def len_hosts(bodies: list[bytes]) -> int:
+    return len(set(re.findall(rb"host=(node\d+)", bodies[0])))
+
+
+def victoria_metrics_count(port: int) -> int:
+    """Samples of one series (node000's cpu user_seconds) victoria-metrics returns."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/internal/force_flush")
+    conn.getresponse().read()
+    conn.request("GET", "/api/v1/export?match[]=cpu_user_seconds{host=%22node000%22}&start=1")
+    reply = conn.getresponse().read().splitlines()
+    conn.close()
+    return len(json.loads(reply[0])["values"]) if reply else 0
+
+
+def run_victoria_metrics(workdir: Path, bodies, lines, samples, senders, round_no) -> Result:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            VICTORIA_METRICS,
+            f"-storageDataPath={workdir / 'vm'}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-search.latencyOffset=0",
+            "-retentionPeriod=100y",
+            "-loggerLevel=ERROR",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(port, "/health")
+        send_all(port, [b"warmup,host=w v=1 1"] * 4, 1)
+        time.sleep(1)
+        cpu_before = process_cpu_seconds(proc.pid)
+        elapsed = send_all(port, bodies, senders)
+        cpu = process_cpu_seconds(proc.pid) - cpu_before
+        expected = lines // (26 * len_hosts(bodies))
+        exported = victoria_metrics_count(port)
+        deadline = time.monotonic() + 30
+        while exported != expected and time.monotonic() < deadline:  # it flushes every ~1 s
+            time.sleep(0.5)
+            exported = victoria_metrics_count(port)
+        assert exported == expected, (exported, expected)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return Result("victoria-metrics", round_no, elapsed, lines / elapsed, samples / elapsed, cpu)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=64)
+    parser.add_argument("--seconds", type=int, default=240, help="seconds of agent data")
+    parser.add_argument("--body-lines", type=int, default=5000)
+    parser.add_argument("--senders", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    if not Path(VICTORIA_METRICS).exists():
+        print(f"{VICTORIA_METRICS} is missing: apt-get install victoria-metrics", file=sys.stderr)
+        return 2
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    with console.status("building the payload"):
+        bodies, lines, samples = make_bodies(args.hosts, args.seconds, args.body_lines)
+    megabytes = sum(map(len, bodies)) / 1e6
+    console.print(
+        f"payload: {args.hosts} hosts x {args.seconds} s = {lines:,} lines, {samples:,} samples, "
+        f"{len(bodies)} bodies of {args.body_lines} lines, {megabytes:.0f} MB; "
+        f"{args.senders} senders; {os.cpu_count()} CPUs"
+    )
+    results: list[Result] = []
+    runners = [run_collector, run_victoria_metrics]
+    for round_no in range(1, args.rounds + 1):
+        order = runners if round_no % 2 else runners[::-1]
+        for runner in order:
+            workdir = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+            try:
+                with console.status(f"round {round_no}: {runner.__name__[4:]}"):
+                    result = runner(workdir, bodies, lines, samples, args.senders, round_no)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            results.append(result)
+            console.print(
+                f"round {round_no} {result.server}: {result.lines_per_s:,.0f} lines/s, "
+                f"{result.samples_per_s:,.0f} samples/s, {result.seconds:.2f} s, "
+                f"server CPU {result.server_cpu_s:.1f} s"
+            )
+
+    table = Table(title="ingest throughput, best round of each")
+    for column in ("server", "lines/s", "samples/s", "server CPU s", "samples/CPU-s", "note"):
+        table.add_column(column, justify="right")
+    best = {}
+    for result in results:
+        if result.server not in best or result.samples_per_s > best[result.server].samples_per_s:
+            best[result.server] = result
+    for result in best.values():
+        note = ""
+        if result.samples_per_s_with_compaction:
+            note = f"{result.samples_per_s_with_compaction:,.0f} samples/s with compaction"
+        table.add_row(
+            result.server,
+            f"{result.lines_per_s:,.0f}",
+            f"{result.samples_per_s:,.0f}",
+            f"{result.server_cpu_s:.1f}",
+            f"{samples / result.server_cpu_s:,.0f}",
+            note,
+        )
+    console.print(table)
+    ours, theirs = best["collector (SQLite)"], best["victoria-metrics"]
+    ratio = ours.samples_per_s / theirs.samples_per_s
+    per_round = [
+        a.samples_per_s / b.samples_per_s
+        for a, b in zip(results[0::2], results[1::2], strict=True)
+        for a, b in [sorted((a, b), key=lambda r: r.server != "collector (SQLite)")]
+    ]
+    cpu_ratio = theirs.server_cpu_s / ours.server_cpu_s
+    console.print(
+        f"collector / victoria-metrics, samples/s: best {ratio:.0%}, per round "
+        f"{', '.join(f'{r:.0%}' for r in per_round)} (target >= 50%); "
+        f"per CPU-second: {cpu_ratio:.0%}"
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"args": vars(args) | {"json": str(args.json)}, "ratio": ratio}
+                | {"ratio_per_round": per_round, "cpu_ratio": cpu_ratio}
+                | {"results": [asdict(result) for result in results]},
+                indent=2,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Workload throughput benchmark: ``workloads run --framework tensorflow --synthetic``
+against a plain Horovod synthetic benchmark of the same model, batch and processes, and
+the same workload with profiling (agent sampling at 1 Hz pushing to the embedded
+collector) against without. Variants are interleaved round by round (the order reversed
+every other round) so that drifting machine load hits them alike; each figure is the
+median over rounds of tf_cnn_benchmarks' total images/sec (per-rank timed images over
+timed seconds, warm-up excluded, summed over ranks).
+
+    python bench/workload_throughput/run.py --np 2 --batch-size 16 --image-size 32 \
+        --warmup 3 --steps 10 --rounds 2 --out bench/workload_throughput/results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from agent.schema import Event, Workload  # noqa: E402
+from workloads import frameworks  # noqa: E402
+
+PLAIN = Path(__file__).with_name("plain_horovod.py")
+RESULT = re.compile(r"RESULT (\{.*\})")
+
+
+def env() -> dict[str, str]:
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT), environment.get("PYTHONPATH")])
+    )
+    environment["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    return environment
+
+
+def plain(args) -> float:
+    command = [
+        frameworks.horovodrun(), "-np", str(args.np), "-H", f"localhost:{args.np}", "--gloo",
+        sys.executable, str(PLAIN), "--batch-size", str(args.batch_size),
+        "--image-size", str(args.image_size), "--num-warmup-batches", str(args.warmup),
+        "--num-batches", str(args.steps),
+    ]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, env=env(), check=True).stdout
+    return json.loads(RESULT.search(out).group(1))["images_per_second"]
+
+
+def rank_rates(ends: list[dict]) -> float:
+    return sum(e[Workload.TIMED_IMAGES] / e[Workload.TIMED_SECONDS] for e in ends)
+
+
+def workload(args, runs_dir: Path, profile: bool, index: int) -> float:
+    run_id = f"bench-{'profiled' if profile else 'plain'}-{index}"
+    command = [
+        sys.executable, "-m", "workloads", "run", "--framework", "tensorflow", "--synthetic",
+        "--np", str(args.np), "--batch-size", str(args.batch_size),
+        "--image-size", str(args.image_size), "--warmup-steps", str(args.warmup),
+        "--steps-per-epoch", str(args.warmup + args.steps), "--epochs", "1",
+        "--run-id", run_id, "--runs-dir", str(runs_dir),
+    ]  # fmt: skip
+    if profile:
+        command.append("--profile")
+    subprocess.run(command, capture_output=True, text=True, env=env(), check=True, cwd=ROOT)
+    if profile:
+        from collector.store import SqliteStore
+
+        store = SqliteStore(runs_dir / f"{run_id}.sqlite")
+        ends = [e.fields for e in store.events(run_id) if e.event == Event.EPOCH_END]
+        samples = len(store.list_series("cpu", "user_seconds"))
+        store.close()
+        if not samples:
+            raise RuntimeError("the profiled run stored no agent samples")
+    else:
+        from workloads.summary import read_events_dir
+
+        points = read_events_dir(runs_dir / run_id / "events")
+        ends = [p.fields for p in points if p.fields.get(Workload.EVENT) == Event.EPOCH_END]
+    if len(ends) != args.np:
+        raise RuntimeError(f"{run_id}: {len(ends)} epoch_end events for {args.np} ranks")
+    return rank_rates(ends)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    variants = ["plain_horovod", "workload", "workload_profiled"]
+    results: dict[str, list[float]] = {name: [] for name in variants}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_index in range(args.rounds):
+            order = variants if round_index % 2 == 0 else variants[::-1]
+            for name in order:
+                if name == "plain_horovod":
+                    rate = plain(args)
+                else:
+                    rate = workload(args, Path(tmp), name == "workload_profiled", round_index)
+                results[name].append(rate)
+                print(f"round {round_index + 1} {name}: {rate:.2f} images/s", flush=True)
+    medians = {name: statistics.median(rates) for name, rates in results.items()}
+    summary = {
+        "config": vars(args) | {"out": str(args.out) if args.out else None},
+        "cpus": os.cpu_count(),
+        "load_average_at_end": os.getloadavg(),
+        "wall_seconds": round(time.monotonic() - started, 1),
+        "images_per_second": results,
+        "median_images_per_second": medians,
+        "workload_vs_plain": medians["workload"] / medians["plain_horovod"],
+        "profiled_vs_unprofiled": medians["workload_profiled"] / medians["workload"],
+    }
+    print(json.dumps(summary, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,286 @@
+"""The Dash app: routing, and the callbacks that keep live pages current.
+
+``create_app(source)`` builds the app over a ``DataSource``. The page for a URL is built by
+the router callback; a live run's page then polls (``dcc.Interval``, every ``poll_seconds``)
+and fetches only the buckets completed since its last answer (``since_ns``), appending them
+to the charts with ``dash.Patch``; the per-epoch table, bars and findings are rebuilt only
+when an epoch starts or ends. When the run ends the page redraws once and stops polling.
+A live chart that has grown past twice ``max_points`` is redrawn with coarser buckets, so
+the browser never holds more than that.
+
+Everything is served from this process (``serve_locally``): no CDN, no web fonts. The app
+has no route that writes: the store is only read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+
+from dashboard import figures, pages
+from dashboard.auth import Credentials, require_basic_auth
+from dashboard.source import DataSource, Timeseries, digest, is_live
+
+ASSETS = Path(__file__).parent / "assets"
+DEFAULT_POLL_SECONDS = 2.0
+
+SCROLL_TO_ANCHOR = """
+function(children, hash) {
+    if (hash) {
+        setTimeout(function () {
+            var target = document.getElementById(decodeURIComponent(hash.slice(1)));
+            if (target) { target.scrollIntoView(); }
+        }, 150);
+    }
+    return window.dash_clientside.no_update;
+}
+"""
+
+
+def create_app(
+    source: DataSource,
+    poll_seconds: float = DEFAULT_POLL_SECONDS,
+    credentials: Credentials | None = None,
+) -> Dash:
+    app = Dash(
+        __name__,
+        title="epochscope",
+        assets_folder=str(ASSETS),
+        serve_locally=True,
+        suppress_callback_exceptions=True,  # pages come and go with the URL
+        update_title=None,
+    )
+    app.layout = html.Div(
+        [
+            dcc.Location(id="url"),
+            html.Div(id="nav"),
+            html.Main(id="page", className="page"),
+            dcc.Store(id="scroll-done"),
+        ]
+    )
+    if credentials is not None:
+        require_basic_auth(app.server, credentials)
+    poll_ms = max(100, round(poll_seconds * 1000))
+    Callbacks(source, poll_ms).register(app)
+    return app
+
+
+class Callbacks:
+    """Each callback is a small method over the ``DataSource``; no data is kept between
+    requests except what the browser sends back in its ``dcc.Store``."""
+
+    def __init__(self, source: DataSource, poll_ms: int) -> None:
+        self.source = source
+        self.poll_ms = poll_ms
+
+    def register(self, app: Dash) -> None:
+        app.callback(
+            Output("page", "children"),
+            Output("nav", "children"),
+            Input("url", "pathname"),
+            Input("url", "search"),
+        )(self.route)
+        app.clientside_callback(
+            SCROLL_TO_ANCHOR,
+            Output("scroll-done", "data"),
+            Input("page", "children"),
+            State("url", "hash"),
+        )
+        app.callback(
+            Output("runs-table", "children"),
+            Output("runs-digest", "data"),
+            Input("runs-interval", "n_intervals"),
+            State("runs-digest", "data"),
+            prevent_initial_call=True,
+        )(self.refresh_runs)
+        app.callback(
+            *[Output(f"ts-{chart.chart_id}", "figure") for chart in figures.TIME_CHARTS],
+            *[Output(chart_id, "figure") for chart_id in pages.EPOCH_CHARTS],
+            Output("epoch-table-container", "children"),
+            Output("run-findings", "children"),
+            Output("run-header", "children"),
+            Output("bucket-note", "children"),
+            Output("run-interval", "disabled"),
+            Output("run-live", "data"),
+            Input("run-interval", "n_intervals"),
+            State("run-live", "data"),
+            prevent_initial_call=True,
+        )(self.refresh_run)
+        app.callback(
+            Output("scaling-graph", "figure"),
+            Output("accuracy-graph", "figure"),
+            Output("accuracy-chart", "style"),
+            Output("scaling-table", "children"),
+            Input("scaling-runs", "value"),
+            prevent_initial_call=True,
+        )(self.select_scaling_runs)
+        app.callback(
+            Output("findings-body", "children"),
+            Input("findings-run", "value"),
+            prevent_initial_call=True,
+        )(self.select_findings_run)
+
+    # -- routing ---------------------------------------------------------------------------
+    def route(self, pathname: str | None, search: str | None) -> tuple[Any, Any]:
+        with self.source.request():
+            return self._route(pathname or "/", search)
+
+    def _route(self, pathname: str, search: str | None) -> tuple[Any, Any]:
+        nav = pages.navigation(pathname)
+        if pathname in ("/", "/runs", "/runs/"):
+            runs = self.source.runs()
+            return pages.runs_page(runs, self.poll_ms, digest(runs)), nav
+        if pathname.startswith("/runs/"):
+            return self.run_page(unquote(pathname.removeprefix("/runs/"))), nav
+        if pathname.rstrip("/") == "/scaling":
+            return pages.scaling_page(self.source.scaling()), nav
+        if pathname.rstrip("/") == "/findings":
+            runs = self.source.runs()
+            wanted = parse_qs((search or "").lstrip("?")).get("run", [None])[0]
+            run_id = wanted or (runs[0]["run_id"] if runs else None)
+            found = self.source.findings(run_id) if run_id else []
+            return pages.findings_page(runs, run_id, found), nav
+        return pages.not_found(f"No page at {pathname}."), nav
+
+    def run_page(self, run_id: str) -> html.Div:
+        run = self.source.run(run_id)
+        if run is None:
+            return pages.not_found(f"No run {run_id!r} in the store.")
+        live = is_live(run["state"])
+        ts = self.source.timeseries(run_id, live)
+        boundaries = self.source.boundaries(run_id)
+        return pages.run_page(
+            run,
+            ts,
+            boundaries,
+            self.source.epochs(run_id),
+            self.source.findings(run_id),
+            live,
+            self.poll_ms,
+            self._live_state(run_id, ts, boundaries),
+        )
+
+    @staticmethod
+    def _live_state(run_id: str, ts: Timeseries, boundaries: dict[str, Any]) -> dict[str, Any]:
+        """What the browser sends back on each poll."""
+        return {
+            "run_id": run_id,
+            "bucket_ns": ts.bucket_ns,
+            "since": ts.next_since,
+            "hosts": list(ts.hosts),
+            "points": ts.points,
+            "epochs": digest(boundaries),
+        }
+
+    # -- runs page -------------------------------------------------------------------------
+    def refresh_runs(self, _tick: int, known: str | None) -> tuple[Any, str]:
+        with self.source.request():
+            runs = self.source.runs()
+        now = digest(runs)
+        if now == known:
+            raise PreventUpdate
+        return pages.runs_table(runs), now
+
+    # -- run page --------------------------------------------------------------------------
+    def refresh_run(self, _tick: int, state: dict[str, Any] | None) -> tuple:
+        if not state:
+            raise PreventUpdate
+        with self.source.request():
+            return self._refresh_run(state)
+
+    def _refresh_run(self, state: dict[str, Any]) -> tuple:
+        run_id = state["run_id"]
+        live = is_live(self.source.run_state(run_id))
+        boundaries = self.source.boundaries(run_id)
+        epochs_changed = digest(boundaries) != state["epochs"]
+        update = self.source.timeseries_since(run_id, state["since"], state["bucket_ns"])
+        hosts = state["hosts"]
+        grown = state["points"] + update.points > 2 * self.source.max_points
+        redraw = not live or grown or list(update.hosts) != hosts
+
+        rows = self.source.epochs(run_id) if (epochs_changed or redraw) else None
+        bucket_note: Any = no_update
+        if redraw:
+            ts = self.source.timeseries(run_id, live)
+            time_figures: list[Any] = pages.time_chart_figures(ts, boundaries, rows or [])
+            new_state = self._live_state(run_id, ts, boundaries)
+            bucket_note = pages.bucket_note(ts, boundaries)
+        else:
+            changed = (boundaries, rows) if epochs_changed and rows is not None else None
+            time_figures = self._extend(update, hosts, changed)
+            new_state = {
+                **state,
+                "since": {**state["since"], **update.next_since},
+                "points": state["points"] + update.points,
+                "epochs": digest(boundaries),
+            }
+
+        if rows is not None:
+            epoch_figures: list[Any] = pages.epoch_figures(rows, new_state["hosts"])
+            table: Any = pages.epoch_table(rows)
+            findings: Any = pages.findings_list(self.source.findings(run_id), run_id, True)
+            run = self.source.run(run_id)
+            header: Any = pages.run_header(run, live, self.poll_ms) if run else no_update
+        else:
+            epoch_figures = [no_update] * len(pages.EPOCH_CHARTS)
+            table = findings = header = no_update
+        return (
+            *time_figures,
+            *epoch_figures,
+            table,
+            findings,
+            header,
+            bucket_note,
+            not live,
+            new_state,
+        )
+
+    @staticmethod
+    def _extend(
+        update: Timeseries,
+        hosts: list[str],
+        epochs: tuple[dict[str, Any], list[dict[str, Any]]] | None,
+    ) -> list[Any]:
+        """One ``Patch`` per time chart: append the new buckets' values to each trace. When
+        an epoch started or ended (``epochs`` = boundaries and report rows), also redraw the
+        epoch shading and replace the throughput chart's epoch means."""
+        out: list[Any] = []
+        shading = figures.epoch_shading(epochs[0], hosts) if epochs is not None else None
+        for chart in figures.TIME_CHARTS:
+            extension = figures.time_chart_extension(chart, update.hosts, hosts)
+            if not extension and epochs is None:
+                out.append(no_update)
+                continue
+            patch = Patch()
+            for index, values in extension.items():
+                patch["data"][index]["y"].extend(values)
+            if epochs is not None and shading is not None:
+                patch["layout"]["shapes"] = shading[0]
+                patch["layout"]["annotations"] = shading[1]
+                if chart.chart_id == figures.THROUGHPUT_CHART:
+                    means = figures.epoch_mean_traces(epochs[1], epochs[0], hosts)
+                    first = len(chart.series) * len(hosts)
+                    for offset, trace in enumerate(means):
+                        patch["data"][first + offset] = trace
+            out.append(patch)
+        return out
+
+    # -- scaling and findings --------------------------------------------------------------
+    def select_scaling_runs(self, selected: list[str] | None) -> tuple:
+        chosen = set(selected or [])
+        with self.source.request():
+            rows = [row for row in self.source.scaling() if row["run_id"] in chosen]
+        accuracy = figures.time_to_target_figure(rows)
+        style = pages.accuracy_style(rows)
+        return figures.scaling_figure(rows), accuracy, style, pages.scaling_table(rows)
+
+    def select_findings_run(self, run_id: str | None) -> Any:
+        if not run_id:
+            raise PreventUpdate
+        with self.source.request():
+            found = self.source.findings(run_id)
+        return pages.findings_list(found, run_id, same_page=False)

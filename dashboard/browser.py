@@ -1,0 +1,63 @@
+"""Headless Chromium for the dashboard's browser tests, benchmark and screenshots.
+
+Not used by the dashboard itself. Debian's ``chromium`` and ``chromium-driver`` packages
+(``/usr/bin/chromium``, ``/usr/bin/chromedriver``); override with ``$EPOCHSCOPE_CHROMIUM``
+and ``$EPOCHSCOPE_CHROMEDRIVER``. The flags keep Chromium off the network (no component
+updates, no background fetches) and working as root in a container.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+CHROMIUM = os.environ.get("EPOCHSCOPE_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("EPOCHSCOPE_CHROMEDRIVER", "/usr/bin/chromedriver")
+CHROME_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--hide-scrollbars",
+)
+
+
+def chromium_available() -> bool:
+    return bool(shutil.which(CHROMIUM)) and bool(shutil.which(CHROMEDRIVER))
+
+
+def chrome_options(width: int = 1400, height: int = 1000) -> Any:
+    from selenium.webdriver.chrome.options import Options
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in CHROME_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--window-size={width},{height}")
+    options.set_capability("goog:loggingPrefs", {"browser": "SEVERE"})
+    return options
+
+
+def chrome_driver(width: int = 1400, height: int = 1000) -> Any:
+    """A headless Chromium WebDriver (quit it when done)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=chrome_options(width, height))
+
+
+def figure_data(driver: Any, graph_id: str) -> list[dict[str, Any]]:
+    """The traces plotly.js is drawing in a ``dcc.Graph`` (name, x, y, x0, dx)."""
+    return driver.execute_script(
+        """
+        const graph = document.querySelector('#' + CSS.escape(arguments[0]) + ' .js-plotly-plot');
+        if (!graph || !graph.data) { return null; }
+        return graph.data.map(t => ({name: t.name, type: t.type, x: t.x, y: t.y,
+                                     x0: t.x0, dx: t.dx, text: t.text}));
+        """,
+        graph_id,
+    )

@@ -1,0 +1,151 @@
+"""``dashboard serve``: the Dash app over a store, read-only.
+
+    dashboard serve [--db PATH | --collector URL] [--host 127.0.0.1] [--port 8050]
+                    [--auth USER:PASSWORD] [--poll-seconds 2] [--max-points 500]
+
+``--db`` is the collector's SQLite file (default: ``$EPOCHSCOPE_DB`` or
+``runs/epochscope.sqlite``, as for ``collector``). ``--collector URL`` reads the
+VictoriaMetrics backend instead, when this checkout has it (``collector.victoriametrics``).
+Listening on anything but loopback needs ``--auth`` (HTTP basic); the credentials can also
+come from ``$EPOCHSCOPE_DASHBOARD_AUTH`` so that they stay out of the process list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from collector.store_api import ReadStore
+from dashboard.auth import AuthError, Credentials, check_bind, parse_credentials
+from dashboard.source import DEFAULT_MAX_POINTS
+
+DEFAULT_DB = os.environ.get("EPOCHSCOPE_DB", "runs/epochscope.sqlite")
+AUTH_ENV = "EPOCHSCOPE_DASHBOARD_AUTH"
+log = logging.getLogger("dashboard")
+
+
+class CliError(Exception):
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dashboard", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the dashboard over HTTP")
+    source = serve.add_mutually_exclusive_group()
+    source.add_argument("--db", help=f"collector SQLite file (default {DEFAULT_DB})")
+    source.add_argument(
+        "--collector", metavar="URL", help="VictoriaMetrics backend URL instead of --db"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
+    serve.add_argument("--port", type=int, default=8050, help="port (%(default)s)")
+    serve.add_argument(
+        "--auth",
+        metavar="USER:PASSWORD",
+        help=f"require HTTP basic auth (or set ${AUTH_ENV}); needed off loopback",
+    )
+    serve.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=2.0,
+        help="how often live pages fetch new data (%(default)s)",
+    )
+    serve.add_argument(
+        "--max-points",
+        type=int,
+        default=DEFAULT_MAX_POINTS,
+        help="buckets per host and chart; the server down-samples to this (%(default)s)",
+    )
+    return parser
+
+
+def open_store(args: argparse.Namespace) -> ReadStore:
+    if args.collector:
+        try:
+            from collector.victoriametrics import VictoriaMetricsStore
+        except ImportError:
+            raise CliError(
+                "--collector URL is unsupported in this build: it needs the VictoriaMetrics "
+                "backend (collector.victoriametrics), which is not installed. Use --db PATH."
+            ) from None
+        return VictoriaMetricsStore(args.collector)
+    path = Path(args.db or DEFAULT_DB)
+    if not path.is_file():
+        raise CliError(
+            f"no store at {path}: start `collector serve --db {path}` first, or give --db",
+            status=1,
+        )
+    from collector.store import SqliteStore
+
+    return SqliteStore(path)
+
+
+def credentials_from(args: argparse.Namespace) -> Credentials | None:
+    text = args.auth or os.environ.get(AUTH_ENV)
+    return parse_credentials(text) if text else None
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        credentials = credentials_from(args)
+        check_bind(args.host, credentials)
+    except AuthError as error:
+        raise CliError(str(error)) from None
+    if args.poll_seconds <= 0 or args.max_points < 10:
+        raise CliError("--poll-seconds must be > 0 and --max-points at least 10")
+
+    from werkzeug.serving import make_server
+
+    from dashboard.app import create_app
+    from dashboard.source import DataSource
+
+    store = open_store(args)
+    app = create_app(
+        DataSource(store, max_points=args.max_points),
+        poll_seconds=args.poll_seconds,
+        credentials=credentials,
+    )
+    try:
+        server = make_server(args.host, args.port, app.server, threaded=True)
+    except OSError as error:
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {error}", status=1) from None
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    shown_host = f"[{args.host}]" if ":" in args.host else args.host
+    who = f", basic auth as {credentials.user}" if credentials else ""
+    log.info("dashboard on http://%s:%d/%s", shown_host, server.server_port, who)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+    args = build_parser().parse_args(argv)
+    try:
+        return serve(args)
+    except CliError as error:
+        print(f"dashboard: error: {error}", file=sys.stderr)
+        return error.status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""What each column shown by the dashboard means, and how its numbers are written.
+
+The per-epoch table shows a subset of ``collector.epochs.COLUMNS`` (the report rows); each
+header carries its meaning as a tooltip. MB is 10^6 bytes and GB 10^9 bytes, as in the
+collector's reports. A value the collector could not measure is ``None`` and shows as "–",
+never as 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+MISSING = "–"
+ALL_HOSTS = "*"  # the report's row that adds up every host of an epoch
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str  # the report column
+    label: str  # header text
+    help: str  # tooltip
+    kind: str  # how to write the number: see format_value
+
+
+EPOCH_COLUMNS: tuple[Column, ...] = (
+    Column(
+        "epoch", "Epoch", "Epoch number, from 1 (hover a row's epoch for its start and end)", "int"
+    ),
+    Column(
+        "host",
+        "Host",
+        "The host, or * for all hosts together (sums of amounts over the longest host window)",
+        "text",
+    ),
+    Column("seconds", "Seconds", "Length of the epoch on this host's clock", "seconds"),
+    Column("images", "Images", "Images the host's ranks processed in the epoch", "int"),
+    Column("images_per_second", "Images/s", "Images divided by the epoch's seconds", "rate"),
+    Column(
+        "disk_read_mbps",
+        "Disk read MB/s",
+        "Reads from local block devices of kind disk (partitions, device-mapper, md and loop "
+        "devices left out: their I/O is already counted on the disk below them)",
+        "rate",
+    ),
+    Column(
+        "nfs_server_read_mbps",
+        "NFS server read MB/s",
+        "Bytes fetched from NFS servers over the network (each duplicate mount counted once)",
+        "rate",
+    ),
+    Column(
+        "nfs_cache_hit_ratio",
+        "NFS cache hits",
+        "Share of the bytes applications read from NFS that the page cache served: "
+        "1 - server read / application read",
+        "ratio",
+    ),
+    Column("ib_rcv_mbps", "IB rcv MB/s", "InfiniBand bytes received, all ports", "rate"),
+    Column("ib_xmit_mbps", "IB xmit MB/s", "InfiniBand bytes sent, all ports", "rate"),
+    Column(
+        "rx_minus_tx_mbps",
+        "Rcv − send MB/s",
+        "Received minus sent on the fabric (InfiniBand when the host has any, else the NICs). "
+        "Gradients go out and come in in equal amounts, so with storage on the fabric this "
+        "is the storage read rate",
+        "rate",
+    ),
+    Column(
+        "page_cache_delta_bytes",
+        "Page cache Δ",
+        "Growth of the page cache (memory.cached_bytes) from the start to the end of the epoch",
+        "bytes",
+    ),
+    Column("major_faults", "Major faults", "Page faults that had to read from storage", "int"),
+    Column(
+        "cpu_util_percent",
+        "CPU %",
+        "Share of all CPU time that was neither idle nor iowait",
+        "percent",
+    ),
+    Column("iowait_percent", "iowait %", "Share of all CPU time spent waiting on I/O", "percent"),
+    Column(
+        "gpu_util_percent",
+        "GPU %",
+        "Time-weighted mean utilisation over the host's GPUs",
+        "percent",
+    ),
+)
+
+RUN_COLUMNS: tuple[Column, ...] = (
+    Column("run_id", "Run", "Run identifier (opens the run)", "text"),
+    Column("framework", "Framework", "Training framework the ranks reported", "text"),
+    Column("model", "Model", "Model being trained", "text"),
+    Column("gpus", "GPUs", "Ranks in the run (one GPU each)", "int"),
+    Column("hosts", "Hosts", "Hosts that ran ranks", "int"),
+    Column(
+        "images_per_second",
+        "Images/s",
+        "Aggregate throughput of every rank (warm-up steps left out)",
+        "rate",
+    ),
+    Column("state", "State", "live while ranks are still writing events", "text"),
+    Column("start", "Start (UTC)", "First event of the run", "text"),
+)
+
+SCALING_COLUMNS: tuple[Column, ...] = (
+    Column("run_id", "Run", "Run identifier (opens the run)", "text"),
+    Column("gpus", "GPUs", "Ranks in the run", "int"),
+    Column("nodes", "Nodes", "Hosts that ran them", "int"),
+    Column(
+        "scope",
+        "Scope",
+        "baseline (the group's 1-GPU run), intra-node (one node) or inter-node (several)",
+        "text",
+    ),
+    Column("images_per_second", "Images/s", "Aggregate throughput of every rank", "rate"),
+    Column("ideal", "Ideal", "Baseline images/s × GPUs", "rate"),
+    Column("efficiency_percent", "Efficiency %", "Images/s / ideal, whole percent", "int"),
+    Column("speedup", "Speed-up", "Images/s / baseline images/s", "ratio2"),
+    Column("final_top1", "Final top-1", "Last validation top-1 accuracy reported", "ratio"),
+    Column("target_top1", "Target top-1", "Top-1 accuracy the run aims for", "ratio"),
+    Column("epochs_to_target", "Epochs to target", "Epochs until top-1 reached the target", "int"),
+    Column(
+        "seconds_to_target",
+        "Time to target",
+        "Wall time from the run's start until top-1 reached the target",
+        "duration",
+    ),
+)
+
+
+def format_value(value: Any, kind: str) -> str:
+    """A cell's text: missing data as "–", numbers rounded for reading."""
+    if value is None:
+        return MISSING
+    if kind == "text":
+        return str(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if kind == "int":
+        return f"{round(value):,}"
+    if kind == "seconds":
+        return f"{value:,.1f}"
+    if kind == "rate":
+        return f"{value:,.1f}"
+    if kind == "percent":
+        return f"{value:.1f}"
+    if kind == "ratio":
+        return f"{value:.3f}"
+    if kind == "ratio2":
+        return f"{value:.2f}"
+    if kind == "bytes":
+        return format_bytes(value)
+    if kind == "duration":
+        return format_duration(value)
+    raise ValueError(f"unknown column kind {kind!r}")
+
+
+def format_bytes(value: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def format_duration(seconds: float) -> str:
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"

@@ -1,0 +1,597 @@
+"""Plotly figures, as plain dicts, from what ``collector.query`` returns.
+
+Every function here is pure: query-layer output in, a ``{"data": [...], "layout": {...}}``
+dict out (plotly.js takes it as is; ``plotly.graph_objects.Figure(d)`` validates it, which
+the tests do). Plain dicts rather than ``go.Figure`` because a run page carries thousands of
+points and validating them on every request costs more than drawing them.
+
+Time-series traces carry no x array: the query layer's buckets are equally spaced, so each
+trace has ``x0`` (its first bucket's centre) and ``dx`` (the bucket length in ms) and only
+``y``. Live updates then extend ``y`` and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from dashboard.columns import ALL_HOSTS
+
+NS_PER_MS = 1_000_000
+
+# plotly's default qualitative palette (D3 category10): one colour per host, on every chart
+HOST_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+DASHES = ("solid", "dot", "dash")
+FIRST_EPOCH_FILL = "rgba(255, 159, 64, 0.16)"  # epoch 1 stands out: it reads from storage
+EPOCH_FILLS = ("rgba(120, 120, 120, 0.09)", "rgba(120, 120, 120, 0.0)")
+RECEIVE_COLOUR, SEND_COLOUR, DIFFERENCE_COLOUR = "#1f77b4", "#ff7f0e", "#222222"
+MAX_EPOCH_LABELS = 24
+GRID_COLOUR = "#eceff3"
+SCOPE_SYMBOLS = {
+    "baseline": "square",
+    "intra-node": "circle",
+    "inter-node": "diamond",
+    "single-gpu": "square-open",
+}
+
+
+@dataclass(frozen=True)
+class TimeChart:
+    """One time-series chart of the run page: some series of every host."""
+
+    chart_id: str  # also the page anchor (findings link to it)
+    title: str
+    unit: str
+    series: tuple[tuple[str, str], ...]  # (HostSeries name, label); drawn solid, dotted, ...
+    scale: float = 1.0  # multiply values (bytes -> GB)
+
+
+TIME_CHARTS: tuple[TimeChart, ...] = (
+    TimeChart(
+        "images_per_second",
+        "Training throughput (thin: per bucket, from step events; thick: epoch mean)",
+        "images/s",
+        (("images_per_second", "images/s"),),
+    ),
+    TimeChart("disk_read_mbps", "Local disk read", "MB/s", (("disk_read_mbps", "disk read"),)),
+    TimeChart(
+        "nfs_read_mbps",
+        "NFS read: fetched from the server (solid) vs read by applications (dotted)",
+        "MB/s",
+        (("nfs_server_read_mbps", "from server"), ("nfs_app_read_mbps", "by applications")),
+    ),
+    TimeChart(
+        "ib_mbps",
+        "InfiniBand: receive (solid) vs transmit (dotted)",
+        "MB/s",
+        (("ib_rcv_mbps", "receive"), ("ib_xmit_mbps", "transmit")),
+    ),
+    TimeChart(
+        "net_mbps",
+        "Network interfaces: receive (solid) vs transmit (dotted)",
+        "MB/s",
+        (("net_rx_mbps", "receive"), ("net_tx_mbps", "transmit")),
+    ),
+    TimeChart("page_cache", "Page cache", "GB", (("page_cache_bytes", "cached"),), scale=1e-9),
+    TimeChart(
+        "cpu_percent",
+        "CPU: busy (solid) and iowait (dotted)",
+        "% of all CPU time",
+        (("cpu_util_percent", "busy"), ("iowait_percent", "iowait")),
+    ),
+    TimeChart("gpu_util_percent", "GPU utilisation", "%", (("gpu_util_percent", "GPU"),)),
+)
+
+
+def host_colour(index: int) -> str:
+    return HOST_COLOURS[index % len(HOST_COLOURS)]
+
+
+def iso_ms(time_ns: int) -> str:
+    """A plotly date string (UTC, millisecond precision)."""
+    moment = datetime.fromtimestamp(time_ns // NS_PER_MS / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _base_layout(title: str, y_title: str, height: int = 280) -> dict[str, Any]:
+    return {
+        "title": {"text": title, "x": 0.01, "xanchor": "left", "font": {"size": 14}},
+        "height": height,
+        "autosize": True,
+        "margin": {"l": 60, "r": 12, "t": 48, "b": 36},
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "font": {"family": "system-ui, 'DejaVu Sans', Arial, sans-serif", "size": 12},
+        "yaxis": {
+            "title": {"text": y_title},
+            "rangemode": "tozero",
+            "gridcolor": GRID_COLOUR,
+            "zerolinecolor": "#c8ccd2",
+        },
+        "legend": {
+            "orientation": "h",
+            "x": 0,
+            "y": -0.2,
+            "yanchor": "top",
+            "font": {"size": 11},
+        },
+        "hovermode": "x unified",
+        "uirevision": "keep",  # zoom survives live updates
+    }
+
+
+def empty_figure(title: str, message: str) -> dict[str, Any]:
+    layout = _base_layout(title, "")
+    layout["xaxis"] = {"visible": False}
+    layout["yaxis"] = {"visible": False}
+    layout["annotations"] = [
+        {
+            "text": message,
+            "xref": "paper",
+            "yref": "paper",
+            "x": 0.5,
+            "y": 0.5,
+            "showarrow": False,
+            "font": {"size": 13, "color": "#777"},
+        }
+    ]
+    return {"data": [], "layout": layout}
+
+
+# --------------------------------------------------------------------------------------
+# time series with epochs shaded
+# --------------------------------------------------------------------------------------
+
+
+def _scaled(values: list[float | None], scale: float) -> list[float | None]:
+    if scale == 1.0:
+        return list(values)
+    return [None if v is None else v * scale for v in values]
+
+
+def _grid_start(series: dict[str, Any]) -> int:
+    """Start of the host's first bucket (even when no bucket is complete yet)."""
+    return series["next_since_ns"] - series["bucket_ns"] * len(series["times_ns"])
+
+
+def time_chart_traces(
+    chart: TimeChart, hosts: dict[str, dict[str, Any]], host_order: list[str]
+) -> list[dict[str, Any]]:
+    """One trace per (series, host), series-major: trace index = series_index * hosts + host
+    index (the live updates extend them in that order). A host without data gets an empty
+    trace so the indices hold."""
+    traces = []
+    for series_index, (name, label) in enumerate(chart.series):
+        for host_index, host in enumerate(host_order):
+            series = hosts.get(host)
+            trace: dict[str, Any] = {"y": []}
+            if series is not None:
+                bucket = series["bucket_ns"]
+                trace = {
+                    "x0": iso_ms(_grid_start(series) + bucket // 2),
+                    "dx": bucket / NS_PER_MS,
+                    "y": _scaled(series["series"].get(name, []), chart.scale),
+                }
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": f"{host} {label}" if len(chart.series) > 1 else host,
+                    "legendgroup": host,
+                    **trace,
+                    "line": {
+                        "color": host_colour(host_index),
+                        "width": 1.6,
+                        "dash": DASHES[series_index % len(DASHES)],
+                    },
+                    "connectgaps": False,
+                    "hovertemplate": f"%{{y:,.1f}} {chart.unit}",
+                }
+            )
+    return traces
+
+
+def epoch_shading(
+    boundaries: dict[str, list[dict[str, Any]]], host_order: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Shapes and labels for the epochs of the first host that has any.
+
+    Every host runs the same epochs in lock step (ranks synchronise each step), so one host's
+    windows mark them for all; the charts say which host's clock they are on.
+    Epoch 1 gets its own colour: it is the pass that reads the data set from storage.
+    """
+    reference = next((h for h in host_order if boundaries.get(h)), None)
+    if reference is None:
+        return [], []
+    windows = boundaries[reference]
+    label_every = max(1, -(-len(windows) // MAX_EPOCH_LABELS))
+    shapes, labels = [], []
+    for position, window in enumerate(windows):
+        epoch = window["epoch"]
+        fill = FIRST_EPOCH_FILL if epoch == 1 else EPOCH_FILLS[epoch % 2]
+        start, end = iso_ms(window["start_ns"]), iso_ms(window["end_ns"])
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": start,
+                "x1": end,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": fill,
+                "line": {"width": 0},
+                "layer": "below",
+            }
+        )
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": start,
+                "x1": start,
+                "y0": 0,
+                "y1": 1,
+                "line": {"width": 1, "color": "rgba(90, 90, 90, 0.45)", "dash": "dot"},
+                "layer": "below",
+            }
+        )
+        if position % label_every == 0:
+            text = f"epoch {epoch}" if window["complete"] else f"epoch {epoch} (running)"
+            labels.append(
+                {
+                    "text": text,
+                    "xref": "x",
+                    "yref": "paper",
+                    "x": iso_ms((window["start_ns"] + window["end_ns"]) // 2),
+                    "y": 1.0,
+                    "yanchor": "bottom",
+                    "showarrow": False,
+                    "font": {"size": 10, "color": "#555"},
+                }
+            )
+    return shapes, labels
+
+
+THROUGHPUT_CHART = "images_per_second"
+
+
+def epoch_mean_traces(
+    rows: list[dict[str, Any]],
+    boundaries: dict[str, list[dict[str, Any]]],
+    host_order: list[str],
+) -> list[dict[str, Any]]:
+    """Each host's per-epoch images/s (the report's rows) as a level across its epoch window:
+    step events arrive every few seconds, so per-bucket throughput is jagged by nature; the
+    epoch means show the trend (epoch 1 against the rest) at a glance. One trace per host,
+    in ``host_order``, so a live update can replace them in place."""
+    rate = {(r["host"], r["epoch"]): r.get("images_per_second") for r in _host_rows(rows)}
+    traces = []
+    for host_index, host in enumerate(host_order):
+        x: list[str | None] = []
+        y: list[float | None] = []
+        for window in boundaries.get(host, []):
+            value = rate.get((host, window["epoch"]))
+            if value is None:
+                continue
+            x += [iso_ms(window["start_ns"]), iso_ms(window["end_ns"]), None]
+            y += [value, value, None]
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"{host} epoch mean",
+                "legendgroup": host,
+                "showlegend": False,
+                "x": x,
+                "y": y,
+                "line": {"color": host_colour(host_index), "width": 3.5},
+                "hovertemplate": f"epoch mean %{{y:,.0f}} images/s<extra>{host}</extra>",
+            }
+        )
+    return traces
+
+
+def time_chart_figure(
+    chart: TimeChart,
+    hosts: dict[str, dict[str, Any]],
+    boundaries: dict[str, list[dict[str, Any]]],
+    host_order: list[str],
+    epoch_rows: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A time-series chart; the throughput chart also gets the epoch means (after the
+    per-bucket traces, so live extensions keep their indices)."""
+    traces = time_chart_traces(chart, hosts, host_order)
+    layout = _base_layout(chart.title, chart.unit)
+    layout["showlegend"] = False  # the page shows one host legend for all charts
+    if chart.chart_id == THROUGHPUT_CHART and epoch_rows is not None:
+        for trace in traces:
+            trace["line"]["width"] = 1.0
+            trace["opacity"] = 0.55
+        traces += epoch_mean_traces(epoch_rows, boundaries, host_order)
+    shapes, labels = epoch_shading(boundaries, host_order)
+    layout["shapes"] = shapes
+    layout["annotations"] = labels
+    layout["xaxis"] = {"type": "date", "gridcolor": GRID_COLOUR}
+    values = [v for trace in traces for v in trace["y"] if v is not None]
+    if not values:
+        layout["annotations"] = [*labels, _note("no samples of this kind from these hosts")]
+    elif not any(values):
+        layout["annotations"] = [*labels, _note(f"0 {chart.unit} throughout, on every host")]
+    return {"data": traces, "layout": layout}
+
+
+def _note(text: str) -> dict[str, Any]:
+    """A grey remark in the middle of a chart."""
+    return {
+        "text": text,
+        "xref": "paper",
+        "yref": "paper",
+        "x": 0.5,
+        "y": 0.5,
+        "showarrow": False,
+        "font": {"size": 12, "color": "#888"},
+    }
+
+
+def time_chart_extension(
+    chart: TimeChart, new_hosts: dict[str, dict[str, Any]], host_order: list[str]
+) -> dict[int, list[float | None]]:
+    """For a live update: the y values to append to each trace index of a chart drawn by
+    ``time_chart_figure`` with the same ``host_order``."""
+    out: dict[int, list[float | None]] = {}
+    for series_index, (name, _label) in enumerate(chart.series):
+        for host_index, host in enumerate(host_order):
+            series = new_hosts.get(host)
+            if series is None:
+                continue
+            values = _scaled(series["series"].get(name, []), chart.scale)
+            if values:
+                out[series_index * len(host_order) + host_index] = values
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# per-epoch bars (the seed papers' per-epoch, per-host figures)
+# --------------------------------------------------------------------------------------
+
+
+def _host_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [row for row in rows if row["host"] != ALL_HOSTS]
+
+
+def epoch_bars_figure(
+    rows: list[dict[str, Any]], column: str, title: str, unit: str, host_order: list[str]
+) -> dict[str, Any]:
+    """Bars of one report column: epochs along x, one bar per host in each epoch."""
+    host_rows = _host_rows(rows)
+    if not any(row.get(column) is not None for row in host_rows):
+        return empty_figure(title, "no data for this run")
+    traces = []
+    for host_index, host in enumerate(host_order):
+        mine = [row for row in host_rows if row["host"] == host]
+        if not mine:
+            continue
+        traces.append(
+            {
+                "type": "bar",
+                "name": host,
+                "x": [f"epoch {row['epoch']}" for row in mine],
+                "y": [row.get(column) for row in mine],
+                "marker": {"color": host_colour(host_index)},
+                "hovertemplate": f"%{{x}}: %{{y:,.1f}} {unit}<extra>{host}</extra>",
+            }
+        )
+    layout = _base_layout(title, unit, height=280)
+    layout["showlegend"] = False  # the page shows one host legend for all charts
+    layout["barmode"] = "group"
+    layout["hovermode"] = "closest"
+    layout["xaxis"] = {"type": "category"}
+    if not any(row.get(column) for row in host_rows):
+        layout["annotations"] = [_note(f"0 {unit} in every epoch, on every host")]
+    return {"data": traces, "layout": layout}
+
+
+def fabric_columns(rows: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """(label, receive column, send column): InfiniBand when any host has it, else NICs."""
+    if any(row.get("ib_rcv_mbps") is not None for row in _host_rows(rows)):
+        return "InfiniBand", "ib_rcv_mbps", "ib_xmit_mbps"
+    return "Network interfaces", "net_rx_mbps", "net_tx_mbps"
+
+
+def fabric_bars_figure(rows: list[dict[str, Any]], host_order: list[str]) -> dict[str, Any]:
+    """Receive vs send per epoch for each host, with receive minus send marked: with storage
+    on the fabric that difference is the storage read rate (the seed studies' Fig. 8)."""
+    label, receive, send = fabric_columns(rows)
+    title = f"{label}: receive vs send per epoch and host"
+    order = {host: index for index, host in enumerate(host_order)}
+    host_rows = sorted(_host_rows(rows), key=lambda r: (order.get(r["host"], 1 << 30), r["epoch"]))
+    if not any(row.get(receive) is not None for row in host_rows):
+        return empty_figure(title, "no fabric data for this run")
+    x = [[row["host"] for row in host_rows], [f"epoch {row['epoch']}" for row in host_rows]]
+    traces = [
+        {
+            "type": "bar",
+            "name": "receive",
+            "x": x,
+            "y": [row.get(receive) for row in host_rows],
+            "marker": {"color": RECEIVE_COLOUR},
+            "hovertemplate": "receive %{y:,.1f} MB/s<extra></extra>",
+        },
+        {
+            "type": "bar",
+            "name": "send",
+            "x": x,
+            "y": [row.get(send) for row in host_rows],
+            "marker": {"color": SEND_COLOUR},
+            "hovertemplate": "send %{y:,.1f} MB/s<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "receive − send",
+            "x": x,
+            "y": [row.get("rx_minus_tx_mbps") for row in host_rows],
+            "marker": {"color": DIFFERENCE_COLOUR, "symbol": "diamond", "size": 9},
+            "hovertemplate": "receive − send %{y:,.1f} MB/s<extra></extra>",
+        },
+    ]
+    layout = _base_layout(title, "MB/s", height=320)
+    layout["barmode"] = "group"
+    layout["hovermode"] = "closest"
+    return {"data": traces, "layout": layout}
+
+
+# --------------------------------------------------------------------------------------
+# scaling
+# --------------------------------------------------------------------------------------
+
+
+def group_label(row: dict[str, Any]) -> str:
+    """The scaling group of a row (collector.scaling groups runs by these fields)."""
+    batch = row.get("batch_size")
+    parts = [
+        row.get("framework"),
+        row.get("model"),
+        row.get("precision"),
+        f"batch {batch}/GPU" if batch is not None else None,
+        row.get("data_format"),
+    ]
+    return " ".join(str(p) for p in parts if p)
+
+
+def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Images/s against GPUs per group, with the ideal (N x the 1-GPU baseline) dashed,
+    efficiency labels, and marker shapes for baseline, intra-node and inter-node runs."""
+    title = "Throughput vs GPUs (dashed: ideal linear scaling from the 1-GPU run)"
+    measured = [r for r in rows if r.get("images_per_second") is not None]
+    if not measured:
+        return empty_figure(title, "no runs with a measured throughput selected")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in sorted(measured, key=lambda r: (group_label(r), r["gpus"])):
+        groups.setdefault(group_label(row), []).append(row)
+
+    traces: list[dict[str, Any]] = []
+    scopes_shown: set[str] = set()
+    for index, (label, members) in enumerate(groups.items()):
+        colour = host_colour(index)
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": label,
+                "legendgroup": label,
+                "x": [r["gpus"] for r in members],
+                "y": [r["images_per_second"] for r in members],
+                "line": {"color": colour, "width": 2},
+                "hoverinfo": "skip",
+            }
+        )
+        ideal = [r for r in members if r.get("ideal") is not None]
+        if ideal:
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": f"{label}: ideal",
+                    "legendgroup": label,
+                    "showlegend": False,
+                    "x": [r["gpus"] for r in ideal],
+                    "y": [r["ideal"] for r in ideal],
+                    "line": {"color": colour, "width": 1.5, "dash": "dash"},
+                    "hovertemplate": "ideal %{y:,.0f} images/s<extra></extra>",
+                }
+            )
+        for scope in sorted({r.get("scope") or "" for r in members}):
+            points = [r for r in members if (r.get("scope") or "") == scope]
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers+text",
+                    "name": scope or "unknown scope",
+                    "legendgroup": f"scope {scope}",
+                    "showlegend": scope not in scopes_shown,
+                    "x": [r["gpus"] for r in points],
+                    "y": [r["images_per_second"] for r in points],
+                    "text": [
+                        f"{r['efficiency_percent']}%"
+                        if r.get("efficiency_percent") is not None and r["gpus"] > 1
+                        else ""
+                        for r in points
+                    ],
+                    "textposition": "top center",
+                    "customdata": [[r["run_id"]] for r in points],
+                    "marker": {
+                        "color": colour,
+                        "size": 11,
+                        "symbol": SCOPE_SYMBOLS.get(scope, "x"),
+                        "line": {"color": "white", "width": 1},
+                    },
+                    "hovertemplate": (
+                        "%{customdata[0]}<br>%{x} GPUs: %{y:,.0f} images/s"
+                        f"<extra>{scope}</extra>"
+                    ),
+                }
+            )
+            scopes_shown.add(scope)
+    layout = _base_layout(title, "images/s", height=440)
+    layout["hovermode"] = "closest"
+    gpus = sorted({r["gpus"] for r in measured})
+    layout["xaxis"] = {
+        "title": {"text": "GPUs"},
+        "tickmode": "array",
+        "tickvals": gpus,
+        "gridcolor": GRID_COLOUR,
+    }
+    layout["legend"] = {"orientation": "v", "x": 1.02, "y": 1, "font": {"size": 11}}
+    layout["margin"] = {"l": 60, "r": 12, "t": 48, "b": 50}
+    return {"data": traces, "layout": layout}
+
+
+def time_to_target_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Hours to the target top-1 accuracy per run, labelled with the epochs it took."""
+    title = "Time to target accuracy"
+    reached = [r for r in rows if r.get("seconds_to_target") is not None]
+    if not reached:
+        return empty_figure(title, "no selected run reached a target top-1 accuracy")
+    reached.sort(key=lambda r: (group_label(r), r["gpus"]))
+    groups = sorted({group_label(r) for r in reached})
+    traces = []
+    for index, label in enumerate(groups):
+        members = [r for r in reached if group_label(r) == label]
+        traces.append(
+            {
+                "type": "bar",
+                "name": label,
+                "x": [f"{r['gpus']} GPU{'s' if r['gpus'] != 1 else ''}" for r in members],
+                "y": [r["seconds_to_target"] / 3600 for r in members],
+                "text": [
+                    f"{r['epochs_to_target']} epochs" if r.get("epochs_to_target") else ""
+                    for r in members
+                ],
+                "textposition": "outside",
+                "customdata": [[r["run_id"], r.get("target_top1")] for r in members],
+                "marker": {"color": host_colour(index)},
+                "hovertemplate": (
+                    "%{customdata[0]}: %{y:.2f} h to top-1 %{customdata[1]}<extra></extra>"
+                ),
+            }
+        )
+    layout = _base_layout(title, "hours", height=320)
+    layout["barmode"] = "group"
+    layout["hovermode"] = "closest"
+    layout["xaxis"] = {"type": "category", "title": {"text": "GPUs"}}
+    return {"data": traces, "layout": layout}

@@ -1,0 +1,469 @@
+"""Page layouts: Dash components built from query-layer data (no data access here).
+
+URLs: ``/`` runs, ``/runs/<run_id>`` one run, ``/scaling``, ``/findings?run=<run_id>``.
+Findings link to the run page's charts by anchor (``/runs/<id>#<chart id>``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from dash import dcc, html
+
+from dashboard import figures
+from dashboard.columns import (
+    ALL_HOSTS,
+    EPOCH_COLUMNS,
+    RUN_COLUMNS,
+    SCALING_COLUMNS,
+    Column,
+    format_value,
+)
+from dashboard.source import Timeseries
+
+GRAPH_CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": False}
+
+# a finding's ``chart`` (a report column) -> the run page element that shows it
+CHART_ANCHORS = {
+    "images_per_second": "images_per_second",
+    "disk_read_mbps": "epoch-storage",
+    "disk_read_bytes": "epoch-storage",
+    "nfs_server_read_mbps": "epoch-storage",
+    "nfs_app_read_bytes": "nfs_read_mbps",
+    "nfs_cache_hit_ratio": "nfs_read_mbps",
+    "rx_minus_tx_mbps": "epoch-fabric",
+    "ib_rcv_mbps": "ib_mbps",
+    "ib_xmit_mbps": "ib_mbps",
+    "page_cache_delta_bytes": "page_cache",
+    "major_faults": "epoch-table",
+    "cpu_util_percent": "cpu_percent",
+    "iowait_percent": "cpu_percent",
+    "gpu_util_percent": "gpu_util_percent",
+}
+EPOCH_TABLE_ANCHOR = "epoch-table"
+ACCURACY_KEYS = ("final_top1", "target_top1", "epochs_to_target", "seconds_to_target")
+
+
+def run_href(run_id: str, anchor: str | None = None) -> str:
+    href = "/runs/" + quote(run_id, safe="")
+    return f"{href}#{anchor}" if anchor else href
+
+
+def findings_href(run_id: str) -> str:
+    return "/findings?run=" + quote(run_id, safe="")
+
+
+def chart_anchor(chart: str) -> str:
+    return CHART_ANCHORS.get(chart, EPOCH_TABLE_ANCHOR)
+
+
+def navigation(pathname: str) -> html.Nav:
+    links = [("Runs", "/"), ("Scaling", "/scaling"), ("Findings", "/findings")]
+
+    def active(href: str) -> bool:
+        if href == "/":
+            return pathname == "/" or pathname.startswith("/runs")
+        return pathname.startswith(href)
+
+    return html.Nav(
+        [
+            html.Span("epochscope", className="brand"),
+            *[
+                dcc.Link(
+                    label, href=href, className="nav-link active" if active(href) else "nav-link"
+                )
+                for label, href in links
+            ],
+        ],
+        className="nav",
+    )
+
+
+def not_found(message: str) -> html.Div:
+    return html.Div([html.H2("Not found"), html.P(message), dcc.Link("All runs", href="/")])
+
+
+# --------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------
+
+
+def _header(columns: tuple[Column, ...] | list[Column]) -> html.Thead:
+    return html.Thead(
+        html.Tr([html.Th(c.label, title=c.help, className=f"col-{c.key}") for c in columns])
+    )
+
+
+def _cell(row: dict[str, Any], column: Column) -> html.Td:
+    return html.Td(format_value(row.get(column.key), column.kind), className=f"col-{column.key}")
+
+
+def state_badge(state: str) -> html.Span:
+    return html.Span(state, className=f"badge state-{state}")
+
+
+def runs_table(runs: list[dict[str, Any]]) -> html.Table | html.P:
+    if not runs:
+        return html.P(
+            "No runs stored yet: start `collector serve` and a workload.", className="empty"
+        )
+    body = []
+    for run in runs:
+        cells = []
+        for column in RUN_COLUMNS:
+            if column.key == "run_id":
+                link = dcc.Link(run["run_id"], href=run_href(run["run_id"]))
+                cells.append(html.Td(link, className="col-run_id"))
+            elif column.key == "state":
+                cells.append(html.Td(state_badge(run["state"])))
+            elif column.key == "hosts":
+                hosts = ", ".join(run.get("host_names") or [])
+                text = format_value(run.get("hosts"), "int")
+                cells.append(html.Td(text, title=hosts, className="col-hosts"))
+            else:
+                cells.append(_cell(run, column))
+        body.append(html.Tr(cells, className=f"run-row state-{run['state']}"))
+    return html.Table([_header(RUN_COLUMNS), html.Tbody(body)], className="table", id="runs-list")
+
+
+def epoch_table(rows: list[dict[str, Any]]) -> html.Table | html.P:
+    if not rows:
+        return html.P("No epoch has started yet.", className="empty")
+    body = []
+    for row in rows:
+        all_hosts = row["host"] == ALL_HOSTS
+        cells = []
+        for column in EPOCH_COLUMNS:
+            if column.key == "epoch":
+                window = f"{row.get('start', '')} → {row.get('end', '')}"
+                cells.append(html.Td(str(row["epoch"]), title=window, className="col-epoch"))
+            elif column.key == "host" and all_hosts:
+                cells.append(html.Td("all hosts", className="col-host"))
+            else:
+                cells.append(_cell(row, column))
+        css = "all-hosts" if all_hosts else "host-row"
+        if row["epoch"] == 1:
+            css += " first-epoch"
+        body.append(html.Tr(cells, className=css, **{"data-epoch": str(row["epoch"])}))
+    return html.Table([_header(EPOCH_COLUMNS), html.Tbody(body)], className="table epochs")
+
+
+def scaling_columns(rows: list[dict[str, Any]]) -> list[Column]:
+    """Accuracy columns only when some run reported them."""
+    known = {key for row in rows for key in ACCURACY_KEYS if row.get(key) is not None}
+    return [c for c in SCALING_COLUMNS if c.key not in ACCURACY_KEYS or c.key in known]
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> html.Div:
+    if not rows:
+        return html.Div(html.P("No runs selected.", className="empty"))
+    columns = scaling_columns(rows)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(figures.group_label(row), []).append(row)
+    body = []
+    for label, members in groups.items():
+        body.append(html.Tr(html.Td(label, colSpan=len(columns)), className="group-row"))
+        for row in members:
+            cells = []
+            for column in columns:
+                if column.key == "run_id":
+                    cells.append(html.Td(dcc.Link(row["run_id"], href=run_href(row["run_id"]))))
+                else:
+                    cells.append(_cell(row, column))
+            body.append(html.Tr(cells, className=f"scope-{row.get('scope') or 'none'}"))
+    children: list[Any] = [
+        html.Table([_header(columns), html.Tbody(body)], className="table", id="scaling-list")
+    ]
+    if not any(c.key in ACCURACY_KEYS for c in columns):
+        children.append(
+            html.P("No selected run reported top-1 accuracy: no time to target.", className="note")
+        )
+    return html.Div(children)
+
+
+# --------------------------------------------------------------------------------------
+# findings
+# --------------------------------------------------------------------------------------
+
+
+def _evidence_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_evidence_value(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(_evidence_value(v) for v in value)
+    return str(value)
+
+
+def finding_card(finding: dict[str, Any], run_id: str, same_page: bool) -> html.Div:
+    anchor = chart_anchor(finding.get("chart") or "")
+    href = f"#{anchor}" if same_page else run_href(run_id, anchor)
+    evidence = finding.get("evidence") or {}
+    rows = [
+        html.Tr([html.Th(key), html.Td(_evidence_value(value))]) for key, value in evidence.items()
+    ]
+    link_text = "show the chart" if same_page else "show on the run page"
+    link = (
+        html.A(link_text, href=href, className="chart-link")
+        if same_page
+        else dcc.Link(link_text, href=href, className="chart-link")
+    )
+    return html.Div(
+        [
+            html.Div(
+                [
+                    html.Span(
+                        finding["severity"], className=f"badge severity-{finding['severity']}"
+                    ),
+                    html.Span(finding["title"], className="finding-title"),
+                ],
+                className="finding-head",
+            ),
+            html.P(finding.get("explanation", ""), className="finding-text"),
+            html.Details(
+                [html.Summary("evidence"), html.Table(html.Tbody(rows), className="evidence")]
+            )
+            if rows
+            else None,
+            link,
+        ],
+        className=f"finding severity-{finding['severity']}",
+        id=f"finding-{finding['rule']}",
+    )
+
+
+def findings_list(findings: list[dict[str, Any]], run_id: str, same_page: bool) -> html.Div:
+    if not findings:
+        return html.Div(html.P("No findings for this run.", className="empty"))
+    return html.Div([finding_card(f, run_id, same_page) for f in findings], className="findings")
+
+
+# --------------------------------------------------------------------------------------
+# pages
+# --------------------------------------------------------------------------------------
+
+
+def runs_page(runs: list[dict[str, Any]], poll_ms: int, runs_digest: str) -> html.Div:
+    return html.Div(
+        [
+            html.H1("Runs"),
+            html.P(
+                "Every training run the collector has seen, newest first. Open a run for its "
+                "per-epoch, per-host view.",
+                className="lead",
+            ),
+            html.Div(runs_table(runs), id="runs-table"),
+            dcc.Interval(id="runs-interval", interval=poll_ms),
+            dcc.Store(id="runs-digest", data=runs_digest),
+        ]
+    )
+
+
+def run_header(run: dict[str, Any], live: bool, poll_ms: int) -> html.Div:
+    facts = [
+        ("framework", run["framework"]),
+        ("model", run["model"]),
+        ("GPUs", format_value(run["gpus"], "int")),
+        ("hosts", ", ".join(run.get("host_names") or [])),
+        ("images/s", format_value(run.get("images_per_second"), "rate")),
+        ("start", run["start"]),
+    ]
+    status = (
+        f"live: updating every {poll_ms / 1000:g} s" if live else f"{run['state']}: not updating"
+    )
+    return html.Div(
+        [
+            html.H1([f"Run {run['run_id']} ", state_badge(run["state"])]),
+            html.Dl(
+                [item for key, value in facts for item in (html.Dt(key), html.Dd(value))],
+                className="facts",
+            ),
+            html.P(status, id="run-status", className="status"),
+        ]
+    )
+
+
+def host_legend(host_order: list[str]) -> html.Div:
+    """One colour per host, the same on every chart of the page."""
+    return html.Div(
+        [
+            html.Span(
+                [html.Span(className="swatch", style={"background": figures.host_colour(i)}), host],
+                className="legend-item",
+            )
+            for i, host in enumerate(host_order)
+        ],
+        className="host-legend",
+    )
+
+
+def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
+    return dcc.Graph(id=element_id, figure=figure, config=GRAPH_CONFIG)
+
+
+def time_chart_figures(
+    ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    order = list(ts.hosts)
+    return [
+        figures.time_chart_figure(chart, ts.hosts, boundaries, order, rows)
+        for chart in figures.TIME_CHARTS
+    ]
+
+
+def epoch_figures(rows: list[dict[str, Any]], host_order: list[str]) -> list[dict[str, Any]]:
+    """The per-epoch bar charts, in ``EPOCH_CHARTS`` order."""
+    return [
+        figures.epoch_bars_figure(
+            rows, "disk_read_mbps", "Local disk read per epoch and host", "MB/s", host_order
+        ),
+        figures.epoch_bars_figure(
+            rows,
+            "nfs_server_read_mbps",
+            "NFS server read per epoch and host",
+            "MB/s",
+            host_order,
+        ),
+        figures.fabric_bars_figure(rows, host_order),
+    ]
+
+
+EPOCH_CHARTS = ("epoch-disk", "epoch-nfs", "epoch-fabric-graph")
+
+
+def bucket_note(ts: Timeseries, boundaries: dict[str, Any]) -> str:
+    hosts = list(ts.hosts)
+    reference = next((h for h in hosts if boundaries.get(h)), None)
+    clock = f" on {reference}'s clock" if reference and len(hosts) > 1 else ""
+    return (
+        f"Each host's metrics averaged over {ts.bucket_ns / 1e9:g}-second buckets, times in "
+        f"UTC; epochs shaded{clock} (epoch 1 in orange)."
+    )
+
+
+def run_page(
+    run: dict[str, Any],
+    ts: Timeseries,
+    boundaries: dict[str, Any],
+    rows: list[dict[str, Any]],
+    findings: list[dict[str, Any]],
+    live: bool,
+    poll_ms: int,
+    live_state: dict[str, Any],
+) -> html.Div:
+    order = list(ts.hosts)
+    disk, nfs, fabric = epoch_figures(rows, order)
+    time_figures = time_chart_figures(ts, boundaries, rows)
+    return html.Div(
+        [
+            html.Div(run_header(run, live, poll_ms), id="run-header"),
+            html.H2("Findings"),
+            html.Div(findings_list(findings, run["run_id"], same_page=True), id="run-findings"),
+            html.H2("Per epoch"),
+            html.P(
+                "Epoch 1 reads the data set from storage; once it sits in the page cache, later "
+                "epochs read little or nothing. Receive minus send on the fabric is the storage "
+                "read rate when storage is on the fabric.",
+                className="lead",
+            ),
+            host_legend(order),
+            html.Div(
+                [html.Div(graph(EPOCH_CHARTS[0], disk)), html.Div(graph(EPOCH_CHARTS[1], nfs))],
+                className="grid",
+                id="epoch-storage",
+            ),
+            html.Div(graph(EPOCH_CHARTS[2], fabric), id="epoch-fabric", className="panel"),
+            html.H2("Over time"),
+            html.P(bucket_note(ts, boundaries), className="lead", id="bucket-note"),
+            host_legend(order),
+            html.Div(
+                [
+                    html.Div(graph(f"ts-{chart.chart_id}", figure), id=chart.chart_id)
+                    for chart, figure in zip(figures.TIME_CHARTS, time_figures, strict=True)
+                ],
+                className="grid",
+            ),
+            html.H2("Per-epoch table", id=EPOCH_TABLE_ANCHOR),
+            html.P(
+                "Hover a column header for its meaning; – means not measured (never zero).",
+                className="lead",
+            ),
+            html.Div(epoch_table(rows), id="epoch-table-container", className="table-scroll"),
+            dcc.Interval(id="run-interval", interval=poll_ms, disabled=not live),
+            dcc.Store(id="run-live", data=live_state),
+        ]
+    )
+
+
+def gpus_text(gpus: int) -> str:
+    return f"{gpus} GPU" if gpus == 1 else f"{gpus} GPUs"
+
+
+def accuracy_style(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """The time-to-accuracy chart only shows when some run reached its target."""
+    if any(row.get("seconds_to_target") is not None for row in rows):
+        return {}
+    return {"display": "none"}
+
+
+def scaling_page(rows: list[dict[str, Any]]) -> html.Div:
+    options = [
+        {
+            "label": f"{row['run_id']}  ({figures.group_label(row)}, {gpus_text(row['gpus'])})",
+            "value": row["run_id"],
+        }
+        for row in rows
+    ]
+    return html.Div(
+        [
+            html.H1("Scaling"),
+            html.P(
+                "Runs that differ only in GPU count form a group; each is compared with N x the "
+                "group's 1-GPU run. Labels give the scaling efficiency; marker shapes tell "
+                "runs on one node (intra-node) from runs across nodes (inter-node).",
+                className="lead",
+            ),
+            dcc.Checklist(
+                id="scaling-runs",
+                options=options,
+                value=[row["run_id"] for row in rows],
+                className="run-picker",
+                inputClassName="run-picker-box",
+            ),
+            graph("scaling-graph", figures.scaling_figure(rows)),
+            html.Div(
+                graph("accuracy-graph", figures.time_to_target_figure(rows)),
+                id="accuracy-chart",
+                style=accuracy_style(rows),
+            ),
+            html.Div(scaling_table(rows), id="scaling-table"),
+        ]
+    )
+
+
+def findings_page(
+    runs: list[dict[str, Any]], run_id: str | None, findings: list[dict[str, Any]]
+) -> html.Div:
+    options = [{"label": f"{r['run_id']} ({r['state']})", "value": r["run_id"]} for r in runs]
+    return html.Div(
+        [
+            html.H1("Findings"),
+            html.P(
+                "What the collector found in a run, with the numbers behind it and a link to "
+                "the chart that shows it.",
+                className="lead",
+            ),
+            dcc.Dropdown(
+                id="findings-run", options=options, value=run_id, clearable=False, searchable=True
+            ),
+            html.Div(
+                findings_list(findings, run_id, same_page=False) if run_id else None,
+                id="findings-body",
+            ),
+        ]
+    )

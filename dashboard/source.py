@@ -1,0 +1,246 @@
+"""The dashboard's only door to the data: ``collector.query`` and the ``ReadStore``.
+
+Nothing here computes a metric or speaks SQL. ``DataSource`` calls the query layer, picks the
+down-sampling bucket for a run's charts, and answers two cheap questions the live pages ask
+on every poll: is the run still live, and have its epochs changed.
+
+Everything returned is JSON-ready (dicts, lists, numbers, strings), because it ends up in the
+browser.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from agent.schema import RunState
+from collector import query
+from collector.store_api import ReadStore, RunInfo, SeriesData, SeriesInfo, WorkloadEvent
+
+DEFAULT_MAX_POINTS = 500
+FINISHED_RUNS_KEPT = 16  # ~100 kB of chart data each
+BYTES_PER_MB = 1_000_000
+
+
+@dataclass(frozen=True)
+class Timeseries:
+    """Down-sampled metrics of a run's hosts, as the charts need them.
+
+    ``hosts[host]`` is ``collector.query.HostSeries.to_dict()``; every host shares
+    ``bucket_ns`` when the run is live, so later updates line up with what is drawn.
+    """
+
+    bucket_ns: int
+    hosts: dict[str, dict[str, Any]]
+
+    @property
+    def next_since(self) -> dict[str, int]:
+        return {host: series["next_since_ns"] for host, series in self.hosts.items()}
+
+    @property
+    def points(self) -> int:
+        """Buckets per host (the longest host)."""
+        return max((len(s["times_ns"]) for s in self.hosts.values()), default=0)
+
+
+class RequestScopedStore:
+    """A ``ReadStore`` in front of the real one that remembers ``runs()`` and ``events()``
+    answers for the length of one request.
+
+    Building a run page asks the query layer about the same run several times over (summary,
+    series, epoch table, boundaries, findings), and each of those reads the run's events: a
+    3-hour run on 32 ranks has tens of thousands. Inside ``DataSource.request()`` the first
+    answer is kept and filtered for later asks (``since_ns``, ``kinds``); outside it, or in
+    another thread, every call goes to the store. Samples are never kept.
+    """
+
+    def __init__(self, store: ReadStore) -> None:
+        self.store = store
+        self._local = threading.local()
+
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        outer = getattr(self._local, "memo", None)
+        if outer is not None:  # nested: the outer request keeps its memo
+            yield
+            return
+        self._local.memo = {}
+        try:
+            yield
+        finally:
+            self._local.memo = None
+
+    def _memo(self) -> dict[Any, Any] | None:
+        return getattr(self._local, "memo", None)
+
+    def runs(self) -> list[RunInfo]:
+        memo = self._memo()
+        if memo is None:
+            return self.store.runs()
+        if "runs" not in memo:
+            memo["runs"] = self.store.runs()
+        return list(memo["runs"])
+
+    def events(
+        self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
+    ) -> list[WorkloadEvent]:
+        memo = self._memo()
+        if memo is None:
+            return self.store.events(run_id, since_ns, kinds)
+        key = ("events", run_id)
+        if key not in memo:  # read them all once; later asks are filtered from that
+            memo[key] = self.store.events(run_id)
+        return [
+            e
+            for e in memo[key]
+            if (since_ns is None or e.time_ns > since_ns) and (kinds is None or e.event in kinds)
+        ]
+
+    def list_series(
+        self, measurement: str, field: str, host: str | None = None
+    ) -> list[SeriesInfo]:
+        return self.store.list_series(measurement, field, host)
+
+    def read_series(self, series: list[SeriesInfo], start_ns: int, end_ns: int) -> list[SeriesData]:
+        return self.store.read_series(series, start_ns, end_ns)
+
+    def hosts(self) -> list[str]:
+        return self.store.hosts()
+
+
+class DataSource:
+    def __init__(self, store: ReadStore, max_points: int = DEFAULT_MAX_POINTS) -> None:
+        self.store = RequestScopedStore(store)
+        self.max_points = max_points
+        # charts of finished runs, which no longer change (the query layer keeps their
+        # summaries, epoch tables and findings the same way)
+        self._finished: OrderedDict[tuple[str, int | None, int], Timeseries] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def request(self) -> AbstractContextManager[None]:
+        """One page build or poll: store answers are shared inside it (see
+        ``RequestScopedStore``)."""
+        return self.store.request()
+
+    # -- runs ------------------------------------------------------------------------------
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run, newest first (``collector.query.RunSummary`` as dicts)."""
+        return [summary.to_dict() for summary in query.runs_summary(self.store)]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        return next((run for run in self.runs() if run["run_id"] == run_id), None)
+
+    def forget(self) -> None:
+        """Drop the kept charts of finished runs (and the query layer's cache): the
+        benchmark's cold opens."""
+        with self._lock:
+            self._finished.clear()
+        query.clear_cache()
+
+    def run_info(self, run_id: str) -> RunInfo | None:
+        """The store's record of the run (cheap: no events, no throughput)."""
+        return next((r for r in self.store.runs() if r.run_id == run_id), None)
+
+    def run_state(self, run_id: str) -> str | None:
+        """live | finished | failed."""
+        info = self.run_info(run_id)
+        return info.state if info else None
+
+    # -- one run ---------------------------------------------------------------------------
+    def timeseries(self, run_id: str, live: bool) -> Timeseries:
+        """The run's charts data, down-sampled on the server to ``max_points`` buckets."""
+        info = self.run_info(run_id)
+        if live or info is None or is_live(info.state):
+            return self._timeseries(run_id, live)
+        key = (run_id, info.end_ns, self.max_points)
+        with self._lock:
+            cached = self._finished.get(key)
+        if cached is None:
+            cached = self._timeseries(run_id, live)
+            with self._lock:
+                self._finished[key] = cached
+                while len(self._finished) > FINISHED_RUNS_KEPT:
+                    self._finished.popitem(last=False)
+        return cached
+
+    def _timeseries(self, run_id: str, live: bool) -> Timeseries:
+        hosts = self._series(run_id, max_points=self.max_points)
+        buckets = {series["bucket_ns"] for series in hosts.values()}
+        if live and len(buckets) > 1:
+            # hosts' spans differ a little (clock skew): redo with one bucket for all, so
+            # every host's updates arrive on the same grid
+            hosts = self._series(run_id, bucket_ns=max(buckets))
+            buckets = {max(buckets)}
+        return Timeseries(bucket_ns=max(buckets, default=0), hosts=hosts)
+
+    def timeseries_since(self, run_id: str, since: dict[str, int], bucket_ns: int) -> Timeseries:
+        """Only the buckets completed after ``since`` (per host), on the same grid."""
+        hosts = self._series(run_id, since_ns=since, bucket_ns=bucket_ns)
+        return Timeseries(bucket_ns=bucket_ns, hosts=hosts)
+
+    def _series(self, run_id: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
+        result = query.run_timeseries(self.store, run_id, **kwargs)
+        return {host: host_series_dict(series) for host, series in sorted(result.items())}
+
+    def boundaries(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
+        return query.epoch_boundaries(self.store, run_id)
+
+    def epochs(self, run_id: str) -> list[dict[str, Any]]:
+        """The per-epoch report rows (``collector.epochs.COLUMNS``), plus NIC rates."""
+        return [with_nic_rates(row) for row in query.epoch_table(self.store, run_id)]
+
+    def findings(self, run_id: str) -> list[dict[str, Any]]:
+        return query.findings(self.store, run_id)
+
+    def epochs_digest(self, run_id: str) -> str:
+        """Changes whenever an epoch starts or ends on any host: the live pages refresh the
+        per-epoch table, bars and findings only then."""
+        return digest(self.boundaries(run_id))
+
+    # -- all runs --------------------------------------------------------------------------
+    def scaling(self) -> list[dict[str, Any]]:
+        return query.scaling_table(self.store)
+
+
+def host_series_dict(series: query.HostSeries) -> dict[str, Any]:
+    """``HostSeries`` as a dict, sharing its lists (``to_dict()`` deep-copies every value
+    through ``dataclasses.asdict``, which costs more than the query itself)."""
+    return {
+        "run_id": series.run_id,
+        "host": series.host,
+        "bucket_ns": series.bucket_ns,
+        "times_ns": series.times_ns,
+        "series": series.series,
+        "next_since_ns": series.next_since_ns,
+        "units": series.units,
+    }
+
+
+def with_nic_rates(row: dict[str, Any]) -> dict[str, Any]:
+    """``net_rx_mbps``/``net_tx_mbps`` from the row's bytes and seconds, for the fabric chart
+    of runs without InfiniBand. A unit change, kept here only until ``query.epoch_table``
+    carries these columns itself (as it does ``ib_rcv_mbps``)."""
+    out = dict(row)
+    seconds = row.get("seconds")
+    for rate, amount in (("net_rx_mbps", "net_rx_bytes"), ("net_tx_mbps", "net_tx_bytes")):
+        if rate in out:
+            continue
+        value = row.get(amount)
+        usable = value is not None and seconds
+        out[rate] = round(value / seconds / BYTES_PER_MB, 2) if usable else None
+    return out
+
+
+def digest(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:16]
+
+
+def is_live(state: str | None) -> bool:
+    return state == RunState.LIVE

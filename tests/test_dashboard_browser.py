@@ -1,0 +1,231 @@
+"""Every dashboard page in real headless Chromium (dash[testing]'s ``DashComposite``, the
+object behind the ``dash_duo`` fixture, shared by the module's tests so Chromium starts once).
+
+The store is a real SQLite file written through ``SqliteStore.write_points`` with the runs of
+tests/test_dashboard_runs.py; the numbers asserted are worked out there. Each page must load
+without browser console errors.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dashboard.browser import chrome_options, chromium_available, figure_data
+
+pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
+if not chromium_available():
+    pytest.skip("needs Debian's chromium and chromium-driver", allow_module_level=True)
+
+from dash.testing.application_runners import ThreadedRunner
+from dash.testing.composite import DashComposite
+
+from dashboard.app import create_app
+from dashboard.source import DataSource
+from tests.test_dashboard_runs import (
+    BASELINE_RUN,
+    LIVE_RUN,
+    PAPER_RUN,
+    build_store,
+    live_run,
+    points_after,
+    run_end_points,
+)
+
+POLL_SECONDS = 0.4
+LIVE_EPOCH_SECONDS = 30
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    store = build_store(tmp_path_factory.mktemp("store") / "epochscope.sqlite", with_live=True)
+    yield store
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def dash_duo(store, tmp_path_factory):
+    app = create_app(DataSource(store), poll_seconds=POLL_SECONDS)
+    with (
+        ThreadedRunner() as runner,
+        DashComposite(
+            server=runner,
+            browser="Chrome",
+            headless=False,  # chrome_options() already carries --headless
+            options=[chrome_options()],
+            download_path=str(tmp_path_factory.mktemp("downloads")),
+        ) as duo,
+    ):
+        duo.start_server(app, start_timeout=60)
+        yield duo
+
+
+def open_page(duo, path: str, ready: str, timeout: float = 60) -> None:
+    duo.driver.get(duo.server_url + path)
+    duo.wait_for_element(ready, timeout=timeout)
+
+
+def table_rows(duo, selector: str) -> list[list[str]]:
+    """The cells' text, read in one go (live pages re-render tables under our feet)."""
+    return duo.driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0] + ' tbody tr'))"
+        ".map(tr => Array.from(tr.querySelectorAll('td')).map(td => td.innerText.trim()));",
+        selector,
+    )
+
+
+def text_of(duo, selector: str) -> str | None:
+    """An element's text, read in one go (None when it is not there)."""
+    return duo.driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : null;",
+        selector,
+    )
+
+
+def wait_for(condition, timeout: float = 60, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_runs_page_lists_every_run_and_links_to_it(dash_duo):
+    open_page(dash_duo, "/", "#runs-list")
+    rows = {row[0]: row for row in table_rows(dash_duo, "#runs-list")}
+    assert set(rows) == {LIVE_RUN, PAPER_RUN, "tf-4gpu", BASELINE_RUN}
+    # run, framework, model, GPUs, hosts, images/s, state, start
+    assert rows[PAPER_RUN][:5] == [PAPER_RUN, "tensorflow", "resnet50", "8", "2"]
+    assert rows[PAPER_RUN][6] == "finished"
+    assert rows[PAPER_RUN][7] == "2023-11-14T22:13:20.000Z"
+    assert rows[BASELINE_RUN][5] == "300.0"  # 30,000 images per 100 s epoch
+    assert dash_duo.get_logs() == []
+
+    dash_duo.find_element(f"a[href='/runs/{PAPER_RUN}']").click()
+    dash_duo.wait_for_element("#ts-ib_mbps .main-svg", timeout=60)
+    assert dash_duo.driver.current_url.endswith(f"/runs/{PAPER_RUN}")
+    assert dash_duo.get_logs() == []
+
+
+def test_run_page_charts_carry_each_host_and_epoch(dash_duo):
+    open_page(dash_duo, f"/runs/{PAPER_RUN}", "#ts-gpu_util_percent .main-svg")
+    ib = figure_data(dash_duo.driver, "ts-ib_mbps")
+    assert [t["name"] for t in ib] == [
+        "node1 receive",
+        "node2 receive",
+        "node1 transmit",
+        "node2 transmit",
+    ]
+    assert len(ib[0]["y"]) == 280  # one-second buckets over 120 + 80 + 80 s
+    assert ib[0]["y"][10] == pytest.approx(400.0)  # epoch 1: data set read over the fabric
+    assert ib[0]["y"][150] == pytest.approx(100.0)  # epoch 2: gradients only
+
+    nfs = figure_data(dash_duo.driver, "epoch-nfs")
+    assert [t["name"] for t in nfs] == ["node1", "node2"]
+    assert nfs[0]["y"] == pytest.approx([300.0, 0.0, 0.0])
+    fabric = figure_data(dash_duo.driver, "epoch-fabric-graph")
+    assert [t["name"] for t in fabric] == ["receive", "send", "receive − send"]
+    assert fabric[2]["y"] == pytest.approx([300.0, 0.0, 0.0, 300.0, 0.0, 0.0])
+
+    # epoch shading: three bands, labelled
+    labels = dash_duo.driver.execute_script(
+        "return document.querySelector('#ts-ib_mbps .js-plotly-plot')"
+        ".layout.annotations.map(a => a.text)"
+    )
+    assert labels == ["epoch 1", "epoch 2", "epoch 3"]
+
+    rows = table_rows(dash_duo, "#epoch-table-container")
+    assert len(rows) == 9  # 3 epochs x (2 hosts + all hosts)
+    assert rows[2][:5] == ["1", "all hosts", "120.0", "192,000", "1,600.0"]
+    headers = dash_duo.find_elements("#epoch-table-container th")
+    assert all(th.get_attribute("title") for th in headers)
+    assert text_of(dash_duo, "#run-status") == "finished: not updating"
+    assert dash_duo.get_logs() == []
+
+
+def test_findings_link_to_the_chart_on_the_run_page(dash_duo, store):
+    open_page(dash_duo, f"/findings?run={PAPER_RUN}", ".finding")
+    found = DataSource(store).findings(PAPER_RUN)
+    cards = dash_duo.find_elements(".finding")
+    assert len(cards) == len(found)
+    assert "Storage reads stop after epoch 1" in dash_duo.find_element("#finding-cache_warmup").text
+    assert dash_duo.get_logs() == []
+
+    dash_duo.find_element("#finding-cache_warmup .chart-link").click()
+    dash_duo.wait_for_element("#epoch-storage .main-svg", timeout=60)
+    assert dash_duo.driver.current_url.endswith(f"/runs/{PAPER_RUN}#epoch-storage")
+    wait_for(
+        lambda: dash_duo.driver.execute_script("return window.scrollY") > 200,
+        what="the page to scroll to the storage chart",
+    )
+    assert dash_duo.get_logs() == []
+
+
+def test_scaling_page_draws_ideal_and_efficiency_and_follows_the_selection(dash_duo):
+    open_page(dash_duo, "/scaling", "#scaling-graph .main-svg")
+    traces = {t["name"]: t for t in figure_data(dash_duo.driver, "scaling-graph")}
+    ideal = next(t for name, t in traces.items() if name.endswith(": ideal"))
+    # 1-GPU 300 images/s x GPUs, for the live run's 2 GPUs, the 4- and the 8-GPU run
+    assert ideal["x"] == [1, 2, 4, 8]
+    assert ideal["y"] == pytest.approx([300.0, 600.0, 1200.0, 2400.0])
+    assert traces["intra-node"]["text"] == ["95%"]
+    assert set(traces) >= {"baseline", "intra-node", "inter-node"}
+    rows = table_rows(dash_duo, "#scaling-list")
+    assert any(row[:2] == [BASELINE_RUN, "1"] for row in rows)
+    assert dash_duo.get_logs() == []
+
+    # leave out the 1-GPU run: its point goes; the others keep their efficiency against it
+    box = dash_duo.find_elements("#scaling-runs input")[0]
+    box.click()
+
+    def baseline_gone() -> bool:
+        names = [t["name"] for t in figure_data(dash_duo.driver, "scaling-graph") or []]
+        return bool(names) and "baseline" not in names
+
+    wait_for(baseline_gone, what="the scaling chart to drop the 1-GPU run")
+    traces = {t["name"]: t for t in figure_data(dash_duo.driver, "scaling-graph")}
+    assert traces["intra-node"]["text"] == ["95%"]
+    assert not any(row[0] == BASELINE_RUN for row in table_rows(dash_duo, "#scaling-list"))
+    assert dash_duo.get_logs() == []
+
+
+def test_unknown_run_says_so(dash_duo):
+    open_page(dash_duo, "/runs/no-such-run", "h2")
+    assert "No run 'no-such-run'" in dash_duo.find_element("#page").text
+    assert dash_duo.get_logs() == []
+
+
+def test_live_run_gets_new_epochs_and_stops_polling_when_it_ends(dash_duo, store):
+    open_page(dash_duo, f"/runs/{LIVE_RUN}", "#ts-images_per_second .main-svg")
+    assert text_of(dash_duo, "#run-status").startswith("live: updating every 0.4 s")
+    epochs = {row[0] for row in table_rows(dash_duo, "#epoch-table-container")}
+    assert epochs == {"1", "2"}
+    disk = figure_data(dash_duo.driver, "ts-disk_read_mbps")
+    assert len(disk[0]["y"]) == 2 * LIVE_EPOCH_SECONDS  # one-second buckets, complete only
+
+    two_epochs = live_run(2)
+    store.write_points(points_after(live_run(3), two_epochs.end_true_ns()))
+
+    def third_epoch_shown() -> bool:
+        rows = table_rows(dash_duo, "#epoch-table-container")
+        return any(row[:2] == ["3", "all hosts"] for row in rows)
+
+    wait_for(third_epoch_shown, what="epoch 3 to appear in the table")
+    wait_for(
+        lambda: len(figure_data(dash_duo.driver, "ts-disk_read_mbps")[0]["y"]) == 90,
+        what="the charts to grow by the third epoch's 30 buckets",
+    )
+    disk = figure_data(dash_duo.driver, "ts-disk_read_mbps")[0]["y"]
+    assert disk[75] == pytest.approx(50.0)  # 50 MB/s in every epoch of the live run
+    throughput = figure_data(dash_duo.driver, "ts-images_per_second")
+    assert throughput[2]["name"] == "node1 epoch mean"
+    assert throughput[2]["y"][-3:] == [100.0, 100.0, None]  # 3,000 images / 30 s
+
+    store.write_points(run_end_points(live_run(3)))
+    wait_for(
+        lambda: text_of(dash_duo, "#run-status") == "finished: not updating",
+        what="the page to notice the run ended",
+    )
+    assert dash_duo.get_logs() == []

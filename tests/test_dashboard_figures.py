@@ -1,0 +1,236 @@
+"""The dashboard's figures and tables, built from a stored run (no browser).
+
+Numbers are those worked out in tests/test_dashboard_runs.py: per host, epoch 1 lasts
+120 s with NFS reads at 300 MB/s and InfiniBand 400 MB/s in / 100 MB/s out; epochs 2 and 3
+last 80 s with nothing read from the server and 100 MB/s each way.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import pytest
+
+from dashboard import figures, pages
+from dashboard.columns import format_bytes, format_duration, format_value
+from dashboard.source import with_nic_rates
+
+pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
+from dashboard.source import DataSource
+from tests.test_dashboard_runs import (
+    BASELINE_RUN,
+    HOSTS,
+    INTRA_RUN,
+    PAPER_RUN,
+    build_store,
+)
+
+HOST_ORDER = list(HOSTS)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> DataSource:
+    return DataSource(build_store(tmp_path_factory.mktemp("store") / "epochscope.sqlite"))
+
+
+@pytest.fixture(scope="module")
+def paper(source):
+    return {
+        "ts": source.timeseries(PAPER_RUN, live=False),
+        "boundaries": source.boundaries(PAPER_RUN),
+        "rows": source.epochs(PAPER_RUN),
+    }
+
+
+def chart(chart_id: str) -> figures.TimeChart:
+    return next(c for c in figures.TIME_CHARTS if c.chart_id == chart_id)
+
+
+def valid(figure: dict) -> dict:
+    go.Figure(figure)  # raises on any attribute plotly does not know
+    return figure
+
+
+def test_infiniband_chart_has_receive_and_transmit_per_host(paper):
+    figure = valid(
+        figures.time_chart_figure(
+            chart("ib_mbps"), paper["ts"].hosts, paper["boundaries"], HOST_ORDER
+        )
+    )
+    names = [t["name"] for t in figure["data"]]
+    assert names == ["node1 receive", "node2 receive", "node1 transmit", "node2 transmit"]
+    receive, transmit = figure["data"][0], figure["data"][2]
+    # one-second buckets from T0; each point sits at its bucket's centre
+    assert receive["x0"] == "2023-11-14 22:13:20.500"
+    assert receive["dx"] == 1000.0
+    assert "x" not in receive  # equally spaced: no x array is shipped
+    assert len(receive["y"]) == 280  # 120 + 80 + 80 s
+    assert receive["y"][10] == pytest.approx(400.0)
+    assert receive["y"][150] == pytest.approx(100.0)
+    assert transmit["y"][10] == pytest.approx(100.0)
+    assert transmit["line"]["dash"] == "dot"
+
+
+def test_throughput_chart_shows_each_epochs_mean_over_its_window(paper):
+    figure = valid(
+        figures.time_chart_figure(
+            chart("images_per_second"),
+            paper["ts"].hosts,
+            paper["boundaries"],
+            HOST_ORDER,
+            paper["rows"],
+        )
+    )
+    names = [t["name"] for t in figure["data"]]
+    assert names == ["node1", "node2", "node1 epoch mean", "node2 epoch mean"]
+    mean = figure["data"][2]
+    # 96,000 images per host per epoch: / 120 s = 800, then / 80 s = 1,200
+    assert mean["y"] == [800.0, 800.0, None, 1200.0, 1200.0, None, 1200.0, 1200.0, None]
+    assert mean["x"][:3] == ["2023-11-14 22:13:20.000", "2023-11-14 22:15:20.000", None]
+
+
+def test_page_cache_chart_is_in_gigabytes(paper):
+    figure = valid(
+        figures.time_chart_figure(
+            chart("page_cache"), paper["ts"].hosts, paper["boundaries"], HOST_ORDER
+        )
+    )
+    node1 = figure["data"][0]["y"]
+    # cache grows 300 MB/s from 2 GB for the 120 s of epoch 1, then stays at 38 GB
+    assert node1[0] == pytest.approx(2.0 + 0.3 * 0.5, abs=0.01)  # mean over the first second
+    assert node1[200] == pytest.approx(38.0)
+
+
+def test_epochs_are_shaded_and_labelled_with_epoch_one_apart(paper):
+    shapes, labels = figures.epoch_shading(paper["boundaries"], HOST_ORDER)
+    rects = [s for s in shapes if s["type"] == "rect"]
+    assert [(r["x0"], r["x1"]) for r in rects] == [
+        ("2023-11-14 22:13:20.000", "2023-11-14 22:15:20.000"),  # 120 s
+        ("2023-11-14 22:15:20.000", "2023-11-14 22:16:40.000"),  # + 80 s
+        ("2023-11-14 22:16:40.000", "2023-11-14 22:18:00.000"),  # + 80 s
+    ]
+    assert rects[0]["fillcolor"] == figures.FIRST_EPOCH_FILL
+    assert figures.FIRST_EPOCH_FILL not in {r["fillcolor"] for r in rects[1:]}
+    assert [label["text"] for label in labels] == ["epoch 1", "epoch 2", "epoch 3"]
+
+
+def test_nfs_bars_per_epoch_and_host(paper):
+    figure = valid(
+        figures.epoch_bars_figure(paper["rows"], "nfs_server_read_mbps", "NFS", "MB/s", HOST_ORDER)
+    )
+    assert [t["name"] for t in figure["data"]] == ["node1", "node2"]
+    for trace in figure["data"]:
+        assert trace["x"] == ["epoch 1", "epoch 2", "epoch 3"]
+        assert trace["y"] == pytest.approx([300.0, 0.0, 0.0])
+
+
+def test_fabric_bars_show_receive_minus_send_as_the_storage_read(paper):
+    figure = valid(figures.fabric_bars_figure(paper["rows"], HOST_ORDER))
+    receive, send, difference = figure["data"]
+    assert figure["layout"]["title"]["text"].startswith("InfiniBand")
+    assert receive["x"] == [
+        ["node1"] * 3 + ["node2"] * 3,
+        ["epoch 1", "epoch 2", "epoch 3"] * 2,
+    ]
+    assert receive["y"] == pytest.approx([400.0, 100.0, 100.0] * 2)
+    assert send["y"] == pytest.approx([100.0] * 6)
+    assert difference["y"] == pytest.approx([300.0, 0.0, 0.0] * 2)  # = NFS 300 MB/s in epoch 1
+
+
+def test_fabric_falls_back_to_nics_without_infiniband():
+    rows = [
+        with_nic_rates(
+            {
+                "host": "a",
+                "epoch": 1,
+                "seconds": 10.0,
+                "ib_rcv_mbps": None,
+                "ib_xmit_mbps": None,
+                "net_rx_bytes": 250_000_000,  # 25 MB/s over 10 s
+                "net_tx_bytes": 50_000_000,  # 5 MB/s
+                "rx_minus_tx_mbps": 20.0,
+            }
+        )
+    ]
+    figure = valid(figures.fabric_bars_figure(rows, ["a"]))
+    assert figure["layout"]["title"]["text"].startswith("Network interfaces")
+    assert figure["data"][0]["y"] == [25.0]
+    assert figure["data"][1]["y"] == [5.0]
+
+
+def test_missing_columns_give_an_explained_empty_chart():
+    rows = [{"host": "a", "epoch": 1, "nfs_server_read_mbps": None}]
+    figure = valid(figures.epoch_bars_figure(rows, "nfs_server_read_mbps", "NFS", "MB/s", ["a"]))
+    assert figure["data"] == []
+    assert figure["layout"]["annotations"][0]["text"] == "no data for this run"
+
+
+def test_live_extension_targets_each_series_and_host():
+    ib = chart("ib_mbps")
+    update = {
+        "node2": {"series": {"ib_rcv_mbps": [7.0], "ib_xmit_mbps": [3.0]}},
+        "node1": {"series": {"ib_rcv_mbps": [1.0, 2.0], "ib_xmit_mbps": []}},
+    }
+    # traces are series-major: receive node1, receive node2, transmit node1, transmit node2
+    assert figures.time_chart_extension(ib, update, HOST_ORDER) == {
+        0: [1.0, 2.0],
+        1: [7.0],
+        3: [3.0],
+    }
+
+
+def test_scaling_figure_has_ideal_line_and_efficiency_labels(source):
+    rows = source.scaling()
+    figure = valid(figures.scaling_figure(rows))
+    ideal = next(t for t in figure["data"] if t["name"].endswith(": ideal"))
+    assert ideal["x"] == [1, 4, 8]
+    assert ideal["y"] == pytest.approx([300.0, 1200.0, 2400.0])  # 300 images/s x GPUs
+    markers = {t["name"]: t for t in figure["data"] if t["mode"] == "markers+text"}
+    assert set(markers) == {"baseline", "intra-node", "inter-node"}
+    assert markers["intra-node"]["text"] == ["95%"]  # 1,140 / 1,200
+    assert markers["baseline"]["text"] == [""]
+    assert markers["inter-node"]["marker"]["symbol"] == "diamond"
+
+
+def test_time_to_target_in_hours_with_epochs(source):
+    rows = [r for r in source.scaling() if r["run_id"] in (BASELINE_RUN, INTRA_RUN)]
+    figure = valid(figures.time_to_target_figure(rows))
+    (trace,) = figure["data"]
+    assert trace["x"] == ["1 GPU", "4 GPUs"]
+    assert trace["y"] == pytest.approx([200 / 3600, 200 / 3600])  # 2 epochs of 100 s
+    assert trace["text"] == ["2 epochs", "2 epochs"]
+
+
+def test_epoch_table_marks_all_host_rows_and_tooltips(paper):
+    table = pages.epoch_table(paper["rows"])
+    header = table.children[0].children.children
+    assert header[0].children == "Epoch"
+    assert all(th.title for th in header)  # every column explains itself
+    body = table.children[1].children
+    assert len(body) == 9  # 3 epochs x (2 hosts + all hosts)
+    all_hosts = [tr for tr in body if "all-hosts" in tr.className]
+    assert len(all_hosts) == 3
+    cells = [td.children for td in all_hosts[0].children]
+    assert cells[:5] == ["1", "all hosts", "120.0", "192,000", "1,600.0"]
+
+
+def test_findings_link_to_the_chart_that_shows_them(source):
+    found = source.findings(PAPER_RUN)
+    card = pages.finding_card(
+        next(f for f in found if f["rule"] == "cache_warmup"), PAPER_RUN, same_page=False
+    )
+    link = card.children[-1]
+    assert link.href == "/runs/tf-2node-ib#epoch-storage"
+
+
+def test_run_links_quote_the_run_id():
+    assert pages.run_href("a b/c") == "/runs/a%20b%2Fc"
+    assert pages.findings_href("x&y") == "/findings?run=x%26y"
+
+
+def test_numbers_are_formatted_for_reading():
+    assert format_value(None, "rate") == "–"  # missing, never 0
+    assert format_value(0.0, "rate") == "0.0"
+    assert format_value(1234.56, "rate") == "1,234.6"
+    assert format_bytes(36_000_000_000) == "36.00 GB"
+    assert format_duration(200) == "3m 20s"
+    assert format_duration(3 * 3600 + 5 * 60) == "3h 05m"

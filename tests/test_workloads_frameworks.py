@@ -1,0 +1,251 @@
+"""The real frameworks: data sets read by each framework's own reader, and 2-epoch
+trainings (one process and two) whose events land in a real ``collector serve``.
+
+Tiny on purpose (32 training pictures of 40 px, trained at 32 px, batch 8) so each run
+takes well under a minute on 2 cores. Skipped with the reason when a framework is not
+installed (``make frameworks`` installs them; ``make test`` runs it first).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from collector.store import SqliteStore
+from workloads import frameworks
+from workloads.datasets import make_dataset
+from workloads.profile import start_collector, stop
+
+pytestmark = [pytest.mark.frameworks, pytest.mark.timeout(600)]
+
+TRAIN, VAL, CLASSES, STORED_SIZE, SIZE, BATCH = 32, 8, 4, 40, 32, 8
+
+
+def needs(framework: str, processes: int = 1):
+    module = frameworks.MODULES[framework]
+    if importlib.util.find_spec(module) is None:
+        return pytest.mark.skip(
+            reason=f"{module} is not installed: {frameworks.install_hint(framework)}"
+        )
+    horovod = processes > 1 and framework in frameworks.USES_HOROVOD
+    if horovod and not frameworks.horovod_supports(framework):
+        return pytest.mark.skip(
+            reason=f"horovod with {framework} is not installed: `make frameworks` builds it"
+        )
+    return pytest.mark.skipif(False, reason="installed")
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    made = {}
+
+    def get(data_format: str) -> Path:
+        if data_format not in made:
+            out = tmp_path_factory.mktemp("data") / data_format
+            make_dataset(out, data_format, images=TRAIN, classes=CLASSES,
+                         image_size=STORED_SIZE, val_images=VAL, shards=4,
+                         progress=False)  # fmt: skip
+            made[data_format] = out
+        return made[data_format]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("collector")
+    db = workdir / "runs.sqlite"
+    process, port = start_collector(db, workdir / "collector.log")
+    yield f"http://127.0.0.1:{port}", db
+    stop(process)
+
+
+def run_workload(repo_env, *argv: str, timeout: float = 540) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, "-m", "workloads", "run", *argv],
+        capture_output=True, text=True, env=repo_env, timeout=timeout,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result
+
+
+def train(repo_env, collector, framework: str, data: Path, run_id: str, *extra: str):
+    url, _ = collector
+    return run_workload(
+        repo_env, "--framework", framework, "--data-dir", str(data), "--epochs", "2",
+        "--batch-size", str(BATCH), "--image-size", str(SIZE), "--warmup-steps", "1",
+        "--step-every", "1", "--loader-workers", "1", "--collector", url,
+        "--run-id", run_id, *extra,
+    )  # fmt: skip
+
+
+def check_stored_run(repo_env, collector, run_id: str, ranks: int) -> None:
+    """Events of every rank, epoch_end for epochs 1 and 2, and report rows for each."""
+    _, db = collector
+    store = SqliteStore(db)
+    try:
+        events = store.events(run_id)
+        runs = {run.run_id: run for run in store.runs()}
+    finally:
+        store.close()
+    assert {e.rank for e in events} == set(range(ranks))
+    ends = sorted((e.rank, e.fields["epoch"]) for e in events if e.event == "epoch_end")
+    assert ends == [(rank, epoch) for rank in range(ranks) for epoch in (1, 2)]
+    per_epoch = TRAIN // (BATCH * ranks)  # steps per epoch on each rank
+    for end in (e for e in events if e.event == "epoch_end"):
+        assert end.fields["images"] == per_epoch * BATCH
+        assert 0.0 <= end.fields["top1"] <= end.fields["top5"] <= 1.0
+    start = next(e for e in events if e.event == "run_start" and e.rank == 0)
+    assert start.fields["world_size"] == ranks and start.fields["batch_size"] == BATCH
+    assert start.fields["dataset_images"] == TRAIN and start.fields["image_size"] == SIZE
+    assert [e.fields["state"] for e in events if e.event == "run_end"] == ["finished"] * ranks
+    assert runs[run_id].state == "finished"
+    report = subprocess.run(
+        [sys.executable, "-m", "collector", "report", run_id, "--db", str(db),
+         "--format", "json"],
+        capture_output=True, text=True, env=repo_env, timeout=120, check=True,
+    )  # fmt: skip
+    rows = json.loads(report.stdout)
+    host = start.host
+    assert sorted((row["epoch"], row["host"]) for row in rows) == [
+        (1, "*"), (1, host), (2, "*"), (2, host)
+    ]  # fmt: skip
+    for row in rows:
+        assert row["images"] == per_epoch * BATCH * ranks
+
+
+# --- the data sets, read by each framework's own reader ---------------------------------
+
+
+@needs("tensorflow")
+def test_tfrecord_shards_read_by_tensorflow(datasets):
+    import tensorflow as tf
+
+    root = datasets("tfrecord")
+    shards = sorted(root.glob("train-*"))
+    assert [p.name for p in shards] == [f"train-0000{i}-of-00004" for i in range(4)]
+    spec = {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string),
+        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    }
+    labels = Counter()
+    for record in tf.data.TFRecordDataset([str(p) for p in shards]):
+        example = tf.io.parse_single_example(record, spec)
+        image = tf.io.decode_jpeg(example["image/encoded"])
+        assert tuple(image.shape) == (STORED_SIZE, STORED_SIZE, 3)
+        labels[int(example["image/class/label"])] += 1
+    # 1-based labels as in ImageNet's TFRecords, 32 pictures / 4 classes each
+    assert labels == {1: 8, 2: 8, 3: 8, 4: 8}
+    assert len(list(tf.data.TFRecordDataset(str(root / "validation-00000-of-00004")))) == 2
+
+
+@needs("mxnet")
+def test_recordio_read_by_mxnet(datasets):
+    import mxnet as mx
+
+    root = datasets("recordio")
+    record = mx.recordio.MXIndexedRecordIO(str(root / "train.idx"), str(root / "train.rec"), "r")
+    labels = Counter()
+    for key in record.keys:
+        header, jpeg = mx.recordio.unpack(record.read_idx(key))
+        assert mx.image.imdecode(jpeg).shape == (STORED_SIZE, STORED_SIZE, 3)
+        labels[int(header.label)] += 1
+    record.close()
+    assert len(record.keys) == TRAIN and labels == {0: 8, 1: 8, 2: 8, 3: 8}
+    batches = mx.io.ImageRecordIter(
+        path_imgrec=str(root / "val.rec"), data_shape=(3, SIZE, SIZE), batch_size=4
+    )
+    shapes = [batch.data[0].shape for batch in batches]
+    assert shapes == [(4, 3, SIZE, SIZE)] * 2  # 8 validation pictures
+
+
+@needs("pytorch")
+def test_jpeg_folders_read_by_the_pytorch_loader(datasets):
+    import torch
+
+    from workloads.torch_train import JpegFolder
+
+    dataset = JpegFolder(datasets("jpeg") / "train", SIZE, train=True)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=1)
+    labels = Counter()
+    for images, batch_labels in loader:
+        assert tuple(images.shape[1:]) == (3, SIZE, SIZE) and images.dtype == torch.float32
+        labels.update(batch_labels.tolist())
+    assert labels == {0: 8, 1: 8, 2: 8, 3: 8}
+
+
+# --- trainings --------------------------------------------------------------------------
+
+
+@needs("tensorflow")
+def test_tensorflow_two_epochs(datasets, collector, repo_env):
+    train(repo_env, collector, "tensorflow", datasets("tfrecord"), "tf-1")
+    check_stored_run(repo_env, collector, "tf-1", ranks=1)
+
+
+@needs("tensorflow", processes=2)
+def test_tensorflow_horovodrun_two_processes(datasets, collector, repo_env):
+    result = train(repo_env, collector, "tensorflow", datasets("tfrecord"), "tf-2", "--np", "2")
+    assert "[1]" in result.stdout + result.stderr  # horovodrun's rank prefix
+    check_stored_run(repo_env, collector, "tf-2", ranks=2)
+
+
+@needs("mxnet")
+def test_mxnet_two_epochs(datasets, collector, repo_env):
+    train(repo_env, collector, "mxnet", datasets("recordio"), "mx-1")
+    check_stored_run(repo_env, collector, "mx-1", ranks=1)
+
+
+@needs("mxnet", processes=2)
+def test_mxnet_horovodrun_two_processes(datasets, collector, repo_env):
+    train(repo_env, collector, "mxnet", datasets("recordio"), "mx-2", "--np", "2")
+    check_stored_run(repo_env, collector, "mx-2", ranks=2)
+
+
+@needs("pytorch")
+def test_pytorch_two_epochs(datasets, collector, repo_env):
+    train(repo_env, collector, "pytorch", datasets("jpeg"), "pt-1")
+    check_stored_run(repo_env, collector, "pt-1", ranks=1)
+
+
+@needs("pytorch")
+def test_pytorch_torchrun_two_processes(datasets, collector, repo_env):
+    train(repo_env, collector, "pytorch", datasets("jpeg"), "pt-2", "--np", "2")
+    check_stored_run(repo_env, collector, "pt-2", ranks=2)
+
+
+@needs("pytorch")
+def test_profile_starts_its_own_collector_and_agent(datasets, repo_env, tmp_path):
+    result = run_workload(
+        repo_env, "--framework", "pytorch", "--data-dir", str(datasets("jpeg")),
+        "--epochs", "2", "--batch-size", str(BATCH), "--image-size", str(SIZE),
+        "--warmup-steps", "1", "--loader-workers", "1", "--profile", "--run-id", "pt-prof",
+        "--runs-dir", str(tmp_path / "runs"),
+    )  # fmt: skip
+    db = tmp_path / "runs" / "pt-prof.sqlite"
+    assert f"dashboard serve --db {db}" in result.stdout
+    store = SqliteStore(db)
+    try:
+        kinds = Counter(e.event for e in store.events("pt-prof"))
+        cpu_series = store.list_series("cpu", "user_seconds")
+    finally:
+        store.close()
+    assert kinds["epoch_end"] == 2 and kinds["run_end"] == 1
+    assert cpu_series, "the embedded agent's samples reached the embedded collector"
+    assert "pt-prof" in result.stdout  # the report's title names the run
+
+
+def test_missing_framework_error_is_clear_before_training(repo_env, tmp_path):
+    if importlib.util.find_spec("mxnet") is not None:
+        pytest.skip("mxnet is installed here; the refusal is tested in test_workloads.py")
+    result = subprocess.run(
+        [sys.executable, "-m", "workloads", "run", "--framework", "mxnet", "--synthetic"],
+        capture_output=True, text=True, env=repo_env, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "pip install 'epochscope[mxnet]'" in result.stderr

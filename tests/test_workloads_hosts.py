@@ -1,0 +1,139 @@
+"""Preparing a host of a multi-host run over real SSH: Debian's sshd on 127.0.0.2 with
+its own host key, client key and configuration in a temporary directory (no system file
+touched), reached by the launcher's paramiko code as a remote host."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from workloads import pagecache
+from workloads.cli import build_parser
+from workloads.datasets import make_dataset
+from workloads.hosts import RemoteHost, prepare_host
+from workloads.launcher import plan_run, prepare
+from workloads.profile import free_port
+
+pytestmark = pytest.mark.timeout(120)
+SSHD = Path("/usr/sbin/sshd")
+ADDRESS = "127.0.0.2"  # loopback, but not a name the launcher treats as local
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    if not SSHD.exists() or shutil.which("ssh-keygen") is None:
+        pytest.skip("openssh-server is not installed (make system-packages)")
+    if os.geteuid() != 0:
+        pytest.skip("sshd's privilege separation needs root")
+    Path("/run/sshd").mkdir(exist_ok=True)
+    work = tmp_path_factory.mktemp("sshd")
+    os.chmod(work, 0o700)
+    for key in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / key)],
+                       check=True)  # fmt: skip
+    (work / "authorized_keys").write_text((work / "client_key.pub").read_text())
+    port = free_port(ADDRESS)
+    config = work / "sshd_config"
+    config.write_text(
+        f"Port {port}\nListenAddress {ADDRESS}\nHostKey {work / 'host_key'}\n"
+        f"AuthorizedKeysFile {work / 'authorized_keys'}\nPidFile {work / 'sshd.pid'}\n"
+        "StrictModes no\nUsePAM no\nPasswordAuthentication no\n"
+        "PermitRootLogin prohibit-password\n"
+        # the remote side imports this checkout, as a shared install would, and evicts
+        # only the data set's pages (not the whole shared machine's page cache)
+        f"SetEnv PYTHONPATH={REPO_ROOT} {pagecache.DROP_METHOD_ENV}=fadvise\n"
+    )
+    process = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)],
+                               stderr=(work / "sshd.log").open("wb"))  # fmt: skip
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((ADDRESS, port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        pytest.fail(f"sshd did not start: {(work / 'sshd.log').read_text()}")
+    yield port, work / "client_key"
+    process.terminate()
+    process.wait(10)
+
+
+class MetricsHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/metrics" else 404)
+        self.end_headers()
+        self.wfile.write(b"epochscope_up 1\n")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def agent_on_host():
+    """Something answering /metrics on the remote host's address, as an agent does."""
+    server = http.server.HTTPServer((ADDRESS, 0), MetricsHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def test_remote_host_is_prepared_over_ssh(sshd, agent_on_host, tmp_path):
+    port, key = sshd
+    data = tmp_path / "jpeg"
+    info = make_dataset(data, "jpeg", images=6, classes=2, image_size=16, progress=False)
+    for path in info.paths("train"):
+        path.read_bytes()
+    remote = RemoteHost(ADDRESS, port=port, key=key)
+    try:
+        report = prepare_host(remote, sys.executable, data, False, agent_on_host)
+        remote.put_private("s3cret", str(tmp_path / "tokens" / "run-x"), sys.executable)
+    finally:
+        remote.close()
+    # the same machine seen through SSH
+    assert report.memory_bytes == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert report.cpus == os.cpu_count()
+    assert report.agent_answers
+    assert report.cache["total_bytes"] == info.train.bytes
+    assert report.cache["before_resident_bytes"] == info.train.bytes  # just read
+    token = tmp_path / "tokens" / "run-x"
+    assert token.read_text() == "s3cret"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+
+
+def test_launcher_prepares_a_remote_host_and_drops_its_cache(sshd, tmp_path):
+    port, key = sshd
+    data = tmp_path / "jpeg"
+    info = make_dataset(data, "jpeg", images=6, classes=2, image_size=16, progress=False)
+    args = build_parser().parse_args([
+        "run", "--framework", "pytorch", "--data-dir", str(data),
+        "--hosts", f"{ADDRESS}:1", "--ssh-port", str(port), "--ssh-key", str(key),
+        "--drop-caches", "--agent-port", str(free_port(ADDRESS)), "--token", "t0k",
+    ])  # fmt: skip
+    plan = plan_run(args)
+    for path in info.paths("train"):
+        path.read_bytes()
+    prepare(plan, args)
+    (report,) = plan.reports
+    assert report.name == ADDRESS and not report.agent_answers
+    assert report.cache["before_resident_bytes"] == info.train.bytes
+    assert report.cache["after_resident_bytes"] == 0
+    assert plan.remote_token_file == f".cache/epochscope/tokens/{plan.spec.run_id}"
+    token = Path.home() / plan.remote_token_file
+    try:
+        assert token.read_text() == "t0k" and stat.S_IMODE(token.stat().st_mode) == 0o600
+    finally:
+        token.unlink()

@@ -1,0 +1,209 @@
+"""``workloads`` command line: make data sets, run trainings, manage the page cache.
+
+    workloads dataset make --format tfrecord|recordio|jpeg --images N --classes K
+                           --image-size S --out DIR [--val-images M] [--shards 16]
+    workloads dataset describe DIR
+    workloads run --framework tensorflow|mxnet|pytorch [--data-dir D | --synthetic] ...
+    workloads cache report|drop DIR          (page-cache residency of a data set)
+    workloads resend --spool DIR | --events DIR --collector URL   (undelivered events)
+    workloads worker --spec ...              (one rank; started by the launcher)
+
+Heavy frameworks are imported only by the subcommand that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from workloads.spec import FRAMEWORKS, MODELS, PRECISIONS
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {value})")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {value})")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if value > 1:
+        value /= 100  # 74.9 means 74.9 %
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction 0..1 or a percentage (got {text})")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="workloads", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    dataset = commands.add_parser("dataset", help="make or describe a data set")
+    dataset_commands = dataset.add_subparsers(dest="dataset_command", required=True)
+    make = dataset_commands.add_parser("make", help="write a synthetic ImageNet-like data set")
+    make.add_argument("--format", required=True, choices=("tfrecord", "recordio", "jpeg"))
+    make.add_argument("--images", required=True, type=_positive, help="training images")
+    make.add_argument("--classes", type=_positive, default=10)
+    make.add_argument("--image-size", type=_positive, default=224, help="side in pixels")
+    make.add_argument("--out", required=True, type=Path)
+    make.add_argument("--val-images", type=_non_negative, default=0)
+    make.add_argument("--shards", type=_positive, default=16, help="TFRecord files per split")
+    make.add_argument("--seed", type=int, default=0)
+    describe = dataset_commands.add_parser("describe", help="what a data set directory holds")
+    describe.add_argument("dir", type=Path)
+
+    run = commands.add_parser("run", help="train ResNet-50 and emit run/epoch/step events")
+    run.add_argument("--framework", required=True, choices=FRAMEWORKS)
+    run.add_argument("--model", default="resnet50", choices=MODELS)
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data-dir", type=Path, help="TFRecord / RecordIO / JPEG data set")
+    source.add_argument("--synthetic", action="store_true", help="random tensors, no input I/O")
+    run.add_argument("--batch-size", type=_positive, default=32, help="per rank")
+    run.add_argument("--epochs", type=_positive, default=1)
+    run.add_argument("--steps-per-epoch", type=_positive, help="default: the data set once")
+    run.add_argument("--image-size", type=_positive, help="default: the data set's, else 224")
+    run.add_argument("--num-classes", type=_positive, help="default: the data set's")
+    run.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    run.add_argument("--np", type=_positive, default=1, help="processes in all")
+    run.add_argument("--hosts", help="h1:4,h2:4 (host:slots); default localhost:NP")
+    run.add_argument("--profile", action="store_true", help="collect node metrics with the run")
+    run.add_argument("--collector", help="collector URL (InfluxDB v2 write API)")
+    run.add_argument("--token", help="collector token (or EPOCHSCOPE_WORKLOAD_TOKEN)")
+    run.add_argument("--token-file", type=Path, help="file holding the collector token")
+    run.add_argument("--drop-caches", action="store_true", help="empty the page cache first")
+    run.add_argument("--warmup-steps", type=_non_negative, default=10)
+    run.add_argument("--step-every", type=_positive, default=10, help="a step event every K")
+    run.add_argument("--target-top1", type=_fraction, help="top-1 the run aims for")
+    run.add_argument("--learning-rate", type=float, default=0.0125, help="per rank")
+    run.add_argument("--loader-workers", type=_positive, default=2, help="input workers/rank")
+    run.add_argument("--no-validate", action="store_true", help="skip validation per epoch")
+    run.add_argument("--run-id", help="default: <framework>-<UTC time>")
+    run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default ./runs")
+    run.add_argument("--ssh-user", help="user for SSH to --hosts (default: yours)")
+    run.add_argument("--ssh-port", type=int, default=22)
+    run.add_argument("--ssh-key", type=Path, help="private key for SSH (default: ~/.ssh)")
+    run.add_argument("--agent-port", type=int, default=9711, help="agent /metrics port")
+    run.add_argument("--seed", type=int, default=0)
+
+    cache = commands.add_parser("cache", help="page-cache residency of a data set")
+    cache.add_argument("action", choices=("report", "drop"))
+    cache.add_argument("dir", type=Path)
+    cache.add_argument("--json", action="store_true")
+
+    resend = commands.add_parser("resend", help="deliver a run's undelivered events")
+    what = resend.add_mutually_exclusive_group(required=True)
+    what.add_argument("--spool", type=Path, help="a rank's spool directory")
+    what.add_argument("--events", type=Path, help="a run's events directory (no collector)")
+    resend.add_argument("--collector", required=True)
+    resend.add_argument("--token-file", type=Path)
+    resend.add_argument("--timeout", type=float, default=60.0)
+
+    worker = commands.add_parser("worker", help="one rank (started by workloads run)")
+    worker.add_argument("--spec", required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "dataset":
+        return _dataset(args)
+    if args.command == "run":
+        from workloads.launcher import run
+
+        return run(args)
+    if args.command == "cache":
+        return _cache(args)
+    if args.command == "resend":
+        return _resend(args)
+    from workloads.worker import main as worker_main
+
+    return worker_main(["--spec", args.spec])
+
+
+def _dataset(args: argparse.Namespace) -> int:
+    from workloads.datasets import DatasetError, describe, make_dataset
+
+    try:
+        if args.dataset_command == "make":
+            info = make_dataset(
+                args.out,
+                args.format,
+                images=args.images,
+                classes=args.classes,
+                image_size=args.image_size,
+                val_images=args.val_images,
+                shards=args.shards,
+                seed=args.seed,
+            )
+        else:
+            info = describe(args.dir)
+    except DatasetError as error:
+        print(f"workloads: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"{info.root}: {info.format}, {info.classes} classes, "
+        f"train {info.train.images} images {info.train.bytes} bytes in {len(info.train.files)} "
+        f"files, validation {info.val.images} images {info.val.bytes} bytes"
+    )
+    return 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from workloads import pagecache
+    from workloads.datasets import DatasetError, describe
+
+    try:
+        info = describe(args.dir)
+    except DatasetError as error:
+        print(f"workloads: {error}", file=sys.stderr)
+        return 2
+    paths = info.paths("train") + info.paths("val")
+    result: dict[str, object] = {}
+    before = pagecache.residency(paths)
+    result["before_resident_bytes"] = before.resident_bytes
+    result["total_bytes"] = before.total_bytes
+    if args.action == "drop":
+        result["method"] = pagecache.drop(paths)
+        result["after_resident_bytes"] = pagecache.residency(paths).resident_bytes
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"before: {before.describe()}")
+        if args.action == "drop":
+            after = pagecache.residency(paths)
+            print(f"dropped with {result['method']}; after: {after.describe()}")
+    return 0
+
+
+def _resend(args: argparse.Namespace) -> int:
+    from workloads.events import ShipperSink
+
+    token = args.token_file.read_text().strip() if args.token_file else None
+    if args.spool is not None:
+        spool = args.spool
+        sink = ShipperSink(args.collector, token, spool)
+    else:
+        from workloads.summary import read_events_dir
+
+        points = read_events_dir(args.events)
+        spool = args.events.parent / "resend-spool"
+        sink = ShipperSink(args.collector, token, spool)
+        sink.submit(points)
+        print(f"{len(points)} events from {args.events}")
+    delivered = sink.close(args.timeout)
+    print("delivered" if delivered else f"still undelivered, kept in {spool}")
+    return 0 if delivered else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Workload events: one ``workload`` point per run/epoch/step milestone of one rank.
+
+Tags: ``host``, ``run_id``, ``rank``, ``framework``. Fields (``agent.schema.Workload``):
+``event`` (run_start | epoch_start | epoch_end | step | run_end), ``epoch`` (from 1),
+``step`` (global step, from 1), ``images`` (images this rank processed in the epoch or
+step, warm-up steps excluded), ``seconds`` (wall time of those steps), ``loss``, ``top1``,
+``top5`` (validation accuracy 0..1); ``run_start`` also carries the configuration
+(model, batch_size per rank, world_size, local_size, precision, data_format,
+dataset_images, dataset_bytes, image_size, host_memory_bytes, warmup_steps, target_top1);
+``run_end`` carries ``state`` (finished | failed).
+
+Count-like fields are always written as integers and the rest as floats, so a field never
+changes type between points (InfluxDB refuses that).
+
+Points go to a sink: the agent's ``Shipper`` (spooled to disk before ``submit`` returns, so
+a slow or absent collector loses nothing) or, with no collector, a JSON-lines file that
+``workloads resend`` can deliver later.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Protocol
+
+from agent.point import Point
+from agent.schema import Kind, Tag, Workload, field_spec
+
+INTEGER_UNITS = frozenset({"count", "bytes", "pixels"})
+DEFAULT_ORG = "epochscope"
+DEFAULT_BUCKET = "epochscope"
+
+
+class EventSink(Protocol):
+    def submit(self, points: list[Point]) -> None: ...
+
+    def close(self, timeout: float) -> bool:
+        """Deliver what is pending (up to ``timeout`` seconds); True when nothing is left."""
+        ...
+
+
+class ShipperSink:
+    """Through the agent's disk-spooled shipper to an InfluxDB v2 write endpoint."""
+
+    def __init__(self, url: str, token: str | None, spool_dir: Path) -> None:
+        from agent.shipper import Shipper  # the one place a workload builds a Shipper
+
+        spool_dir.mkdir(parents=True, exist_ok=True)
+        self.spool_dir = spool_dir
+        self._shipper = Shipper(
+            url=url, token=token, org=DEFAULT_ORG, bucket=DEFAULT_BUCKET, spool_dir=spool_dir
+        )
+        self._shipper.start()
+
+    def submit(self, points: list[Point]) -> None:
+        self._shipper.submit(points)
+
+    def close(self, timeout: float) -> bool:
+        delivered = self._shipper.flush(timeout)
+        self._shipper.close(timeout=1.0)
+        return delivered
+
+
+class FileSink:
+    """Appends points as JSON lines (``Point.to_json``), flushed after every batch.
+
+    JSON keeps each value's type (1 vs 1.0), so ``workloads resend`` can deliver the file
+    later exactly as the shipper would have.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._handle = path.open("a", encoding="utf-8")
+
+    def submit(self, points: list[Point]) -> None:
+        for point in points:
+            self._handle.write(json.dumps(point.to_json()) + "\n")
+        self._handle.flush()
+
+    def close(self, timeout: float) -> bool:
+        self._handle.close()
+        return True
+
+
+class MemorySink:
+    """Keeps points in a list (tests, and the launcher's own summary)."""
+
+    def __init__(self) -> None:
+        self.points: list[Point] = []
+
+    def submit(self, points: list[Point]) -> None:
+        self.points.extend(points)
+
+    def close(self, timeout: float) -> bool:
+        return True
+
+
+def read_events_file(path: Path) -> list[Point]:
+    """The points a FileSink wrote."""
+    points = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                points.append(
+                    Point(data["measurement"], data["tags"], data["fields"], data["time"])
+                )
+            except (ValueError, KeyError) as error:
+                raise ValueError(f"{path}:{number}: not an event ({error})") from None
+    return points
+
+
+def coerce(name: str, value: object) -> int | float | str:
+    """The value in the one Python type its field is always written with."""
+    spec = field_spec(Workload.NAME, name)
+    if spec is None:
+        raise KeyError(f"{name!r} is not a field of {Workload.NAME} in agent.schema")
+    if spec.kind is Kind.TEXT:
+        return str(value)
+    if spec.unit in INTEGER_UNITS:
+        return int(value)  # type: ignore[call-overload]
+    return float(value)  # type: ignore[arg-type]
+
+
+class EventWriter:
+    """Builds a rank's ``workload`` points and hands them to a sink."""
+
+    def __init__(
+        self,
+        sink: EventSink,
+        run_id: str,
+        rank: int,
+        framework: str,
+        host: str | None = None,
+        clock_ns=time.time_ns,
+    ) -> None:
+        self.sink = sink
+        self.tags = {
+            Tag.HOST: host or socket.gethostname(),
+            Tag.RUN_ID: run_id,
+            Tag.RANK: str(rank),
+            Tag.FRAMEWORK: framework,
+        }
+        self._clock_ns = clock_ns
+
+    def emit(self, event: str, fields: dict[str, object] | None = None) -> Point:
+        values: dict[str, int | float | str] = {Workload.EVENT: event}
+        for name, value in (fields or {}).items():
+            if value is not None:
+                values[name] = coerce(name, value)
+        point = Point(Workload.NAME, dict(self.tags), values, self._clock_ns())
+        self.sink.submit([point])
+        return point
+
+    def close(self, timeout: float = 30.0) -> bool:
+        return self.sink.close(timeout)
+
+
+def make_sink(
+    collector_url: str | None,
+    token: str | None,
+    spool_dir: Path,
+    events_file: Path | None,
+) -> EventSink:
+    if collector_url:
+        return ShipperSink(collector_url, token, spool_dir)
+    if events_file is not None:
+        return FileSink(events_file)
+    return MemorySink()

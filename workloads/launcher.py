@@ -1,0 +1,305 @@
+"""``workloads run``: check everything, prepare the hosts, launch the ranks, summarise.
+
+Every check that can fail runs before any training starts: the data directory and its
+format for the framework, the framework and Horovod's extension for it, ``--np`` against
+the slots of ``--hosts``. Then the hosts are prepared (page cache, agent, RAM; over SSH
+for remote hosts), an embedded collector and agent start for ``--profile`` without
+``--collector``, and the ranks start: in this process for one local process, under
+``horovodrun --gloo`` for TensorFlow and MXNet, under ``torchrun`` for PyTorch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workloads import frameworks
+from workloads.datasets import DatasetError, DatasetInfo, check_format_for, describe
+from workloads.hosts import (
+    HostError,
+    HostReport,
+    HostSlots,
+    RemoteHost,
+    check_slots,
+    parse_hosts,
+    placement,
+    prepare_host,
+    prepare_local,
+    remote_python,
+)
+from workloads.profile import EmbeddedProfile, ProfileError, child_env, free_port
+from workloads.spec import TOKEN_ENV, TOKEN_FILE_ENV, RunSpec
+from workloads.summary import print_epoch_table
+
+DEFAULT_IMAGE_SIZE = 224
+DEFAULT_CLASSES = 1000
+
+
+class UsageError(ValueError):
+    pass
+
+
+@dataclass
+class Plan:
+    spec: RunSpec
+    hosts: list[HostSlots]
+    processes: int
+    token: str | None
+    runs_dir: Path
+    dataset: DatasetInfo | None = None
+    remote_token_file: str | None = None
+    reports: list[HostReport] = field(default_factory=list)
+
+    @property
+    def multi_host(self) -> bool:
+        return any(not host.is_local for host in self.hosts)
+
+    @property
+    def in_process(self) -> bool:
+        return self.processes == 1 and not self.multi_host
+
+
+def new_run_id(framework: str) -> str:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{framework}-{stamp}-{secrets.token_hex(2)}"
+
+
+def read_token(args: argparse.Namespace) -> str | None:
+    if args.token_file is not None:
+        try:
+            return args.token_file.read_text().strip() or None
+        except OSError as error:
+            raise UsageError(f"--token-file {args.token_file}: {error.strerror}") from None
+    return args.token or os.environ.get(TOKEN_ENV) or None
+
+
+def check_precision(framework: str, precision: str) -> None:
+    if framework == "mxnet" and precision == "bf16":
+        raise UsageError("MXNet 1.9 Gluon has no bf16 training: use --precision fp32 or fp16")
+    if framework == "mxnet" and precision == "fp16" and shutil.which("nvidia-smi") is None:
+        raise UsageError("MXNet fp16 convolutions need a GPU (none here): use --precision fp32")
+
+
+def plan_run(args: argparse.Namespace) -> Plan:
+    """Every check that can refuse the run, before anything starts."""
+    hosts = parse_hosts(args.hosts) if args.hosts else [HostSlots("localhost", args.np)]
+    check_slots(hosts, args.np)
+    dataset = None
+    if args.data_dir is not None:
+        dataset = describe(args.data_dir.resolve())
+        check_format_for(args.framework, dataset)
+    frameworks.check(args.framework, args.np)
+    check_precision(args.framework, args.precision)
+    if args.framework == "pytorch" and len(hosts) > 1:
+        counts = {take for _, take in placement(hosts, args.np)}
+        if len(counts) > 1:
+            raise UsageError("torchrun runs the same number of processes on every host: "
+                             "give --np a multiple of equal --hosts slots")  # fmt: skip
+    run_id = args.run_id or new_run_id(args.framework)
+    runs_dir = args.runs_dir.resolve()
+    image_size = args.image_size or (dataset.image_size if dataset else None) or DEFAULT_IMAGE_SIZE
+    spec = RunSpec(
+        run_id=run_id,
+        framework=args.framework,
+        model=args.model,
+        data_dir=str(dataset.root) if dataset else None,
+        dataset=dataset.to_json() if dataset else None,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        steps_per_epoch=args.steps_per_epoch,
+        image_size=image_size,
+        num_classes=args.num_classes or (dataset.classes if dataset else DEFAULT_CLASSES),
+        precision=args.precision,
+        warmup_steps=args.warmup_steps,
+        step_every=args.step_every,
+        target_top1=args.target_top1,
+        learning_rate=args.learning_rate,
+        collector_url=args.collector,
+        loader_workers=args.loader_workers,
+        seed=args.seed,
+        validate=not args.no_validate,
+    )
+    if not args.collector and not args.profile:
+        spec.events_dir = str(runs_dir / run_id / "events")
+    return Plan(spec, hosts, args.np, read_token(args), runs_dir, dataset)
+
+
+def prepare(plan: Plan, args: argparse.Namespace) -> None:
+    data_paths = None
+    if plan.dataset is not None:
+        data_paths = plan.dataset.paths("train") + plan.dataset.paths("val")
+    for host in plan.hosts:
+        if host.is_local:
+            report = prepare_local(data_paths, args.drop_caches, args.agent_port)
+        else:
+            remote = RemoteHost(host.name, args.ssh_user, args.ssh_port, args.ssh_key)
+            try:
+                data_dir = Path(plan.dataset.root) if plan.dataset else None
+                report = prepare_host(
+                    remote, remote_python(), data_dir, args.drop_caches, args.agent_port
+                )
+                if plan.token:
+                    path = f".cache/epochscope/tokens/{plan.spec.run_id}"
+                    remote.put_private(plan.token, path, remote_python())
+                    plan.remote_token_file = path  # relative to the home directory
+            finally:
+                remote.close()
+        plan.reports.append(report)
+        print(f"host {report.describe()}", flush=True)
+
+
+def remove_remote_tokens(plan: Plan, args: argparse.Namespace) -> None:
+    if not plan.remote_token_file:
+        return
+    for host in plan.hosts:
+        if host.is_local:
+            continue
+        try:
+            remote = RemoteHost(host.name, args.ssh_user, args.ssh_port, args.ssh_key)
+        except HostError as error:
+            print(f"workloads: token file left on {host.name}: {error}", file=sys.stderr)
+            continue
+        try:
+            remote.run(["rm", "-f", plan.remote_token_file])
+        finally:
+            remote.close()
+
+
+def worker_argv(spec: RunSpec) -> list[str]:
+    return ["-m", "workloads", "worker", "--spec", spec.encode()]
+
+
+def horovodrun_command(plan: Plan, ssh_port: int, ssh_key: Path | None = None) -> list[str]:
+    host_list = ",".join(f"{host.name}:{host.slots}" for host in plan.hosts)
+    command = [frameworks.horovodrun() or "horovodrun", "-np", str(plan.processes)]
+    command += ["-H", host_list, "--gloo"]
+    if plan.multi_host and ssh_port != 22:
+        command += ["-p", str(ssh_port)]
+    if plan.multi_host and ssh_key is not None:
+        command += ["--ssh-identity-file", str(ssh_key)]
+    return [*command, remote_python(), *worker_argv(plan.spec)]
+
+
+def torchrun_command(
+    plan: Plan, nodes: int, per_node: int, node_rank: int, master: str, port: int
+) -> list[str]:
+    command = [remote_python(), "-m", "torch.distributed.run"]
+    if nodes == 1:
+        command += ["--standalone", "--nnodes", "1"]
+    else:
+        command += ["--nnodes", str(nodes), "--node_rank", str(node_rank)]
+        command += ["--master_addr", master, "--master_port", str(port)]
+    command += ["--nproc_per_node", str(per_node), *worker_argv(plan.spec)]
+    return command
+
+
+def launch_env(plan: Plan) -> dict[str, str]:
+    env = child_env()
+    if plan.token:
+        if plan.remote_token_file:
+            env[TOKEN_FILE_ENV] = plan.remote_token_file
+        else:
+            env[TOKEN_ENV] = plan.token
+    return env
+
+
+def launch(plan: Plan, args: argparse.Namespace) -> int:
+    if plan.in_process:
+        if plan.token:
+            os.environ[TOKEN_ENV] = plan.token
+        from workloads.worker import run_rank
+
+        return run_rank(plan.spec)
+    env = launch_env(plan)
+    if plan.spec.framework != "pytorch":
+        return subprocess.run(
+            horovodrun_command(plan, args.ssh_port, args.ssh_key), env=env
+        ).returncode
+    share = placement(plan.hosts, plan.processes)
+    if not plan.multi_host:
+        command = torchrun_command(plan, 1, plan.processes, 0, "127.0.0.1", 0)
+        return subprocess.run(command, env=env).returncode
+    return _torchrun_over_ssh(plan, share, args)
+
+
+def _torchrun_over_ssh(plan: Plan, share, args: argparse.Namespace) -> int:
+    """torchrun on every host, started over SSH; the first host is the rendezvous."""
+    import threading
+
+    master, port = share[0][0].name, free_port("0.0.0.0")
+    statuses: dict[str, int] = {}
+
+    def node(index: int, host: HostSlots, per_node: int) -> None:
+        command = torchrun_command(plan, len(share), per_node, index, master, port)
+        if plan.remote_token_file:
+            command = ["env", f"{TOKEN_FILE_ENV}={plan.remote_token_file}", *command]
+        remote = RemoteHost(host.name, args.ssh_user, args.ssh_port, args.ssh_key)
+        try:
+            status, out, err = remote.run(command, timeout=None)
+            sys.stdout.write(out)
+            sys.stderr.write(err)
+            statuses[host.name] = status
+        finally:
+            remote.close()
+
+    threads = [
+        threading.Thread(target=node, args=(index, host, per_node), daemon=True)
+        for index, (host, per_node) in enumerate(share)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return max(statuses.values(), default=1)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        plan = plan_run(args)
+    except (DatasetError, frameworks.FrameworkError, HostError, UsageError) as error:
+        print(f"workloads: {error}", file=sys.stderr)
+        return 2
+    print(f"run {plan.spec.run_id}: {plan.spec.framework} {plan.spec.model}, "
+          f"{plan.processes} process(es), batch {plan.spec.batch_size}/rank, "
+          f"{plan.spec.data_format} data", flush=True)  # fmt: skip
+    try:
+        prepare(plan, args)
+    except HostError as error:
+        print(f"workloads: {error}", file=sys.stderr)
+        return 2
+    profile = None
+    if args.profile and not args.collector:
+        try:
+            profile = EmbeddedProfile(plan.spec.run_id, plan.runs_dir).start()
+        except ProfileError as error:
+            print(f"workloads: --profile: {error}", file=sys.stderr)
+            return 2
+        plan.spec.collector_url = profile.url
+    try:
+        status = launch(plan, args)
+    finally:
+        if profile is not None:
+            profile.stop()
+        remove_remote_tokens(plan, args)
+    _after(plan, profile, args)
+    return status
+
+
+def _after(plan: Plan, profile: EmbeddedProfile | None, args: argparse.Namespace) -> None:
+    run_id = plan.spec.run_id
+    if profile is not None:
+        profile.report()
+        print(f"open the dashboard on this run: {profile.dashboard_command()}")
+    elif plan.spec.events_dir:
+        print_epoch_table(Path(plan.spec.events_dir))
+        print(f"events of run {run_id} are in {plan.spec.events_dir}; deliver them with "
+              f"`workloads resend --events {plan.spec.events_dir} --collector URL`")  # fmt: skip
+    else:
+        print(f"per-epoch table: collector report {run_id} (on the collector's host)")

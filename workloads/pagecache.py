@@ -1,0 +1,122 @@
+"""How much of a data set sits in the page cache, and how to push it out.
+
+``resident_bytes`` maps each file and asks the kernel with mincore(2) which of its pages
+are in memory (what ``fincore`` prints). ``drop`` tries the whole-node way first
+(``sync`` then ``3`` into /proc/sys/vm/drop_caches, root only; a container usually
+refuses it) and falls back to posix_fadvise(POSIX_FADV_DONTNEED) on every file of the
+data set, which evicts clean pages of those files for any user.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+DROP_METHOD_ENV = "EPOCHSCOPE_DROP_METHOD"
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+)
+_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte))
+MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+@dataclass(frozen=True)
+class Residency:
+    files: int
+    total_bytes: int
+    resident_bytes: int
+
+    @property
+    def fraction(self) -> float:
+        return self.resident_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    def describe(self) -> str:
+        gib = 2**30
+        return (
+            f"{self.resident_bytes / gib:.3f} of {self.total_bytes / gib:.3f} GiB "
+            f"({self.fraction:.1%}) of {self.files} files in the page cache"
+        )
+
+
+def file_resident_bytes(path: Path) -> int:
+    """Bytes of ``path`` in the page cache (whole pages, capped at the file size)."""
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    pages = (size + PAGE_SIZE - 1) // PAGE_SIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address in (None, MAP_FAILED):
+            raise OSError(ctypes.get_errno(), f"mmap {path}")
+        try:
+            vector = (ctypes.c_ubyte * pages)()
+            if _libc.mincore(address, size, vector) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore {path}")
+            resident_pages = sum(byte & 1 for byte in bytes(vector))
+        finally:
+            _libc.munmap(address, size)
+    finally:
+        os.close(fd)
+    return min(resident_pages * PAGE_SIZE, size)
+
+
+def residency(paths: list[Path]) -> Residency:
+    total = resident = 0
+    for path in paths:
+        total += path.stat().st_size
+        resident += file_resident_bytes(path)
+    return Residency(len(paths), total, resident)
+
+
+def evict(paths: list[Path]) -> None:
+    """posix_fadvise(DONTNEED) over each whole file: clean pages leave the cache."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)  # dirty pages are not evicted
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def drop_node_caches() -> str | None:
+    """sync + drop_caches=3; None on success, else why it could not be done."""
+    if os.geteuid() != 0:
+        return "not root"
+    os.sync()
+    try:
+        DROP_CACHES.write_text("3\n")
+    except OSError as error:
+        return f"{DROP_CACHES}: {error.strerror or error}"
+    return None
+
+
+def drop(paths: list[Path]) -> str:
+    """Empty the page cache of these files; returns the method used, for the log.
+
+    ``EPOCHSCOPE_DROP_METHOD=fadvise`` skips the node-wide drop (a shared machine).
+    """
+    if os.environ.get(DROP_METHOD_ENV) == "fadvise":
+        evict(paths)
+        return f"posix_fadvise(DONTNEED) on {len(paths)} files"
+    refused = drop_node_caches()
+    if refused is None:
+        return "drop_caches"
+    evict(paths)
+    return f"posix_fadvise(DONTNEED) on {len(paths)} files (drop_caches refused: {refused})"

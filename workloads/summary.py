@@ -1,0 +1,98 @@
+"""Per-epoch throughput from a run's own event files (runs without a collector).
+
+The aggregate is built from every rank's ``epoch_end``: a rank's images/s is its
+``timed_images`` over its ``timed_seconds`` (warm-up excluded); a host's is the sum over
+its ranks, the run's the sum over all ranks (tf_cnn_benchmarks' total images/sec).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.point import Point
+from agent.schema import Event, Tag, Workload
+from workloads.events import read_events_file
+
+ALL_HOSTS = "(all)"
+
+
+@dataclass(frozen=True)
+class EpochRow:
+    epoch: int
+    host: str  # ALL_HOSTS for the run's total
+    ranks: int
+    images: int
+    images_per_second: float
+    loss: float | None
+    top1: float | None
+    top5: float | None
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def epoch_rows(points: list[Point]) -> list[EpochRow]:
+    """One row per (epoch, host) and one total row per epoch, epoch by epoch."""
+    groups: dict[tuple[int, str], list[Point]] = defaultdict(list)
+    for point in points:
+        if point.measurement == Workload.NAME and point.fields.get(Workload.EVENT) == (
+            Event.EPOCH_END
+        ):
+            epoch = int(point.fields[Workload.EPOCH])
+            groups[(epoch, point.tags[Tag.HOST])].append(point)
+            groups[(epoch, ALL_HOSTS)].append(point)
+    rows = []
+    for (epoch, host), ends in sorted(
+        groups.items(), key=lambda item: (item[0][0], item[0][1] == ALL_HOSTS, item[0][1])
+    ):
+        rate = 0.0
+        for end in ends:
+            seconds = float(end.fields.get(Workload.TIMED_SECONDS, 0.0))
+            if seconds > 0:
+                rate += float(end.fields.get(Workload.TIMED_IMAGES, 0)) / seconds
+        rows.append(
+            EpochRow(
+                epoch=epoch,
+                host=host,
+                ranks=len(ends),
+                images=sum(int(end.fields.get(Workload.IMAGES, 0)) for end in ends),
+                images_per_second=rate,
+                loss=_mean([e.fields[Workload.LOSS] for e in ends if Workload.LOSS in e.fields]),
+                top1=_mean([e.fields[Workload.TOP1] for e in ends if Workload.TOP1 in e.fields]),
+                top5=_mean([e.fields[Workload.TOP5] for e in ends if Workload.TOP5 in e.fields]),
+            )
+        )
+    return rows
+
+
+def read_events_dir(events_dir: Path) -> list[Point]:
+    points = []
+    for path in sorted(events_dir.glob("events-rank*.jsonl")):
+        points.extend(read_events_file(path))
+    return points
+
+
+def format_table(rows: list[EpochRow]) -> str:
+    def number(value: float | None, digits: int = 3) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    lines = [f"{'epoch':>5}  {'host':<20} {'ranks':>5} {'images':>8} {'images/s':>9} "
+             f"{'loss':>7} {'top1':>6} {'top5':>6}"]  # fmt: skip
+    for row in rows:
+        lines.append(
+            f"{row.epoch:>5}  {row.host:<20} {row.ranks:>5} {row.images:>8} "
+            f"{row.images_per_second:>9.1f} {number(row.loss):>7} {number(row.top1):>6} "
+            f"{number(row.top5):>6}"
+        )
+    return "\n".join(lines)
+
+
+def print_epoch_table(events_dir: Path) -> None:
+    rows = epoch_rows(read_events_dir(events_dir))
+    if rows:
+        print(format_table(rows), flush=True)
+    else:
+        print(f"no epoch_end events in {events_dir}", flush=True)

@@ -1,0 +1,235 @@
+"""ResNet-50 with tf.keras and Horovod (horovod.tensorflow.keras), over TFRecord shards.
+
+The input pipeline is tf_cnn_benchmarks' over ImageNet TFRecords: this rank's share of
+the shard files (record-level sharding when there are fewer files than ranks), parallel
+interleave, a 10,000-record shuffle buffer, JPEG decode with a random distorted crop,
+resize, random flip, batch, prefetch. ``--synthetic`` feeds one random batch over and
+over, as tf_cnn_benchmarks' synthetic mode does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import types
+
+from workloads.spec import RunSpec
+from workloads.worker import Placement, cpu_threads_per_rank, steps_per_epoch
+
+SHUFFLE_BUFFER = 10_000
+INTERLEAVE_CYCLE = 10
+CENTRAL_CROP = 0.875
+POLICIES = {"fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
+
+
+def _single_process() -> types.SimpleNamespace:
+    """What the trainer uses of horovod.tensorflow.keras, for one process without it."""
+    return types.SimpleNamespace(
+        init=lambda: None,
+        rank=lambda: 0,
+        size=lambda: 1,
+        local_rank=lambda: 0,
+        local_size=lambda: 1,
+        DistributedOptimizer=lambda optimizer: optimizer,
+        broadcast_callbacks=[],
+        allreduce_sum=lambda values: values,
+    )
+
+
+def _horovod() -> types.SimpleNamespace:
+    try:
+        import horovod.tensorflow.keras as hvd
+    except ImportError:
+        if int(os.environ.get("HOROVOD_SIZE", "1")) > 1:
+            raise  # started by horovodrun: Horovod is not optional
+        return _single_process()
+    hvd.init()
+    return types.SimpleNamespace(
+        init=hvd.init,
+        rank=hvd.rank,
+        size=hvd.size,
+        local_rank=hvd.local_rank,
+        local_size=hvd.local_size,
+        DistributedOptimizer=hvd.DistributedOptimizer,
+        broadcast_callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)],
+        allreduce_sum=lambda values: hvd.allreduce(values, op=hvd.Sum, name="eval_counts"),
+    )
+
+
+def build_model(tf, spec: RunSpec):
+    """tf.keras.applications.ResNet50 without weights; float32 logits out."""
+    inputs = tf.keras.Input(shape=(spec.image_size, spec.image_size, 3))
+    backbone = tf.keras.applications.ResNet50(
+        weights=None,
+        include_top=True,
+        input_tensor=inputs,
+        classes=spec.num_classes,
+        classifier_activation=None,
+    )
+    logits = tf.keras.layers.Activation("linear", dtype="float32")(backbone.output)
+    return tf.keras.Model(inputs, logits, name="resnet50")
+
+
+def _parse(tf, record):
+    features = tf.io.parse_single_example(
+        record,
+        {
+            "image/encoded": tf.io.FixedLenFeature([], tf.string, ""),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64, -1),
+        },
+    )
+    # ImageNet's TFRecord labels are 1-based (0 is the background class).
+    label = tf.cast(features["image/class/label"], tf.int32) - 1
+    return features["image/encoded"], label
+
+
+def _train_image(tf, encoded, size: int):
+    shape = tf.image.extract_jpeg_shape(encoded)
+    begin, crop, _ = tf.image.sample_distorted_bounding_box(
+        shape,
+        bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        min_object_covered=0.1,
+        aspect_ratio_range=(0.75, 1.33),
+        area_range=(0.08, 1.0),
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
+    offset_y, offset_x, _ = tf.unstack(begin)
+    height, width, _ = tf.unstack(crop)
+    window = tf.stack([offset_y, offset_x, height, width])
+    image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
+    image = tf.image.resize(image, [size, size])
+    image = tf.image.random_flip_left_right(image)
+    return image / 127.5 - 1.0
+
+
+def _eval_image(tf, encoded, size: int):
+    image = tf.image.decode_jpeg(encoded, channels=3)
+    image = tf.image.central_crop(image, CENTRAL_CROP)
+    image = tf.image.resize(image, [size, size])
+    return image / 127.5 - 1.0
+
+
+def train_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
+    autotune = tf.data.AUTOTUNE
+    paths = tf.data.Dataset.from_tensor_slices(files)
+    shard_files = len(files) >= placement.world_size
+    if shard_files:
+        paths = paths.shard(placement.world_size, placement.rank)
+    paths = paths.shuffle(len(files), seed=spec.seed + placement.rank).repeat()
+    records = paths.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(INTERLEAVE_CYCLE, len(files)),
+        num_parallel_calls=autotune,
+        deterministic=False,
+    )
+    if not shard_files:
+        records = records.shard(placement.world_size, placement.rank)
+    records = records.shuffle(SHUFFLE_BUFFER, seed=spec.seed + placement.rank)
+
+    def decode(record):
+        encoded, label = _parse(tf, record)
+        return _train_image(tf, encoded, spec.image_size), label
+
+    batches = records.map(decode, num_parallel_calls=autotune)
+    return batches.batch(spec.batch_size, drop_remainder=True).prefetch(autotune)
+
+
+def eval_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
+    records = tf.data.TFRecordDataset(files).shard(placement.world_size, placement.rank)
+
+    def decode(record):
+        encoded, label = _parse(tf, record)
+        return _eval_image(tf, encoded, spec.image_size), label
+
+    batches = records.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    return batches.batch(spec.batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def synthetic_dataset(tf, spec: RunSpec):
+    shape = (spec.batch_size, spec.image_size, spec.image_size, 3)
+    images = tf.random.uniform(shape, -1.0, 1.0, seed=spec.seed)
+    labels = tf.random.uniform(
+        (spec.batch_size,), 0, spec.num_classes, dtype=tf.int32, seed=spec.seed
+    )
+    return tf.data.Dataset.from_tensors((images, labels)).repeat()
+
+
+def evaluate(tf, model, dataset, allreduce_sum) -> tuple[float, float]:
+    """(top-1, top-5) over every rank's share of the validation set."""
+    k = min(5, model.output_shape[-1])
+
+    @tf.function
+    def counts(images, labels):
+        logits = model(images, training=False)
+        top1 = tf.reduce_sum(tf.cast(tf.math.in_top_k(labels, logits, 1), tf.float64))
+        topk = tf.reduce_sum(tf.cast(tf.math.in_top_k(labels, logits, k), tf.float64))
+        seen = tf.cast(tf.shape(labels)[0], tf.float64)
+        return tf.stack([top1, topk, seen])
+
+    totals = tf.zeros([3], tf.float64)
+    for images, labels in dataset:
+        totals += counts(images, labels)
+    top1, top5, seen = allreduce_sum(totals).numpy().tolist()
+    if seen == 0:
+        return math.nan, math.nan
+    return top1 / seen, top5 / seen
+
+
+def run(spec: RunSpec, start_recorder):
+    import tensorflow as tf
+
+    hvd = _horovod()
+    placement = Placement(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())
+    threads = cpu_threads_per_rank(placement.local_size)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        tf.config.set_visible_devices(gpus[placement.local_rank % len(gpus)], "GPU")
+        tf.config.experimental.set_memory_growth(gpus[placement.local_rank % len(gpus)], True)
+    if spec.precision in POLICIES:
+        tf.keras.mixed_precision.set_global_policy(POLICIES[spec.precision])
+    tf.random.set_seed(spec.seed)
+
+    recorder = start_recorder(placement)
+    model = build_model(tf, spec)
+    optimizer = tf.keras.optimizers.legacy.SGD(
+        learning_rate=spec.learning_rate * placement.world_size, momentum=0.9
+    )
+    model.compile(
+        optimizer=hvd.DistributedOptimizer(optimizer),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    if spec.synthetic:
+        data = synthetic_dataset(tf, spec)
+        val = None
+    else:
+        root = spec.dataset["root"]
+        data = train_dataset(
+            tf, spec, [f"{root}/{f}" for f in spec.dataset["train"]["files"]], placement
+        )
+        val_files = [f"{root}/{f}" for f in spec.dataset["val"]["files"]]
+        val = eval_dataset(tf, spec, val_files, placement) if val_files and spec.validate else None
+
+    class Events(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            recorder.epoch_start(epoch + 1)
+
+        def on_train_batch_end(self, batch, logs=None):
+            recorder.step_done(lambda: float(logs["loss"]))
+
+        def on_epoch_end(self, epoch, logs=None):
+            top1 = top5 = None
+            if val is not None:
+                top1, top5 = evaluate(tf, self.model, val, hvd.allreduce_sum)
+            recorder.epoch_end(loss=float((logs or {}).get("loss", math.nan)), top1=top1, top5=top5)
+
+    model.fit(
+        data,
+        epochs=spec.epochs,
+        steps_per_epoch=steps_per_epoch(spec, placement.world_size),
+        callbacks=[*hvd.broadcast_callbacks, Events()],
+        verbose=0,
+    )
+    return recorder

@@ -1,0 +1,140 @@
+"""One rank of a run: ``python -m workloads worker --spec <base64>``.
+
+horovodrun and torchrun start this once per process (``workloads run`` calls ``main``
+in-process for a one-process run). It builds the rank's event writer and recorder, hands
+them to the framework's trainer and writes ``run_end`` (finished or failed) whatever
+happens.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import traceback
+from dataclasses import dataclass
+
+from agent.schema import RunState, Workload
+from workloads.events import EventWriter, make_sink
+from workloads.spec import RunSpec, token_from_env
+from workloads.timing import Recorder
+
+DELIVERY_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this process sits in the run."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_size: int
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+
+def host_memory_bytes() -> int:
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_threads_per_rank(local_size: int) -> int:
+    cpus = len(os.sched_getaffinity(0))
+    return max(1, cpus // max(1, local_size))
+
+
+def run_start_fields(spec: RunSpec, placement: Placement) -> dict[str, object]:
+    dataset = spec.dataset or {}
+    train = dataset.get("train", {})
+    return {
+        Workload.MODEL: spec.model,
+        Workload.BATCH_SIZE: spec.batch_size,
+        Workload.WORLD_SIZE: placement.world_size,
+        Workload.LOCAL_SIZE: placement.local_size,
+        Workload.PRECISION: spec.precision,
+        Workload.DATA_FORMAT: spec.data_format,
+        Workload.DATASET_IMAGES: train.get("images", 0),
+        Workload.DATASET_BYTES: train.get("bytes", 0),
+        Workload.IMAGE_SIZE: spec.image_size,
+        Workload.HOST_MEMORY_BYTES: host_memory_bytes(),
+        Workload.WARMUP_STEPS: spec.warmup_steps,
+        Workload.TARGET_TOP1: spec.target_top1,
+    }
+
+
+def make_recorder(spec: RunSpec, placement: Placement) -> Recorder:
+    sink = make_sink(
+        spec.collector_url,
+        token_from_env(),
+        spec.spool_dir(placement.rank),
+        spec.events_file(placement.rank),
+    )
+    writer = EventWriter(sink, spec.run_id, placement.rank, spec.framework, socket.gethostname())
+    return Recorder(
+        writer,
+        batch_size=spec.batch_size,
+        warmup_steps=spec.warmup_steps,
+        step_every=spec.step_every,
+        verbose=placement.is_chief,
+    )
+
+
+def steps_per_epoch(spec: RunSpec, world_size: int) -> int:
+    if spec.steps_per_epoch:
+        return spec.steps_per_epoch
+    if spec.dataset is None:
+        return 100  # tf_cnn_benchmarks' default num_batches
+    images = spec.dataset["train"]["images"]
+    return max(1, images // (spec.batch_size * world_size))
+
+
+def train(spec: RunSpec, start_recorder) -> Recorder:
+    """Dispatch to the framework's trainer, which calls ``start_recorder(placement)``."""
+    if spec.framework == "tensorflow":
+        from workloads import tf_train as trainer
+    elif spec.framework == "mxnet":
+        from workloads import mx_train as trainer
+    else:
+        from workloads import torch_train as trainer
+    return trainer.run(spec, start_recorder)
+
+
+def run_rank(spec: RunSpec) -> int:
+    """Train this rank, always closing with run_end; returns the exit status."""
+    started: list[tuple[Placement, Recorder]] = []
+
+    def start_recorder(placement: Placement) -> Recorder:
+        recorder = make_recorder(spec, placement)
+        recorder.run_start(run_start_fields(spec, placement))
+        started.append((placement, recorder))
+        return recorder
+
+    status = 0
+    try:
+        train(spec, start_recorder)
+    except BaseException as error:  # a failed run still says so in its events
+        status = 130 if isinstance(error, KeyboardInterrupt) else 1
+        traceback.print_exc()
+    for placement, recorder in started:
+        recorder.run_end(RunState.FINISHED if status == 0 else RunState.FAILED)
+        if recorder.verbose:
+            print(recorder.summary(), flush=True)
+        if not recorder.writer.close(DELIVERY_TIMEOUT_SECONDS):
+            spool = spec.spool_dir(placement.rank)
+            print(
+                f"events not yet delivered stay in {spool}; send them later with: "
+                f"workloads resend --spool {spool} --collector {spec.collector_url}",
+                file=sys.stderr,
+            )
+    return status
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="workloads worker")
+    parser.add_argument("--spec", required=True, help="base64 JSON RunSpec from the launcher")
+    args = parser.parse_args(argv)
+    return run_rank(RunSpec.decode(args.spec))
