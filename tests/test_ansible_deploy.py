@@ -47,7 +47,7 @@ from test_ansible_harness import (
     write_inventory,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 NODE_ADDRESSES = {"node1": "127.0.0.1", "node2": "127.0.0.2"}
 

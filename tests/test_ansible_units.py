@@ -224,6 +224,7 @@ def rendered(tmp_path_factory):
         "epochscope_interval_seconds": 5,
         "epochscope_spool_max_bytes": 1048576,
         "epochscope_collector_retention_days": 30,
+        "epochscope_dashboard_auth": "admin:secret",
     }
     return render(tmp_path, extra), prefix
 
@@ -287,6 +288,10 @@ def test_collector_units_run_serve_and_dashboard(rendered):
     dashboard = (out / "epochscope-dashboard.service").read_text()
     assert "-m dashboard serve --db /var/lib/epochscope-collector/epochscope.sqlite" in dashboard
     assert "--host 127.0.0.1 --port 8050" in dashboard
+    # The password comes from a 0600 environment file, never the command line.
+    assert "EnvironmentFile=/etc/epochscope/epochscope-dashboard.env" in dashboard
+    assert "secret" not in dashboard
+    assert "EnvironmentFile" not in collector
 
 
 @pytest.mark.skipif(
