@@ -169,6 +169,7 @@ class _Block:
 _BLOCK_COLUMNS = "id, min_ns, max_ns, holes, series_ids, times, vals"
 _BATCH_COLUMNS = "id, groups, series_ids, times, vals"
 _BATCH_ORDER = 1 << 62  # batches sort after every block: they hold the newest writes
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _tags_key(tags: dict[str, str]) -> tuple[str, str]:
@@ -439,8 +440,8 @@ class SqliteStore:
             windows_of[tagset_id] = windows
         # the blocks of the windows written to, a few hundred tag sets per query
         old: dict[int, list[_Block]] = {}
-        low = min(min(w) for w in windows_of.values()) * CHUNK_NS
-        high = (max(max(w) for w in windows_of.values()) + 1) * CHUNK_NS
+        low = max(min(min(w) for w in windows_of.values()) * CHUNK_NS, _INT64_MIN)
+        high = min((max(max(w) for w in windows_of.values()) + 1) * CHUNK_NS, _INT64_MAX)
         tagset_ids = list(parts)
         for offset in range(0, len(tagset_ids), 500):
             chunk = tagset_ids[offset : offset + 500]
@@ -507,6 +508,8 @@ class SqliteStore:
     def read_series(self, series: list[SeriesInfo], start_ns: int, end_ns: int) -> list[SeriesData]:
         if not series:
             return []
+        start_ns = min(max(start_ns, _INT64_MIN), _INT64_MAX)  # SQLite integers are int64
+        end_ns = min(max(end_ns, _INT64_MIN), _INT64_MAX)
         with self._read_snapshot() as conn:
             batch_blocks: dict[int, list[_Block]] = {}
             for row in conn.execute(f"SELECT {_BATCH_COLUMNS} FROM batches ORDER BY id"):
@@ -762,9 +765,8 @@ def _merge_blocks(blocks: list[_Block]) -> tuple[np.ndarray, np.ndarray, np.ndar
     """One (series_ids, times, vals (k, n)) from blocks in write order; later writes win."""
     first = blocks[0]
     by_time = sorted(blocks, key=lambda block: block.min_ns)
-    if all(
-        block.ids == first.ids and block.min_ns > previous.max_ns
-        for previous, block in itertools.pairwise(by_time)
+    if all(block.ids == first.ids for block in blocks) and all(
+        block.min_ns > previous.max_ns for previous, block in itertools.pairwise(by_time)
     ):  # the usual case: one field set, no two blocks at the same time
         if len(blocks) == 1:
             return first.series_ids, first.times, first.vals
