@@ -312,3 +312,26 @@ def test_units_pass_systemd_analyze_verify(rendered, unit):
     # Only complaints about this unit count (the host's other units may have their own).
     complaints = [line for line in (result.stdout + result.stderr).splitlines() if unit in line]
     assert result.returncode == 0 and complaints == [], result.stdout + result.stderr
+
+
+def test_every_yaml_file_parses_and_the_playbooks_pass_syntax_check(tmp_path):
+    import yaml
+
+    for path in ANSIBLE_DIR.rglob("*.yml"):
+        yaml.safe_load(path.read_text())
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text("[epochscope_agents]\nnode1\n[epochscope_collector]\nhead\n")
+    for playbook in ("deploy-agents.yml", "deploy-collector.yml"):
+        result = subprocess.run(
+            [
+                str(ANSIBLE_PLAYBOOK),
+                "-i",
+                str(inventory),
+                "--syntax-check",
+                str(ANSIBLE_DIR / playbook),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
