@@ -28,15 +28,21 @@ from dashboard.source import DataSource, Timeseries, digest, is_live
 ASSETS = Path(__file__).parent / "assets"
 DEFAULT_POLL_SECONDS = 2.0
 
+# Scroll to the URL's #anchor once per visit, after the page is built and, on a run page,
+# after its findings (which arrive last and push the charts down) are in.
 SCROLL_TO_ANCHOR = """
-function(children, hash) {
-    if (hash) {
-        setTimeout(function () {
-            var target = document.getElementById(decodeURIComponent(hash.slice(1)));
-            if (target) { target.scrollIntoView(); }
-        }, 150);
+function(_children, hash, path, done) {
+    const key = path + hash;
+    if (!hash || done === key) { return window.dash_clientside.no_update; }
+    const findings = document.getElementById('run-findings');
+    if (findings && findings.innerText.startsWith('Looking')) {
+        return window.dash_clientside.no_update;
     }
-    return window.dash_clientside.no_update;
+    setTimeout(function () {
+        var target = document.getElementById(decodeURIComponent(hash.slice(1)));
+        if (target) { target.scrollIntoView(); }
+    }, 150);
+    return key;
 }
 """
 
@@ -81,15 +87,20 @@ class Callbacks:
         app.callback(
             Output("page", "children"),
             Output("nav", "children"),
+            Output("scroll-done", "data"),
             Input("url", "pathname"),
             Input("url", "search"),
         )(self.route)
-        app.clientside_callback(
-            SCROLL_TO_ANCHOR,
-            Output("scroll-done", "data"),
-            Input("page", "children"),
-            State("url", "hash"),
-        )
+        for trigger in ("page", "run-findings"):
+            app.clientside_callback(
+                SCROLL_TO_ANCHOR,
+                Output("scroll-done", "data", allow_duplicate=True),
+                Input(trigger, "children"),
+                State("url", "hash"),
+                State("url", "pathname"),
+                State("scroll-done", "data"),
+                prevent_initial_call=True,
+            )
         app.callback(
             Output("runs-table", "children"),
             Output("runs-digest", "data"),
@@ -101,7 +112,7 @@ class Callbacks:
             Output(pages.TIMESERIES_GRAPH, "figure"),
             *[Output(chart_id, "figure") for chart_id in pages.EPOCH_CHARTS],
             Output("epoch-table-container", "children"),
-            Output("run-findings", "children"),
+            Output("run-epochs", "data"),
             Output("run-header", "children"),
             Output("bucket-note", "children"),
             Output("run-interval", "disabled"),
@@ -118,6 +129,10 @@ class Callbacks:
             prevent_initial_call=True,
         )(self.switch_epoch_table)
         app.callback(
+            Output("run-findings", "children"),
+            Input("run-epochs", "data"),
+        )(self.load_run_findings)
+        app.callback(
             Output("scaling-graph", "figure"),
             Output("accuracy-graph", "figure"),
             Output("accuracy-chart", "style"),
@@ -132,9 +147,10 @@ class Callbacks:
         )(self.select_findings_run)
 
     # -- routing ---------------------------------------------------------------------------
-    def route(self, pathname: str | None, search: str | None) -> tuple[Any, Any]:
+    def route(self, pathname: str | None, search: str | None) -> tuple[Any, Any, None]:
         with self.source.request():
-            return self._route(pathname or "/", search)
+            page, nav = self._route(pathname or "/", search)
+        return page, nav, None  # a new page: its #anchor is still to scroll to
 
     def _route(self, pathname: str, search: str | None) -> tuple[Any, Any]:
         nav = pages.navigation(pathname)
@@ -165,7 +181,6 @@ class Callbacks:
             ts,
             boundaries,
             self.source.epochs(run_id),
-            self.source.findings(run_id),
             live,
             self.poll_ms,
             self._live_state(run_id, ts, boundaries),
@@ -238,17 +253,17 @@ class Callbacks:
         if rows is not None:
             epoch_figures: list[Any] = pages.epoch_figures(rows, new_state["hosts"])
             table: Any = pages.epoch_table(rows, per_host)
-            findings: Any = pages.findings_list(self.source.findings(run_id), run_id, True)
+            epochs_key: Any = pages.epochs_key(new_state)
             run = self.source.run(run_id)
             header: Any = pages.run_header(run, live, self.poll_ms) if run else no_update
         else:
             epoch_figures = [no_update] * len(pages.EPOCH_CHARTS)
-            table = findings = header = no_update
+            table = epochs_key = header = no_update
         return (
             time_figure,
             *epoch_figures,
             table,
-            findings,
+            epochs_key,
             header,
             bucket_note,
             not live,
@@ -281,6 +296,13 @@ class Callbacks:
                 trace["xaxis"], trace["yaxis"] = figures.throughput_axes()
                 patch["data"][first + offset] = trace
         return patch
+
+    def load_run_findings(self, key: dict[str, str] | None) -> Any:
+        if not key:
+            raise PreventUpdate
+        with self.source.request():
+            found = self.source.findings(key["run_id"])
+        return pages.findings_list(found, key["run_id"], same_page=True)
 
     # -- scaling and findings --------------------------------------------------------------
     def select_scaling_runs(self, selected: list[str] | None) -> tuple:

@@ -361,11 +361,13 @@ def run_page(
     ts: Timeseries,
     boundaries: dict[str, Any],
     rows: list[dict[str, Any]],
-    findings: list[dict[str, Any]],
     live: bool,
     poll_ms: int,
     live_state: dict[str, Any],
 ) -> html.Div:
+    """The run page. Its findings arrive by a callback of their own once the page is up
+    (they cost as much as the rest of the page), and again whenever ``run-epochs`` says an
+    epoch started or ended."""
     order = list(ts.hosts)
     disk, nfs, fabric = epoch_figures(rows, order)
     time_figure = timeseries_figure(ts, boundaries, rows)
@@ -373,7 +375,7 @@ def run_page(
         [
             html.Div(run_header(run, live, poll_ms), id="run-header"),
             html.H2("Findings"),
-            html.Div(findings_list(findings, run["run_id"], same_page=True), id="run-findings"),
+            html.Div(html.P("Looking for findings…", className="empty"), id="run-findings"),
             html.H2("Per epoch"),
             html.P(
                 "Epoch 1 reads the data set from storage; once it sits in the page cache, later "
@@ -410,8 +412,14 @@ def run_page(
             ),
             dcc.Interval(id="run-interval", interval=poll_ms, disabled=not live),
             dcc.Store(id="run-live", data=live_state),
+            dcc.Store(id="run-epochs", data=epochs_key(live_state)),
         ]
     )
+
+
+def epochs_key(live_state: dict[str, Any]) -> dict[str, str]:
+    """What the findings callback listens to: the run and the state of its epochs."""
+    return {"run_id": live_state["run_id"], "epochs": live_state["epochs"]}
 
 
 def gpus_text(gpus: int) -> str:

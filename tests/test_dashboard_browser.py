@@ -114,7 +114,7 @@ def test_runs_page_lists_every_run_and_links_to_it(dash_duo):
     assert dash_duo.get_logs() == []
 
 
-def test_run_page_charts_carry_each_host_and_epoch(dash_duo):
+def test_run_page_charts_carry_each_host_and_epoch(dash_duo, store):
     open_page(dash_duo, f"/runs/{PAPER_RUN}", "#timeseries .main-svg")
     traces = figure_data(dash_duo.driver, "timeseries")
     ib = [t for t in traces if " IB " in t["name"]]
@@ -148,6 +148,17 @@ def test_run_page_charts_carry_each_host_and_epoch(dash_duo):
     headers = dash_duo.find_elements("#epoch-table-container th")
     assert all(th.get_attribute("title") for th in headers)
     assert text_of(dash_duo, "#run-status") == "finished: not updating"
+    # the findings come once the page is up
+    found = DataSource(store).findings(PAPER_RUN)
+    wait_for(
+        lambda: len(dash_duo.find_elements("#run-findings .finding")) == len(found),
+        what="the run's findings",
+    )
+    assert (
+        dash_duo.find_element("#finding-cache_warmup .chart-link")
+        .get_attribute("href")
+        .endswith(f"/runs/{PAPER_RUN}#epoch-storage")
+    )
     assert dash_duo.get_logs() == []
 
     dash_duo.find_element("#epoch-table-hosts input").click()  # one row per epoch

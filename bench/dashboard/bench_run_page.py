@@ -49,6 +49,10 @@ from dashboard.source import DataSource  # noqa: E402
 
 DEFAULT_DB = Path(os.environ.get("TMPDIR", "/tmp")) / "epochscope-bench-dashboard.sqlite"
 GRAPHS = 4  # the time series and three per-epoch bar charts
+FINDINGS_READY = """
+const box = document.querySelector('#run-findings');
+return box && !box.innerText.startsWith('Looking') ? performance.now() : null;
+"""
 PAGE_READY = """
 const graphs = Array.from(document.querySelectorAll('.js-plotly-plot'))
     .filter(g => g._fullLayout && g.querySelector('.main-svg'));
@@ -77,7 +81,7 @@ def server_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, A
     # CPU time of this process: what the page costs without the other processes' load
     cold_cpu = median_of(repeat, lambda: timed(True, time.process_time))
     warm = median_of(repeat, lambda: timed(False))
-    page, _nav = callbacks.route(path, "")
+    page, _nav, _scroll = callbacks.route(path, "")
     body = to_json(page)
     points = sum(
         len(trace.get("y") or [])
@@ -117,23 +121,26 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
     run_path = f"/runs/{make_store.RUN_ID}"
     driver = chrome_driver()
 
-    def until_drawn(started_ms: float) -> float:
-        deadline = time.monotonic() + 120
+    driver.set_script_timeout(300)  # a page busy drawing a million points answers late
+
+    def until(script: str, started_ms: float) -> float:
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            done = driver.execute_script(PAGE_READY, GRAPHS)
+            done = driver.execute_script(script, GRAPHS)
             if done is not None:
                 return (done - started_ms) / 1000
             time.sleep(0.02)
-        raise TimeoutError("the run page did not finish drawing in 120 s")
+        raise TimeoutError("the run page did not finish drawing in 300 s")
 
     def load(cold: bool) -> float:
         if cold:
             source.forget()
         driver.get("about:blank")
         driver.get(base + run_path)
-        return until_drawn(0.0)  # performance.now() counts from navigation start
+        return until(PAGE_READY, 0.0)  # performance.now() counts from navigation start
 
-    def click(cold: bool) -> float:
+    def click(cold: bool) -> tuple[float, float]:
+        """(charts and table drawn, findings shown), seconds after the click."""
         driver.find_element(By.CSS_SELECTOR, "nav a[href='/']").click()
         WebDriverWait(driver, 60).until(
             ec.presence_of_element_located((By.CSS_SELECTOR, "#runs-list"))
@@ -145,16 +152,26 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
             "const now = performance.now(); link.click(); return now;",
             run_path,
         )
-        return until_drawn(started)
+        return until(PAGE_READY, started), until(FINDINGS_READY, started)
+
+    def clicks(cold: bool) -> tuple[float, float]:
+        times = [click(cold) for _ in range(repeat)]
+        return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
 
     try:
         first = load(True)  # the browser fetches plotly.js and Dash's bundles once
+        load_cold = median_of(repeat, lambda: load(True))
+        load_warm = median_of(repeat, lambda: load(False))
+        click_cold, findings_cold = clicks(True)
+        click_warm, findings_warm = clicks(False)
         results = {
             "first_visit_s": first,
-            "load_cold_s": median_of(repeat, lambda: load(True)),
-            "load_warm_s": median_of(repeat, lambda: load(False)),
-            "click_cold_s": median_of(repeat, lambda: click(True)),
-            "click_warm_s": median_of(repeat, lambda: click(False)),
+            "load_cold_s": load_cold,
+            "load_warm_s": load_warm,
+            "click_cold_s": click_cold,
+            "click_warm_s": click_warm,
+            "click_cold_findings_s": findings_cold,
+            "click_warm_findings_s": findings_warm,
         }
         errors = driver.get_log("browser")
         if errors:
@@ -198,6 +215,7 @@ def main() -> int:
             "server": server_side(store, max_points, args.repeat),
             "browser": browser_side(store, max_points, args.repeat),
         }
+        print(json.dumps(results[label]), flush=True)
     store.close()
 
     print(json.dumps(results, indent=2))
