@@ -313,8 +313,6 @@ _templates: dict[str, _Template] = {}  # prefix text -> template, shared by ever
 _TEMPLATE_LIMIT = 100_000
 _NOT_NUMERIC = str.maketrans("", "", "0123456789.-+eE")
 _SMALLEST_NORMAL = float(np.finfo(np.float64).tiny)
-
-_SMALLEST_NORMAL = np.finfo(np.float64).tiny
 _NOT_INTEGER = str.maketrans("", "", "0123456789-")
 _NOT_UNSIGNED = str.maketrans("", "", "0123456789")
 
@@ -455,9 +453,6 @@ def _template_columns(
         return None
     if ("e" in digits or "E" in digits or longest > 300) and not _in_float_range(numbers, values):
         return None
-    magnitudes = np.abs(numbers)
-    if ((magnitudes < _SMALLEST_NORMAL) & (magnitudes > 0)).any():
-        return None  # subnormal: the C parser refuses these lines, so the general path decides
     return times, numbers
 
 
