@@ -332,30 +332,47 @@ def stored_points(db: Path, hosts: Iterable[str] | None = None) -> dict[PointKey
     return points
 
 
-def raw_copies(db: Path) -> tuple[int, int]:
-    """(point copies in the raw blocks, distinct points) over all tag sets.
-
-    Re-sent points stay as separate copies until compaction merges them; readers always
-    see one. More copies than points means some point was delivered twice.
-    """
+def raw_times(db: Path) -> dict[int, list]:
+    """Every time stored per tag set, copies included, as int64 arrays: from the ``blocks``
+    table and, where the store has one, the ``batches`` table of writes not yet folded
+    into blocks (rows of ``groups`` (tag set, points, fields) and the groups' times)."""
     import sqlite3
 
     import numpy as np
 
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        copies = 0
-        distinct = 0
-        by_tagset: dict[int, list[np.ndarray]] = {}
+        by_tagset: dict[int, list] = {}
         for tagset_id, times in conn.execute("SELECT tagset_id, times FROM blocks"):
             by_tagset.setdefault(tagset_id, []).append(np.frombuffer(times, dtype=np.int64))
-        for parts in by_tagset.values():
-            joined = np.concatenate(parts)
-            copies += joined.size
-            distinct += np.unique(joined).size
-        return copies, distinct
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+        if "batches" in tables:
+            for groups, times in conn.execute("SELECT groups, times FROM batches"):
+                index = np.frombuffer(groups, dtype=np.int64).reshape(-1, 3)
+                all_times = np.frombuffer(times, dtype=np.int64)
+                start = 0
+                for tagset_id, count, _ in index.tolist():
+                    by_tagset.setdefault(tagset_id, []).append(all_times[start : start + count])
+                    start += count
+        return by_tagset
     finally:
         conn.close()
+
+
+def raw_copies(db: Path) -> tuple[int, int]:
+    """(point copies in the raw tables, distinct points) over all tag sets.
+
+    Re-sent points stay as separate copies until compaction merges them; readers always
+    see one. More copies than points means some point was delivered twice.
+    """
+    import numpy as np
+
+    copies = distinct = 0
+    for parts in raw_times(db).values():
+        joined = np.concatenate(parts)
+        copies += joined.size
+        distinct += np.unique(joined).size
+    return copies, distinct
 
 
 def agent_tick_times(db: Path, host: str) -> list[int]:

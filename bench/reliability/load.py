@@ -364,21 +364,18 @@ def rss_parts(pid: int) -> dict[str, int]:
 
 def stored_lines(db: Path) -> dict[str, int]:
     """Points per host in the store (distinct times per tag set, summed)."""
+    import numpy as np
+
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        import numpy as np
-
-        counts: dict[str, int] = {}
-        by_tagset: dict[int, list] = {}
         hosts = dict(conn.execute("SELECT id, host FROM tagsets"))
-        for tagset_id, times in conn.execute("SELECT tagset_id, times FROM blocks"):
-            by_tagset.setdefault(tagset_id, []).append(np.frombuffer(times, dtype=np.int64))
-        for tagset_id, parts in by_tagset.items():
-            host = hosts[tagset_id]
-            counts[host] = counts.get(host, 0) + int(np.unique(np.concatenate(parts)).size)
-        return counts
     finally:
         conn.close()
+    counts: dict[str, int] = {}
+    for tagset_id, parts in harness.raw_times(db).items():
+        host = hosts[tagset_id]
+        counts[host] = counts.get(host, 0) + int(np.unique(np.concatenate(parts)).size)
+    return counts
 
 
 def percentile(values: list[float], q: float) -> float:
