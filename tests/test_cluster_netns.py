@@ -41,6 +41,8 @@ AGENT_PORT = 9711
 COLLECTOR_PORT = 8086
 HOSTS = ("h1", "h2")
 INTERFACE = "eth0"
+# `ip netns exec NS` bind-mounts /etc/netns/NS/hosts over /etc/hosts inside NS.
+NETNS_ETC = Path("/etc/netns")
 # Trainable parameters of Keras ResNet50(weights=None, classes=4): 25,583,592 for 1000
 # classes minus the 1000-class head (2048*1000 + 1000) plus a 4-class one (2048*4 + 4):
 #   25,583,592 - 2,049,000 + 8,196 = 23,542,788, i.e. 94,171,152 bytes of fp32 gradients.
@@ -90,6 +92,7 @@ class Cluster:
         self.addresses = {host: f"{self.subnet}.{i + 1}" for i, host in enumerate(HOSTS)}
         # Made in this namespace under unique names (<= 15 characters), renamed once moved.
         self.veths = {host: f"ev{host}{tag}" for host in HOSTS}
+        self.made_netns_dir = not NETNS_ETC.exists()
         self.processes: list[subprocess.Popen] = []
         self.logs: list = []
 
@@ -110,7 +113,7 @@ class Cluster:
             )
             run_checked(["ip", "-n", ns, "link", "set", INTERFACE, "up"])
             run_checked(["ip", "-n", ns, "link", "set", "lo", "up"])
-            hosts_dir = Path("/etc/netns") / ns
+            hosts_dir = NETNS_ETC / ns
             hosts_dir.mkdir(parents=True, exist_ok=True)
             (hosts_dir / "hosts").write_text(
                 "127.0.0.1 localhost\n" + "".join(f"{self.addresses[h]} {h}\n" for h in HOSTS)
@@ -132,7 +135,9 @@ class Cluster:
             ns = self.namespaces[host]
             # Deleting a namespace deletes the veth end inside it, and so the pair.
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-            shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
+            shutil.rmtree(NETNS_ETC / ns, ignore_errors=True)
+        if self.made_netns_dir and NETNS_ETC.is_dir() and not any(NETNS_ETC.iterdir()):
+            NETNS_ETC.rmdir()
 
     # --- processes inside a host ---
 
