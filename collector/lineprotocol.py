@@ -312,7 +312,7 @@ class _Template:
 _templates: dict[str, _Template] = {}  # prefix text -> template, shared by every body
 _TEMPLATE_LIMIT = 100_000
 _NOT_NUMERIC = str.maketrans("", "", "0123456789.-+eE")
-_SMALLEST_NORMAL = np.finfo(np.float64).tiny
+_SMALLEST_NORMAL = float(np.finfo(np.float64).tiny)
 _NOT_INTEGER = str.maketrans("", "", "0123456789-")
 _NOT_UNSIGNED = str.maketrans("", "", "0123456789")
 
@@ -444,18 +444,31 @@ def _template_columns(
         return None
     if "+" in digits and digits.count("+") != digits.count("e+") + digits.count("E+"):
         return None
-    if max(map(len, values)) >= 19 and not _integers_in_range(template, values):
+    longest = max(map(len, values))
+    if longest >= 19 and not _integers_in_range(template, values):
         return None
     try:
         numbers = np.array(list(map(float, values)), dtype=np.float64)
     except ValueError:  # "1-2", "", "."
         return None
-    if ("e" in digits or "E" in digits) and not np.isfinite(numbers).all():  # 1e999
+    if ("e" in digits or "E" in digits or longest > 300) and not _in_float_range(numbers, values):
         return None
-    magnitudes = np.abs(numbers)
-    if ((magnitudes < _SMALLEST_NORMAL) & (magnitudes > 0)).any():
-        return None  # subnormal: the C parser refuses these lines, so the general path decides
     return times, numbers
+
+
+def _in_float_range(numbers: np.ndarray, values: list[str]) -> bool:
+    """What strtod takes without ERANGE, as the C parser does: no overflow (1e999), no
+    subnormal (1e-320), no underflow to zero (1e-400; 0e-400 is fine)."""
+    magnitudes = np.abs(numbers)
+    if not np.isfinite(numbers).all():
+        return False
+    if ((magnitudes < _SMALLEST_NORMAL) & (magnitudes > 0)).any():
+        return False
+    for index in np.flatnonzero(numbers == 0).tolist():
+        mantissa = values[index].lower().partition("e")[0]
+        if mantissa.strip("-+.0"):  # non-zero digits that came out as zero
+            return False
+    return True
 
 
 def _integers_in_range(template: _Template, values: list[str]) -> bool:

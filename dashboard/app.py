@@ -28,15 +28,21 @@ from dashboard.source import DataSource, Timeseries, digest, is_live
 ASSETS = Path(__file__).parent / "assets"
 DEFAULT_POLL_SECONDS = 2.0
 
+# Scroll to the URL's #anchor once per visit, after the page is built and, on a run page,
+# after its findings (which arrive last and push the charts down) are in.
 SCROLL_TO_ANCHOR = """
-function(children, hash) {
-    if (hash) {
-        setTimeout(function () {
-            var target = document.getElementById(decodeURIComponent(hash.slice(1)));
-            if (target) { target.scrollIntoView(); }
-        }, 150);
+function(_children, hash, path, done) {
+    const key = path + hash;
+    if (!hash || done === key) { return window.dash_clientside.no_update; }
+    const findings = document.getElementById('run-findings');
+    if (findings && findings.innerText.startsWith('Looking')) {
+        return window.dash_clientside.no_update;
     }
-    return window.dash_clientside.no_update;
+    setTimeout(function () {
+        var target = document.getElementById(decodeURIComponent(hash.slice(1)));
+        if (target) { target.scrollIntoView(); }
+    }, 150);
+    return key;
 }
 """
 
@@ -81,15 +87,20 @@ class Callbacks:
         app.callback(
             Output("page", "children"),
             Output("nav", "children"),
+            Output("scroll-done", "data"),
             Input("url", "pathname"),
             Input("url", "search"),
         )(self.route)
-        app.clientside_callback(
-            SCROLL_TO_ANCHOR,
-            Output("scroll-done", "data"),
-            Input("page", "children"),
-            State("url", "hash"),
-        )
+        for trigger in ("page", "run-findings"):
+            app.clientside_callback(
+                SCROLL_TO_ANCHOR,
+                Output("scroll-done", "data", allow_duplicate=True),
+                Input(trigger, "children"),
+                State("url", "hash"),
+                State("url", "pathname"),
+                State("scroll-done", "data"),
+                prevent_initial_call=True,
+            )
         app.callback(
             Output("runs-table", "children"),
             Output("runs-digest", "data"),
@@ -98,18 +109,29 @@ class Callbacks:
             prevent_initial_call=True,
         )(self.refresh_runs)
         app.callback(
-            *[Output(f"ts-{chart.chart_id}", "figure") for chart in figures.TIME_CHARTS],
+            Output(pages.TIMESERIES_GRAPH, "figure"),
             *[Output(chart_id, "figure") for chart_id in pages.EPOCH_CHARTS],
             Output("epoch-table-container", "children"),
-            Output("run-findings", "children"),
+            Output("run-epochs", "data"),
             Output("run-header", "children"),
             Output("bucket-note", "children"),
             Output("run-interval", "disabled"),
             Output("run-live", "data"),
             Input("run-interval", "n_intervals"),
             State("run-live", "data"),
+            State("epoch-table-hosts", "value"),
             prevent_initial_call=True,
         )(self.refresh_run)
+        app.callback(
+            Output("epoch-table-container", "children", allow_duplicate=True),
+            Input("epoch-table-hosts", "value"),
+            State("run-live", "data"),
+            prevent_initial_call=True,
+        )(self.switch_epoch_table)
+        app.callback(
+            Output("run-findings", "children"),
+            Input("run-epochs", "data"),
+        )(self.load_run_findings)
         app.callback(
             Output("scaling-graph", "figure"),
             Output("accuracy-graph", "figure"),
@@ -125,9 +147,10 @@ class Callbacks:
         )(self.select_findings_run)
 
     # -- routing ---------------------------------------------------------------------------
-    def route(self, pathname: str | None, search: str | None) -> tuple[Any, Any]:
+    def route(self, pathname: str | None, search: str | None) -> tuple[Any, Any, None]:
         with self.source.request():
-            return self._route(pathname or "/", search)
+            page, nav = self._route(pathname or "/", search)
+        return page, nav, None  # a new page: its #anchor is still to scroll to
 
     def _route(self, pathname: str, search: str | None) -> tuple[Any, Any]:
         nav = pages.navigation(pathname)
@@ -158,7 +181,6 @@ class Callbacks:
             ts,
             boundaries,
             self.source.epochs(run_id),
-            self.source.findings(run_id),
             live,
             self.poll_ms,
             self._live_state(run_id, ts, boundaries),
@@ -186,13 +208,22 @@ class Callbacks:
         return pages.runs_table(runs), now
 
     # -- run page --------------------------------------------------------------------------
-    def refresh_run(self, _tick: int, state: dict[str, Any] | None) -> tuple:
+    def refresh_run(
+        self, _tick: int, state: dict[str, Any] | None, per_host: list[str] | None
+    ) -> tuple:
         if not state:
             raise PreventUpdate
         with self.source.request():
-            return self._refresh_run(state)
+            return self._refresh_run(state, bool(per_host))
 
-    def _refresh_run(self, state: dict[str, Any]) -> tuple:
+    def switch_epoch_table(self, per_host: list[str] | None, state: dict[str, Any] | None) -> Any:
+        if not state:
+            raise PreventUpdate
+        with self.source.request():
+            rows = self.source.epochs(state["run_id"])
+        return pages.epoch_table(rows, per_host=bool(per_host))
+
+    def _refresh_run(self, state: dict[str, Any], per_host: bool) -> tuple:
         run_id = state["run_id"]
         live = is_live(self.source.run_state(run_id))
         boundaries = self.source.boundaries(run_id)
@@ -206,12 +237,12 @@ class Callbacks:
         bucket_note: Any = no_update
         if redraw:
             ts = self.source.timeseries(run_id, live)
-            time_figures: list[Any] = pages.time_chart_figures(ts, boundaries, rows or [])
+            time_figure: Any = pages.timeseries_figure(ts, boundaries, rows or [])
             new_state = self._live_state(run_id, ts, boundaries)
             bucket_note = pages.bucket_note(ts, boundaries)
         else:
             changed = (boundaries, rows) if epochs_changed and rows is not None else None
-            time_figures = self._extend(update, hosts, changed)
+            time_figure = self._extend(update, hosts, changed)
             new_state = {
                 **state,
                 "since": {**state["since"], **update.next_since},
@@ -221,18 +252,18 @@ class Callbacks:
 
         if rows is not None:
             epoch_figures: list[Any] = pages.epoch_figures(rows, new_state["hosts"])
-            table: Any = pages.epoch_table(rows)
-            findings: Any = pages.findings_list(self.source.findings(run_id), run_id, True)
+            table: Any = pages.epoch_table(rows, per_host)
+            epochs_key: Any = pages.epochs_key(new_state)
             run = self.source.run(run_id)
             header: Any = pages.run_header(run, live, self.poll_ms) if run else no_update
         else:
             epoch_figures = [no_update] * len(pages.EPOCH_CHARTS)
-            table = findings = header = no_update
+            table = epochs_key = header = no_update
         return (
-            *time_figures,
+            time_figure,
             *epoch_figures,
             table,
-            findings,
+            epochs_key,
             header,
             bucket_note,
             not live,
@@ -244,30 +275,34 @@ class Callbacks:
         update: Timeseries,
         hosts: list[str],
         epochs: tuple[dict[str, Any], list[dict[str, Any]]] | None,
-    ) -> list[Any]:
-        """One ``Patch`` per time chart: append the new buckets' values to each trace. When
-        an epoch started or ended (``epochs`` = boundaries and report rows), also redraw the
-        epoch shading and replace the throughput chart's epoch means."""
-        out: list[Any] = []
-        shading = figures.epoch_shading(epochs[0], hosts) if epochs is not None else None
-        for chart in figures.TIME_CHARTS:
-            extension = figures.time_chart_extension(chart, update.hosts, hosts)
-            if not extension and epochs is None:
-                out.append(no_update)
-                continue
-            patch = Patch()
-            for index, values in extension.items():
-                patch["data"][index]["y"].extend(values)
-            if epochs is not None and shading is not None:
-                patch["layout"]["shapes"] = shading[0]
-                patch["layout"]["annotations"] = shading[1]
-                if chart.chart_id == figures.THROUGHPUT_CHART:
-                    means = figures.epoch_mean_traces(epochs[1], epochs[0], hosts)
-                    first = len(chart.series) * len(hosts)
-                    for offset, trace in enumerate(means):
-                        patch["data"][first + offset] = trace
-            out.append(patch)
-        return out
+    ) -> Any:
+        """A ``Patch`` of the time-series figure: append the new buckets' values to each
+        trace. When an epoch started or ended (``epochs`` = boundaries and report rows), also
+        redraw the epoch shading and replace the throughput panel's epoch means."""
+        extension = figures.timeseries_extension(update.hosts, hosts)
+        if not extension and epochs is None:
+            return no_update
+        patch = Patch()
+        for index, values in extension.items():
+            patch["data"][index]["y"].extend(values)
+        if epochs is not None:
+            boundaries, rows = epochs
+            shapes, labels = figures.epoch_shading(boundaries, hosts)
+            patch["layout"]["shapes"] = shapes
+            # (a live figure's "no samples" notes go too: data may have come since)
+            patch["layout"]["annotations"] = [*figures.panel_titles(), *labels]
+            first = figures.epoch_mean_offset(hosts)
+            for offset, trace in enumerate(figures.epoch_mean_traces(rows, boundaries, hosts)):
+                trace["xaxis"], trace["yaxis"] = figures.throughput_axes()
+                patch["data"][first + offset] = trace
+        return patch
+
+    def load_run_findings(self, key: dict[str, str] | None) -> Any:
+        if not key:
+            raise PreventUpdate
+        with self.source.request():
+            found = self.source.findings(key["run_id"])
+        return pages.findings_list(found, key["run_id"], same_page=True)
 
     # -- scaling and findings --------------------------------------------------------------
     def select_scaling_runs(self, selected: list[str] | None) -> tuple:

@@ -4,8 +4,10 @@
                     [--auth USER:PASSWORD] [--poll-seconds 2] [--max-points 500]
 
 ``--db`` is the collector's SQLite file (default: ``$EPOCHSCOPE_DB`` or
-``runs/epochscope.sqlite``, as for ``collector``). ``--collector URL`` reads the
-VictoriaMetrics backend instead, when this checkout has it (``collector.victoriametrics``).
+``runs/epochscope.sqlite``, as for ``collector``). ``--collector URL`` reads samples from the
+VictoriaMetrics backend that ``collector serve --backend victoriametrics=URL`` forwards to
+(``collector.victoriametrics``); the runs and their events still come from the collector's
+SQLite file (``--db``).
 Listening on anything but loopback needs ``--auth`` (HTTP basic); the credentials can also
 come from ``$EPOCHSCOPE_DASHBOARD_AUTH`` so that they stay out of the process list.
 """
@@ -39,10 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dashboard", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the dashboard over HTTP")
-    source = serve.add_mutually_exclusive_group()
-    source.add_argument("--db", help=f"collector SQLite file (default {DEFAULT_DB})")
-    source.add_argument(
-        "--collector", metavar="URL", help="VictoriaMetrics backend URL instead of --db"
+    serve.add_argument(
+        "--db",
+        help=f"collector SQLite file (default {DEFAULT_DB}); with --collector, its events",
+    )
+    serve.add_argument(
+        "--collector",
+        metavar="URL",
+        help="VictoriaMetrics URL the collector forwards samples to (its --backend)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     serve.add_argument("--port", type=int, default=8050, help="port (%(default)s)")
@@ -67,7 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def open_store(args: argparse.Namespace) -> ReadStore:
+    path = Path(args.db or DEFAULT_DB)
+    if not path.is_file():
+        raise CliError(
+            f"no store at {path}: start `collector serve --db {path}` first, or give --db",
+            status=1,
+        )
     if args.collector:
+        if not args.collector.startswith(("http://", "https://")):
+            raise CliError(f"--collector must be an http(s) URL, not {args.collector!r}")
         try:
             from collector.victoriametrics import VictoriaMetricsStore
         except ImportError:
@@ -75,13 +89,7 @@ def open_store(args: argparse.Namespace) -> ReadStore:
                 "--collector URL is unsupported in this build: it needs the VictoriaMetrics "
                 "backend (collector.victoriametrics), which is not installed. Use --db PATH."
             ) from None
-        return VictoriaMetricsStore(args.collector)
-    path = Path(args.db or DEFAULT_DB)
-    if not path.is_file():
-        raise CliError(
-            f"no store at {path}: start `collector serve --db {path}` first, or give --db",
-            status=1,
-        )
+        return VictoriaMetricsStore(args.collector, events=path)
     from collector.store import SqliteStore
 
     return SqliteStore(path)

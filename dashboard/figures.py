@@ -70,26 +70,26 @@ TIME_CHARTS: tuple[TimeChart, ...] = (
         "nfs_read_mbps",
         "NFS read: fetched from the server (solid) vs read by applications (dotted)",
         "MB/s",
-        (("nfs_server_read_mbps", "from server"), ("nfs_app_read_mbps", "by applications")),
+        (("nfs_server_read_mbps", "NFS from server"), ("nfs_app_read_mbps", "NFS app read")),
     ),
     TimeChart(
         "ib_mbps",
         "InfiniBand: receive (solid) vs transmit (dotted)",
         "MB/s",
-        (("ib_rcv_mbps", "receive"), ("ib_xmit_mbps", "transmit")),
+        (("ib_rcv_mbps", "IB receive"), ("ib_xmit_mbps", "IB transmit")),
     ),
     TimeChart(
         "net_mbps",
         "Network interfaces: receive (solid) vs transmit (dotted)",
         "MB/s",
-        (("net_rx_mbps", "receive"), ("net_tx_mbps", "transmit")),
+        (("net_rx_mbps", "NIC receive"), ("net_tx_mbps", "NIC transmit")),
     ),
-    TimeChart("page_cache", "Page cache", "GB", (("page_cache_bytes", "cached"),), scale=1e-9),
+    TimeChart("page_cache", "Page cache", "GB", (("page_cache_bytes", "page cache"),), scale=1e-9),
     TimeChart(
         "cpu_percent",
         "CPU: busy (solid) and iowait (dotted)",
-        "% of all CPU time",
-        (("cpu_util_percent", "busy"), ("iowait_percent", "iowait")),
+        "% CPU",
+        (("cpu_util_percent", "CPU busy"), ("iowait_percent", "iowait")),
     ),
     TimeChart("gpu_util_percent", "GPU utilisation", "%", (("gpu_util_percent", "GPU"),)),
 )
@@ -188,7 +188,7 @@ def time_chart_traces(
                 {
                     "type": "scatter",
                     "mode": "lines",
-                    "name": f"{host} {label}" if len(chart.series) > 1 else host,
+                    "name": f"{host} {label}",
                     "legendgroup": host,
                     **trace,
                     "line": {
@@ -197,7 +197,7 @@ def time_chart_traces(
                         "dash": DASHES[series_index % len(DASHES)],
                     },
                     "connectgaps": False,
-                    "hovertemplate": f"%{{y:,.1f}} {chart.unit}",
+                    "hovertemplate": f"%{{y:,.1f}} {chart.unit}<extra>{host} {label}</extra>",
                 }
             )
     return traces
@@ -259,6 +259,7 @@ def epoch_shading(
                     "x": iso_ms((window["start_ns"] + window["end_ns"]) // 2),
                     "y": 1.0,
                     "yanchor": "bottom",
+                    "yshift": 16,  # above the top panel's title
                     "showarrow": False,
                     "font": {"size": 10, "color": "#555"},
                 }
@@ -305,63 +306,156 @@ def epoch_mean_traces(
     return traces
 
 
-def time_chart_figure(
-    chart: TimeChart,
-    hosts: dict[str, dict[str, Any]],
-    boundaries: dict[str, list[dict[str, Any]]],
-    host_order: list[str],
-    epoch_rows: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """A time-series chart; the throughput chart also gets the epoch means (after the
-    per-bucket traces, so live extensions keep their indices)."""
-    traces = time_chart_traces(chart, hosts, host_order)
-    layout = _base_layout(chart.title, chart.unit)
-    layout["showlegend"] = False  # the page shows one host legend for all charts
-    if chart.chart_id == THROUGHPUT_CHART and epoch_rows is not None:
-        for trace in traces:
-            trace["line"]["width"] = 1.0
-            trace["opacity"] = 0.55
-        traces += epoch_mean_traces(epoch_rows, boundaries, host_order)
-    shapes, labels = epoch_shading(boundaries, host_order)
-    layout["shapes"] = shapes
-    layout["annotations"] = labels
-    layout["xaxis"] = {"type": "date", "gridcolor": GRID_COLOUR}
-    values = [v for trace in traces for v in trace["y"] if v is not None]
-    if not values:
-        layout["annotations"] = [*labels, _note("no samples of this kind from these hosts")]
-    elif not any(values):
-        layout["annotations"] = [*labels, _note(f"0 {chart.unit} throughout, on every host")]
-    return {"data": traces, "layout": layout}
-
-
-def _note(text: str) -> dict[str, Any]:
-    """A grey remark in the middle of a chart."""
+def _note(text: str, y: float = 0.5) -> dict[str, Any]:
+    """A grey remark in the middle of a chart (or of a panel, at height ``y``)."""
     return {
         "text": text,
         "xref": "paper",
         "yref": "paper",
         "x": 0.5,
-        "y": 0.5,
+        "y": y,
         "showarrow": False,
         "font": {"size": 12, "color": "#888"},
     }
 
 
-def time_chart_extension(
-    chart: TimeChart, new_hosts: dict[str, dict[str, Any]], host_order: list[str]
+PANEL_HEIGHT = 175  # px per time-series panel
+PANEL_GAP = 0.034  # share of the figure height between panels
+PANEL_MARGINS = {"l": 64, "r": 16, "t": 44, "b": 36}
+
+
+def panel_domains(count: int) -> list[tuple[float, float]]:
+    """Vertical extents, top panel first, of ``count`` stacked panels."""
+    step = 1.0 / count
+    return [
+        (round(1.0 - (i + 1) * step + PANEL_GAP / 2, 4), round(1.0 - i * step - PANEL_GAP / 2, 4))
+        for i in range(count)
+    ]
+
+
+def trace_offsets(host_order: list[str]) -> list[int]:
+    """Index of each chart's first trace in ``timeseries_figure``'s data."""
+    offsets, index = [], 0
+    for chart in TIME_CHARTS:
+        offsets.append(index)
+        index += len(chart.series) * len(host_order)
+    return offsets
+
+
+def timeseries_figure(
+    hosts: dict[str, dict[str, Any]],
+    boundaries: dict[str, list[dict[str, Any]]],
+    host_order: list[str],
+    epoch_rows: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Every ``TIME_CHARTS`` panel stacked in one figure on one shared (zoom-linked) time
+    axis, the epochs shaded across all of them, like the profiling figures of the seed
+    studies. One figure rather than eight: the browser lays out and draws one plot.
+
+    Traces are chart-major, then series, then host (``trace_offsets``); the throughput
+    panel's epoch means come last, so live extensions of the others keep their indices.
+    """
+    domains = panel_domains(len(TIME_CHARTS))
+    layout: dict[str, Any] = {
+        "height": PANEL_HEIGHT * len(TIME_CHARTS) + PANEL_MARGINS["t"] + PANEL_MARGINS["b"],
+        "autosize": True,
+        "margin": PANEL_MARGINS,
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "font": {"family": "system-ui, 'DejaVu Sans', Arial, sans-serif", "size": 12},
+        "showlegend": False,  # the page shows one host legend for all charts
+        "hovermode": "x unified",
+        "uirevision": "keep",  # zoom survives live updates
+    }
+    traces: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    for number, (chart, (low, high)) in enumerate(zip(TIME_CHARTS, domains, strict=True), 1):
+        suffix = "" if number == 1 else str(number)
+        chart_traces = time_chart_traces(chart, hosts, host_order)
+        for trace in chart_traces:
+            trace["xaxis"], trace["yaxis"] = f"x{suffix}", f"y{suffix}"
+            if chart.chart_id == THROUGHPUT_CHART and epoch_rows is not None:
+                trace["line"]["width"] = 1.0
+                trace["opacity"] = 0.55
+        traces += chart_traces
+        layout[f"xaxis{suffix}"] = {
+            "type": "date",
+            "anchor": f"y{suffix}",
+            "gridcolor": GRID_COLOUR,
+            "showticklabels": number == len(TIME_CHARTS),
+            **({"matches": "x"} if number > 1 else {}),
+        }
+        layout[f"yaxis{suffix}"] = {
+            "domain": [low, high],
+            "anchor": f"x{suffix}",
+            "title": {"text": chart.unit, "font": {"size": 11}},
+            "rangemode": "tozero",
+            "gridcolor": GRID_COLOUR,
+            "zerolinecolor": "#c8ccd2",
+        }
+        values = [v for trace in chart_traces for v in trace["y"] if v is not None]
+        middle = (low + high) / 2
+        if not values:
+            annotations.append(_note("no samples of this kind from these hosts", middle))
+        elif not any(values):
+            annotations.append(_note(f"0 {chart.unit} throughout, on every host", middle))
+    if epoch_rows is not None:
+        for trace in epoch_mean_traces(epoch_rows, boundaries, host_order):
+            trace["xaxis"], trace["yaxis"] = throughput_axes()
+            traces.append(trace)
+    shapes, labels = epoch_shading(boundaries, host_order)
+    layout["shapes"] = shapes
+    layout["annotations"] = [*panel_titles(), *annotations, *labels]
+    return {"data": traces, "layout": layout}
+
+
+def panel_titles() -> list[dict[str, Any]]:
+    """Each panel's title, just above it."""
+    return [
+        {
+            "text": f"<b>{chart.title}</b>",
+            "xref": "paper",
+            "yref": "paper",
+            "x": 0,
+            "y": high,
+            "xanchor": "left",
+            "yanchor": "bottom",
+            "yshift": 3,
+            "showarrow": False,
+            "font": {"size": 12, "color": "#333"},
+        }
+        for chart, (_low, high) in zip(TIME_CHARTS, panel_domains(len(TIME_CHARTS)), strict=True)
+    ]
+
+
+def throughput_axes() -> tuple[str, str]:
+    """The (x, y) axes of the throughput panel."""
+    number = next(i for i, c in enumerate(TIME_CHARTS, 1) if c.chart_id == THROUGHPUT_CHART)
+    suffix = "" if number == 1 else str(number)
+    return f"x{suffix}", f"y{suffix}"
+
+
+def timeseries_extension(
+    new_hosts: dict[str, dict[str, Any]], host_order: list[str]
 ) -> dict[int, list[float | None]]:
-    """For a live update: the y values to append to each trace index of a chart drawn by
-    ``time_chart_figure`` with the same ``host_order``."""
+    """For a live update: the y values to append to each trace index of a figure drawn by
+    ``timeseries_figure`` with the same ``host_order``."""
     out: dict[int, list[float | None]] = {}
-    for series_index, (name, _label) in enumerate(chart.series):
-        for host_index, host in enumerate(host_order):
-            series = new_hosts.get(host)
-            if series is None:
-                continue
-            values = _scaled(series["series"].get(name, []), chart.scale)
-            if values:
-                out[series_index * len(host_order) + host_index] = values
+    for chart, offset in zip(TIME_CHARTS, trace_offsets(host_order), strict=True):
+        for series_index, (name, _label) in enumerate(chart.series):
+            for host_index, host in enumerate(host_order):
+                series = new_hosts.get(host)
+                if series is None:
+                    continue
+                values = _scaled(series["series"].get(name, []), chart.scale)
+                if values:
+                    out[offset + series_index * len(host_order) + host_index] = values
     return out
+
+
+def epoch_mean_offset(host_order: list[str]) -> int:
+    """Index of the first epoch-mean trace in ``timeseries_figure``'s data."""
+    return sum(len(chart.series) for chart in TIME_CHARTS) * len(host_order)
 
 
 # --------------------------------------------------------------------------------------

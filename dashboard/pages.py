@@ -25,21 +25,22 @@ from dashboard.source import Timeseries
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": False}
 
 # a finding's ``chart`` (a report column) -> the run page element that shows it
+TIMESERIES_ANCHOR = "over-time"
 CHART_ANCHORS = {
-    "images_per_second": "images_per_second",
+    "images_per_second": TIMESERIES_ANCHOR,
     "disk_read_mbps": "epoch-storage",
     "disk_read_bytes": "epoch-storage",
     "nfs_server_read_mbps": "epoch-storage",
-    "nfs_app_read_bytes": "nfs_read_mbps",
-    "nfs_cache_hit_ratio": "nfs_read_mbps",
+    "nfs_app_read_bytes": TIMESERIES_ANCHOR,
+    "nfs_cache_hit_ratio": TIMESERIES_ANCHOR,
     "rx_minus_tx_mbps": "epoch-fabric",
-    "ib_rcv_mbps": "ib_mbps",
-    "ib_xmit_mbps": "ib_mbps",
-    "page_cache_delta_bytes": "page_cache",
+    "ib_rcv_mbps": TIMESERIES_ANCHOR,
+    "ib_xmit_mbps": TIMESERIES_ANCHOR,
+    "page_cache_delta_bytes": TIMESERIES_ANCHOR,
     "major_faults": "epoch-table",
-    "cpu_util_percent": "cpu_percent",
-    "iowait_percent": "cpu_percent",
-    "gpu_util_percent": "gpu_util_percent",
+    "cpu_util_percent": TIMESERIES_ANCHOR,
+    "iowait_percent": TIMESERIES_ANCHOR,
+    "gpu_util_percent": TIMESERIES_ANCHOR,
 }
 EPOCH_TABLE_ANCHOR = "epoch-table"
 ACCURACY_KEYS = ("final_top1", "target_top1", "epochs_to_target", "seconds_to_target")
@@ -127,11 +128,23 @@ def runs_table(runs: list[dict[str, Any]]) -> html.Table | html.P:
     return html.Table([_header(RUN_COLUMNS), html.Tbody(body)], className="table", id="runs-list")
 
 
-def epoch_table(rows: list[dict[str, Any]]) -> html.Table | html.P:
+EPOCH_TABLE_MAX_ROWS = 120  # more rows than this: one row per epoch until asked for hosts
+PER_HOST = "per-host"
+
+
+def per_host_default(rows: list[dict[str, Any]]) -> list[str]:
+    """The "one row per host" switch: on unless the table would be long."""
+    return [PER_HOST] if len(rows) <= EPOCH_TABLE_MAX_ROWS else []
+
+
+def epoch_table(rows: list[dict[str, Any]], per_host: bool = True) -> html.Table | html.P:
+    """Host rows and the all-hosts row of each epoch (only the latter unless ``per_host``)."""
     if not rows:
         return html.P("No epoch has started yet.", className="empty")
     body = []
     for row in rows:
+        if not per_host and row["host"] != ALL_HOSTS:
+            continue
         all_hosts = row["host"] == ALL_HOSTS
         cells = []
         for column in EPOCH_COLUMNS:
@@ -306,14 +319,10 @@ def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
     return dcc.Graph(id=element_id, figure=figure, config=GRAPH_CONFIG)
 
 
-def time_chart_figures(
+def timeseries_figure(
     ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    order = list(ts.hosts)
-    return [
-        figures.time_chart_figure(chart, ts.hosts, boundaries, order, rows)
-        for chart in figures.TIME_CHARTS
-    ]
+) -> dict[str, Any]:
+    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows)
 
 
 def epoch_figures(rows: list[dict[str, Any]], host_order: list[str]) -> list[dict[str, Any]]:
@@ -334,6 +343,7 @@ def epoch_figures(rows: list[dict[str, Any]], host_order: list[str]) -> list[dic
 
 
 EPOCH_CHARTS = ("epoch-disk", "epoch-nfs", "epoch-fabric-graph")
+TIMESERIES_GRAPH = "timeseries"
 
 
 def bucket_note(ts: Timeseries, boundaries: dict[str, Any]) -> str:
@@ -351,19 +361,21 @@ def run_page(
     ts: Timeseries,
     boundaries: dict[str, Any],
     rows: list[dict[str, Any]],
-    findings: list[dict[str, Any]],
     live: bool,
     poll_ms: int,
     live_state: dict[str, Any],
 ) -> html.Div:
+    """The run page. Its findings arrive by a callback of their own once the page is up
+    (they cost as much as the rest of the page), and again whenever ``run-epochs`` says an
+    epoch started or ended."""
     order = list(ts.hosts)
     disk, nfs, fabric = epoch_figures(rows, order)
-    time_figures = time_chart_figures(ts, boundaries, rows)
+    time_figure = timeseries_figure(ts, boundaries, rows)
     return html.Div(
         [
             html.Div(run_header(run, live, poll_ms), id="run-header"),
             html.H2("Findings"),
-            html.Div(findings_list(findings, run["run_id"], same_page=True), id="run-findings"),
+            html.Div(html.P("Looking for findings…", className="empty"), id="run-findings"),
             html.H2("Per epoch"),
             html.P(
                 "Epoch 1 reads the data set from storage; once it sits in the page cache, later "
@@ -378,26 +390,36 @@ def run_page(
                 id="epoch-storage",
             ),
             html.Div(graph(EPOCH_CHARTS[2], fabric), id="epoch-fabric", className="panel"),
-            html.H2("Over time"),
+            html.H2("Over time", id=TIMESERIES_ANCHOR),
             html.P(bucket_note(ts, boundaries), className="lead", id="bucket-note"),
             host_legend(order),
-            html.Div(
-                [
-                    html.Div(graph(f"ts-{chart.chart_id}", figure), id=chart.chart_id)
-                    for chart, figure in zip(figures.TIME_CHARTS, time_figures, strict=True)
-                ],
-                className="grid",
-            ),
+            html.Div(graph(TIMESERIES_GRAPH, time_figure), className="panel"),
             html.H2("Per-epoch table", id=EPOCH_TABLE_ANCHOR),
             html.P(
                 "Hover a column header for its meaning; – means not measured (never zero).",
                 className="lead",
             ),
-            html.Div(epoch_table(rows), id="epoch-table-container", className="table-scroll"),
+            dcc.Checklist(
+                id="epoch-table-hosts",
+                options=[{"label": " one row per host", "value": PER_HOST}],
+                value=per_host_default(rows),
+                className="table-switch",
+            ),
+            html.Div(
+                epoch_table(rows, per_host=bool(per_host_default(rows))),
+                id="epoch-table-container",
+                className="table-scroll",
+            ),
             dcc.Interval(id="run-interval", interval=poll_ms, disabled=not live),
             dcc.Store(id="run-live", data=live_state),
+            dcc.Store(id="run-epochs", data=epochs_key(live_state)),
         ]
     )
+
+
+def epochs_key(live_state: dict[str, Any]) -> dict[str, str]:
+    """What the findings callback listens to: the run and the state of its epochs."""
+    return {"run_id": live_state["run_id"], "epochs": live_state["epochs"]}
 
 
 def gpus_text(gpus: int) -> str:

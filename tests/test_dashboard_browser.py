@@ -75,6 +75,11 @@ def table_rows(duo, selector: str) -> list[list[str]]:
     )
 
 
+def trace(duo, name: str) -> dict:
+    """One trace of the run page's time-series figure, by name."""
+    return next(t for t in figure_data(duo.driver, "timeseries") if t["name"] == name)
+
+
 def text_of(duo, selector: str) -> str | None:
     """An element's text, read in one go (None when it is not there)."""
     return duo.driver.execute_script(
@@ -104,19 +109,20 @@ def test_runs_page_lists_every_run_and_links_to_it(dash_duo):
     assert dash_duo.get_logs() == []
 
     dash_duo.find_element(f"a[href='/runs/{PAPER_RUN}']").click()
-    dash_duo.wait_for_element("#ts-ib_mbps .main-svg", timeout=60)
+    dash_duo.wait_for_element("#timeseries .main-svg", timeout=60)
     assert dash_duo.driver.current_url.endswith(f"/runs/{PAPER_RUN}")
     assert dash_duo.get_logs() == []
 
 
-def test_run_page_charts_carry_each_host_and_epoch(dash_duo):
-    open_page(dash_duo, f"/runs/{PAPER_RUN}", "#ts-gpu_util_percent .main-svg")
-    ib = figure_data(dash_duo.driver, "ts-ib_mbps")
+def test_run_page_charts_carry_each_host_and_epoch(dash_duo, store):
+    open_page(dash_duo, f"/runs/{PAPER_RUN}", "#timeseries .main-svg")
+    traces = figure_data(dash_duo.driver, "timeseries")
+    ib = [t for t in traces if " IB " in t["name"]]
     assert [t["name"] for t in ib] == [
-        "node1 receive",
-        "node2 receive",
-        "node1 transmit",
-        "node2 transmit",
+        "node1 IB receive",
+        "node2 IB receive",
+        "node1 IB transmit",
+        "node2 IB transmit",
     ]
     assert len(ib[0]["y"]) == 280  # one-second buckets over 120 + 80 + 80 s
     assert ib[0]["y"][10] == pytest.approx(400.0)  # epoch 1: data set read over the fabric
@@ -131,8 +137,8 @@ def test_run_page_charts_carry_each_host_and_epoch(dash_duo):
 
     # epoch shading: three bands, labelled
     labels = dash_duo.driver.execute_script(
-        "return document.querySelector('#ts-ib_mbps .js-plotly-plot')"
-        ".layout.annotations.map(a => a.text)"
+        "return document.querySelector('#timeseries .js-plotly-plot')"
+        ".layout.annotations.map(a => a.text).filter(t => t.startsWith('epoch'))"
     )
     assert labels == ["epoch 1", "epoch 2", "epoch 3"]
 
@@ -142,6 +148,24 @@ def test_run_page_charts_carry_each_host_and_epoch(dash_duo):
     headers = dash_duo.find_elements("#epoch-table-container th")
     assert all(th.get_attribute("title") for th in headers)
     assert text_of(dash_duo, "#run-status") == "finished: not updating"
+    # the findings come once the page is up
+    found = DataSource(store).findings(PAPER_RUN)
+    wait_for(
+        lambda: len(dash_duo.find_elements("#run-findings .finding")) == len(found),
+        what="the run's findings",
+    )
+    assert (
+        dash_duo.find_element("#finding-cache_warmup .chart-link")
+        .get_attribute("href")
+        .endswith(f"/runs/{PAPER_RUN}#epoch-storage")
+    )
+    assert dash_duo.get_logs() == []
+
+    dash_duo.find_element("#epoch-table-hosts input").click()  # one row per epoch
+    wait_for(
+        lambda: len(table_rows(dash_duo, "#epoch-table-container")) == 3,
+        what="the table to keep only the all-hosts rows",
+    )
     assert dash_duo.get_logs() == []
 
 
@@ -198,12 +222,11 @@ def test_unknown_run_says_so(dash_duo):
 
 
 def test_live_run_gets_new_epochs_and_stops_polling_when_it_ends(dash_duo, store):
-    open_page(dash_duo, f"/runs/{LIVE_RUN}", "#ts-images_per_second .main-svg")
+    open_page(dash_duo, f"/runs/{LIVE_RUN}", "#timeseries .main-svg")
     assert text_of(dash_duo, "#run-status").startswith("live: updating every 0.4 s")
     epochs = {row[0] for row in table_rows(dash_duo, "#epoch-table-container")}
     assert epochs == {"1", "2"}
-    disk = figure_data(dash_duo.driver, "ts-disk_read_mbps")
-    assert len(disk[0]["y"]) == 2 * LIVE_EPOCH_SECONDS  # one-second buckets, complete only
+    assert len(trace(dash_duo, "node1 disk read")["y"]) == 2 * LIVE_EPOCH_SECONDS  # complete only
 
     two_epochs = live_run(2)
     store.write_points(points_after(live_run(3), two_epochs.end_true_ns()))
@@ -214,14 +237,13 @@ def test_live_run_gets_new_epochs_and_stops_polling_when_it_ends(dash_duo, store
 
     wait_for(third_epoch_shown, what="epoch 3 to appear in the table")
     wait_for(
-        lambda: len(figure_data(dash_duo.driver, "ts-disk_read_mbps")[0]["y"]) == 90,
+        lambda: len(trace(dash_duo, "node1 disk read")["y"]) == 90,
         what="the charts to grow by the third epoch's 30 buckets",
     )
-    disk = figure_data(dash_duo.driver, "ts-disk_read_mbps")[0]["y"]
+    disk = trace(dash_duo, "node1 disk read")["y"]
     assert disk[75] == pytest.approx(50.0)  # 50 MB/s in every epoch of the live run
-    throughput = figure_data(dash_duo.driver, "ts-images_per_second")
-    assert throughput[2]["name"] == "node1 epoch mean"
-    assert throughput[2]["y"][-3:] == [100.0, 100.0, None]  # 3,000 images / 30 s
+    mean = trace(dash_duo, "node1 epoch mean")
+    assert mean["y"][-3:] == [100.0, 100.0, None]  # 3,000 images / 30 s
 
     store.write_points(run_end_points(live_run(3)))
     wait_for(

@@ -151,20 +151,20 @@ def test_missing_store_is_a_clear_error(repo_env, tmp_path):
     assert not missing.exists()  # never creates an empty store by mistake
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("collector.victoriametrics") is not None,
-    reason="this tree has the VictoriaMetrics backend",
-)
-def test_collector_url_says_unsupported_without_the_backend(repo_env):
-    result = run_cli(["serve", "--collector", "http://127.0.0.1:8428"], repo_env)
+@needs_store
+def test_collector_must_be_a_url(repo_env, empty_db):
+    result = run_cli(["serve", "--db", str(empty_db), "--collector", "127.0.0.1:8428"], repo_env)
     assert result.returncode == 2
-    assert "--collector URL is unsupported" in result.stderr
+    assert "--collector must be an http(s) URL" in result.stderr
 
 
-def test_db_and_collector_are_exclusive(repo_env):
-    result = run_cli(["serve", "--db", "x", "--collector", "http://127.0.0.1:1"], repo_env)
-    assert result.returncode == 2
-    assert "not allowed with argument" in result.stderr
+def test_collector_needs_the_events_file(repo_env, tmp_path):
+    missing = tmp_path / "events.sqlite"
+    result = run_cli(
+        ["serve", "--collector", "http://127.0.0.1:8428", "--db", str(missing)], repo_env
+    )
+    assert result.returncode == 1
+    assert f"no store at {missing}" in result.stderr
 
 
 # --------------------------------------------------------------------------------------

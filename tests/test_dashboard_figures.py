@@ -50,15 +50,46 @@ def valid(figure: dict) -> dict:
     return figure
 
 
-def test_infiniband_chart_has_receive_and_transmit_per_host(paper):
-    figure = valid(
-        figures.time_chart_figure(
-            chart("ib_mbps"), paper["ts"].hosts, paper["boundaries"], HOST_ORDER
-        )
+@pytest.fixture(scope="module")
+def over_time(paper) -> dict:
+    return valid(
+        figures.timeseries_figure(paper["ts"].hosts, paper["boundaries"], HOST_ORDER, paper["rows"])
     )
-    names = [t["name"] for t in figure["data"]]
-    assert names == ["node1 receive", "node2 receive", "node1 transmit", "node2 transmit"]
-    receive, transmit = figure["data"][0], figure["data"][2]
+
+
+def traces_of(figure: dict, chart_id: str) -> list[dict]:
+    """The traces of one panel of the time-series figure."""
+    index = [c.chart_id for c in figures.TIME_CHARTS].index(chart_id)
+    start = figures.trace_offsets(HOST_ORDER)[index]
+    return figure["data"][start : start + len(chart(chart_id).series) * len(HOST_ORDER)]
+
+
+def test_panels_are_stacked_on_one_linked_time_axis(over_time):
+    layout = over_time["layout"]
+    panels = len(figures.TIME_CHARTS)
+    assert all(layout[f"xaxis{n}"]["matches"] == "x" for n in range(2, panels + 1))
+    names = ["xaxis", *(f"xaxis{n}" for n in range(2, panels + 1))]
+    # time labels under the bottom panel only
+    assert [layout[name]["showticklabels"] for name in names] == [False] * (panels - 1) + [True]
+    titles = [a["text"] for a in layout["annotations"] if a["text"].startswith("<b>")]
+    assert (
+        titles[0]
+        == "<b>Training throughput (thin: per bucket, from step events; thick: epoch mean)</b>"
+    )
+    assert len(titles) == panels
+
+
+def test_infiniband_panel_has_receive_and_transmit_per_host(over_time):
+    ib = traces_of(over_time, "ib_mbps")
+    names = [t["name"] for t in ib]
+    assert names == [
+        "node1 IB receive",
+        "node2 IB receive",
+        "node1 IB transmit",
+        "node2 IB transmit",
+    ]
+    receive, transmit = ib[0], ib[2]
+    assert receive["yaxis"] == "y4"  # the fourth panel
     # one-second buckets from T0; each point sits at its bucket's centre
     assert receive["x0"] == "2023-11-14 22:13:20.500"
     assert receive["dx"] == 1000.0
@@ -70,34 +101,27 @@ def test_infiniband_chart_has_receive_and_transmit_per_host(paper):
     assert transmit["line"]["dash"] == "dot"
 
 
-def test_throughput_chart_shows_each_epochs_mean_over_its_window(paper):
-    figure = valid(
-        figures.time_chart_figure(
-            chart("images_per_second"),
-            paper["ts"].hosts,
-            paper["boundaries"],
-            HOST_ORDER,
-            paper["rows"],
-        )
-    )
-    names = [t["name"] for t in figure["data"]]
-    assert names == ["node1", "node2", "node1 epoch mean", "node2 epoch mean"]
-    mean = figure["data"][2]
+def test_throughput_panel_shows_each_epochs_mean_over_its_window(over_time):
+    first = figures.epoch_mean_offset(HOST_ORDER)
+    assert first == len(over_time["data"]) - 2  # the last traces, one per host
+    mean = over_time["data"][first]
+    assert mean["name"] == "node1 epoch mean"
+    assert mean["yaxis"] == "y"  # the throughput panel
     # 96,000 images per host per epoch: / 120 s = 800, then / 80 s = 1,200
     assert mean["y"] == [800.0, 800.0, None, 1200.0, 1200.0, None, 1200.0, 1200.0, None]
     assert mean["x"][:3] == ["2023-11-14 22:13:20.000", "2023-11-14 22:15:20.000", None]
 
 
-def test_page_cache_chart_is_in_gigabytes(paper):
-    figure = valid(
-        figures.time_chart_figure(
-            chart("page_cache"), paper["ts"].hosts, paper["boundaries"], HOST_ORDER
-        )
-    )
-    node1 = figure["data"][0]["y"]
+def test_page_cache_panel_is_in_gigabytes(over_time):
+    node1 = traces_of(over_time, "page_cache")[0]["y"]
     # cache grows 300 MB/s from 2 GB for the 120 s of epoch 1, then stays at 38 GB
     assert node1[0] == pytest.approx(2.0 + 0.3 * 0.5, abs=0.01)  # mean over the first second
     assert node1[200] == pytest.approx(38.0)
+
+
+def test_all_zero_panels_say_so(over_time):
+    notes = [a["text"] for a in over_time["layout"]["annotations"] if "throughout" in a["text"]]
+    assert notes == ["0 MB/s throughout, on every host"]  # the local disk: data is on NFS
 
 
 def test_epochs_are_shaded_and_labelled_with_epoch_one_apart(paper):
@@ -165,16 +189,16 @@ def test_missing_columns_give_an_explained_empty_chart():
 
 
 def test_live_extension_targets_each_series_and_host():
-    ib = chart("ib_mbps")
     update = {
         "node2": {"series": {"ib_rcv_mbps": [7.0], "ib_xmit_mbps": [3.0]}},
         "node1": {"series": {"ib_rcv_mbps": [1.0, 2.0], "ib_xmit_mbps": []}},
     }
-    # traces are series-major: receive node1, receive node2, transmit node1, transmit node2
-    assert figures.time_chart_extension(ib, update, HOST_ORDER) == {
-        0: [1.0, 2.0],
-        1: [7.0],
-        3: [3.0],
+    # panels before InfiniBand: images/s (1 series), disk (1), NFS (2), x 2 hosts = 8
+    # traces; then receive node1, receive node2, transmit node1, transmit node2
+    assert figures.timeseries_extension(update, HOST_ORDER) == {
+        8: [1.0, 2.0],
+        9: [7.0],
+        11: [3.0],
     }
 
 
@@ -211,6 +235,14 @@ def test_epoch_table_marks_all_host_rows_and_tooltips(paper):
     assert len(all_hosts) == 3
     cells = [td.children for td in all_hosts[0].children]
     assert cells[:5] == ["1", "all hosts", "120.0", "192,000", "1,600.0"]
+
+
+def test_long_epoch_tables_start_with_one_row_per_epoch(paper):
+    rows = paper["rows"]
+    assert pages.per_host_default(rows) == [pages.PER_HOST]  # 9 rows: every host shown
+    assert pages.per_host_default(rows * 14) == []  # 126 rows: too long
+    body = pages.epoch_table(rows, per_host=False).children[1].children
+    assert [tr.children[1].children for tr in body] == ["all hosts"] * 3
 
 
 def test_findings_link_to_the_chart_that_shows_them(source):

@@ -10,7 +10,8 @@ for the next run). Then, side by side in one process, for the dashboard as shipp
 - server: the run page callback (``/runs/<id>``: run summary, time series, epoch table,
   findings, layout), with the query layer's cache of finished runs cleared first (cold) and
   then warm; and what it sends (JSON bytes, points per chart trace);
-- browser: headless Chromium opening ``/runs/<id>`` until all 11 charts are drawn and the
+- browser: headless Chromium opening ``/runs/<id>`` until all 4 plots (time series, three
+  per-epoch bar charts) are drawn and the
   epoch table is there, timed by the page itself (``performance.now()`` since navigation
   start), with the server cache cold and warm.
 
@@ -36,16 +37,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import make_store  # noqa: E402
 from dash._utils import to_json  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 
 from collector.store import SqliteStore  # noqa: E402
-from dashboard import figures  # noqa: E402
 from dashboard.app import Callbacks, create_app  # noqa: E402
 from dashboard.browser import chrome_driver  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
 
 DEFAULT_DB = Path(os.environ.get("TMPDIR", "/tmp")) / "epochscope-bench-dashboard.sqlite"
-GRAPHS = len(figures.TIME_CHARTS) + 3
+GRAPHS = 4  # the time series and three per-epoch bar charts
+FINDINGS_READY = """
+const box = document.querySelector('#run-findings');
+return box && !box.innerText.startsWith('Looking') ? performance.now() : null;
+"""
 PAGE_READY = """
 const graphs = Array.from(document.querySelectorAll('.js-plotly-plot'))
     .filter(g => g._fullLayout && g.querySelector('.main-svg'));
@@ -74,12 +81,12 @@ def server_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, A
     # CPU time of this process: what the page costs without the other processes' load
     cold_cpu = median_of(repeat, lambda: timed(True, time.process_time))
     warm = median_of(repeat, lambda: timed(False))
-    page, _nav = callbacks.route(path, "")
+    page, _nav, _scroll = callbacks.route(path, "")
     body = to_json(page)
     points = sum(
         len(trace.get("y") or [])
         for graph in _graphs(page)
-        if graph.id.startswith("ts-")
+        if graph.id == "timeseries"
         for trace in graph.figure["data"]
     )
     return {
@@ -103,35 +110,73 @@ def _graphs(component) -> list:
 
 
 def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, float]:
+    """Two ways to open the run page: loading its URL (the browser evaluates plotly.js and
+    Dash's bundles again, from its cache), and clicking the run in the runs table of an open
+    dashboard (how one usually gets there: the scripts are already running)."""
     source = DataSource(store, max_points=max_points)
     app = create_app(source)
     server = make_server("127.0.0.1", 0, app.server, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/runs/{make_store.RUN_ID}"
+    base = f"http://127.0.0.1:{server.server_port}"
+    run_path = f"/runs/{make_store.RUN_ID}"
     driver = chrome_driver()
+
+    driver.set_script_timeout(300)  # a page busy drawing a million points answers late
+
+    def until(script: str, started_ms: float) -> float:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            done = driver.execute_script(script, GRAPHS)
+            if done is not None:
+                return (done - started_ms) / 1000
+            time.sleep(0.02)
+        raise TimeoutError("the run page did not finish drawing in 300 s")
+
+    def load(cold: bool) -> float:
+        if cold:
+            source.forget()
+        driver.get("about:blank")
+        driver.get(base + run_path)
+        return until(PAGE_READY, 0.0)  # performance.now() counts from navigation start
+
+    def click(cold: bool) -> tuple[float, float]:
+        """(charts and table drawn, findings shown), seconds after the click."""
+        driver.find_element(By.CSS_SELECTOR, "nav a[href='/']").click()
+        WebDriverWait(driver, 60).until(
+            ec.presence_of_element_located((By.CSS_SELECTOR, "#runs-list"))
+        )
+        if cold:
+            source.forget()
+        started = driver.execute_script(
+            "const link = document.querySelector(`a[href='${arguments[0]}']`);"
+            "const now = performance.now(); link.click(); return now;",
+            run_path,
+        )
+        return until(PAGE_READY, started), until(FINDINGS_READY, started)
+
+    def clicks(cold: bool) -> tuple[float, float]:
+        times = [click(cold) for _ in range(repeat)]
+        return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
+
     try:
-        driver.set_script_timeout(120)
-
-        def open_page(cold: bool) -> float:
-            if cold:
-                source.forget()
-            driver.get("about:blank")
-            driver.get(url)
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                done = driver.execute_script(PAGE_READY, GRAPHS)
-                if done is not None:
-                    return done / 1000
-                time.sleep(0.02)
-            raise TimeoutError("the run page did not finish drawing in 120 s")
-
-        first = open_page(True)  # the browser fetches plotly.js and Dash's bundles once
-        cold = median_of(repeat, lambda: open_page(True))
-        warm = median_of(repeat, lambda: open_page(False))
+        first = load(True)  # the browser fetches plotly.js and Dash's bundles once
+        load_cold = median_of(repeat, lambda: load(True))
+        load_warm = median_of(repeat, lambda: load(False))
+        click_cold, findings_cold = clicks(True)
+        click_warm, findings_warm = clicks(False)
+        results = {
+            "first_visit_s": first,
+            "load_cold_s": load_cold,
+            "load_warm_s": load_warm,
+            "click_cold_s": click_cold,
+            "click_warm_s": click_warm,
+            "click_cold_findings_s": findings_cold,
+            "click_warm_findings_s": findings_warm,
+        }
         errors = driver.get_log("browser")
         if errors:
             raise RuntimeError(f"browser console errors: {errors}")
-        return {"first_visit_s": first, "cold_s": cold, "warm_s": warm}
+        return results
     finally:
         driver.quit()
         server.shutdown()
@@ -170,6 +215,7 @@ def main() -> int:
             "server": server_side(store, max_points, args.repeat),
             "browser": browser_side(store, max_points, args.repeat),
         }
+        print(json.dumps(results[label]), flush=True)
     store.close()
 
     print(json.dumps(results, indent=2))
@@ -178,7 +224,8 @@ def main() -> int:
         "ratios every_sample / downsampled: "
         f"JSON {full['server']['json_bytes'] / down['server']['json_bytes']:.1f}x, "
         f"server cold {full['server']['cold_s'] / down['server']['cold_s']:.2f}x, "
-        f"browser cold {full['browser']['cold_s'] / down['browser']['cold_s']:.2f}x"
+        "browser click cold "
+        f"{full['browser']['click_cold_s'] / down['browser']['click_cold_s']:.2f}x"
     )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -285,8 +285,7 @@ def build(path: Path, hosts: int = 8, hours: float = 3.0) -> None:
                 for index, (host, model) in enumerate(zip(names, models, strict=True)):
                     store.write_points(sample_points(host, model, index, start, stop))
                     progress.advance(task, stop - start)
-        end_ns = T0_NS + int(models[0].seconds[-1]) * NS
-        store.compact(now_ns=end_ns + 3600 * NS)
+        store.compact()  # as `collector serve` does every 30 s
     finally:
         store.close()
 

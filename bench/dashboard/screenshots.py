@@ -39,7 +39,7 @@ TOP1 = (0.36, 0.55, 0.66, 0.72, 0.752)
 HOURS = 3600 * NS
 PAGES = {
     "runs": ("/", "#runs-list"),
-    "run": (f"/runs/{DEMO_RUN}", "#ts-gpu_util_percent .main-svg"),
+    "run": (f"/runs/{DEMO_RUN}", "#run-findings .finding"),
     "scaling": ("/scaling", "#scaling-graph .main-svg"),
     "findings": (f"/findings?run={DEMO_RUN}", ".finding"),
 }
