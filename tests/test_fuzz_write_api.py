@@ -137,7 +137,8 @@ def valid_lines(draw, host: str, precision: str) -> ValidLine:
     )
     tags = {key: draw(names) for key in tag_keys}
     tags[HOST_TAG] = host
-    tags["vid"] = f"v{next(_ids)}"
+    # fixed width: what Hypothesis draws must not depend on how many lines came before
+    tags["vid"] = f"v{next(_ids):09d}"
     field_keys = draw(st.lists(names, min_size=1, max_size=4, unique=True))
     numbers: dict[str, float] = {}
     encoded_fields = []
@@ -310,7 +311,7 @@ _host_ids = itertools.count()
 
 
 def fresh_host() -> str:
-    return f"fz{next(_host_ids)}"
+    return f"fz{next(_host_ids):06d}"  # fixed width, as the vid tags
 
 
 @FUZZ_SETTINGS
