@@ -13,11 +13,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # page cache before the run, so epoch 1 reads it from disk and later epochs do not.
 DEMO_DATA := runs/demo-data
 DEMO_RUN_ARGS := --framework tensorflow --data-dir $(DEMO_DATA) --np 2 --epochs 3 \
-	--batch-size 16 --image-size 64 --warmup-steps 2 --step-every 4 --drop-caches --profile
+	--batch-size 16 --image-size 32 --warmup-steps 2 --step-every 4 --drop-caches --profile
 
 demo: env frameworks
 	@[ -f $(DEMO_DATA)/manifest.json ] || $(PY) -m workloads dataset make --format tfrecord \
-		--images 1536 --classes 10 --image-size 160 --val-images 256 --shards 8 --out $(DEMO_DATA)
+		--images 512 --classes 10 --image-size 224 --val-images 64 --shards 8 --out $(DEMO_DATA)
 	$(PY) -m workloads run $(DEMO_RUN_ARGS)
 
 test: env frameworks system-packages

@@ -312,6 +312,7 @@ class _Template:
 _templates: dict[str, _Template] = {}  # prefix text -> template, shared by every body
 _TEMPLATE_LIMIT = 100_000
 _NOT_NUMERIC = str.maketrans("", "", "0123456789.-+eE")
+_SMALLEST_NORMAL = float(np.finfo(np.float64).tiny)
 _NOT_INTEGER = str.maketrans("", "", "0123456789-")
 _NOT_UNSIGNED = str.maketrans("", "", "0123456789")
 
@@ -319,7 +320,9 @@ _NOT_UNSIGNED = str.maketrans("", "", "0123456789")
 def _make_template(prefix: str, raw_fields: str, raw_time: str) -> _Template | None:
     """The template of a prefix from one of its lines, if the template path can take it:
     a valid line, not a workload event, numbers only, names without escapes."""
-    if "\\" in raw_fields:
+    if "\\" in raw_fields or prefix.endswith("\\"):
+        # a prefix ending in a backslash was cut at an escaped space ("a\\ b=1"): the
+        # field set starts earlier than the split says
         return None
     try:
         parsed = parse_line(f"{prefix} {raw_fields} {raw_time}")
@@ -404,8 +407,8 @@ def _template_columns(
     n, k = len(raw_times), len(template.names)
     # timestamps: ASCII digits within int64 (a sign, a space or "1_0" is not for us)
     joined_times = "".join(raw_times)
-    if not (joined_times.isdigit() and joined_times.isascii()):
-        return None
+    if not (joined_times.isdigit() and joined_times.isascii()) or "" in raw_times:
+        return None  # "" is a line ending in a space: no time, for the general path
     longest = max(map(len, raw_times))
     if longest >= 19 and max(map(int, raw_times)) > MAX_TIME_NS:
         return None
@@ -414,39 +417,58 @@ def _template_columns(
         if max(times) > MAX_TIME_NS // factor:
             return None
         times = [t * factor for t in times]
-    # fields: strip the type suffixes, then split names from values in one go
-    joined = ",".join(raw_fields) + ","
+    # fields: split names from values in one go
+    joined = ",".join(raw_fields)
     if "\\" in joined:
         return None
-    if template.int_columns or template.uint_columns:
-        # "i," and "u," end integer values only (a name is followed by "=")
-        joined = joined.replace("i,", ",").replace("u,", ",")
     parts = joined.replace(",", "=").split("=")
-    if len(parts) != 2 * n * k + 1 or parts[0:-1:2] != template.names * n:
+    if len(parts) != 2 * n * k or parts[0::2] != template.names * n:
         return None
     values = parts[1::2]
-    if template.int_columns:  # 1.5i, 1e3i, +1i are not integers
-        integers = "".join(chain.from_iterable(values[c::k] for c in template.int_columns))
-        if integers.translate(_NOT_INTEGER):
-            return None
-    if template.uint_columns:
-        integers = "".join(chain.from_iterable(values[c::k] for c in template.uint_columns))
-        if integers.translate(_NOT_UNSIGNED):
-            return None
+    # Strip the type suffix column by column: only an integer column's values may end in
+    # "i" (a float column's "1e3i" is a bad line, for the general path to name).
+    for columns, suffix, not_allowed in (
+        (template.int_columns, "i,", _NOT_INTEGER),  # 1.5i, 1e3i, +1i are not integers
+        (template.uint_columns, "u,", _NOT_UNSIGNED),
+    ):
+        for column in columns:
+            text = ",".join(values[column::k]) + ","
+            if text.count(suffix) != n:
+                return None
+            stripped = text.replace(suffix, ",")[:-1]
+            if stripped.replace(",", "").translate(not_allowed):
+                return None
+            values[column::k] = stripped.split(",")
     digits = "".join(values)
-    if digits.translate(_NOT_NUMERIC):  # nan, inf, 1_0, t, ...
+    if digits.translate(_NOT_NUMERIC):  # nan, inf, 1_0, t, a float column's 5i ...
         return None
     if "+" in digits and digits.count("+") != digits.count("e+") + digits.count("E+"):
         return None
-    if max(map(len, values)) >= 19 and not _integers_in_range(template, values):
+    longest = max(map(len, values))
+    if longest >= 19 and not _integers_in_range(template, values):
         return None
     try:
         numbers = np.array(list(map(float, values)), dtype=np.float64)
     except ValueError:  # "1-2", "", "."
         return None
-    if ("e" in digits or "E" in digits) and not np.isfinite(numbers).all():  # 1e999
+    if ("e" in digits or "E" in digits or longest > 300) and not _in_float_range(numbers, values):
         return None
     return times, numbers
+
+
+def _in_float_range(numbers: np.ndarray, values: list[str]) -> bool:
+    """What strtod takes without ERANGE, as the C parser does: no overflow (1e999), no
+    subnormal (1e-320), no underflow to zero (1e-400; 0e-400 is fine)."""
+    magnitudes = np.abs(numbers)
+    if not np.isfinite(numbers).all():
+        return False
+    if ((magnitudes < _SMALLEST_NORMAL) & (magnitudes > 0)).any():
+        return False
+    for index in np.flatnonzero(numbers == 0).tolist():
+        mantissa = values[index].lower().partition("e")[0]
+        if mantissa.strip("-+.0"):  # non-zero digits that came out as zero
+            return False
+    return True
 
 
 def _integers_in_range(template: _Template, values: list[str]) -> bool:

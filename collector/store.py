@@ -169,6 +169,7 @@ class _Block:
 _BLOCK_COLUMNS = "id, min_ns, max_ns, holes, series_ids, times, vals"
 _BATCH_COLUMNS = "id, groups, series_ids, times, vals"
 _BATCH_ORDER = 1 << 62  # batches sort after every block: they hold the newest writes
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _tags_key(tags: dict[str, str]) -> tuple[str, str]:
@@ -439,8 +440,8 @@ class SqliteStore:
             windows_of[tagset_id] = windows
         # the blocks of the windows written to, a few hundred tag sets per query
         old: dict[int, list[_Block]] = {}
-        low = min(min(w) for w in windows_of.values()) * CHUNK_NS
-        high = (max(max(w) for w in windows_of.values()) + 1) * CHUNK_NS
+        low = max(min(min(w) for w in windows_of.values()) * CHUNK_NS, _INT64_MIN)
+        high = min((max(max(w) for w in windows_of.values()) + 1) * CHUNK_NS, _INT64_MAX)
         tagset_ids = list(parts)
         for offset in range(0, len(tagset_ids), 500):
             chunk = tagset_ids[offset : offset + 500]
@@ -507,6 +508,8 @@ class SqliteStore:
     def read_series(self, series: list[SeriesInfo], start_ns: int, end_ns: int) -> list[SeriesData]:
         if not series:
             return []
+        start_ns = min(max(start_ns, _INT64_MIN), _INT64_MAX)  # SQLite integers are int64
+        end_ns = min(max(end_ns, _INT64_MIN), _INT64_MAX)
         with self._read_snapshot() as conn:
             batch_blocks: dict[int, list[_Block]] = {}
             for row in conn.execute(f"SELECT {_BATCH_COLUMNS} FROM batches ORDER BY id"):
@@ -705,7 +708,9 @@ def _gather_batches(rows: list[tuple]) -> dict[int, list[_Block]]:
     firsts = all_times[time_starts]
     lasts = all_times[time_starts + counts - 1]
 
-    order = np.argsort(tagsets, kind="stable")  # by tag set, write order within one
+    # by tag set, then by time: concurrent requests commit in any order, but groups that
+    # do not overlap in time hold no duplicate to settle, so their write order is moot
+    order = np.lexsort((firsts, tagsets))
     sorted_tagsets = tagsets[order]
     starts = np.flatnonzero(np.r_[True, sorted_tagsets[1:] != sorted_tagsets[:-1]]).tolist()
     stops = [*starts[1:], len(order)]
@@ -738,7 +743,7 @@ def _gather_batches(rows: list[tuple]) -> dict[int, list[_Block]]:
             found[tagset_id] = [block]
             continue
         blocks = []
-        for g in members:  # field sets changed or writes overlap: merged exactly later
+        for g in sorted(members):  # field sets changed or writes overlap: write order
             n, k = int(counts[g]), int(widths[g])
             times = all_times[time_starts[g] : time_starts[g] + n]
             vals = all_vals[value_starts[g] : value_starts[g] + n * k].reshape(n, k).T
@@ -759,24 +764,30 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def _merge_blocks(blocks: list[_Block]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One (series_ids, times, vals (k, n)) from blocks in write order; later writes win."""
     first = blocks[0]
-    if all(
-        block.ids == first.ids and block.min_ns > previous.max_ns
-        for previous, block in itertools.pairwise(blocks)
-    ):  # the usual case: one field set, each write after the last
+    by_time = sorted(blocks, key=lambda block: block.min_ns)
+    if all(block.ids == first.ids for block in blocks) and all(
+        block.min_ns > previous.max_ns for previous, block in itertools.pairwise(by_time)
+    ):  # the usual case: one field set, no two blocks at the same time
         if len(blocks) == 1:
             return first.series_ids, first.times, first.vals
-        times = np.concatenate([block.times for block in blocks])
-        return first.series_ids, times, np.concatenate([block.vals for block in blocks], axis=1)
+        times = np.concatenate([block.times for block in by_time])
+        return first.series_ids, times, np.concatenate([block.vals for block in by_time], axis=1)
+    # Exact: every (series, time, value) in write order, the last of each (series, time) kept
     series_ids = np.unique(np.concatenate([block.series_ids for block in blocks]))
     times = np.unique(np.concatenate([block.times for block in blocks]))
-    vals = np.full((series_ids.size, times.size), np.nan)
+    cells, values = [], []
     for block in blocks:
         rows = np.searchsorted(series_ids, block.series_ids)
         cols = np.searchsorted(times, block.times)
-        target = vals[np.ix_(rows, cols)]
-        written = ~np.isnan(block.vals)
-        target[written] = block.vals[written]
-        vals[np.ix_(rows, cols)] = target
+        cells.append((rows[:, None] * times.size + cols[None, :]).ravel())
+        values.append(np.ascontiguousarray(block.vals).ravel())
+    cell, value = np.concatenate(cells), np.concatenate(values)
+    written = ~np.isnan(value)  # NaN: that write had no such field
+    cell, value = cell[written], value[written]
+    _, last_from_end = np.unique(cell[::-1], return_index=True)
+    last = cell.size - 1 - last_from_end
+    vals = np.full((series_ids.size, times.size), np.nan)
+    vals.flat[cell[last]] = value[last]
     return series_ids, times, vals
 
 

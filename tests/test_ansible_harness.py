@@ -13,6 +13,7 @@ import getpass
 import hashlib
 import json
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -208,18 +209,28 @@ class Controller:
         )
         return cls(home, env)
 
-    def run(self, playbook: str, inventory: Path, *args: str, timeout: float = 400) -> PlaybookRun:
+    def run(self, playbook: str, inventory: Path, *args: str, timeout: float = 900) -> PlaybookRun:
         command = [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(ANSIBLE_DIR / playbook), *args]
-        result = subprocess.run(
+        # Its own session, so a timeout stops ansible-playbook's forked workers too.
+        process = subprocess.Popen(
             command,
             env=self.env,
             cwd=REPO_ROOT,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
-            timeout=timeout,
+            start_new_session=True,
         )
-        output = result.stdout + result.stderr
-        return PlaybookRun(result.returncode, output, parse_recap(output))
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGTERM)
+            output, _ = process.communicate(timeout=30)
+            raise AssertionError(
+                f"ansible-playbook {playbook} ran past {timeout} s; the end of its output:\n"
+                + output[-6000:]
+            ) from None
+        return PlaybookRun(process.returncode, output, parse_recap(output))
 
 
 def readable_base_dir(prefix: str) -> Path:
@@ -404,8 +415,20 @@ def stop_leftover_agents(nodes: dict[str, Node]) -> None:
 
 
 def remove_account(name: str) -> None:
-    for command in (["userdel", name], ["groupdel", name]):
-        subprocess.run(command, capture_output=True, check=False)
+    """Remove a test account the playbooks left (after a failure). userdel refuses while a
+    process of the account still exits, so it gets a few tries."""
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        pass
+    else:
+        wait_until(
+            lambda: subprocess.run(["userdel", name], capture_output=True).returncode == 0,
+            30,
+            f"userdel {name}",
+            interval=0.5,
+        )
+    subprocess.run(["groupdel", name], capture_output=True, check=False)
 
 
 def fetch_metrics(node: Node) -> str:

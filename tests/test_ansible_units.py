@@ -224,6 +224,7 @@ def rendered(tmp_path_factory):
         "epochscope_interval_seconds": 5,
         "epochscope_spool_max_bytes": 1048576,
         "epochscope_collector_retention_days": 30,
+        "epochscope_dashboard_auth": "admin:secret",
     }
     return render(tmp_path, extra), prefix
 
@@ -287,6 +288,10 @@ def test_collector_units_run_serve_and_dashboard(rendered):
     dashboard = (out / "epochscope-dashboard.service").read_text()
     assert "-m dashboard serve --db /var/lib/epochscope-collector/epochscope.sqlite" in dashboard
     assert "--host 127.0.0.1 --port 8050" in dashboard
+    # The password comes from a 0600 environment file, never the command line.
+    assert "EnvironmentFile=/etc/epochscope/epochscope-dashboard.env" in dashboard
+    assert "secret" not in dashboard
+    assert "EnvironmentFile" not in collector
 
 
 @pytest.mark.skipif(
@@ -307,3 +312,26 @@ def test_units_pass_systemd_analyze_verify(rendered, unit):
     # Only complaints about this unit count (the host's other units may have their own).
     complaints = [line for line in (result.stdout + result.stderr).splitlines() if unit in line]
     assert result.returncode == 0 and complaints == [], result.stdout + result.stderr
+
+
+def test_every_yaml_file_parses_and_the_playbooks_pass_syntax_check(tmp_path):
+    import yaml
+
+    for path in ANSIBLE_DIR.rglob("*.yml"):
+        yaml.safe_load(path.read_text())
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text("[epochscope_agents]\nnode1\n[epochscope_collector]\nhead\n")
+    for playbook in ("deploy-agents.yml", "deploy-collector.yml"):
+        result = subprocess.run(
+            [
+                str(ANSIBLE_PLAYBOOK),
+                "-i",
+                str(inventory),
+                "--syntax-check",
+                str(ANSIBLE_DIR / playbook),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr

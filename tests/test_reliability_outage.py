@@ -40,4 +40,4 @@ def test_every_point_sampled_during_an_outage_is_stored_exactly_once(tmp_path):
     assert results["collector_starts"] == 2
     for host in results["per_host"].values():
         assert host["agent_exit_code"] == 0
-        assert host["segment_sizes_seen"] == {61: host["outage_ticks"]}
+        assert host["tick_sizes_seen"] == {61: host["outage_ticks"]}

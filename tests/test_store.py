@@ -379,7 +379,7 @@ def write_sequences(draw):
     return steps
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(write_sequences(), st.sampled_from([(0, 2000), (1, 1), (2, 600), (599, 601), (3, 4)]))
 def test_reads_equal_last_write_wins_model(tmp_path_factory, steps, window):
     path = tmp_path_factory.mktemp("model") / "m.sqlite"
@@ -410,3 +410,17 @@ def test_reads_equal_last_write_wins_model(tmp_path_factory, steps, window):
                 expected = [points[i] for i in before + inside + after]
                 got = list(zip(data.times_ns.tolist(), data.values.tolist(), strict=True))
                 assert got == expected, (data.info.host, field)
+
+
+def test_times_at_the_ends_of_the_range_compact_and_read(store):
+    # the largest and smallest times line protocol allows (InfluxDB's range)
+    store.write_lines(
+        "cpu,host=edge user_seconds=1i -9223372036854775806\n"
+        "cpu,host=edge user_seconds=2i 0\n"
+        "cpu,host=edge user_seconds=3i 9223372036854775806"
+    )
+    before = read_one(store, "cpu", "user_seconds", "edge", -(2**63), 2**63)
+    store.compact()
+    after = read_one(store, "cpu", "user_seconds", "edge", -(2**64), 2**64)
+    assert before == after
+    assert after[1] == [1.0, 2.0, 3.0]

@@ -271,6 +271,9 @@ def test_launcher_refuses_before_training(tmp_path, monkeypatch):
     with pytest.raises(HostError, match="--np 3 is more than the 2 slots"):
         plan_run(_run_args("--framework", "pytorch", "--synthetic", "--np", "3",
                            "--hosts", "localhost:2"))  # fmt: skip
+    with pytest.raises(UsageError, match="--profile across hosts needs --collector"):
+        plan_run(_run_args("--framework", "pytorch", "--synthetic", "--profile",
+                           "--hosts", "node01:1,node02:1"))  # fmt: skip
     with pytest.raises(UsageError, match=r"MXNet 1\.9 Gluon has no bf16"):
         monkeypatch.setattr(frameworks, "check", lambda framework, processes: None)
         plan_run(_run_args("--framework", "mxnet", "--synthetic", "--precision", "bf16"))

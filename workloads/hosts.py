@@ -83,13 +83,15 @@ class HostReport:
     memory_bytes: int = 0
     cpus: int = 0
     agent_answers: bool = False
+    agent_embedded: bool = False  # --profile starts one for the run
     cache: dict = field(default_factory=dict)  # workloads cache --json output
 
     def describe(self) -> str:
-        text = (
-            f"{self.name}: {self.memory_bytes / 2**30:.1f} GiB RAM, {self.cpus} CPUs, "
-            f"agent {'answers' if self.agent_answers else 'does NOT answer'}"
-        )
+        if self.agent_embedded:
+            agent = "agent started for the run (--profile)"
+        else:
+            agent = f"agent {'answers' if self.agent_answers else 'does NOT answer'}"
+        text = f"{self.name}: {self.memory_bytes / 2**30:.1f} GiB RAM, {self.cpus} CPUs, {agent}"
         if self.cache:
             total = self.cache.get("total_bytes", 0) or 1
             before = self.cache.get("before_resident_bytes", 0) / total

@@ -102,6 +102,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
         if len(counts) > 1:
             raise UsageError("torchrun runs the same number of processes on every host: "
                              "give --np a multiple of equal --hosts slots")  # fmt: skip
+    if args.profile and not args.collector and any(not host.is_local for host in hosts):
+        raise UsageError("--profile across hosts needs --collector URL: the embedded "
+                         "collector listens on 127.0.0.1 only")  # fmt: skip
     run_id = args.run_id or new_run_id(args.framework)
     runs_dir = args.runs_dir.resolve()
     image_size = args.image_size or (dataset.image_size if dataset else None) or DEFAULT_IMAGE_SIZE
@@ -151,6 +154,7 @@ def prepare(plan: Plan, args: argparse.Namespace) -> None:
                     plan.remote_token_file = path  # relative to the home directory
             finally:
                 remote.close()
+        report.agent_embedded = host.is_local and args.profile and not args.collector
         plan.reports.append(report)
         print(f"host {report.describe()}", flush=True)
 

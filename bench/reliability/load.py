@@ -340,6 +340,8 @@ class Monitor(threading.Thread):
                     "collector_cpu_percent": 100 * (cpu - last_cpu) / span,
                     "collector_rss_bytes": server_rss,
                     "collector_total_rss_bytes": total_rss,
+                    # the server's RSS split: heap and the like vs mapped file pages
+                    **rss_parts(self.process.pid),
                     "generator_cpu_percent": 100 * (me - last_me) / span,
                     "load1": harness.load_average()[0],
                 }
@@ -347,23 +349,33 @@ class Monitor(threading.Thread):
             last_t, last_cpu, last_me = now, cpu, me
 
 
+def rss_parts(pid: int) -> dict[str, int]:
+    """``RssAnon`` and ``RssFile`` of a process, in bytes (from /proc/<pid>/status)."""
+    parts = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("RssAnon", "RssFile"):
+                parts[f"collector_{name[3:].lower()}_rss_bytes"] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return parts
+
+
 def stored_lines(db: Path) -> dict[str, int]:
     """Points per host in the store (distinct times per tag set, summed)."""
+    import numpy as np
+
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        import numpy as np
-
-        counts: dict[str, int] = {}
-        by_tagset: dict[int, list] = {}
         hosts = dict(conn.execute("SELECT id, host FROM tagsets"))
-        for tagset_id, times in conn.execute("SELECT tagset_id, times FROM blocks"):
-            by_tagset.setdefault(tagset_id, []).append(np.frombuffer(times, dtype=np.int64))
-        for tagset_id, parts in by_tagset.items():
-            host = hosts[tagset_id]
-            counts[host] = counts.get(host, 0) + int(np.unique(np.concatenate(parts)).size)
-        return counts
     finally:
         conn.close()
+    counts: dict[str, int] = {}
+    for tagset_id, parts in harness.raw_times(db).items():
+        host = hosts[tagset_id]
+        counts[host] = counts.get(host, 0) + int(np.unique(np.concatenate(parts)).size)
+    return counts
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -387,9 +399,10 @@ def run(
 ) -> dict:
     owned = None
     if nice:
-        # this thread (the event loop) and the monitor started below; the collector gets
-        # the same through `nice -n`
+        # this thread (the event loop), the monitor started below and this session's
+        # scheduler autogroup; the collector gets the same in a session of its own
         os.nice(nice)
+        harness.set_autogroup_nice("self", nice)
     if workdir is None:
         owned = tempfile.TemporaryDirectory(prefix="epochscope-load-")
         workdir = Path(owned.name)
@@ -484,6 +497,12 @@ def run(
         "collector_total_rss_bytes_max": max(
             (r["collector_total_rss_bytes"] for r in run_rows), default=0
         ),
+        "collector_anon_rss_bytes_max": max(
+            (r.get("collector_anon_rss_bytes", 0) for r in run_rows), default=0
+        ),
+        "collector_file_rss_bytes_max": max(
+            (r.get("collector_file_rss_bytes", 0) for r in run_rows), default=0
+        ),
         "generator_cpu_percent_mean": sum(r["generator_cpu_percent"] for r in run_rows)
         / max(1, len(run_rows)),
         "load1_mean": sum(r["load1"] for r in run_rows) / max(1, len(run_rows)),
@@ -554,6 +573,11 @@ def plot(results: dict, path: Path) -> None:
     rss_ax.plot(
         t, [row["collector_total_rss_bytes"] / 2**20 for row in rows], label="with parse workers"
     )
+    if rows and "collector_anon_rss_bytes" in rows[0]:
+        anon = [row["collector_anon_rss_bytes"] / 2**20 for row in rows]
+        rss_ax.plot(t, anon, label="server: anonymous (heap)", ls="--")
+        files = [row["collector_file_rss_bytes"] / 2**20 for row in rows]
+        rss_ax.plot(t, files, label="server: file pages (SQLite map)", ls=":")
     rss_ax.set_ylabel("collector RSS (MiB)")
     rss_ax.set_xlabel("seconds since the first tick")
     rss_ax.legend(fontsize=7, loc="upper left")
@@ -582,7 +606,9 @@ def summary(results: dict) -> str:
             f" {lag['max']:.3f} s",
             f"collector CPU mean {results['collector_cpu_percent']['mean']:.0f} %, p95"
             f" {results['collector_cpu_percent']['p95']:.0f} %; RSS max"
-            f" {results['collector_rss_bytes_max'] / 2**20:.0f} MiB (with workers"
+            f" {results['collector_rss_bytes_max'] / 2**20:.0f} MiB (anonymous"
+            f" {results.get('collector_anon_rss_bytes_max', 0) / 2**20:.0f}, file"
+            f" {results.get('collector_file_rss_bytes_max', 0) / 2**20:.0f}; with workers"
             f" {results['collector_total_rss_bytes_max'] / 2**20:.0f} MiB); generator CPU"
             f" {results['generator_cpu_percent_mean']:.0f} %",
             f"database {results['db_bytes'] / 2**20:.0f} MiB; kept up: {results['kept_up']}",

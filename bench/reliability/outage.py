@@ -9,11 +9,12 @@ Then the agents are stopped (SIGTERM: they flush) and the store is checked point
 Accounting (what "sent", "stored", "lost" mean):
 
 - sent, from the agents' side: each agent's tick count (its own "agent stopped after N
-  samples" log line) x the points one tick makes (every spool segment is one tick; all
-  hold the same count because the agents sample a captured host tree).
-- outage points: the lines in the agents' spools just before the collector restarts,
-  read from the segment files (the points sampled while it was down, plus the ones that
-  were waiting for the next batch when it went down).
+  samples" log line) x the points one tick makes (counted in the spool: every point of a
+  tick carries the tick's time; all ticks make the same number because the agents sample
+  a captured host tree).
+- outage points: the complete lines in the agents' spool files just before the collector
+  restarts (the points sampled while it was down, plus the ones that were waiting for the
+  next batch when it went down).
 - stored: distinct (host, measurement, tags, time) points a reader of the store sees.
 - exactly once: every outage point is stored with the same field values; every tag set
   of a host has the same tick times as its ``agent`` self-sampler series, those ticks are
@@ -35,7 +36,6 @@ import json
 import sys
 import tempfile
 import time
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -167,11 +167,7 @@ def run(
         # What the agents hold now: the points sampled during the outage. The files are
         # read now and parsed after the run, so that the outage lasts what was asked.
         spooled: dict[str, list[str]] = {}
-        points_per_segment: dict[str, Counter] = {}
         for agent in fleet:
-            points_per_segment[agent.host] = Counter(
-                int(path.name.split(".")[1]) for path in agent.spool_dir.glob("*.lp")
-            )
             spooled[agent.host] = agent.spooled_lines()
         outage_ticks: dict[str, set[int]] = {a.host: set() for a in fleet}
         prefix = AgentSelf.NAME + ","
@@ -227,8 +223,8 @@ def run(
         slots = [t // 1_000_000_000 for t in agent_ticks]
         steps_list = [b - a for a, b in itertools.pairwise(slots)]
         steps = set(steps_list)
-        segment_sizes = points_per_segment[host]
-        per_tick = max(segment_sizes, key=segment_sizes.get) if segment_sizes else 0
+        tick_sizes = harness.lines_per_tick(spooled[host])
+        per_tick = max(tick_sizes, key=tick_sizes.get) if tick_sizes else 0
         ticks = agent.ticks_reported[-1] if agent.ticks_reported else None
         sent = ticks * per_tick if ticks is not None else None
         host_outage = {k: v for k, v in outage_points.items() if k[0] == host}
@@ -237,7 +233,7 @@ def run(
         per_host[host] = {
             "ticks_reported_by_agent": ticks,
             "points_per_tick": per_tick,
-            "segment_sizes_seen": dict(segment_sizes),
+            "tick_sizes_seen": dict(tick_sizes),  # lines per tick -> ticks, in the spool
             "sent": sent,
             "stored": len(host_points),
             "lost": (sent - len(host_points)) if sent is not None else None,
@@ -305,7 +301,7 @@ def exactly_once(results: dict) -> bool:
             return False  # a tag set missing a tick, or two ticks in one second
         if host["stored_ticks"] != host["ticks_reported_by_agent"]:
             return False
-        if len(host["segment_sizes_seen"]) > 1:
+        if len(host["tick_sizes_seen"]) > 1:
             return False
     return (
         results["outage_points_missing"] == 0

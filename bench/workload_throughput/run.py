@@ -30,6 +30,7 @@ from agent.schema import Event, Workload  # noqa: E402
 from workloads import frameworks  # noqa: E402
 
 PLAIN = Path(__file__).with_name("plain_horovod.py")
+AGENT_SHARES: list[float] = []  # per profiled run: agent CPU / node CPU
 RESULT = re.compile(r"RESULT (\{.*\})")
 
 
@@ -53,6 +54,17 @@ def plain(args) -> float:
     return json.loads(RESULT.search(out).group(1))["images_per_second"]
 
 
+def agent_cpu_share(store) -> float:
+    """Share of the node's CPU time the agent used during the run, from its own samples
+    (``agent.cpu_seconds`` growth over the sampled span, over the span x CPUs)."""
+    from agent.schema import AgentSelf
+
+    (series,) = store.list_series(AgentSelf.NAME, AgentSelf.CPU_SECONDS)
+    (data,) = store.read_series([series], 0, 2**62)
+    seconds = (data.times_ns[-1] - data.times_ns[0]) / 1e9
+    return float(data.values[-1] - data.values[0]) / seconds / (os.cpu_count() or 1)
+
+
 def rank_rates(ends: list[dict]) -> float:
     return sum(e[Workload.TIMED_IMAGES] / e[Workload.TIMED_SECONDS] for e in ends)
 
@@ -74,10 +86,8 @@ def workload(args, runs_dir: Path, profile: bool, index: int) -> float:
 
         store = SqliteStore(runs_dir / f"{run_id}.sqlite")
         ends = [e.fields for e in store.events(run_id) if e.event == Event.EPOCH_END]
-        samples = len(store.list_series("cpu", "user_seconds"))
+        AGENT_SHARES.append(agent_cpu_share(store))
         store.close()
-        if not samples:
-            raise RuntimeError("the profiled run stored no agent samples")
     else:
         from workloads.summary import read_events_dir
 
@@ -86,6 +96,12 @@ def workload(args, runs_dir: Path, profile: bool, index: int) -> float:
     if len(ends) != args.np:
         raise RuntimeError(f"{run_id}: {len(ends)} epoch_end events for {args.np} ranks")
     return rank_rates(ends)
+
+
+def ratio(medians: dict[str, float], top: str, bottom: str) -> float | None:
+    if top in medians and bottom in medians:
+        return medians[top] / medians[bottom]
+    return None
 
 
 def main() -> None:
@@ -97,9 +113,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--variants", default="plain_horovod,workload,workload_profiled")
     args = parser.parse_args()
 
-    variants = ["plain_horovod", "workload", "workload_profiled"]
+    variants = args.variants.split(",")
     results: dict[str, list[float]] = {name: [] for name in variants}
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,8 +137,9 @@ def main() -> None:
         "wall_seconds": round(time.monotonic() - started, 1),
         "images_per_second": results,
         "median_images_per_second": medians,
-        "workload_vs_plain": medians["workload"] / medians["plain_horovod"],
-        "profiled_vs_unprofiled": medians["workload_profiled"] / medians["workload"],
+        "workload_vs_plain": ratio(medians, "workload", "plain_horovod"),
+        "profiled_vs_unprofiled": ratio(medians, "workload_profiled", "workload"),
+        "agent_cpu_share_of_node": AGENT_SHARES,
     }
     print(json.dumps(summary, indent=1))
     if args.out:
