@@ -85,10 +85,23 @@ class RequestScopedStore:
     def runs(self) -> list[RunInfo]:
         memo = self._memo()
         if memo is None:
-            return self.store.runs()
-        if "runs" not in memo:
-            memo["runs"] = self.store.runs()
-        return list(memo["runs"])
+            found = self.store.runs()
+        else:
+            if "runs" not in memo:
+                memo["runs"] = self.store.runs()
+            found = list(memo["runs"])
+        only = getattr(self._local, "only", None)
+        return [r for r in found if r.run_id == only] if only is not None else found
+
+    @contextmanager
+    def only_run(self, run_id: str) -> Iterator[None]:
+        """Inside, ``runs()`` lists that run alone: ``query.runs_summary`` then summarises
+        one run rather than every run in the store."""
+        self._local.only = run_id
+        try:
+            yield
+        finally:
+            self._local.only = None
 
     def events(
         self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
@@ -138,7 +151,10 @@ class DataSource:
         return [summary.to_dict() for summary in query.runs_summary(self.store)]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        return next((run for run in self.runs() if run["run_id"] == run_id), None)
+        """One run's summary (computing no other run's)."""
+        with self.store.only_run(run_id):
+            found = self.runs()
+        return found[0] if found else None
 
     # -- finished runs, prepared ahead --------------------------------------------------------
     def prepare(self, run_id: str) -> bool:
@@ -148,7 +164,7 @@ class DataSource:
             info = self.run_info(run_id)
             if info is None or is_live(info.state):
                 return False
-            self.runs()
+            self.run(run_id)
             self.timeseries(run_id, live=False)
             self.boundaries(run_id)
             self.epochs(run_id)

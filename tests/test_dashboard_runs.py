@@ -222,6 +222,7 @@ def test_a_run_page_reads_the_runs_events_once_and_a_finished_run_only_once(sour
     callbacks.route(f"/runs/{PAPER_RUN}", "")
     # summary, series, epoch table, boundaries and findings all ask for the events
     assert counting.event_reads[PAPER_RUN] == 1
+    assert set(counting.event_reads) == {PAPER_RUN}  # no other run is summarised
     callbacks.route(f"/runs/{PAPER_RUN}", "")
     # finished: the query layer keeps its tables, the dashboard its charts
     assert counting.event_reads[PAPER_RUN] == 1
