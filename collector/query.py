@@ -2,16 +2,16 @@
 
 Everything here takes a ``ReadStore`` and returns plain dicts, lists or small frozen
 dataclasses with a ``to_dict()``; nothing returns SQL rows or numpy arrays. Missing data is
-``None``, never zero. Results for finished and failed runs are cached (they no longer
-change); live runs are always recomputed.
+``None``, never zero.
 
 ``runs_summary(store)``
     One ``RunSummary`` per run, newest first: run_id, framework, model, gpus, hosts (count),
     host_names, images_per_second (every rank's events, see collector.scaling), state,
     start_ns, start (ISO UTC), end_ns.
 ``epoch_table(store, run_id)``
-    The per-epoch report rows (collector.epochs ``COLUMNS``), host rows then the ``*`` row
-    of each epoch.
+    The per-epoch report rows, host rows then the ``*`` row of each epoch: the columns of
+    collector.epochs ``COLUMNS`` plus ``net_rx_mbps`` and ``net_tx_mbps`` (``TABLE_COLUMNS``;
+    what each means: ``COLUMN_HELP``).
 ``epoch_boundaries(store, run_id)``
     ``{host: [{"epoch", "start_ns", "end_ns", "complete"}]}`` on each host's own clock, to
     shade epochs on that host's charts.
@@ -19,8 +19,10 @@ change); live runs are always recomputed.
     A ``HostSeries``: the host's metrics over the run's window, down-sampled server-side
     into at most ``max_points`` equal buckets. Counter rates are exact bucket averages
     (counter growth over the bucket / its length), gauges are time-weighted bucket means,
-    images/s is the host's step images ending in the bucket over its length. For live
-    updates pass back ``next_since_ns`` and ``bucket_ns``: only buckets after it come back.
+    images/s is the images the host's ranks processed in the bucket over its length, each
+    step's images spread evenly over the step's own ``seconds`` (``[time - seconds, time]``;
+    a step without a duration counts at its time). For live updates pass back
+    ``next_since_ns`` and ``bucket_ns``: only buckets after it come back.
 ``run_timeseries(store, run_id, ...)``
     ``{host: HostSeries}`` for every host of the run, with one store read.
 ``scaling_table(store)``
@@ -44,11 +46,27 @@ iowait_percent          %          iowait, of all CPU time
 gpu_util_percent        %          mean over the host's GPUs
 images_per_second       images/s   the host's ranks, from ``step`` events
 ======================  =========  ============================================
+
+Live runs
+    A bucket of a live run comes back once it is complete: its samples are in, and every
+    rank of the host that reports steps has reported one ending at or after the bucket's end
+    (a later step spreads its images back over its duration, into buckets already sent), or
+    ``LIVE_STEP_WAIT_NS`` has passed since (a rank that stopped reporting does not hold the
+    charts back for longer).
+
+Caching
+    Finished and failed runs no longer change: their results are kept (``clear_cache()``
+    drops them), keyed by the store, the run and its end. The run's events are decoded once
+    and shared by every question about it, its per-epoch report is built once and shared
+    by ``epoch_table`` and ``findings``. The caches are safe to use from several threads,
+    and two threads asking the same thing at once wait for one computation. Live runs are
+    always computed afresh.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -60,12 +78,16 @@ from agent.schema import Event, Gpu, Memory, RunState, Workload
 from collector.counters import NS_PER_SECOND
 from collector.epochs import (
     BYTES_PER_MB,
+    COLUMNS,
     COUNTER,
     CPU_ALL_FIELDS,
     CPU_BUSY_FIELDS,
     EPOCH_KINDS,
     GAUGE_MEAN,
     HOST_TOTALS,
+    EpochAmounts,
+    EpochReport,
+    EpochRow,
     HostTotal,
     build_report,
     epoch_windows,
@@ -77,11 +99,12 @@ from collector.epochs import (
 )
 from collector.findings import run_findings
 from collector.scaling import scaling_rows, stored_run_throughput
-from collector.store_api import ReadStore, RunInfo, WorkloadEvent
+from collector.store_api import ReadStore, RunInfo, SeriesData, SeriesInfo, WorkloadEvent
 
 DEFAULT_MAX_POINTS = 500
 MIN_BUCKET_NS = NS_PER_SECOND  # the agent samples at 1 Hz: finer buckets add nothing
 LATEST_NS = 2**63 - 1
+LIVE_STEP_WAIT_NS = 60 * NS_PER_SECOND
 
 SERIES_UNITS: dict[str, str] = {
     "disk_read_mbps": "MB/s",
@@ -115,37 +138,225 @@ _SERIES_TOTALS: tuple[HostTotal, ...] = (
     _PAGE_CACHE,
     _GPU,
 )
+_RUN_TOTALS = (*HOST_TOTALS, _PAGE_CACHE)  # what the report and the charts read
+
+# --------------------------------------------------------------------------------------
+# what the per-epoch table's columns mean (the dashboard's tooltips come from here)
+# --------------------------------------------------------------------------------------
+
+# rates the table adds to the report's columns: column -> the report amount (bytes) behind it
+_TABLE_RATES = {"net_rx_mbps": "net_rx", "net_tx_mbps": "net_tx"}
+TABLE_COLUMNS: tuple[str, ...] = (*COLUMNS, *_TABLE_RATES)
+
+COLUMN_HELP: dict[str, str] = {
+    "host": "The host, or * for all hosts together (sums of amounts over the longest host window)",
+    "epoch": "Epoch number, from 1",
+    "start": "Start of the epoch on this host's clock (ISO 8601, UTC)",
+    "end": "End of the epoch on this host's clock (ISO 8601, UTC)",
+    "seconds": "Length of the epoch on this host's clock",
+    "images": "Images the host's ranks processed in the epoch",
+    "images_per_second": "Images divided by the epoch's seconds",
+    "disk_read_bytes": "Bytes read from local block devices of kind disk",
+    "disk_read_mbps": "Reads from local block devices of kind disk (partitions, "
+    "device-mapper, md and loop devices left out: their I/O is already counted on the disk "
+    "below them)",
+    "disk_write_bytes": "Bytes written to local block devices of kind disk",
+    "nfs_server_read_bytes": "Bytes fetched from NFS servers (each duplicate mount counted once)",
+    "nfs_server_read_mbps": "Bytes fetched from NFS servers over the network (each duplicate "
+    "mount counted once)",
+    "nfs_app_read_bytes": "Bytes applications read from NFS mounts (page-cache hits included)",
+    "nfs_cache_hit_ratio": "Share of the bytes applications read from NFS that the page cache "
+    "served: 1 - server read / application read",
+    "ib_rcv_bytes": "InfiniBand bytes received, all ports",
+    "ib_xmit_bytes": "InfiniBand bytes sent, all ports",
+    "ib_rcv_mbps": "InfiniBand bytes received, all ports",
+    "ib_xmit_mbps": "InfiniBand bytes sent, all ports",
+    "net_rx_bytes": "Bytes received on all network interfaces but loopback (IPoIB included)",
+    "net_tx_bytes": "Bytes sent on all network interfaces but loopback (IPoIB included)",
+    "net_rx_mbps": "Bytes received on all network interfaces but loopback (IPoIB included)",
+    "net_tx_mbps": "Bytes sent on all network interfaces but loopback (IPoIB included)",
+    "rx_minus_tx_mbps": "Received minus sent on the fabric (InfiniBand when the host has any, "
+    "else the NICs). Gradients go out and come in in equal amounts, so with storage on the "
+    "fabric this is the storage read rate",
+    "page_cache_delta_bytes": "Growth of the page cache (memory.cached_bytes) from the start "
+    "to the end of the epoch",
+    "major_faults": "Page faults that had to read from storage",
+    "cpu_util_percent": "Share of all CPU time that was neither idle nor iowait",
+    "iowait_percent": "Share of all CPU time spent waiting on I/O",
+    "gpu_util_percent": "Time-weighted mean utilisation over the host's GPUs",
+}
 
 
 # --------------------------------------------------------------------------------------
-# cache for runs that no longer change
+# caches for runs that no longer change
 # --------------------------------------------------------------------------------------
 
-_CACHE: OrderedDict[tuple, Any] = OrderedDict()
-_CACHE_SIZE = 128
 T = TypeVar("T")
 
 
+class _Slot:
+    """One cached value; its lock is held while it is computed, so that a second caller
+    waits for that computation instead of doing its own."""
+
+    __slots__ = ("done", "lock", "value")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = False
+        self.value: Any = None
+
+
+class _Cache:
+    """A thread-safe LRU of computed values, computing each key once."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._slots: OrderedDict[tuple, _Slot] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, compute: Callable[[], T]) -> T:
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is None:
+                slot = self._slots[key] = _Slot()
+                while len(self._slots) > self.size:
+                    self._slots.popitem(last=False)  # a waiter keeps its own reference
+            else:
+                self._slots.move_to_end(key)
+        with slot.lock:
+            if not slot.done:  # (a failed computation leaves it to the next caller)
+                slot.value = compute()
+                slot.done = True
+            return slot.value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._slots.clear()
+
+
+_RESULTS = _Cache(256)  # summaries, tables, reports, findings: small
+_EVENTS = _Cache(2)  # every decoded event of a run: tens of MB for a long, wide run
+_SAMPLES = _Cache(1)  # the samples behind a run's charts and report: as much again
+
+
+def _key(store: ReadStore, run: RunInfo, kind: str) -> tuple:
+    return (id(store), run.run_id, run.state, run.end_ns, kind)
+
+
+def _kept(run: RunInfo | None) -> bool:
+    return run is not None and run.state != RunState.LIVE
+
+
 def _cached(store: ReadStore, run: RunInfo | None, kind: str, compute: Callable[[], T]) -> T:
-    if run is None or run.state == RunState.LIVE:
+    if run is None or not _kept(run):
         return compute()
-    key = (id(store), run.run_id, run.end_ns, kind)
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key]
-    value = compute()
-    _CACHE[key] = value
-    while len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return value
+    return _RESULTS.get(_key(store, run, kind), compute)
 
 
 def clear_cache() -> None:
-    _CACHE.clear()
+    for cache in (_RESULTS, _EVENTS, _SAMPLES):
+        cache.clear()
 
 
 def _run(store: ReadStore, run_id: str) -> RunInfo | None:
     return next((r for r in store.runs() if r.run_id == run_id), None)
+
+
+@dataclass(frozen=True)
+class _RunSamples:
+    """Every series a finished run's charts and report read, over the whole run."""
+
+    start_ns: int
+    end_ns: int
+    series: dict[int, SeriesData]  # by series_id
+
+
+class _KeptRun:
+    """A ``ReadStore`` in front of ``store`` that reads each finished run once.
+
+    ``events()`` of a finished run come from events decoded once and kept: the epoch events
+    (cheap, by kind) and, when steps are asked for, every event of the run; answers are
+    filtered copies, in the store's order. ``read_series()`` for ``run`` (when it is
+    finished) is cut from one read of every series its charts and its report use, over the
+    whole run, exactly as the store would cut it (samples in the range plus the nearest on
+    either side). Everything else goes to ``store``.
+    """
+
+    def __init__(self, store: ReadStore, run: RunInfo | None = None) -> None:
+        self.store = store
+        self.run = run
+        self._runs: dict[str, RunInfo | None] = {run.run_id: run} if run else {}
+
+    def _run(self, run_id: str) -> RunInfo | None:
+        if run_id not in self._runs:
+            self._runs[run_id] = _run(self.store, run_id)
+        return self._runs[run_id]
+
+    def events(
+        self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
+    ) -> list[WorkloadEvent]:
+        run = self._run(run_id)
+        if run is None or not _kept(run):
+            return self.store.events(run_id, since_ns, kinds)
+        if kinds is not None and set(kinds) <= set(EPOCH_KINDS):
+            pool = _RESULTS.get(
+                _key(self.store, run, "epoch_events"),
+                lambda: self.store.events(run_id, kinds=EPOCH_KINDS),
+            )
+        else:
+            pool = _EVENTS.get(_key(self.store, run, "events"), lambda: self.store.events(run_id))
+        return [
+            e
+            for e in pool
+            if (since_ns is None or e.time_ns > since_ns) and (kinds is None or e.event in kinds)
+        ]
+
+    def read_series(self, series: list[SeriesInfo], start_ns: int, end_ns: int) -> list[SeriesData]:
+        run = self.run
+        if run is None or not _kept(run):
+            return self.store.read_series(series, start_ns, end_ns)
+        kept = _SAMPLES.get(_key(self.store, run, "samples"), lambda: self._read_run(run))
+        if not (
+            kept.start_ns <= start_ns
+            and end_ns <= kept.end_ns
+            and all(info.series_id in kept.series for info in series)
+        ):
+            return self.store.read_series(series, start_ns, end_ns)
+        return [_cut(info, kept.series[info.series_id], start_ns, end_ns) for info in series]
+
+    def _read_run(self, run: RunInfo) -> _RunSamples:
+        spans = _host_spans(self.events(run.run_id, kinds=EPOCH_KINDS))
+        if not spans:
+            return _RunSamples(0, -1, {})
+        start = min(first for first, _, _ in spans.values())
+        end = max(last for _, last, _ in spans.values())
+        wanted: dict[int, SeriesInfo] = {}
+        for total in _RUN_TOTALS:
+            for info in self.store.list_series(total.measurement, total.field):
+                if info.host in spans and total.keep(info):
+                    wanted.setdefault(info.series_id, info)
+        infos = list(wanted.values())
+        data = self.store.read_series(infos, start, end) if infos else []
+        return _RunSamples(start, end, {d.info.series_id: d for d in data})
+
+    def runs(self) -> list[RunInfo]:
+        return self.store.runs()
+
+    def hosts(self) -> list[str]:
+        return self.store.hosts()
+
+    def list_series(
+        self, measurement: str, field: str, host: str | None = None
+    ) -> list[SeriesInfo]:
+        return self.store.list_series(measurement, field, host)
+
+
+def _cut(info: SeriesInfo, data: SeriesData, start_ns: int, end_ns: int) -> SeriesData:
+    """``data`` cut to [start, end] plus the nearest sample on either side (``ReadStore``)."""
+    times = data.times_ns
+    first = max(int(np.searchsorted(times, start_ns, "left")) - 1, 0)
+    stop = int(np.searchsorted(times, end_ns, "right")) + 1
+    return SeriesData(info, times[first:stop], data.values[first:stop])
 
 
 # --------------------------------------------------------------------------------------
@@ -179,9 +390,10 @@ def runs_summary(store: ReadStore) -> list[RunSummary]:
     for run in sorted(store.runs(), key=lambda r: r.start_ns, reverse=True):
 
         def summarise(run: RunInfo = run) -> RunSummary:
-            events = run_events(store, run.run_id, EPOCH_KINDS)
+            source = _KeptRun(store, run)
+            events = run_events(source, run.run_id, EPOCH_KINDS)
             ranks = {(e.host, e.rank) for e in events}
-            throughput = stored_run_throughput(store, run, events)
+            throughput = stored_run_throughput(source, run, events)
             return RunSummary(
                 run_id=run.run_id,
                 framework=run.framework,
@@ -200,20 +412,49 @@ def runs_summary(store: ReadStore) -> list[RunSummary]:
     return out
 
 
+def _report(store: ReadStore, run: RunInfo) -> EpochReport:
+    """The run's per-epoch report, built once for a finished run."""
+    return _cached(store, run, "report", lambda: build_report(_KeptRun(store, run), run.run_id))
+
+
 def epoch_table(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
+    """The report's rows as dicts with ``TABLE_COLUMNS`` as keys."""
     run = _run(store, run_id)
+    if run is None:
+        return [table_row(r, a) for r, a in _rows_and_amounts(build_report(store, run_id))]
     return _cached(
         store,
         run,
         "epochs",
-        lambda: [row.to_dict() for row in build_report(store, run_id).rows],
+        lambda: [table_row(r, a) for r, a in _rows_and_amounts(_report(store, run))],
     )
 
 
+def _rows_and_amounts(report: EpochReport) -> list[tuple[EpochRow, EpochAmounts]]:
+    return list(zip(report.rows, report.amounts, strict=True))
+
+
+def table_row(row: EpochRow, amounts: EpochAmounts) -> dict[str, Any]:
+    """One report row as a dict, with the NICs' receive and send in MB/s (made as the
+    report makes its InfiniBand rates: bytes over the window's seconds, 3 decimals)."""
+    out = row.to_dict()
+    for column, key in _TABLE_RATES.items():
+        out[column] = _rate_mbps(amounts.values.get(key, math.nan), amounts.seconds)
+    return out
+
+
+def _rate_mbps(amount: float, seconds: float) -> float | None:
+    if not seconds > 0 or amount != amount:  # no window, or no data (NaN)
+        return None
+    return float(np.round(amount * (1.0 / seconds) / BYTES_PER_MB, 3))
+
+
 def epoch_boundaries(store: ReadStore, run_id: str) -> dict[str, list[dict[str, Any]]]:
+    run = _run(store, run_id)
+
     def compute() -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for window in epoch_windows(report_events(store, run_id)):
+        for window in epoch_windows(report_events(_KeptRun(store, run), run_id)):
             out[window.host].append(
                 {
                     "epoch": window.epoch,
@@ -224,7 +465,7 @@ def epoch_boundaries(store: ReadStore, run_id: str) -> dict[str, list[dict[str, 
             )
         return dict(out)
 
-    return _cached(store, _run(store, run_id), "boundaries", compute)
+    return _cached(store, run, "boundaries", compute)
 
 
 def scaling_table(store: ReadStore) -> list[dict[str, Any]]:
@@ -232,12 +473,17 @@ def scaling_table(store: ReadStore) -> list[dict[str, Any]]:
 
 
 def findings(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
+    """The run's findings; a finished run's share its per-epoch report with
+    ``epoch_table``."""
     run = _run(store, run_id)
     if run is None:
         return []
-    return _cached(
-        store, run, "findings", lambda: [f.to_dict() for f in run_findings(store, run_id)]
-    )
+
+    def compute() -> list[dict[str, Any]]:
+        found = run_findings(_KeptRun(store, run), run_id, _report(store, run))
+        return [f.to_dict() for f in found]
+
+    return _cached(store, run, "findings", compute)
 
 
 # --------------------------------------------------------------------------------------
@@ -262,7 +508,17 @@ class HostSeries:
     units: dict[str, str] = field(default_factory=lambda: dict(SERIES_UNITS))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields as a dict, sharing (not copying) the lists: a finished run's series
+        are kept and shared, so treat them as read-only."""
+        return {
+            "run_id": self.run_id,
+            "host": self.host,
+            "bucket_ns": self.bucket_ns,
+            "times_ns": self.times_ns,
+            "series": self.series,
+            "next_since_ns": self.next_since_ns,
+            "units": self.units,
+        }
 
 
 def _host_spans(events: list[WorkloadEvent]) -> dict[str, tuple[int, int, bool]]:
@@ -276,6 +532,23 @@ def _host_spans(events: list[WorkloadEvent]) -> dict[str, tuple[int, int, bool]]
         if event.event == Event.RUN_END:
             ended.add(event.host)
     return {host: (s, e, host in ended) for host, (s, e) in spans.items()}
+
+
+def _steps_known_until(
+    events: list[WorkloadEvent], steps: list[WorkloadEvent], window_end: int
+) -> int:
+    """On a live host (``events``: its epoch events; ``steps``: its steps read), the time up
+    to which the images of every rank that reports steps are in: the earliest of those
+    ranks' latest events, but at most ``LIVE_STEP_WAIT_NS`` before ``window_end``."""
+    latest: dict[int, int] = {}
+    ended: set[int] = set()
+    for event in (*events, *steps):
+        latest[event.rank] = max(latest.get(event.rank, event.time_ns), event.time_ns)
+        if event.event == Event.RUN_END:
+            ended.add(event.rank)
+    waiting = [latest[rank] for rank in {s.rank for s in steps} - ended]
+    known = min(waiting, default=window_end)
+    return min(window_end, max(known, window_end - LIVE_STEP_WAIT_NS))
 
 
 def choose_bucket_ns(span_ns: int, max_points: int) -> int:
@@ -298,7 +571,8 @@ def run_timeseries(
     Pass ``since_ns`` (per host, from ``next_since_ns``) and the ``bucket_ns`` of the
     first answer to get only the buckets completed since.
     """
-    events = run_events(store, run_id, EPOCH_KINDS)
+    source = _KeptRun(store, _run(store, run_id))
+    events = run_events(source, run_id, EPOCH_KINDS)
     spans = _host_spans(events)
     wanted = [h for h in (hosts if hosts is not None else sorted(spans)) if h in spans]
     if not wanted:
@@ -306,9 +580,9 @@ def run_timeseries(
     since_ns = since_ns or {}
     first = min(since_ns.get(h, spans[h][0]) for h in wanted)
     read_until = max(spans[h][1] if spans[h][2] else LATEST_NS for h in wanted)
-    data = read_host_series(store, _SERIES_TOTALS, set(wanted), first, read_until)
+    data = read_host_series(source, _SERIES_TOTALS, set(wanted), first, read_until)
     steps: dict[str, list[WorkloadEvent]] = defaultdict(list)
-    for event in run_events(store, run_id, (Event.STEP,), since_ns=first - 1):
+    for event in run_events(source, run_id, (Event.STEP,), since_ns=first - 1):
         if event.host in wanted:
             steps[event.host].append(event)
 
@@ -316,7 +590,7 @@ def run_timeseries(
     for host in wanted:
         run_start, last_event, ended = spans[host]
         if ended:
-            window_end = last_event
+            window_end = complete_until = last_event
         else:  # live: up to the newest sample or event seen from this host
             newest = [
                 int(s.times_ns[-1])
@@ -326,10 +600,19 @@ def run_timeseries(
                 if len(s.times_ns)
             ]
             window_end = max([last_event, *newest])
+            host_events = [e for e in events if e.host == host]
+            complete_until = _steps_known_until(host_events, steps[host], window_end)
         bucket = bucket_ns or choose_bucket_ns(window_end - run_start, max_points)
         start = since_ns.get(host, run_start)
         out[host] = _bucketed(
-            run_id, host, data, steps[host], start, window_end, bucket, complete_only=not ended
+            run_id,
+            host,
+            data,
+            steps[host],
+            start,
+            window_end,
+            bucket,
+            complete_until=None if ended else complete_until,
         )
     return out
 
@@ -362,9 +645,14 @@ def _bucketed(
     start: int,
     end: int,
     bucket: int,
-    complete_only: bool,
+    complete_until: int | None,
 ) -> HostSeries:
-    count = (end - start) // bucket if complete_only else -(-(end - start) // bucket)
+    """Buckets from ``start`` to ``end``; with ``complete_until`` (a live host), only the
+    whole buckets that end by then."""
+    if complete_until is None:
+        count = -(-(end - start) // bucket)
+    else:
+        count = (complete_until - start) // bucket
     count = max(0, int(count))
     starts = start + bucket * np.arange(count, dtype=np.int64)
     ends = np.minimum(starts + bucket, end)
@@ -388,7 +676,7 @@ def _bucketed(
         gpu_sum, gpu_count = amounts(_GPU.key, GAUGE_MEAN)
         series["gpu_util_percent"] = np.where(gpu_count > 0, gpu_sum / gpu_count, np.nan)
         series["images_per_second"] = (
-            _step_images(steps, starts, ends, closed_last=not complete_only) / seconds
+            step_images(steps, starts, ends, closed_last=complete_until is None) / seconds
         )
 
     return HostSeries(
@@ -406,17 +694,76 @@ def _nansum(arrays: list[np.ndarray]) -> np.ndarray:
     return np.where(np.isnan(stacked).all(axis=0), np.nan, np.nansum(stacked, axis=0))
 
 
-def _step_images(
+def step_images(
     steps: list[WorkloadEvent], starts: np.ndarray, ends: np.ndarray, closed_last: bool
 ) -> np.ndarray:
-    """Images of the steps ending in each bucket [start, end); NaN without step events.
+    """Images processed in each bucket ``[start, end)``; NaN without step events.
 
-    ``closed_last``: the last bucket of a finished run also takes a step at its very end.
+    A step event at ``t`` with ``seconds`` = s > 0 processed its images evenly over
+    ``[t - s, t]``: a bucket gets the share of them that falls in it. A step without a
+    positive duration counts at ``t`` (``closed_last``: the last bucket of a finished run
+    also takes a step at its very end).
     """
     if not steps or not starts.size:
         return np.full(starts.shape, np.nan)
     times = np.array([s.time_ns for s in steps], dtype=np.int64)
-    images = np.array([_images(s) for s in steps], dtype=np.float64)
+    images = _numbers([s.fields.get(Workload.IMAGES) for s in steps])
+    seconds = _numbers([s.fields.get(Workload.SECONDS) for s in steps])
+    spread = seconds > 0
+    # buckets follow each other: their edges are the starts and the last end; times as
+    # float nanoseconds from the first bucket are exact (far below 2**53)
+    origin = int(starts[0])
+    edges = np.concatenate((starts, ends[-1:])) - origin
+    out = _ramp_amounts(
+        (times[spread] - origin).astype(np.float64),
+        seconds[spread] * NS_PER_SECOND,
+        images[spread],
+        edges.astype(np.float64),
+    )
+    instant = ~spread
+    if instant.any():
+        out += _instant_amounts(times[instant], images[instant], starts, ends, closed_last)
+    return out
+
+
+def _numbers(values: list[Any]) -> np.ndarray:
+    """The values as floats, 0 for anything not a number (missing, text)."""
+    return np.array([v if isinstance(v, int | float) else 0.0 for v in values], dtype=np.float64)
+
+
+def _ramp_amounts(
+    ends: np.ndarray, durations: np.ndarray, images: np.ndarray, edges: np.ndarray
+) -> np.ndarray:
+    """Images between consecutive ``edges`` of steps each spreading ``images`` evenly over
+    ``[end - duration, end]``.
+
+    Images done by time x: F(x) = sum of images * clip((x - begin) / duration, 0, 1), a
+    piecewise-linear function whose slope rises by images/duration at each step's begin and
+    falls by as much at its end; so F(x) = x * (R_b - R_e) - (Q_b - Q_e), where R sums the
+    slopes of the begins (ends) up to x and Q the slopes times those times.
+    """
+    if not ends.size:
+        return np.zeros(edges.size - 1)
+    begins = ends - durations
+    rates = images / durations
+
+    def reached(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(points, kind="stable")
+        at, rate = points[order], rates[order]
+        slope = np.concatenate(([0.0], np.cumsum(rate)))
+        offset = np.concatenate(([0.0], np.cumsum(rate * at)))
+        index = np.searchsorted(at, edges, side="right")
+        return slope[index], offset[index]
+
+    slope_b, offset_b = reached(begins)
+    slope_e, offset_e = reached(ends)
+    done = edges * (slope_b - slope_e) - (offset_b - offset_e)
+    return np.diff(done)
+
+
+def _instant_amounts(
+    times: np.ndarray, images: np.ndarray, starts: np.ndarray, ends: np.ndarray, closed_last: bool
+) -> np.ndarray:
     order = np.argsort(times, kind="stable")
     times, images = times[order], images[order]
     cumulative = np.concatenate(([0.0], np.cumsum(images)))
@@ -427,10 +774,5 @@ def _step_images(
     return cumulative[hi] - cumulative[lo]
 
 
-def _images(step: WorkloadEvent) -> float:
-    value = step.fields.get(Workload.IMAGES)
-    return float(value) if isinstance(value, int | float) else 0.0
-
-
 def _json_list(values: np.ndarray) -> list[float | None]:
-    return [None if math.isnan(v) or math.isinf(v) else round(float(v), 4) for v in values]
+    return [round(v, 4) if math.isfinite(v) else None for v in values.tolist()]

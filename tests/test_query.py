@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
+import numpy as np
 import pytest
 
 from agent.schema import RunState
 from collector import query
+from collector.epochs import EpochAmounts, rows_from_amounts
+from collector.store_api import WorkloadEvent
 from tests.memory_store import MemoryStore
 from tests.run_builder import NS, T0_NS, RunBuilder
 
@@ -63,10 +68,10 @@ def test_host_timeseries_buckets_are_exact_averages(make_store):
     assert values["gpu_util_percent"][3] == 80.0
     # page cache: 2 GB + 100 MB/s; the bucket 10..20 s averages 2 GB + 1.5 GB
     assert values["page_cache_bytes"][1] == 3.5e9
-    # steps: every 25 s per rank in epoch 1 (1000 images each, 2 ranks), 12.5 s in epoch 2;
-    # bucket 20..30 s holds the two steps at 25 s: 2000 images / 10 s
-    assert values["images_per_second"][2] == 200.0
-    assert values["images_per_second"][0] == 0.0
+    # steps: 4 per epoch and rank, 1000 images each, 2 ranks; each step's images spread
+    # over its own seconds: epoch 1 (0..100 s) steps of 25 s -> 2 x 1000 / 25 = 80/s in
+    # every bucket; epoch 2 (100..150 s) steps of 12.5 s -> 2 x 1000 / 12.5 = 160/s
+    assert values["images_per_second"] == [80.0] * 10 + [160.0] * 5
     # total images over the run survive the down-sampling: 2 ranks x 8000
     assert sum(v * 10 for v in values["images_per_second"]) == 16_000
     assert series.next_since_ns == T0_NS + 150 * NS
@@ -91,14 +96,16 @@ def test_live_updates_return_only_new_buckets_on_the_same_grid():
     store = MemoryStore()
     store.write([p for p in points if p.time_ns <= cut])
     first = query.host_timeseries(store, "live", "node1", bucket_ns=10 * NS)
-    # only complete buckets: 0..70 s
-    assert len(first.times_ns) == 7 and first.next_since_ns == T0_NS + 70 * NS
+    # only complete buckets: samples reach 72 s, but both ranks' latest step ended at 50 s
+    # and the next one (at 75 s, 25 s long) spreads its images back to 50 s: 0..50 s
+    assert len(first.times_ns) == 5 and first.next_since_ns == T0_NS + 50 * NS
     store.write([p for p in points if p.time_ns > cut])
     update = query.host_timeseries(
         store, "live", "node1", since_ns=first.next_since_ns, bucket_ns=first.bucket_ns
     )
-    # the agent keeps sampling 5 s past the last event: 155 s -> buckets 70..150 s
-    assert update.times_ns[0] == T0_NS + 70 * NS and len(update.times_ns) == 8
+    # the agent keeps sampling 5 s past the last event (155 s); the ranks' last event is
+    # epoch 2's end at 150 s: buckets 50..150 s
+    assert update.times_ns[0] == T0_NS + 50 * NS and len(update.times_ns) == 10
     whole = query.host_timeseries(store, "live", "node1", bucket_ns=10 * NS)
     assert first.times_ns + update.times_ns == whole.times_ns
     for name, values in whole.series.items():
@@ -149,3 +156,176 @@ def test_finished_runs_are_cached_live_runs_recomputed():
     live = MemoryStore()
     live.write(storage_run("l", state=RunState.LIVE).points())
     assert query.epoch_table(live, "l") is not query.epoch_table(live, "l")
+
+
+# --------------------------------------------------------------------------------------
+# images/s: each step's images spread over its own duration
+# --------------------------------------------------------------------------------------
+
+
+def step(time_s: float, seconds: float | None, images: int, host: str = "node1") -> WorkloadEvent:
+    fields: dict[str, object] = {"images": images}
+    if seconds is not None:
+        fields["seconds"] = seconds
+    return WorkloadEvent("r", host, 0, "tensorflow", "step", T0_NS + round(time_s * NS), fields)
+
+
+def test_step_images_are_spread_over_each_steps_duration():
+    starts = T0_NS + NS * np.array([0, 10, 20], dtype=np.int64)
+    ends = starts + 10 * NS
+    steps = [
+        step(15, 10.0, 100),  # [5, 15] s: half in bucket 0..10, half in 10..20
+        step(30, 5.0, 40),  # [25, 30]: all in 20..30
+        step(22, None, 7),  # no duration: counted at 22 s, in 20..30
+        step(2, 4.0, 80),  # [-2, 2]: half before the first bucket, which is not counted
+    ]
+    images = query.step_images(steps, starts, ends, closed_last=True)
+    assert images.tolist() == pytest.approx([50 + 40, 50, 40 + 7], abs=1e-9)
+    assert np.isnan(query.step_images([], starts, ends, closed_last=True)).all()
+
+
+def test_images_per_second_follows_uneven_steps_without_a_saw_tooth(make_store):
+    # one rank, one 60-s epoch of 3 steps lasting 10, 20 and 30 s (pattern 1:2:3), 600
+    # images each: 60, 30 and 20 images/s, in 5-s buckets
+    run = RunBuilder("uneven", steps_per_epoch=3)
+    run.epoch(60, 1800, step_pattern=(1.0, 2.0, 3.0))
+    series = query.host_timeseries(make_store(run.points()), "uneven", "node1", max_points=12)
+    assert series.bucket_ns == 5 * NS
+    assert series.series["images_per_second"] == [60.0] * 2 + [30.0] * 4 + [20.0] * 6
+
+
+def test_live_buckets_wait_for_steps_but_not_for_a_rank_that_stopped():
+    run = RunBuilder("stalls", ranks_per_host=2, steps_per_epoch=20, state=RunState.LIVE)
+    run.epoch(200, 2000)  # a step every 10 s per rank
+    cut = T0_NS + 150 * NS
+    store = MemoryStore()
+    store.write(
+        [
+            p
+            for p in run.points()
+            if p.time_ns <= cut
+            # rank 1 stops reporting after its step at 50 s
+            and not (p.tags.get("rank") == "1" and p.time_ns > T0_NS + 50 * NS)
+        ]
+    )
+    series = query.host_timeseries(store, "stalls", "node1", bucket_ns=10 * NS)
+    # samples reach 150 s; rank 0 reported up to 150 s, rank 1 only up to 50 s: buckets
+    # wait for rank 1 at most LIVE_STEP_WAIT_NS = 60 s, so they are complete up to 90 s
+    assert series.next_since_ns == T0_NS + 90 * NS and len(series.times_ns) == 9
+    # rank 0: 100 images every 10 s; rank 1 until 50 s
+    assert series.series["images_per_second"] == [20.0] * 5 + [10.0] * 4
+
+
+# --------------------------------------------------------------------------------------
+# the per-epoch table: NIC rates, column help
+# --------------------------------------------------------------------------------------
+
+
+def test_epoch_table_has_nic_rates_in_mb_per_second(make_store):
+    run = RunBuilder("nics", hosts=("a", "b"))
+    run.epoch(100, 1000, net_rx={"a": 25e6, "b": 5e6}, net_tx=2e6)
+    run.epoch(50, 1000, net_rx=1e6)  # (tx back to idle: 0)
+    rows = {(r["host"], r["epoch"]): r for r in query.epoch_table(make_store(run.points()), "nics")}
+    # eth0 only (loopback moves 1 GB/s and is left out): 25 MB/s x 100 s / 100 s
+    assert (rows[("a", 1)]["net_rx_mbps"], rows[("a", 1)]["net_tx_mbps"]) == (25.0, 2.0)
+    assert (rows[("b", 1)]["net_rx_mbps"], rows[("b", 1)]["net_tx_mbps"]) == (5.0, 2.0)
+    # all hosts: (25 + 5) MB/s x 100 s over the longest window, 100 s
+    assert (rows[("*", 1)]["net_rx_mbps"], rows[("*", 1)]["net_tx_mbps"]) == (30.0, 4.0)
+    assert (rows[("*", 2)]["net_rx_mbps"], rows[("*", 2)]["net_tx_mbps"]) == (2.0, 0.0)
+    # the rates agree with the byte columns: 2.5e9 bytes / 100 s
+    assert rows[("a", 1)]["net_rx_bytes"] == 2_500_000_000
+    assert list(rows[("a", 1)]) == list(query.TABLE_COLUMNS)
+
+
+def test_nic_rates_are_missing_without_nics():
+    amounts = EpochAmounts("a", 1, T0_NS, T0_NS + 10 * NS, 10.0, 100.0, values={})
+    row = rows_from_amounts([amounts])[0]
+    assert query.table_row(row, amounts)["net_rx_mbps"] is None  # no data, never 0
+
+
+def test_every_table_column_is_explained_once():
+    from dashboard.columns import EPOCH_COLUMNS
+
+    assert set(query.COLUMN_HELP) == set(query.TABLE_COLUMNS)
+    assert all(text and text[0].isupper() for text in query.COLUMN_HELP.values())
+    # the dashboard's tooltips are these texts
+    for column in EPOCH_COLUMNS:
+        assert column.help.startswith(query.COLUMN_HELP[column.key])
+    assert {"net_rx_mbps", "net_tx_mbps"} <= {c.key for c in EPOCH_COLUMNS}
+
+
+# --------------------------------------------------------------------------------------
+# one computation per finished run, shared, thread-safe
+# --------------------------------------------------------------------------------------
+
+
+class SlowCountingStore:
+    """A store whose event reads take a while (so concurrent callers overlap), counted."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.event_reads = 0
+        self.series_reads = 0
+        self._lock = threading.Lock()
+
+    def events(self, run_id, since_ns=None, kinds=None):
+        with self._lock:
+            self.event_reads += 1
+        time.sleep(0.2)
+        return self.store.events(run_id, since_ns, kinds)
+
+    def read_series(self, series, start_ns, end_ns):
+        with self._lock:
+            self.series_reads += 1
+        return self.store.read_series(series, start_ns, end_ns)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_callers_at_once_wait_for_one_computation():
+    memory = MemoryStore()
+    memory.write(storage_run().points())
+    store = SlowCountingStore(memory)
+    results: list = []
+    threads = [
+        threading.Thread(target=lambda: results.append(query.epoch_table(store, "ts")))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(results) == 4 and all(r is results[0] for r in results)
+    assert store.event_reads == 1  # the run's epoch events, once
+
+
+def test_findings_share_the_report_and_events_of_the_epoch_table():
+    memory = MemoryStore()
+    memory.write(storage_run().points())
+    store = SlowCountingStore(memory)
+    query.run_timeseries(store, "ts")
+    query.epoch_table(store, "ts")
+    # epoch events, then every event (for the steps); one read of the run's samples
+    assert (store.event_reads, store.series_reads) == (2, 1)
+    found = query.findings(store, "ts")
+    assert (store.event_reads, store.series_reads) == (2, 1)
+    query.clear_cache()
+    assert query.findings(store, "ts") == found  # the same when computed on their own
+    assert query.epoch_table(store, "ts") == query.epoch_table(memory, "ts")
+
+
+def test_a_kept_run_reads_series_as_the_store_cuts_them(make_store):
+    """Series cut from one read of the whole run equal the store's own reads."""
+    store = make_store(storage_run().points())
+    run = query._run(store, "ts")
+    kept = query._KeptRun(store, run)
+    infos = [i for t in query._RUN_TOTALS for i in store.list_series(t.measurement, t.field)]
+    for start_s, end_s in ((0, 150), (0, 100), (30.5, 31.2), (100, 150), (149, 150)):
+        start, end = T0_NS + round(start_s * NS), T0_NS + round(end_s * NS)
+        for mine, theirs in zip(
+            kept.read_series(infos, start, end), store.read_series(infos, start, end), strict=True
+        ):
+            assert mine.info == theirs.info
+            assert mine.times_ns.tolist() == theirs.times_ns.tolist()
+            assert mine.values.tolist() == theirs.values.tolist()
