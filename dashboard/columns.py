@@ -1,15 +1,17 @@
 """What each column shown by the dashboard means, and how its numbers are written.
 
-The per-epoch table shows a subset of ``collector.epochs.COLUMNS`` (the report rows); each
-header carries its meaning as a tooltip. MB is 10^6 bytes and GB 10^9 bytes, as in the
-collector's reports. A value the collector could not measure is ``None`` and shows as "–",
-never as 0.
+The per-epoch table shows a subset of ``collector.query.TABLE_COLUMNS`` (the report rows);
+each header carries its meaning as a tooltip, worded once in ``collector.query.COLUMN_HELP``.
+MB is 10^6 bytes and GB 10^9 bytes, as in the collector's reports. A value the collector
+could not measure is ``None`` and shows as "–", never as 0.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from collector.query import COLUMN_HELP
 
 MISSING = "–"
 ALL_HOSTS = "*"  # the report's row that adds up every host of an epoch
@@ -23,69 +25,30 @@ class Column:
     kind: str  # how to write the number: see format_value
 
 
+def _epoch_column(key: str, label: str, kind: str, more: str = "") -> Column:
+    """A per-epoch table column, its tooltip from ``collector.query.COLUMN_HELP``."""
+    return Column(key, label, COLUMN_HELP[key] + more, kind)
+
+
 EPOCH_COLUMNS: tuple[Column, ...] = (
-    Column(
-        "epoch", "Epoch", "Epoch number, from 1 (hover a row's epoch for its start and end)", "int"
-    ),
-    Column(
-        "host",
-        "Host",
-        "The host, or * for all hosts together (sums of amounts over the longest host window)",
-        "text",
-    ),
-    Column("seconds", "Seconds", "Length of the epoch on this host's clock", "seconds"),
-    Column("images", "Images", "Images the host's ranks processed in the epoch", "int"),
-    Column("images_per_second", "Images/s", "Images divided by the epoch's seconds", "rate"),
-    Column(
-        "disk_read_mbps",
-        "Disk read MB/s",
-        "Reads from local block devices of kind disk (partitions, device-mapper, md and loop "
-        "devices left out: their I/O is already counted on the disk below them)",
-        "rate",
-    ),
-    Column(
-        "nfs_server_read_mbps",
-        "NFS server read MB/s",
-        "Bytes fetched from NFS servers over the network (each duplicate mount counted once)",
-        "rate",
-    ),
-    Column(
-        "nfs_cache_hit_ratio",
-        "NFS cache hits",
-        "Share of the bytes applications read from NFS that the page cache served: "
-        "1 - server read / application read",
-        "ratio",
-    ),
-    Column("ib_rcv_mbps", "IB rcv MB/s", "InfiniBand bytes received, all ports", "rate"),
-    Column("ib_xmit_mbps", "IB xmit MB/s", "InfiniBand bytes sent, all ports", "rate"),
-    Column(
-        "rx_minus_tx_mbps",
-        "Rcv − send MB/s",
-        "Received minus sent on the fabric (InfiniBand when the host has any, else the NICs). "
-        "Gradients go out and come in in equal amounts, so with storage on the fabric this "
-        "is the storage read rate",
-        "rate",
-    ),
-    Column(
-        "page_cache_delta_bytes",
-        "Page cache Δ",
-        "Growth of the page cache (memory.cached_bytes) from the start to the end of the epoch",
-        "bytes",
-    ),
-    Column("major_faults", "Major faults", "Page faults that had to read from storage", "int"),
-    Column(
-        "cpu_util_percent",
-        "CPU %",
-        "Share of all CPU time that was neither idle nor iowait",
-        "percent",
-    ),
-    Column("iowait_percent", "iowait %", "Share of all CPU time spent waiting on I/O", "percent"),
-    Column(
-        "gpu_util_percent",
-        "GPU %",
-        "Time-weighted mean utilisation over the host's GPUs",
-        "percent",
-    ),
+    _epoch_column("epoch", "Epoch", "int", " (hover a row's epoch for its start and end)"),
+    _epoch_column("host", "Host", "text"),
+    _epoch_column("seconds", "Seconds", "seconds"),
+    _epoch_column("images", "Images", "int"),
+    _epoch_column("images_per_second", "Images/s", "rate"),
+    _epoch_column("disk_read_mbps", "Disk read MB/s", "rate"),
+    _epoch_column("nfs_server_read_mbps", "NFS server read MB/s", "rate"),
+    _epoch_column("nfs_cache_hit_ratio", "NFS cache hits", "ratio"),
+    _epoch_column("ib_rcv_mbps", "IB rcv MB/s", "rate"),
+    _epoch_column("ib_xmit_mbps", "IB xmit MB/s", "rate"),
+    _epoch_column("net_rx_mbps", "NIC rx MB/s", "rate"),
+    _epoch_column("net_tx_mbps", "NIC tx MB/s", "rate"),
+    _epoch_column("rx_minus_tx_mbps", "Rcv − send MB/s", "rate"),
+    _epoch_column("page_cache_delta_bytes", "Page cache Δ", "bytes"),
+    _epoch_column("major_faults", "Major faults", "int"),
+    _epoch_column("cpu_util_percent", "CPU %", "percent"),
+    _epoch_column("iowait_percent", "iowait %", "percent"),
+    _epoch_column("gpu_util_percent", "GPU %", "percent"),
 )
 
 RUN_COLUMNS: tuple[Column, ...] = (

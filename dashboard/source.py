@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_POINTS = 500
 FINISHED_RUNS_KEPT = 16  # ~100 kB of chart data each
-BYTES_PER_MB = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -56,11 +55,12 @@ class RequestScopedStore:
     """A ``ReadStore`` in front of the real one that remembers ``runs()`` and ``events()``
     answers for the length of one request.
 
-    Building a run page asks the query layer about the same run several times over (summary,
-    series, epoch table, boundaries, findings), and each of those reads the run's events: a
-    3-hour run on 32 ranks has tens of thousands. Inside ``DataSource.request()`` the first
-    answer is kept and filtered for later asks (``since_ns``, ``kinds``); outside it, or in
-    another thread, every call goes to the store. Samples are never kept.
+    Building a live run's page, or a poll of it, asks the query layer about the same run
+    several times over (summary, series, epoch table, boundaries), and each of those reads
+    the run's epoch events. Inside ``DataSource.request()`` each distinct question (run,
+    ``since_ns``, ``kinds``) goes to the store once; outside it, or in another thread, every
+    call goes to the store. Samples are never kept. (The query layer keeps the decoded
+    events of finished runs itself.)
     """
 
     def __init__(self, store: ReadStore) -> None:
@@ -109,14 +109,10 @@ class RequestScopedStore:
         memo = self._memo()
         if memo is None:
             return self.store.events(run_id, since_ns, kinds)
-        key = ("events", run_id)
-        if key not in memo:  # read them all once; later asks are filtered from that
-            memo[key] = self.store.events(run_id)
-        return [
-            e
-            for e in memo[key]
-            if (since_ns is None or e.time_ns > since_ns) and (kinds is None or e.event in kinds)
-        ]
+        key = ("events", run_id, since_ns, kinds)
+        if key not in memo:  # the same question is asked several times; ask the store once
+            memo[key] = self.store.events(run_id, since_ns, kinds)
+        return list(memo[key])
 
     def list_series(
         self, measurement: str, field: str, host: str | None = None
@@ -248,14 +244,14 @@ class DataSource:
 
     def _series(self, run_id: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
         result = query.run_timeseries(self.store, run_id, **kwargs)
-        return {host: host_series_dict(series) for host, series in sorted(result.items())}
+        return {host: series.to_dict() for host, series in sorted(result.items())}
 
     def boundaries(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
         return query.epoch_boundaries(self.store, run_id)
 
     def epochs(self, run_id: str) -> list[dict[str, Any]]:
-        """The per-epoch report rows (``collector.epochs.COLUMNS``), plus NIC rates."""
-        return [with_nic_rates(row) for row in query.epoch_table(self.store, run_id)]
+        """The per-epoch report rows (``collector.query.TABLE_COLUMNS``)."""
+        return query.epoch_table(self.store, run_id)
 
     def findings(self, run_id: str) -> list[dict[str, Any]]:
         return query.findings(self.store, run_id)
@@ -268,35 +264,6 @@ class DataSource:
     # -- all runs --------------------------------------------------------------------------
     def scaling(self) -> list[dict[str, Any]]:
         return query.scaling_table(self.store)
-
-
-def host_series_dict(series: query.HostSeries) -> dict[str, Any]:
-    """``HostSeries`` as a dict, sharing its lists (``to_dict()`` deep-copies every value
-    through ``dataclasses.asdict``, which costs more than the query itself)."""
-    return {
-        "run_id": series.run_id,
-        "host": series.host,
-        "bucket_ns": series.bucket_ns,
-        "times_ns": series.times_ns,
-        "series": series.series,
-        "next_since_ns": series.next_since_ns,
-        "units": series.units,
-    }
-
-
-def with_nic_rates(row: dict[str, Any]) -> dict[str, Any]:
-    """``net_rx_mbps``/``net_tx_mbps`` from the row's bytes and seconds, for the fabric chart
-    of runs without InfiniBand. A unit change, kept here only until ``query.epoch_table``
-    carries these columns itself (as it does ``ib_rcv_mbps``)."""
-    out = dict(row)
-    seconds = row.get("seconds")
-    for rate, amount in (("net_rx_mbps", "net_rx_bytes"), ("net_tx_mbps", "net_tx_bytes")):
-        if rate in out:
-            continue
-        value = row.get(amount)
-        usable = value is not None and seconds
-        out[rate] = round(value / seconds / BYTES_PER_MB, 2) if usable else None
-    return out
 
 
 def digest(data: Any) -> str:

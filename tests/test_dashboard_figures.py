@@ -12,7 +12,6 @@ import pytest
 
 from dashboard import figures, pages
 from dashboard.columns import format_bytes, format_duration, format_value
-from dashboard.source import with_nic_rates
 
 pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
 from dashboard.source import DataSource
@@ -162,18 +161,16 @@ def test_fabric_bars_show_receive_minus_send_as_the_storage_read(paper):
 
 def test_fabric_falls_back_to_nics_without_infiniband():
     rows = [
-        with_nic_rates(
-            {
-                "host": "a",
-                "epoch": 1,
-                "seconds": 10.0,
-                "ib_rcv_mbps": None,
-                "ib_xmit_mbps": None,
-                "net_rx_bytes": 250_000_000,  # 25 MB/s over 10 s
-                "net_tx_bytes": 50_000_000,  # 5 MB/s
-                "rx_minus_tx_mbps": 20.0,
-            }
-        )
+        {
+            "host": "a",
+            "epoch": 1,
+            "seconds": 10.0,
+            "ib_rcv_mbps": None,
+            "ib_xmit_mbps": None,
+            "net_rx_mbps": 25.0,
+            "net_tx_mbps": 5.0,
+            "rx_minus_tx_mbps": 20.0,
+        }
     ]
     figure = valid(figures.fabric_bars_figure(rows, ["a"]))
     assert figure["layout"]["title"]["text"].startswith("Network interfaces")

@@ -37,6 +37,7 @@ pytest.importorskip("collector.query", reason="the collector's query layer is no
 SqliteStore = pytest.importorskip(
     "collector.store", reason="the SQLite store is not in this tree"
 ).SqliteStore
+from collector.epochs import EPOCH_KINDS  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
 from tests.run_builder import NS, T0_NS, RunBuilder  # noqa: E402
 
@@ -198,21 +199,25 @@ def test_findings_name_the_chart_that_shows_them(source):
 
 
 class CountingStore:
-    """The real store, counting how often each run's events are read."""
+    """The real store, counting how often each run's events are read, and how many events
+    those reads decoded."""
 
     def __init__(self, store) -> None:
         self.store = store
         self.event_reads: dict[str, int] = {}
+        self.decoded: dict[str, int] = {}
 
     def events(self, run_id, since_ns=None, kinds=None):
+        found = self.store.events(run_id, since_ns, kinds)
         self.event_reads[run_id] = self.event_reads.get(run_id, 0) + 1
-        return self.store.events(run_id, since_ns, kinds)
+        self.decoded[run_id] = self.decoded.get(run_id, 0) + len(found)
+        return found
 
     def __getattr__(self, name):
         return getattr(self.store, name)
 
 
-def test_a_run_page_reads_the_runs_events_once_and_a_finished_run_only_once(source):
+def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(source):
     from collector import query
     from dashboard.app import Callbacks
 
@@ -220,12 +225,23 @@ def test_a_run_page_reads_the_runs_events_once_and_a_finished_run_only_once(sour
     callbacks = Callbacks(DataSource(counting), poll_ms=2000)
     query.clear_cache()
     callbacks.route(f"/runs/{PAPER_RUN}", "")
-    # summary, series, epoch table, boundaries and findings all ask for the events
-    assert counting.event_reads[PAPER_RUN] == 1
+    # summary, series, epoch table and boundaries all ask for the events: the run, epoch
+    # and end events are read by kind (a small indexed read, all the runs page needs), then
+    # every event once, as the charts need the steps
+    direct = source.store.store
+    epoch_events = len(direct.events(PAPER_RUN, kinds=EPOCH_KINDS))
+    assert epoch_events == 2 * 4 * (1 + 3 + 3 + 1)  # 8 ranks: run, 3 epochs, run end
+    assert counting.event_reads[PAPER_RUN] == 2
+    assert counting.decoded[PAPER_RUN] == len(direct.events(PAPER_RUN)) + epoch_events
     assert set(counting.event_reads) == {PAPER_RUN}  # no other run is summarised
+    # the findings (their own callback) share the events and the per-epoch report
+    callbacks.load_run_findings({"run_id": PAPER_RUN})
+    assert counting.event_reads[PAPER_RUN] == 2
+    reads = dict(counting.event_reads)  # (the findings compare with the other runs)
     callbacks.route(f"/runs/{PAPER_RUN}", "")
+    callbacks.load_run_findings({"run_id": PAPER_RUN})
     # finished: the query layer keeps its tables, the dashboard its charts
-    assert counting.event_reads[PAPER_RUN] == 1
+    assert counting.event_reads == reads
 
 
 def test_events_kept_for_a_request_answer_like_the_store(source):
