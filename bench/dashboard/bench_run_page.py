@@ -1,6 +1,7 @@
 """How fast the run page of a big run opens: 8 hosts x 3 h of 1 Hz samples.
 
     python bench/dashboard/bench_run_page.py [--db PATH] [--repeat 3] [--json OUT]
+        [--variants downsampled every_sample]
 
 Builds the store with make_store.py when ``--db`` does not exist yet (a few minutes; kept
 for the next run). Then, side by side in one process, for the dashboard as shipped
@@ -8,8 +9,9 @@ for the next run). Then, side by side in one process, for the dashboard as shipp
 1-second sample (``max_points`` = the run's length in seconds):
 
 - server: the run page callback (``/runs/<id>``: run summary, time series, epoch table,
-  findings, layout), with the query layer's cache of finished runs cleared first (cold) and
-  then warm; and what it sends (JSON bytes, points per chart trace);
+  layout), with the query layer's cache of finished runs cleared first (cold) and then
+  warm; the findings callback that follows a cold page; and what the page sends (JSON
+  bytes, points per chart trace);
 - browser: headless Chromium opening ``/runs/<id>`` until all 4 plots (time series, three
   per-epoch bar charts) are drawn and the
   epoch table is there, timed by the page itself (``performance.now()`` since navigation
@@ -79,9 +81,18 @@ def server_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, A
         callbacks.route(path, "")
         return clock() - started
 
+    def findings_after_cold_page(clock) -> float:
+        """The run's findings (their own callback, once the page is up), after a cold page."""
+        timed(True)
+        started = clock()
+        callbacks.load_run_findings({"run_id": make_store.RUN_ID})
+        return clock() - started
+
     cold = median_of(repeat, lambda: timed(True))
     # CPU time of this process: what the page costs without the other processes' load
     cold_cpu = median_of(repeat, lambda: timed(True, time.process_time))
+    findings = median_of(repeat, lambda: findings_after_cold_page(time.perf_counter))
+    findings_cpu = median_of(repeat, lambda: findings_after_cold_page(time.process_time))
     warm = median_of(repeat, lambda: timed(False))
     page, _nav, _scroll = callbacks.route(path, "")
     body = to_json(page)
@@ -94,6 +105,8 @@ def server_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, A
     return {
         "cold_s": cold,
         "cold_cpu_s": cold_cpu,
+        "cold_findings_s": findings,
+        "cold_findings_cpu_s": findings_cpu,
         "warm_s": warm,
         "json_bytes": len(body.encode()),
         "points": points,
@@ -214,6 +227,13 @@ def main() -> int:
     parser.add_argument("--db", type=Path, default=DEFAULT_DB)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=("downsampled", "every_sample"),
+        default=["downsampled", "every_sample"],
+        help="which dashboards to measure (default: both, side by side)",
+    )
     args = parser.parse_args()
     if not args.db.exists():
         print(f"building {args.db} (8 hosts x 3 h) ...")
@@ -235,7 +255,8 @@ def main() -> int:
         "load_average": os.getloadavg(),
         "cpus": os.cpu_count(),
     }
-    for label, max_points in (("downsampled", 500), ("every_sample", every_sample)):
+    variants = {"downsampled": 500, "every_sample": every_sample}
+    for label, max_points in ((v, variants[v]) for v in args.variants):
         print(f"measuring {label} (max_points={max_points}) ...", flush=True)
         results[label] = {
             "max_points": max_points,
@@ -245,15 +266,17 @@ def main() -> int:
         print(json.dumps(results[label]), flush=True)
     store.close()
 
+    results["load_average_after"] = os.getloadavg()
     print(json.dumps(results, indent=2))
-    down, full = results["downsampled"], results["every_sample"]
-    print(
-        "ratios every_sample / downsampled: "
-        f"JSON {full['server']['json_bytes'] / down['server']['json_bytes']:.1f}x, "
-        f"server cold {full['server']['cold_s'] / down['server']['cold_s']:.2f}x, "
-        "browser click cold "
-        f"{full['browser']['click_cold_s'] / down['browser']['click_cold_s']:.2f}x"
-    )
+    if "downsampled" in results and "every_sample" in results:
+        down, full = results["downsampled"], results["every_sample"]
+        print(
+            "ratios every_sample / downsampled: "
+            f"JSON {full['server']['json_bytes'] / down['server']['json_bytes']:.1f}x, "
+            f"server cold {full['server']['cold_s'] / down['server']['cold_s']:.2f}x, "
+            "browser click cold "
+            f"{full['browser']['click_cold_s'] / down['browser']['click_cold_s']:.2f}x"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
