@@ -133,6 +133,11 @@ class Callbacks:
             Input("run-epochs", "data"),
         )(self.load_run_findings)
         app.callback(
+            Output(pages.TIMESERIES_GRAPH, "figure", allow_duplicate=True),
+            Input("run-pending", "data"),
+            prevent_initial_call="initial_duplicate",  # called when the page comes
+        )(self.load_pending_series)
+        app.callback(
             Output("scaling-graph", "figure"),
             Output("accuracy-graph", "figure"),
             Output("accuracy-chart", "style"),
@@ -174,7 +179,9 @@ class Callbacks:
         if run is None:
             return pages.not_found(f"No run {run_id!r} in the store.")
         live = is_live(run["state"])
-        ts = self.source.timeseries(run_id, live)
+        # a finished run not computed yet: images/s come by their own callback (they need
+        # every step event decoded), computed while the browser draws the rest
+        ts = self.source.timeseries(run_id, live, images_later=True)
         boundaries = self.source.boundaries(run_id)
         return pages.run_page(
             run,
@@ -303,6 +310,23 @@ class Callbacks:
         with self.source.request():
             found = self.source.findings(key["run_id"])
         return pages.findings_list(found, key["run_id"], same_page=True)
+
+    def load_pending_series(self, pending: dict[str, Any] | None) -> Any:
+        """Fill in the time series a run page was drawn without (``run-pending``)."""
+        if not pending:
+            raise PreventUpdate
+        with self.source.request():
+            ts = self.source.timeseries(pending["run_id"], live=False)
+        names = tuple(pending["names"])
+        if not set(names) <= set(next(iter(ts.hosts.values()), {}).get("series", {})):
+            raise PreventUpdate  # (the run went away meanwhile)
+        values, notes = figures.pending_update(ts.hosts, pending["hosts"], names)
+        patch = Patch()
+        for index, y in values.items():
+            patch["data"][index]["y"] = y
+        for note in notes:
+            patch["layout"]["annotations"].append(note)
+        return patch
 
     # -- scaling and findings --------------------------------------------------------------
     def select_scaling_runs(self, selected: list[str] | None) -> tuple:

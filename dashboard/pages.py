@@ -322,7 +322,7 @@ def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
 def timeseries_figure(
     ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows)
+    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows, ts.pending)
 
 
 def epoch_figures(rows: list[dict[str, Any]], host_order: list[str]) -> list[dict[str, Any]]:
@@ -365,9 +365,10 @@ def run_page(
     poll_ms: int,
     live_state: dict[str, Any],
 ) -> html.Div:
-    """The run page. Its findings arrive by a callback of their own once the page is up
-    (they cost as much as the rest of the page), and again whenever ``run-epochs`` says an
-    epoch started or ended."""
+    """The run page. Its findings arrive by a callback of their own once the page is up,
+    and again whenever ``run-epochs`` says an epoch started or ended; so do the time series
+    still ``pending`` (``run-pending``: a finished run's images/s the first time it is
+    opened)."""
     order = list(ts.hosts)
     disk, nfs, fabric = epoch_figures(rows, order)
     time_figure = timeseries_figure(ts, boundaries, rows)
@@ -413,8 +414,16 @@ def run_page(
             dcc.Interval(id="run-interval", interval=poll_ms, disabled=not live),
             dcc.Store(id="run-live", data=live_state),
             dcc.Store(id="run-epochs", data=epochs_key(live_state)),
+            dcc.Store(id="run-pending", data=pending_key(run["run_id"], ts)),
         ]
     )
+
+
+def pending_key(run_id: str, ts: Timeseries) -> dict[str, Any] | None:
+    """What the callback that fills in pending series needs (None: nothing pending)."""
+    if not ts.pending:
+        return None
+    return {"run_id": run_id, "names": list(ts.pending), "hosts": list(ts.hosts)}
 
 
 def epochs_key(live_state: dict[str, Any]) -> dict[str, str]:

@@ -27,6 +27,8 @@ from collector.store_api import ReadStore, RunInfo, SeriesData, SeriesInfo, Work
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_POINTS = 500
+# every chart series but images/s (made from step events, the expensive part of a run)
+SAMPLE_SERIES = tuple(name for name in query.SERIES_UNITS if name != query.IMAGES)
 FINISHED_RUNS_KEPT = 16  # ~100 kB of chart data each
 
 
@@ -36,10 +38,12 @@ class Timeseries:
 
     ``hosts[host]`` is ``collector.query.HostSeries.to_dict()``; every host shares
     ``bucket_ns`` when the run is live, so later updates line up with what is drawn.
+    ``pending`` names the series not in it yet (images/s of a finished run's first look).
     """
 
     bucket_ns: int
     hosts: dict[str, dict[str, Any]]
+    pending: tuple[str, ...] = ()  # series still to come (``DataSource.timeseries``)
 
     @property
     def next_since(self) -> dict[str, int]:
@@ -133,6 +137,8 @@ class DataSource:
         # charts of finished runs, which no longer change (the query layer keeps their
         # summaries, epoch tables and findings the same way)
         self._finished: OrderedDict[tuple[str, int | None, int], Timeseries] = OrderedDict()
+        # charts of finished runs shown without images/s yet (see ``timeseries``)
+        self._partial: OrderedDict[tuple[str, int | None, int], Timeseries] = OrderedDict()
         self._lock = threading.Lock()
         self.prepared: frozenset[str] = frozenset()  # run ids the preparing thread has done
 
@@ -199,6 +205,7 @@ class DataSource:
         benchmark's cold opens."""
         with self._lock:
             self._finished.clear()
+            self._partial.clear()
         query.clear_cache()
 
     def run_info(self, run_id: str) -> RunInfo | None:
@@ -211,31 +218,67 @@ class DataSource:
         return info.state if info else None
 
     # -- one run ---------------------------------------------------------------------------
-    def timeseries(self, run_id: str, live: bool) -> Timeseries:
-        """The run's charts data, down-sampled on the server to ``max_points`` buckets."""
+    def timeseries(self, run_id: str, live: bool, images_later: bool = False) -> Timeseries:
+        """The run's charts data, down-sampled on the server to ``max_points`` buckets.
+
+        A finished run's charts are kept. ``images_later``: if they are not computed yet,
+        answer at once without images/s (``pending``), which come from decoding every step
+        event (most of the cost); the next call without it completes the kept charts.
+        """
         info = self.run_info(run_id)
         if live or info is None or is_live(info.state):
             return self._timeseries(run_id, live)
         key = (run_id, info.end_ns, self.max_points)
         with self._lock:
-            cached = self._finished.get(key)
-        if cached is None:
-            cached = self._timeseries(run_id, live)
-            with self._lock:
-                self._finished[key] = cached
-                while len(self._finished) > FINISHED_RUNS_KEPT:
-                    self._finished.popitem(last=False)
-        return cached
+            kept = self._finished.get(key) or self._partial.get(key)
+        if kept is not None and (images_later or not kept.pending):
+            return kept
+        if kept is None and images_later:
+            kept = self._timeseries(run_id, live=False, names=SAMPLE_SERIES)
+            self._keep(self._partial, key, kept)
+            return kept
+        if kept is None:
+            full = self._timeseries(run_id, live=False)
+        else:
+            full = self._complete(run_id, kept)
+        with self._lock:
+            self._partial.pop(key, None)
+        self._keep(self._finished, key, full)
+        return full
 
-    def _timeseries(self, run_id: str, live: bool) -> Timeseries:
-        hosts = self._series(run_id, max_points=self.max_points)
+    def _keep(self, kept: OrderedDict, key: tuple, ts: Timeseries) -> None:
+        with self._lock:
+            kept[key] = ts
+            kept.move_to_end(key)
+            while len(kept) > FINISHED_RUNS_KEPT:
+                kept.popitem(last=False)
+
+    def _complete(self, run_id: str, partial: Timeseries) -> Timeseries:
+        """``partial`` with its pending series, computed on the same buckets."""
+        extra = self._series(run_id, max_points=self.max_points, names=partial.pending)
+        hosts = {}
+        for host, series in partial.hosts.items():
+            more = extra.get(host)
+            if more is None or more["times_ns"] != series["times_ns"]:  # the run changed
+                return self._timeseries(run_id, live=False)
+            hosts[host] = {
+                **series,
+                "series": {**series["series"], **more["series"]},
+                "units": {**series["units"], **more["units"]},
+            }
+        return Timeseries(bucket_ns=partial.bucket_ns, hosts=hosts)
+
+    def _timeseries(self, run_id: str, live: bool, **kwargs: Any) -> Timeseries:
+        hosts = self._series(run_id, max_points=self.max_points, **kwargs)
         buckets = {series["bucket_ns"] for series in hosts.values()}
         if live and len(buckets) > 1:
             # hosts' spans differ a little (clock skew): redo with one bucket for all, so
             # every host's updates arrive on the same grid
-            hosts = self._series(run_id, bucket_ns=max(buckets))
+            hosts = self._series(run_id, bucket_ns=max(buckets), **kwargs)
             buckets = {max(buckets)}
-        return Timeseries(bucket_ns=max(buckets, default=0), hosts=hosts)
+        names = kwargs.get("names")
+        pending = tuple(n for n in query.SERIES_UNITS if names is not None and n not in names)
+        return Timeseries(bucket_ns=max(buckets, default=0), hosts=hosts, pending=pending)
 
     def timeseries_since(self, run_id: str, since: dict[str, int], bucket_ns: int) -> Timeseries:
         """Only the buckets completed after ``since`` (per host), on the same grid."""

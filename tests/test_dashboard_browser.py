@@ -127,6 +127,14 @@ def test_run_page_charts_carry_each_host_and_epoch(dash_duo, store):
     assert len(ib[0]["y"]) == 280  # one-second buckets over 120 + 80 + 80 s
     assert ib[0]["y"][10] == pytest.approx(400.0)  # epoch 1: data set read over the fabric
     assert ib[0]["y"][150] == pytest.approx(100.0)  # epoch 2: gradients only
+    # images/s (the page may come without them: they follow by their own callback); each
+    # step's images spread over its seconds: 4 ranks x 3,000 images in epoch 1's first
+    # 12.5-s step (see tests/test_dashboard_runs.py)
+    wait_for(
+        lambda: len(trace(dash_duo, "node1 images/s")["y"]) == 280,
+        what="the images/s of every bucket",
+    )
+    assert trace(dash_duo, "node1 images/s")["y"][10] == 960.0
 
     nfs = figure_data(dash_duo.driver, "epoch-nfs")
     assert [t["name"] for t in nfs] == ["node1", "node2"]

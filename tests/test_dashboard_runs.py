@@ -46,6 +46,7 @@ BASELINE_RUN = "tf-1gpu"
 INTRA_RUN = "tf-4gpu"
 LIVE_RUN = "tf-live"
 HOSTS = ("node1", "node2")
+HOSTS_L = list(HOSTS)
 DAY_NS = 86_400 * NS
 
 
@@ -224,24 +225,79 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     counting = CountingStore(source.store.store)
     callbacks = Callbacks(DataSource(counting), poll_ms=2000)
     query.clear_cache()
-    callbacks.route(f"/runs/{PAPER_RUN}", "")
-    # summary, series, epoch table and boundaries all ask for the events: the run, epoch
-    # and end events are read by kind (a small indexed read, all the runs page needs), then
-    # every event once, as the charts need the steps
+    page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
+    # summary, series, epoch table and boundaries ask only for the run, epoch and end
+    # events: read by kind (a small indexed read), once
     direct = source.store.store
     epoch_events = len(direct.events(PAPER_RUN, kinds=EPOCH_KINDS))
     assert epoch_events == 2 * 4 * (1 + 3 + 3 + 1)  # 8 ranks: run, 3 epochs, run end
+    assert counting.event_reads == {PAPER_RUN: 1}  # no other run is summarised
+    assert counting.decoded[PAPER_RUN] == epoch_events
+    # images/s come by their own callback: every event, decoded once, and the findings
+    # (their own callback too) share them and the per-epoch report
+    pending = find(page, "run-pending").data
+    assert pending == {"run_id": PAPER_RUN, "names": ["images_per_second"], "hosts": HOSTS_L}
+    callbacks.load_pending_series(pending)
+    callbacks.load_run_findings({"run_id": PAPER_RUN})
     assert counting.event_reads[PAPER_RUN] == 2
     assert counting.decoded[PAPER_RUN] == len(direct.events(PAPER_RUN)) + epoch_events
-    assert set(counting.event_reads) == {PAPER_RUN}  # no other run is summarised
-    # the findings (their own callback) share the events and the per-epoch report
-    callbacks.load_run_findings({"run_id": PAPER_RUN})
-    assert counting.event_reads[PAPER_RUN] == 2
     reads = dict(counting.event_reads)  # (the findings compare with the other runs)
-    callbacks.route(f"/runs/{PAPER_RUN}", "")
+    page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
     callbacks.load_run_findings({"run_id": PAPER_RUN})
-    # finished: the query layer keeps its tables, the dashboard its charts
+    # finished: the query layer keeps its tables, the dashboard its charts, complete now
     assert counting.event_reads == reads
+    assert find(page, "run-pending").data is None
+
+
+def test_a_run_page_first_drawn_without_images_gets_them_by_its_own_callback(source):
+    from dashboard import figures
+    from dashboard.app import Callbacks
+
+    fresh = DataSource(source.store.store)
+    fresh.forget()
+    page, _nav, _scroll = Callbacks(fresh, poll_ms=2000).route(f"/runs/{PAPER_RUN}", "")
+    figure = find(page, "timeseries").figure
+    images = figure["data"][:2]  # images/s come first, one trace per host
+    assert [t["y"] for t in images] == [[], []]
+    # no "no samples" note for a panel still to come
+    notes = [a["text"] for a in figure["layout"]["annotations"]]
+    assert "no samples of this kind from these hosts" not in notes[len(figures.TIME_CHARTS) :]
+    patch = Callbacks(fresh, poll_ms=2000).load_pending_series(
+        {"run_id": PAPER_RUN, "names": ["images_per_second"], "hosts": HOSTS_L}
+    )
+    operations = patch.to_plotly_json()["operations"]
+    filled = {op["location"][1]: op["params"]["value"] for op in operations}
+    complete = fresh.timeseries(PAPER_RUN, live=False)
+    assert complete.pending == ()
+    assert filled == {
+        index: complete.hosts[host]["series"]["images_per_second"]
+        for index, host in enumerate(HOSTS_L)
+    }
+    # 8 steps per epoch and rank of 3,000 images, 4 ranks per host: 12,000 images a step,
+    # spread over the step's own seconds. Epoch 1's steps follow the pattern 1 : 1.8 : 0.6 :
+    # 1.4 (twice, 9.6 in all) over 120 s: 12.5, 22.5, 7.5, 17.5 s -> 960, 533.3, 1,600 and
+    # 685.7 images/s; the later epochs' 10-s steps give 1,200 images/s
+    node1 = filled[0]
+    assert node1[0:12] == [960.0] * 12  # 0..12 s: step 1 (0..12.5 s)
+    assert node1[13:35] == [533.3333] * 22  # 13..35 s: step 2 (12.5..35 s)
+    assert node1[35:42] == [1600.0] * 7  # step 3 (35..42.5 s)
+    assert node1[12] == round(0.5 * 960 + 0.5 * 12_000 / 22.5, 4)  # half of each, 12..13 s
+    assert (node1[130], node1[270]) == (1200.0, 1200.0)
+    # every image of the run: 3 epochs x 96,000 in 1-s buckets
+    assert sum(node1) == pytest.approx(3 * 96_000, abs=0.01)
+
+
+def find(component, element_id: str):
+    """The component with that id in a layout tree."""
+    if getattr(component, "id", None) == element_id:
+        return component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, list | tuple) else [children]:
+        if hasattr(child, "to_plotly_json"):
+            found = find(child, element_id)
+            if found is not None:
+                return found
+    return None
 
 
 def test_events_kept_for_a_request_answer_like_the_store(source):
