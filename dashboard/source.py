@@ -131,14 +131,23 @@ class RequestScopedStore:
 
 
 class DataSource:
-    def __init__(self, store: ReadStore, max_points: int = DEFAULT_MAX_POINTS) -> None:
+    """``complete_ahead``: when a finished run's charts are first shown without images/s,
+    compute those and the run's findings at once in a background thread (while the
+    browser draws), so that the callbacks asking for them find them ready."""
+
+    def __init__(
+        self, store: ReadStore, max_points: int = DEFAULT_MAX_POINTS, complete_ahead: bool = True
+    ) -> None:
         self.store = RequestScopedStore(store)
         self.max_points = max_points
+        self.complete_ahead = complete_ahead
         # charts of finished runs, which no longer change (the query layer keeps their
         # summaries, epoch tables and findings the same way)
         self._finished: OrderedDict[tuple[str, int | None, int], Timeseries] = OrderedDict()
         # charts of finished runs shown without images/s yet (see ``timeseries``)
         self._partial: OrderedDict[tuple[str, int | None, int], Timeseries] = OrderedDict()
+        self._completing: dict[tuple[str, int | None, int], threading.Lock] = {}
+        self._background: set[threading.Thread] = set()
         self._lock = threading.Lock()
         self.prepared: frozenset[str] = frozenset()  # run ids the preparing thread has done
 
@@ -200,9 +209,13 @@ class DataSource:
                 log.exception("preparing runs failed; trying again in %g s", every_s)
             stop.wait(every_s)
 
-    def forget(self) -> None:
-        """Drop the kept charts of finished runs (and the query layer's cache): the
-        benchmark's cold opens."""
+    def forget(self, timeout: float = 60.0) -> None:
+        """Drop the kept charts of finished runs (and the query layer's cache), once any
+        background completion has ended: the benchmark's cold opens."""
+        with self._lock:
+            background = list(self._background)
+        for thread in background:
+            thread.join(timeout)
         with self._lock:
             self._finished.clear()
             self._partial.clear()
@@ -236,15 +249,40 @@ class DataSource:
         if kept is None and images_later:
             kept = self._timeseries(run_id, live=False, names=SAMPLE_SERIES)
             self._keep(self._partial, key, kept)
+            if self.complete_ahead:
+                self._complete_in_background(run_id)
             return kept
-        if kept is None:
-            full = self._timeseries(run_id, live=False)
-        else:
-            full = self._complete(run_id, kept)
-        with self._lock:
-            self._partial.pop(key, None)
-        self._keep(self._finished, key, full)
+        with self._lock:  # one thread completes a run's charts; others wait for it
+            completing = self._completing.setdefault(key, threading.Lock())
+        with completing:
+            with self._lock:
+                done = self._finished.get(key)
+                kept = self._partial.get(key)
+            if done is not None:
+                return done
+            if kept is None:
+                full = self._timeseries(run_id, live=False)
+            else:
+                full = self._complete(run_id, kept)
+            with self._lock:
+                self._partial.pop(key, None)
+                self._completing.pop(key, None)
+            self._keep(self._finished, key, full)
         return full
+
+    def _complete_in_background(self, run_id: str) -> None:
+        def complete() -> None:
+            try:
+                with self.request():
+                    self.timeseries(run_id, live=False)
+                    self.findings(run_id)
+            except Exception:  # the callbacks will compute (and report) it themselves
+                log.exception("completing run %s in the background failed", run_id)
+
+        thread = threading.Thread(target=complete, name=f"complete-{run_id}", daemon=True)
+        with self._lock:
+            self._background = {t for t in self._background if t.is_alive()} | {thread}
+        thread.start()
 
     def _keep(self, kept: OrderedDict, key: tuple, ts: Timeseries) -> None:
         with self._lock:

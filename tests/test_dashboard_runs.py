@@ -223,7 +223,7 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     from dashboard.app import Callbacks
 
     counting = CountingStore(source.store.store)
-    callbacks = Callbacks(DataSource(counting), poll_ms=2000)
+    callbacks = Callbacks(DataSource(counting, complete_ahead=False), poll_ms=2000)
     query.clear_cache()
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
     # summary, series, epoch table and boundaries ask only for the run, epoch and end
@@ -249,11 +249,38 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     assert find(page, "run-pending").data is None
 
 
+def test_what_a_first_look_leaves_out_is_computed_while_the_browser_draws(source):
+    from collector import query
+    from dashboard.app import Callbacks
+
+    counting = CountingStore(source.store.store)
+    callbacks = Callbacks(DataSource(counting), poll_ms=2000)
+    query.clear_cache()
+    page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
+    # a background thread completes the charts and computes the findings, which compare
+    # the run with the others of its group (and so read their events)
+    wait_for(lambda: {BASELINE_RUN, INTRA_RUN} <= set(counting.event_reads), "findings")
+    time.sleep(0.2)
+    reads = dict(counting.event_reads)
+    assert reads[PAPER_RUN] == 2  # epoch events, then every event: once
+    callbacks.load_pending_series(find(page, "run-pending").data)
+    callbacks.load_run_findings({"run_id": PAPER_RUN})
+    assert counting.event_reads == reads  # both were ready
+
+
+def wait_for(condition, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
 def test_a_run_page_first_drawn_without_images_gets_them_by_its_own_callback(source):
     from dashboard import figures
     from dashboard.app import Callbacks
 
-    fresh = DataSource(source.store.store)
+    fresh = DataSource(source.store.store, complete_ahead=False)
     fresh.forget()
     page, _nav, _scroll = Callbacks(fresh, poll_ms=2000).route(f"/runs/{PAPER_RUN}", "")
     figure = find(page, "timeseries").figure
