@@ -68,7 +68,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -105,7 +105,6 @@ DEFAULT_MAX_POINTS = 500
 MIN_BUCKET_NS = NS_PER_SECOND  # the agent samples at 1 Hz: finer buckets add nothing
 LATEST_NS = 2**63 - 1
 LIVE_STEP_WAIT_NS = 60 * NS_PER_SECOND
-IMAGES = "images_per_second"  # the one series made from step events, not samples
 
 SERIES_UNITS: dict[str, str] = {
     "disk_read_mbps": "MB/s",
@@ -566,20 +565,12 @@ def run_timeseries(
     max_points: int = DEFAULT_MAX_POINTS,
     since_ns: dict[str, int] | None = None,
     bucket_ns: int | None = None,
-    names: Collection[str] | None = None,
 ) -> dict[str, HostSeries]:
     """``HostSeries`` for each host of the run (or the given hosts), one store read.
 
     Pass ``since_ns`` (per host, from ``next_since_ns``) and the ``bucket_ns`` of the
-    first answer to get only the buckets completed since. ``names``: only these series
-    (``SERIES_UNITS`` keys; default all). The buckets do not depend on it, but what is read
-    does: when every host has ended, ``images_per_second`` alone reads no sample, and the
-    others alone read no step event (a live host's buckets need both).
+    first answer to get only the buckets completed since.
     """
-    names = tuple(SERIES_UNITS) if names is None else tuple(names)
-    unknown = set(names) - set(SERIES_UNITS)
-    if unknown:
-        raise ValueError(f"unknown series {sorted(unknown)}")
     source = _KeptRun(store, _run(store, run_id))
     events = run_events(source, run_id, EPOCH_KINDS)
     spans = _host_spans(events)
@@ -589,15 +580,11 @@ def run_timeseries(
     since_ns = since_ns or {}
     first = min(since_ns.get(h, spans[h][0]) for h in wanted)
     read_until = max(spans[h][1] if spans[h][2] else LATEST_NS for h in wanted)
-    live = not all(spans[h][2] for h in wanted)
-    data: dict[tuple[str, str], list[SeriesData]] = {}
-    if live or set(names) - {IMAGES}:
-        data = read_host_series(source, _SERIES_TOTALS, set(wanted), first, read_until)
+    data = read_host_series(source, _SERIES_TOTALS, set(wanted), first, read_until)
     steps: dict[str, list[WorkloadEvent]] = defaultdict(list)
-    if live or IMAGES in names:
-        for event in run_events(source, run_id, (Event.STEP,), since_ns=first - 1):
-            if event.host in wanted:
-                steps[event.host].append(event)
+    for event in run_events(source, run_id, (Event.STEP,), since_ns=first - 1):
+        if event.host in wanted:
+            steps[event.host].append(event)
 
     out = {}
     for host in wanted:
@@ -626,7 +613,6 @@ def run_timeseries(
             window_end,
             bucket,
             complete_until=None if ended else complete_until,
-            names=names,
         )
     return out
 
@@ -660,10 +646,9 @@ def _bucketed(
     end: int,
     bucket: int,
     complete_until: int | None,
-    names: tuple[str, ...],
 ) -> HostSeries:
-    """The ``names`` series in buckets from ``start`` to ``end``; with ``complete_until``
-    (a live host), only the whole buckets that end by then."""
+    """Buckets from ``start`` to ``end``; with ``complete_until`` (a live host), only the
+    whole buckets that end by then."""
     if complete_until is None:
         count = -(-(end - start) // bucket)
     else:
@@ -679,33 +664,28 @@ def _bucketed(
     series: dict[str, np.ndarray] = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, key in _RATE_OF.items():
-            if name in names:
-                growth, _ = amounts(key, COUNTER)
-                series[name] = growth / seconds / BYTES_PER_MB
-        if "page_cache_bytes" in names:
-            cache_sum, cache_count = amounts(_PAGE_CACHE.key, GAUGE_MEAN)
-            series["page_cache_bytes"] = np.where(cache_count > 0, cache_sum / cache_count, np.nan)
-        if {"cpu_util_percent", "iowait_percent"} & set(names):
-            cpu = {f: amounts(f"cpu_{f}", COUNTER)[0] for f in CPU_ALL_FIELDS}
-            total = _nansum([cpu[f] for f in CPU_ALL_FIELDS])
-            busy = _nansum([cpu[f] for f in CPU_BUSY_FIELDS])
-            series["cpu_util_percent"] = 100.0 * busy / total
-            series["iowait_percent"] = 100.0 * cpu["iowait_seconds"] / total
-        if "gpu_util_percent" in names:
-            gpu_sum, gpu_count = amounts(_GPU.key, GAUGE_MEAN)
-            series["gpu_util_percent"] = np.where(gpu_count > 0, gpu_sum / gpu_count, np.nan)
-        if IMAGES in names:
-            closed_last = complete_until is None
-            series[IMAGES] = step_images(steps, starts, ends, closed_last) / seconds
+            growth, _ = amounts(key, COUNTER)
+            series[name] = growth / seconds / BYTES_PER_MB
+        cache_sum, cache_count = amounts(_PAGE_CACHE.key, GAUGE_MEAN)
+        series["page_cache_bytes"] = np.where(cache_count > 0, cache_sum / cache_count, np.nan)
+        cpu = {f: amounts(f"cpu_{f}", COUNTER)[0] for f in CPU_ALL_FIELDS}
+        total = _nansum([cpu[f] for f in CPU_ALL_FIELDS])
+        busy = _nansum([cpu[f] for f in CPU_BUSY_FIELDS])
+        series["cpu_util_percent"] = 100.0 * busy / total
+        series["iowait_percent"] = 100.0 * cpu["iowait_seconds"] / total
+        gpu_sum, gpu_count = amounts(_GPU.key, GAUGE_MEAN)
+        series["gpu_util_percent"] = np.where(gpu_count > 0, gpu_sum / gpu_count, np.nan)
+        series["images_per_second"] = (
+            step_images(steps, starts, ends, closed_last=complete_until is None) / seconds
+        )
 
     return HostSeries(
         run_id=run_id,
         host=host,
         bucket_ns=bucket,
         times_ns=starts.tolist(),
-        series={name: _json_list(series[name]) for name in names},
+        series={name: _json_list(values) for name, values in series.items()},
         next_since_ns=int(start + bucket * count),
-        units={name: SERIES_UNITS[name] for name in names},
     )
 
 

@@ -329,22 +329,3 @@ def test_a_kept_run_reads_series_as_the_store_cuts_them(make_store):
             assert mine.info == theirs.info
             assert mine.times_ns.tolist() == theirs.times_ns.tolist()
             assert mine.values.tolist() == theirs.values.tolist()
-
-
-def test_series_asked_for_alone_match_the_whole_and_read_only_what_they_need():
-    memory = MemoryStore()
-    memory.write(storage_run().points())
-    store = SlowCountingStore(memory)
-    images = query.run_timeseries(store, "ts", max_points=15, names=[query.IMAGES])["node1"]
-    # finished: the steps (and epoch events), no sample
-    assert (store.event_reads, store.series_reads) == (2, 0)
-    samples = [name for name in query.SERIES_UNITS if name != query.IMAGES]
-    rest = query.run_timeseries(store, "ts", max_points=15, names=samples)["node1"]
-    assert (store.event_reads, store.series_reads) == (2, 1)  # (events already kept)
-    whole = query.host_timeseries(memory, "ts", "node1", max_points=15)
-    assert images.times_ns == rest.times_ns == whole.times_ns
-    assert images.series == {query.IMAGES: whole.series[query.IMAGES]}
-    assert rest.series == {name: whole.series[name] for name in samples}
-    assert list(images.units) == [query.IMAGES]
-    with pytest.raises(ValueError, match="unknown series"):
-        query.run_timeseries(store, "ts", names=["bogus"])
