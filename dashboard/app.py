@@ -134,9 +134,10 @@ class Callbacks:
         )(self.load_run_findings)
         app.callback(
             Output(pages.TIMESERIES_GRAPH, "figure", allow_duplicate=True),
+            Output("bucket-note", "children", allow_duplicate=True),
             Input("run-pending", "data"),
             prevent_initial_call="initial_duplicate",  # called when the page comes
-        )(self.load_pending_series)
+        )(self.load_pending_timeseries)
         app.callback(
             Output("scaling-graph", "figure"),
             Output("accuracy-graph", "figure"),
@@ -179,9 +180,9 @@ class Callbacks:
         if run is None:
             return pages.not_found(f"No run {run_id!r} in the store.")
         live = is_live(run["state"])
-        # a finished run not computed yet: images/s come by their own callback (they need
-        # every step event decoded), computed while the browser draws the rest
-        ts = self.source.timeseries(run_id, live, images_later=True)
+        # a finished run whose charts are not computed yet gets them by their own callback
+        # (load_pending_timeseries), computed while the browser draws the rest of the page
+        ts = self.source.timeseries(run_id, live) if live else self.source.kept_timeseries(run_id)
         boundaries = self.source.boundaries(run_id)
         return pages.run_page(
             run,
@@ -194,16 +195,29 @@ class Callbacks:
         )
 
     @staticmethod
-    def _live_state(run_id: str, ts: Timeseries, boundaries: dict[str, Any]) -> dict[str, Any]:
-        """What the browser sends back on each poll."""
+    def _live_state(
+        run_id: str, ts: Timeseries | None, boundaries: dict[str, Any]
+    ) -> dict[str, Any]:
+        """What the browser sends back on each poll (only a live run's page polls)."""
         return {
             "run_id": run_id,
-            "bucket_ns": ts.bucket_ns,
-            "since": ts.next_since,
-            "hosts": list(ts.hosts),
-            "points": ts.points,
+            "bucket_ns": ts.bucket_ns if ts else 0,
+            "since": ts.next_since if ts else {},
+            "hosts": list(ts.hosts) if ts else [],
+            "points": ts.points if ts else 0,
             "epochs": digest(boundaries),
         }
+
+    def load_pending_timeseries(self, pending: dict[str, Any] | None) -> tuple[Any, str]:
+        """The time series of a run page drawn without them (``run-pending``)."""
+        if not pending:
+            raise PreventUpdate
+        run_id = pending["run_id"]
+        with self.source.request():
+            ts = self.source.timeseries(run_id, live=False)
+            boundaries = self.source.boundaries(run_id)
+            rows = self.source.epochs(run_id)
+        return pages.timeseries_figure(ts, boundaries, rows), pages.bucket_note(ts, boundaries)
 
     # -- runs page -------------------------------------------------------------------------
     def refresh_runs(self, _tick: int, known: str | None) -> tuple[Any, str]:
@@ -310,23 +324,6 @@ class Callbacks:
         with self.source.request():
             found = self.source.findings(key["run_id"])
         return pages.findings_list(found, key["run_id"], same_page=True)
-
-    def load_pending_series(self, pending: dict[str, Any] | None) -> Any:
-        """Fill in the time series a run page was drawn without (``run-pending``)."""
-        if not pending:
-            raise PreventUpdate
-        with self.source.request():
-            ts = self.source.timeseries(pending["run_id"], live=False)
-        names = tuple(pending["names"])
-        if not set(names) <= set(next(iter(ts.hosts.values()), {}).get("series", {})):
-            raise PreventUpdate  # (the run went away meanwhile)
-        values, notes = figures.pending_update(ts.hosts, pending["hosts"], names)
-        patch = Patch()
-        for index, y in values.items():
-            patch["data"][index]["y"] = y
-        for note in notes:
-            patch["layout"]["annotations"].append(note)
-        return patch
 
     # -- scaling and findings --------------------------------------------------------------
     def select_scaling_runs(self, selected: list[str] | None) -> tuple:

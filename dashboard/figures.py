@@ -347,7 +347,6 @@ def timeseries_figure(
     boundaries: dict[str, list[dict[str, Any]]],
     host_order: list[str],
     epoch_rows: list[dict[str, Any]] | None = None,
-    pending: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Every ``TIME_CHARTS`` panel stacked in one figure on one shared (zoom-linked) time
     axis, the epochs shaded across all of them, like the profiling figures of the seed
@@ -355,12 +354,10 @@ def timeseries_figure(
 
     Traces are chart-major, then series, then host (``trace_offsets``); the throughput
     panel's epoch means come last, so live extensions of the others keep their indices.
-    ``pending`` series are still to come: their traces are there, empty, and their panels
-    get no "no samples" note (``pending_update`` fills them in).
     """
     domains = panel_domains(len(TIME_CHARTS))
     layout: dict[str, Any] = {
-        "height": PANEL_HEIGHT * len(TIME_CHARTS) + PANEL_MARGINS["t"] + PANEL_MARGINS["b"],
+        "height": timeseries_height(),
         "autosize": True,
         "margin": PANEL_MARGINS,
         "paper_bgcolor": "white",
@@ -396,9 +393,12 @@ def timeseries_figure(
             "gridcolor": GRID_COLOUR,
             "zerolinecolor": "#c8ccd2",
         }
-        note = _chart_note(chart, chart_traces, (low + high) / 2)
-        if note is not None and not set(name for name, _ in chart.series) <= set(pending):
-            annotations.append(note)
+        values = [v for trace in chart_traces for v in trace["y"] if v is not None]
+        middle = (low + high) / 2
+        if not values:
+            annotations.append(_note("no samples of this kind from these hosts", middle))
+        elif not any(values):
+            annotations.append(_note(f"0 {chart.unit} throughout, on every host", middle))
     if epoch_rows is not None:
         for trace in epoch_mean_traces(epoch_rows, boundaries, host_order):
             trace["xaxis"], trace["yaxis"] = throughput_axes()
@@ -409,35 +409,16 @@ def timeseries_figure(
     return {"data": traces, "layout": layout}
 
 
-def _chart_note(
-    chart: TimeChart, chart_traces: list[dict[str, Any]], middle: float
-) -> dict[str, Any] | None:
-    """A note in the middle of a panel with nothing to draw: no samples, or only zeros."""
-    values = [v for trace in chart_traces for v in trace["y"] if v is not None]
-    if not values:
-        return _note("no samples of this kind from these hosts", middle)
-    if not any(values):
-        return _note(f"0 {chart.unit} throughout, on every host", middle)
-    return None
+def timeseries_height() -> int:
+    return PANEL_HEIGHT * len(TIME_CHARTS) + PANEL_MARGINS["t"] + PANEL_MARGINS["b"]
 
 
-def pending_update(
-    hosts: dict[str, dict[str, Any]], host_order: list[str], names: tuple[str, ...]
-) -> tuple[dict[int, list[float | None]], list[dict[str, Any]]]:
-    """For series that were ``pending`` when ``timeseries_figure`` drew the figure: the y
-    values of each of their traces (by index), and the notes their panels now need."""
-    only = {
-        host: {"series": {name: series["series"][name] for name in names}}
-        for host, series in hosts.items()
-    }
-    notes = []
-    domains = panel_domains(len(TIME_CHARTS))
-    for chart, (low, high) in zip(TIME_CHARTS, domains, strict=True):
-        if set(name for name, _ in chart.series) <= set(names):
-            note = _chart_note(chart, time_chart_traces(chart, hosts, host_order), (low + high) / 2)
-            if note is not None:
-                notes.append(note)
-    return timeseries_extension(only, host_order), notes
+def timeseries_placeholder() -> dict[str, Any]:
+    """What stands in for ``timeseries_figure`` until it comes (same height: the page does
+    not jump)."""
+    figure = empty_figure("", "computing each host's metrics over the run…")
+    figure["layout"]["height"] = timeseries_height()
+    return figure
 
 
 def panel_titles() -> list[dict[str, Any]]:

@@ -322,7 +322,7 @@ def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
 def timeseries_figure(
     ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows, ts.pending)
+    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows)
 
 
 def epoch_figures(rows: list[dict[str, Any]], host_order: list[str]) -> list[dict[str, Any]]:
@@ -358,7 +358,7 @@ def bucket_note(ts: Timeseries, boundaries: dict[str, Any]) -> str:
 
 def run_page(
     run: dict[str, Any],
-    ts: Timeseries,
+    ts: Timeseries | None,
     boundaries: dict[str, Any],
     rows: list[dict[str, Any]],
     live: bool,
@@ -366,12 +366,17 @@ def run_page(
     live_state: dict[str, Any],
 ) -> html.Div:
     """The run page. Its findings arrive by a callback of their own once the page is up,
-    and again whenever ``run-epochs`` says an epoch started or ended; so do the time series
-    still ``pending`` (``run-pending``: a finished run's images/s the first time it is
-    opened)."""
-    order = list(ts.hosts)
+    and again whenever ``run-epochs`` says an epoch started or ended. Without ``ts`` (a
+    finished run whose charts are not computed yet: decoding its step events is most of
+    the cost) the time series come by a callback of their own too (``run-pending``)."""
+    order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
     disk, nfs, fabric = epoch_figures(rows, order)
-    time_figure = timeseries_figure(ts, boundaries, rows)
+    if ts is not None:
+        time_figure = timeseries_figure(ts, boundaries, rows)
+        note = bucket_note(ts, boundaries)
+    else:
+        time_figure = figures.timeseries_placeholder()
+        note = "Computing each host's metrics over the run…"
     return html.Div(
         [
             html.Div(run_header(run, live, poll_ms), id="run-header"),
@@ -392,7 +397,7 @@ def run_page(
             ),
             html.Div(graph(EPOCH_CHARTS[2], fabric), id="epoch-fabric", className="panel"),
             html.H2("Over time", id=TIMESERIES_ANCHOR),
-            html.P(bucket_note(ts, boundaries), className="lead", id="bucket-note"),
+            html.P(note, className="lead", id="bucket-note"),
             host_legend(order),
             html.Div(graph(TIMESERIES_GRAPH, time_figure), className="panel"),
             html.H2("Per-epoch table", id=EPOCH_TABLE_ANCHOR),
@@ -414,16 +419,9 @@ def run_page(
             dcc.Interval(id="run-interval", interval=poll_ms, disabled=not live),
             dcc.Store(id="run-live", data=live_state),
             dcc.Store(id="run-epochs", data=epochs_key(live_state)),
-            dcc.Store(id="run-pending", data=pending_key(run["run_id"], ts)),
+            dcc.Store(id="run-pending", data=None if ts else {"run_id": run["run_id"]}),
         ]
     )
-
-
-def pending_key(run_id: str, ts: Timeseries) -> dict[str, Any] | None:
-    """What the callback that fills in pending series needs (None: nothing pending)."""
-    if not ts.pending:
-        return None
-    return {"run_id": run_id, "names": list(ts.pending), "hosts": list(ts.hosts)}
 
 
 def epochs_key(live_state: dict[str, Any]) -> dict[str, str]:

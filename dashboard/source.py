@@ -27,8 +27,6 @@ from collector.store_api import ReadStore, RunInfo, SeriesData, SeriesInfo, Work
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_POINTS = 500
-# every chart series but images/s (made from step events, the expensive part of a run)
-SAMPLE_SERIES = tuple(name for name in query.SERIES_UNITS if name != query.IMAGES)
 FINISHED_RUNS_KEPT = 16  # ~100 kB of chart data each
 
 
@@ -38,12 +36,10 @@ class Timeseries:
 
     ``hosts[host]`` is ``collector.query.HostSeries.to_dict()``; every host shares
     ``bucket_ns`` when the run is live, so later updates line up with what is drawn.
-    ``pending`` names the series not in it yet (images/s of a finished run's first look).
     """
 
     bucket_ns: int
     hosts: dict[str, dict[str, Any]]
-    pending: tuple[str, ...] = ()  # series still to come (``DataSource.timeseries``)
 
     @property
     def next_since(self) -> dict[str, int]:
@@ -131,9 +127,10 @@ class RequestScopedStore:
 
 
 class DataSource:
-    """``complete_ahead``: when a finished run's charts are first shown without images/s,
-    compute those and the run's findings at once in a background thread (while the
-    browser draws), so that the callbacks asking for them find them ready."""
+    """``complete_ahead``: when a finished run's page is first asked for before its charts
+    are computed (``kept_timeseries``), compute them and the run's findings in a background
+    thread at once (while the browser draws the rest), so that the callbacks asking for
+    them find them ready or nearly."""
 
     def __init__(
         self, store: ReadStore, max_points: int = DEFAULT_MAX_POINTS, complete_ahead: bool = True
@@ -144,9 +141,7 @@ class DataSource:
         # charts of finished runs, which no longer change (the query layer keeps their
         # summaries, epoch tables and findings the same way)
         self._finished: OrderedDict[tuple[str, int | None, int], Timeseries] = OrderedDict()
-        # charts of finished runs shown without images/s yet (see ``timeseries``)
-        self._partial: OrderedDict[tuple[str, int | None, int], Timeseries] = OrderedDict()
-        self._completing: dict[tuple[str, int | None, int], threading.Lock] = {}
+        self._computing: dict[tuple[str, int | None, int], threading.Lock] = {}
         self._background: set[threading.Thread] = set()
         self._lock = threading.Lock()
         self.prepared: frozenset[str] = frozenset()  # run ids the preparing thread has done
@@ -218,7 +213,6 @@ class DataSource:
             thread.join(timeout)
         with self._lock:
             self._finished.clear()
-            self._partial.clear()
         query.clear_cache()
 
     def run_info(self, run_id: str) -> RunInfo | None:
@@ -231,92 +225,70 @@ class DataSource:
         return info.state if info else None
 
     # -- one run ---------------------------------------------------------------------------
-    def timeseries(self, run_id: str, live: bool, images_later: bool = False) -> Timeseries:
+    def timeseries(self, run_id: str, live: bool) -> Timeseries:
         """The run's charts data, down-sampled on the server to ``max_points`` buckets.
-
-        A finished run's charts are kept. ``images_later``: if they are not computed yet,
-        answer at once without images/s (``pending``), which come from decoding every step
-        event (most of the cost); the next call without it completes the kept charts.
-        """
+        A finished run's are kept; two threads asking for them at once compute them once."""
         info = self.run_info(run_id)
         if live or info is None or is_live(info.state):
             return self._timeseries(run_id, live)
-        key = (run_id, info.end_ns, self.max_points)
+        key = self._key(info)
         with self._lock:
-            kept = self._finished.get(key) or self._partial.get(key)
-        if kept is not None and (images_later or not kept.pending):
-            return kept
-        if kept is None and images_later:
-            kept = self._timeseries(run_id, live=False, names=SAMPLE_SERIES)
-            self._keep(self._partial, key, kept)
-            if self.complete_ahead:
-                self._complete_in_background(run_id)
-            return kept
-        with self._lock:  # one thread completes a run's charts; others wait for it
-            completing = self._completing.setdefault(key, threading.Lock())
-        with completing:
+            kept = self._finished.get(key)
+            if kept is not None:
+                return kept
+            computing = self._computing.setdefault(key, threading.Lock())
+        with computing:
             with self._lock:
-                done = self._finished.get(key)
-                kept = self._partial.get(key)
-            if done is not None:
-                return done
+                kept = self._finished.get(key)
             if kept is None:
-                full = self._timeseries(run_id, live=False)
-            else:
-                full = self._complete(run_id, kept)
+                kept = self._timeseries(run_id, live)
+                with self._lock:
+                    self._finished[key] = kept
+                    while len(self._finished) > FINISHED_RUNS_KEPT:
+                        self._finished.popitem(last=False)
             with self._lock:
-                self._partial.pop(key, None)
-                self._completing.pop(key, None)
-            self._keep(self._finished, key, full)
-        return full
+                self._computing.pop(key, None)
+        return kept
 
-    def _complete_in_background(self, run_id: str) -> None:
-        def complete() -> None:
+    def kept_timeseries(self, run_id: str) -> Timeseries | None:
+        """A finished run's charts if they are computed already, else None; then (with
+        ``complete_ahead``) they, and the run's findings, are computed in a background
+        thread at once, for the callbacks that will ask for them."""
+        info = self.run_info(run_id)
+        if info is None or is_live(info.state):
+            return None
+        with self._lock:
+            kept = self._finished.get(self._key(info))
+        if kept is None and self.complete_ahead:
+            self._in_background(run_id)
+        return kept
+
+    def _key(self, info: RunInfo) -> tuple[str, int | None, int]:
+        return (info.run_id, info.end_ns, self.max_points)
+
+    def _in_background(self, run_id: str) -> None:
+        def compute() -> None:
             try:
                 with self.request():
                     self.timeseries(run_id, live=False)
                     self.findings(run_id)
             except Exception:  # the callbacks will compute (and report) it themselves
-                log.exception("completing run %s in the background failed", run_id)
+                log.exception("computing run %s in the background failed", run_id)
 
-        thread = threading.Thread(target=complete, name=f"complete-{run_id}", daemon=True)
+        thread = threading.Thread(target=compute, name=f"compute-{run_id}", daemon=True)
         with self._lock:
             self._background = {t for t in self._background if t.is_alive()} | {thread}
         thread.start()
 
-    def _keep(self, kept: OrderedDict, key: tuple, ts: Timeseries) -> None:
-        with self._lock:
-            kept[key] = ts
-            kept.move_to_end(key)
-            while len(kept) > FINISHED_RUNS_KEPT:
-                kept.popitem(last=False)
-
-    def _complete(self, run_id: str, partial: Timeseries) -> Timeseries:
-        """``partial`` with its pending series, computed on the same buckets."""
-        extra = self._series(run_id, max_points=self.max_points, names=partial.pending)
-        hosts = {}
-        for host, series in partial.hosts.items():
-            more = extra.get(host)
-            if more is None or more["times_ns"] != series["times_ns"]:  # the run changed
-                return self._timeseries(run_id, live=False)
-            hosts[host] = {
-                **series,
-                "series": {**series["series"], **more["series"]},
-                "units": {**series["units"], **more["units"]},
-            }
-        return Timeseries(bucket_ns=partial.bucket_ns, hosts=hosts)
-
-    def _timeseries(self, run_id: str, live: bool, **kwargs: Any) -> Timeseries:
-        hosts = self._series(run_id, max_points=self.max_points, **kwargs)
+    def _timeseries(self, run_id: str, live: bool) -> Timeseries:
+        hosts = self._series(run_id, max_points=self.max_points)
         buckets = {series["bucket_ns"] for series in hosts.values()}
         if live and len(buckets) > 1:
             # hosts' spans differ a little (clock skew): redo with one bucket for all, so
             # every host's updates arrive on the same grid
-            hosts = self._series(run_id, bucket_ns=max(buckets), **kwargs)
+            hosts = self._series(run_id, bucket_ns=max(buckets))
             buckets = {max(buckets)}
-        names = kwargs.get("names")
-        pending = tuple(n for n in query.SERIES_UNITS if names is not None and n not in names)
-        return Timeseries(bucket_ns=max(buckets, default=0), hosts=hosts, pending=pending)
+        return Timeseries(bucket_ns=max(buckets, default=0), hosts=hosts)
 
     def timeseries_since(self, run_id: str, since: dict[str, int], bucket_ns: int) -> Timeseries:
         """Only the buckets completed after ``since`` (per host), on the same grid."""

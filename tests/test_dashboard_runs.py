@@ -38,6 +38,7 @@ SqliteStore = pytest.importorskip(
     "collector.store", reason="the SQLite store is not in this tree"
 ).SqliteStore
 from collector.epochs import EPOCH_KINDS  # noqa: E402
+from dashboard import figures  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
 from tests.run_builder import NS, T0_NS, RunBuilder  # noqa: E402
 
@@ -226,25 +227,25 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     callbacks = Callbacks(DataSource(counting, complete_ahead=False), poll_ms=2000)
     query.clear_cache()
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
-    # summary, series, epoch table and boundaries ask only for the run, epoch and end
-    # events: read by kind (a small indexed read), once
+    # summary, epoch table and boundaries ask only for the run, epoch and end events:
+    # read by kind (a small indexed read), once
     direct = source.store.store
     epoch_events = len(direct.events(PAPER_RUN, kinds=EPOCH_KINDS))
     assert epoch_events == 2 * 4 * (1 + 3 + 3 + 1)  # 8 ranks: run, 3 epochs, run end
     assert counting.event_reads == {PAPER_RUN: 1}  # no other run is summarised
     assert counting.decoded[PAPER_RUN] == epoch_events
-    # images/s come by their own callback: every event, decoded once, and the findings
-    # (their own callback too) share them and the per-epoch report
+    # the time series (images/s need the steps) come by their own callback: every event,
+    # decoded once; the findings (their own callback too) share them and the report
     pending = find(page, "run-pending").data
-    assert pending == {"run_id": PAPER_RUN, "names": ["images_per_second"], "hosts": HOSTS_L}
-    callbacks.load_pending_series(pending)
+    assert pending == {"run_id": PAPER_RUN}
+    callbacks.load_pending_timeseries(pending)
     callbacks.load_run_findings({"run_id": PAPER_RUN})
     assert counting.event_reads[PAPER_RUN] == 2
     assert counting.decoded[PAPER_RUN] == len(direct.events(PAPER_RUN)) + epoch_events
     reads = dict(counting.event_reads)  # (the findings compare with the other runs)
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
     callbacks.load_run_findings({"run_id": PAPER_RUN})
-    # finished: the query layer keeps its tables, the dashboard its charts, complete now
+    # finished: the query layer keeps its tables, the dashboard its charts, in the page now
     assert counting.event_reads == reads
     assert find(page, "run-pending").data is None
 
@@ -257,13 +258,13 @@ def test_what_a_first_look_leaves_out_is_computed_while_the_browser_draws(source
     callbacks = Callbacks(DataSource(counting), poll_ms=2000)
     query.clear_cache()
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
-    # a background thread completes the charts and computes the findings, which compare
-    # the run with the others of its group (and so read their events)
+    # a background thread computes the charts and the findings, which compare the run
+    # with the others of its group (and so read their events)
     wait_for(lambda: {BASELINE_RUN, INTRA_RUN} <= set(counting.event_reads), "findings")
     time.sleep(0.2)
     reads = dict(counting.event_reads)
     assert reads[PAPER_RUN] == 2  # epoch events, then every event: once
-    callbacks.load_pending_series(find(page, "run-pending").data)
+    callbacks.load_pending_timeseries(find(page, "run-pending").data)
     callbacks.load_run_findings({"run_id": PAPER_RUN})
     assert counting.event_reads == reads  # both were ready
 
@@ -276,39 +277,31 @@ def wait_for(condition, what: str, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
-def test_a_run_page_first_drawn_without_images_gets_them_by_its_own_callback(source):
-    from dashboard import figures
+def test_a_run_page_drawn_without_time_series_gets_them_by_their_own_callback(source):
     from dashboard.app import Callbacks
 
     fresh = DataSource(source.store.store, complete_ahead=False)
     fresh.forget()
-    page, _nav, _scroll = Callbacks(fresh, poll_ms=2000).route(f"/runs/{PAPER_RUN}", "")
-    figure = find(page, "timeseries").figure
-    images = figure["data"][:2]  # images/s come first, one trace per host
-    assert [t["y"] for t in images] == [[], []]
-    # no "no samples" note for a panel still to come
-    notes = [a["text"] for a in figure["layout"]["annotations"]]
-    assert "no samples of this kind from these hosts" not in notes[len(figures.TIME_CHARTS) :]
-    patch = Callbacks(fresh, poll_ms=2000).load_pending_series(
-        {"run_id": PAPER_RUN, "names": ["images_per_second"], "hosts": HOSTS_L}
-    )
-    operations = patch.to_plotly_json()["operations"]
-    filled = {op["location"][1]: op["params"]["value"] for op in operations}
-    complete = fresh.timeseries(PAPER_RUN, live=False)
-    assert complete.pending == ()
-    assert filled == {
-        index: complete.hosts[host]["series"]["images_per_second"]
-        for index, host in enumerate(HOSTS_L)
-    }
+    callbacks = Callbacks(fresh, poll_ms=2000)
+    page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
+    placeholder = find(page, "timeseries").figure
+    assert placeholder["data"] == []
+    assert placeholder["layout"]["height"] == figures.timeseries_height()  # no jump
+    figure, note = callbacks.load_pending_timeseries(find(page, "run-pending").data)
+    # the same figure and note as the page of the run once computed
+    page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
+    assert figure == find(page, "timeseries").figure
+    assert note == find(page, "bucket-note").children
+    assert note.startswith("Each host's metrics averaged over 1-second buckets")
     # 8 steps per epoch and rank of 3,000 images, 4 ranks per host: 12,000 images a step,
     # spread over the step's own seconds. Epoch 1's steps follow the pattern 1 : 1.8 : 0.6 :
     # 1.4 (twice, 9.6 in all) over 120 s: 12.5, 22.5, 7.5, 17.5 s -> 960, 533.3, 1,600 and
     # 685.7 images/s; the later epochs' 10-s steps give 1,200 images/s
-    node1 = filled[0]
+    node1 = next(t for t in figure["data"] if t["name"] == "node1 images/s")["y"]
     assert node1[0:12] == [960.0] * 12  # 0..12 s: step 1 (0..12.5 s)
+    assert node1[12] == round(0.5 * 960 + 0.5 * 12_000 / 22.5, 4)  # half of each, 12..13 s
     assert node1[13:35] == [533.3333] * 22  # 13..35 s: step 2 (12.5..35 s)
     assert node1[35:42] == [1600.0] * 7  # step 3 (35..42.5 s)
-    assert node1[12] == round(0.5 * 960 + 0.5 * 12_000 / 22.5, 4)  # half of each, 12..13 s
     assert (node1[130], node1[270]) == (1200.0, 1200.0)
     # every image of the run: 3 epochs x 96,000 in 1-s buckets
     assert sum(node1) == pytest.approx(3 * 96_000, abs=0.01)

@@ -13,11 +13,11 @@ for the next run). Then, side by side in one process, for the dashboard as shipp
   warm; the findings callback that follows a cold page; and what the page sends (JSON
   bytes, points per chart trace);
 - browser: headless Chromium opening ``/runs/<id>`` until all 4 plots (time series, three
-  per-epoch bar charts) are drawn and the epoch table is there, timed by the page itself
-  (``performance.now()`` since navigation start), with the server cache cold and warm;
-  for a click on the run in the runs table, also until the per-bucket images/s line is
-  drawn (a run the server has not computed yet gets it by a callback of its own) and
-  until the findings are shown.
+  per-epoch bar charts) are drawn with their data (a run the server has not computed yet
+  gets its time series by a callback of their own) and the epoch table is there, timed
+  by the page itself (``performance.now()`` since navigation start), with the server
+  cache cold and warm; for a click on the run in the runs table, also until the findings
+  are shown.
 
 Each number is the median of ``--repeat`` runs. The machine's load average is printed with
 them: on a shared machine the browser numbers move with it.
@@ -60,17 +60,13 @@ FINDINGS_READY = """
 const box = document.querySelector('#run-findings');
 return box && !box.innerText.startsWith('Looking') ? performance.now() : null;
 """
-IMAGES_READY = """
-const plot = document.querySelector('#timeseries .js-plotly-plot');
-const first = plot && plot.data && plot.data[0];
-return first && first.y && first.y.length > 0 && plot.querySelector('.main-svg')
-    ? performance.now() : null;
-"""
 PAGE_READY = """
 const graphs = Array.from(document.querySelectorAll('.js-plotly-plot'))
     .filter(g => g._fullLayout && g.querySelector('.main-svg'));
+const series = document.querySelector('#timeseries .js-plotly-plot');
 const table = document.querySelector('#epoch-table-container table');
-return graphs.length >= arguments[0] && table ? performance.now() : null;
+return graphs.length >= arguments[0] && series && series.data && series.data.length
+    && table ? performance.now() : null;
 """
 
 
@@ -195,20 +191,17 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
             run_path,
         )
         drawn = until(PAGE_READY, started)
-        images = until(IMAGES_READY, started)
         findings = until(FINDINGS_READY, started)
-        time.sleep(0.3)  # (a last redraw: let it finish before counting CPU)
         return (
             drawn,
             findings,
             browser_cpu() - browser_before,
             time.process_time() - server_before,
-            images,
         )
 
     def clicks(cold: bool) -> tuple[float, ...]:
         times = [click(cold) for _ in range(repeat)]
-        return tuple(statistics.median(t[i] for t in times) for i in range(5))
+        return tuple(statistics.median(t[i] for t in times) for i in range(4))
 
     try:
         first = load(True)  # the browser fetches plotly.js and Dash's bundles once
@@ -222,8 +215,6 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
             "load_warm_s": load_warm,
             "click_cold_s": cold[0],
             "click_warm_s": warm[0],
-            "click_cold_images_s": cold[4],
-            "click_warm_images_s": warm[4],
             "click_cold_findings_s": cold[1],
             "click_warm_findings_s": warm[1],
             "click_cold_browser_cpu_s": cold[2],

@@ -3,8 +3,8 @@
     python bench/dashboard/profile_open.py [--db PATH] [--repeat 5] [--top 25] [--warm]
 
 Runs the callbacks a click on a run makes, as the app does but one after the other (the
-``/runs/<id>`` route; then the images/s a first look leaves out, if any, and the run's
-findings, each by its own callback), with every cache of finished runs cleared first
+``/runs/<id>`` route; then the time series of a run not computed yet, which come apart,
+and the run's findings, each by its own callback), with every cache of finished runs cleared first
 (``--warm``: kept), and prints:
 
 - the wall and CPU seconds of each callback, and of each ``DataSource`` call they make
@@ -62,12 +62,12 @@ def timed_source(source: DataSource, spent: dict[str, list[float]]) -> None:
         setattr(source, name, wrapper)
 
 
-CALLBACKS = ("route (the page)", "images/s (if pending)", "findings")
+CALLBACKS = ("route (the page)", "time series (if apart)", "findings")
 
 
 def open_run(callbacks: Callbacks, run_id: str) -> dict[str, tuple[float, float]]:
     """What a click does on the server, one after the other: the route, then the callbacks
-    the page makes (the images/s a first look leaves out, if any; the findings). Returns
+    the page makes (its time series, if they come apart; the findings). Returns
     the (wall, CPU) seconds of each."""
     spent: dict[str, tuple[float, float]] = {}
 
@@ -80,7 +80,7 @@ def open_run(callbacks: Callbacks, run_id: str) -> dict[str, tuple[float, float]
     page, _nav, _scroll = timed(CALLBACKS[0], lambda: callbacks.route(f"/runs/{run_id}", ""))
     pending = find(page, "run-pending")  # (older dashboards have none)
     if pending is not None and pending.data is not None:
-        timed(CALLBACKS[1], lambda: callbacks.load_pending_series(pending.data))
+        timed(CALLBACKS[1], lambda: callbacks.load_pending_timeseries(pending.data))
     else:
         spent[CALLBACKS[1]] = (0.0, 0.0)
     timed(CALLBACKS[2], lambda: callbacks.load_run_findings({"run_id": run_id}))
