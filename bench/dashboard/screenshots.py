@@ -138,7 +138,9 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         store = build_demo_store(Path(tmp) / "epochscope.sqlite")
-        app = create_app(DataSource(store))
+        source = DataSource(store)
+        source.prepare(DEMO_RUN)  # the run page comes whole, as a computed run's does
+        app = create_app(source)
         server = make_server("127.0.0.1", 0, app.server, threaded=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         base = f"http://127.0.0.1:{server.server_port}"
