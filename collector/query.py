@@ -60,7 +60,9 @@ Caching
     and shared by every question about it, its per-epoch report is built once and shared
     by ``epoch_table`` and ``findings``. The caches are safe to use from several threads,
     and two threads asking the same thing at once wait for one computation. Live runs are
-    always computed afresh.
+    always computed afresh. Memory: the decoded events of the 2 runs last asked about, and
+    the samples of the last one (for a run of 8 hosts x 3 h and 35,584 events, about 31 MB
+    of events and 27 MB of samples), besides small results of 256 questions.
 """
 
 from __future__ import annotations

@@ -275,9 +275,13 @@ class DataSource:
             except Exception:  # the callbacks will compute (and report) it themselves
                 log.exception("computing run %s in the background failed", run_id)
 
-        thread = threading.Thread(target=compute, name=f"compute-{run_id}", daemon=True)
+        name = f"compute-{run_id}"
+        thread = threading.Thread(target=compute, name=name, daemon=True)
         with self._lock:
-            self._background = {t for t in self._background if t.is_alive()} | {thread}
+            self._background = {t for t in self._background if t.is_alive()}
+            if any(t.name == name for t in self._background):
+                return  # (the page asked for again meanwhile)
+            self._background.add(thread)
         thread.start()
 
     def _timeseries(self, run_id: str, live: bool) -> Timeseries:
