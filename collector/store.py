@@ -457,13 +457,24 @@ class SqliteStore:
         now_ns = time.time_ns() if now_ns is None else now_ns
         folded = 0
         with self._maintenance_lock:
+            started = time.perf_counter()
             (last_id,) = self._read_conn().execute("SELECT max(id) FROM batches").fetchone()
             while last_id is not None:
                 count, more = self._fold_step(last_id, batches_per_step, now_ns)
                 folded += count
                 if not more:
                     break
-            self._merge_windows(now_ns, MERGE_QUIET_NS, MERGE_CALL_SAMPLES)
+            fold_s = time.perf_counter() - started
+            merged = self._merge_windows(now_ns, MERGE_QUIET_NS, MERGE_CALL_SAMPLES)
+            took_s = time.perf_counter() - started
+            log.log(
+                logging.INFO if took_s >= 1.0 else logging.DEBUG,
+                "compaction: %d batches folded in %.2f s, %d windows merged in %.2f s",
+                folded,
+                fold_s,
+                merged,
+                took_s - fold_s,
+            )
         return folded
 
     def merge_windows(
