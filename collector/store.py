@@ -510,9 +510,13 @@ class SqliteStore:
                 cursor.close()
         if not rows:
             return 0, False
+        read, last_read = len(rows), rows[-1][0]
+        gathered = _gather_batches(rows)
+        del rows  # (copied by the gather: the step's peak memory is a few times its values)
         inserts = []
-        for tagset_id, new_blocks in _gather_batches(rows).items():
+        for tagset_id, new_blocks in gathered.items():
             inserts.extend(_window_rows(tagset_id, *_merge_blocks(new_blocks)))
+        del gathered
         windows = {(row[0], row[1] // CHUNK_NS) for row in inserts}
         with self._write_lock:
             conn = self._write_conn()
@@ -531,13 +535,13 @@ class SqliteStore:
                 )
                 # every batch up to this id was read: a batch written since has a larger id
                 # (SQLite gives max(id) + 1, and those read are still there)
-                conn.execute("DELETE FROM batches WHERE id <= ?", (rows[-1][0],))
+                conn.execute("DELETE FROM batches WHERE id <= ?", (last_read,))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        more = len(rows) == limit or size >= FOLD_STEP_BYTES
-        return len(rows), more
+        more = read == limit or size >= FOLD_STEP_BYTES
+        return read, more
 
     def _merge_windows(self, now_ns: int, quiet_ns: int, max_samples: int) -> int:
         over_before = (now_ns - MERGE_AFTER_NS) // CHUNK_NS  # windows before this one ended
