@@ -22,7 +22,8 @@ import pytest
 
 from collector.store import SqliteStore
 from collector.store_api import ReadStore
-from collector.victoriametrics import VictoriaMetricsStore, parse_backend, series_id
+from collector.backends import BackendSpec, BackendSpecError, parse_backend_spec
+from collector.victoriametrics import VictoriaMetricsStore, series_id
 
 VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -154,9 +155,11 @@ def test_implements_read_store_exactly():
         expected = inspect.signature(getattr(ReadStore, name))
         actual = inspect.signature(getattr(VictoriaMetricsStore, name))
         assert list(actual.parameters) == list(expected.parameters), name
-    assert parse_backend("victoriametrics=http://127.0.0.1:8428/") == "http://127.0.0.1:8428"
-    with pytest.raises(SystemExit):
-        parse_backend("influxdb=http://x")
+    assert parse_backend_spec("victoriametrics=http://127.0.0.1:8428/") == BackendSpec(
+        "victoriametrics", "http://127.0.0.1:8428"
+    )
+    with pytest.raises(BackendSpecError, match="victoriametrics=URL or prometheus=URL"):
+        parse_backend_spec("influxdb=http://x")
     assert series_id("cpu_user_seconds", {"host": "a"}) == series_id(
         "cpu_user_seconds", {"host": "a"}
     )
