@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from collector.backends import BackendSpec, BackendSpecError, parse_backend_spec
 from collector.store import SqliteStore
 from collector.store_api import ReadStore
-from collector.backends import BackendSpec, BackendSpecError, parse_backend_spec
 from collector.victoriametrics import VictoriaMetricsStore, series_id
 
 VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
