@@ -101,6 +101,13 @@ class HttpClient:
             raise BackendError(f"{self.backend} {path}: HTTP {status}: {reply[:300]!r}")
         return reply
 
+    def get(self, path: str, fields: list[tuple[str, str]]) -> bytes:
+        """GET with a query string (Prometheus takes label values by GET only)."""
+        status, reply = self.request("GET", f"{path}?{urlencode(fields)}")
+        if status != 200:
+            raise BackendError(f"{self.backend} {path}: HTTP {status}: {reply[:300]!r}")
+        return reply
+
     def query(self, promql: str, at_ms: int) -> list[dict[str, Any]]:
         """An instant query at ``at_ms``: its ``result`` list."""
         reply = self.form(
@@ -285,7 +292,7 @@ class PromqlStore:
         fields = [("start", "1"), ("end", str(FAR_FUTURE_S))]
         if self.host_match is not None:
             fields.append(("match[]", self.host_match))
-        reply = self.http.form(f"/api/v1/label/{Tag.HOST}/values", fields)
+        reply = self.http.get(f"/api/v1/label/{Tag.HOST}/values", fields)
         found = set(json.loads(reply)["data"])
         if self.events_store is not None:
             found.update(self.events_store.hosts())
