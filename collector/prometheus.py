@@ -26,8 +26,8 @@ work against VictoriaMetrics' Prometheus API too:
   a sample two windows return is kept once.
 * The nearest sample before start (after end) that the margin did not hold: one instant
   query per metric name and side finds the last (first) ``PROBE_STEP_MS`` step within
-  ``NEIGHBOUR_WINDOW_MS`` whose window holds a sample, e.g.
-  ``max_over_time(timestamp(count_over_time(sel[600000ms]))[2592000000ms:600000ms])``;
+  ``NEIGHBOUR_WINDOW_MS`` whose window holds a sample, e.g. ``max_over_time((timestamp(
+  count_over_time(sel[600000ms])) < START)[2592000000ms:600000ms])``;
   ``count_over_time`` over a range, unlike an instant selector, sees samples whatever
   the server's lookback delta and across staleness markers. Then one raw read of that
   step's window per distinct step gives the sample itself. So a side costs at most
@@ -52,6 +52,7 @@ from collector.promql_store import (
     merge,
     quote,
     samples_of,
+    seconds,
 )
 from collector.store_api import SeriesInfo
 
@@ -133,24 +134,26 @@ class PrometheusStore(PromqlStore):
         margin fetch held none there.
 
         Steps of a subquery are multiples of ``step``; step s "holds a sample" when its
-        window [s - step, s] does. Before: the last such step at or before start - 1
-        bounds the sample (later steps up to start - 1 are empty, and what lies past the
-        last step is within the margin, which held nothing). After: the subquery covers
-        (end + margin, end + margin + window], whose first step's window starts past
-        end because step <= margin.
+        window [s - step, s] does. Before: the last such step before start bounds the
+        sample (later steps up to start - 1 are empty, and what lies past the last step
+        is within the margin, which held nothing). After: the first such step past
+        end + margin; its window starts past end because step <= margin, and what lies
+        between end and it is within the margin or the windows of empty steps. The
+        comparison keeps only steps on the right side: VictoriaMetrics' subqueries also
+        return steps from before their range.
         """
         step = min(PROBE_STEP_MS, self.margin_ms)
         if before:
             at_ms = start_ms - 1
             if at_ms <= 0:
                 return {}
-            function = "max_over_time"
+            function, keep = "max_over_time", f"< {seconds(start_ms)}"
         else:
             at_ms = end_ms + self.margin_ms + NEIGHBOUR_WINDOW_MS
-            function = "min_over_time"
+            function, keep = "min_over_time", f"> {seconds(end_ms + self.margin_ms)}"
         selector = host_selector(name, (info.host for info in infos))
         probe = (
-            f"{function}(timestamp(count_over_time({selector}[{step}ms]))"
+            f"{function}((timestamp(count_over_time({selector}[{step}ms])) {keep})"
             f"[{NEIGHBOUR_WINDOW_MS}ms:{step}ms])"
         )
         by_id = {info.series_id: info for info in infos}
