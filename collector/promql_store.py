@@ -308,6 +308,11 @@ class PromqlStore:
             return []
         return self.events_store.events(run_id, since_ns, kinds)
 
+    def close(self) -> None:
+        """Close the events file (``dashboard serve`` calls this on the way out)."""
+        if self.events_store is not None:
+            self.events_store.close()
+
 
 def _has_neighbour(samples: Samples, start_ms: int, end_ms: int, before: bool) -> bool:
     times = samples[0]
