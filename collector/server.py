@@ -24,7 +24,8 @@ Basic auth or ``?p=`` with the token as password. Without a token file, writes a
 Each request runs in its own thread. Bodies over ``PARALLEL_PARSE_BYTES`` are parsed in a
 pool of worker processes (parsing is CPU-bound Python, and the GIL would otherwise keep it on
 one core); the store keeps one writer connection behind a lock. Background maintenance
-compacts small blocks every ``COMPACT_SECONDS`` and applies ``--retention-days``.
+folds new points into blocks (and merges a finished window's blocks once) every
+``COMPACT_SECONDS`` and applies ``--retention-days``.
 """
 
 from __future__ import annotations
