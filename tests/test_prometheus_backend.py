@@ -15,13 +15,11 @@ identities split over ``job``/``instance``, and equality with the SQLite store.
 
 from __future__ import annotations
 
-import http.client
 import inspect
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +35,7 @@ from collector.prometheus import PrometheusStore
 from collector.store import SqliteStore
 from collector.store_api import ReadStore
 from tests.conftest import fixture_root
+from tests.loopback import free_port, http_get, http_post
 from tests.run_builder import RunBuilder
 
 PROMETHEUS = Path(shutil.which("prometheus") or "/usr/bin/prometheus")
@@ -62,32 +61,6 @@ CACHED_BYTES = 12_007_640 * 1024  # 12_295_823_360
 SDA_READ_BYTES = 1_003_346_126 * 512  # 513_713_216_512
 # mlx4_0 port 1 counters/port_rcv_data: 2221223609 four-byte words
 MLX4_RCV_BYTES = 2_221_223_609 * 4  # 8_884_894_436
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def http_get(port: int, path: str) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
-
-
-def http_post(port: int, path: str, body: bytes) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("POST", path, body=body)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
 
 
 def start(command: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:

@@ -4,14 +4,12 @@ reads them back through the Prometheus API, events stay in the local SQLite file
 
 from __future__ import annotations
 
-import http.client
 import inspect
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +22,9 @@ from collector.backends import BackendSpec, BackendSpecError, parse_backend_spec
 from collector.store import SqliteStore
 from collector.store_api import ReadStore
 from collector.victoriametrics import VictoriaMetricsStore, series_id
+from tests.loopback import free_port
+from tests.loopback import http_get as get
+from tests.loopback import http_post as post
 
 VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -40,32 +41,6 @@ SERVE = [sys.executable, "-m", "collector", "serve"]
 
 def vm_url(port: int) -> str:
     return f"victoriametrics=http://127.0.0.1:{port}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def get(port: int, path: str) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
-
-
-def post(port: int, path: str, body: bytes) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("POST", path, body=body)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
 
 
 def wait_for(port: int, path: str, process: subprocess.Popen, log: Path) -> None:
