@@ -118,6 +118,11 @@ class SshServer:
                     "MaxSessions 64",
                     "Subsystem sftp internal-sftp",
                     "LogLevel INFO",
+                    # bash started by sshd sources the login user's ~/.bashrc, unless it is
+                    # a nested shell (SHLVL >= 2 once bash counts itself). The developer
+                    # root's .bashrc on a workstation (here: `pyenv init`, ~1 s of CPU) is
+                    # not part of any node, and Ansible runs ~5 commands per task.
+                    "SetEnv SHLVL=1",
                 ]
             )
             + "\n"
