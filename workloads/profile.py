@@ -2,9 +2,10 @@
 
 Starts ``python -m collector serve --db <runs>/<run_id>.sqlite --listen 127.0.0.1:<free>``
 and ``python -m agent run --config <generated>`` pushing to it every second, both bound to
-loopback; stops them after the run (the agent first, so its last samples land), then
-prints the per-epoch table and findings (``collector report RUN_ID --findings``) and the
-command that opens the dashboard on the run.
+loopback, each in a session of its own (a Ctrl-C at the terminal reaches the launcher
+only, which stops the ranks first); stops them after the run (the agent first, so its
+last samples land), then prints the per-epoch table and findings (``collector report
+RUN_ID --findings``) and the command that opens the dashboard on the run.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def start_collector(db: Path, log: Path) -> tuple[subprocess.Popen, int]:
         [sys.executable, "-m", "collector", "serve", "--db", str(db),
          "--listen", f"127.0.0.1:{port}"],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env=child_env(),
+        start_new_session=True,
     )  # fmt: skip
     try:
         wait_for_port(port, process, "collector", log)
@@ -132,6 +134,7 @@ class EmbeddedProfile:
         self.agent = subprocess.Popen(
             [sys.executable, "-m", "agent", "run", "--config", str(config)],
             stdout=agent_log.open("ab"), stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
         )  # fmt: skip
         try:
             wait_for_port(self.agent_port, self.agent, "agent", agent_log)
@@ -139,6 +142,12 @@ class EmbeddedProfile:
             self.stop()
             raise
         return self
+
+    def pids(self) -> tuple[int, ...]:
+        return tuple(p.pid for p in (self.collector, self.agent) if p is not None)
+
+    def running(self) -> bool:
+        return self.collector is not None and self.collector.poll() is None
 
     def stop(self) -> None:
         stop(self.agent)  # first: its last samples go to the collector
