@@ -2,7 +2,9 @@
 
 The input pipeline is tf_cnn_benchmarks' over ImageNet TFRecords: this rank's share of
 the shard files (record-level sharding when there are fewer files than ranks), parallel
-interleave, a 10,000-record shuffle buffer, JPEG decode with a random distorted crop,
+interleave, a 10,000-record shuffle buffer (never more than the rank's share of the
+data set: past that the buffer would only hold repeats, and a small data set of large
+pictures would fill memory with them), JPEG decode with a random distorted crop,
 resize, random flip, batch, prefetch. ``--synthetic`` feeds one random batch over and
 over, as tf_cnn_benchmarks' synthetic mode does.
 """
@@ -110,6 +112,12 @@ def _eval_image(tf, encoded, size: int):
     return image / 127.5 - 1.0
 
 
+def shuffle_buffer(spec: RunSpec, world_size: int) -> int:
+    """tf_cnn_benchmarks' 10,000 records, or the rank's share of the data set if smaller."""
+    share = -(-spec.dataset["train"]["images"] // world_size) if spec.dataset else SHUFFLE_BUFFER
+    return max(1, min(SHUFFLE_BUFFER, share))
+
+
 def train_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
     autotune = tf.data.AUTOTUNE
     paths = tf.data.Dataset.from_tensor_slices(files)
@@ -125,7 +133,9 @@ def train_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
     )
     if not shard_files:
         records = records.shard(placement.world_size, placement.rank)
-    records = records.shuffle(SHUFFLE_BUFFER, seed=spec.seed + placement.rank)
+    records = records.shuffle(
+        shuffle_buffer(spec, placement.world_size), seed=spec.seed + placement.rank
+    )
 
     def decode(record):
         encoded, label = _parse(tf, record)
