@@ -118,6 +118,16 @@ def shuffle_buffer(spec: RunSpec, world_size: int) -> int:
     return max(1, min(SHUFFLE_BUFFER, share))
 
 
+def without_autotune_thread(tf, dataset):
+    """The same pipeline without tf.data's autotuning thread. Destroying an iterator waits
+    for that thread's current sleep, which grows to 60 s in TF 2.15: the end of fit()
+    (and of every validation pass) would stall up to a minute. AUTOTUNE values then take
+    tf.data's fixed defaults (as many parallel calls as cores)."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
 def train_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
     autotune = tf.data.AUTOTUNE
     paths = tf.data.Dataset.from_tensor_slices(files)
@@ -142,7 +152,8 @@ def train_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
         return _train_image(tf, encoded, spec.image_size), label
 
     batches = records.map(decode, num_parallel_calls=autotune)
-    return batches.batch(spec.batch_size, drop_remainder=True).prefetch(autotune)
+    batches = batches.batch(spec.batch_size, drop_remainder=True).prefetch(autotune)
+    return without_autotune_thread(tf, batches)
 
 
 def eval_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
@@ -153,7 +164,7 @@ def eval_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
         return _eval_image(tf, encoded, spec.image_size), label
 
     batches = records.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
-    return batches.batch(spec.batch_size).prefetch(tf.data.AUTOTUNE)
+    return without_autotune_thread(tf, batches.batch(spec.batch_size).prefetch(tf.data.AUTOTUNE))
 
 
 def synthetic_dataset(tf, spec: RunSpec):
@@ -162,7 +173,7 @@ def synthetic_dataset(tf, spec: RunSpec):
     labels = tf.random.uniform(
         (spec.batch_size,), 0, spec.num_classes, dtype=tf.int32, seed=spec.seed
     )
-    return tf.data.Dataset.from_tensors((images, labels)).repeat()
+    return without_autotune_thread(tf, tf.data.Dataset.from_tensors((images, labels)).repeat())
 
 
 def evaluate(tf, model, dataset, allreduce_sum) -> tuple[float, float]:
