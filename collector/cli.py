@@ -23,13 +23,19 @@ HANDLERS = {
 }
 
 
-def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
+BACKEND_HELP = {
+    "serve": "victoriametrics=URL: forward the samples to VictoriaMetrics (events stay in "
+    "--db). prometheus=URL: forward nothing, as Prometheus scrapes the agents' /metrics "
+    "itself; what is pushed here is stored in --db as usual, events too",
+    "read": "read the samples from VictoriaMetrics (victoriametrics=URL) or from a "
+    "Prometheus that scrapes the agents (prometheus=URL); runs and events still come "
+    "from --db",
+}
+
+
+def _add_store_arguments(parser: argparse.ArgumentParser, backend_help: str) -> None:
     parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite file (default {DEFAULT_DB})")
-    parser.add_argument(
-        "--backend",
-        metavar="victoriametrics=URL",
-        help="read from a Prometheus-API store instead of SQLite",
-    )
+    parser.add_argument("--backend", metavar="{victoriametrics,prometheus}=URL", help=backend_help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="InfluxDB-compatible write API over the store")
-    _add_store_arguments(serve)
+    _add_store_arguments(serve, BACKEND_HELP["serve"])
     serve.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
     serve.add_argument("--token-file", help="file holding the write/query token")
     serve.add_argument(
@@ -49,16 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="per-epoch, per-host table of a run")
     report.add_argument("run_id")
-    _add_store_arguments(report)
+    _add_store_arguments(report, BACKEND_HELP["read"])
     report.add_argument("--format", choices=("table", "csv", "json"), default="table")
     report.add_argument("--findings", action="store_true", help="also print the findings")
 
     runs = sub.add_parser("runs", help="list runs, newest first")
-    _add_store_arguments(runs)
+    _add_store_arguments(runs, BACKEND_HELP["read"])
     runs.add_argument("--format", choices=("table", "json"), default="table")
 
     scaling = sub.add_parser("scaling", help="scaling table over runs, or over given numbers")
-    _add_store_arguments(scaling)
+    _add_store_arguments(scaling, BACKEND_HELP["read"])
     scaling.add_argument(
         "--throughput",
         metavar="GPUS:IMG_S,...",

@@ -100,13 +100,7 @@ def counter_increases(
     ends_ns: np.ndarray | list[int],
 ) -> np.ndarray:
     """Growth of a cumulative counter in each window (NaN where the series has no data)."""
-    times, vals, starts, ends = _prepare(times_ns, values, starts_ns, ends_ns)
-    lo, hi, covered = _clip(times, starts, ends)
-    if not covered.any():
-        return np.full(starts.shape, np.nan)
-    cumulative = reset_corrected(vals)
-    amount = np.interp(hi, times, cumulative) - np.interp(lo, times, cumulative)
-    return np.where(covered, amount, np.nan)
+    return _interpolated_deltas(times_ns, values, starts_ns, ends_ns, correct_resets=True)
 
 
 def counter_increase(times_ns: np.ndarray, values: np.ndarray, start_ns: int, end_ns: int) -> float:
@@ -160,10 +154,25 @@ def gauge_deltas(
     ends_ns: np.ndarray | list[int],
 ) -> np.ndarray:
     """Interpolated value at each window's end minus at its start (NaN without data)."""
+    return _interpolated_deltas(times_ns, values, starts_ns, ends_ns, correct_resets=False)
+
+
+def _interpolated_deltas(
+    times_ns: np.ndarray,
+    values: np.ndarray,
+    starts_ns: np.ndarray | list[int],
+    ends_ns: np.ndarray | list[int],
+    *,
+    correct_resets: bool,
+) -> np.ndarray:
+    """``V(end) - V(start)`` per window, V interpolated (after reset correction for a
+    counter); NaN where the window has no sample span in common with the series."""
     times, vals, starts, ends = _prepare(times_ns, values, starts_ns, ends_ns)
     lo, hi, covered = _clip(times, starts, ends)
     if not covered.any():
         return np.full(starts.shape, np.nan)
+    if correct_resets:
+        vals = reset_corrected(vals)
     delta = np.interp(hi, times, vals) - np.interp(lo, times, vals)
     return np.where(covered, delta, np.nan)
 

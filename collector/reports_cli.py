@@ -29,7 +29,6 @@ from collector.epochs import ALL_HOSTS, COLUMNS, EpochRow, build_report, iso_utc
 from collector.store_api import ReadStore, RunInfo
 
 RUNS_KEYS = ("run_id", "framework", "model", "hosts", "world_size", "start", "end", "state")
-VICTORIAMETRICS = "victoriametrics"
 
 
 class CliError(Exception):
@@ -39,17 +38,23 @@ class CliError(Exception):
 
 
 def open_store(args: argparse.Namespace) -> ReadStore:
-    """The SQLite file at ``--db``, or the Prometheus-API store named by ``--backend``."""
+    """The SQLite file at ``--db``, or the store named by ``--backend`` (samples from it,
+    runs and events from the ``--db`` file, where ``collector serve`` keeps them)."""
     backend = getattr(args, "backend", None)
     if backend:
-        kind, sep, url = backend.partition("=")
-        if kind != VICTORIAMETRICS or not sep or not url:
-            raise CliError(f"--backend must be {VICTORIAMETRICS}=URL, not {backend!r}", 2)
+        from collector.backends import BackendSpecError, open_backend_store, parse_backend_spec
+
         try:
-            from collector.victoriametrics import VictoriaMetricsStore
-        except ImportError as error:
-            raise CliError(f"the VictoriaMetrics backend is not available: {error}") from None
-        return VictoriaMetricsStore(url)
+            spec = parse_backend_spec(backend)
+        except BackendSpecError as error:
+            raise CliError(f"--backend {error}", 2) from None
+        events = Path(args.db)
+        if not events.is_file():
+            raise CliError(
+                f"no store at {events}: with --backend the runs and their events still come "
+                "from the SQLite file of `collector serve` (give --db)"
+            )
+        return open_backend_store(spec, events)
     path = Path(args.db)
     if not path.is_file():
         raise CliError(f"no store at {path} (start `collector serve --db {path}` first)")

@@ -13,8 +13,9 @@ client can write here):
     Content-Length before reading, and while reading chunked or gzip bodies).
 ``GET /health``, ``GET /ready``, ``GET|HEAD /ping`` (204): InfluxDB's shapes.
 
-Retention (``--retention-days``) applies to the SQLite store; with ``--backend`` the
-samples live in VictoriaMetrics, whose own ``-retentionPeriod`` applies.
+Retention (``--retention-days``) applies to the SQLite store; with ``--backend
+victoriametrics=URL`` the samples live in VictoriaMetrics, whose own ``-retentionPeriod``
+applies. ``--backend prometheus=URL`` forwards nothing (collector.backends).
 
 Token (``--token-file``): ``Authorization: Token <t>`` (or ``Bearer``); on ``/write`` also
 Basic auth or ``?p=`` with the token as password. Without a token file, writes are open
@@ -23,7 +24,8 @@ Basic auth or ``?p=`` with the token as password. Without a token file, writes a
 Each request runs in its own thread. Bodies over ``PARALLEL_PARSE_BYTES`` are parsed in a
 pool of worker processes (parsing is CPU-bound Python, and the GIL would otherwise keep it on
 one core); the store keeps one writer connection behind a lock. Background maintenance
-compacts small blocks every ``COMPACT_SECONDS`` and applies ``--retention-days``.
+folds new points into blocks (and merges a finished window's blocks once) every
+``COMPACT_SECONDS`` and applies ``--retention-days``.
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from collector import lineprotocol
+from collector.backends import forwarding_url
 from collector.lineprotocol import ParsedBody, PrecisionError
 from collector.store import SqliteStore
-from collector.victoriametrics import BackendError, Forwarder, parse_backend
+from collector.victoriametrics import BackendError, Forwarder
 
 log = logging.getLogger("collector.server")
 
@@ -486,7 +489,8 @@ def run(args) -> int:
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)
     store = SqliteStore(args.db)
-    forwarder = Forwarder(parse_backend(args.backend)) if args.backend else None
+    forward_to = forwarding_url(args.backend)  # None: store here (prometheus=URL too)
+    forwarder = Forwarder(forward_to) if forward_to else None
     workers = min(os.cpu_count() or 1, 8)
     pool = ParsePool(workers)
     # worker processes import numpy: start them beside the server, not before it listens

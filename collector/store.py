@@ -22,7 +22,12 @@ Tables (times are ns since the epoch, int64; arrays are little-endian BLOBs):
 ``blocks``   the compacted samples: tagset_id, min_ns, max_ns, n, ``series_ids``
              int64[k], ``times`` int64[n] ascending and unique, ``vals`` float64[k, n].
              NaN marks "no value at that time" (line protocol cannot carry NaN, so it is
-             never a real sample).
+             never a real sample). A block never spans two ``CHUNK_NS`` windows; a window
+             may hold several blocks (one per fold) until it is merged. ``id`` is the write
+             order: of two blocks, the one with the larger id holds the newer writes.
+``unmerged_windows``  tagset_id, window_no (time // ``CHUNK_NS``), last_fold_ns: the
+             windows that got a block since they were last merged, and when (the
+             collector's clock).
 ``events``   workload points: run_id, host, rank, framework, event, time_ns, fields (JSON);
              key (run_id, time_ns, host, rank, event)
 ``runs``     run_id, framework, first_ns, last_ns; ``run_hosts`` (run_id, host)
@@ -30,14 +35,28 @@ Tables (times are ns since the epoch, int64; arrays are little-endian BLOBs):
 Writes: a request's groups go into one ``batches`` row in one transaction, committed before
 :meth:`SqliteStore.write` returns. With WAL and ``synchronous=NORMAL`` a committed write
 survives the process being killed (a power cut may lose the last transactions: see
-``SYNCHRONOUS``). :meth:`SqliteStore.compact` (the server runs it every 30 s) folds batches,
-oldest first, into one block per tag set per ``CHUNK_NS`` window: new samples of a window
-are merged into its block, which is rewritten (at 1 Hz a window is 600 samples per series).
+``SYNCHRONOUS``).
+
+Compaction (:meth:`SqliteStore.compact`, which the server runs every 30 s) is append-only, so
+its cost follows what was written since the last pass, never what a window already holds:
+
+1. **fold**: batches, oldest first, become NEW blocks, one per tag set per window holding
+   only the folded points; the batches are deleted in the same transaction. Existing blocks
+   are neither read nor rewritten (at 1 Hz and one pass every 30 s an open window collects
+   about 20 blocks of 30 samples per tag set).
+2. **merge**: once a window is over (its end ``MERGE_AFTER_NS`` ago) and nothing was folded
+   into it for ``MERGE_QUIET_NS``, its blocks are merged into one. Each point is rewritten
+   once this way, in steps of at most ``MERGE_STEP_SAMPLES`` values per transaction; late
+   data for a merged window adds a block, and the window is merged again once quiet.
+
+Both read outside the write lock (only compaction and retention change ``blocks``, under
+one maintenance lock) and hold it only to commit what they computed.
 
 Reads merge a tag set's blocks with its parts of every batch. Re-sending a point stores it
-once in effect: duplicates (same series, same time) are merged by compaction and by every
-read, last written wins (as in InfluxDB); batches always count as newer than blocks, which
-holds because compaction takes them oldest first.
+once in effect: duplicates (same series, same time) are merged by every read and by the
+window merge, last written wins (as in InfluxDB); batches always count as newer than
+blocks, which holds because compaction takes them oldest first, and a block with a larger
+id as newer than one with a smaller id.
 
 Reads go through their own connection per thread, so the dashboard and ``collector report``
 read while ``collector serve`` writes (WAL: readers never block the writer).
@@ -51,6 +70,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from array import array
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -66,11 +86,20 @@ from collector.store_api import RunInfo, SeriesData, SeriesInfo, WorkloadEvent
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 1: a row per block written, before batches
+# 1: a row per block written, before batches; 2: each fold rewrote its window's block
+# (readable as version 3: it only lacks unmerged_windows, which the upgrade adds)
+SCHEMA_VERSION = 3
 CHUNK_NS = 10 * 60 * 10**9  # compaction windows: 600 samples per series at 1 Hz
 SYNCHRONOUS = "NORMAL"  # WAL: durable across process crashes; FULL adds power-cut safety
 MMAP_BYTES = 1 << 32  # address space for reads (not memory): the whole file when it fits
-_NEIGHBOUR_BLOCKS = 16  # how far back (or on) to look for the sample beyond a range
+FOLD_STEP_BYTES = 32 << 20  # values a fold step takes from batches at most (its memory)
+MERGE_AFTER_NS = 60 * 10**9  # a window is merged once it ended this long ago ...
+MERGE_QUIET_NS = 60 * 10**9  # ... and nothing was folded into it for this long
+MERGE_STEP_SAMPLES = 1 << 20  # values read and rewritten per merge transaction (8 MiB)
+MERGE_CALL_SAMPLES = 32 << 20  # values merged per compact() call at most; the rest waits
+# how far back (or on) to look for the sample beyond a range: an open window holds a block
+# per fold (about 20), a merged window one
+_NEIGHBOUR_BLOCKS = 64
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -100,6 +129,12 @@ CREATE TABLE IF NOT EXISTS blocks (
     vals BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS blocks_by_end ON blocks (tagset_id, max_ns);
+CREATE TABLE IF NOT EXISTS unmerged_windows (
+    tagset_id INTEGER NOT NULL,
+    window_no INTEGER NOT NULL,
+    last_fold_ns INTEGER NOT NULL,
+    PRIMARY KEY (tagset_id, window_no)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
     id INTEGER PRIMARY KEY,
     min_ns INTEGER NOT NULL,
@@ -188,6 +223,8 @@ class SqliteStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._write_lock = threading.RLock()
+        # compaction and retention: the only changes to blocks, so they read them unlocked
+        self._maintenance_lock = threading.Lock()
         self._writer: sqlite3.Connection | None = None
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -219,9 +256,21 @@ class SqliteStore:
             if version == 0:
                 conn.executescript(_SCHEMA)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version == 2:
+                # a version 2 file is a version 3 file whose windows are all merged
+                conn.executescript(
+                    f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                )
+                log.info("%s: store schema upgraded from 2 to %d", self.path, SCHEMA_VERSION)
             elif version != SCHEMA_VERSION:
                 raise RuntimeError(
-                    f"{self.path} has store schema {version}, this collector knows {SCHEMA_VERSION}"
+                    f"{self.path} has store schema {version}, this collector knows"
+                    f" {SCHEMA_VERSION} (and upgrades 2): "
+                    + (
+                        "it was written by a newer collector"
+                        if version > SCHEMA_VERSION
+                        else "no upgrade from so old a file; start a new database"
+                    )
                 )
         finally:
             conn.close()
@@ -397,87 +446,181 @@ class SqliteStore:
 
     # ---------------------------------------------------------------- maintenance
 
-    def compact(self, batches_per_step: int = 32) -> int:
-        """Fold written batches, oldest first, into each tag set's blocks, one block per
-        ``CHUNK_NS`` window (a window's existing block is merged and rewritten). Returns the
-        number of batches folded.
+    def compact(self, batches_per_step: int = 4096, now_ns: int | None = None) -> int:
+        """Fold the written batches, oldest first, into new blocks, then merge the windows
+        that are over (see the module docstring). Returns the number of batches folded.
 
-        Works in steps of ``batches_per_step`` batches, one transaction each, so writes go
-        on in between. Oldest first keeps the rule reads rely on: every batch is newer than
-        every block.
+        Folds what was written before the call, in steps of at most ``batches_per_step``
+        batches (and ``FOLD_STEP_BYTES`` of values), one transaction each, so writes go on
+        in between. ``now_ns`` (default: the clock) decides which windows are over.
         """
+        now_ns = time.time_ns() if now_ns is None else now_ns
         folded = 0
-        while True:
+        with self._maintenance_lock:
+            started = time.perf_counter()
+            (last_id,) = self._read_conn().execute("SELECT max(id) FROM batches").fetchone()
+            while last_id is not None:
+                count, more = self._fold_step(last_id, batches_per_step, now_ns)
+                folded += count
+                if not more:
+                    break
+            fold_s = time.perf_counter() - started
+            merged = self._merge_windows(now_ns, MERGE_QUIET_NS, MERGE_CALL_SAMPLES)
+            took_s = time.perf_counter() - started
+            log.log(
+                logging.INFO if took_s >= 1.0 else logging.DEBUG,
+                "compaction: %d batches folded in %.2f s, %d windows merged in %.2f s",
+                folded,
+                fold_s,
+                merged,
+                took_s - fold_s,
+            )
+        return folded
+
+    def merge_windows(
+        self,
+        now_ns: int | None = None,
+        quiet_ns: int = MERGE_QUIET_NS,
+        max_samples: int = MERGE_CALL_SAMPLES,
+    ) -> int:
+        """Merge the blocks of each window that ended ``MERGE_AFTER_NS`` before ``now_ns``
+        and got no block for ``quiet_ns`` into one block (``compact`` does this with the
+        defaults). Stops after about ``max_samples`` values. Returns the windows merged."""
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        with self._maintenance_lock:
+            return self._merge_windows(now_ns, quiet_ns, max_samples)
+
+    def _fold_step(self, last_id: int, limit: int, now_ns: int) -> tuple[int, bool]:
+        """Fold the oldest batches (ids up to ``last_id``) into new blocks: (batches folded,
+        whether more are left)."""
+        rows: list[tuple] = []
+        size = 0
+        with self._read_snapshot() as conn:
+            cursor = conn.execute(
+                f"SELECT {_BATCH_COLUMNS} FROM batches WHERE id <= ? ORDER BY id LIMIT ?",
+                (last_id, limit),
+            )
+            try:
+                for row in cursor:
+                    rows.append(row)
+                    size += len(row[4])
+                    if size >= FOLD_STEP_BYTES:
+                        break
+            finally:
+                cursor.close()
+        if not rows:
+            return 0, False
+        read, last_read = len(rows), rows[-1][0]
+        gathered = _gather_batches(rows)
+        del rows  # (copied by the gather: the step's peak memory is a few times its values)
+        inserts = []
+        for tagset_id, new_blocks in gathered.items():
+            inserts.extend(_window_rows(tagset_id, *_merge_blocks(new_blocks)))
+        del gathered
+        windows = {(row[0], row[1] // CHUNK_NS) for row in inserts}
+        with self._write_lock:
+            conn = self._write_conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    "INSERT INTO blocks (tagset_id, min_ns, max_ns, n, holes, series_ids, times,"
+                    " vals) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    inserts,
+                )
+                conn.executemany(
+                    "INSERT INTO unmerged_windows (tagset_id, window_no, last_fold_ns)"
+                    " VALUES (?, ?, ?) ON CONFLICT (tagset_id, window_no) DO UPDATE SET"
+                    " last_fold_ns = max(last_fold_ns, excluded.last_fold_ns)",
+                    [(tagset_id, window, now_ns) for tagset_id, window in windows],
+                )
+                # every batch up to this id was read: a batch written since has a larger id
+                # (SQLite gives max(id) + 1, and those read are still there)
+                conn.execute("DELETE FROM batches WHERE id <= ?", (last_read,))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        more = read == limit or size >= FOLD_STEP_BYTES
+        return read, more
+
+    def _merge_windows(self, now_ns: int, quiet_ns: int, max_samples: int) -> int:
+        over_before = (now_ns - MERGE_AFTER_NS) // CHUNK_NS  # windows before this one ended
+        candidates = (
+            self._read_conn()
+            .execute(
+                "SELECT tagset_id, window_no FROM unmerged_windows"
+                " WHERE window_no < ? AND last_fold_ns <= ? ORDER BY window_no, tagset_id",
+                (_clamp(over_before), _clamp(now_ns - quiet_ns)),
+            )
+            .fetchall()
+        )
+        merged = 0
+        budget = max_samples
+        position = 0
+        while position < len(candidates) and budget > 0:
+            # read a step's windows in one snapshot, merge outside it, commit under the lock
+            windows: list[tuple[int, int]] = []
+            to_merge: list[tuple[int, list[_Block]]] = []
+            step_samples = 0
+            with self._read_snapshot() as conn:
+                while position < len(candidates) and step_samples < MERGE_STEP_SAMPLES:
+                    tagset_id, window = candidates[position]
+                    position += 1
+                    windows.append((tagset_id, window))
+                    low = _clamp(window * CHUNK_NS)
+                    high = _clamp((window + 1) * CHUNK_NS - 1)
+                    blocks = [
+                        _Block.from_row(row)
+                        for row in conn.execute(
+                            f"SELECT {_BLOCK_COLUMNS} FROM blocks WHERE tagset_id = ?"
+                            " AND max_ns >= ? AND max_ns <= ? ORDER BY id",
+                            (tagset_id, low, high),
+                        )
+                    ]
+                    if len(blocks) > 1:  # one block (or none, after retention) is merged
+                        to_merge.append((tagset_id, blocks))
+                        step_samples += sum(block.vals.size for block in blocks)
+            deletes, inserts = [], []
+            for tagset_id, blocks in to_merge:
+                deletes.extend((block.block_id,) for block in blocks)
+                inserts.extend(_window_rows(tagset_id, *_merge_blocks(blocks)))
             with self._write_lock:
                 conn = self._write_conn()
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    rows = conn.execute(
-                        f"SELECT {_BATCH_COLUMNS} FROM batches ORDER BY id LIMIT ?",
-                        (batches_per_step,),
-                    ).fetchall()
-                    if rows:
-                        self._fold_batches(conn, rows)
+                    conn.executemany("DELETE FROM blocks WHERE id = ?", deletes)
+                    conn.executemany(
+                        "INSERT INTO blocks (tagset_id, min_ns, max_ns, n, holes, series_ids,"
+                        " times, vals) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        inserts,
+                    )
+                    conn.executemany(
+                        "DELETE FROM unmerged_windows WHERE tagset_id = ? AND window_no = ?",
+                        windows,
+                    )
                     conn.execute("COMMIT")
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
-            folded += len(rows)
-            if len(rows) < batches_per_step:
-                return folded
-
-    def _fold_batches(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
-        parts = _gather_batches(rows)
-        windows_of: dict[int, set[int]] = {}
-        for tagset_id, new_blocks in parts.items():
-            windows: set[int] = set()
-            for block in new_blocks:
-                first, last = block.min_ns // CHUNK_NS, block.max_ns // CHUNK_NS
-                if first == last:
-                    windows.add(first)
-                else:
-                    windows.update(np.unique(block.times // CHUNK_NS).tolist())
-            windows_of[tagset_id] = windows
-        # the blocks of the windows written to, a few hundred tag sets per query
-        old: dict[int, list[_Block]] = {}
-        low = max(min(min(w) for w in windows_of.values()) * CHUNK_NS, _INT64_MIN)
-        high = min((max(max(w) for w in windows_of.values()) + 1) * CHUNK_NS, _INT64_MAX)
-        tagset_ids = list(parts)
-        for offset in range(0, len(tagset_ids), 500):
-            chunk = tagset_ids[offset : offset + 500]
-            marks = ",".join("?" * len(chunk))
-            for tagset_id, *block_row in conn.execute(
-                f"SELECT tagset_id, {_BLOCK_COLUMNS} FROM blocks WHERE tagset_id IN ({marks})"
-                " AND max_ns >= ? AND min_ns < ? ORDER BY id",
-                (*chunk, low, high),
-            ):
-                if block_row[1] // CHUNK_NS in windows_of[tagset_id]:
-                    old.setdefault(tagset_id, []).append(_Block.from_row(block_row))
-        inserts, deletes = [], []
-        for tagset_id, new_blocks in parts.items():
-            old_blocks = old.get(tagset_id, [])
-            deletes.extend((block.block_id,) for block in old_blocks)
-            series_ids, times, vals = _merge_blocks(old_blocks + new_blocks)
-            inserts.extend(_window_rows(tagset_id, series_ids, times, vals))
-        conn.executemany("DELETE FROM blocks WHERE id = ?", deletes)
-        conn.executemany(
-            "INSERT INTO blocks (tagset_id, min_ns, max_ns, n, holes, series_ids, times, vals)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            inserts,
-        )
-        conn.execute("DELETE FROM batches WHERE id <= ?", (rows[-1][0],))
+            merged += len(to_merge)
+            budget -= step_samples
+        return merged
 
     def delete_before(self, cutoff_ns: int) -> int:
         """Retention: drop blocks (and batches) whose newest sample is older than
         ``cutoff_ns``. Events and runs are kept (they are small and name the runs). Returns
         the rows dropped.
         """
-        with self._write_lock:
+        with self._maintenance_lock, self._write_lock:
             conn = self._write_conn()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 dropped = conn.execute("DELETE FROM blocks WHERE max_ns < ?", (cutoff_ns,))
                 dropped_batches = conn.execute("DELETE FROM batches WHERE max_ns < ?", (cutoff_ns,))
+                # windows that ended by the cutoff have no block left
+                conn.execute(
+                    "DELETE FROM unmerged_windows WHERE window_no < ?", (cutoff_ns // CHUNK_NS,)
+                )
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -598,6 +741,11 @@ class SqliteStore:
                 sql, args
             )
         ]
+
+
+def _clamp(value: int) -> int:
+    """An int SQLite can hold (int64)."""
+    return min(max(value, _INT64_MIN), _INT64_MAX)
 
 
 def _rank(text: str | None) -> int:
@@ -882,12 +1030,13 @@ def _read_tagset(
 
 
 def _before_improvable(times: np.ndarray, block: _Block, start_ns: int, end_ns: int) -> bool:
-    """Could ``block`` (ending before the range) hold a later sample before start?"""
-    return times.size == 0 or times[0] >= start_ns or times[0] < block.max_ns
+    """Could ``block`` (ending before the range) hold a later sample before start, or a
+    newer write of the one found (blocks of one window may overlap: late writes)?"""
+    return times.size == 0 or times[0] >= start_ns or times[0] <= block.max_ns
 
 
 def _after_improvable(times: np.ndarray, block: _Block, start_ns: int, end_ns: int) -> bool:
-    return times.size == 0 or times[-1] <= end_ns or times[-1] > block.min_ns
+    return times.size == 0 or times[-1] <= end_ns or times[-1] >= block.min_ns
 
 
 def _cut_blocks(

@@ -64,9 +64,7 @@ class ReadStore(Protocol):
         """Every series of that measurement and field (on that host, if given)."""
         ...
 
-    def read_series(
-        self, series: list[SeriesInfo], start_ns: int, end_ns: int
-    ) -> list[SeriesData]:
+    def read_series(self, series: list[SeriesInfo], start_ns: int, end_ns: int) -> list[SeriesData]:
         """Samples in [start_ns, end_ns], plus the last sample before start and the first
         after end when they exist (needed to interpolate at the boundaries)."""
         ...

@@ -5,10 +5,10 @@
                     [--prepare-runs 4]
 
 ``--db`` is the collector's SQLite file (default: ``$EPOCHSCOPE_DB`` or
-``runs/epochscope.sqlite``, as for ``collector``). ``--collector URL`` reads samples from the
-VictoriaMetrics backend that ``collector serve --backend victoriametrics=URL`` forwards to
-(``collector.victoriametrics``); the runs and their events still come from the collector's
-SQLite file (``--db``).
+``runs/epochscope.sqlite``, as for ``collector``). ``--collector victoriametrics=URL`` (or a
+bare URL) or ``--collector prometheus=URL`` reads samples from the collector's ``--backend``
+(``collector.backends``); the runs and their events still come from the collector's SQLite
+file (``--db``).
 Listening on anything but loopback needs ``--auth`` (HTTP basic); the credentials can also
 come from ``$EPOCHSCOPE_DASHBOARD_AUTH`` so that they stay out of the process list.
 """
@@ -48,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--collector",
-        metavar="URL",
-        help="VictoriaMetrics URL the collector forwards samples to (its --backend)",
+        metavar="[KIND=]URL",
+        help="read samples from the collector's --backend: victoriametrics=URL (or a bare "
+        "URL) or prometheus=URL",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     serve.add_argument("--port", type=int, default=8050, help="port (%(default)s)")
@@ -89,16 +90,21 @@ def open_store(args: argparse.Namespace) -> ReadStore:
             status=1,
         )
     if args.collector:
-        if not args.collector.startswith(("http://", "https://")):
-            raise CliError(f"--collector must be an http(s) URL, not {args.collector!r}")
-        try:
-            from collector.victoriametrics import VictoriaMetricsStore
-        except ImportError:
+        from collector.backends import (
+            VICTORIAMETRICS,
+            BackendSpecError,
+            open_backend_store,
+            parse_backend_spec,
+        )
+
+        try:  # a bare URL is VictoriaMetrics, as before prometheus=URL existed
+            spec = parse_backend_spec(args.collector, bare_url_kind=VICTORIAMETRICS)
+        except BackendSpecError:
             raise CliError(
-                "--collector URL is unsupported in this build: it needs the VictoriaMetrics "
-                "backend (collector.victoriametrics), which is not installed. Use --db PATH."
+                "--collector must be an http(s) URL (VictoriaMetrics), victoriametrics=URL "
+                f"or prometheus=URL, not {args.collector!r}"
             ) from None
-        return VictoriaMetricsStore(args.collector, events=path)
+        return open_backend_store(spec, events=path)
     from collector.store import SqliteStore
 
     return SqliteStore(path)

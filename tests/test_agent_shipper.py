@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -25,12 +24,7 @@ import pytest
 from agent.point import Point
 from agent.shipper import Shipper, lazy_package, line_number_in, reexports
 from agent.spool import Spool
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.loopback import free_port
 
 
 class Endpoint:

@@ -12,7 +12,6 @@ import http.client
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,15 +29,10 @@ pytestmark = pytest.mark.skipif(
 pytest.importorskip("collector.victoriametrics", reason="no VictoriaMetrics backend in this tree")
 
 from collector.victoriametrics import VictoriaMetricsStore  # noqa: E402
+from tests.loopback import free_port  # noqa: E402
 from tests.test_dashboard_runs import PAPER_RUN, paper_run  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def request(port: int, method: str, path: str, body: bytes | None = None) -> int:

@@ -139,31 +139,46 @@ def test_replayed_batch_is_stored_once_and_last_write_wins(store):
     assert blocks == 1  # one 10-minute window
 
 
-def test_compaction_folds_batches_into_one_block_per_window(store):
+def test_compaction_appends_blocks_and_merges_a_window_once_it_is_over(store):
     window_s = store_module.CHUNK_NS // S  # 600
+    after_s = store_module.MERGE_AFTER_NS // S  # 60: a window is merged 60 s after its end
+    quiet_s = store_module.MERGE_QUIET_NS // S  # 60: ... and 60 s after its last fold
     for t in range(0, 2 * window_s, 10):  # 120 agent writes, 10 s apart, two windows
         store.write_lines(f"mem,host=a free_bytes={t}.5 {t * S}")
     conn = store._read_conn()
     assert conn.execute("SELECT count(*) FROM batches").fetchone() == (120,)
     assert conn.execute("SELECT count(*) FROM blocks").fetchone() == (0,)
     before = read_one(store, "mem", "free_bytes", "a", 0, 3 * window_s * S)
-    # in steps of 50 batches: the first window is completed by the second step
-    assert store.compact(batches_per_step=50) == 120
+
+    def blocks():
+        return conn.execute("SELECT min_ns / ?, max_ns / ?, n FROM blocks ORDER BY id", (S, S))
+
+    # in steps of 50 batches (0..490 s, 500..990 s, 1000..1190 s), each step's points of a
+    # window become a new block; nothing is merged while the windows were just written to
+    now = 1195
+    assert store.compact(batches_per_step=50, now_ns=now * S) == 120
     assert conn.execute("SELECT count(*) FROM batches").fetchone() == (0,)
-    rows = conn.execute("SELECT min_ns, max_ns, n FROM blocks ORDER BY min_ns").fetchall()
-    assert rows == [
-        (0, (window_s - 10) * S, 60),
-        (window_s * S, (2 * window_s - 10) * S, 60),
-    ]
+    assert blocks().fetchall() == [(0, 490, 50), (500, 590, 10), (600, 990, 40), (1000, 1190, 20)]
     assert read_one(store, "mem", "free_bytes", "a", 0, 3 * window_s * S) == before
-    # late data for the second window is merged into its block; a third window starts
+    # 60 s later: window 0 (ended at 600 s) is over and quiet, so it is merged; window 1
+    # ended at 1200 s, less than 60 s ago
+    assert store.compact(now_ns=(now + quiet_s) * S) == 0
+    assert (window_s + after_s) <= now + quiet_s < 2 * window_s + after_s
+    assert blocks().fetchall() == [(600, 990, 40), (1000, 1190, 20), (0, 590, 60)]
+    assert read_one(store, "mem", "free_bytes", "a", 0, 3 * window_s * S) == before
+    # late data for window 1 and the first point of window 2: a block each, appended
     store.write_lines(
         f"mem,host=a free_bytes=7.5 {(2 * window_s - 5) * S}\n"
         f"mem,host=a free_bytes=1.5 {2 * window_s * S}"
     )
-    assert store.compact() == 1
+    assert store.compact(now_ns=1260 * S) == 1
+    assert blocks().fetchall()[-2:] == [(1195, 1195, 1), (1200, 1200, 1)]
+    # much later every window is over and quiet: window 1's three blocks become one
+    # (window 2's single block stays as it is)
+    assert store.compact(now_ns=4000 * S) == 0
     rows = conn.execute("SELECT n FROM blocks ORDER BY min_ns").fetchall()
     assert rows == [(60,), (61,), (1,)]
+    assert conn.execute("SELECT count(*) FROM unmerged_windows").fetchone() == (0,)
     times, values = read_one(store, "mem", "free_bytes", "a", 0, 3 * window_s * S)
     assert times == sorted([*range(0, 2 * window_s, 10), 2 * window_s - 5, 2 * window_s])
     assert values[:3] == [0.5, 10.5, 20.5]
@@ -354,7 +369,7 @@ def test_events_keep_their_types(store):
     assert json.loads(stored) == event.fields
 
 
-# ---- any sequence of writes and compactions reads back as "the last write wins"
+# ---- any sequence of writes, compactions and merges reads back as "the last write wins"
 
 HOSTS = ["a", "b"]
 FIELDS = ["x", "y", "z"]
@@ -365,7 +380,12 @@ def write_sequences(draw):
     steps = []
     for _ in range(draw(st.integers(1, 8))):
         if draw(st.booleans()) and steps:
-            steps.append(("compact", draw(st.sampled_from([1, 2, 32]))))
+            # the clock decides which windows are over (and merged): early, late, real
+            now_s = draw(st.sampled_from([None, 650, 1300, 4000, 10**6]))
+            if draw(st.integers(0, 4)) == 0:
+                steps.append(("merge", now_s))
+            else:
+                steps.append(("compact", (draw(st.sampled_from([1, 2, 32])), now_s)))
             continue
         lines = []
         for _ in range(draw(st.integers(1, 12))):
@@ -379,7 +399,7 @@ def write_sequences(draw):
     return steps
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(write_sequences(), st.sampled_from([(0, 2000), (1, 1), (2, 600), (599, 601), (3, 4)]))
 def test_reads_equal_last_write_wins_model(tmp_path_factory, steps, window):
     path = tmp_path_factory.mktemp("model") / "m.sqlite"
@@ -387,7 +407,11 @@ def test_reads_equal_last_write_wins_model(tmp_path_factory, steps, window):
     with SqliteStore(path) as store:
         for kind, payload in steps:
             if kind == "compact":
-                store.compact(batches_per_step=payload)
+                per_step, now_s = payload
+                store.compact(per_step, now_ns=None if now_s is None else now_s * S)
+                continue
+            if kind == "merge":  # whatever is over, quiet or not
+                store.merge_windows(None if payload is None else payload * S, quiet_ns=0)
                 continue
             body = "\n".join(
                 f"m,host={host} " + ",".join(f"{f}={v}" for f, v in values.items()) + f" {t * S}"

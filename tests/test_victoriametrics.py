@@ -4,14 +4,12 @@ reads them back through the Prometheus API, events stay in the local SQLite file
 
 from __future__ import annotations
 
-import http.client
 import inspect
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,9 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from collector.backends import BackendSpec, BackendSpecError, parse_backend_spec
 from collector.store import SqliteStore
 from collector.store_api import ReadStore
-from collector.victoriametrics import VictoriaMetricsStore, parse_backend, series_id
+from collector.victoriametrics import VictoriaMetricsStore, series_id
+from tests.loopback import free_port
+from tests.loopback import http_get as get
+from tests.loopback import http_post as post
 
 VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -39,32 +41,6 @@ SERVE = [sys.executable, "-m", "collector", "serve"]
 
 def vm_url(port: int) -> str:
     return f"victoriametrics=http://127.0.0.1:{port}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def get(port: int, path: str) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
-
-
-def post(port: int, path: str, body: bytes) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("POST", path, body=body)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
 
 
 def wait_for(port: int, path: str, process: subprocess.Popen, log: Path) -> None:
@@ -154,9 +130,11 @@ def test_implements_read_store_exactly():
         expected = inspect.signature(getattr(ReadStore, name))
         actual = inspect.signature(getattr(VictoriaMetricsStore, name))
         assert list(actual.parameters) == list(expected.parameters), name
-    assert parse_backend("victoriametrics=http://127.0.0.1:8428/") == "http://127.0.0.1:8428"
-    with pytest.raises(SystemExit):
-        parse_backend("influxdb=http://x")
+    assert parse_backend_spec("victoriametrics=http://127.0.0.1:8428/") == BackendSpec(
+        "victoriametrics", "http://127.0.0.1:8428"
+    )
+    with pytest.raises(BackendSpecError, match="victoriametrics=URL or prometheus=URL"):
+        parse_backend_spec("influxdb=http://x")
     assert series_id("cpu_user_seconds", {"host": "a"}) == series_id(
         "cpu_user_seconds", {"host": "a"}
     )
@@ -325,3 +303,35 @@ def test_victoria_metrics_down_means_503_and_nothing_kept(tmp_path, repo_env):
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
+
+
+def test_prometheus_store_reads_victoria_metrics_too(victoria):
+    """``PrometheusStore`` uses only the standard Prometheus API, which VictoriaMetrics
+    answers too: here fed with Prometheus-named samples (as if VictoriaMetrics scraped the
+    agents) through its Prometheus import endpoint."""
+    from collector.prometheus import PrometheusStore
+
+    lines = [
+        f'epochscope_memory_cached_bytes{{host="pvm",job="j",instance="i:1"}} {100 + t} '
+        f"{(T0 + t) * 1000}"
+        for t in range(60)
+    ] + [
+        f'epochscope_memory_cached_bytes{{host="pvmfar"}} {t} {(T0 + t * 3600) * 1000}'
+        for t in range(5)
+    ]
+    status, reply = post(victoria, "/api/v1/import/prometheus", "\n".join(lines).encode())
+    assert status == 204, reply
+    assert get(victoria, "/internal/force_flush")[0] == 200
+    store = PrometheusStore(f"http://127.0.0.1:{victoria}", events=None)
+    near, far = store.list_series("memory", "cached_bytes", "pvm") + store.list_series(
+        "memory", "cached_bytes", "pvmfar"
+    )
+    assert near.tags == {} and far.tags == {}  # job and instance are not identity
+    near_data, far_data = store.read_series([near, far], (T0 + 10) * S, (T0 + 20) * S)
+    assert (near_data.times_ns // S - T0).tolist() == list(range(9, 22))
+    assert near_data.values.tolist() == [100.0 + t for t in range(9, 22)]
+    # far: the neighbours an hour away come from the count_over_time probes
+    assert (far_data.times_ns // S - T0).tolist() == [0, 3600]
+    (far_data,) = store.read_series([far], (T0 + 5400) * S, (T0 + 5800) * S)
+    assert (far_data.times_ns // S - T0).tolist() == [3600, 7200]
+    assert far_data.values.tolist() == [1.0, 2.0]

@@ -2,8 +2,10 @@
 series per host (~26M values), read back whole, then cut into 90 epochs.
 
 The store is filled through its real write path (``SqliteStore.write`` of parsed groups, one
-batch per host per minute as agents push them) and compacted as ``collector serve`` does,
-so the blocks read are the ones a real store holds. Timed, best of ``--repeat``:
+batch per host per minute as agents push them) and compacted after each minute with the
+clock of a live run (``now_ns``), as ``collector serve`` does, so the blocks read are the
+ones a real store holds: one per 10-minute window once the window is merged, one per fold in
+the windows still open. Timed, best of ``--repeat``:
 
 * ``list_series`` for every field of every sample measurement (what the analysis asks);
 * ``read_series`` of all of them over the whole run (plus the neighbour samples);
@@ -65,7 +67,9 @@ def fill(store: SqliteStore, hosts: int, seconds: int, batch_seconds: int = 60) 
                     )
                     written += values.size
             store.write(ParsedBody(groups=groups))
-        store.compact()
+        # the clock of a live collector: windows that are over (and quiet) get merged,
+        # the last ones stay a block per fold, as in a store being written to
+        store.compact(now_ns=T0_NS + stop * S + S)
     return written
 
 
