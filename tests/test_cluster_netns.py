@@ -273,10 +273,8 @@ def trained(tmp_path_factory):
         workloads = subprocess.run(
             cluster.on_host("h1", [sys.executable, "-m", "workloads", *training.split(), *files]),
             env=launcher_env,
-            # The launcher hands the token to remote ranks as a file it writes relative to
-            # the SSH user's home, and the ranks (run in the launcher's working directory)
-            # read that same relative path: the two only meet when they are the home.
-            cwd=Path.home(),
+            # not $HOME: the token file the ranks read is at one absolute path on each host
+            cwd=base,
             capture_output=True,
             text=True,
             timeout=1500,
