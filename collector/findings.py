@@ -142,7 +142,12 @@ class RunContext:
 
 
 def _gb(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / GB:,.1f} GB"
+    """Bytes as GB, or as MB below 1 GB (a small data set is not "0.0 GB")."""
+    if value is None:
+        return "n/a"
+    if abs(value) < GB:
+        return f"{value / 1e6:,.1f} MB"
+    return f"{value / GB:,.1f} GB"
 
 
 def _config_number(config: dict[str, Any], name: str) -> float | None:
@@ -246,7 +251,7 @@ def dataset_fits_in_memory(context: RunContext) -> list[Finding]:
     )
     explanation = (
         f"The data set is {_gb(dataset)} and each host has {_gb(memory)} of RAM "
-        f"({ratio:.2f}x). "
+        f"({ratio:.2g}x). "
         + (
             "After the first epoch the page cache can hold all of it, so throughput measures "
             "memory, not storage. "

@@ -1,207 +1,289 @@
-"""ansible/deploy-agents.yml against two real SSH targets, end to end.
+"""ansible/site.yml (deploy-collector.yml, then deploy-agents.yml) on a small real cluster.
 
-Two inventory hosts, node1 (127.0.0.1) and node2 (127.0.0.2), are reached through a real
-sshd started here (see test_ansible_harness.py) with ansible_connection=paramiko; each gets
-its own prefix, config dir, spool, metrics port and host tag, and the `process` service
-manager (systemd is not PID 1 on this machine). A real collector (`python -m collector
-serve`) on loopback receives the pushes. The tests run in order on one deployment:
-deploy, redeploy (changed=0), change one node's config (only it restarts), add an
-unreachable node (it fails, the others stay), uninstall (nothing left).
+Three inventory hosts are reached through one real sshd started here (see
+test_ansible_harness.py) with ansible_connection=paramiko: `head` (127.0.0.1) gets the
+collector and the dashboard, `node1` (127.0.0.1) and `node2` (127.0.0.2) an agent each. Every
+host has its own prefix, config dir, state dir, ports and account (they share this machine's
+/etc/passwd), and the `process` service manager (systemd is not PID 1 here). The agents find
+the collector through the inventory group alone (no epochscope_push_url), and the agent
+play's last check reads the collector's store on `head` with the head's venv Python, as it
+would on a cluster.
 
-What is and is not exercised, honestly: the nodes install the agent's dependencies with
-`pip install --no-index --find-links` from a wheelhouse, as an offline node would; that
-wheelhouse is built here on the controller with `pip download` (from the package index, or
-pip's cache), and the controller builds the epochscope wheel with build isolation, which
-fetches setuptools the same way. The nodes themselves never reach an index.
+One deployment serves every test, in order (each playbook run costs tens of seconds, so the
+runs are few and each answers several questions):
+  1. site.yml: collector, dashboard (basic auth) and both agents up; samples of both nodes in
+     the collector's store under their own host tags; secrets never in Ansible's output.
+  2. site.yml again: changed=0 on every host, nothing restarted.
+  3. deploy-agents.yml with node2's interval changed and an unreachable node3: node3 fails
+     (UNREACHABLE), node2's agent alone restarts, node1 changes nothing.
+  4. site.yml --tags uninstall, twice: no file, process, port or account left; the second
+     run changes nothing.
+
+What is and is not exercised, honestly: the nodes install with `pip install --no-index` from
+the wheels in the tar the play copies to them, as offline nodes would. The play downloads
+those dependency wheels on the controller (epochscope_wheelhouse_download, cached under
+~/.cache/epochscope across runs; the fixture fills the cache first so that a machine
+without a package index skips here instead of failing in a play). The epochscope wheel is
+built once per test session by the role's own build script and handed to the plays as
+epochscope_wheel, so the plays' own build step (`pip wheel`, same function) is skipped.
 """
 
 from __future__ import annotations
 
+import base64
 import grp
 import os
 import pwd
 import shutil
 import subprocess
-import sys
 import tomllib
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from test_ansible_harness import (
-    REPO_ROOT,
+    WHEELHOUSE_CACHE,
     Controller,
     Node,
     PlaybookRun,
     SshServer,
-    build_wheelhouse,
+    build_epochscope_wheel,
+    download_wheelhouse,
     fetch_metrics,
     free_port,
+    fresh_account_name,
     pid_alive,
     port_is_open,
     readable_base_dir,
     remove_account,
     stop_leftover_agents,
     store_hosts,
-    wait_for_port,
+    wait_until,
     write_inventory,
 )
 
-# Opt-in until these end-to-end deploys pass reliably on the 2-core CI machine (issue 6
-# is open: the collector play timed out under load there). Run them with
-# EPOCHSCOPE_DEPLOY_TESTS=1 .venv/bin/python -m pytest tests/test_ansible_*.py \
-#     tests/test_cluster_netns.py
-DEPLOY_TESTS_OPT_IN = pytest.mark.skipif(
-    not os.environ.get("EPOCHSCOPE_DEPLOY_TESTS"),
-    reason="end-to-end deploy test: opt in with EPOCHSCOPE_DEPLOY_TESTS=1 (issue 6 open)",
-)
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), DEPLOY_TESTS_OPT_IN]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
+HEAD_ADDRESS = "127.0.0.1"
 NODE_ADDRESSES = {"node1": "127.0.0.1", "node2": "127.0.0.2"}
 
 
+class Head:
+    """The head node's directories and ports (its own root, like each Node)."""
+
+    def __init__(self, root: Path, port: int, dashboard_port: int) -> None:
+        self.root = root
+        self.port = port
+        self.dashboard_port = dashboard_port
+        self.account = fresh_account_name()
+        self.prefix = root / "opt" / "epochscope-server"
+        self.config_dir = root / "etc" / "epochscope"
+        self.state_dir = root / "var" / "lib" / "epochscope-collector"
+        self.log_dir = root / "var" / "log" / "epochscope-collector"
+        self.run_dir = root / "run" / "epochscope-collector"
+        self.db = self.state_dir / "epochscope.sqlite"
+        for path in (self.prefix, self.config_dir, self.state_dir, self.log_dir, self.run_dir):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755)
+
+    def inventory_vars(self, dashboard_auth: str) -> dict[str, str]:
+        return {
+            "ansible_host": HEAD_ADDRESS,
+            "epochscope_collector_prefix": str(self.prefix),
+            "epochscope_collector_config_dir": str(self.config_dir),
+            "epochscope_collector_state_dir": str(self.state_dir),
+            "epochscope_collector_log_dir": str(self.log_dir),
+            "epochscope_collector_run_dir": str(self.run_dir),
+            "epochscope_collector_listen": f"{HEAD_ADDRESS}:{self.port}",
+            "epochscope_collector_user": self.account,
+            "epochscope_dashboard_auth": dashboard_auth,
+            "epochscope_dashboard_host": HEAD_ADDRESS,
+            "epochscope_dashboard_port": str(self.dashboard_port),
+        }
+
+    def pids(self) -> list[int]:
+        if not self.run_dir.is_dir():
+            return []
+        return sorted(int(p.read_text().splitlines()[0]) for p in self.run_dir.glob("*.pid"))
+
+
 @dataclass
-class Deployment:
+class Cluster:
     controller: Controller
     sshd: SshServer
-    base: Path
     inventory: Path
+    head: Head
     nodes: dict[str, Node]
     token: str
-    collector_db: Path
-    group_vars: dict[str, dict[str, str]]
-    head_vars: dict[str, str]
-    first_run: PlaybookRun | None = None
+    dashboard_auth: str
+    connection: dict[str, str]
+    agent_vars: dict[str, str]
     runs: list[PlaybookRun] = field(default_factory=list)
+    # CPU seconds the nodes spent (SSH sessions) during each run.
+    nodes_cpu: list[float] = field(default_factory=list)
 
-    def write_inventory(self, extra_nodes: dict[str, dict[str, str]] | None = None) -> Path:
+    def write_inventory(self, extra_agents: dict[str, dict[str, str]] | None = None) -> None:
         agents = {name: node.inventory_vars() for name, node in self.nodes.items()}
-        agents.update(extra_nodes or {})
+        agents.update(extra_agents or {})
         write_inventory(
             self.inventory,
-            {"epochscope_agents": agents, "epochscope_collector": {"head": self.head_vars}},
-            self.group_vars,
+            {
+                "epochscope_collector": {"head": self.head.inventory_vars(self.dashboard_auth)},
+                "epochscope_agents": agents,
+            },
+            # The token in [all:vars], where both playbooks see it (a vault file in
+            # group_vars/all/ on a real cluster).
+            {
+                "all": self.connection | {"epochscope_token": self.token},
+                "epochscope_agents": self.agent_vars,
+            },
         )
-        return self.inventory
 
-    def deploy(self, *args: str) -> PlaybookRun:
-        run = self.controller.run("deploy-agents.yml", self.inventory, *args)
+    def play(self, playbook: str, *args: str) -> PlaybookRun:
+        before = self.sshd.sessions_cpu_seconds()
+        run = self.controller.run(playbook, self.inventory, *args)
         self.runs.append(run)
+        self.nodes_cpu.append(self.sshd.sessions_cpu_seconds() - before)
         return run
 
+    def timings(self) -> str:
+        """Where the time went, run by run (printed at the end; pytest -s shows it)."""
+        lines = ["run  wall s  controller cpu s  nodes cpu s  command"]
+        for number, (run, nodes_cpu) in enumerate(zip(self.runs, self.nodes_cpu, strict=True), 1):
+            lines.append(
+                f"{number:>3}  {run.wall_seconds:6.1f}  {run.cpu_seconds:16.1f}"
+                f"  {nodes_cpu:11.1f}  {' '.join(run.args)}"
+            )
+        return "\n".join(lines)
 
-def start_collector(
-    base: Path, token: str, env: dict[str, str]
-) -> tuple[subprocess.Popen, Path, int]:
-    db = base / "collector" / "epochscope.sqlite"
-    db.parent.mkdir(parents=True)
-    token_file = base / "collector" / "token"
-    token_file.write_text(token + "\n")
-    token_file.chmod(0o600)
-    port = free_port()
-    log = open(base / "collector" / "collector.log", "wb")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "collector",
-            "serve",
-            "--db",
-            str(db),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--token-file",
-            str(token_file),
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    wait_for_port("127.0.0.1", port, 30, process)
-    return process, db, port
+    def agent_pids(self) -> dict[str, int | None]:
+        return {name: node.agent_pid() for name, node in self.nodes.items()}
+
+    @property
+    def accounts(self) -> list[str]:
+        return [self.head.account, *(node.account for node in self.nodes.values())]
+
+
+def process_uid(pid: int) -> str:
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return next(line for line in status if line.startswith("Uid:")).split()[1]
+
+
+def process_argv(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
+def cluster(tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("wheels")
+    wheel = build_epochscope_wheel(scratch)
+    for extras in ("", "server"):
+        download_wheelhouse(wheel, extras, scratch)
     base = readable_base_dir("epochscope-deploy-")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    wheelhouse = build_wheelhouse()
-    token = "tok-" + os.urandom(12).hex()
-    sshd = SshServer(tmp_path_factory.mktemp("sshd"), tuple(NODE_ADDRESSES.values())).start()
-    collector, db, collector_port = start_collector(base, token, env)
+    sshd = SshServer(tmp_path_factory.mktemp("sshd"), (HEAD_ADDRESS, "127.0.0.2")).start()
     controller = Controller.make(
-        tmp_path_factory.mktemp("controller"), sshd.known_hosts_lines(), env
+        tmp_path_factory.mktemp("controller"), sshd.known_hosts_lines(), dict(os.environ)
     )
+    head = Head(base / "head", free_port(HEAD_ADDRESS), free_port(HEAD_ADDRESS))
     nodes = {
         name: Node(name, address, base / name, free_port(address))
         for name, address in NODE_ADDRESSES.items()
     }
     for node in nodes.values():
         node.make_skeleton()
-    group_vars = {
-        "epochscope_agents": {
-            "ansible_connection": "paramiko",
-            "ansible_port": str(sshd.port),
-            "ansible_user": sshd.user,
-            "ansible_ssh_private_key_file": str(sshd.client_key),
-            "ansible_python_interpreter": "/usr/bin/python3",
-            # The node's system Python (a login shell here would find pyenv's under /root).
-            "epochscope_python": "/usr/bin/python3",
-            "epochscope_become": "false",
-            "epochscope_service_manager": "process",
-            "epochscope_push_url": f"http://127.0.0.1:{collector_port}",
-            "epochscope_token": token,
-            "epochscope_wheelhouse": str(wheelhouse),
-            "epochscope_push_batch_seconds": "1",
-            # The two "nodes" share this machine's /etc/passwd.
-            "epochscope_account_throttle": "1",
-            "epochscope_verify_timeout_seconds": "60",
-        }
+    connection = {
+        "ansible_connection": "paramiko",
+        "ansible_port": str(sshd.port),
+        "ansible_user": sshd.user,
+        "ansible_ssh_private_key_file": str(sshd.client_key),
+        "ansible_python_interpreter": "/usr/bin/python3",
+        # The node's system Python (a login shell here would find pyenv's under /root).
+        "epochscope_python": "/usr/bin/python3",
+        "epochscope_become": "false",
+        "epochscope_service_manager": "process",
+        "epochscope_wheel": str(wheel),
+        "epochscope_wheelhouse_download": "true",
+        # The controller's HOME is a temporary directory here; keep the real user's cache.
+        "epochscope_wheelhouse_cache": str(WHEELHOUSE_CACHE),
+        # The three "hosts" share this machine's /etc/passwd: one useradd at a time.
+        "epochscope_account_throttle": "1",
     }
-    # The collector check runs on the head node with the collector's Python: here the
-    # controller itself, whose venv runs `python -m collector serve` above.
-    head_vars = {
-        "ansible_connection": "local",
-        "ansible_python_interpreter": sys.executable,
-        "epochscope_collector_prefix": str(Path(sys.executable).parent.parent),
-        "epochscope_collector_db": str(db),
-    }
-    deployment = Deployment(
+    agent_vars = {"epochscope_push_batch_seconds": "1", "epochscope_verify_timeout_seconds": "60"}
+    cluster = Cluster(
         controller,
         sshd,
-        base,
         base / "inventory.ini",
+        head,
         nodes,
-        token,
-        db,
-        group_vars,
-        head_vars,
+        token="tok-" + os.urandom(12).hex(),
+        dashboard_auth="admin:pw-" + os.urandom(12).hex(),
+        connection=connection,
+        agent_vars=agent_vars,
     )
-    deployment.write_inventory()
+    cluster.write_inventory()
     try:
-        deployment.first_run = deployment.deploy()
-        yield deployment
+        cluster.play("site.yml")
+        yield cluster
     finally:
+        print(cluster.timings())
         stop_leftover_agents(nodes)
-        collector.terminate()
-        collector.wait(10)
+        for pid in head.pids():
+            if pid_alive(pid):
+                os.kill(pid, 15)
+                wait_until(lambda pid=pid: not pid_alive(pid), 30, "collector to exit")
         sshd.stop()
-        for node in nodes.values():
-            remove_account(node.account)
+        for account in cluster.accounts:
+            remove_account(account)
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_first_deploy_starts_both_agents_and_their_samples_reach_the_collector(deployment):
-    run = deployment.first_run
+def test_first_run_deploys_the_collector_the_dashboard_and_both_agents(cluster):
+    run = cluster.runs[0]
     assert run.returncode == 0, run.describe()
-    for name in deployment.nodes:
-        assert run.recap[name].failed == 0 and run.recap[name].unreachable == 0, run.describe()
-        assert run.recap[name].changed > 0
-    # no_log: the token never shows in Ansible's output.
-    assert deployment.token not in run.output
+    for host in ("head", *cluster.nodes):
+        assert run.recap[host].failed == 0 and run.recap[host].unreachable == 0, run.describe()
+        assert run.recap[host].changed > 0
+    # no_log: neither secret ever shows in Ansible's output.
+    password = cluster.dashboard_auth.split(":", 1)[1]
+    assert cluster.token not in run.output
+    assert password not in run.output
 
-    for node in deployment.nodes.values():
+
+def test_collector_runs_with_its_token_as_its_own_account(cluster):
+    head = cluster.head
+    with urllib.request.urlopen(f"http://{HEAD_ADDRESS}:{head.port}/health", timeout=5) as answer:
+        assert answer.status == 200
+    account = pwd.getpwnam(head.account)
+    token_file = head.config_dir / "collector.token"
+    assert token_file.read_text().strip() == cluster.token
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    assert token_file.stat().st_uid == account.pw_uid
+    pids = head.pids()
+    assert len(pids) == 2  # collector and dashboard
+    password = cluster.dashboard_auth.split(":", 1)[1]
+    for pid in pids:
+        assert process_argv(pid)[0] == str(head.prefix / "bin" / "python")
+        assert password not in Path(f"/proc/{pid}/cmdline").read_text()
+        assert process_uid(pid) == str(account.pw_uid)
+
+
+def test_dashboard_asks_for_the_password(cluster):
+    url = f"http://{HEAD_ADDRESS}:{cluster.head.dashboard_port}/"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10)
+    assert refused.value.code == 401
+    request = urllib.request.Request(url)
+    credentials = base64.b64encode(cluster.dashboard_auth.encode()).decode()
+    request.add_header("Authorization", f"Basic {credentials}")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
+
+
+def test_both_agents_serve_metrics_and_push_to_the_deployed_collector(cluster):
+    for node in cluster.nodes.values():
         account = pwd.getpwnam(node.account)
         metrics = fetch_metrics(node)
         assert f'host="{node.name}"' in metrics
@@ -213,15 +295,16 @@ def test_first_deploy_starts_both_agents_and_their_samples_reach_the_collector(d
         assert stat.st_uid == account.pw_uid
         config = tomllib.loads(config_path.read_text())
         assert config["host"] == node.name
-        assert config["push"]["token"] == deployment.token
+        assert config["push"]["token"] == cluster.token
+        # Found through the inventory group epochscope_collector and its listen port.
+        assert config["push"]["url"] == f"http://{HEAD_ADDRESS}:{cluster.head.port}"
         assert config["push"]["spool_dir"] == str(node.state_dir / "spool")
         assert config["metrics"]["listen"] == f"{node.address}:{node.metrics_port}"
 
         # The agent runs from the node's venv, as the unprivileged account.
         pid = node.agent_pid()
         assert pid is not None and pid_alive(pid)
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
-        assert cmdline == [
+        assert process_argv(pid) == [
             str(node.prefix / "bin" / "python"),
             "-m",
             "agent",
@@ -229,12 +312,7 @@ def test_first_deploy_starts_both_agents_and_their_samples_reach_the_collector(d
             "--config",
             str(config_path),
         ]
-        uid_line = next(
-            line
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-            if line.startswith("Uid:")
-        )
-        assert uid_line.split()[1:3] == [str(account.pw_uid)] * 2
+        assert process_uid(pid) == str(account.pw_uid)
         installed = subprocess.run(
             [str(node.prefix / "bin" / "python"), "-c", "import agent; print(agent.__file__)"],
             capture_output=True,
@@ -244,72 +322,72 @@ def test_first_deploy_starts_both_agents_and_their_samples_reach_the_collector(d
         ).stdout.strip()
         assert installed.startswith(str(node.prefix)), installed
 
-    # The play itself waited for both hosts in the store; check it independently too.
-    assert {"node1", "node2"} <= store_hosts(deployment.collector_db)
+    # The play waited for both nodes in the store, on the head node with the head's venv
+    # Python; check the store independently too: one host tag per node.
+    output = cluster.runs[0].output
+    assert "Wait for the node's samples in the collector's store" in output
+    assert "[node1 -> head" in output and "[node2 -> head" in output
+    assert {"node1", "node2"} <= store_hosts(cluster.head.db)
 
 
-def test_second_run_changes_nothing(deployment):
-    pids = {name: node.agent_pid() for name, node in deployment.nodes.items()}
-    run = deployment.deploy()
+def test_second_run_changes_nothing(cluster):
+    agent_pids, head_pids = cluster.agent_pids(), cluster.head.pids()
+    run = cluster.play("site.yml")
     assert run.returncode == 0, run.describe()
-    for name in deployment.nodes:
-        assert run.recap[name].changed == 0, run.describe()
-        assert run.recap[name].failed == 0
-    assert {name: node.agent_pid() for name, node in deployment.nodes.items()} == pids
+    for host in ("head", *cluster.nodes):
+        assert run.recap[host].changed == 0, run.describe()
+        assert run.recap[host].failed == 0
+    assert cluster.agent_pids() == agent_pids
+    assert cluster.head.pids() == head_pids
 
 
-def test_config_change_restarts_only_that_agent(deployment):
-    node1, node2 = deployment.nodes["node1"], deployment.nodes["node2"]
+def test_config_change_restarts_only_that_agent_and_an_unreachable_host_fails_clearly(cluster):
+    node1, node2 = cluster.nodes["node1"], cluster.nodes["node2"]
     pid1, pid2 = node1.agent_pid(), node2.agent_pid()
     node2.interval_seconds = 2.0
-    deployment.write_inventory()
-    run = deployment.deploy()
-    assert run.returncode == 0, run.describe()
-    assert run.recap["node1"].changed == 0, run.describe()
-    assert run.recap["node2"].changed > 0
-    assert node1.agent_pid() == pid1
-    assert node2.agent_pid() != pid2 and not pid_alive(pid2)
-    assert tomllib.loads((node2.config_dir / "agent.toml").read_text())["interval_seconds"] == 2
-    assert 'host="node2"' in fetch_metrics(node2)
-
-
-def test_unreachable_host_fails_clearly_and_the_others_stay_deployed(deployment):
     closed_port = free_port("127.0.0.3")  # nothing listens there
-    deployment.write_inventory(
+    cluster.write_inventory(
         {"node3": {"ansible_host": "127.0.0.3", "ansible_port": str(closed_port)}}
     )
     try:
-        run = deployment.deploy()
+        run = cluster.play("deploy-agents.yml")
     finally:
-        deployment.write_inventory()
+        cluster.write_inventory()
     assert run.returncode != 0
     assert run.recap["node3"].unreachable == 1, run.describe()
     assert "UNREACHABLE!" in run.output and "node3" in run.output
-    for name, node in deployment.nodes.items():
+    for name in cluster.nodes:
         assert run.recap[name].failed == 0 and run.recap[name].unreachable == 0, run.describe()
-        assert run.recap[name].changed == 0
+    assert run.recap["node1"].changed == 0, run.describe()
+    assert node1.agent_pid() == pid1
+    assert run.recap["node2"].changed > 0
+    assert node2.agent_pid() != pid2 and not pid_alive(pid2)
+    assert tomllib.loads((node2.config_dir / "agent.toml").read_text())["interval_seconds"] == 2
+    for name, node in cluster.nodes.items():
         assert f'host="{name}"' in fetch_metrics(node)
 
 
-def test_uninstall_leaves_nothing_behind(deployment):
-    pids = {name: node.agent_pid() for name, node in deployment.nodes.items()}
-    run = deployment.deploy("--tags", "uninstall")
+def test_uninstall_leaves_nothing_behind(cluster):
+    agent_pids, head_pids = cluster.agent_pids(), cluster.head.pids()
+    run = cluster.play("site.yml", "--tags", "uninstall")
     assert run.returncode == 0, run.describe()
-    for name, node in deployment.nodes.items():
-        assert run.recap[name].failed == 0, run.describe()
-        assert not pid_alive(pids[name])
+    for host in ("head", *cluster.nodes):
+        assert run.recap[host].failed == 0, run.describe()
+    assert not any(pid_alive(pid) for pid in [*agent_pids.values(), *head_pids])
+    assert not port_is_open(HEAD_ADDRESS, cluster.head.port)
+    for node in cluster.nodes.values():
         assert not port_is_open(node.address, node.metrics_port)
         for path in (node.prefix, node.config_dir, node.state_dir, node.log_dir, node.run_dir):
             assert not path.exists(), path
-        leftovers = [p for p in node.root.rglob("*") if not p.is_dir()]
-        assert leftovers == []
-    for node in deployment.nodes.values():
+    for root in (cluster.head.root, *(node.root for node in cluster.nodes.values())):
+        assert [p for p in root.rglob("*") if not p.is_dir()] == []
+    for account in cluster.accounts:
         with pytest.raises(KeyError):
-            pwd.getpwnam(node.account)
+            pwd.getpwnam(account)
         with pytest.raises(KeyError):
-            grp.getgrnam(node.account)
+            grp.getgrnam(account)
 
-    again = deployment.deploy("--tags", "uninstall")
+    again = cluster.play("site.yml", "--tags", "uninstall")
     assert again.returncode == 0, again.describe()
-    for name in deployment.nodes:
-        assert again.recap[name].changed == 0, again.describe()
+    for host in ("head", *cluster.nodes):
+        assert again.recap[host].changed == 0, again.describe()

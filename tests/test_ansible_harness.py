@@ -10,11 +10,11 @@ dir, spool...), reached at its own loopback address.
 from __future__ import annotations
 
 import getpass
-import hashlib
 import json
 import os
 import pwd
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +117,11 @@ class SshServer:
                     "MaxSessions 64",
                     "Subsystem sftp internal-sftp",
                     "LogLevel INFO",
+                    # bash started by sshd sources the login user's ~/.bashrc, unless it is
+                    # a nested shell (SHLVL >= 2 once bash counts itself). The developer
+                    # root's .bashrc on a workstation (here: `pyenv init`, ~1 s of CPU) is
+                    # not part of any node, and Ansible runs ~5 commands per task.
+                    "SetEnv SHLVL=1",
                 ]
             )
             + "\n"
@@ -136,6 +140,12 @@ class SshServer:
             self.stop()
             raise RuntimeError(f"sshd did not come up: {exc}\n{self.log_text()}") from exc
         return self
+
+    def sessions_cpu_seconds(self) -> float:
+        """CPU of the SSH sessions that ended so far (what the nodes ran), from sshd's
+        /proc stat: cutime + cstime."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
     def log_text(self) -> str:
         return (self.workdir / "sshd.log").read_text(errors="replace")
@@ -168,6 +178,10 @@ class PlaybookRun:
     returncode: int
     output: str
     recap: dict[str, Recap]
+    args: tuple[str, ...] = ()
+    wall_seconds: float = 0.0
+    # CPU of ansible-playbook and what it ran on the controller (not on the nodes).
+    cpu_seconds: float = 0.0
 
     def describe(self) -> str:
         return f"ansible-playbook exited {self.returncode}\n{self.output[-6000:]}"
@@ -211,6 +225,7 @@ class Controller:
 
     def run(self, playbook: str, inventory: Path, *args: str, timeout: float = 900) -> PlaybookRun:
         command = [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), str(ANSIBLE_DIR / playbook), *args]
+        started, cpu_before = time.monotonic(), children_cpu_seconds()
         # Its own session, so a timeout stops ansible-playbook's forked workers too.
         process = subprocess.Popen(
             command,
@@ -230,7 +245,19 @@ class Controller:
                 f"ansible-playbook {playbook} ran past {timeout} s; the end of its output:\n"
                 + output[-6000:]
             ) from None
-        return PlaybookRun(process.returncode, output, parse_recap(output))
+        return PlaybookRun(
+            process.returncode,
+            output,
+            parse_recap(output),
+            args=(playbook, *args),
+            wall_seconds=time.monotonic() - started,
+            cpu_seconds=children_cpu_seconds() - cpu_before,
+        )
+
+
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def readable_base_dir(prefix: str) -> Path:
@@ -276,10 +303,6 @@ def pid_alive(pid: int) -> bool:
         return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
     except OSError:
         return False
-
-
-def environ_without_pip_config() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
 
 
 SERVICE = "epochscope-agent"
@@ -352,45 +375,42 @@ class Node:
             return None
 
 
-def dependencies(extras: tuple[str, ...] = ()) -> list[str]:
-    with open(REPO_ROOT / "pyproject.toml", "rb") as f:
-        project = tomllib.load(f)["project"]
-    deps = list(project["dependencies"])
-    for extra in extras:
-        deps += project["optional-dependencies"][extra]
-    return sorted(deps)
+BUILD_WHEEL = ANSIBLE_DIR / "roles" / "epochscope_package" / "files" / "build_wheel.py"
+# Where the roles keep dependency wheelhouses by default (epochscope_wheelhouse_cache): the
+# tests share it with the user running them, so they download each wheelhouse once.
+WHEELHOUSE_CACHE = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "epochscope" / "wheelhouses"
+)
 
 
-def build_wheelhouse(extras: tuple[str, ...] = ()) -> Path:
-    """Wheels of the agent's dependencies (plus those of ``extras``), kept in .cache/
-    between runs (keyed by the dependency list and this Python)."""
-    deps = dependencies(extras)
-    key = hashlib.sha256(json.dumps([deps, sys.version_info[:2]]).encode()).hexdigest()[:16]
-    wheelhouse = REPO_ROOT / ".cache" / f"test-wheelhouse-{key}"
-    if wheelhouse.is_dir():
-        return wheelhouse
-    partial = wheelhouse.with_name(wheelhouse.name + f".partial-{os.getpid()}")
+def build_epochscope_wheel(out_dir: Path) -> Path:
+    """The epochscope wheel of this checkout, built by the role's own build script (the
+    plays are then given it as epochscope_wheel, so they do not each build it again)."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--only-binary=:all:",
-            "--dest",
-            str(partial),
-            *deps,
-        ],
+        [sys.executable, str(BUILD_WHEEL), "wheel", str(REPO_ROOT), str(out_dir)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     if result.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        pytest.skip(f"cannot build the dependency wheelhouse with pip download: {result.stderr}")
-    partial.rename(wheelhouse)
-    return wheelhouse
+        # Building fetches setuptools (build isolation) from the package index or pip's cache.
+        pytest.skip(f"cannot build the epochscope wheel: {result.stderr[-2000:]}")
+    return Path(result.stdout.strip())
+
+
+def download_wheelhouse(wheel: Path, extras: str, out_dir: Path) -> None:
+    """Fill WHEELHOUSE_CACHE for wheel[extras] the way the plays do with
+    epochscope_wheelhouse_download (same script, same key), so a machine that cannot reach
+    a package index skips these tests with the reason instead of failing inside a play."""
+    command = [sys.executable, str(BUILD_WHEEL), "bundle", str(out_dir), "--wheel", str(wheel)]
+    result = subprocess.run(
+        [*command, "--download", str(WHEELHOUSE_CACHE), "--extras", extras],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot download the dependency wheelhouse with pip: {result.stderr[-2000:]}")
 
 
 def stop_leftover_agents(nodes: dict[str, Node]) -> None:

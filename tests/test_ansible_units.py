@@ -5,17 +5,20 @@ PID 1 here, so starting them is out of reach and that path is checked this far o
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pwd
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
-from test_ansible_harness import ANSIBLE_DIR, ANSIBLE_PLAYBOOK, pid_alive
+from test_ansible_harness import ANSIBLE_DIR, ANSIBLE_PLAYBOOK, BUILD_WHEEL, pid_alive
 
 SERVICECTL = ANSIBLE_DIR / "roles" / "epochscope_package" / "files" / "servicectl.py"
 SLEEPER = (
@@ -321,7 +324,7 @@ def test_every_yaml_file_parses_and_the_playbooks_pass_syntax_check(tmp_path):
         yaml.safe_load(path.read_text())
     inventory = tmp_path / "inventory.ini"
     inventory.write_text("[epochscope_agents]\nnode1\n[epochscope_collector]\nhead\n")
-    for playbook in ("deploy-agents.yml", "deploy-collector.yml"):
+    for playbook in ("site.yml", "deploy-agents.yml", "deploy-collector.yml"):
         result = subprocess.run(
             [
                 str(ANSIBLE_PLAYBOOK),
@@ -335,3 +338,100 @@ def test_every_yaml_file_parses_and_the_playbooks_pass_syntax_check(tmp_path):
             timeout=120,
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- build_wheel.py: the one tar every node gets ---
+
+
+def fake_wheel(directory: Path, name: str, version: str, requires: list[str]) -> Path:
+    """A wheel file with just the METADATA the bundle reads (pip never sees these)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{name}-{version}.dist-info/METADATA", metadata)
+    return path
+
+
+def bundle(out_dir: Path, *args: str) -> dict:
+    out_dir.mkdir(parents=True)
+    result = subprocess.run(
+        [sys.executable, str(BUILD_WHEEL), "bundle", str(out_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def members(tar_path: str) -> list[str]:
+    with tarfile.open(tar_path) as tar:
+        return tar.getnames()
+
+
+def test_bundle_is_the_same_bytes_for_the_same_wheels_and_carries_one_epochscope(tmp_path):
+    wheel = fake_wheel(tmp_path / "dist", "epochscope", "0.1.0", ["psutil>=5.9"])
+    wheelhouse = tmp_path / "wheelhouse"
+    fake_wheel(wheelhouse, "psutil", "7.0.0", [])
+    # `pip download dist/epochscope-...whl` leaves a copy of the requested wheel in the
+    # wheelhouse; an older one must not travel along with the new.
+    fake_wheel(wheelhouse, "epochscope", "0.0.9", [])
+    first = bundle(tmp_path / "a", "--wheel", str(wheel), "--wheelhouse", str(wheelhouse))
+    second = bundle(tmp_path / "b", "--wheel", str(wheel), "--wheelhouse", str(wheelhouse))
+    assert first["sha256"] == second["sha256"]
+    assert Path(first["bundle"]).read_bytes() == Path(second["bundle"]).read_bytes()
+    assert members(first["bundle"]) == [
+        "epochscope-0.1.0-py3-none-any.whl",
+        "psutil-7.0.0-py3-none-any.whl",
+    ]
+    assert first["wheel"] == "epochscope-0.1.0-py3-none-any.whl"
+    assert first["offline"] is True
+
+    alone = bundle(tmp_path / "c", "--wheel", str(wheel))
+    assert members(alone["bundle"]) == ["epochscope-0.1.0-py3-none-any.whl"]
+    assert alone["offline"] is False
+    assert alone["sha256"] != first["sha256"]
+
+
+def load_build_wheel():
+    spec = importlib.util.spec_from_file_location("build_wheel", BUILD_WHEEL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_downloaded_wheelhouse_is_reused_from_the_cache_by_what_it_holds(tmp_path):
+    build_wheel = load_build_wheel()
+    wheel = fake_wheel(tmp_path / "dist", "epochscope", "0.1.0", ["psutil>=5.9"])
+    cache = tmp_path / "cache"
+    key = build_wheel.wheelhouse_key(wheel, ["server"], [])
+    # Another extra, another Python argument or other requirements: another wheelhouse.
+    assert key != build_wheel.wheelhouse_key(wheel, [], [])
+    assert key != build_wheel.wheelhouse_key(wheel, ["server"], ["--python-version", "3.12"])
+    newer = fake_wheel(tmp_path / "dist2", "epochscope", "0.2.0", ["psutil>=6"])
+    assert key != build_wheel.wheelhouse_key(newer, ["server"], [])
+    # A complete wheelhouse under that key is used as it is, without pip (which would fetch
+    # a real psutil wheel, not this fake 7.0.0 one).
+    fake_wheel(cache / f"wheelhouse-{key}", "psutil", "7.0.0", [])
+    made = bundle(
+        tmp_path / "out", "--wheel", str(wheel), "--download", str(cache), "--extras", "server"
+    )
+    assert made["offline"] is True
+    assert members(made["bundle"]) == [
+        "epochscope-0.1.0-py3-none-any.whl",
+        "psutil-7.0.0-py3-none-any.whl",
+    ]
+    assert [p.name for p in cache.iterdir()] == [f"wheelhouse-{key}"]
+
+
+@pytest.mark.slow
+def test_building_from_the_same_checkout_twice_gives_the_same_tar(tmp_path):
+    # What makes a second playbook run report changed=0 when it builds the wheel itself
+    # (no epochscope_wheel): the same sources must give the same bytes.
+    repo = ANSIBLE_DIR.parent
+    first = bundle(tmp_path / "a", "--source", str(repo))
+    second = bundle(tmp_path / "b", "--source", str(repo))
+    assert first["sha256"] == second["sha256"]
+    assert members(first["bundle"]) == [first["wheel"]]

@@ -7,6 +7,7 @@ the evidence can be checked against hand arithmetic.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -323,3 +324,12 @@ def test_precision_read_demand_fires_on_the_faster_reader(make_store):
 def test_precision_read_demand_silent_when_reads_are_alike(make_store):
     store = make_store([p for run in precision_runs(450) for p in run.points()])
     assert findings_of(store, "fp16", "precision_read_demand") == []  # 450 / 430 = 1.05
+
+
+def test_a_small_data_set_is_told_in_mb_not_as_zero_gb(make_store):
+    # the make-demo data set: 45.6 MB on 24 GB hosts -> "45.6 MB", never "0.0 GB"
+    run = cached_after_first_epoch(run_id="small", dataset_bytes=45_600_000, memory=24 * GB)
+    texts = [f.explanation for f in run_findings(make_store(run.points()), "small")]
+    assert any("45.6 MB" in text for text in texts), texts
+    assert not any(re.search(r"(?<![\d.])0\.0 GB", text) for text in texts)
+    assert any("(0.0019x)" in text for text in texts)  # 45.6 MB / 24 GB

@@ -31,7 +31,7 @@ from workloads.events import EventWriter, FileSink, MemorySink, coerce, read_eve
 from workloads.hosts import HostError, HostSlots, check_slots, parse_hosts, placement
 from workloads.launcher import UsageError, plan_run
 from workloads.spec import RunSpec
-from workloads.summary import ALL_HOSTS, epoch_rows
+from workloads.summary import ALL_HOSTS, epoch_rows, format_findings, format_profile_table
 from workloads.synthetic import labels_for, make_image
 from workloads.timing import Recorder
 
@@ -339,3 +339,31 @@ def test_make_jpeg_from_the_command_line(tmp_path, repo_env):
     assert "jpeg, 2 classes, train 6 images" in result.stdout
     assert "100%" in result.stderr  # tqdm progress
     assert Path(out / "manifest.json").is_file()
+
+
+def _report_row(host: str, epoch: int, disk: int | None, nfs: int | None = None) -> dict:
+    return {
+        "host": host, "epoch": epoch, "seconds": 20.0, "images": 256,
+        "images_per_second": 12.8, "disk_read_bytes": disk, "disk_read_mbps": None,
+        "nfs_server_read_bytes": nfs, "page_cache_delta_bytes": 45_000_000,
+        "cpu_util_percent": 99.4, "iowait_percent": 0.25,
+    }  # fmt: skip
+
+
+def test_profile_table_shows_the_input_columns_per_epoch():
+    rows = [_report_row("vm", 1, 47_185_816), _report_row("*", 1, 47_185_816),
+            _report_row("vm", 2, 608_000), _report_row("*", 2, 608_000)]  # fmt: skip
+    lines = format_profile_table(rows).splitlines()
+    # one host: its rows only (the run's "*" rows would repeat them); no NFS column
+    assert len(lines) == 3 and "NFS" not in lines[0] and "*" not in "".join(lines)
+    assert lines[0].split()[:8] == ["epoch", "host", "s", "images", "img/s", "disk", "read", "MB"]
+    # 47,185,816 bytes = 47.2 MB; 608,000 = 0.6 MB; 45,000,000 = 45.0 MB; 99.4 % -> 99
+    assert lines[1].split() == ["1", "vm", "20.0", "256", "12.8", "47.2", "-", "45.0", "99", "0.2"]
+    assert lines[2].split()[5] == "0.6"
+    two_hosts = [_report_row("n1", 1, 1_000_000, 2_500_000), _report_row("n2", 1, 0, 0),
+                 _report_row("*", 1, 1_000_000, 2_500_000)]  # fmt: skip
+    lines = format_profile_table(two_hosts).splitlines()
+    assert "NFS read MB" in lines[0]
+    assert [line.split()[1] for line in lines[1:]] == ["n1", "n2", "*"]
+    assert lines[1].split()[7] == "2.5"
+    assert format_findings([]) == "No findings."

@@ -239,6 +239,9 @@ def test_profile_starts_its_own_collector_and_agent(datasets, repo_env, tmp_path
     assert kinds["epoch_end"] == 2 and kinds["run_end"] == 1
     assert cpu_series, "the embedded agent's samples reached the embedded collector"
     assert "pt-prof" in result.stdout  # the report's title names the run
+    table = result.stdout[result.stdout.index("epoch  host") :].splitlines()
+    assert "disk read MB" in table[0] and "cache Δ MB" in table[0]
+    assert [line.split()[0] for line in table[1:3]] == ["1", "2"]  # one host: no "*" rows
 
 
 def test_missing_framework_error_is_clear_before_training(repo_env, tmp_path):

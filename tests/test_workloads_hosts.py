@@ -22,7 +22,7 @@ from workloads import pagecache
 from workloads.cli import build_parser
 from workloads.datasets import make_dataset
 from workloads.hosts import RemoteHost, prepare_host
-from workloads.launcher import plan_run, prepare
+from workloads.launcher import launch_env, plan_run, prepare, remove_tokens
 from workloads.profile import free_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -122,6 +122,7 @@ def test_launcher_prepares_a_remote_host_and_drops_its_cache(sshd, tmp_path):
         "run", "--framework", "pytorch", "--data-dir", str(data),
         "--hosts", f"{ADDRESS}:1", "--ssh-port", str(port), "--ssh-key", str(key),
         "--drop-caches", "--agent-port", str(free_port(ADDRESS)), "--token", "t0k",
+        "--runs-dir", str(tmp_path / "runs"),
     ])  # fmt: skip
     plan = plan_run(args)
     for path in info.paths("train"):
@@ -131,9 +132,33 @@ def test_launcher_prepares_a_remote_host_and_drops_its_cache(sshd, tmp_path):
     assert report.name == ADDRESS and not report.agent_answers
     assert report.cache["before_resident_bytes"] == info.train.bytes
     assert report.cache["after_resident_bytes"] == 0
-    assert plan.remote_token_file == f".cache/epochscope/tokens/{plan.spec.run_id}"
-    token = Path.home() / plan.remote_token_file
-    try:
-        assert token.read_text() == "t0k" and stat.S_IMODE(token.stat().st_mode) == 0o600
-    finally:
-        token.unlink()
+    # one absolute path, wherever the launcher was started from
+    token = tmp_path / "runs" / plan.spec.run_id / "collector.token"
+    assert plan.token_file == token
+    assert token.read_text() == "t0k" and stat.S_IMODE(token.stat().st_mode) == 0o600
+    remove_tokens(plan, args)
+    assert not token.exists() and not token.parent.exists()
+
+
+def test_token_goes_to_every_host_including_the_launching_one(sshd, tmp_path, monkeypatch):
+    """localhost and 127.0.0.2 (over SSH) are one machine here: the file is written by
+    both paths to the same absolute place, and ranks started anywhere find it there."""
+    port, key = sshd
+    monkeypatch.chdir(tmp_path)  # a relative --runs-dir is made absolute once, here
+    args = build_parser().parse_args([
+        "run", "--framework", "pytorch", "--synthetic", "--np", "2",
+        "--hosts", f"localhost:1,{ADDRESS}:1", "--ssh-port", str(port), "--ssh-key", str(key),
+        "--agent-port", str(free_port(ADDRESS)), "--token", "t0k-both",
+        "--collector", "http://127.0.0.1:1", "--runs-dir", "runs",
+    ])  # fmt: skip
+    plan = plan_run(args)
+    assert plan.token_file == tmp_path / "runs" / plan.spec.run_id / "collector.token"
+    prepare(plan, args)
+    assert [host.name for host in plan.token_written_on] == ["localhost", ADDRESS]
+    assert plan.token_file.read_text() == "t0k-both"
+    assert stat.S_IMODE(plan.token_file.stat().st_mode) == 0o600
+    env = launch_env(plan)
+    assert env["EPOCHSCOPE_WORKLOAD_TOKEN_FILE"] == str(plan.token_file)
+    assert "t0k-both" not in "".join(env.values())
+    remove_tokens(plan, args)
+    assert not plan.token_file.exists()

@@ -9,7 +9,9 @@ ever interpreted by a remote shell.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shlex
 import socket
 import sys
@@ -143,8 +145,8 @@ class RemoteHost:
         return stdout.channel.recv_exit_status(), out, err
 
     def put_private(self, text: str, remote_path: str, python: str) -> None:
-        """Write a secret to remote_path, mode 0600 from creation, through stdin (never on
-        a command line, no SFTP subsystem needed)."""
+        """Write a secret to the absolute remote_path, mode 0600 from creation, through
+        stdin (never on a command line, no SFTP subsystem needed)."""
         argv = [python, "-c", WRITE_PRIVATE, remote_path]
         stdin, stdout, stderr = self.client.exec_command(shlex.join(argv), timeout=60)
         stdin.write(text)
@@ -153,16 +155,49 @@ class RemoteHost:
             error = stderr.read().decode(errors="replace").strip()
             raise HostError(f"{self.name}: cannot write {remote_path}: {error}")
 
+    def remove_private(self, remote_path: str, python: str) -> None:
+        status, _, err = self.run([python, "-c", REMOVE_PRIVATE, remote_path], timeout=60)
+        if status != 0:
+            raise HostError(f"{self.name}: cannot remove {remote_path}: {err.strip()}")
+
     def close(self) -> None:
         self.client.close()
 
 
+# The same steps as write_private() and remove_private() below, run by a remote Python.
 WRITE_PRIVATE = (
-    "import os, sys; path = os.path.expanduser(sys.argv[1]); "
-    "os.makedirs(os.path.dirname(path) or '.', mode=0o700, exist_ok=True); "
-    "fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600); "
-    "os.write(fd, sys.stdin.buffer.read()); os.close(fd)"
+    "import os, sys; path = sys.argv[1]; "
+    "os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True); "
+    "fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600); "
+    "os.fchmod(fd, 0o600); os.write(fd, sys.stdin.buffer.read()); os.close(fd)"
 )
+REMOVE_PRIVATE = (
+    "import contextlib, os, sys; path = sys.argv[1]\n"
+    "with contextlib.suppress(FileNotFoundError): os.unlink(path)\n"
+    "with contextlib.suppress(OSError): os.rmdir(os.path.dirname(path))"
+)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a secret readable by its owner only (0600 from creation, also when the file
+    was there before with another mode; a symlink in its place is refused)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def remove_private(path: Path) -> None:
+    """Remove a secret written by write_private, and its directory when nothing else is
+    left in it."""
+    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()
+
+
 MEMORY_AND_CPUS = (
     "import os; print(os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE'), os.cpu_count())"
 )
@@ -193,8 +228,6 @@ def prepare_host(
 
 
 def prepare_local(data_paths: list[Path] | None, drop_caches: bool, agent_port: int) -> HostReport:
-    import os
-
     from workloads import pagecache
 
     report = HostReport(socket.gethostname())

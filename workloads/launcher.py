@@ -6,6 +6,19 @@ the slots of ``--hosts``. Then the hosts are prepared (page cache, agent, RAM; o
 for remote hosts), an embedded collector and agent start for ``--profile`` without
 ``--collector``, and the ranks start: in this process for one local process, under
 ``horovodrun --gloo`` for TensorFlow and MXNet, under ``torchrun`` for PyTorch.
+
+The collector token reaches ranks started by a tool as a file, never through the command
+line or the environment (horovodrun spells every environment variable out on the rank's
+command line): the launcher writes it, 0600, to one absolute path,
+``<runs dir>/<run_id>/collector.token``, on every host of the run (the launching one too),
+hands that path to the ranks in ``EPOCHSCOPE_WORKLOAD_TOKEN_FILE`` and removes it from every
+host after the run.
+
+SIGINT, SIGTERM or an exception stop the run: horovodrun or torchrun start in a session
+of their own and ``processes.stop_descendants`` ends every rank and helper (see there);
+ranks that started but were killed before their ``run_end`` are closed as failed by the
+launcher where it can read the run's events back (the embedded collector of
+``--profile``, or the events directory); then the embedded collector and agent stop.
 """
 
 from __future__ import annotations
@@ -20,6 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.schema import Event, RunState, Tag, Workload
 from workloads import frameworks
 from workloads.datasets import DatasetError, DatasetInfo, check_format_for, describe
 from workloads.hosts import (
@@ -33,13 +47,18 @@ from workloads.hosts import (
     prepare_host,
     prepare_local,
     remote_python,
+    remove_private,
+    write_private,
 )
+from workloads.processes import Interrupted, become_subreaper, raise_on_signals, stop_descendants
+from workloads.processes import descendants as live_descendants
 from workloads.profile import EmbeddedProfile, ProfileError, child_env, free_port
 from workloads.spec import TOKEN_ENV, TOKEN_FILE_ENV, RunSpec
 from workloads.summary import print_epoch_table
 
 DEFAULT_IMAGE_SIZE = 224
 DEFAULT_CLASSES = 1000
+TOKEN_FILE_NAME = "collector.token"
 
 
 class UsageError(ValueError):
@@ -54,7 +73,8 @@ class Plan:
     token: str | None
     runs_dir: Path
     dataset: DatasetInfo | None = None
-    remote_token_file: str | None = None
+    token_file: Path | None = None  # absolute, the same on every host; None: no file needed
+    token_written_on: list[HostSlots] = field(default_factory=list)
     reports: list[HostReport] = field(default_factory=list)
 
     @property
@@ -64,6 +84,11 @@ class Plan:
     @property
     def in_process(self) -> bool:
         return self.processes == 1 and not self.multi_host
+
+
+def token_file_path(runs_dir: Path, run_id: str) -> Path:
+    """Where every host of the run keeps the collector token for the ranks started there."""
+    return runs_dir.resolve() / run_id / TOKEN_FILE_NAME
 
 
 def new_run_id(framework: str) -> str:
@@ -131,7 +156,10 @@ def plan_run(args: argparse.Namespace) -> Plan:
     )
     if not args.collector and not args.profile:
         spec.events_dir = str(runs_dir / run_id / "events")
-    return Plan(spec, hosts, args.np, read_token(args), runs_dir, dataset)
+    plan = Plan(spec, hosts, args.np, read_token(args), runs_dir, dataset)
+    if plan.token and not plan.in_process:
+        plan.token_file = token_file_path(runs_dir, run_id)
+    return plan
 
 
 def prepare(plan: Plan, args: argparse.Namespace) -> None:
@@ -141,6 +169,9 @@ def prepare(plan: Plan, args: argparse.Namespace) -> None:
     for host in plan.hosts:
         if host.is_local:
             report = prepare_local(data_paths, args.drop_caches, args.agent_port)
+            if plan.token and plan.token_file:
+                write_private(plan.token_file, plan.token)
+                plan.token_written_on.append(host)
         else:
             remote = RemoteHost(host.name, args.ssh_user, args.ssh_port, args.ssh_key)
             try:
@@ -148,10 +179,9 @@ def prepare(plan: Plan, args: argparse.Namespace) -> None:
                 report = prepare_host(
                     remote, remote_python(), data_dir, args.drop_caches, args.agent_port
                 )
-                if plan.token:
-                    path = f".cache/epochscope/tokens/{plan.spec.run_id}"
-                    remote.put_private(plan.token, path, remote_python())
-                    plan.remote_token_file = path  # relative to the home directory
+                if plan.token and plan.token_file:
+                    remote.put_private(plan.token, str(plan.token_file), remote_python())
+                    plan.token_written_on.append(host)
             finally:
                 remote.close()
         report.agent_embedded = host.is_local and args.profile and not args.collector
@@ -159,21 +189,27 @@ def prepare(plan: Plan, args: argparse.Namespace) -> None:
         print(f"host {report.describe()}", flush=True)
 
 
-def remove_remote_tokens(plan: Plan, args: argparse.Namespace) -> None:
-    if not plan.remote_token_file:
+def remove_tokens(plan: Plan, args: argparse.Namespace) -> None:
+    """Remove the token file from every host it was written to."""
+    if plan.token_file is None:
         return
-    for host in plan.hosts:
+    for host in plan.token_written_on:
         if host.is_local:
+            remove_private(plan.token_file)
             continue
         try:
             remote = RemoteHost(host.name, args.ssh_user, args.ssh_port, args.ssh_key)
         except HostError as error:
-            print(f"workloads: token file left on {host.name}: {error}", file=sys.stderr)
+            print(f"workloads: token file {plan.token_file} left on {host.name}: {error}",
+                  file=sys.stderr)  # fmt: skip
             continue
         try:
-            remote.run(["rm", "-f", plan.remote_token_file])
+            remote.remove_private(str(plan.token_file), remote_python())
+        except HostError as error:
+            print(f"workloads: {error}", file=sys.stderr)
         finally:
             remote.close()
+    plan.token_written_on.clear()
 
 
 def worker_argv(spec: RunSpec) -> list[str]:
@@ -205,16 +241,18 @@ def torchrun_command(
 
 
 def launch_env(plan: Plan) -> dict[str, str]:
+    """The ranks' environment: the token file's path, never the token itself."""
     env = child_env()
-    if plan.token:
-        if plan.remote_token_file:
-            env[TOKEN_FILE_ENV] = plan.remote_token_file
-        else:
-            env[TOKEN_ENV] = plan.token
+    env.pop(TOKEN_ENV, None)
+    env.pop(TOKEN_FILE_ENV, None)
+    if plan.token_file is not None:
+        env[TOKEN_FILE_ENV] = str(plan.token_file)
     return env
 
 
-def launch(plan: Plan, args: argparse.Namespace) -> int:
+def launch(plan: Plan, args: argparse.Namespace, keep: tuple[int, ...] = ()) -> int:
+    """Run the ranks; ``keep``: processes of ours that are not the run's (the embedded
+    collector and agent), spared when the run's processes are stopped."""
     if plan.in_process:
         if plan.token:
             os.environ[TOKEN_ENV] = plan.token
@@ -223,14 +261,27 @@ def launch(plan: Plan, args: argparse.Namespace) -> int:
         return run_rank(plan.spec)
     env = launch_env(plan)
     if plan.spec.framework != "pytorch":
-        return subprocess.run(
-            horovodrun_command(plan, args.ssh_port, args.ssh_key), env=env
-        ).returncode
+        return run_tool(horovodrun_command(plan, args.ssh_port, args.ssh_key), env, keep)
     share = placement(plan.hosts, plan.processes)
     if not plan.multi_host:
         command = torchrun_command(plan, 1, plan.processes, 0, "127.0.0.1", 0)
-        return subprocess.run(command, env=env).returncode
+        return run_tool(command, env, keep)
     return _torchrun_over_ssh(plan, share, args)
+
+
+def run_tool(command: list[str], env: dict[str, str], keep: tuple[int, ...] = ()) -> int:
+    """horovodrun or torchrun in a session of its own, waited for; whatever interrupts the
+    wait (SIGINT, SIGTERM, an exception) stops it and every process it started first."""
+    process = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        status = process.wait()
+    except BaseException:
+        stop_descendants(process.pid, keep)
+        process.wait()
+        raise
+    if live_descendants(keep):  # left behind by a rank or the tool: never outlive the run
+        stop_descendants(None, keep)
+    return status
 
 
 def _torchrun_over_ssh(plan: Plan, share, args: argparse.Namespace) -> int:
@@ -242,8 +293,8 @@ def _torchrun_over_ssh(plan: Plan, share, args: argparse.Namespace) -> int:
 
     def node(index: int, host: HostSlots, per_node: int) -> None:
         command = torchrun_command(plan, len(share), per_node, index, master, port)
-        if plan.remote_token_file:
-            command = ["env", f"{TOKEN_FILE_ENV}={plan.remote_token_file}", *command]
+        if plan.token_file is not None:
+            command = ["env", f"{TOKEN_FILE_ENV}={plan.token_file}", *command]
         remote = RemoteHost(host.name, args.ssh_user, args.ssh_port, args.ssh_key)
         try:
             status, out, err = remote.run(command, timeout=None)
@@ -273,27 +324,95 @@ def run(args: argparse.Namespace) -> int:
     print(f"run {plan.spec.run_id}: {plan.spec.framework} {plan.spec.model}, "
           f"{plan.processes} process(es), batch {plan.spec.batch_size}/rank, "
           f"{plan.spec.data_format} data", flush=True)  # fmt: skip
+    raise_on_signals()
+    become_subreaper()
+    profile = None
+    status, interrupted, launched = 1, None, False
     try:
         prepare(plan, args)
-    except HostError as error:
+        if args.profile and not args.collector:
+            profile = EmbeddedProfile(plan.spec.run_id, plan.runs_dir)
+            profile.start()
+            plan.spec.collector_url = profile.url
+        launched = True
+        status = launch(plan, args, profile.pids() if profile else ())
+    except (HostError, ProfileError) as error:
         print(f"workloads: {error}", file=sys.stderr)
-        return 2
-    profile = None
-    if args.profile and not args.collector:
-        try:
-            profile = EmbeddedProfile(plan.spec.run_id, plan.runs_dir).start()
-        except ProfileError as error:
-            print(f"workloads: --profile: {error}", file=sys.stderr)
-            return 2
-        plan.spec.collector_url = profile.url
-    try:
-        status = launch(plan, args)
+        status = 2
+        return status
+    except Interrupted as error:
+        interrupted, status = error, error.exit_status
+        print(f"workloads: {error}: the run's processes are stopped", file=sys.stderr)
     finally:
+        # every rank is gone by now: one that started and never ended was killed
+        if launched and status != 0 and (profile is None or profile.running()):
+            close_unended_ranks(plan, profile)
         if profile is not None:
             profile.stop()
-        remove_remote_tokens(plan, args)
+        remove_tokens(plan, args)
     _after(plan, profile, args)
+    if interrupted is not None:
+        print(f"run {plan.spec.run_id} stopped by {interrupted}: marked failed", flush=True)
     return status
+
+
+def unended_ranks(marks: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str]]:
+    """(host, rank, framework) of each rank with a run_start and no run_end;
+    ``marks``: (event, host, rank, framework) of the run's events."""
+    started: dict[tuple[str, str], str] = {}
+    ended: set[tuple[str, str]] = set()
+    for event, host, rank, framework in marks:
+        if event == Event.RUN_START:
+            started[(host, rank)] = framework
+        elif event == Event.RUN_END:
+            ended.add((host, rank))
+    return [(host, rank, framework) for (host, rank), framework in sorted(started.items())
+            if (host, rank) not in ended]  # fmt: skip
+
+
+def close_unended_ranks(plan: Plan, profile: EmbeddedProfile | None) -> int:
+    """Write run_end (failed) for the ranks killed before they could, where the launcher
+    can read the run's events back; returns how many it closed."""
+    from workloads.events import EventWriter, FileSink, ShipperSink
+
+    run_id = plan.spec.run_id
+    if profile is not None:
+        from collector.store import SqliteStore
+
+        store = SqliteStore(profile.db)
+        try:
+            events = store.events(run_id, kinds=(Event.RUN_START, Event.RUN_END))
+        finally:
+            store.close()
+        marks = [(e.event, e.host, str(e.rank), e.framework) for e in events]
+    elif plan.spec.events_dir and Path(plan.spec.events_dir).is_dir():
+        from workloads.summary import read_events_dir
+
+        marks = [
+            (p.fields.get(Workload.EVENT), p.tags[Tag.HOST], p.tags[Tag.RANK],
+             p.tags[Tag.FRAMEWORK])
+            for p in read_events_dir(Path(plan.spec.events_dir))
+        ]  # fmt: skip
+    else:
+        return 0  # an external collector: the ranks' own run_end is all there is
+    unended = unended_ranks(marks)
+    if not unended:
+        return 0
+    shipper = None
+    if profile is not None:
+        shipper = ShipperSink(profile.url, None, plan.runs_dir / run_id / "launcher-spool")
+    for host, rank, framework in unended:
+        sink = shipper or FileSink(plan.spec.events_file(int(rank)))
+        writer = EventWriter(sink, run_id, int(rank), framework, host)
+        writer.emit(Event.RUN_END, {Workload.STATE: RunState.FAILED})
+        if shipper is None:
+            sink.close(0)
+    if shipper is not None and not shipper.close(30.0):
+        print(f"workloads: run_end of killed ranks not delivered, kept in {shipper.spool_dir}",
+              file=sys.stderr)  # fmt: skip
+    print(f"ranks killed before their run_end, closed as failed: "
+          f"{', '.join(f'{host}/{rank}' for host, rank, _ in unended)}", flush=True)  # fmt: skip
+    return len(unended)
 
 
 def _after(plan: Plan, profile: EmbeddedProfile | None, args: argparse.Namespace) -> None:

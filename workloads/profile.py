@@ -2,13 +2,15 @@
 
 Starts ``python -m collector serve --db <runs>/<run_id>.sqlite --listen 127.0.0.1:<free>``
 and ``python -m agent run --config <generated>`` pushing to it every second, both bound to
-loopback; stops them after the run (the agent first, so its last samples land), then
-prints the per-epoch table and findings (``collector report RUN_ID --findings``) and the
-command that opens the dashboard on the run.
+loopback, each in a session of its own (a Ctrl-C at the terminal reaches the launcher
+only, which stops the ranks first); stops them after the run (the agent first, so its
+last samples land), then prints the per-epoch table (the input columns of ``collector
+report RUN_ID``) and the findings, and the command that opens the dashboard on the run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -85,6 +87,7 @@ def start_collector(db: Path, log: Path) -> tuple[subprocess.Popen, int]:
         [sys.executable, "-m", "collector", "serve", "--db", str(db),
          "--listen", f"127.0.0.1:{port}"],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env=child_env(),
+        start_new_session=True,
     )  # fmt: skip
     try:
         wait_for_port(port, process, "collector", log)
@@ -132,6 +135,7 @@ class EmbeddedProfile:
         self.agent = subprocess.Popen(
             [sys.executable, "-m", "agent", "run", "--config", str(config)],
             stdout=agent_log.open("ab"), stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
         )  # fmt: skip
         try:
             wait_for_port(self.agent_port, self.agent, "agent", agent_log)
@@ -140,17 +144,37 @@ class EmbeddedProfile:
             raise
         return self
 
+    def pids(self) -> tuple[int, ...]:
+        return tuple(p.pid for p in (self.collector, self.agent) if p is not None)
+
+    def running(self) -> bool:
+        return self.collector is not None and self.collector.poll() is None
+
     def stop(self) -> None:
         stop(self.agent)  # first: its last samples go to the collector
         stop(self.collector)
 
     def report(self) -> int:
-        """Print the per-epoch table and findings of the run from the embedded store."""
+        """Print the per-epoch table (the input columns of ``collector report``) and the
+        findings of the run, from the embedded store."""
+        from workloads.summary import format_findings, format_profile_table
+
         command = [
             sys.executable, "-m", "collector", "report", self.run_id,
-            "--db", str(self.db), "--findings",
+            "--db", str(self.db), "--format", "json", "--findings",
         ]  # fmt: skip
-        return subprocess.run(command, env=child_env(), check=False).returncode
+        result = subprocess.run(command, env=child_env(), capture_output=True, text=True)
+        if result.returncode != 0:
+            print(f"workloads: collector report: {result.stderr.strip()}", file=sys.stderr)
+            return result.returncode
+        report = json.loads(result.stdout)
+        print(f"run {self.run_id}: per epoch (MB = 10^6 bytes; disk, cache and CPU are the "
+              f"whole host's)")  # fmt: skip
+        print(format_profile_table(report["rows"]))
+        print()
+        print(format_findings(report["findings"]))
+        print(f"every column: collector report {self.run_id} --db {self.db}", flush=True)
+        return 0
 
     def dashboard_command(self) -> str:
         return f"dashboard serve --db {self.db}"

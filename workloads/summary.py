@@ -96,3 +96,60 @@ def print_epoch_table(events_dir: Path) -> None:
         print(format_table(rows), flush=True)
     else:
         print(f"no epoch_end events in {events_dir}", flush=True)
+
+
+# --- the per-epoch table of a profiled run (`collector report --format json` rows) ---
+
+MB = 1e6
+# (heading, report field, scale, digits); NFS only where a host read over NFS
+PROFILE_COLUMNS = (
+    ("s", "seconds", 1, 1),
+    ("images", "images", 1, 0),
+    ("img/s", "images_per_second", 1, 1),
+    ("disk read MB", "disk_read_bytes", MB, 1),
+    ("disk MB/s", "disk_read_mbps", 1, 2),
+    ("NFS read MB", "nfs_server_read_bytes", MB, 1),
+    ("cache Δ MB", "page_cache_delta_bytes", MB, 1),
+    ("CPU %", "cpu_util_percent", 1, 0),
+    ("iowait %", "iowait_percent", 1, 1),
+)
+REPORT_ALL_HOSTS = "*"  # collector.epochs.ALL_HOSTS: the run's row of an epoch
+
+
+def format_profile_table(rows: list[dict]) -> str:
+    """The columns of a profiled run that tell where its input came from, per epoch and
+    host (and the run's total per epoch when there are several hosts)."""
+    hosts = {row["host"] for row in rows if row["host"] != REPORT_ALL_HOSTS}
+    shown = [row for row in rows if len(hosts) > 1 or row["host"] != REPORT_ALL_HOSTS]
+    columns = [
+        column
+        for column in PROFILE_COLUMNS
+        if column[1] != "nfs_server_read_bytes" or any(row.get(column[1]) for row in rows)
+    ]
+    host_width = max([4, *(len(row["host"]) for row in shown)])
+
+    def cell(row: dict, field: str, scale: float, digits: int) -> str:
+        value = row.get(field)
+        return "-" if value is None else f"{value / scale:,.{digits}f}"
+
+    head = [f"{'epoch':>5}", f"{'host':<{host_width}}"]
+    head += [f"{heading:>{max(len(heading), 7)}}" for heading, *_ in columns]
+    lines = ["  ".join(head)]
+    for row in shown:
+        cells = [f"{row['epoch']:>5}", f"{row['host']:<{host_width}}"]
+        cells += [
+            f"{cell(row, field, scale, digits):>{max(len(heading), 7)}}"
+            for heading, field, scale, digits in columns
+        ]
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def format_findings(findings: list[dict]) -> str:
+    if not findings:
+        return "No findings."
+    lines = []
+    for finding in findings:
+        lines.append(f"{finding['severity'].upper()} {finding['title']}")
+        lines.append(f"  {finding['explanation']}")
+    return "\n".join(lines)

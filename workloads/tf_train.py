@@ -2,7 +2,9 @@
 
 The input pipeline is tf_cnn_benchmarks' over ImageNet TFRecords: this rank's share of
 the shard files (record-level sharding when there are fewer files than ranks), parallel
-interleave, a 10,000-record shuffle buffer, JPEG decode with a random distorted crop,
+interleave, a 10,000-record shuffle buffer (never more than the rank's share of the
+data set: past that the buffer would only hold repeats, and a small data set of large
+pictures would fill memory with them), JPEG decode with a random distorted crop,
 resize, random flip, batch, prefetch. ``--synthetic`` feeds one random batch over and
 over, as tf_cnn_benchmarks' synthetic mode does.
 """
@@ -110,6 +112,22 @@ def _eval_image(tf, encoded, size: int):
     return image / 127.5 - 1.0
 
 
+def shuffle_buffer(spec: RunSpec, world_size: int) -> int:
+    """tf_cnn_benchmarks' 10,000 records, or the rank's share of the data set if smaller."""
+    share = -(-spec.dataset["train"]["images"] // world_size) if spec.dataset else SHUFFLE_BUFFER
+    return max(1, min(SHUFFLE_BUFFER, share))
+
+
+def without_autotune_thread(tf, dataset):
+    """The same pipeline without tf.data's autotuning thread. Destroying an iterator waits
+    for that thread's current sleep, which grows to 60 s in TF 2.15: the end of fit()
+    (and of every validation pass) would stall up to a minute. AUTOTUNE values then take
+    tf.data's fixed defaults (as many parallel calls as cores)."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
 def train_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
     autotune = tf.data.AUTOTUNE
     paths = tf.data.Dataset.from_tensor_slices(files)
@@ -125,14 +143,17 @@ def train_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
     )
     if not shard_files:
         records = records.shard(placement.world_size, placement.rank)
-    records = records.shuffle(SHUFFLE_BUFFER, seed=spec.seed + placement.rank)
+    records = records.shuffle(
+        shuffle_buffer(spec, placement.world_size), seed=spec.seed + placement.rank
+    )
 
     def decode(record):
         encoded, label = _parse(tf, record)
         return _train_image(tf, encoded, spec.image_size), label
 
     batches = records.map(decode, num_parallel_calls=autotune)
-    return batches.batch(spec.batch_size, drop_remainder=True).prefetch(autotune)
+    batches = batches.batch(spec.batch_size, drop_remainder=True).prefetch(autotune)
+    return without_autotune_thread(tf, batches)
 
 
 def eval_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
@@ -143,7 +164,7 @@ def eval_dataset(tf, spec: RunSpec, files: list[str], placement: Placement):
         return _eval_image(tf, encoded, spec.image_size), label
 
     batches = records.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
-    return batches.batch(spec.batch_size).prefetch(tf.data.AUTOTUNE)
+    return without_autotune_thread(tf, batches.batch(spec.batch_size).prefetch(tf.data.AUTOTUNE))
 
 
 def synthetic_dataset(tf, spec: RunSpec):
@@ -152,7 +173,7 @@ def synthetic_dataset(tf, spec: RunSpec):
     labels = tf.random.uniform(
         (spec.batch_size,), 0, spec.num_classes, dtype=tf.int32, seed=spec.seed
     )
-    return tf.data.Dataset.from_tensors((images, labels)).repeat()
+    return without_autotune_thread(tf, tf.data.Dataset.from_tensors((images, labels)).repeat())
 
 
 def evaluate(tf, model, dataset, allreduce_sum) -> tuple[float, float]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from agent.schema import RunState, Workload
 from workloads.events import EventWriter, make_sink
+from workloads.processes import Interrupted, raise_on_signals
 from workloads.spec import RunSpec, token_from_env
 from workloads.timing import Recorder
 
@@ -115,8 +116,12 @@ def run_rank(spec: RunSpec) -> int:
     try:
         train(spec, start_recorder)
     except BaseException as error:  # a failed run still says so in its events
-        status = 130 if isinstance(error, KeyboardInterrupt) else 1
-        traceback.print_exc()
+        if isinstance(error, Interrupted):
+            status = error.exit_status
+            print(f"rank stopped by {error}", file=sys.stderr, flush=True)
+        else:
+            status = 130 if isinstance(error, KeyboardInterrupt) else 1
+            traceback.print_exc()
     for placement, recorder in started:
         recorder.run_end(RunState.FINISHED if status == 0 else RunState.FAILED)
         if recorder.verbose:
@@ -137,4 +142,6 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="workloads worker")
     parser.add_argument("--spec", required=True, help="base64 JSON RunSpec from the launcher")
     args = parser.parse_args(argv)
+    # the launcher stops a run with SIGTERM to each rank: run_end (failed) still goes out
+    raise_on_signals()
     return run_rank(RunSpec.decode(args.spec))
