@@ -318,6 +318,15 @@ def needs_backfill(live) -> None:
 # ------------------------------------------------------------------------------ tests
 
 
+def collector_cli(live: dict, *args: str) -> subprocess.CompletedProcess:
+    """``collector ARGS --backend prometheus=URL --db EVENTS`` against the live Prometheus."""
+    command = [sys.executable, "-m", "collector", *args]
+    command += ["--backend", f"prometheus={live['url']}", "--db", str(live["events"])]
+    return subprocess.run(
+        command, env=live["env"], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
 def test_implements_read_store_and_parses_specs():
     for name in ("list_series", "read_series", "hosts", "runs", "events"):
         expected = inspect.signature(getattr(ReadStore, name))
@@ -386,26 +395,7 @@ def test_read_series_returns_the_raw_scraped_samples(live):
 
 
 def test_collector_report_over_prometheus(live):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "collector",
-            "report",
-            RUN_ID,
-            "--format",
-            "json",
-            "--backend",
-            f"prometheus={live['url']}",
-            "--db",
-            str(live["events"]),
-        ],
-        env=live["env"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = collector_cli(live, "report", RUN_ID, "--format", "json")
     assert result.returncode == 0, result.stderr
     rows = {(row["host"], row["epoch"]): row for row in json.loads(result.stdout)}
     assert set(rows) == {(HOST, 1), ("*", 1)}
@@ -424,25 +414,7 @@ def test_collector_report_over_prometheus(live):
     assert row["gpu_util_percent"] is None
     assert rows[("*", 1)]["disk_read_bytes"] == MIB
 
-    runs = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "collector",
-            "runs",
-            "--format",
-            "json",
-            "--backend",
-            f"prometheus={live['url']}",
-            "--db",
-            str(live["events"]),
-        ],
-        env=live["env"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    runs = collector_cli(live, "runs", "--format", "json")
     assert runs.returncode == 0, runs.stderr
     assert [r["run_id"] for r in json.loads(runs.stdout)] == [RUN_ID]
 
