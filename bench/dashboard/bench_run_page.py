@@ -90,7 +90,7 @@ def server_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, A
         started = clock()
         layout, _nav, _scroll = callbacks.route(path, "")
         route = clock() - started
-        pending = _find(layout, "run-pending")  # (older dashboards have none)
+        pending = find_component(layout, "run-pending")  # (older dashboards have none)
         if pending is not None and pending.data is not None:
             callbacks.load_pending_timeseries(pending.data)
         return route, clock() - started
@@ -133,14 +133,14 @@ def server_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, A
     }
 
 
-def _find(component, element_id: str):
+def find_component(component, element_id: str):
     """The component with that id in a layout tree (None if there is none)."""
     if getattr(component, "id", None) == element_id:
         return component
     children = getattr(component, "children", None)
     for child in children if isinstance(children, list | tuple) else [children]:
         if hasattr(child, "to_plotly_json"):
-            found = _find(child, element_id)
+            found = find_component(child, element_id)
             if found is not None:
                 return found
     return None

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import make_store  # noqa: E402
-from bench_run_page import DEFAULT_DB  # noqa: E402
+from bench_run_page import DEFAULT_DB, find_component  # noqa: E402
 
 from collector.store import SqliteStore  # noqa: E402
 from dashboard.app import Callbacks  # noqa: E402
@@ -78,26 +78,13 @@ def open_run(callbacks: Callbacks, run_id: str) -> dict[str, tuple[float, float]
         return result
 
     page, _nav, _scroll = timed(CALLBACKS[0], lambda: callbacks.route(f"/runs/{run_id}", ""))
-    pending = find(page, "run-pending")  # (older dashboards have none)
+    pending = find_component(page, "run-pending")  # (older dashboards have none)
     if pending is not None and pending.data is not None:
         timed(CALLBACKS[1], lambda: callbacks.load_pending_timeseries(pending.data))
     else:
         spent[CALLBACKS[1]] = (0.0, 0.0)
     timed(CALLBACKS[2], lambda: callbacks.load_run_findings({"run_id": run_id}))
     return spent
-
-
-def find(component, element_id: str):
-    """The component with that id in a layout tree."""
-    if getattr(component, "id", None) == element_id:
-        return component
-    children = getattr(component, "children", None)
-    for child in children if isinstance(children, list | tuple) else [children]:
-        if hasattr(child, "to_plotly_json"):
-            found = find(child, element_id)
-            if found is not None:
-                return found
-    return None
 
 
 def main() -> int:
