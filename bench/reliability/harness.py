@@ -391,6 +391,15 @@ def agent_tick_times(db: Path, host: str) -> list[int]:
         return []
 
 
+def save_results(results: dict, results_path: Path, figure: Path, plot, summary) -> None:
+    """Write an experiment's results as JSON, draw its figure and print its summary."""
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(results, indent=1))
+    plot(results, figure)
+    print(summary(results))
+    print(f"results: {results_path}\nfigure: {figure}")
+
+
 def load_average() -> tuple[float, float, float]:
     return os.getloadavg()
 

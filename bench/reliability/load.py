@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import os
 import random
 import sqlite3
@@ -636,11 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     results = run(
         args.agents, args.series, args.seconds, args.batch_seconds, args.workdir, args.nice
     )
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(results, indent=1))
-    plot(results, args.figure)
-    print(summary(results))
-    print(f"results: {args.results}\nfigure: {args.figure}")
+    harness.save_results(results, args.results, args.figure, plot, summary)
     return 0 if results["kept_up"] else 1
 
 

@@ -32,7 +32,6 @@ Writes ``bench/reliability/results/outage.json`` and ``docs/figures/reliability-
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -394,11 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir=args.workdir,
         kill=args.kill,
     )
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(results, indent=1))
-    plot(results, args.figure)
-    print(summary(results))
-    print(f"results: {args.results}\nfigure: {args.figure}")
+    harness.save_results(results, args.results, args.figure, plot, summary)
     return 0 if results["exactly_once"] else 1
 
 
