@@ -82,7 +82,7 @@ import numpy as np
 from agent.point import Point, encode_lines
 from agent.schema import Event, RunState, Tag, Workload
 from collector.lineprotocol import ParsedBody, SampleGroup, parse_body
-from collector.store_api import RunInfo, SeriesData, SeriesInfo, WorkloadEvent
+from collector.store_api import RunInfo, SeriesData, SeriesInfo, StepTable, WorkloadEvent
 
 log = logging.getLogger(__name__)
 
@@ -741,6 +741,43 @@ class SqliteStore:
                 sql, args
             )
         ]
+
+    def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
+        """The run's steps as columns, picked out of the JSON by SQLite (``_STEPS_SQL``):
+        no event is decoded in Python."""
+        sql = _STEPS_SQL
+        args: list = [run_id, Event.STEP]
+        if since_ns is not None:
+            sql += " AND time_ns > ?"
+            args.append(since_ns)
+        sql += " ORDER BY time_ns, rank, host"
+        try:
+            rows = self._read_conn().execute(sql, args).fetchall()
+        except sqlite3.OperationalError as error:  # fields SQLite's JSON cannot read (NaN)
+            if "JSON" not in str(error):
+                raise
+            return StepTable.from_events(self.events(run_id, since_ns, kinds=(Event.STEP,)))
+        if not rows:
+            return StepTable.empty()
+        host, rank, time_ns, images, seconds, epoch = zip(*rows, strict=True)
+        return StepTable.from_columns(host, rank, time_ns, images, seconds, epoch)
+
+
+def _json_number(name: str) -> str:
+    """SQL for the field ``name`` of an event's JSON fields as a REAL, NULL unless it is a
+    JSON number (``json_extract`` gives 1 for ``true`` and the text of a string)."""
+    path = f"'$.\"{name}\"'"  # a quoted key: any name the schema spells
+    return (
+        f"CASE json_type(fields, {path}) WHEN 'integer' THEN json_extract(fields, {path}) * 1.0"
+        f" WHEN 'real' THEN json_extract(fields, {path}) END"
+    )
+
+
+_STEPS_SQL = (
+    "SELECT host, rank, time_ns, "
+    + ", ".join(_json_number(name) for name in (Workload.IMAGES, Workload.SECONDS, Workload.EPOCH))
+    + " FROM events INDEXED BY events_by_run_kind WHERE run_id = ? AND event = ?"
+)
 
 
 def _clamp(value: int) -> int:

@@ -3,14 +3,22 @@
 Two stores implement it: the embedded SQLite store and the VictoriaMetrics backend (range
 queries). Everything above this line works on numpy arrays of (time_ns, value) per series
 and on workload events, never on SQL.
+
+A run's ``step`` events are many (a run of 8 hosts x 3 h has ~35,000) and the analysis needs
+only a few numbers of each, so ``steps()`` returns them as columns (``StepTable``) rather
+than as ``WorkloadEvent`` objects with their decoded fields.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
+
+from agent.schema import Event, Workload
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,135 @@ class RunInfo:
     config: dict[str, float | int | str | bool]  # rank 0's run_start fields
 
 
+def step_number(value: Any) -> float:
+    """A step field as ``StepTable`` holds it: a JSON number as float, anything else NaN
+    (missing, text, and bools, which are no numbers here although Python's ``True`` is an
+    ``int``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    return float(value)
+
+
+def _column(values: Any, dtype: type) -> np.ndarray:
+    array = np.array(values, dtype=dtype)
+    array.flags.writeable = False  # tables are shared by caches: read-only
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class StepTable:
+    """A run's ``step`` events as columns, one row per step, in the store's event order
+    (time_ns, rank, host).
+
+    ``hosts``       the distinct host names of the rows, sorted
+    ``host_index``  int64: each row's host, an index into ``hosts``
+    ``rank``        int64: the writing rank (-1 when the event had none)
+    ``time_ns``     int64: the step's end on its host's clock
+    ``images``      float64: ``Workload.IMAGES``, the images the rank processed in the step
+    ``seconds``     float64: ``Workload.SECONDS``, the step's duration
+    ``epoch``       float64: ``Workload.EPOCH``
+
+    ``images``, ``seconds`` and ``epoch`` are NaN where the step lacks the field or its
+    value is not a number (text, a bool). Arrays are read-only; selections make new tables.
+    """
+
+    hosts: tuple[str, ...]
+    host_index: np.ndarray
+    rank: np.ndarray
+    time_ns: np.ndarray
+    images: np.ndarray
+    seconds: np.ndarray
+    epoch: np.ndarray
+
+    COLUMNS = ("host_index", "rank", "time_ns", "images", "seconds", "epoch")
+
+    @classmethod
+    def empty(cls) -> StepTable:
+        return cls.from_columns([], [], [], [], [], [])
+
+    @classmethod
+    def from_columns(
+        cls,
+        host: Sequence[str],
+        rank: Sequence[int] | np.ndarray,
+        time_ns: Sequence[int] | np.ndarray,
+        images: Sequence[float | None] | np.ndarray,
+        seconds: Sequence[float | None] | np.ndarray,
+        epoch: Sequence[float | None] | np.ndarray,
+    ) -> StepTable:
+        """A table from one value per row in each column (host names rather than indices;
+        None reads as NaN)."""
+        hosts, index = np.unique(np.array(host, dtype=str), return_inverse=True)
+        return cls(
+            hosts=tuple(hosts.tolist()),
+            host_index=_column(index, np.int64),
+            rank=_column(rank, np.int64),
+            time_ns=_column(time_ns, np.int64),
+            images=_column(images, np.float64),
+            seconds=_column(seconds, np.float64),
+            epoch=_column(epoch, np.float64),
+        )
+
+    @classmethod
+    def from_events(cls, events: Iterable[WorkloadEvent]) -> StepTable:
+        """The ``step`` events among ``events``, in their order (the reference for what a
+        store's ``steps()`` returns)."""
+        steps = [e for e in events if e.event == Event.STEP]
+        return cls.from_columns(
+            [e.host for e in steps],
+            [e.rank for e in steps],
+            [e.time_ns for e in steps],
+            [step_number(e.fields.get(Workload.IMAGES)) for e in steps],
+            [step_number(e.fields.get(Workload.SECONDS)) for e in steps],
+            [step_number(e.fields.get(Workload.EPOCH)) for e in steps],
+        )
+
+    def __len__(self) -> int:
+        return int(self.time_ns.size)
+
+    def host_names(self) -> np.ndarray:
+        """Each row's host name."""
+        return np.array(self.hosts, dtype=str)[self.host_index]
+
+    def take(self, rows: np.ndarray) -> StepTable:
+        """The rows selected by a boolean mask or indices, in that order."""
+        index = self.host_index[rows]
+        used, index = np.unique(index, return_inverse=True)
+        return StepTable(
+            hosts=tuple(self.hosts[i] for i in used.tolist()),
+            host_index=_column(index, np.int64),
+            **{
+                name: _column(getattr(self, name)[rows], getattr(self, name).dtype)
+                for name in self.COLUMNS[1:]
+            },
+        )
+
+    def for_host(self, host: str) -> StepTable:
+        if host not in self.hosts:
+            return StepTable.empty()
+        return self.take(self.host_index == self.hosts.index(host))
+
+    def after(self, since_ns: int | None) -> StepTable:
+        """The steps after ``since_ns`` (all of them for None), as ``steps()`` filters."""
+        if since_ns is None:
+            return self
+        return self.take(self.time_ns > since_ns)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StepTable):
+            return NotImplemented
+        return self.hosts == other.hosts and all(
+            np.array_equal(
+                getattr(self, name),
+                getattr(other, name),
+                equal_nan=name in ("images", "seconds", "epoch"),
+            )
+            for name in self.COLUMNS
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class ReadStore(Protocol):
     def list_series(
         self, measurement: str, field: str, host: str | None = None
@@ -81,4 +218,10 @@ class ReadStore(Protocol):
         """A run's events in time order (only those after ``since_ns`` when given, and only
         those whose ``event`` is one of ``kinds`` when given: the per-epoch report reads
         the few epoch events of a run without decoding its many ``step`` events)."""
+        ...
+
+    def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
+        """The run's ``step`` events (after ``since_ns`` when given) as columns: what
+        ``StepTable.from_events(self.events(run_id, since_ns, kinds=(Event.STEP,)))`` gives,
+        without decoding each event."""
         ...
