@@ -59,7 +59,7 @@ from collector.epochs import (
     run_events,
 )
 from collector.scaling import GroupKey, RunFacts, run_facts, scaling_groups
-from collector.store_api import ReadStore, RunInfo, WorkloadEvent
+from collector.store_api import ReadStore, RunInfo, StepTable, WorkloadEvent
 
 INFO, WARNING, CRITICAL = "info", "warning", "critical"
 SEVERITY_ORDER = {CRITICAL: 0, WARNING: 1, INFO: 2}
@@ -117,11 +117,10 @@ class RunContext:
     def config(self) -> dict[str, Any]:
         return self.run.config
 
-    def steps(self, since_ns: int | None = None) -> list[WorkloadEvent]:
-        """Step events (after ``since_ns``), with the epoch events so each step finds its
-        epoch."""
-        steps = run_events(self.store, self.run.run_id, (Event.STEP,), since_ns=since_ns)
-        return sorted(self.events + steps, key=lambda e: (e.time_ns, e.rank))
+    def steps(self, since_ns: int | None = None) -> StepTable:
+        """The run's steps (after ``since_ns``); ``step_epochs`` finds their epochs from
+        ``events``."""
+        return self.store.steps(self.run.run_id, since_ns)
 
     def totals(self) -> list[EpochRow]:
         """``*`` rows of complete epochs, in epoch order."""
@@ -344,21 +343,56 @@ def _mbps(value: int | None, seconds: float) -> float | None:
 # --------------------------------------------------------------------------------------
 
 
-def step_rates(events: list[WorkloadEvent], warmup_steps: int) -> dict[tuple[str, int], list]:
-    """Images/s of every step after each rank's warm-up, per (host, epoch)."""
-    seen: dict[tuple[str, int], int] = defaultdict(int)
-    rates: dict[tuple[str, int], list[float]] = defaultdict(list)
+def step_epochs(steps: StepTable, events: list[WorkloadEvent]) -> np.ndarray:
+    """Each step's epoch (float64, NaN for none), as ``collector.epochs.assign_epochs``
+    gives it: its own ``epoch`` field, else the epoch of its (host, rank)'s latest
+    ``epoch_start`` at or before it (``events``: the run's epoch events)."""
+    epochs = np.trunc(steps.epoch)  # assign_epochs takes int(epoch)
+    missing = np.flatnonzero(np.isnan(epochs))
+    if not missing.size:
+        return epochs
+    starts: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
     for event, epoch in assign_epochs(events):
-        if event.event != Event.STEP:
-            continue
-        rank_key = (event.host, event.rank)
-        seen[rank_key] += 1
-        if seen[rank_key] <= warmup_steps:
-            continue
-        images = event.fields.get(Workload.IMAGES)
-        seconds = event.fields.get(Workload.SECONDS)
-        if isinstance(images, int | float) and isinstance(seconds, int | float) and seconds > 0:
-            rates[(event.host, epoch)].append(float(images) / float(seconds))
+        if event.event == Event.EPOCH_START:
+            starts[(event.host, event.rank)].append((event.time_ns, epoch))
+    hosts = steps.host_names()
+    for key, marks in starts.items():
+        marks.sort(key=lambda mark: mark[0])  # stable: of two at one time, the later wins
+        rows = missing[(hosts[missing] == key[0]) & (steps.rank[missing] == key[1])]
+        times = np.array([time_ns for time_ns, _ in marks], dtype=np.int64)
+        numbers = np.array([float(epoch) for _, epoch in marks] + [math.nan])
+        latest = np.searchsorted(times, steps.time_ns[rows], side="right") - 1
+        epochs[rows] = numbers[latest]  # -1 (none yet) picks the NaN at the end
+    return epochs
+
+
+def step_rates(
+    steps: StepTable, events: list[WorkloadEvent], warmup_steps: int
+) -> dict[tuple[str, int], list[float]]:
+    """Images/s of every step after each rank's warm-up, per (host, epoch): the steps that
+    find an epoch (``step_epochs``) count towards their rank's warm-up; those with a
+    numeric ``images`` and a positive ``seconds`` give a rate. Rates are in step order."""
+    epochs = step_epochs(steps, events)
+    rows = np.flatnonzero(~np.isnan(epochs))
+    rates: dict[tuple[str, int], list[float]] = defaultdict(list)
+    if not rows.size:
+        return rates
+    # each step's place among its (host, rank)'s steps with an epoch, 1 for the first
+    # (a stable sort by rank keeps each rank's steps in time order)
+    pairs = np.stack((steps.host_index[rows], steps.rank[rows]), axis=1)
+    _, rank_group = np.unique(pairs, axis=0, return_inverse=True)
+    order = np.argsort(rank_group.ravel(), kind="stable")
+    sorted_groups = rank_group.ravel()[order]
+    first = np.searchsorted(sorted_groups, sorted_groups, side="left")
+    seen = np.empty(rows.size, dtype=np.int64)
+    seen[order] = np.arange(rows.size) - first + 1
+    rows = rows[seen > warmup_steps]
+    with np.errstate(invalid="ignore"):
+        rows = rows[~np.isnan(steps.images[rows]) & (steps.seconds[rows] > 0)]
+    values = (steps.images[rows] / steps.seconds[rows]).tolist()
+    hosts = steps.host_index[rows].tolist()
+    for host, epoch, rate in zip(hosts, epochs[rows].tolist(), values, strict=True):
+        rates[(steps.hosts[host], int(epoch))].append(rate)
     return rates
 
 
@@ -395,7 +429,7 @@ def storage_bound(context: RunContext) -> list[Finding]:
         return []
     candidate_keys = {(row.host, row.epoch) for row in candidates}
     warmup = int(_config_number(context.config, Workload.WARMUP_STEPS) or 0)
-    rates = step_rates(context.steps(), warmup)
+    rates = step_rates(context.steps(), context.events, warmup)
     bound, calm = [], []
     for row in rows:
         cv = coefficient_of_variation(rates.get((row.host, row.epoch), []))

@@ -38,7 +38,7 @@ import numpy as np
 
 from agent.schema import Tag
 from collector.store import SqliteStore
-from collector.store_api import RunInfo, SeriesData, SeriesInfo, WorkloadEvent
+from collector.store_api import RunInfo, SeriesData, SeriesInfo, StepTable, WorkloadEvent
 
 FAR_FUTURE_S = 4_102_444_800  # 2100-01-01: the end of "all time" for /api/v1/series
 
@@ -307,6 +307,11 @@ class PromqlStore:
         if self.events_store is None:
             return []
         return self.events_store.events(run_id, since_ns, kinds)
+
+    def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
+        if self.events_store is None:
+            return StepTable.empty()
+        return self.events_store.steps(run_id, since_ns)
 
     def close(self) -> None:
         """Close the events file (``dashboard serve`` calls this on the way out)."""

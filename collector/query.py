@@ -56,13 +56,14 @@ Live runs
 
 Caching
     Finished and failed runs no longer change: their results are kept (``clear_cache()``
-    drops them), keyed by the store, the run and its end. The run's events are decoded once
-    and shared by every question about it, its per-epoch report is built once and shared
-    by ``epoch_table`` and ``findings``. The caches are safe to use from several threads,
-    and two threads asking the same thing at once wait for one computation. Live runs are
-    always computed afresh. Memory: the decoded events of the 2 runs last asked about, and
-    the samples of the last one (for a run of 8 hosts x 3 h and 35,584 events, about 31 MB
-    of events and 27 MB of samples), besides small results of 256 questions.
+    drops them), keyed by the store, the run and its end. The run's epoch events are decoded
+    once and its steps read once as columns (``StepTable``), both shared by every question
+    about it; its per-epoch report is built once and shared by ``epoch_table`` and
+    ``findings``. The caches are safe to use from several threads, and two threads asking
+    the same thing at once wait for one computation. Live runs are always computed afresh.
+    Memory: the step tables of the 2 runs last asked about, and the samples of the last one
+    (for a run of 8 hosts x 3 h and 34,560 steps, about 1.7 MB of steps and 27 MB of
+    samples), besides small results of 256 questions.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from agent.schema import Event, Gpu, Memory, RunState, Workload
+from agent.schema import Event, Gpu, Memory, RunState
 from collector.counters import NS_PER_SECOND
 from collector.epochs import (
     BYTES_PER_MB,
@@ -101,7 +102,14 @@ from collector.epochs import (
 )
 from collector.findings import run_findings
 from collector.scaling import scaling_rows, stored_run_throughput
-from collector.store_api import ReadStore, RunInfo, SeriesData, SeriesInfo, WorkloadEvent
+from collector.store_api import (
+    ReadStore,
+    RunInfo,
+    SeriesData,
+    SeriesInfo,
+    StepTable,
+    WorkloadEvent,
+)
 
 DEFAULT_MAX_POINTS = 500
 MIN_BUCKET_NS = NS_PER_SECOND  # the agent samples at 1 Hz: finer buckets add nothing
@@ -237,7 +245,7 @@ class _Cache:
 
 
 _RESULTS = _Cache(256)  # summaries, tables, reports, findings: small
-_EVENTS = _Cache(2)  # every decoded event of a run: tens of MB for a long, wide run
+_STEPS = _Cache(2)  # a run's steps as columns: ~50 bytes a step
 _SAMPLES = _Cache(1)  # the samples behind a run's charts and report: as much again
 
 
@@ -256,7 +264,7 @@ def _cached(store: ReadStore, run: RunInfo | None, kind: str, compute: Callable[
 
 
 def clear_cache() -> None:
-    for cache in (_RESULTS, _EVENTS, _SAMPLES):
+    for cache in (_RESULTS, _STEPS, _SAMPLES):
         cache.clear()
 
 
@@ -276,9 +284,10 @@ class _RunSamples:
 class _KeptRun:
     """A ``ReadStore`` in front of ``store`` that reads each finished run once.
 
-    ``events()`` of a finished run come from events decoded once and kept: the epoch events
-    (cheap, by kind) and, when steps are asked for, every event of the run; answers are
-    filtered copies, in the store's order. ``read_series()`` for ``run`` (when it is
+    ``events()`` of a finished run's epoch events come from those events decoded once and
+    kept, ``steps()`` from its ``StepTable`` read once and kept; answers are filtered
+    copies, in the store's order (other events go to the store: only a failed run's open
+    epoch or a short run's throughput needs them). ``read_series()`` for ``run`` (when it is
     finished) is cut from one read of every series its charts and its report use, over the
     whole run, exactly as the store would cut it (samples in the range plus the nearest on
     either side). Everything else goes to ``store``.
@@ -300,18 +309,20 @@ class _KeptRun:
         run = self._run(run_id)
         if run is None or not _kept(run):
             return self.store.events(run_id, since_ns, kinds)
-        if kinds is not None and set(kinds) <= set(EPOCH_KINDS):
-            pool = _RESULTS.get(
-                _key(self.store, run, "epoch_events"),
-                lambda: self.store.events(run_id, kinds=EPOCH_KINDS),
-            )
-        else:
-            pool = _EVENTS.get(_key(self.store, run, "events"), lambda: self.store.events(run_id))
-        return [
-            e
-            for e in pool
-            if (since_ns is None or e.time_ns > since_ns) and (kinds is None or e.event in kinds)
-        ]
+        if kinds is None or not set(kinds) <= set(EPOCH_KINDS):
+            return self.store.events(run_id, since_ns, kinds)
+        pool = _RESULTS.get(
+            _key(self.store, run, "epoch_events"),
+            lambda: self.store.events(run_id, kinds=EPOCH_KINDS),
+        )
+        return [e for e in pool if (since_ns is None or e.time_ns > since_ns) and e.event in kinds]
+
+    def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
+        run = self._run(run_id)
+        if run is None or not _kept(run):
+            return self.store.steps(run_id, since_ns)
+        table = _STEPS.get(_key(self.store, run, "steps"), lambda: self.store.steps(run_id))
+        return table.after(since_ns)
 
     def read_series(self, series: list[SeriesInfo], start_ns: int, end_ns: int) -> list[SeriesData]:
         run = self.run
@@ -536,19 +547,22 @@ def _host_spans(events: list[WorkloadEvent]) -> dict[str, tuple[int, int, bool]]
     return {host: (s, e, host in ended) for host, (s, e) in spans.items()}
 
 
-def _steps_known_until(
-    events: list[WorkloadEvent], steps: list[WorkloadEvent], window_end: int
-) -> int:
+def _steps_known_until(events: list[WorkloadEvent], steps: StepTable, window_end: int) -> int:
     """On a live host (``events``: its epoch events; ``steps``: its steps read), the time up
     to which the images of every rank that reports steps are in: the earliest of those
     ranks' latest events, but at most ``LIVE_STEP_WAIT_NS`` before ``window_end``."""
     latest: dict[int, int] = {}
     ended: set[int] = set()
-    for event in (*events, *steps):
+    for event in events:
         latest[event.rank] = max(latest.get(event.rank, event.time_ns), event.time_ns)
         if event.event == Event.RUN_END:
             ended.add(event.rank)
-    waiting = [latest[rank] for rank in {s.rank for s in steps} - ended]
+    step_ranks, rank_of_step = np.unique(steps.rank, return_inverse=True)
+    newest = np.full(step_ranks.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(newest, rank_of_step, steps.time_ns)
+    for rank, time_ns in zip(step_ranks.tolist(), newest.tolist(), strict=True):
+        latest[rank] = max(latest.get(rank, time_ns), time_ns)
+    waiting = [latest[rank] for rank in set(step_ranks.tolist()) - ended]
     known = min(waiting, default=window_end)
     return min(window_end, max(known, window_end - LIVE_STEP_WAIT_NS))
 
@@ -583,10 +597,8 @@ def run_timeseries(
     first = min(since_ns.get(h, spans[h][0]) for h in wanted)
     read_until = max(spans[h][1] if spans[h][2] else LATEST_NS for h in wanted)
     data = read_host_series(source, _SERIES_TOTALS, set(wanted), first, read_until)
-    steps: dict[str, list[WorkloadEvent]] = defaultdict(list)
-    for event in run_events(source, run_id, (Event.STEP,), since_ns=first - 1):
-        if event.host in wanted:
-            steps[event.host].append(event)
+    all_steps = source.steps(run_id, since_ns=first - 1)
+    steps = {host: all_steps.for_host(host) for host in wanted}
 
     out = {}
     for host in wanted:
@@ -643,7 +655,7 @@ def _bucketed(
     run_id: str,
     host: str,
     data: dict,
-    steps: list[WorkloadEvent],
+    steps: StepTable,
     start: int,
     end: int,
     bucket: int,
@@ -697,7 +709,7 @@ def _nansum(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 def step_images(
-    steps: list[WorkloadEvent], starts: np.ndarray, ends: np.ndarray, closed_last: bool
+    steps: StepTable, starts: np.ndarray, ends: np.ndarray, closed_last: bool
 ) -> np.ndarray:
     """Images processed in each bucket ``[start, end)``; NaN without step events.
 
@@ -706,12 +718,13 @@ def step_images(
     positive duration counts at ``t`` (``closed_last``: the last bucket of a finished run
     also takes a step at its very end).
     """
-    if not steps or not starts.size:
+    if not len(steps) or not starts.size:
         return np.full(starts.shape, np.nan)
-    times = np.array([s.time_ns for s in steps], dtype=np.int64)
-    images = _numbers([s.fields.get(Workload.IMAGES) for s in steps])
-    seconds = _numbers([s.fields.get(Workload.SECONDS) for s in steps])
-    spread = seconds > 0
+    times = steps.time_ns
+    images = np.nan_to_num(steps.images, nan=0.0)  # a step without a number adds nothing
+    seconds = steps.seconds
+    with np.errstate(invalid="ignore"):
+        spread = seconds > 0
     # buckets follow each other: their edges are the starts and the last end; times as
     # float nanoseconds from the first bucket are exact (far below 2**53)
     origin = int(starts[0])
@@ -726,11 +739,6 @@ def step_images(
     if instant.any():
         out += _instant_amounts(times[instant], images[instant], starts, ends, closed_last)
     return out
-
-
-def _numbers(values: list[Any]) -> np.ndarray:
-    """The values as floats, 0 for anything not a number (missing, text)."""
-    return np.array([v if isinstance(v, int | float) else 0.0 for v in values], dtype=np.float64)
 
 
 def _ramp_amounts(

@@ -22,7 +22,14 @@ from typing import Any
 
 from agent.schema import RunState
 from collector import query
-from collector.store_api import ReadStore, RunInfo, SeriesData, SeriesInfo, WorkloadEvent
+from collector.store_api import (
+    ReadStore,
+    RunInfo,
+    SeriesData,
+    SeriesInfo,
+    StepTable,
+    WorkloadEvent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +59,15 @@ class Timeseries:
 
 
 class RequestScopedStore:
-    """A ``ReadStore`` in front of the real one that remembers ``runs()`` and ``events()``
-    answers for the length of one request.
+    """A ``ReadStore`` in front of the real one that remembers ``runs()``, ``events()`` and
+    ``steps()`` answers for the length of one request.
 
     Building a live run's page, or a poll of it, asks the query layer about the same run
     several times over (summary, series, epoch table, boundaries), and each of those reads
     the run's epoch events. Inside ``DataSource.request()`` each distinct question (run,
     ``since_ns``, ``kinds``) goes to the store once; outside it, or in another thread, every
-    call goes to the store. Samples are never kept. (The query layer keeps the decoded
-    events of finished runs itself.)
+    call goes to the store. Samples are never kept. (The query layer keeps the epoch
+    events and steps of finished runs itself.)
     """
 
     def __init__(self, store: ReadStore) -> None:
@@ -113,6 +120,15 @@ class RequestScopedStore:
         if key not in memo:  # the same question is asked several times; ask the store once
             memo[key] = self.store.events(run_id, since_ns, kinds)
         return list(memo[key])
+
+    def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
+        memo = self._memo()
+        if memo is None:
+            return self.store.steps(run_id, since_ns)
+        key = ("steps", run_id, since_ns)
+        if key not in memo:
+            memo[key] = self.store.steps(run_id, since_ns)
+        return memo[key]  # read-only columns: shared as is
 
     def list_series(
         self, measurement: str, field: str, host: str | None = None

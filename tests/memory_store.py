@@ -15,7 +15,7 @@ import numpy as np
 
 from agent.point import Point
 from agent.schema import Event, RunState, Tag, Workload
-from collector.store_api import RunInfo, SeriesData, SeriesInfo, WorkloadEvent
+from collector.store_api import RunInfo, SeriesData, SeriesInfo, StepTable, WorkloadEvent
 
 
 class MemoryStore:
@@ -137,3 +137,6 @@ class MemoryStore:
             for e in self._run_events(run_id)
             if (since_ns is None or e.time_ns > since_ns) and (kinds is None or e.event in kinds)
         ]
+
+    def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
+        return StepTable.from_events(self.events(run_id, since_ns, kinds=(Event.STEP,)))

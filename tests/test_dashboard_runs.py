@@ -201,19 +201,24 @@ def test_findings_name_the_chart_that_shows_them(source):
 
 
 class CountingStore:
-    """The real store, counting how often each run's events are read, and how many events
-    those reads decoded."""
+    """The real store, counting how often each run's events and steps are read, and how
+    many events those reads decoded."""
 
     def __init__(self, store) -> None:
         self.store = store
         self.event_reads: dict[str, int] = {}
         self.decoded: dict[str, int] = {}
+        self.step_reads: dict[str, int] = {}
 
     def events(self, run_id, since_ns=None, kinds=None):
         found = self.store.events(run_id, since_ns, kinds)
         self.event_reads[run_id] = self.event_reads.get(run_id, 0) + 1
         self.decoded[run_id] = self.decoded.get(run_id, 0) + len(found)
         return found
+
+    def steps(self, run_id, since_ns=None):
+        self.step_reads[run_id] = self.step_reads.get(run_id, 0) + 1
+        return self.store.steps(run_id, since_ns)
 
     def __getattr__(self, name):
         return getattr(self.store, name)
@@ -234,19 +239,24 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     assert epoch_events == 2 * 4 * (1 + 3 + 3 + 1)  # 8 ranks: run, 3 epochs, run end
     assert counting.event_reads == {PAPER_RUN: 1}  # no other run is summarised
     assert counting.decoded[PAPER_RUN] == epoch_events
-    # the time series (images/s need the steps) come by their own callback: every event,
-    # decoded once; the findings (their own callback too) share them and the report
+    # the time series (images/s need the steps) come by their own callback: the steps,
+    # read once as columns (no event decoded); the findings (their own callback too)
+    # share them and the report
     pending = find(page, "run-pending").data
     assert pending == {"run_id": PAPER_RUN}
+    assert PAPER_RUN not in counting.step_reads
     callbacks.load_pending_timeseries(pending)
     callbacks.load_run_findings({"run_id": PAPER_RUN})
-    assert counting.event_reads[PAPER_RUN] == 2
-    assert counting.decoded[PAPER_RUN] == len(direct.events(PAPER_RUN)) + epoch_events
+    assert counting.event_reads[PAPER_RUN] == 1
+    assert counting.step_reads[PAPER_RUN] == 1
+    assert counting.decoded[PAPER_RUN] == epoch_events
     reads = dict(counting.event_reads)  # (the findings compare with the other runs)
+    step_reads = dict(counting.step_reads)
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
     callbacks.load_run_findings({"run_id": PAPER_RUN})
     # finished: the query layer keeps its tables, the dashboard its charts, in the page now
     assert counting.event_reads == reads
+    assert counting.step_reads == step_reads
     assert find(page, "run-pending").data is None
 
 
@@ -263,10 +273,13 @@ def test_what_a_first_look_leaves_out_is_computed_while_the_browser_draws(source
     wait_for(lambda: {BASELINE_RUN, INTRA_RUN} <= set(counting.event_reads), "findings")
     time.sleep(0.2)
     reads = dict(counting.event_reads)
-    assert reads[PAPER_RUN] == 2  # epoch events, then every event: once
+    step_reads = dict(counting.step_reads)
+    assert reads[PAPER_RUN] == 1  # epoch events, once
+    assert step_reads[PAPER_RUN] == 1  # steps, once
     callbacks.load_pending_timeseries(find(page, "run-pending").data)
     callbacks.load_run_findings({"run_id": PAPER_RUN})
     assert counting.event_reads == reads  # both were ready
+    assert counting.step_reads == step_reads
 
 
 def wait_for(condition, what: str, timeout: float = 30) -> None:

@@ -12,7 +12,7 @@ import pytest
 from agent.schema import RunState
 from collector import query
 from collector.epochs import EpochAmounts, rows_from_amounts
-from collector.store_api import WorkloadEvent
+from collector.store_api import StepTable, WorkloadEvent
 from tests.memory_store import MemoryStore
 from tests.run_builder import NS, T0_NS, RunBuilder
 
@@ -179,9 +179,9 @@ def test_step_images_are_spread_over_each_steps_duration():
         step(22, None, 7),  # no duration: counted at 22 s, in 20..30
         step(2, 4.0, 80),  # [-2, 2]: half before the first bucket, which is not counted
     ]
-    images = query.step_images(steps, starts, ends, closed_last=True)
+    images = query.step_images(StepTable.from_events(steps), starts, ends, closed_last=True)
     assert images.tolist() == pytest.approx([50 + 40, 50, 40 + 7], abs=1e-9)
-    assert np.isnan(query.step_images([], starts, ends, closed_last=True)).all()
+    assert np.isnan(query.step_images(StepTable.empty(), starts, ends, closed_last=True)).all()
 
 
 def test_images_per_second_follows_uneven_steps_without_a_saw_tooth(make_store):
@@ -265,6 +265,7 @@ class SlowCountingStore:
     def __init__(self, store) -> None:
         self.store = store
         self.event_reads = 0
+        self.step_reads = 0
         self.series_reads = 0
         self._lock = threading.Lock()
 
@@ -273,6 +274,11 @@ class SlowCountingStore:
             self.event_reads += 1
         time.sleep(0.2)
         return self.store.events(run_id, since_ns, kinds)
+
+    def steps(self, run_id, since_ns=None):
+        with self._lock:
+            self.step_reads += 1
+        return self.store.steps(run_id, since_ns)
 
     def read_series(self, series, start_ns, end_ns):
         with self._lock:
@@ -306,10 +312,10 @@ def test_findings_share_the_report_and_events_of_the_epoch_table():
     store = SlowCountingStore(memory)
     query.run_timeseries(store, "ts")
     query.epoch_table(store, "ts")
-    # epoch events, then every event (for the steps); one read of the run's samples
-    assert (store.event_reads, store.series_reads) == (2, 1)
+    # the epoch events, the steps and the run's samples: one read each
+    assert (store.event_reads, store.step_reads, store.series_reads) == (1, 1, 1)
     found = query.findings(store, "ts")
-    assert (store.event_reads, store.series_reads) == (2, 1)
+    assert (store.event_reads, store.step_reads, store.series_reads) == (1, 1, 1)
     query.clear_cache()
     assert query.findings(store, "ts") == found  # the same when computed on their own
     assert query.epoch_table(store, "ts") == query.epoch_table(memory, "ts")
