@@ -1,0 +1,252 @@
+"""A run's steps as columns: ``SqliteStore.steps`` (SQLite reads the JSON fields) against
+``StepTable.from_events`` (the reference: decoded events), and the step rates of the
+findings against the per-event computation they replace."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.point import Point
+from agent.schema import Event, Tag, Workload
+from collector.epochs import EPOCH_KINDS, assign_epochs
+from collector.findings import step_rates
+from collector.store import SqliteStore
+from collector.store_api import StepTable, WorkloadEvent, step_number
+from tests.memory_store import MemoryStore
+
+S = 10**9
+T0 = 1_700_000_000 * S
+
+
+def workload(host: str, rank: int, event: str, time_ns: int, **fields) -> Point:
+    tags = {Tag.HOST: host, Tag.RUN_ID: "r", Tag.RANK: str(rank), Tag.FRAMEWORK: "tensorflow"}
+    return Point(Workload.NAME, tags, {Workload.EVENT: event, **fields}, time_ns)
+
+
+def step(host: str, rank: int, time_s: float, **fields) -> Point:
+    return workload(host, rank, Event.STEP, T0 + round(time_s * S), **fields)
+
+
+@pytest.fixture
+def store(tmp_path):
+    with SqliteStore(tmp_path / "steps.sqlite") as opened:
+        yield opened
+
+
+def reference(store, run_id: str = "r", since_ns: int | None = None) -> StepTable:
+    return StepTable.from_events(store.events(run_id, since_ns, kinds=(Event.STEP,)))
+
+
+def nan_list(values: np.ndarray) -> list:
+    return [None if math.isnan(v) else v for v in values.tolist()]
+
+
+ODD_STEPS = [
+    step("node2", 1, 1, images=256, seconds=0.5, epoch=1),  # integers in the JSON
+    step("node1", 0, 1, images=12.5, seconds=2.25),  # floats, no epoch field
+    step("node1", 1, 1, images="many", seconds=True, epoch="one"),  # text and a bool
+    step("node1", 0, 2, step=7),  # neither images nor seconds
+    step("node1", 0, 3, images=False, seconds=1.0, epoch=2.0),
+    step("node1", 0, 4, images=2**60, seconds=1e-3, epoch=3),
+    workload("node1", 0, Event.EPOCH_START, T0, epoch=1),  # not a step: left out
+]
+
+
+def test_steps_from_sql_hold_each_fields_number_or_nan(store):
+    store.write_points(ODD_STEPS)
+    table = store.steps("r")
+    # store order: time, then rank, then host
+    assert table.hosts == ("node1", "node2")
+    assert table.host_names().tolist() == ["node1", "node1", "node2", "node1", "node1", "node1"]
+    assert table.rank.tolist() == [0, 1, 1, 0, 0, 0]
+    assert table.time_ns.tolist() == [T0 + S, T0 + S, T0 + S, T0 + 2 * S, T0 + 3 * S, T0 + 4 * S]
+    assert nan_list(table.images) == [12.5, None, 256.0, None, None, float(2**60)]
+    assert nan_list(table.seconds) == [2.25, None, 0.5, None, 1.0, 1e-3]
+    assert nan_list(table.epoch) == [None, None, 1.0, None, 2.0, 3.0]
+    assert table.images.dtype == np.float64 and table.time_ns.dtype == np.int64
+    assert table == reference(store)
+
+
+def test_steps_since_a_time_and_for_a_host(store):
+    store.write_points(ODD_STEPS)
+    table = store.steps("r")
+    later = store.steps("r", since_ns=T0 + S)  # strictly after
+    assert later.time_ns.tolist() == [T0 + 2 * S, T0 + 3 * S, T0 + 4 * S]
+    assert later.hosts == ("node1",)
+    assert later == reference(store, since_ns=T0 + S) == table.after(T0 + S)
+    assert table.after(None) is table
+    node2 = table.for_host("node2")
+    assert (len(node2), node2.hosts, node2.host_index.tolist()) == (1, ("node2",), [0])
+    assert len(table.for_host("node9")) == 0
+    assert store.steps("r", since_ns=T0 + 4 * S) == StepTable.empty()
+    assert store.steps("no such run") == StepTable.empty()
+
+
+def test_tables_are_read_only(store):
+    store.write_points(ODD_STEPS)
+    table = store.steps("r")
+    with pytest.raises(ValueError):
+        table.images[0] = 1.0
+
+
+def test_memory_store_and_sqlite_store_agree(store):
+    steps = [ODD_STEPS[0], *ODD_STEPS[3:]]  # (no two at one time: the stores order those apart)
+    memory = MemoryStore()
+    memory.write(steps)
+    store.write_points(steps)
+    assert memory.steps("r") == store.steps("r")
+    assert memory.steps("r", T0 + 2 * S) == store.steps("r", T0 + 2 * S)
+
+
+def test_step_number_takes_json_numbers_only():
+    assert step_number(3) == 3.0 and step_number(2.5) == 2.5
+    for value in (None, "3", True, False):
+        assert math.isnan(step_number(value))
+
+
+# --------------------------------------------------------------------------------------
+# property: whatever the steps hold, SQL and the decoded events agree
+# --------------------------------------------------------------------------------------
+
+field_values = st.one_of(
+    st.none(),  # field left out
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300),
+    st.booleans(),
+    st.text(alphabet="ab1. ", max_size=4),
+)
+steps_strategy = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "node-1"]),
+        st.integers(min_value=-1, max_value=3),
+        st.integers(min_value=0, max_value=40),
+        field_values,
+        field_values,
+        field_values,
+    ),
+    max_size=30,
+)
+
+
+def points_of(steps: list[tuple]) -> list[Point]:
+    points = []
+    for host, rank, time_s, images, seconds, epoch in steps:
+        fields = {
+            name: value
+            for name, value in (
+                (Workload.IMAGES, images),
+                (Workload.SECONDS, seconds),
+                (Workload.EPOCH, epoch),
+            )
+            if value is not None
+        }
+        points.append(step(host, rank, time_s, **fields))
+    return points
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=steps_strategy, since_s=st.one_of(st.none(), st.integers(min_value=-1, max_value=40)))
+def test_sql_steps_equal_the_decoded_events(steps, since_s):
+    since_ns = None if since_s is None else T0 + since_s * S
+    with tempfile.TemporaryDirectory() as folder, SqliteStore(Path(folder) / "s.sqlite") as store:
+        store.write_points(points_of(steps))
+        assert store.steps("r", since_ns) == reference(store, since_ns=since_ns)
+
+
+# --------------------------------------------------------------------------------------
+# step rates: the columns give what the per-event walk gave
+# --------------------------------------------------------------------------------------
+
+
+def step_rates_by_events(events: list[WorkloadEvent], warmup_steps: int) -> dict:
+    """The per-event computation ``step_rates`` replaced (steps and epoch events merged in
+    time order, each step's epoch from ``assign_epochs``)."""
+    seen: dict[tuple[str, int], int] = defaultdict(int)
+    rates: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for event, epoch in assign_epochs(sorted(events, key=lambda e: (e.time_ns, e.rank))):
+        if event.event != Event.STEP:
+            continue
+        rank_key = (event.host, event.rank)
+        seen[rank_key] += 1
+        if seen[rank_key] <= warmup_steps:
+            continue
+        images = event.fields.get(Workload.IMAGES)
+        seconds = event.fields.get(Workload.SECONDS)
+        if isinstance(images, int | float) and isinstance(seconds, int | float) and seconds > 0:
+            rates[(event.host, epoch)].append(float(images) / float(seconds))
+    return rates
+
+
+def test_steps_without_an_epoch_take_their_ranks_latest_epoch_start():
+    memory = MemoryStore()
+    memory.write(
+        [
+            workload("a", 0, Event.EPOCH_START, T0, epoch=1),
+            workload("a", 1, Event.EPOCH_START, T0 + 5 * S, epoch=1),
+            step("a", 0, 5, images=100, seconds=1.0),  # epoch 1
+            step("a", 1, 4, images=100, seconds=2.0),  # rank 1's epoch has not started
+            step("a", 1, 6, images=100, seconds=4.0),  # epoch 1
+            workload("a", 0, Event.EPOCH_START, T0 + 10 * S, epoch=2),
+            step("a", 0, 10, images=300, seconds=1.0),  # at its epoch's start: epoch 2
+            step("a", 0, 11, images=100, seconds=2.0, epoch=7),  # its own field wins
+            step("a", 0, 12, images=100, seconds=0.0),  # no duration: no rate
+        ]
+    )
+    events = memory.events("r", kinds=EPOCH_KINDS)
+    rates = step_rates(memory.steps("r"), events, warmup_steps=0)
+    assert dict(rates) == {("a", 1): [100.0, 25.0], ("a", 2): [300.0], ("a", 7): [50.0]}
+    # warm-up counts each rank's steps that found an epoch: rank 0's first, none of rank 1's
+    rates = step_rates(memory.steps("r"), events, warmup_steps=1)
+    assert dict(rates) == {("a", 2): [300.0], ("a", 7): [50.0]}
+    assert rates == step_rates_by_events(memory.events("r"), 1)
+
+
+numbers = st.one_of(
+    st.none(),
+    st.integers(min_value=-5, max_value=10**6),
+    st.floats(min_value=-10.0, max_value=1e4, allow_nan=False),
+    st.text(alphabet="x", max_size=1),
+)
+run_strategy = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.integers(min_value=0, max_value=2),
+        st.integers(min_value=0, max_value=30),
+        st.sampled_from([Event.STEP, Event.STEP, Event.STEP, Event.EPOCH_START]),
+        numbers,
+        numbers,
+        st.one_of(st.none(), st.integers(min_value=1, max_value=4), st.just("x")),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(run=run_strategy, warmup=st.integers(min_value=0, max_value=3))
+def test_step_rates_equal_the_per_event_walk(run, warmup):
+    # (bools left out: the per-event walk took True for 1, a StepTable for no number)
+    points = []
+    for host, rank, time_s, event, images, seconds, epoch in run:
+        fields = {
+            name: value
+            for name, value in (
+                (Workload.IMAGES, images),
+                (Workload.SECONDS, seconds),
+                (Workload.EPOCH, epoch),
+            )
+            if value is not None
+        }
+        points.append(workload(host, rank, event, T0 + time_s * S, **fields))
+    memory = MemoryStore()
+    memory.write(points)
+    epoch_events = memory.events("r", kinds=EPOCH_KINDS)
+    mine = step_rates(memory.steps("r"), epoch_events, warmup)
+    assert mine == step_rates_by_events(memory.events("r"), warmup)
