@@ -374,26 +374,35 @@ def step_rates(
     numeric ``images`` and a positive ``seconds`` give a rate. Rates are in step order."""
     epochs = step_epochs(steps, events)
     rows = np.flatnonzero(~np.isnan(epochs))
-    rates: dict[tuple[str, int], list[float]] = defaultdict(list)
     if not rows.size:
-        return rates
-    # each step's place among its (host, rank)'s steps with an epoch, 1 for the first
-    # (a stable sort by rank keeps each rank's steps in time order)
-    pairs = np.stack((steps.host_index[rows], steps.rank[rows]), axis=1)
-    _, rank_group = np.unique(pairs, axis=0, return_inverse=True)
-    order = np.argsort(rank_group.ravel(), kind="stable")
-    sorted_groups = rank_group.ravel()[order]
-    first = np.searchsorted(sorted_groups, sorted_groups, side="left")
-    seen = np.empty(rows.size, dtype=np.int64)
-    seen[order] = np.arange(rows.size) - first + 1
-    rows = rows[seen > warmup_steps]
+        return {}
+    # each step's place among its (host, rank)'s steps with an epoch, from 0
+    order, starts = _stable_groups(steps.host_index[rows], steps.rank[rows])
+    place = np.empty(rows.size, dtype=np.int64)
+    place[order] = np.arange(rows.size) - np.repeat(starts, np.diff(starts, append=rows.size))
+    rows = rows[place >= warmup_steps]
     with np.errstate(invalid="ignore"):
         rows = rows[~np.isnan(steps.images[rows]) & (steps.seconds[rows] > 0)]
-    values = (steps.images[rows] / steps.seconds[rows]).tolist()
-    hosts = steps.host_index[rows].tolist()
-    for host, epoch, rate in zip(hosts, epochs[rows].tolist(), values, strict=True):
-        rates[(steps.hosts[host], int(epoch))].append(rate)
-    return rates
+    if not rows.size:
+        return {}
+    rates = steps.images[rows] / steps.seconds[rows]
+    order, starts = _stable_groups(steps.host_index[rows], epochs[rows])
+    return {
+        (steps.hosts[steps.host_index[rows[first]]], int(epochs[rows[first]])): group.tolist()
+        for first, group in zip(order[starts], np.split(rates[order], starts[1:]), strict=True)
+    }
+
+
+def _stable_groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by equal keys: the order that puts each group's rows together (keeping
+    their order within it), and where each group starts in that order."""
+    group = np.zeros(keys[0].size, dtype=np.int64)
+    for key in keys:  # a number per distinct combination (at most rows**2 of them)
+        values, code = np.unique(key, return_inverse=True)
+        group = group * values.size + code
+    order = np.argsort(group, kind="stable")
+    starts = np.flatnonzero(np.diff(group[order], prepend=-1))
+    return order, starts
 
 
 def coefficient_of_variation(values: list[float]) -> float | None:
