@@ -385,7 +385,8 @@ def step_rates(
         rows = rows[~np.isnan(steps.images[rows]) & (steps.seconds[rows] > 0)]
     if not rows.size:
         return {}
-    rates = steps.images[rows] / steps.seconds[rows]
+    with np.errstate(over="ignore"):  # (a step of 1e-300 s: inf, as Python's division gives)
+        rates = steps.images[rows] / steps.seconds[rows]
     order, starts = _stable_groups(steps.host_index[rows], epochs[rows])
     return {
         (steps.hosts[steps.host_index[rows[first]]], int(epochs[rows[first]])): group.tolist()

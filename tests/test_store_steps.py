@@ -19,7 +19,7 @@ from agent.schema import Event, Tag, Workload
 from collector.epochs import EPOCH_KINDS, assign_epochs
 from collector.findings import step_rates
 from collector.store import SqliteStore
-from collector.store_api import StepTable, WorkloadEvent, step_number
+from collector.store_api import StepTable, step_number
 from tests.memory_store import MemoryStore
 
 S = 10**9
@@ -166,9 +166,11 @@ def test_sql_steps_equal_the_decoded_events(steps, since_s):
 # --------------------------------------------------------------------------------------
 
 
-def step_rates_by_events(events: list[WorkloadEvent], warmup_steps: int) -> dict:
-    """The per-event computation ``step_rates`` replaced (steps and epoch events merged in
-    time order, each step's epoch from ``assign_epochs``)."""
+def step_rates_by_events(store, warmup_steps: int) -> dict:
+    """The per-event computation ``step_rates`` replaced: the epoch events, then the steps,
+    merged in time order (an epoch_start before a step at its time), each step's epoch from
+    ``assign_epochs``."""
+    events = store.events("r", kinds=EPOCH_KINDS) + store.events("r", kinds=(Event.STEP,))
     seen: dict[tuple[str, int], int] = defaultdict(int)
     rates: dict[tuple[str, int], list[float]] = defaultdict(list)
     for event, epoch in assign_epochs(sorted(events, key=lambda e: (e.time_ns, e.rank))):
@@ -206,7 +208,7 @@ def test_steps_without_an_epoch_take_their_ranks_latest_epoch_start():
     # warm-up counts each rank's steps that found an epoch: rank 0's first, none of rank 1's
     rates = step_rates(memory.steps("r"), events, warmup_steps=1)
     assert dict(rates) == {("a", 2): [300.0], ("a", 7): [50.0]}
-    assert rates == step_rates_by_events(memory.events("r"), 1)
+    assert rates == step_rates_by_events(memory, 1)
 
 
 numbers = st.one_of(
@@ -249,4 +251,4 @@ def test_step_rates_equal_the_per_event_walk(run, warmup):
     memory.write(points)
     epoch_events = memory.events("r", kinds=EPOCH_KINDS)
     mine = step_rates(memory.steps("r"), epoch_events, warmup)
-    assert mine == step_rates_by_events(memory.events("r"), warmup)
+    assert mine == step_rates_by_events(memory, warmup)
