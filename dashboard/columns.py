@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dash.dash_table.Format import Format, Group, Scheme, Symbol
+
 from collector.query import COLUMN_HELP
 
 MISSING = "–"
@@ -118,6 +120,30 @@ def format_value(value: Any, kind: str) -> str:
     if kind == "duration":
         return format_duration(value)
     raise ValueError(f"unknown column kind {kind!r}")
+
+
+def _number_format(kind: str) -> Format:
+    """How a DataTable writes a number of this kind (d3-format), as ``format_value`` does."""
+    fixed = {"int": 0, "seconds": 1, "rate": 1, "percent": 1, "ratio": 3, "ratio2": 2}
+    if kind in fixed:
+        grouped = Group.yes if kind in ("int", "seconds", "rate") else Group.no
+        return Format(precision=fixed[kind], scheme=Scheme.fixed, group=grouped, nully=MISSING)
+    if kind == "bytes":  # 1.23GB: SI prefixes, 3 significant digits
+        return (
+            Format(precision=3, scheme=Scheme.decimal_si_prefix, nully=MISSING)
+            .symbol(Symbol.yes)
+            .symbol_suffix("B")
+        )
+    raise ValueError(f"no number format for column kind {kind!r}")
+
+
+def table_column(column: Column) -> dict[str, Any]:
+    """A ``dash_table.DataTable`` column. Numbers stay numbers in the table's data, so that
+    sorting by a column is numeric; the browser writes them as ``format_value`` would."""
+    spec: dict[str, Any] = {"name": column.label, "id": column.key}
+    if column.kind == "text":
+        return {**spec, "type": "text"}
+    return {**spec, "type": "numeric", "format": _number_format(column.kind)}
 
 
 def format_bytes(value: float) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from dash import dcc, html
+from dash import dash_table, dcc, html
 
 from dashboard import figures
 from dashboard.columns import (
@@ -19,6 +19,7 @@ from dashboard.columns import (
     SCALING_COLUMNS,
     Column,
     format_value,
+    table_column,
 )
 from dashboard.source import Timeseries
 
@@ -137,29 +138,58 @@ def per_host_default(rows: list[dict[str, Any]]) -> list[str]:
     return [PER_HOST] if len(rows) <= EPOCH_TABLE_MAX_ROWS else []
 
 
-def epoch_table(rows: list[dict[str, Any]], per_host: bool = True) -> html.Table | html.P:
-    """Host rows and the all-hosts row of each epoch (only the latter unless ``per_host``)."""
+ALL_HOSTS_LABEL = "all hosts"
+FIRST_EPOCH_BACKGROUND = "#fff6ec"  # epoch 1 reads the data set from storage: it stands out
+TABLE_FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', Arial, sans-serif"
+
+
+def epoch_table(rows: list[dict[str, Any]], per_host: bool = True) -> dash_table.DataTable | html.P:
+    """Host rows and the all-hosts row of each epoch (only the latter unless ``per_host``),
+    sortable by any column; each header explains its column and each epoch cell gives the
+    epoch's start and end on hover.
+
+    One DataTable rather than a table of html components: a Dash component per cell (a
+    few hundred of them) made the run page's every update several hundred ms slower in
+    the browser (docs/performance.md, "Dashboard")."""
     if not rows:
         return html.P("No epoch has started yet.", className="empty")
-    body = []
-    for row in rows:
-        if not per_host and row["host"] != ALL_HOSTS:
-            continue
-        all_hosts = row["host"] == ALL_HOSTS
-        cells = []
-        for column in EPOCH_COLUMNS:
-            if column.key == "epoch":
-                window = f"{row.get('start', '')} → {row.get('end', '')}"
-                cells.append(html.Td(str(row["epoch"]), title=window, className="col-epoch"))
-            elif column.key == "host" and all_hosts:
-                cells.append(html.Td("all hosts", className="col-host"))
-            else:
-                cells.append(_cell(row, column))
-        css = "all-hosts" if all_hosts else "host-row"
-        if row["epoch"] == 1:
-            css += " first-epoch"
-        body.append(html.Tr(cells, className=css, **{"data-epoch": str(row["epoch"])}))
-    return html.Table([_header(EPOCH_COLUMNS), html.Tbody(body)], className="table epochs")
+    shown = [row for row in rows if per_host or row["host"] == ALL_HOSTS]
+    data = [
+        {
+            **{column.key: row.get(column.key) for column in EPOCH_COLUMNS},
+            "host": ALL_HOSTS_LABEL if row["host"] == ALL_HOSTS else row["host"],
+        }
+        for row in shown
+    ]
+    return dash_table.DataTable(
+        columns=[table_column(column) for column in EPOCH_COLUMNS],
+        data=data,
+        tooltip_header={column.key: column.help for column in EPOCH_COLUMNS},
+        tooltip_data=[{"epoch": f"{row.get('start', '')} → {row.get('end', '')}"} for row in shown],
+        tooltip_delay=300,
+        tooltip_duration=None,
+        sort_action="native",
+        page_action="none",
+        cell_selectable=False,
+        style_as_list_view=True,
+        style_cell={
+            "fontFamily": TABLE_FONT,
+            "fontSize": "13px",
+            "padding": "4px 9px",
+            "textAlign": "right",
+            "borderBottom": "1px solid #e6e6e6",
+        },
+        style_header={"backgroundColor": "#f0f2f5", "fontWeight": 600, "whiteSpace": "nowrap"},
+        style_cell_conditional=[{"if": {"column_id": "host"}, "textAlign": "left"}],
+        style_data_conditional=[
+            {"if": {"filter_query": "{epoch} = 1"}, "backgroundColor": FIRST_EPOCH_BACKGROUND},
+            {
+                "if": {"filter_query": f'{{host}} = "{ALL_HOSTS_LABEL}"'},
+                "fontWeight": 700,
+                "borderBottom": "2px solid #ccc",
+            },
+        ],
+    )
 
 
 def scaling_columns(rows: list[dict[str, Any]]) -> list[Column]:

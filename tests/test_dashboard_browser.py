@@ -20,7 +20,9 @@ if not chromium_available():
 
 from dash.testing.application_runners import ThreadedRunner
 from dash.testing.composite import DashComposite
+from selenium.webdriver.common.action_chains import ActionChains
 
+from collector.query import COLUMN_HELP
 from dashboard.app import create_app
 from dashboard.source import DataSource
 from tests.test_dashboard_runs import (
@@ -70,7 +72,8 @@ def table_rows(duo, selector: str) -> list[list[str]]:
     """The cells' text, read in one go (live pages re-render tables under our feet)."""
     return duo.driver.execute_script(
         "return Array.from(document.querySelectorAll(arguments[0] + ' tbody tr'))"
-        ".map(tr => Array.from(tr.querySelectorAll('td')).map(td => td.innerText.trim()));",
+        ".map(tr => Array.from(tr.querySelectorAll('td')).map(td => td.innerText.trim()))"
+        ".filter(cells => cells.length);",  # (a DataTable's header row is in its tbody)
         selector,
     )
 
@@ -150,8 +153,13 @@ def test_run_page_charts_carry_each_host_and_epoch(dash_duo, store):
     rows = table_rows(dash_duo, "#epoch-table-container")
     assert len(rows) == 9  # 3 epochs x (2 hosts + all hosts)
     assert rows[2][:5] == ["1", "all hosts", "120.0", "192,000", "1,600.0"]
-    headers = dash_duo.find_elements("#epoch-table-container th")
-    assert all(th.get_attribute("title") for th in headers)
+    # each header explains its column on hover
+    header = dash_duo.find_element("#epoch-table-container th.column-4")
+    ActionChains(dash_duo.driver).move_to_element(header).perform()
+    wait_for(
+        lambda: COLUMN_HELP["images_per_second"] in text_of(dash_duo, ".dash-tooltip"),
+        what="the images/s header's tooltip",
+    )
     assert text_of(dash_duo, "#run-status") == "finished: not updating"
     # the findings come once the page is up
     found = DataSource(store).findings(PAPER_RUN)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 
-from dashboard import figures, pages
+from dashboard import columns, figures, pages
 from dashboard.columns import format_bytes, format_duration, format_value
 
 pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
@@ -223,23 +223,40 @@ def test_time_to_target_in_hours_with_epochs(source):
 
 def test_epoch_table_marks_all_host_rows_and_tooltips(paper):
     table = pages.epoch_table(paper["rows"])
-    header = table.children[0].children.children
-    assert header[0].children == "Epoch"
-    assert all(th.title for th in header)  # every column explains itself
-    body = table.children[1].children
-    assert len(body) == 9  # 3 epochs x (2 hosts + all hosts)
-    all_hosts = [tr for tr in body if "all-hosts" in tr.className]
+    assert [c["name"] for c in table.columns][:2] == ["Epoch", "Host"]
+    assert set(table.tooltip_header) == {c["id"] for c in table.columns}  # each explains itself
+    assert all(table.tooltip_header.values())
+    assert len(table.data) == 9  # 3 epochs x (2 hosts + all hosts)
+    all_hosts = [row for row in table.data if row["host"] == "all hosts"]
     assert len(all_hosts) == 3
-    cells = [td.children for td in all_hosts[0].children]
-    assert cells[:5] == ["1", "all hosts", "120.0", "192,000", "1,600.0"]
+    # numbers stay numbers (sorting is numeric); the browser writes them (test_dashboard_browser)
+    first = all_hosts[0]
+    assert (first["epoch"], first["seconds"], first["images"]) == (1, 120.0, 192000)
+    assert first["images_per_second"] == pytest.approx(1600.0)
+    assert table.tooltip_data[0]["epoch"].count("→") == 1  # the epoch's start and end
+    styled = {rule["if"]["filter_query"] for rule in table.style_data_conditional}
+    assert styled == {"{epoch} = 1", '{host} = "all hosts"'}
+
+
+def test_epoch_table_columns_write_numbers_as_the_other_tables_do():
+    specifiers = {
+        c["id"]: c["format"].to_plotly_json()["specifier"] if "format" in c else None
+        for c in map(columns.table_column, columns.EPOCH_COLUMNS)
+    }
+    assert specifiers["host"] is None  # text
+    assert specifiers["images"] == ",.0f"  # 192,000
+    assert specifiers["images_per_second"] == ",.1f"  # 1,600.0
+    assert specifiers["cpu_util_percent"] == ".1f"
+    assert specifiers["nfs_cache_hit_ratio"] == ".3f"
+    assert specifiers["page_cache_delta_bytes"] == "$.3s"  # 1.23GB
 
 
 def test_long_epoch_tables_start_with_one_row_per_epoch(paper):
     rows = paper["rows"]
     assert pages.per_host_default(rows) == [pages.PER_HOST]  # 9 rows: every host shown
     assert pages.per_host_default(rows * 14) == []  # 126 rows: too long
-    body = pages.epoch_table(rows, per_host=False).children[1].children
-    assert [tr.children[1].children for tr in body] == ["all hosts"] * 3
+    table = pages.epoch_table(rows, per_host=False)
+    assert [row["host"] for row in table.data] == ["all hosts"] * 3
 
 
 def test_findings_link_to_the_chart_that_shows_them(source):
