@@ -184,7 +184,7 @@ class Callbacks:
         # (load_pending_timeseries), computed while the browser draws the rest of the page
         ts = self.source.timeseries(run_id, live) if live else self.source.kept_timeseries(run_id)
         boundaries = self.source.boundaries(run_id)
-        return pages.run_page(
+        page = pages.run_page(
             run,
             ts,
             boundaries,
@@ -193,6 +193,9 @@ class Callbacks:
             self.poll_ms,
             self._live_state(run_id, ts, boundaries),
         )
+        if ts is None:
+            self.source.complete_in_background(run_id)
+        return page
 
     @staticmethod
     def _live_state(

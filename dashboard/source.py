@@ -143,10 +143,10 @@ class RequestScopedStore:
 
 
 class DataSource:
-    """``complete_ahead``: when a finished run's page is first asked for before its charts
-    are computed (``kept_timeseries``), compute them and the run's findings in a background
-    thread at once (while the browser draws the rest), so that the callbacks asking for
-    them find them ready or nearly."""
+    """``complete_ahead``: when a finished run's page was made without its charts (not
+    computed yet), ``complete_in_background`` computes them and the run's findings in a
+    background thread while the browser draws the rest of the page, so that the callbacks
+    asking for them find them ready or nearly."""
 
     def __init__(
         self, store: ReadStore, max_points: int = DEFAULT_MAX_POINTS, complete_ahead: bool = True
@@ -267,22 +267,24 @@ class DataSource:
         return kept
 
     def kept_timeseries(self, run_id: str) -> Timeseries | None:
-        """A finished run's charts if they are computed already, else None; then (with
-        ``complete_ahead``) they, and the run's findings, are computed in a background
-        thread at once, for the callbacks that will ask for them."""
+        """A finished run's charts if they are computed already, else None."""
         info = self.run_info(run_id)
         if info is None or is_live(info.state):
             return None
         with self._lock:
-            kept = self._finished.get(self._key(info))
-        if kept is None and self.complete_ahead:
-            self._in_background(run_id)
-        return kept
+            return self._finished.get(self._key(info))
 
     def _key(self, info: RunInfo) -> tuple[str, int | None, int]:
         return (info.run_id, info.end_ns, self.max_points)
 
-    def _in_background(self, run_id: str) -> None:
+    def complete_in_background(self, run_id: str) -> None:
+        """With ``complete_ahead``: compute a finished run's charts, then its findings, in a
+        background thread, for the callbacks that will ask for them. Called once the page
+        is made rather than before: the page's own queries would otherwise share the
+        interpreter with this thread and come later."""
+        if not self.complete_ahead:
+            return
+
         def compute() -> None:
             try:
                 with self.request():
