@@ -57,17 +57,33 @@ from dashboard.source import DataSource  # noqa: E402
 
 DEFAULT_DB = Path(os.environ.get("TMPDIR", "/tmp")) / "epochscope-bench-dashboard.sqlite"
 GRAPHS = 4  # the time series and three per-epoch bar charts
-FINDINGS_READY = """
+FINDINGS_SHOWN = """(() => {
 const box = document.querySelector('#run-findings');
-return box && !box.innerText.startsWith('Looking') ? performance.now() : null;
-"""
-PAGE_READY = """
+return Boolean(box && !box.innerText.startsWith('Looking'));
+})()"""
+PAGE_DRAWN = f"""(() => {{
 const graphs = Array.from(document.querySelectorAll('.js-plotly-plot'))
     .filter(g => g._fullLayout && g.querySelector('.main-svg'));
 const series = document.querySelector('#timeseries .js-plotly-plot');
 const table = document.querySelector('#epoch-table-container table');
-return graphs.length >= arguments[0] && series && series.data && series.data.length
-    && table ? performance.now() : null;
+return graphs.length >= {GRAPHS} && Boolean(series && series.data && series.data.length && table);
+}})()"""
+# polled through WebDriver: the time of the first poll that finds it so
+FINDINGS_READY = f"return {FINDINGS_SHOWN} ? performance.now() : null;"
+PAGE_READY = f"return {PAGE_DRAWN} ? performance.now() : null;"
+# checked by the page itself at every animation frame (just before the browser paints it):
+# a poll waits for the page's script to be idle and may answer a long task late
+WATCH_FRAMES = f"""
+window.__drawnAt = null; window.__findingsAt = null;
+const watch = () => {{
+    const now = performance.now();
+    if (window.__drawnAt === null && {PAGE_DRAWN}) {{ window.__drawnAt = now; }}
+    if (window.__findingsAt === null && {FINDINGS_SHOWN}) {{ window.__findingsAt = now; }}
+    if (window.__drawnAt === null || window.__findingsAt === null) {{
+        requestAnimationFrame(watch);
+    }}
+}};
+requestAnimationFrame(watch);
 """
 
 
@@ -171,14 +187,18 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
 
     driver.set_script_timeout(300)  # a page busy drawing a million points answers late
 
-    def until(script: str, started_ms: float) -> float:
+    def answer(script: str) -> Any:
+        """The script's first answer that is not null, polled every 20 ms."""
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            done = driver.execute_script(script, GRAPHS)
-            if done is not None:
-                return (done - started_ms) / 1000
+            value = driver.execute_script(script)
+            if value is not None:
+                return value
             time.sleep(0.02)
         raise TimeoutError("the run page did not finish drawing in 300 s")
+
+    def until(script: str, started_ms: float) -> float:
+        return (answer(script) - started_ms) / 1000
 
     def load(cold: bool) -> float:
         if cold:
@@ -199,8 +219,10 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
         return total
 
     def click(cold: bool) -> tuple[float, ...]:
-        """Seconds after the click until the charts and table are drawn, until the findings
-        are shown; CPU seconds the browser and this process (the server) spent meanwhile."""
+        """Seconds after the click until the charts and table are drawn and until the
+        findings are shown (at the first animation frame, and at the first poll, that
+        finds them so); CPU seconds the browser and this process (the server) spent
+        meanwhile."""
         driver.find_element(By.CSS_SELECTOR, "nav a[href='/']").click()
         WebDriverWait(driver, 60).until(
             ec.presence_of_element_located((By.CSS_SELECTOR, "#runs-list"))
@@ -210,22 +232,27 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
         time.sleep(0.5)  # let the runs page settle before counting CPU
         browser_before, server_before = browser_cpu(), time.process_time()
         started = driver.execute_script(
-            "const link = document.querySelector(`a[href='${arguments[0]}']`);"
+            WATCH_FRAMES + "const link = document.querySelector(`a[href='${arguments[0]}']`);"
             "const now = performance.now(); link.click(); return now;",
             run_path,
         )
-        drawn = until(PAGE_READY, started)
-        findings = until(FINDINGS_READY, started)
+        drawn_polled = until(PAGE_READY, started)
+        findings_polled = until(FINDINGS_READY, started)
+        frames = answer(
+            "return window.__findingsAt === null ? null : [window.__drawnAt, window.__findingsAt];"
+        )
         return (
-            drawn,
-            findings,
+            (frames[0] - started) / 1000,
+            (frames[1] - started) / 1000,
             browser_cpu() - browser_before,
             time.process_time() - server_before,
+            drawn_polled,
+            findings_polled,
         )
 
     def clicks(cold: bool) -> tuple[float, ...]:
         times = [click(cold) for _ in range(repeat)]
-        return tuple(statistics.median(t[i] for t in times) for i in range(4))
+        return tuple(statistics.median(t[i] for t in times) for i in range(6))
 
     try:
         first = load(True)  # the browser fetches plotly.js and Dash's bundles once
@@ -245,6 +272,10 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
             "click_warm_browser_cpu_s": warm[2],
             "click_cold_server_cpu_s": cold[3],
             "click_warm_server_cpu_s": warm[3],
+            "click_cold_polled_s": cold[4],
+            "click_warm_polled_s": warm[4],
+            "click_cold_findings_polled_s": cold[5],
+            "click_warm_findings_polled_s": warm[5],
         }
         errors = driver.get_log("browser")
         if errors:
