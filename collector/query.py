@@ -557,12 +557,11 @@ def _steps_known_until(events: list[WorkloadEvent], steps: StepTable, window_end
         latest[event.rank] = max(latest.get(event.rank, event.time_ns), event.time_ns)
         if event.event == Event.RUN_END:
             ended.add(event.rank)
-    step_ranks, rank_of_step = np.unique(steps.rank, return_inverse=True)
-    newest = np.full(step_ranks.size, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(newest, rank_of_step, steps.time_ns)
-    for rank, time_ns in zip(step_ranks.tolist(), newest.tolist(), strict=True):
-        latest[rank] = max(latest.get(rank, time_ns), time_ns)
-    waiting = [latest[rank] for rank in set(step_ranks.tolist()) - ended]
+    step_ranks = set(steps.rank.tolist())
+    for rank in step_ranks:
+        newest = int(steps.time_ns[steps.rank == rank].max())
+        latest[rank] = max(latest.get(rank, newest), newest)
+    waiting = [latest[rank] for rank in step_ranks - ended]
     known = min(waiting, default=window_end)
     return min(window_end, max(known, window_end - LIVE_STEP_WAIT_NS))
 

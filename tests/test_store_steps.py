@@ -8,6 +8,7 @@ import math
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -136,20 +137,17 @@ steps_strategy = st.lists(
 )
 
 
+def step_fields(images: Any, seconds: Any, epoch: Any) -> dict[str, Any]:
+    """A step event's fields, leaving out those given as None."""
+    fields = {Workload.IMAGES: images, Workload.SECONDS: seconds, Workload.EPOCH: epoch}
+    return {name: value for name, value in fields.items() if value is not None}
+
+
 def points_of(steps: list[tuple]) -> list[Point]:
-    points = []
-    for host, rank, time_s, images, seconds, epoch in steps:
-        fields = {
-            name: value
-            for name, value in (
-                (Workload.IMAGES, images),
-                (Workload.SECONDS, seconds),
-                (Workload.EPOCH, epoch),
-            )
-            if value is not None
-        }
-        points.append(step(host, rank, time_s, **fields))
-    return points
+    return [
+        step(host, rank, time_s, **step_fields(images, seconds, epoch))
+        for host, rank, time_s, images, seconds, epoch in steps
+    ]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -235,18 +233,10 @@ run_strategy = st.lists(
 @given(run=run_strategy, warmup=st.integers(min_value=0, max_value=3))
 def test_step_rates_equal_the_per_event_walk(run, warmup):
     # (bools left out: the per-event walk took True for 1, a StepTable for no number)
-    points = []
-    for host, rank, time_s, event, images, seconds, epoch in run:
-        fields = {
-            name: value
-            for name, value in (
-                (Workload.IMAGES, images),
-                (Workload.SECONDS, seconds),
-                (Workload.EPOCH, epoch),
-            )
-            if value is not None
-        }
-        points.append(workload(host, rank, event, T0 + time_s * S, **fields))
+    points = [
+        workload(host, rank, event, T0 + time_s * S, **step_fields(images, seconds, epoch))
+        for host, rank, time_s, event, images, seconds, epoch in run
+    ]
     memory = MemoryStore()
     memory.write(points)
     epoch_events = memory.events("r", kinds=EPOCH_KINDS)
