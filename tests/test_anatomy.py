@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from agent.schema import Workload
 from workloads.anatomy import (
     ProcessIo,
+    ProcessTreeIo,
     StepMarks,
     covered,
     descendants,
     parse_ppid,
     parse_proc_io,
-    process_tree_io,
     split_step,
 )
 from workloads.events import EventWriter, MemorySink
@@ -175,6 +175,7 @@ def test_parse_proc_io_and_stat():
 def test_the_tree_counts_a_child_process_reads(tmp_path):
     data = tmp_path / "blob"
     data.write_bytes(os.urandom(3_000_000))
+    process_tree_io = ProcessTreeIo()
     before = process_tree_io()
     assert before is not None
     # a child that reads the file and stays alive until told: its own /proc/<pid>/io counts
@@ -207,3 +208,14 @@ def test_the_tree_counts_a_child_process_reads(tmp_path):
         time.sleep(0.05)
         after = process_tree_io()
     assert after is not None and (after - before).rchar >= 3_000_000
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/<pid>/io")
+def test_the_readers_own_proc_scans_are_not_counted():
+    reader = ProcessTreeIo()
+    first = reader()
+    for _ in range(5):
+        reader()
+    last = reader()
+    assert first is not None and last is not None
+    assert last.rchar - first.rchar < 5_000  # a scan of /proc would be ~100 kB each

@@ -32,10 +32,10 @@ from agent.schema import Event, RunState, Workload
 from workloads.anatomy import (
     ZERO,
     ProcessIo,
+    ProcessTreeIo,
     StepAnatomy,
     StepMarks,
     add,
-    process_tree_io,
     split_step,
 )
 from workloads.events import EventWriter
@@ -73,7 +73,7 @@ class Recorder:
     global_step: int = 0
     epochs: list[EpochStats] = field(default_factory=list)
     step_rates: list[float] = field(default_factory=list)  # timed per-step images/s
-    read_io: Callable[[], ProcessIo | None] = process_tree_io
+    read_io: Callable[[], ProcessIo | None] = field(default_factory=ProcessTreeIo)
     _mark: float = 0.0
     _marks: StepMarks = field(default_factory=StepMarks)
     _io_at_start: ProcessIo | None = None
