@@ -66,6 +66,20 @@ def test_one_process_has_no_communication_and_no_marks_no_anatomy():
     assert only_end is not None and (only_end.compute, only_end.communication) == (1.0, 0.0)
 
 
+def test_time_before_the_batch_is_asked_for_is_not_input_wait():
+    # TensorFlow's first step: tracing until 1.0, then the compiled step asks for its batch
+    marks = StepMarks(input_requested=1.0, input_ready=1.5, compute_done=3.0)
+    parts = split_step(0.0, 4.0, marks)
+    assert parts is not None
+    assert (parts.input_wait, parts.compute, parts.communication, parts.other) == (
+        0.5,
+        1.5,
+        0.0,
+        2.0,
+    )
+    assert parts.overlap is None  # no all-reduce timed one by one: not measured, not 0
+
+
 def test_marks_out_of_order_are_clamped_never_negative():
     marks = StepMarks(input_ready=-1.0, compute_done=5.0, communication_done=4.0)
     parts = split_step(0.0, 3.0, marks)
@@ -90,13 +104,17 @@ times = st.floats(min_value=0.0, max_value=1e5, allow_nan=False)
 @given(
     start=times,
     length=st.floats(min_value=0.0, max_value=100.0),
+    requested=st.none() | times,
     ready=st.none() | times,
     computed=st.none() | times,
     communicated=st.none() | times,
 )
-def test_the_four_parts_always_add_up_to_the_step(start, length, ready, computed, communicated):
+def test_the_four_parts_always_add_up_to_the_step(
+    start, length, requested, ready, computed, communicated
+):
     end = start + length
-    parts = split_step(start, end, StepMarks(ready, computed, communicated))
+    marks = StepMarks(ready, requested, computed, communicated)
+    parts = split_step(start, end, marks)
     if ready is None:
         assert parts is None
         return

@@ -98,6 +98,10 @@ class Recorder:
     def now(self) -> float:
         return self.clock()
 
+    def input_requested(self, at: float | None = None) -> None:
+        """The step began asking for its batch (default: the step's start)."""
+        self._marks.input_requested = self.clock() if at is None else at
+
     def input_ready(self, at: float | None = None) -> None:
         """The step's batch arrived (now, or ``at`` on this recorder's clock)."""
         self._marks.input_ready = self.clock() if at is None else at
@@ -210,7 +214,7 @@ def anatomy_fields(anatomy: StepAnatomy | None) -> dict[str, object]:
         Workload.COMPUTE_SECONDS: anatomy.compute,
         Workload.COMMUNICATION_SECONDS: anatomy.communication,
         Workload.OTHER_STEP_SECONDS: anatomy.other,
-        Workload.OVERLAP_SECONDS: anatomy.overlap,
+        Workload.OVERLAP_SECONDS: anatomy.overlap,  # None (not written) when not timed
     }
 
 
