@@ -102,9 +102,9 @@ def check_stored_run(repo_env, collector, run_id: str, ranks: int) -> None:
     for end in (e for e in events if e.event == "epoch_end"):
         assert end.fields["images"] == per_epoch * BATCH
         assert 0.0 <= end.fields["top1"] <= end.fields["top5"] <= 1.0
-        check_anatomy(end.fields, ranks)
+        check_anatomy(end.fields, ranks, epoch_end=True)
     for step in (e for e in events if e.event == "step"):
-        check_anatomy(step.fields, ranks)
+        check_anatomy(step.fields, ranks, epoch_end=False)
     start = next(e for e in events if e.event == "run_start" and e.rank == 0)
     assert start.fields["world_size"] == ranks and start.fields["batch_size"] == BATCH
     assert start.fields["dataset_images"] == TRAIN and start.fields["image_size"] == SIZE
@@ -124,7 +124,7 @@ def check_stored_run(repo_env, collector, run_id: str, ranks: int) -> None:
         assert row["images"] == per_epoch * BATCH * ranks
 
 
-def check_anatomy(fields: dict, ranks: int) -> None:
+def check_anatomy(fields: dict, ranks: int, epoch_end: bool) -> None:
     """The step's four parts are there and add up to its seconds; two ranks all-reduce."""
     parts = [
         fields[Workload.INPUT_WAIT_SECONDS],
@@ -134,7 +134,7 @@ def check_anatomy(fields: dict, ranks: int) -> None:
     ]
     assert min(parts) >= 0.0 and fields[Workload.COMPUTE_SECONDS] > 0.0
     assert sum(parts) == pytest.approx(fields[Workload.SECONDS], rel=1e-6, abs=1e-6)
-    if fields["event"] == "epoch_end":
+    if epoch_end:
         assert fields[Workload.PROCESS_RCHAR_BYTES] > 0  # it read its data set at least
         assert fields[Workload.PROCESS_READ_BYTES] >= 0
         if ranks > 1:
