@@ -55,6 +55,15 @@ def _add_store_arguments(parser: argparse.ArgumentParser, backend_help: str) -> 
     parser.add_argument("--backend", metavar="{victoriametrics,prometheus}=URL", help=backend_help)
 
 
+def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--collector",
+        metavar="URL",
+        help="ask the collector at URL (its read API) instead of reading --db here",
+    )
+    parser.add_argument("--token-file", help="file holding the collector's token (--collector)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="collector", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,10 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_arguments(report, BACKEND_HELP["read"])
     report.add_argument("--format", choices=("table", "csv", "json"), default="table")
     report.add_argument("--findings", action="store_true", help="also print the findings")
+    _add_remote_arguments(report)
 
     runs = sub.add_parser("runs", help="list runs, newest first")
     _add_store_arguments(runs, BACKEND_HELP["read"])
     runs.add_argument("--format", choices=("table", "json"), default="table")
+    _add_remote_arguments(runs)
 
     scaling = sub.add_parser("scaling", help="scaling table over runs, or over given numbers")
     _add_store_arguments(scaling, BACKEND_HELP["read"])
@@ -92,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scaling.add_argument("--gpus-per-node", type=int, default=None)
     scaling.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    _add_remote_arguments(scaling)
     return parser
 
 
