@@ -36,7 +36,7 @@ import logging
 import re
 
 from agent.point import Point
-from agent.samplers.base import Roots, read_text
+from agent.samplers.base import ProcFile, Roots
 from agent.samplers.host_common import ProblemLog
 from agent.schema import FieldName, Memory
 
@@ -73,12 +73,10 @@ def parse_meminfo(text: str, problems: list[str] | None = None) -> dict[str, int
     """
     values: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
         key, colon, rest = line.partition(":")
         words = rest.split()
         if not colon or not words or not (words[0].isascii() and words[0].isdigit()):
-            if problems is not None:
+            if line.strip() and problems is not None:
                 problems.append(f"line {number}: expected 'Key: value [kB]', skipped")
             continue
         value = int(words[0])
@@ -94,6 +92,12 @@ def parse_vmstat(text: str, problems: list[str] | None = None) -> dict[str, int]
     """``/proc/vmstat`` as {name: value}."""
     values: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
+        # The kernel's own form, "name value": checked without a regex (this runs on
+        # ~180 lines a second); anything else goes through the careful path.
+        name, space, value = line.partition(" ")
+        if space and name.isidentifier() and value.isascii() and value.isdigit():
+            values[name] = int(value)
+            continue
         words = line.split()
         if not words:
             continue
@@ -113,6 +117,8 @@ class MemorySampler:
     def __init__(self, roots: Roots) -> None:
         self._meminfo_path = roots.proc / "meminfo"
         self._vmstat_path = roots.proc / "vmstat"
+        self._meminfo_file = ProcFile(self._meminfo_path)
+        self._vmstat_file = ProcFile(self._vmstat_path)
         self._meminfo_problems = ProblemLog(log, self._meminfo_path)
         self._vmstat_problems = ProblemLog(log, self._vmstat_path)
 
@@ -137,7 +143,7 @@ class MemorySampler:
         return [Point(Memory.NAME, {}, fields, now_ns)]
 
     def _read_meminfo(self) -> dict[str, int] | None:
-        text = read_text(self._meminfo_path)
+        text = self._meminfo_file.read()
         if text is None:
             return None
         problems: list[str] = []
@@ -150,7 +156,7 @@ class MemorySampler:
         return meminfo
 
     def _read_vmstat(self) -> dict[str, int]:
-        text = read_text(self._vmstat_path)
+        text = self._vmstat_file.read()
         if text is None:
             return {}
         problems: list[str] = []
