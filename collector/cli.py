@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 
@@ -33,6 +34,22 @@ BACKEND_HELP = {
 }
 
 
+def retention_days(text: str) -> float:
+    """``--retention-days``: a positive number of days (0 or less would delete samples as
+    soon as they are written)."""
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if not math.isfinite(days) or days <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of days, not {text!r}: samples older than it are"
+            " deleted, so 0 or less would delete them as they arrive (leave it out to keep"
+            " everything)"
+        )
+    return days
+
+
 def _add_store_arguments(parser: argparse.ArgumentParser, backend_help: str) -> None:
     parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite file (default {DEFAULT_DB})")
     parser.add_argument("--backend", metavar="{victoriametrics,prometheus}=URL", help=backend_help)
@@ -56,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
     serve.add_argument("--token-file", help="file holding the write/query token")
     serve.add_argument(
-        "--retention-days", type=float, default=None, help="delete samples older than this"
+        "--retention-days",
+        type=retention_days,
+        default=None,
+        help="delete samples older than this many days (> 0; default: keep everything)",
     )
     serve.add_argument(
         "--max-body-bytes", type=int, default=64 * 1024 * 1024, help="larger bodies get 413"
@@ -90,7 +110,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = importlib.import_module(HANDLERS[args.command])
-    return int(handler.run(args) or 0)
+    try:
+        return int(handler.run(args) or 0)
+    except RuntimeError as error:
+        # (imported here: a StoreError means the store is loaded; `scaling` may not load it)
+        from collector.store.database import StoreError
+
+        if not isinstance(error, StoreError):
+            raise
+        # a store file that cannot be used: one line, no traceback
+        print(f"collector {args.command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -236,10 +236,10 @@ class WriteHandler(BaseHTTPRequestHandler):
             "version": VERSION,
             "commit": "",
         }
-        try:
-            self.server.sink.store.hosts()
-        except Exception as error:  # the store is unreadable: say so, as InfluxDB does
-            health.update(status="fail", message=f"store unavailable: {type(error).__name__}")
+        # a store that cannot write, compact or be read fails, as InfluxDB's does
+        problems = self.server.sink.store.health()
+        if problems:
+            health.update(status="fail", message="store unavailable: " + "; ".join(problems))
             self._send_json(HTTPStatus.SERVICE_UNAVAILABLE, health)
             return
         self._send_json(HTTPStatus.OK, health)
@@ -513,7 +513,7 @@ def run(args) -> int:
     )
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)
-    store = SqliteStore(args.db)
+    store = SqliteStore(args.db, check_integrity=True)  # StoreError: one line (collector.cli)
     forward_to = forwarding_url(args.backend)  # None: store here (prometheus=URL too)
     forwarder = Forwarder(forward_to) if forward_to else None
     workers = min(os.cpu_count() or 1, 8)
