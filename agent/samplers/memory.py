@@ -65,6 +65,15 @@ VMSTAT_FIELDS: dict[str, tuple[FieldName, int]] = {
 }
 
 
+# The kernel's vmstat, every line "name value": checked in one regex pass, after which
+# only the keys the sampler reports are pulled out (a line-by-line parse of ~180 lines
+# was a fifth of the agent's sampling time). Anything else takes the careful path.
+_VMSTAT_WELL_FORMED = re.compile(r"(?:[A-Za-z0-9_]+ -?[0-9]+\n)*")
+_VMSTAT_WANTED = re.compile(
+    "^(" + "|".join(map(re.escape, VMSTAT_FIELDS)) + r") (-?[0-9]+)$", re.MULTILINE
+)
+
+
 def parse_meminfo(text: str, problems: list[str] | None = None) -> dict[str, int]:
     """``/proc/meminfo`` as {key: value}, "kB" values converted to bytes.
 
@@ -159,6 +168,8 @@ class MemorySampler:
         text = self._vmstat_file.read()
         if text is None:
             return {}
+        if _VMSTAT_WELL_FORMED.fullmatch(text):
+            return {name: int(value) for name, value in _VMSTAT_WANTED.findall(text)}
         problems: list[str] = []
         vmstat = parse_vmstat(text, problems)
         self._vmstat_problems.report(problems)
