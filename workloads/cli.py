@@ -5,6 +5,7 @@
     workloads dataset describe DIR
     workloads run --framework tensorflow|mxnet|pytorch [--data-dir D | --synthetic] ...
     workloads cache report|drop DIR          (page-cache residency of a data set)
+    workloads profile [--collector URL] [--data-dir D --drop-caches] -- COMMAND [ARGS]
     workloads resend --spool DIR | --events DIR --collector URL   (undelivered events)
     workloads worker --spec ...              (one rank; started by the launcher)
 
@@ -108,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     resend.add_argument("--token-file", type=Path)
     resend.add_argument("--timeout", type=float, default=60.0)
 
+    from workloads.profile_command import add_parser as add_profile_parser
+
+    add_profile_parser(commands)
+
     worker = commands.add_parser("worker", help="one rank (started by workloads run)")
     worker.add_argument("--spec", required=True)
     return parser
@@ -121,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         from workloads.launcher import run
 
         return run(args)
+    if args.command == "profile":
+        from workloads.profile_command import run as profile
+
+        return profile(args)
     if args.command == "cache":
         return _cache(args)
     if args.command == "resend":
