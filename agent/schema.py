@@ -346,6 +346,35 @@ class Workload(Measurement):
     # throughput is timed_images / timed_seconds; equal to images/seconds past warm-up).
     TIMED_IMAGES = gauge("timed_images", "count", "Images of the epoch's post-warm-up steps")
     TIMED_SECONDS = gauge("timed_seconds", "seconds", "Wall time of those steps")
+    # The step's anatomy (step: that step; epoch_end: sums over all the epoch's steps).
+    # input_wait + compute + communication + other_step = seconds; the overlap is not in
+    # the sum (see workloads/anatomy.py and docs/anatomy.md).
+    INPUT_WAIT_SECONDS = gauge(
+        "input_wait_seconds", "seconds", "Time blocked waiting for the next batch"
+    )
+    COMPUTE_SECONDS = gauge(
+        "compute_seconds", "seconds", "Forward and backward until every gradient is ready"
+    )
+    COMMUNICATION_SECONDS = gauge(
+        "communication_seconds",
+        "seconds",
+        "Gradient all-reduce still running after the gradients were ready (exposed)",
+    )
+    OTHER_STEP_SECONDS = gauge(
+        "other_step_seconds", "seconds", "The rest of the step: optimizer update, callbacks"
+    )
+    OVERLAP_SECONDS = gauge(
+        "communication_overlap_seconds",
+        "seconds",
+        "All-reduce in flight while backward was still computing (not in the sum)",
+    )
+    # epoch_end: /proc/<pid>/io growth over the epoch of the rank and its data loaders
+    PROCESS_READ_BYTES = gauge(
+        "process_read_bytes", "bytes", "read_bytes: what the rank's processes read from storage"
+    )
+    PROCESS_RCHAR_BYTES = gauge(
+        "process_rchar_bytes", "bytes", "rchar: all the rank's processes read (page cache too)"
+    )
     LOSS = gauge("loss", "", "Training loss")
     TOP1 = gauge("top1", "fraction", "Validation top-1 accuracy, 0..1")
     TOP5 = gauge("top5", "fraction", "Validation top-5 accuracy, 0..1")

@@ -842,7 +842,7 @@ RULES: tuple[Rule, ...] = (
 
 
 def run_context(store: ReadStore, run_id: str, report: EpochReport | None = None) -> RunContext:
-    run = next((r for r in store.runs() if r.run_id == run_id), None)
+    run = store.run(run_id)
     if run is None:
         raise KeyError(run_id)
     events = run_events(store, run_id, EPOCH_KINDS)

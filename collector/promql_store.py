@@ -37,7 +37,7 @@ from urllib.parse import urlencode, urlsplit
 import numpy as np
 
 from agent.schema import Tag
-from collector.store import SqliteStore
+from collector.store import EventStore, SqliteStore
 from collector.store_api import RunInfo, SeriesData, SeriesInfo, StepTable, WorkloadEvent
 
 FAR_FUTURE_S = 4_102_444_800  # 2100-01-01: the end of "all time" for /api/v1/series
@@ -171,11 +171,11 @@ class PromqlStore:
     host_match: str | None = None  # a match[] that limits hosts() to our series
 
     def __init__(
-        self, url: str, events: SqliteStore | str | os.PathLike[str] | None = None
+        self, url: str, events: EventStore | SqliteStore | str | os.PathLike[str] | None = None
     ) -> None:
-        """``events``: the SQLite store (or its path) ``collector serve`` keeps the
-        workload events in; by default the ``--db`` default (``$EPOCHSCOPE_DB`` or
-        runs/epochscope.sqlite) when that file exists."""
+        """``events``: the store file (its path, its ``EventStore``, or a ``SqliteStore``
+        over it) ``collector serve`` keeps the workload events in; by default the ``--db``
+        default (``$EPOCHSCOPE_DB`` or runs/epochscope.sqlite) when that file exists."""
         self.url = url.rstrip("/")
         self.http = HttpClient(self.url, self.backend)
         if events is None:
@@ -183,8 +183,10 @@ class PromqlStore:
 
             events = DEFAULT_DB if Path(DEFAULT_DB).is_file() else None
         if isinstance(events, str | os.PathLike):
-            events = SqliteStore(events)
-        self.events_store = events
+            events = EventStore.open(events)
+        elif isinstance(events, SqliteStore):
+            events = events.event_store
+        self.events_store: EventStore | None = events
 
     # ------------------------------------------------------------- subclass hooks
 
@@ -300,6 +302,9 @@ class PromqlStore:
 
     def runs(self) -> list[RunInfo]:
         return self.events_store.runs() if self.events_store is not None else []
+
+    def run(self, run_id: str) -> RunInfo | None:
+        return self.events_store.run(run_id) if self.events_store is not None else None
 
     def events(
         self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None

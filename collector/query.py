@@ -269,7 +269,7 @@ def clear_cache() -> None:
 
 
 def _run(store: ReadStore, run_id: str) -> RunInfo | None:
-    return next((r for r in store.runs() if r.run_id == run_id), None)
+    return store.run(run_id)
 
 
 @dataclass(frozen=True)
@@ -295,7 +295,7 @@ class _KeptRun:
 
     def __init__(self, store: ReadStore, run: RunInfo | None = None) -> None:
         self.store = store
-        self.run = run
+        self.kept = run
         self._runs: dict[str, RunInfo | None] = {run.run_id: run} if run else {}
 
     def _run(self, run_id: str) -> RunInfo | None:
@@ -325,7 +325,7 @@ class _KeptRun:
         return table.after(since_ns)
 
     def read_series(self, series: list[SeriesInfo], start_ns: int, end_ns: int) -> list[SeriesData]:
-        run = self.run
+        run = self.kept
         if run is None or not _kept(run):
             return self.store.read_series(series, start_ns, end_ns)
         kept = _SAMPLES.get(_key(self.store, run, "samples"), lambda: self._read_run(run))
@@ -354,6 +354,9 @@ class _KeptRun:
 
     def runs(self) -> list[RunInfo]:
         return self.store.runs()
+
+    def run(self, run_id: str) -> RunInfo | None:
+        return self._run(run_id)
 
     def hosts(self) -> list[str]:
         return self.store.hosts()

@@ -216,7 +216,7 @@ def print_findings(findings: list, console) -> None:
 
 
 def _find_run(store: ReadStore, run_id: str) -> RunInfo:
-    run = next((r for r in store.runs() if r.run_id == run_id), None)
+    run = store.run(run_id)
     if run is None:
         raise CliError(f"no run {run_id!r} in the store (see `collector runs`)")
     return run

@@ -1,8 +1,9 @@
 """What the analysis (per-epoch views, scaling, findings) and the dashboard read from a store.
 
-Two stores implement it: the embedded SQLite store and the VictoriaMetrics backend (range
-queries). Everything above this line works on numpy arrays of (time_ns, value) per series
-and on workload events, never on SQL.
+Three stores implement it: the embedded SQLite store, and the VictoriaMetrics and
+Prometheus backends (their runs and events come from the SQLite file's event store).
+Everything above this line works on numpy arrays of (time_ns, value) per series and on
+workload events, never on SQL.
 
 A run's ``step`` events are many (a run of 8 hosts x 3 h has ~35,000) and the analysis needs
 only a few numbers of each, so ``steps()`` returns them as columns (``StepTable``) rather
@@ -210,6 +211,11 @@ class ReadStore(Protocol):
 
     def runs(self) -> list[RunInfo]:
         """Newest first."""
+        ...
+
+    def run(self, run_id: str) -> RunInfo | None:
+        """The run ``run_id`` (None when there is no such run): what ``runs()`` holds for
+        it, without reading the others."""
         ...
 
     def events(

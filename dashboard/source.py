@@ -100,6 +100,15 @@ class RequestScopedStore:
         only = getattr(self._local, "only", None)
         return [r for r in found if r.run_id == only] if only is not None else found
 
+    def run(self, run_id: str) -> RunInfo | None:
+        memo = self._memo()
+        if memo is None:
+            return self.store.run(run_id)
+        key = ("run", run_id)
+        if key not in memo:
+            memo[key] = self.store.run(run_id)
+        return memo[key]
+
     @contextmanager
     def only_run(self, run_id: str) -> Iterator[None]:
         """Inside, ``runs()`` lists that run alone: ``query.runs_summary`` then summarises
@@ -233,7 +242,7 @@ class DataSource:
 
     def run_info(self, run_id: str) -> RunInfo | None:
         """The store's record of the run (cheap: no events, no throughput)."""
-        return next((r for r in self.store.runs() if r.run_id == run_id), None)
+        return self.store.run(run_id)
 
     def run_state(self, run_id: str) -> str | None:
         """live | finished | failed."""

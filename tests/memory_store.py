@@ -129,6 +129,9 @@ class MemoryStore:
         infos.sort(key=lambda r: r.start_ns, reverse=True)
         return infos
 
+    def run(self, run_id: str) -> RunInfo | None:
+        return next((run for run in self.runs() if run.run_id == run_id), None)
+
     def events(
         self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
     ) -> list[WorkloadEvent]:

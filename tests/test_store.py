@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.point import Point
-from collector import store as store_module
 from collector.store import SqliteStore
+from collector.store import samples as store_samples
 from collector.store_api import ReadStore
 
 S = 1_000_000_000  # ns per second
@@ -135,17 +135,17 @@ def test_replayed_batch_is_stored_once_and_last_write_wins(store):
     assert values == [0.0, 2.0, 4.0, 6.0, 8.0, 1000.0, 12.0, 14.0, 16.0, 18.0]
     store.compact()
     assert read_one(store, "cpu", "user_seconds", "a", 0, 9 * S) == (times, values)
-    (blocks,) = store._read_conn().execute("SELECT count(*) FROM blocks").fetchone()
+    (blocks,) = store.db.read_conn().execute("SELECT count(*) FROM blocks").fetchone()
     assert blocks == 1  # one 10-minute window
 
 
 def test_compaction_appends_blocks_and_merges_a_window_once_it_is_over(store):
-    window_s = store_module.CHUNK_NS // S  # 600
-    after_s = store_module.MERGE_AFTER_NS // S  # 60: a window is merged 60 s after its end
-    quiet_s = store_module.MERGE_QUIET_NS // S  # 60: ... and 60 s after its last fold
+    window_s = store_samples.CHUNK_NS // S  # 600
+    after_s = store_samples.MERGE_AFTER_NS // S  # 60: a window is merged 60 s after its end
+    quiet_s = store_samples.MERGE_QUIET_NS // S  # 60: ... and 60 s after its last fold
     for t in range(0, 2 * window_s, 10):  # 120 agent writes, 10 s apart, two windows
         store.write_lines(f"mem,host=a free_bytes={t}.5 {t * S}")
-    conn = store._read_conn()
+    conn = store.db.read_conn()
     assert conn.execute("SELECT count(*) FROM batches").fetchone() == (120,)
     assert conn.execute("SELECT count(*) FROM blocks").fetchone() == (0,)
     before = read_one(store, "mem", "free_bytes", "a", 0, 3 * window_s * S)
@@ -338,7 +338,7 @@ def test_retention_drops_old_blocks_and_batches(store):
 
 def test_another_process_reads_while_a_write_transaction_is_open(store):
     store.write_lines(cpu_lines("a", range(10)))
-    writer = store._write_conn()
+    writer = store.db.write_conn()
     writer.execute("BEGIN IMMEDIATE")
     writer.execute("DELETE FROM blocks")  # uncommitted
     code = (
@@ -365,7 +365,7 @@ def test_events_keep_their_types(store):
     assert event.rank == 3 and event.event == "step" and event.time_ns == 5
     assert event.fields == {"step": 7, "loss": 2.5, "images": 256, "note": "warm"}
     assert type(event.fields["step"]) is int
-    stored = store._read_conn().execute("SELECT fields FROM events").fetchone()[0]
+    stored = store.db.read_conn().execute("SELECT fields FROM events").fetchone()[0]
     assert json.loads(stored) == event.fields
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector import store as store_module
 from collector.store import CHUNK_NS, SCHEMA_VERSION, SqliteStore
+from collector.store import samples as store_samples
 
 S = 1_000_000_000  # ns per second
 WINDOW_S = CHUNK_NS // S  # 600
@@ -60,7 +60,7 @@ def read_ranges(store: SqliteStore) -> list[dict]:
 def block_rows(store: SqliteStore) -> dict[int, tuple]:
     return {
         row[0]: row[1:]
-        for row in store._read_conn().execute(
+        for row in store.db.read_conn().execute(
             "SELECT id, tagset_id, min_ns, max_ns, series_ids, times, vals FROM blocks"
         )
     }
@@ -85,7 +85,7 @@ def test_many_compaction_passes_read_the_same_as_one_pass(tmp_path):
             store.write_lines("m,host=h0,dev=d0 a=0.25 1250000000000")
         often.compact(now_ns=1301 * S)
         once.compact(now_ns=1301 * S)
-        blocks = often._read_conn().execute("SELECT count(*) FROM blocks").fetchone()[0]
+        blocks = often.db.read_conn().execute("SELECT count(*) FROM blocks").fetchone()[0]
         # merged: windows 0 and 1 (one block per tag set each); window 2 is open and holds
         # the folds at 1231, 1261, 1291 and 1301 s
         assert blocks == 6 * (1 + 1 + 4)
@@ -96,7 +96,7 @@ def test_many_compaction_passes_read_the_same_as_one_pass(tmp_path):
         # (once folded each window's points in one pass: a block each, nothing to merge)
         for store, merged in ((often, 6), (once, 0)):
             assert store.merge_windows(now_ns=10**6 * S, quiet_ns=0) == merged
-            assert store._read_conn().execute("SELECT count(*) FROM blocks").fetchone() == (18,)
+            assert store.db.read_conn().execute("SELECT count(*) FROM blocks").fetchone() == (18,)
             assert read_ranges(store) == expected
         (info, _) = never.list_series("m", "a", "h0")  # dev=d0, dev=d1
         (data,) = never.read_series([info], 1250 * S, 1250 * S)
@@ -117,7 +117,7 @@ def test_a_pass_writes_only_the_new_points_however_full_the_window_is(tmp_path):
     pass must insert the same rows and bytes and leave every existing block as it was."""
     fields = ",".join(f"f{i}={i}.5" for i in range(50))
     store = SqliteStore(tmp_path / "w.sqlite")
-    writer = store._write_conn()
+    writer = store.db.write_conn()
     writer.execute("PRAGMA wal_autocheckpoint = 0")  # the WAL grows by what each pass writes
     passes = []
     try:
@@ -145,7 +145,7 @@ def test_a_pass_writes_only_the_new_points_however_full_the_window_is(tmp_path):
                     "wal": wal_bytes(store.path) - wal,
                 }
             )
-        held = store._read_conn().execute("SELECT sum(n) FROM blocks").fetchone()[0]
+        held = store.db.read_conn().execute("SELECT sum(n) FROM blocks").fetchone()[0]
         assert held == 600 * 4  # the window is full: 600 s x 4 tag sets
     finally:
         store.close()
@@ -174,7 +174,7 @@ def test_merging_a_window_that_is_over_keeps_every_value_bit_exact(tmp_path):
             store.compact(now_ns=(first + 31) * S)
         store.write_lines(agent_body(range(600, 610), value_of=value_of))
         store.compact(now_ns=611 * S)
-        conn = store._read_conn()
+        conn = store.db.read_conn()
         counts = "SELECT min_ns / ?, count(*) FROM blocks GROUP BY 1 ORDER BY 1"
         assert conn.execute(counts, (CHUNK_NS,)).fetchall() == [(0, 6 * 20), (1, 6)]
         before = read_ranges(store)
@@ -234,16 +234,16 @@ def test_late_and_out_of_order_points_read_sorted_and_exact(tmp_path):
         write(store, [(25, 25.25), (5, -5.5), (60, 60.5), (600, 6.0)])
         check(store)
         store.compact(now_ns=2001 * S)
-        assert store._read_conn().execute("SELECT count(*) FROM blocks").fetchone() == (3,)
+        assert store.db.read_conn().execute("SELECT count(*) FROM blocks").fetchone() == (3,)
         check(store)
         assert store.merge_windows(now_ns=3000 * S, quiet_ns=0) == 1
-        assert store._read_conn().execute("SELECT count(*) FROM blocks").fetchone() == (2,)
+        assert store.db.read_conn().execute("SELECT count(*) FROM blocks").fetchone() == (2,)
         check(store)
 
 
 def test_readers_see_whole_snapshots_while_compaction_folds_and_merges(tmp_path, monkeypatch):
     # small steps, so that a fold and a merge are many transactions each
-    monkeypatch.setattr(store_module, "MERGE_STEP_SAMPLES", 500)
+    monkeypatch.setattr(store_samples, "MERGE_STEP_SAMPLES", 500)
     with SqliteStore(tmp_path / "r.sqlite") as store:
         for start in range(0, 1250, 25):
             store.write_lines(agent_body(range(start, start + 25)))
@@ -275,7 +275,7 @@ def test_retention_forgets_the_windows_it_dropped(tmp_path):
     with SqliteStore(tmp_path / "ret.sqlite") as store:
         store.write_lines(agent_body(range(0, 1300, 10), hosts=1))
         store.compact(now_ns=1300 * S)
-        conn = store._read_conn()
+        conn = store.db.read_conn()
         assert conn.execute("SELECT DISTINCT window_no FROM unmerged_windows").fetchall() == [
             (0,),
             (1,),
@@ -312,7 +312,7 @@ def test_a_version_2_file_is_upgraded_in_place(tmp_path):
     path = tmp_path / "v2.sqlite"
     expected = make_version_2_file(path)
     with SqliteStore(path) as store:
-        assert store._read_conn().execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        assert store.db.read_conn().execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert read_all(store, 0, 2000 * S) == expected
         assert store.compact(now_ns=1400 * S) == 1
         assert read_all(store, 0, 2000 * S) == expected

@@ -175,7 +175,9 @@ def test_warm_up_steps_are_excluded_from_throughput():
     writer = EventWriter(sink, "r", 0, "pytorch", host="h", clock_ns=lambda: 0)
     # 5 steps of batch 8 taking 3, 1, 0.5, 0.5, 0.5 s; 2 warm-up steps; a step event every 2
     clock = FakeClock([3, 1, 0.5, 0.5, 0.5])
-    recorder = Recorder(writer, batch_size=8, warmup_steps=2, step_every=2, clock=clock)
+    recorder = Recorder(
+        writer, batch_size=8, warmup_steps=2, step_every=2, clock=clock, read_io=lambda: None
+    )
     recorder.epoch_start(1)
     for step in range(5):
         clock.advance()

@@ -12,6 +12,13 @@ wall time is the time since the previous mark, so waiting for input counts), the
 
 A ``step`` event goes out every ``step_every`` timed steps with that one step's images,
 seconds (so images/seconds is the per-step images/s) and loss.
+
+The anatomy (``workloads.anatomy``): a trainer marks ``input_ready``, ``compute_done`` and
+``communication_done`` during a step (and may add all-reduce intervals); ``step_done`` splits
+the step's wall time into input wait, compute, communication and the rest, the ``step``
+event carries that step's parts and ``epoch_end`` their sums over every step of the epoch,
+with the rank's own reads (``/proc/<pid>/io`` of the rank and its data loaders) over the
+epoch. A trainer that marks nothing writes no anatomy fields.
 """
 
 from __future__ import annotations
@@ -22,6 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.schema import Event, RunState, Workload
+from workloads.anatomy import (
+    ZERO,
+    ProcessIo,
+    StepAnatomy,
+    StepMarks,
+    add,
+    process_tree_io,
+    split_step,
+)
 from workloads.events import EventWriter
 
 
@@ -37,6 +53,8 @@ class EpochStats:
     loss: float | None = None
     top1: float | None = None
     top5: float | None = None
+    anatomy: StepAnatomy | None = None  # sums over the epoch's steps that had one
+    io: ProcessIo | None = None  # the rank's own reads over the epoch
 
     @property
     def images_per_second(self) -> float | None:
@@ -55,7 +73,10 @@ class Recorder:
     global_step: int = 0
     epochs: list[EpochStats] = field(default_factory=list)
     step_rates: list[float] = field(default_factory=list)  # timed per-step images/s
+    read_io: Callable[[], ProcessIo | None] = process_tree_io
     _mark: float = 0.0
+    _marks: StepMarks = field(default_factory=StepMarks)
+    _io_at_start: ProcessIo | None = None
 
     def run_start(self, config: dict[str, object]) -> None:
         self.writer.emit(Event.RUN_START, config)
@@ -65,21 +86,47 @@ class Recorder:
     def epoch_start(self, epoch: int) -> None:
         self.epochs.append(EpochStats(epoch))
         self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: epoch})
+        self._io_at_start = self.read_io()
         self._mark = self.clock()
+        self._marks = StepMarks()
 
     def restart_clock(self) -> None:
         """Start the next step's time now (after work that is not training, e.g. a hook)."""
         self._mark = self.clock()
+        self._marks = StepMarks()
+
+    def now(self) -> float:
+        return self.clock()
+
+    def input_ready(self, at: float | None = None) -> None:
+        """The step's batch arrived (now, or ``at`` on this recorder's clock)."""
+        self._marks.input_ready = self.clock() if at is None else at
+
+    def compute_done(self, at: float | None = None) -> None:
+        """Forward and backward are over: every local gradient is ready."""
+        self._marks.compute_done = self.clock() if at is None else at
+
+    def communication_done(self, at: float | None = None) -> None:
+        """The gradient all-reduce is over."""
+        self._marks.communication_done = self.clock() if at is None else at
+
+    def add_communication(self, start: float, end: float) -> None:
+        """One all-reduce ran from ``start`` to ``end`` (for the overlap with backward)."""
+        self._marks.communication.append((start, end))
 
     def step_done(self, loss: Callable[[], float] | float | None = None) -> None:
         """One training step ended now. ``loss`` may be a callable, read only when needed."""
         now = self.clock()
+        anatomy = split_step(self._mark, now, self._marks)
         seconds, self._mark = now - self._mark, now
+        self._marks = StepMarks()
         self.global_step += 1
         stats = self.epochs[-1]
         stats.steps += 1
         stats.images += self.batch_size
         stats.seconds += seconds
+        if anatomy is not None:
+            stats.anatomy = add(stats.anatomy or ZERO, anatomy)
         if self.global_step <= self.warmup_steps:
             return
         stats.timed_steps += 1
@@ -97,6 +144,7 @@ class Recorder:
                     Workload.IMAGES: self.batch_size,
                     Workload.SECONDS: seconds,
                     Workload.LOSS: value,
+                    **anatomy_fields(anatomy),
                 },
             )
             if self.verbose:
@@ -109,6 +157,9 @@ class Recorder:
     ) -> EpochStats:
         stats = self.epochs[-1]
         stats.loss, stats.top1, stats.top5 = loss, top1, top5
+        io_now = self.read_io()
+        if io_now is not None and self._io_at_start is not None:
+            stats.io = io_now - self._io_at_start
         self.writer.emit(
             Event.EPOCH_END,
             {
@@ -121,6 +172,8 @@ class Recorder:
                 Workload.LOSS: loss,
                 Workload.TOP1: top1,
                 Workload.TOP5: top5,
+                **anatomy_fields(stats.anatomy),
+                **io_fields(stats.io),
             },
         )
         if self.verbose:
@@ -147,3 +200,21 @@ class Recorder:
             f"images/sec: {overall:.1f} over {len(self.step_rates)} timed steps "
             f"(per step {mean:.1f} +/- {spread:.1f})"
         )
+
+
+def anatomy_fields(anatomy: StepAnatomy | None) -> dict[str, object]:
+    if anatomy is None:
+        return {}
+    return {
+        Workload.INPUT_WAIT_SECONDS: anatomy.input_wait,
+        Workload.COMPUTE_SECONDS: anatomy.compute,
+        Workload.COMMUNICATION_SECONDS: anatomy.communication,
+        Workload.OTHER_STEP_SECONDS: anatomy.other,
+        Workload.OVERLAP_SECONDS: anatomy.overlap,
+    }
+
+
+def io_fields(io: ProcessIo | None) -> dict[str, object]:
+    if io is None:
+        return {}
+    return {Workload.PROCESS_READ_BYTES: io.read_bytes, Workload.PROCESS_RCHAR_BYTES: io.rchar}

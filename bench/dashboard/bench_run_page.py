@@ -304,7 +304,7 @@ def main() -> int:
         make_store.build(args.db)
 
     store = SqliteStore(args.db)
-    run = next(r for r in store.runs() if r.run_id == make_store.RUN_ID)
+    run = store.run(make_store.RUN_ID)
     seconds = round((run.end_ns - run.start_ns) / 1e9)
     every_sample = seconds + 1
     results: dict[str, Any] = {

@@ -1,0 +1,245 @@
+"""The event store: workload events, the runs they make, and their steps, in the store's
+SQLite file (tables ``events``, ``runs``, ``run_hosts``: see ``collector.store.database``).
+
+``collector serve`` writes events here whatever holds the samples; the SQLite store and the
+VictoriaMetrics and Prometheus stores read runs, events and steps from here.
+
+Run state rules (:func:`run_info`): rank 0's ``run_start`` is the run's configuration. A run
+failed if any rank says so in its ``run_end``; it finished when rank 0 (or, without a rank
+0, every rank that started) ended; otherwise it is live.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+
+from agent.point import Point
+from agent.schema import Event, RunState, Tag, Workload
+from collector.store.database import Database
+from collector.store_api import RunInfo, StepTable, WorkloadEvent
+
+
+class EventStore:
+    """Runs, events and steps of one store file; the runs half of ``ReadStore``."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> EventStore:
+        """The events of the store file at ``path`` (created when missing)."""
+        return cls(Database(path))
+
+    def close(self) -> None:
+        self.db.close()
+
+    def insert(self, conn: sqlite3.Connection, events: list[Point]) -> None:
+        """Add workload points in the caller's transaction (``Database.transaction``);
+        re-sending one replaces it."""
+        rows = []
+        spans: dict[str, list] = {}  # run_id -> [framework, first, last]
+        hosts: set[tuple[str, str]] = set()
+        for point in events:
+            tags = point.tags
+            run_id = tags.get(Tag.RUN_ID, "")
+            host = tags.get(Tag.HOST, "")
+            framework = tags.get(Tag.FRAMEWORK, "")
+            fields = dict(point.fields)
+            event = str(fields.pop(Workload.EVENT, ""))
+            rows.append(
+                (
+                    run_id,
+                    point.time_ns,
+                    host,
+                    _rank(tags.get(Tag.RANK)),
+                    event,
+                    framework,
+                    json.dumps(fields, separators=(",", ":")),
+                )
+            )
+            span = spans.get(run_id)
+            if span is None:
+                spans[run_id] = [framework, point.time_ns, point.time_ns]
+            else:
+                span[0] = span[0] or framework
+                span[1] = min(span[1], point.time_ns)
+                span[2] = max(span[2], point.time_ns)
+            hosts.add((run_id, host))
+        conn.executemany(
+            "INSERT OR REPLACE INTO events (run_id, time_ns, host, rank, event, framework,"
+            " fields) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        conn.executemany(
+            "INSERT INTO runs (run_id, framework, first_ns, last_ns) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (run_id) DO UPDATE SET"
+            " framework = CASE WHEN framework = '' THEN excluded.framework ELSE framework END,"
+            " first_ns = min(first_ns, excluded.first_ns),"
+            " last_ns = max(last_ns, excluded.last_ns)",
+            [(run_id, *span) for run_id, span in spans.items()],
+        )
+        conn.executemany("INSERT OR IGNORE INTO run_hosts (run_id, host) VALUES (?, ?)", hosts)
+
+    def hosts(self) -> list[str]:
+        """The hosts that ran a run."""
+        rows = self.db.read_conn().execute("SELECT DISTINCT host FROM run_hosts ORDER BY 1")
+        return [host for (host,) in rows if host]
+
+    def runs(self) -> list[RunInfo]:
+        with self.db.read_snapshot() as conn:
+            spans = conn.execute(
+                "SELECT run_id, framework, first_ns, last_ns FROM runs WHERE run_id != ''"
+            ).fetchall()
+            hosts: dict[str, list[str]] = {}
+            for run_id, host in conn.execute("SELECT run_id, host FROM run_hosts ORDER BY 1, 2"):
+                hosts.setdefault(run_id, []).append(host)
+            marks: dict[str, list[tuple]] = {}
+            for row in conn.execute(
+                "SELECT run_id, event, time_ns, rank, fields FROM events"
+                " WHERE event IN (?, ?) ORDER BY time_ns",
+                (Event.RUN_START, Event.RUN_END),
+            ):
+                marks.setdefault(row[0], []).append(row[1:])
+        found = [
+            run_info(run_id, framework, first, last, hosts.get(run_id, []), marks.get(run_id, []))
+            for run_id, framework, first, last in spans
+        ]
+        found.sort(key=lambda run: (run.start_ns, run.run_id), reverse=True)
+        return found
+
+    def run(self, run_id: str) -> RunInfo | None:
+        with self.db.read_snapshot() as conn:
+            span = conn.execute(
+                "SELECT run_id, framework, first_ns, last_ns FROM runs WHERE run_id = ?",
+                (run_id,),
+            ).fetchone()
+            if span is None or not run_id:
+                return None
+            hosts = [
+                host
+                for (host,) in conn.execute(
+                    "SELECT host FROM run_hosts WHERE run_id = ? ORDER BY 1", (run_id,)
+                )
+            ]
+            marks = conn.execute(
+                "SELECT event, time_ns, rank, fields FROM events"
+                " WHERE run_id = ? AND event IN (?, ?) ORDER BY time_ns",
+                (run_id, Event.RUN_START, Event.RUN_END),
+            ).fetchall()
+        return run_info(*span, hosts, marks)
+
+    def events(
+        self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
+    ) -> list[WorkloadEvent]:
+        sql = (
+            "SELECT run_id, host, rank, framework, event, time_ns, fields FROM events"
+            " WHERE run_id = ?"
+        )
+        args: list = [run_id]
+        if since_ns is not None:
+            sql += " AND time_ns > ?"
+            args.append(since_ns)
+        if kinds is not None:
+            # by (run, kind): a run's few epoch events without walking its many steps
+            sql = sql.replace("FROM events", "FROM events INDEXED BY events_by_run_kind")
+            sql += f" AND event IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        sql += " ORDER BY time_ns, rank, host"
+        return [
+            WorkloadEvent(run, host, rank, framework, event, time_ns, json.loads(fields))
+            for run, host, rank, framework, event, time_ns, fields in self.db.read_conn().execute(
+                sql, args
+            )
+        ]
+
+    def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
+        """The run's steps as columns, picked out of the JSON by SQLite (``STEPS_SQL``):
+        no event is decoded in Python."""
+        sql = STEPS_SQL
+        args: list = [run_id, Event.STEP]
+        if since_ns is not None:
+            sql += " AND time_ns > ?"
+            args.append(since_ns)
+        sql += " ORDER BY time_ns, rank, host"
+        try:
+            rows = self.db.read_conn().execute(sql, args).fetchall()
+        except sqlite3.OperationalError as error:  # fields SQLite's JSON cannot read (NaN)
+            if "JSON" not in str(error):
+                raise
+            return StepTable.from_events(self.events(run_id, since_ns, kinds=(Event.STEP,)))
+        if not rows:
+            return StepTable.empty()
+        host, rank, time_ns, images, seconds, epoch = zip(*rows, strict=True)
+        return StepTable.from_columns(host, rank, time_ns, images, seconds, epoch)
+
+
+def _json_number(name: str) -> str:
+    """SQL for the field ``name`` of an event's JSON fields as a REAL, NULL unless it is a
+    JSON number (``json_extract`` gives 1 for ``true`` and the text of a string)."""
+    path = f"'$.\"{name}\"'"  # a quoted key: any name the schema spells
+    return (
+        f"CASE json_type(fields, {path}) WHEN 'integer' THEN json_extract(fields, {path}) * 1.0"
+        f" WHEN 'real' THEN json_extract(fields, {path}) END"
+    )
+
+
+STEPS_SQL = (
+    "SELECT host, rank, time_ns, "
+    + ", ".join(_json_number(name) for name in (Workload.IMAGES, Workload.SECONDS, Workload.EPOCH))
+    + " FROM events INDEXED BY events_by_run_kind WHERE run_id = ? AND event = ?"
+)
+
+
+def _rank(text: str | None) -> int:
+    try:
+        return int(text) if text is not None else -1
+    except ValueError:
+        return -1
+
+
+def run_info(
+    run_id: str,
+    framework: str,
+    first_ns: int,
+    last_ns: int,
+    hosts: list[str],
+    marks: list[tuple[str, int, int, str]],
+) -> RunInfo:
+    """A run from its run_start and run_end events (``marks``: event, time, rank, fields).
+
+    Rank 0's run_start is the configuration. The run failed if any rank says so; it
+    finished when rank 0 (or, without a rank 0, every rank that started) ended.
+    """
+    starts: dict[int, tuple[int, dict]] = {}
+    ends: dict[int, tuple[int, dict]] = {}
+    for event, time_ns, rank, fields in marks:
+        if event in (Event.RUN_START, Event.RUN_END):
+            (starts if event == Event.RUN_START else ends)[rank] = (time_ns, json.loads(fields))
+    config: dict = {}
+    if starts:
+        config = starts[0][1] if 0 in starts else starts[min(starts)][1]
+    start_ns = min((t for t, _ in starts.values()), default=first_ns)
+    failed = [t for t, f in ends.values() if f.get(Workload.STATE) == RunState.FAILED]
+    if failed:
+        state, end_ns = RunState.FAILED, max(t for t, _ in ends.values())
+    elif ends and (0 in ends or (starts and set(starts) <= set(ends))):
+        state, end_ns = RunState.FINISHED, max(t for t, _ in ends.values())
+    else:
+        state, end_ns = RunState.LIVE, None
+    world_size = config.get(Workload.WORLD_SIZE)
+    if not isinstance(world_size, int | float) or isinstance(world_size, bool):
+        world_size = len(starts)
+    model = config.get(Workload.MODEL, "")
+    return RunInfo(
+        run_id=run_id,
+        framework=framework,
+        model=str(model),
+        hosts=tuple(hosts),
+        world_size=int(world_size),
+        start_ns=start_ns,
+        end_ns=end_ns,
+        state=state,
+        config=config,
+    )

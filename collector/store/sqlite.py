@@ -1,0 +1,123 @@
+"""``SqliteStore``: the embedded store, one SQLite file holding samples and events.
+
+It puts the two halves of ``ReadStore`` together over one :class:`Database`: the samples
+(:class:`SampleStore`) and the runs and events (:class:`EventStore`), and writes a request's
+samples and events in one transaction.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agent.point import Point, encode_lines
+from collector.lineprotocol import ParsedBody, parse_body
+from collector.store.database import Database
+from collector.store.events import EventStore
+from collector.store.samples import MERGE_CALL_SAMPLES, MERGE_QUIET_NS, SampleStore
+from collector.store_api import RunInfo, SeriesData, SeriesInfo, StepTable, WorkloadEvent
+
+
+@dataclass
+class WriteResult:
+    points: int
+    samples: int
+    events: int
+
+
+class SqliteStore:
+    """Samples and workload events in one SQLite file; implements ``ReadStore``.
+
+    One instance may be shared by threads: writes are serialised on one writer connection,
+    reads use one connection per thread.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.db = Database(path)
+        self.path = self.db.path
+        self.samples = SampleStore(self.db)
+        self.event_store = EventStore(self.db)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def check_integrity(self) -> None:
+        """``PRAGMA quick_check``; raises ``StoreError`` for a damaged file."""
+        self.db.check_integrity()
+
+    # ---------------------------------------------------------------- writes
+
+    def write(self, parsed: ParsedBody) -> WriteResult:
+        """Store a parsed body in one transaction; committed when this returns."""
+        try:
+            with self.db.transaction() as conn:
+                if parsed.groups:
+                    self.samples.insert_batch(conn, parsed.groups)
+                if parsed.events:
+                    self.event_store.insert(conn, parsed.events)
+        except BaseException:
+            self.samples.forget_ids()
+            raise
+        return WriteResult(parsed.points, parsed.samples, len(parsed.events))
+
+    def write_lines(self, text: str, precision: str = "ns") -> ParsedBody:
+        """Parse line protocol and store its valid lines; the parse result says what was bad."""
+        parsed = parse_body(text, precision)
+        self.write(parsed)
+        return parsed
+
+    def write_points(self, points: Iterable[Point]) -> ParsedBody:
+        return self.write_lines(encode_lines(points))
+
+    # ---------------------------------------------------------------- maintenance
+
+    def compact(self, batches_per_step: int = 4096, now_ns: int | None = None) -> int:
+        """Fold the written batches into blocks and merge the windows that are over
+        (``SampleStore.compact``). Returns the number of batches folded."""
+        return self.samples.compact(batches_per_step, now_ns)
+
+    def merge_windows(
+        self,
+        now_ns: int | None = None,
+        quiet_ns: int = MERGE_QUIET_NS,
+        max_samples: int = MERGE_CALL_SAMPLES,
+    ) -> int:
+        return self.samples.merge_windows(now_ns, quiet_ns, max_samples)
+
+    def delete_before(self, cutoff_ns: int) -> int:
+        """Retention: drop samples older than ``cutoff_ns``; events and runs are kept."""
+        return self.samples.delete_before(cutoff_ns)
+
+    # ---------------------------------------------------------------- ReadStore
+
+    def list_series(
+        self, measurement: str, field: str, host: str | None = None
+    ) -> list[SeriesInfo]:
+        return self.samples.list_series(measurement, field, host)
+
+    def read_series(self, series: list[SeriesInfo], start_ns: int, end_ns: int) -> list[SeriesData]:
+        return self.samples.read_series(series, start_ns, end_ns)
+
+    def hosts(self) -> list[str]:
+        return sorted(set(self.samples.hosts()) | set(self.event_store.hosts()))
+
+    def runs(self) -> list[RunInfo]:
+        return self.event_store.runs()
+
+    def run(self, run_id: str) -> RunInfo | None:
+        return self.event_store.run(run_id)
+
+    def events(
+        self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
+    ) -> list[WorkloadEvent]:
+        return self.event_store.events(run_id, since_ns, kinds)
+
+    def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
+        return self.event_store.steps(run_id, since_ns)

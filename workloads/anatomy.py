@@ -1,0 +1,182 @@
+"""Where a training step's time goes: input wait, compute, communication and the rest.
+
+A trainer marks three moments of each step on the recorder's clock (see ``StepMarks``):
+
+- ``input_ready``: the next batch is in the trainer's hands (the wait before it is
+  *input wait*: the input pipeline did not keep up);
+- ``compute_done``: forward and backward are over, every local gradient is ready;
+- ``communication_done``: the gradient all-reduce is over (the averaged gradients are in
+  place).
+
+The step ends at the recorder's ``step_done``. The step's wall time then splits into four
+parts that add up to it exactly::
+
+    start ── input_wait ── input_ready ── compute ── compute_done ── communication ──
+          communication_done ── other ── end
+
+*communication* is the all-reduce time the step was left waiting for once its gradients
+were ready (the *exposed* part). All-reduce that ran while backward was still computing is
+counted once, in *compute*, and reported beside the sum as ``overlap``: the union of the
+all-reduce intervals (``StepMarks.communication``) inside ``[input_ready, compute_done]``.
+
+Marks out of order (a clock read late on another thread) are clamped into
+``[start, end]`` and made monotonic, so the parts are never negative. A step without an
+``input_ready`` mark has no anatomy (``split_step`` returns None); a missing
+``compute_done`` is the communication mark (or the end), a missing
+``communication_done`` is ``compute_done`` (no all-reduce: one process).
+
+The rank's own I/O comes from ``/proc/<pid>/io`` of the rank process and every process
+below it (PyTorch's DataLoader workers): ``read_bytes`` is what the kernel read from
+storage for them, ``rchar`` every byte their read calls returned (page-cache hits too).
+A child reaped by the rank has its counts added to the rank's own (the kernel does that
+on wait), so the sum over the live tree grows monotonically.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class StepMarks:
+    """One step's marks on the recorder's clock; None where a trainer gave none."""
+
+    input_ready: float | None = None
+    compute_done: float | None = None
+    communication_done: float | None = None
+    communication: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StepAnatomy:
+    input_wait: float
+    compute: float
+    communication: float  # exposed all-reduce
+    other: float
+    overlap: float  # all-reduce hidden behind backward; not part of the sum
+
+    @property
+    def total(self) -> float:
+        return self.input_wait + self.compute + self.communication + self.other
+
+
+ZERO = StepAnatomy(0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def add(first: StepAnatomy, second: StepAnatomy) -> StepAnatomy:
+    return StepAnatomy(
+        first.input_wait + second.input_wait,
+        first.compute + second.compute,
+        first.communication + second.communication,
+        first.other + second.other,
+        first.overlap + second.overlap,
+    )
+
+
+def covered(intervals: list[tuple[float, float]], low: float, high: float) -> float:
+    """Seconds of ``[low, high]`` covered by the union of ``intervals``."""
+    clipped = sorted((max(low, a), min(high, b)) for a, b in intervals if b > low and a < high)
+    total, reach = 0.0, low
+    for begin, end in clipped:
+        if end <= reach:
+            continue
+        total += end - max(begin, reach)
+        reach = end
+    return total
+
+
+def split_step(start: float, end: float, marks: StepMarks) -> StepAnatomy | None:
+    """The four parts of the step ``[start, end]`` (they add up to ``end - start``)."""
+    if marks.input_ready is None:
+        return None
+    end = max(start, end)
+
+    def clamp(value: float, low: float) -> float:
+        return min(end, max(low, value))
+
+    ready = clamp(marks.input_ready, start)
+    computed_at = marks.compute_done
+    if computed_at is None:
+        computed_at = marks.communication_done if marks.communication_done is not None else end
+    computed = clamp(computed_at, ready)
+    communicated_at = marks.communication_done
+    communicated = computed if communicated_at is None else clamp(communicated_at, computed)
+    return StepAnatomy(
+        input_wait=ready - start,
+        compute=computed - ready,
+        communication=communicated - computed,
+        other=end - communicated,
+        overlap=covered(marks.communication, ready, computed),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# The rank's own reads, /proc/<pid>/io
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessIo:
+    rchar: int = 0  # bytes returned by read-like calls, page cache included
+    read_bytes: int = 0  # bytes the kernel fetched from storage for the process
+
+    def __add__(self, other: ProcessIo) -> ProcessIo:
+        return ProcessIo(self.rchar + other.rchar, self.read_bytes + other.read_bytes)
+
+    def __sub__(self, other: ProcessIo) -> ProcessIo:
+        return ProcessIo(self.rchar - other.rchar, self.read_bytes - other.read_bytes)
+
+
+def parse_proc_io(text: str) -> ProcessIo:
+    """``/proc/<pid>/io`` (``rchar: 123`` lines)."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if value.strip().isdigit():
+            values[name.strip()] = int(value)
+    return ProcessIo(values.get("rchar", 0), values.get("read_bytes", 0))
+
+
+def parse_ppid(stat_text: str) -> int | None:
+    """The parent pid from ``/proc/<pid>/stat`` (the name in parentheses may hold spaces)."""
+    _, _, rest = stat_text.rpartition(")")
+    fields = rest.split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """Every live process below ``pid`` (children, their children...)."""
+    parents: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = parse_ppid((entry / "stat").read_text())
+        except OSError:  # gone meanwhile
+            continue
+        if parent is not None:
+            parents.setdefault(parent, []).append(int(entry.name))
+    found, queue = [], [pid]
+    while queue:
+        for child in parents.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+def process_tree_io(pid: int | None = None, proc: Path = Path("/proc")) -> ProcessIo | None:
+    """I/O of ``pid`` (this process) and its live descendants; None where /proc/<pid>/io
+    cannot be read (another kernel, a locked-down /proc)."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        total = parse_proc_io((proc / str(pid) / "io").read_text())
+    except OSError:
+        return None
+    for child in descendants(pid, proc):
+        try:
+            total = total + parse_proc_io((proc / str(child) / "io").read_text())
+        except OSError:  # exited: its counts are in ours once we reap it
+            continue
+    return total
