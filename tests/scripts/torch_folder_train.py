@@ -1,7 +1,7 @@
 """A PyTorch training script in the style of pytorch/examples' imagenet/main.py, reading a
 class-per-folder JPEG tree with PIL (no torchvision): what ``workloads profile`` must
 recognise unmodified. Usage: torch_folder_train.py DATA_DIR [--epochs N] [--batch-size B]
-[--workers W] [--distributed]"""
+[--workers W] [--distributed] [--fail-in-epoch N]"""
 
 import argparse
 import os
@@ -18,8 +18,11 @@ from torch.utils.data.distributed import DistributedSampler
 class JpegFolder(Dataset):
     def __init__(self, root, size=32):
         classes = sorted(os.listdir(root))
-        self.samples = [(os.path.join(root, c, f), i) for i, c in enumerate(classes)
-                        for f in sorted(os.listdir(os.path.join(root, c)))]
+        self.samples = [
+            (os.path.join(root, c, f), i)
+            for i, c in enumerate(classes)
+            for f in sorted(os.listdir(os.path.join(root, c)))
+        ]
         self.size = size
 
     def __len__(self):
@@ -35,8 +38,9 @@ class JpegFolder(Dataset):
 class SmallNet(nn.Module):
     def __init__(self, classes):
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
-                                      nn.AdaptiveAvgPool2d(4))
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4)
+        )
         self.classifier = nn.Linear(8 * 16, classes)
 
     def forward(self, x):
@@ -61,6 +65,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--distributed", action="store_true")
+    parser.add_argument("--fail-in-epoch", type=int, help="raise in this epoch (a crash)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.distributed:
@@ -68,8 +73,13 @@ def main():
     train_set = JpegFolder(os.path.join(args.data, "train"))
     val_set = JpegFolder(os.path.join(args.data, "val"))
     sampler = DistributedSampler(train_set) if args.distributed else None
-    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=sampler is None,
-                              sampler=sampler, num_workers=args.workers)
+    train_loader = DataLoader(
+        train_set,
+        batch_size=args.batch_size,
+        shuffle=sampler is None,
+        sampler=sampler,
+        num_workers=args.workers,
+    )
     val_loader = DataLoader(val_set, batch_size=args.batch_size, num_workers=args.workers)
     model = SmallNet(len(os.listdir(os.path.join(args.data, "train"))))
     if args.distributed:
@@ -81,6 +91,8 @@ def main():
             sampler.set_epoch(epoch)
         model.train()
         for images, target in train_loader:
+            if args.fail_in_epoch == epoch + 1:
+                raise RuntimeError(f"the script failed in epoch {epoch + 1}")
             loss = criterion(model(images), target)
             optimizer.zero_grad()
             loss.backward()

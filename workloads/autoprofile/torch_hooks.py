@@ -107,7 +107,8 @@ class Tracker:
             if self.model is None and current.outermost is not None:
                 self.model = model_name(current.outermost)
             batch = getattr(loader, "batch_size", None)
-            session.start("pytorch", self.model, batch, current.start_ns)
+            # a nanosecond before the epoch it starts with: first in time order, as it was sent
+            session.start("pytorch", self.model, batch, current.start_ns - 1)
             session.epoch_start(current.start_ns)
             self._stop_watching()
         loss, self.loss = self.loss, None
