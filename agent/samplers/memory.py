@@ -15,14 +15,16 @@ writeback_bytes      gauge    bytes      ``Writeback`` x 1024
 active_file_bytes    gauge    bytes      ``Active(file)`` x 1024 (2.6.28+)
 inactive_file_bytes  gauge    bytes      ``Inactive(file)`` x 1024 (2.6.28+)
 shmem_bytes          gauge    bytes      ``Shmem`` x 1024 (2.6.32+)
-pgpgin               counter  kibibytes  vmstat ``pgpgin``
-pgpgout              counter  kibibytes  vmstat ``pgpgout``
+pgpgin_bytes         counter  bytes      vmstat ``pgpgin`` x 1024
+pgpgout_bytes        counter  bytes      vmstat ``pgpgout`` x 1024
 pgfault              counter  count      vmstat ``pgfault``
 pgmajfault           counter  count      vmstat ``pgmajfault``
 ===================  =======  =========  ==============================================
 
-meminfo says "kB" but means KiB, hence x 1024. A key the kernel does not print (an old
-kernel has no ``MemAvailable``) gives no field, never a zero. ``Cached`` includes
+meminfo says "kB" but means KiB, hence x 1024; vmstat's ``pgpgin``/``pgpgout`` are KiB
+too (the kernel counts 512-byte sectors and halves them when it prints). A key the
+kernel does not print (an old kernel has no ``MemAvailable``) gives no field, never a
+zero. ``Cached`` includes
 ``Shmem`` (tmpfs, shared memory), which cannot be dropped like file cache; the data set
 of a training run shows up in ``Cached`` and in ``Active(file)``/``Inactive(file)``.
 Without a readable vmstat the point carries the meminfo fields only.
@@ -54,11 +56,12 @@ MEMINFO_FIELDS: dict[str, FieldName] = {
     "Inactive(file)": Memory.INACTIVE_FILE_BYTES,
     "Shmem": Memory.SHMEM_BYTES,
 }
-VMSTAT_FIELDS: dict[str, FieldName] = {
-    "pgpgin": Memory.PGPGIN,
-    "pgpgout": Memory.PGPGOUT,
-    "pgfault": Memory.PGFAULT,
-    "pgmajfault": Memory.PGMAJFAULT,
+# vmstat key -> (field, multiplier to base units)
+VMSTAT_FIELDS: dict[str, tuple[FieldName, int]] = {
+    "pgpgin": (Memory.PGPGIN_BYTES, 1024),
+    "pgpgout": (Memory.PGPGOUT_BYTES, 1024),
+    "pgfault": (Memory.PGFAULT, 1),
+    "pgmajfault": (Memory.PGMAJFAULT, 1),
 }
 
 
@@ -124,7 +127,13 @@ class MemorySampler:
             field: float(meminfo[key]) for key, field in MEMINFO_FIELDS.items() if key in meminfo
         }
         vmstat = self._read_vmstat()
-        fields.update({field: vmstat[key] for key, field in VMSTAT_FIELDS.items() if key in vmstat})
+        fields.update(
+            {
+                field: vmstat[key] * scale
+                for key, (field, scale) in VMSTAT_FIELDS.items()
+                if key in vmstat
+            }
+        )
         return [Point(Memory.NAME, {}, fields, now_ns)]
 
     def _read_meminfo(self) -> dict[str, int] | None:
