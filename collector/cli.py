@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 
@@ -33,9 +34,34 @@ BACKEND_HELP = {
 }
 
 
+def retention_days(text: str) -> float:
+    """``--retention-days``: a positive number of days (0 or less would delete samples as
+    soon as they are written)."""
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if not math.isfinite(days) or days <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of days, not {text!r}: samples older than it are"
+            " deleted, so 0 or less would delete them as they arrive (leave it out to keep"
+            " everything)"
+        )
+    return days
+
+
 def _add_store_arguments(parser: argparse.ArgumentParser, backend_help: str) -> None:
     parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite file (default {DEFAULT_DB})")
     parser.add_argument("--backend", metavar="{victoriametrics,prometheus}=URL", help=backend_help)
+
+
+def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--collector",
+        metavar="URL",
+        help="ask the collector at URL (its read API) instead of reading --db here",
+    )
+    parser.add_argument("--token-file", help="file holding the collector's token (--collector)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
     serve.add_argument("--token-file", help="file holding the write/query token")
     serve.add_argument(
-        "--retention-days", type=float, default=None, help="delete samples older than this"
+        "--retention-days",
+        type=retention_days,
+        default=None,
+        help="delete samples older than this many days (> 0; default: keep everything)",
     )
     serve.add_argument(
         "--max-body-bytes", type=int, default=64 * 1024 * 1024, help="larger bodies get 413"
@@ -58,10 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_arguments(report, BACKEND_HELP["read"])
     report.add_argument("--format", choices=("table", "csv", "json"), default="table")
     report.add_argument("--findings", action="store_true", help="also print the findings")
+    _add_remote_arguments(report)
 
     runs = sub.add_parser("runs", help="list runs, newest first")
     _add_store_arguments(runs, BACKEND_HELP["read"])
     runs.add_argument("--format", choices=("table", "json"), default="table")
+    _add_remote_arguments(runs)
 
     scaling = sub.add_parser("scaling", help="scaling table over runs, or over given numbers")
     _add_store_arguments(scaling, BACKEND_HELP["read"])
@@ -72,13 +103,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scaling.add_argument("--gpus-per-node", type=int, default=None)
     scaling.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    _add_remote_arguments(scaling)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = importlib.import_module(HANDLERS[args.command])
-    return int(handler.run(args) or 0)
+    try:
+        return int(handler.run(args) or 0)
+    except RuntimeError as error:
+        # (imported here: a StoreError means the store is loaded; `scaling` may not load it)
+        from collector.store.database import StoreError
+
+        if not isinstance(error, StoreError):
+            raise
+        # a store file that cannot be used: one line, no traceback
+        print(f"collector {args.command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -8,8 +8,12 @@ the ``f`` forms), optional timestamps.
 
 * A valid line of any measurement but ``workload`` contributes its numeric fields (floats,
   integers, booleans as 1/0) to a :class:`SampleGroup`: every line of one tag set with the
-  same field names, as one int64 time vector and one float64 row per field. String fields
-  of such lines are dropped: they are not samples.
+  same field names, as one int64 time vector and one float64 row per field. Every number is
+  a float64 sample, so a field written as an integer in one batch and as a float in the next
+  is one series (as in Prometheus and VictoriaMetrics; InfluxDB would refuse the float).
+  A string field is not a sample and is never dropped silently: the line gets a
+  :class:`LineError` naming the field (so the write answers 400, as InfluxDB does for a field
+  type conflict), and the line's numeric fields are stored all the same.
 * A ``workload`` line is kept whole, typed fields and all, as a :class:`~agent.point.Point`
   event (``agent.schema.Workload``).
 * A malformed line becomes a :class:`LineError` with its 1-based line number; the other
@@ -146,6 +150,7 @@ class ParsedBody:
     points: int = 0  # valid lines
     untimed_lines: list[int] = field(default_factory=list)  # 1-based; got server_time_ns
     server_time_ns: int = 0
+    partly_stored: int = 0  # lines in ``errors`` whose numeric fields were stored all the same
 
     @property
     def samples(self) -> int:
@@ -154,7 +159,14 @@ class ParsedBody:
     def __reduce__(self) -> tuple:
         # groups as plain tuples: pickles several times faster than objects (worker -> server)
         groups = [(g.measurement, g.tag_items, g.fields, g.times, g.vals) for g in self.groups]
-        state = (self.events, self.errors, self.points, self.untimed_lines, self.server_time_ns)
+        state = (
+            self.events,
+            self.errors,
+            self.points,
+            self.untimed_lines,
+            self.server_time_ns,
+            self.partly_stored,
+        )
         return (_unpickle_parsed_body, (groups, state))
 
 
@@ -278,8 +290,15 @@ def parse_body(text: str, precision: str | None = "ns", now_ns: int | None = Non
         general.sort()
         found.extend(_parse_general(lines, general, factor, server_time_ns, result))
     result.groups = _resolve_overlaps(found, lines, factor, server_time_ns)
-    result.points = len(lines) - skipped - len(result.errors)
+    result.points = len(lines) - skipped - len(result.errors) + result.partly_stored
     return result
+
+
+def _string_fields_message(names: list[str], numbers_stored: bool) -> str:
+    quoted = ", ".join(f'"{name}"' for name in names)
+    what = f"field {quoted} is a string" if len(names) == 1 else f"fields {quoted} are strings"
+    kept = "; the line's numeric fields were stored" if numbers_stored else ""
+    return f"{what}, not stored (samples are numbers: send text as a tag, or leave it out{kept})"
 
 
 class _Candidates:
@@ -523,10 +542,15 @@ def _parse_general(
             _, tags, typed, _ = parse_line_full(line)
             events.append(Point(workload, tags, typed, time_ns))
             continue
-        if '"' in line:  # it may hold string fields: they are not samples
-            fields = {name: value for name, value in fields.items() if type(value) is not str}
-            if not fields:
-                continue
+        if '"' in line:  # it may hold string fields: not samples, and refused by name
+            strings = [name for name, value in fields.items() if type(value) is str]
+            if strings:
+                fields = {name: value for name, value in fields.items() if type(value) is not str}
+                message = _string_fields_message(strings, bool(fields))
+                errors.append(LineError(line_number, f"{message} {_excerpt(line)}"))
+                if not fields:
+                    continue
+                result.partly_stored += 1
         tag_items = tuple(sorted(parsed["tags"].items()))
         names = tuple(fields)
         key = (parsed["measurement"], tag_items, names)

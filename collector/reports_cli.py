@@ -10,6 +10,9 @@
 ``scaling``         scaling tables over stored runs (collector.scaling), or over given
                     numbers with ``--throughput 1:283,4:1099,8:2075 --gpus-per-node 4``.
 
+``--collector URL [--token-file F]`` asks a collector anywhere for the same view (its read
+API, collector.read_api) instead of reading ``--db`` here; the output is the same.
+
 Exit status: 0 on success, 1 when the run or the store is not there, 2 on bad arguments.
 """
 
@@ -57,7 +60,10 @@ def open_store(args: argparse.Namespace) -> ReadStore:
         return open_backend_store(spec, events)
     path = Path(args.db)
     if not path.is_file():
-        raise CliError(f"no store at {path} (start `collector serve --db {path}` first)")
+        raise CliError(
+            f"no store at {path} (start `collector serve --db {path}` first, or ask a "
+            "collector elsewhere with --collector URL --token-file FILE)"
+        )
     from collector.store import SqliteStore
 
     return SqliteStore(path)
@@ -68,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.command == "scaling" and args.throughput:
             return print_throughput_scaling(args, out)
+        if getattr(args, "collector", None):
+            return _remote(args, out)
         store = open_store(args)
         if args.command == "report":
             return print_report(store, args, out)
@@ -79,6 +87,16 @@ def run(args: argparse.Namespace) -> int:
     except CliError as error:
         print(f"collector {args.command}: {error}", file=sys.stderr)
         return error.status
+
+
+def _remote(args: argparse.Namespace, out) -> int:
+    """The same view, made by the collector at ``--collector`` (collector.read_api)."""
+    from collector.read_api import RemoteError, run_remote
+
+    try:
+        return run_remote(args, out)
+    except RemoteError as error:
+        raise CliError(str(error), error.status) from None
 
 
 # --------------------------------------------------------------------------------------

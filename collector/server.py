@@ -49,9 +49,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from collector import lineprotocol
+from collector import lineprotocol, read_api
 from collector.backends import forwarding_url
 from collector.lineprotocol import ParsedBody, PrecisionError
+from collector.refusals import RefusalLog
 from collector.store import SqliteStore
 from collector.victoriametrics import BackendError, Forwarder
 
@@ -166,6 +167,8 @@ class CollectorServer(ThreadingHTTPServer):
         self.parse_pool = parse_pool or ParsePool(1)
         self.started = datetime.now(UTC)
         self.started_monotonic = time.monotonic()
+        self.read_store = sink.store  # what the read API reads (run() may give a backend's)
+        self.refusals = RefusalLog(log)
 
 
 class WriteHandler(BaseHTTPRequestHandler):
@@ -198,6 +201,8 @@ class WriteHandler(BaseHTTPRequestHandler):
             self._ping(parse_qs(url.query))
         elif url.path == "/health":
             self._health()
+        elif (view := read_api.view_of(url.path)) is not None:
+            self._read_view(view, parse_qs(url.query))
         elif url.path == "/ready":
             up = time.monotonic() - self.server.started_monotonic
             started = self.server.started.isoformat(timespec="microseconds")
@@ -231,13 +236,29 @@ class WriteHandler(BaseHTTPRequestHandler):
             "version": VERSION,
             "commit": "",
         }
-        try:
-            self.server.sink.store.hosts()
-        except Exception as error:  # the store is unreadable: say so, as InfluxDB does
-            health.update(status="fail", message=f"store unavailable: {type(error).__name__}")
+        # a store that cannot write, compact or be read fails, as InfluxDB's does
+        problems = self.server.sink.store.health()
+        if problems:
+            health.update(status="fail", message="store unavailable: " + "; ".join(problems))
             self._send_json(HTTPStatus.SERVICE_UNAVAILABLE, health)
             return
         self._send_json(HTTPStatus.OK, health)
+
+    def _read_view(self, view: str, query: dict[str, list[str]]) -> None:
+        """``GET /api/v1/runs|report|scaling``: collector.read_api, behind the write token."""
+        try:
+            self._authorize(query, v1=False)
+            result = read_api.answer(view, query, self.server.read_store)
+        except HttpError as error:
+            self._send_error(error)
+            return
+        except Exception:
+            log.exception("read of %s failed", view)
+            self._send_error(
+                HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", "read failed")
+            )
+            return
+        self._send(result.status, result.body, result.content_type)
 
     def _write(self, query: dict[str, list[str]], v1: bool) -> None:
         self._authorize(query, v1)
@@ -395,6 +416,10 @@ class WriteHandler(BaseHTTPRequestHandler):
         if error.close:
             self.close_connection = True
         headers = None
+        path = urlsplit(self.path).path if hasattr(self, "path") else "-"
+        if error.status < HTTPStatus.INTERNAL_SERVER_ERROR:  # the phrase: messages quote lines
+            reason = HTTPStatus(error.status).phrase
+            self.server.refusals.refused(error.status, self.client_address[0], path, reason)
         if error.status == HTTPStatus.UNAUTHORIZED:
             headers = {"WWW-Authenticate": 'Token realm="epochscope"'}
         self._send_json(error.status, {"code": error.code, "message": error.message}, headers)
@@ -488,7 +513,7 @@ def run(args) -> int:
     )
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)
-    store = SqliteStore(args.db)
+    store = SqliteStore(args.db, check_integrity=True)  # StoreError: one line (collector.cli)
     forward_to = forwarding_url(args.backend)  # None: store here (prometheus=URL too)
     forwarder = Forwarder(forward_to) if forward_to else None
     workers = min(os.cpu_count() or 1, 8)
@@ -502,6 +527,10 @@ def run(args) -> int:
         max_body_bytes=args.max_body_bytes,
         parse_pool=pool,
     )
+    if forwarder is not None:  # the read API's samples are in the backend too
+        from collector.backends import open_backend_store, parse_backend_spec
+
+        server.read_store = open_backend_store(parse_backend_spec(args.backend), args.db)
     maintenance = Maintenance(store, args.retention_days)
     maintenance.start()
 

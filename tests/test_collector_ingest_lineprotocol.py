@@ -63,7 +63,7 @@ def test_telegraf_cpu_and_disk_lines():
     assert disk.times_ns.tolist() == [1_700_000_000_000_000_000]
 
 
-def test_telegraf_string_fields_are_not_samples():
+def test_telegraf_string_fields_are_named_not_dropped_silently():
     # Telegraf's system input: uptime_format holds a space and commas inside quotes
     body = (
         'system,host=h uptime_format="10 days,  3:04",uptime=867911i 1700000000000000000\n'
@@ -71,8 +71,14 @@ def test_telegraf_string_fields_are_not_samples():
         'system,host=h motd="only text" 1700000000000000000'
     )
     parsed = parse_body(body)
-    assert parsed.errors == []
-    assert parsed.points == 3  # all valid; the last simply has no numeric field
+    # each string field is named (a 400), and the numbers of its line are stored all the same
+    assert [error.line for error in parsed.errors] == [1, 2, 3]
+    assert parsed.errors[0].message.startswith(
+        'field "uptime_format" is a string, not stored (samples are numbers'
+    )
+    assert "the line's numeric fields were stored" in parsed.errors[1].message
+    assert "numeric fields were stored" not in parsed.errors[2].message  # motd: text only
+    assert parsed.points == 2  # the lines whose numbers were stored
     by_name = {g.measurement: g for g in parsed.groups}
     assert by_name["system"].fields == ("uptime",)
     assert by_name["system"].values.tolist() == [[867911.0]]
@@ -376,6 +382,8 @@ def reference(body: str, precision: str) -> tuple[dict, list[int]]:
             continue
         if measurement == "workload":
             continue
+        if any(isinstance(value, str) for value in fields.values()):
+            bad.append(number)  # a string field is named in the errors; numbers are stored
         for name, value in fields.items():
             if not isinstance(value, str):
                 key = (measurement, tuple(sorted(tags.items())), name)

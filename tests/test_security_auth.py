@@ -25,6 +25,7 @@ import urllib.request
 import pytest
 
 from bench.reliability import harness
+from collector import read_api
 from collector import server as collector_server
 
 TOKEN = "sec-TOKEN-3f9a1c77e0"
@@ -39,6 +40,7 @@ def server_routes() -> tuple[set[str], set[str]]:
     methods = {name[3:] for name in dir(handler) if name.startswith("do_")}
     source = inspect.getsource(collector_server)
     paths = set(re.findall(r'path == "(/[^"]*)"', source))
+    paths |= {read_api.PREFIX + view for view in read_api.VIEWS}  # routed by view_of
     return methods, paths
 
 
@@ -77,7 +79,8 @@ def test_the_route_list_is_what_the_server_routes():
     # If this fails, the server grew a method or a route: the tests below cover it already;
     # update this list and docs/reliability.md to say whether it is open.
     assert methods == {"GET", "HEAD", "POST"}
-    assert paths == {"/api/v2/write", "/write", "/ping", "/health", "/ready"}
+    assert paths == {"/api/v2/write", "/write", "/ping", "/health", "/ready",
+                     "/api/v1/runs", "/api/v1/report", "/api/v1/scaling"}  # fmt: skip
 
 
 CREDENTIALS = {
@@ -127,6 +130,10 @@ def test_the_routes_that_answer(routes):
         ("HEAD", "/ping"): 204,
         ("POST", "/api/v2/write"): 204,
         ("POST", "/write"): 204,
+        # the read API takes no bucket/org/db (400 after the token is checked)
+        ("GET", "/api/v1/runs"): 400,
+        ("GET", "/api/v1/report"): 400,
+        ("GET", "/api/v1/scaling"): 400,
     }
 
 

@@ -213,7 +213,7 @@ class Database:
             conn.close()
         if problems != ["ok"]:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            first = " ".join(problems[0].split())
+            first = " ".join(problems[0].replace("*** in database main ***", "").split())
             raise StoreError(
                 f"{self.path} is damaged (PRAGMA quick_check: {first}{more}): restore it"
                 " from a backup, or move it aside to start a new store"

@@ -8,8 +8,12 @@ samples and events in one transaction.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from agent.point import Point, encode_lines
 from collector.lineprotocol import ParsedBody, parse_body
@@ -17,6 +21,12 @@ from collector.store.database import Database
 from collector.store.events import EventStore
 from collector.store.samples import MERGE_CALL_SAMPLES, MERGE_QUIET_NS, SampleStore
 from collector.store_api import RunInfo, SeriesData, SeriesInfo, StepTable, WorkloadEvent
+
+T = TypeVar("T")
+
+# /health fails below this much free space where the file is: a fold or a merge needs room
+# for its new blocks before it frees the old ones, and a write for its batch
+MIN_FREE_BYTES = 1 << 20
 
 
 @dataclass
@@ -33,11 +43,22 @@ class SqliteStore:
     reads use one connection per thread.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], check_integrity: bool = False) -> None:
+        """Open (or create) the store file at ``path``; ``check_integrity``: run
+        ``PRAGMA quick_check`` first (``collector serve`` does). Raises ``StoreError`` for a
+        file that is not a usable store."""
         self.db = Database(path)
         self.path = self.db.path
+        if check_integrity:
+            try:
+                self.db.check_integrity()
+            except BaseException:
+                self.db.close()
+                raise
         self.samples = SampleStore(self.db)
         self.event_store = EventStore(self.db)
+        # what failed last, by operation (write, compaction, retention), until it next works
+        self._failures: dict[str, str] = {}
 
     def close(self) -> None:
         self.db.close()
@@ -52,10 +73,45 @@ class SqliteStore:
         """``PRAGMA quick_check``; raises ``StoreError`` for a damaged file."""
         self.db.check_integrity()
 
+    def health(self) -> list[str]:
+        """What keeps the store from taking writes or compacting now, one line each
+        (empty when nothing does): the last write, compaction or retention pass failed
+        (until one succeeds again), the disk holding the file is full, or the file
+        cannot be read."""
+        problems = [f"{what} failed: {message}" for what, message in self._failures.items()]
+        try:
+            free = shutil.disk_usage(self.path.parent).free
+        except OSError as error:
+            problems.append(f"cannot see the disk of {self.path}: {error}")
+        else:
+            if free < MIN_FREE_BYTES:
+                problems.append(f"disk full: {free} bytes free for {self.path}")
+        try:
+            self.samples.hosts()
+        except sqlite3.Error as error:
+            problems.append(f"cannot read {self.path}: {error}")
+        return problems
+
+    def _watched(self, what: str, operation: Callable[[], T]) -> T:
+        """``operation()``, remembering an SQLite failure for ``health()`` until it works."""
+        try:
+            result = operation()
+        except sqlite3.Error as error:
+            stamp = time.strftime("%H:%M:%S", time.gmtime())
+            self._failures[what] = f"{error} (at {stamp} UTC)"
+            raise
+        if self._failures:
+            self._failures.pop(what, None)
+        return result
+
     # ---------------------------------------------------------------- writes
 
     def write(self, parsed: ParsedBody) -> WriteResult:
         """Store a parsed body in one transaction; committed when this returns."""
+        self._watched("write", lambda: self._write(parsed))
+        return WriteResult(parsed.points, parsed.samples, len(parsed.events))
+
+    def _write(self, parsed: ParsedBody) -> None:
         try:
             with self.db.transaction() as conn:
                 if parsed.groups:
@@ -65,7 +121,6 @@ class SqliteStore:
         except BaseException:
             self.samples.forget_ids()
             raise
-        return WriteResult(parsed.points, parsed.samples, len(parsed.events))
 
     def write_lines(self, text: str, precision: str = "ns") -> ParsedBody:
         """Parse line protocol and store its valid lines; the parse result says what was bad."""
@@ -81,7 +136,7 @@ class SqliteStore:
     def compact(self, batches_per_step: int = 4096, now_ns: int | None = None) -> int:
         """Fold the written batches into blocks and merge the windows that are over
         (``SampleStore.compact``). Returns the number of batches folded."""
-        return self.samples.compact(batches_per_step, now_ns)
+        return self._watched("compaction", lambda: self.samples.compact(batches_per_step, now_ns))
 
     def merge_windows(
         self,
@@ -93,7 +148,7 @@ class SqliteStore:
 
     def delete_before(self, cutoff_ns: int) -> int:
         """Retention: drop samples older than ``cutoff_ns``; events and runs are kept."""
-        return self.samples.delete_before(cutoff_ns)
+        return self._watched("retention", lambda: self.samples.delete_before(cutoff_ns))
 
     # ---------------------------------------------------------------- ReadStore
 

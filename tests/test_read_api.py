@@ -1,0 +1,163 @@
+"""The collector's read API against a real ``collector serve`` with a token.
+
+``collector report|runs|scaling --collector URL`` must print exactly what the same command
+prints with ``--db`` on the collector's host (JSON byte for byte, and the tables), refuse
+without the token, and the collector must log refused requests (rate-limited, never the
+token).
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from bench.reliability import harness
+from collector.read_api import command_argv, query_of
+from collector.refusals import RefusalLog
+from workloads.events import EventWriter, ShipperSink
+from workloads.timing import Recorder
+
+pytestmark = pytest.mark.timeout(300)
+TOKEN = "read-TOKEN-5b1e2f"
+
+
+class StepClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def train(url: str, token: str, spool, run_id: str, host: str, world: int) -> None:
+    """Two epochs of 4 steps of one rank, through the shipper with the token."""
+    writer = EventWriter(ShipperSink(url, token, spool), run_id, 0, "pytorch", host=host)
+    clock = StepClock()
+    recorder = Recorder(writer, batch_size=8, warmup_steps=1, step_every=2, clock=clock)
+    recorder.run_start({"batch_size": 8, "world_size": world, "model": "resnet50",
+                        "precision": "fp32", "data_format": "synthetic"})  # fmt: skip
+    for epoch in (1, 2):
+        recorder.epoch_start(epoch)
+        for _ in range(4):
+            clock.now += 0.25 / world
+            recorder.step_done(1.0)
+        recorder.epoch_end(loss=1.0 / epoch, top1=0.4 * epoch, top5=1.0)
+    recorder.run_end()
+    assert writer.close(60.0)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("read-api")
+    _, token_file = harness.write_token_file(workdir, TOKEN)
+    collector = harness.Collector(
+        db=workdir / "c.sqlite", token_file=token_file, log=workdir / "collector.log"
+    )
+    collector.start()
+    train(collector.url, TOKEN, workdir / "spool-a", "run-a", "node01", 1)
+    train(collector.url, TOKEN, workdir / "spool-b", "run-b", "node01", 1)
+    yield collector, token_file
+    collector.stop()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "collector", *args],
+        capture_output=True, text=True, env=harness.repo_env(), timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        ("runs", "--format", "json"),
+        ("runs",),
+        ("report", "run-a", "--format", "json", "--findings"),
+        ("report", "run-a", "--format", "json"),
+        ("report", "run-a", "--findings"),
+        ("report", "run-a", "--format", "csv"),
+        ("scaling", "--format", "json"),
+    ],
+    ids=lambda view: " ".join(view),
+)
+def test_a_view_from_the_collector_is_the_view_made_locally(served, view):
+    collector, token_file = served
+    local = cli(*view, "--db", str(collector.db))
+    remote = cli(*view, "--collector", collector.url, "--token-file", str(token_file))
+    assert local.returncode == 0, local.stderr
+    assert remote.returncode == 0, remote.stderr
+    assert remote.stdout == local.stdout
+    shown = {"runs": "run-a", "report": "node01", "scaling": "run-"}[view[0]]
+    assert shown in remote.stdout
+
+
+def test_a_missing_run_and_a_refused_token_say_so(served, tmp_path):
+    collector, token_file = served
+    missing = cli("report", "no-such-run", "--collector", collector.url,
+                  "--token-file", str(token_file))  # fmt: skip
+    assert missing.returncode == 1
+    assert "no run 'no-such-run'" in missing.stderr
+    without = cli("runs", "--collector", collector.url)
+    assert without.returncode == 1
+    assert "refused the token" in without.stderr and "--token-file" in without.stderr
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-the-token\n")
+    refused = cli("runs", "--collector", collector.url, "--token-file", str(wrong))
+    assert refused.returncode == 1 and "refused the token" in refused.stderr
+    down = cli("runs", "--collector", f"http://127.0.0.1:{harness.free_port()}")
+    assert down.returncode == 1 and "cannot reach the collector" in down.stderr
+
+
+def test_the_read_api_answers_401_without_the_token_and_the_log_says_so(served):
+    collector, _ = served
+    for _ in range(5):  # a client retrying: one log line, not five
+        request = urllib.request.Request(f"{collector.url}/api/v1/runs?format=json")
+        request.add_header("Authorization", "Token wrong-token-123")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 401
+    log = collector.log.read_text()
+    lines = [line for line in log.splitlines() if "refused /api/v1/runs" in line]
+    assert len(lines) == 1, log
+    assert "401" in lines[0] and "127.0.0.1" in lines[0]
+    assert TOKEN not in log and "wrong-token-123" not in log
+
+
+def test_a_write_with_a_wrong_token_is_logged_once_a_minute(caplog):
+    now = [0.0]
+    refusals = RefusalLog(logging.getLogger("test.refusals"), clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, "test.refusals"):
+        assert refusals.refused(401, "10.0.0.7", "/api/v2/write", "unauthorized access")
+        now[0] = 30.0
+        assert not refusals.refused(401, "10.0.0.7", "/api/v2/write", "unauthorized access")
+        assert refusals.refused(413, "10.0.0.7", "/api/v2/write", "too large")  # another kind
+        now[0] = 61.0
+        assert refusals.refused(401, "10.0.0.7", "/api/v2/write", "unauthorized access")
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages == [
+        "refused /api/v2/write from 10.0.0.7: 401 unauthorized access",
+        "refused /api/v2/write from 10.0.0.7: 413 too large",
+        "refused /api/v2/write from 10.0.0.7: 401 unauthorized access "
+        "(and 1 more like it in the last 60 s)",
+    ]
+
+
+def test_query_and_argv_round_trip_only_the_view_options():
+    from collector.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["report", "r1", "--findings", "--format", "json", "--collector", "http://x",
+         "--token-file", "/t", "--db", "/secret.sqlite"]
+    )  # fmt: skip
+    query = query_of(args)
+    assert "db" not in query and "collector" not in query and "token_file" not in query
+    assert query["run_id"] == "r1" and query["findings"] == "true"
+    argv = command_argv("report", {name: [value] for name, value in query.items()})
+    assert argv[:2] == ["report", "r1"] and "--findings" in argv
+    with pytest.raises(ValueError, match="db"):
+        command_argv("runs", {"db": ["/etc/passwd"]})
