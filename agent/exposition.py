@@ -1,44 +1,61 @@
-"""Prometheus /metrics: the latest sample, as Prometheus metric families.
+"""Prometheus /metrics: the latest sample in the text exposition format (0.0.4).
 
 A field becomes ``epochscope_<measurement>_<field>`` (``schema.prometheus_name``; counters
-end in ``_total``) with the point's tags as labels and the schema's help line as HELP.
-Counters are counter families, gauges gauge families; text fields are not exposed, and
-neither are fields the schema does not know (logged once each). A scrape renders the
-sample the loop published last: it never reads /proc or /sys itself.
+end in ``_total``) with the point's tags as labels and the schema's help line as HELP. A
+few fields share one family and are told apart by a label the schema gives them: the
+CPU modes are ``epochscope_cpu_seconds_total{mode="user"}``. Text fields are not
+exposed, and neither are fields the schema does not know (logged once each).
 
-The collector sits on its own registry (no process/platform/GC collectors of the client
-library: the ``agent`` measurement reports the agent's own cost).
+Every sample line carries the sample's own timestamp (ms), the instant the agent read
+the counters. Prometheus then computes ``rate()`` over the real interval between two
+readings, not between two scrapes: a scrape that lands 0.9 s after a tick and the next
+one 0.1 s after the following tick would otherwise see 1 s of counting in 0.2 s. (The
+cost, as for any exporter that sets timestamps: Prometheus does not mark such series
+stale when the agent stops; they disappear after the 5-minute lookback.)
+
+The page is rendered at most once per sample, by the first scrape after a tick, and the
+same bytes are served to every later scrape until the next tick: a scrape never reads
+/proc or /sys and never formats anything twice. An agent nobody scrapes renders nothing.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from prometheus_client.core import CollectorRegistry, Metric
-from prometheus_client.registry import Collector
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from agent import schema
 from agent.point import Point
 
 log = logging.getLogger(__name__)
 
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Label sets seen; past this many (interfaces and devices that come and go by the
+# thousand) the cache is emptied and refilled rather than grown without bound.
+_MAX_CACHED_LABEL_SETS = 10_000
+
 
 @dataclass(frozen=True)
 class _Exposed:
-    """How one (measurement, field) is exposed: sample name, family name, type, help."""
+    """How one (measurement, field) is exposed."""
 
-    sample_name: str
-    family_name: str
-    type: str
-    help: str
+    family: str  # family name (and the sample name: counters' family ends in _total too)
+    header: str  # its HELP and TYPE lines
+    extra_labels: str  # 'mode="user"' for a field of a shared family, else ""
 
 
 # (measurement, field) -> how it is exposed, or None: not exposed (text or unknown).
 _exposed_cache: dict[tuple[str, str], _Exposed | None] = {}
+
+
+def _escape_label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def _exposed(measurement: str, field: str) -> _Exposed | None:
@@ -51,66 +68,155 @@ def _exposed(measurement: str, field: str) -> _Exposed | None:
         log.warning("field %s.%s is not in agent/schema.py: not exposed", measurement, field)
     elif spec.kind is not schema.Kind.TEXT:
         name = schema.prometheus_name(measurement, spec)
-        if spec.is_counter:
-            # The client library adds "_total" to a counter family's samples itself.
-            exposed = _Exposed(name, name.removesuffix("_total"), "counter", spec.help)
-        else:
-            exposed = _Exposed(name, name, "gauge", spec.help)
+        kind = "counter" if spec.is_counter else "gauge"
+        header = (
+            f"# HELP {name} {_escape_help(schema.prometheus_help(spec))}\n# TYPE {name} {kind}\n"
+        )
+        extra = ",".join(
+            f'{label}="{_escape_label_value(value)}"'
+            for label, value in schema.prometheus_labels(spec).items()
+        )
+        exposed = _Exposed(name, header, extra)
     _exposed_cache[key] = exposed
     return exposed
 
 
-def metric_families(points: Sequence[Point]) -> list[Metric]:
-    """Group the numeric fields of ``points`` into metric families, in first-seen order."""
-    families: dict[str, Metric] = {}
-    for point in points:
-        labels = {key: str(value) for key, value in point.tags.items() if value != ""}
-        for field, value in point.fields.items():
-            exposed = _exposed(point.measurement, field)
-            if exposed is None or isinstance(value, str):
-                continue
-            family = families.get(exposed.family_name)
-            if family is None:
-                family = Metric(exposed.family_name, exposed.help, exposed.type)
-                families[exposed.family_name] = family
-            family.add_sample(exposed.sample_name, labels, float(value))
-    return list(families.values())
+def _format_value(value: float | int) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(int(value))  # exact, however large (a float would round past 2**53)
+    number = float(value)
+    if number != number:
+        return "NaN"
+    if number in (float("inf"), float("-inf")):
+        return "+Inf" if number > 0 else "-Inf"
+    return repr(number)
 
 
-class LatestSample(Collector):
-    """Holds the last published sample; a scrape renders it."""
+class Renderer:
+    """Formats samples as exposition text, caching the label text of every tag set."""
+
+    def __init__(self) -> None:
+        self._labels: dict[tuple[tuple[str, str], ...], str] = {}
+
+    def label_text(self, tags: dict[str, str]) -> str:
+        key = tuple(tags.items())
+        text = self._labels.get(key)
+        if text is None:
+            if len(self._labels) >= _MAX_CACHED_LABEL_SETS:
+                self._labels.clear()
+            text = ",".join(
+                f'{name}="{_escape_label_value(str(value))}"'
+                for name, value in sorted(key)
+                if value != ""  # an empty tag is no label, as in line protocol
+            )
+            self._labels[key] = text
+        return text
+
+    def render(self, points: Sequence[Point]) -> bytes:
+        """The page: every family's HELP and TYPE, then its samples, in first-seen order."""
+        families: dict[str, tuple[str, list[str]]] = {}
+        for point in points:
+            labels = self.label_text(point.tags)
+            suffix = f" {point.time_ns // 1_000_000}\n"
+            measurement = point.measurement
+            for field, value in point.fields.items():
+                exposed = _exposed_cache.get((measurement, field), False)
+                if exposed is False:
+                    exposed = _exposed(measurement, field)
+                if exposed is None:
+                    continue
+                kind = type(value)
+                if kind is float and value - value == 0.0:  # finite
+                    text = repr(value)
+                elif kind is int:
+                    text = str(value)  # exact, however large
+                elif isinstance(value, str):
+                    continue
+                else:
+                    text = _format_value(value)
+                family = families.get(exposed.family)
+                if family is None:
+                    family = families[exposed.family] = (exposed.header, [])
+                extra = exposed.extra_labels
+                all_labels = labels if not extra else f"{labels},{extra}" if labels else extra
+                if all_labels:
+                    family[1].append(f"{exposed.family}{{{all_labels}}} {text}{suffix}")
+                else:
+                    family[1].append(f"{exposed.family} {text}{suffix}")
+        return "".join(header + "".join(lines) for header, lines in families.values()).encode()
+
+
+class LatestSample:
+    """Holds the last published sample and its page, rendered on the first scrape."""
 
     def __init__(self) -> None:
         self._points: Sequence[Point] = ()
-        self._families: list[Metric] | None = None
+        self._page: bytes | None = b""
+        self._renderer = Renderer()
         self._lock = threading.Lock()
 
     def publish(self, points: Sequence[Point]) -> None:
         with self._lock:
             self._points = tuple(points)
-            self._families = None
+            self._page = None
 
-    def collect(self) -> Iterator[Metric]:
+    def page(self) -> bytes:
         with self._lock:
-            points = self._points
-            families = self._families
-            if families is None:  # first scrape of this sample: group it once
-                families = self._families = metric_families(points)
-        yield from families
+            if self._page is None:
+                self._page = self._renderer.render(self._points)
+            return self._page
+
+
+def render(points: Sequence[Point]) -> str:
+    """The exposition text of ``points`` (for tests and ``agent sample``)."""
+    return Renderer().render(points).decode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection
+    timeout = 60  # an idle keep-alive connection is closed after a minute
+    server: MetricsHTTPServer
+
+    def do_GET(self) -> None:
+        route = self.server.routes.get(self.path.split("?", 1)[0])
+        if route is None:
+            self._reply(404, b"not found: try /metrics\n", "text/plain; charset=utf-8")
+            return
+        content_type, body = route()
+        self._reply(200, body, content_type)
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # one line per scrape would be noise; errors show in the scraper
+
+
+class MetricsHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    routes: dict[str, Callable[[], tuple[str, bytes]]]
 
 
 class MetricsServer:
     """/metrics over HTTP on ``address:port`` (port 0: any free port)."""
 
     def __init__(self, address: str, port: int) -> None:
-        from prometheus_client import start_http_server
-
         self.latest = LatestSample()
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self.latest)
-        self._server: Any
-        self._server, self._thread = start_http_server(port, address, registry=self.registry)
+        self._server = MetricsHTTPServer((address, port), _Handler)
+        self._server.routes = {"/metrics": lambda: (CONTENT_TYPE, self.latest.page())}
         self.address, self.port = self._server.server_address[:2]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="metrics-http", daemon=True
+        )
+        self._thread.start()
 
     def publish(self, points: Sequence[Point]) -> None:
         self.latest.publish(points)

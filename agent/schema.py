@@ -8,8 +8,17 @@ A field name is a ``str`` that also carries its kind (counter, gauge or text), i
 a help line, so the Prometheus exposition and the collector's arithmetic know how to treat
 it without a second table.
 
-Units: cumulative counters are integers in base units (bytes, seconds, counts) unless
-the name says otherwise (``*_ms``, ``*_millijoules``); gauges are floats.
+Units: base units, as Prometheus and node_exporter use them: bytes, seconds, joules,
+counts. Cumulative counters of bytes and counts are integers; counters of seconds or
+joules are floats (whole seconds would quantise a 1 Hz rate); gauges are floats. A name
+ends in its unit (``_bytes``, ``_seconds``), so the Prometheus name is
+``epochscope_<measurement>_<field>[_total]`` and ``promtool check metrics`` finds nothing
+to say (``tests/test_promtool.py``).
+
+A few fields are one Prometheus family with a label rather than a name each: the CPU
+modes are ``epochscope_cpu_seconds_total{mode="user"}`` (node_exporter's
+``node_cpu_seconds_total``), while line protocol keeps one field per mode
+(``cpu user_seconds=...``), as Telegraf does.
 """
 
 from __future__ import annotations
@@ -27,17 +36,37 @@ class Kind(StrEnum):
 
 
 class FieldName(str):
-    """A field name with its kind, unit and help text."""
+    """A field name with its kind, unit and help text.
+
+    ``family``/``labels``/``family_help``: where the field is one sample of a shared
+    Prometheus family (``family`` replaces the field name in the metric name and
+    ``labels`` tell the samples apart); empty for a field that is a family of its own.
+    """
 
     kind: Kind
     unit: str
     help: str
+    family: str
+    labels: tuple[tuple[str, str], ...]
+    family_help: str
 
-    def __new__(cls, name: str, kind: Kind, unit: str, help: str) -> FieldName:
+    def __new__(
+        cls,
+        name: str,
+        kind: Kind,
+        unit: str,
+        help: str,
+        family: str = "",
+        labels: tuple[tuple[str, str], ...] = (),
+        family_help: str = "",
+    ) -> FieldName:
         self = super().__new__(cls, name)
         self.kind = kind
         self.unit = unit
         self.help = help
+        self.family = family
+        self.labels = labels
+        self.family_help = family_help
         return self
 
     @property
@@ -57,6 +86,23 @@ def text(name: str, help: str) -> FieldName:
     return FieldName(name, Kind.TEXT, "", help)
 
 
+CPU_MODE_HELP = "Seconds all CPUs spent in each mode (/proc/stat, USER_HZ ticks / SC_CLK_TCK)"
+
+
+def cpu_mode(mode: str, help: str) -> FieldName:
+    """``<mode>_seconds`` in line protocol, ``epochscope_cpu_seconds_total{mode=...}``
+    in Prometheus."""
+    return FieldName(
+        f"{mode}_seconds",
+        Kind.COUNTER,
+        "seconds",
+        help,
+        family="seconds",
+        labels=((Tag.MODE, mode),),
+        family_help=CPU_MODE_HELP,
+    )
+
+
 class Tag:
     """Tag (label) names."""
 
@@ -65,6 +111,7 @@ class Tag:
     KIND = "kind"
     INTERFACE = "interface"
     PORT = "port"
+    MODE = "mode"  # Prometheus only: the CPU mode of epochscope_cpu_seconds_total
     MOUNTPOINT = "mountpoint"
     SERVER = "server"
     EXPORT = "export"
@@ -116,14 +163,14 @@ class Cpu(Measurement):
 
     NAME = "cpu"
     TAGS = (Tag.HOST,)
-    USER_SECONDS = counter("user_seconds", "seconds", "Time in user mode, all CPUs")
-    NICE_SECONDS = counter("nice_seconds", "seconds", "Time in user mode at low priority")
-    SYSTEM_SECONDS = counter("system_seconds", "seconds", "Time in kernel mode")
-    IDLE_SECONDS = counter("idle_seconds", "seconds", "Idle time")
-    IOWAIT_SECONDS = counter("iowait_seconds", "seconds", "Idle time with I/O outstanding")
-    IRQ_SECONDS = counter("irq_seconds", "seconds", "Time servicing interrupts")
-    SOFTIRQ_SECONDS = counter("softirq_seconds", "seconds", "Time servicing softirqs")
-    STEAL_SECONDS = counter("steal_seconds", "seconds", "Time stolen by the hypervisor")
+    USER_SECONDS = cpu_mode("user", "Time in user mode, all CPUs")
+    NICE_SECONDS = cpu_mode("nice", "Time in user mode at low priority")
+    SYSTEM_SECONDS = cpu_mode("system", "Time in kernel mode")
+    IDLE_SECONDS = cpu_mode("idle", "Idle time")
+    IOWAIT_SECONDS = cpu_mode("iowait", "Idle time with I/O outstanding")
+    IRQ_SECONDS = cpu_mode("irq", "Time servicing interrupts")
+    SOFTIRQ_SECONDS = cpu_mode("softirq", "Time servicing softirqs")
+    STEAL_SECONDS = cpu_mode("steal", "Time stolen by the hypervisor")
     CPUS_ONLINE = gauge("cpus_online", "count", "CPUs with a per-CPU line in /proc/stat")
 
 
@@ -142,8 +189,12 @@ class Memory(Measurement):
     ACTIVE_FILE_BYTES = gauge("active_file_bytes", "bytes", "Active(file)")
     INACTIVE_FILE_BYTES = gauge("inactive_file_bytes", "bytes", "Inactive(file)")
     SHMEM_BYTES = gauge("shmem_bytes", "bytes", "Shmem")
-    PGPGIN = counter("pgpgin", "kibibytes", "vmstat pgpgin: KiB paged in from block devices")
-    PGPGOUT = counter("pgpgout", "kibibytes", "vmstat pgpgout: KiB paged out")
+    PGPGIN_BYTES = counter(
+        "pgpgin_bytes", "bytes", "vmstat pgpgin x 1024: bytes paged in from block devices"
+    )
+    PGPGOUT_BYTES = counter(
+        "pgpgout_bytes", "bytes", "vmstat pgpgout x 1024: bytes paged out to block devices"
+    )
     PGFAULT = counter("pgfault", "count", "vmstat pgfault: page faults")
     PGMAJFAULT = counter("pgmajfault", "count", "vmstat pgmajfault: faults that read storage")
 
@@ -154,13 +205,26 @@ class Disk(Measurement):
     NAME = "disk"
     TAGS = (Tag.HOST, Tag.DEVICE, Tag.KIND)
     READS = counter("reads", "count", "Reads completed")
+    READS_MERGED = counter("reads_merged", "count", "Adjacent reads merged (iostat rrqm/s)")
     READ_BYTES = counter("read_bytes", "bytes", "Bytes read (sectors x 512)")
+    READ_TIME_SECONDS = counter("read_time_seconds", "seconds", "Time spent reading")
     WRITES = counter("writes", "count", "Writes completed")
+    WRITES_MERGED = counter("writes_merged", "count", "Adjacent writes merged (iostat wrqm/s)")
     WRITE_BYTES = counter("write_bytes", "bytes", "Bytes written (sectors x 512)")
-    READ_TIME_MS = counter("read_time_ms", "milliseconds", "Time spent reading")
-    WRITE_TIME_MS = counter("write_time_ms", "milliseconds", "Time spent writing")
-    IO_TIME_MS = counter("io_time_ms", "milliseconds", "Time with I/O in progress")
+    WRITE_TIME_SECONDS = counter("write_time_seconds", "seconds", "Time spent writing")
     IN_FLIGHT = gauge("in_flight", "count", "I/Os currently in progress")
+    IO_TIME_SECONDS = counter("io_time_seconds", "seconds", "Time with I/O in progress")
+    IO_TIME_WEIGHTED_SECONDS = counter(
+        "io_time_weighted_seconds",
+        "seconds",
+        "I/O time weighted by I/Os in progress; its rate is the average queue size (aqu-sz)",
+    )
+    DISCARDS = counter("discards", "count", "Discards completed (Linux 4.18+)")
+    DISCARDS_MERGED = counter("discards_merged", "count", "Adjacent discards merged")
+    DISCARD_BYTES = counter("discard_bytes", "bytes", "Bytes discarded (sectors x 512)")
+    DISCARD_TIME_SECONDS = counter("discard_time_seconds", "seconds", "Time spent discarding")
+    FLUSHES = counter("flushes", "count", "Flush requests completed (Linux 5.5+)")
+    FLUSH_TIME_SECONDS = counter("flush_time_seconds", "seconds", "Time spent flushing")
 
 
 class Net(Measurement):
@@ -257,18 +321,18 @@ class Nfs(Measurement):
     READ_MAJOR_TIMEOUTS = counter("read_major_timeouts", "count", "READ major timeouts")
     READ_BYTES_SENT = counter("read_bytes_sent", "bytes", "READ request bytes sent")
     READ_BYTES_RECEIVED = counter("read_bytes_received", "bytes", "READ reply bytes received")
-    READ_QUEUE_MS = counter("read_queue_ms", "milliseconds", "READ time queued")
-    READ_RTT_MS = counter("read_rtt_ms", "milliseconds", "READ round-trip time")
-    READ_EXECUTE_MS = counter("read_execute_ms", "milliseconds", "READ total execute time")
+    READ_QUEUE_SECONDS = counter("read_queue_seconds", "seconds", "READ time queued")
+    READ_RTT_SECONDS = counter("read_rtt_seconds", "seconds", "READ round-trip time")
+    READ_EXECUTE_SECONDS = counter("read_execute_seconds", "seconds", "READ total execute time")
     READ_ERRORS = counter("read_errors", "count", "READ errors (RPC iostats 1.1 only)")
     WRITE_OPS = counter("write_ops", "count", "WRITE operations")
     WRITE_TRANSMISSIONS = counter("write_transmissions", "count", "WRITE transmissions")
     WRITE_MAJOR_TIMEOUTS = counter("write_major_timeouts", "count", "WRITE major timeouts")
     WRITE_BYTES_SENT = counter("write_bytes_sent", "bytes", "WRITE request bytes sent")
     WRITE_BYTES_RECEIVED = counter("write_bytes_received", "bytes", "WRITE reply bytes")
-    WRITE_QUEUE_MS = counter("write_queue_ms", "milliseconds", "WRITE time queued")
-    WRITE_RTT_MS = counter("write_rtt_ms", "milliseconds", "WRITE round-trip time")
-    WRITE_EXECUTE_MS = counter("write_execute_ms", "milliseconds", "WRITE total execute time")
+    WRITE_QUEUE_SECONDS = counter("write_queue_seconds", "seconds", "WRITE time queued")
+    WRITE_RTT_SECONDS = counter("write_rtt_seconds", "seconds", "WRITE round-trip time")
+    WRITE_EXECUTE_SECONDS = counter("write_execute_seconds", "seconds", "WRITE total execute time")
     WRITE_ERRORS = counter("write_errors", "count", "WRITE errors (RPC iostats 1.1 only)")
     AGE_SECONDS = gauge("age_seconds", "seconds", "Seconds since the mount")
 
@@ -295,7 +359,7 @@ class Gpu(Measurement):
     MEMORY_USED_BYTES = gauge("memory_used_bytes", "bytes", "Device memory used")
     MEMORY_TOTAL_BYTES = gauge("memory_total_bytes", "bytes", "Device memory installed")
     POWER_WATTS = gauge("power_watts", "watts", "Power draw")
-    ENERGY_MILLIJOULES = counter("energy_millijoules", "millijoules", "Energy since driver load")
+    ENERGY_JOULES = counter("energy_joules", "joules", "Energy since driver load")
     TEMPERATURE_CELSIUS = gauge("temperature_celsius", "celsius", "GPU core temperature")
     SM_CLOCK_MHZ = gauge("sm_clock_mhz", "megahertz", "SM clock")
     PCIE_RX_BYTES_PER_SECOND = gauge("pcie_rx_bytes_per_second", "bytes/s", "PCIe receive")
@@ -378,6 +442,11 @@ class Workload(Measurement):
     LOSS = gauge("loss", "", "Training loss")
     TOP1 = gauge("top1", "fraction", "Validation top-1 accuracy, 0..1")
     TOP5 = gauge("top5", "fraction", "Validation top-5 accuracy, 0..1")
+    # step: the step's time blocked waiting for its batch (a loader's ``__next__``);
+    # epoch_end: the sum over the epoch's steps (part of ``seconds``)
+    INPUT_WAIT_SECONDS = gauge(
+        "input_wait_seconds", "seconds", "Time blocked waiting for input (step, or the epoch's sum)"
+    )
     STATE = text("state", "run_end only: finished | failed")
     # run_start carries the whole configuration:
     MODEL = text("model", "Model name, e.g. resnet50")
@@ -432,6 +501,19 @@ def field_spec(measurement: str, field: str) -> FieldName | None:
 
 
 def prometheus_name(measurement: str, field: FieldName) -> str:
-    """``epochscope_disk_read_bytes_total`` for a counter, no suffix for a gauge."""
-    name = f"{PROMETHEUS_NAMESPACE}_{measurement}_{field}"
+    """``epochscope_disk_read_bytes_total`` for a counter, no suffix for a gauge.
+
+    A field of a shared family is named after the family: every CPU mode is
+    ``epochscope_cpu_seconds_total`` (told apart by ``prometheus_labels``).
+    """
+    name = f"{PROMETHEUS_NAMESPACE}_{measurement}_{field.family or field}"
     return f"{name}_total" if field.is_counter else name
+
+
+def prometheus_labels(field: FieldName) -> dict[str, str]:
+    """The labels that pick a field's samples out of its family (``{"mode": "user"}``)."""
+    return dict(field.labels)
+
+
+def prometheus_help(field: FieldName) -> str:
+    return field.family_help or field.help

@@ -20,7 +20,8 @@ nfs_server_read_bytes/mbps bytes fetched from NFS servers, each duplicate mount 
 nfs_app_read_bytes         bytes applications read from NFS mounts (page-cache hits included)
 nfs_cache_hit_ratio        1 - server_read / app_read, when app_read > 0
 ib_rcv/xmit_bytes, _mbps   all InfiniBand ports
-net_rx/tx_bytes            all interfaces but loopback (IPoIB interfaces included)
+net_rx/tx_bytes            physical interfaces only (IPoIB included): bonds, bridges, veth,
+                           ifb, VLANs repeat bytes a physical interface already counts
 rx_minus_tx_mbps           receive minus send on the fabric: InfiniBand when the host shows
                            any InfiniBand traffic during the run, else the NICs. With shared
                            storage on the fabric this is the storage read rate (gradients
@@ -283,8 +284,10 @@ def _is_disk(info: SeriesInfo) -> bool:
     return info.tags.get(Tag.KIND) == DiskKind.DISK
 
 
-def _not_loopback(info: SeriesInfo) -> bool:
-    return info.tags.get(Tag.KIND) != InterfaceKind.LOOPBACK
+def _physical_interface(info: SeriesInfo) -> bool:
+    """Wire bytes: a bond's bytes are its slaves', a bridge's are its ports', a veth's or
+    ifb's cross (or mirror) a physical interface too; loopback never leaves the host."""
+    return info.tags.get(Tag.KIND) == InterfaceKind.PHYSICAL
 
 
 def _not_duplicate(info: SeriesInfo) -> bool:
@@ -316,8 +319,8 @@ HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal("nfs_app_read", Nfs.NAME, Nfs.APP_READ_BYTES, COUNTER, _not_duplicate),
     HostTotal("ib_rcv", Infiniband.NAME, Infiniband.RCV_BYTES, COUNTER),
     HostTotal("ib_xmit", Infiniband.NAME, Infiniband.XMIT_BYTES, COUNTER),
-    HostTotal("net_rx", Net.NAME, Net.RX_BYTES, COUNTER, _not_loopback),
-    HostTotal("net_tx", Net.NAME, Net.TX_BYTES, COUNTER, _not_loopback),
+    HostTotal("net_rx", Net.NAME, Net.RX_BYTES, COUNTER, _physical_interface),
+    HostTotal("net_tx", Net.NAME, Net.TX_BYTES, COUNTER, _physical_interface),
     HostTotal("page_cache_delta", Memory.NAME, Memory.CACHED_BYTES, GAUGE_DELTA),
     HostTotal("major_faults", Memory.NAME, Memory.PGMAJFAULT, COUNTER),
     *(HostTotal(f"cpu_{f}", Cpu.NAME, f, COUNTER) for f in CPU_ALL_FIELDS),

@@ -3,7 +3,9 @@
 Prometheus scrapes every agent's ``/metrics`` (agent.exposition): a field is
 ``epochscope_<measurement>_<field>`` (``schema.prometheus_name``; counters end in
 ``_total``) with the point's tags as labels, ``host`` among them; the scrape adds
-``instance`` and ``job``. ``collector serve --backend prometheus=URL`` forwards nothing
+``instance`` and ``job``. The CPU modes share ``epochscope_cpu_seconds_total`` and are
+told apart by ``mode`` (``metric_labels``); a series of one mode is read as that field,
+whose tags then include ``mode``. ``collector serve --backend prometheus=URL`` forwards nothing
 (what is pushed to it is stored in its SQLite file as without a backend); the runs and
 their workload events come from that SQLite file.
 
@@ -35,7 +37,9 @@ work against VictoriaMetrics' Prometheus API too:
 * ``hosts``: the ``host`` label values of ``epochscope_*`` series plus the hosts of the
   runs in SQLite.
 
-Timestamps are Prometheus' scrape times, in whole ms; values are floats.
+Timestamps are the agent's sample times, in whole ms (the exposition carries each
+sample's own time, so Prometheus stores the instant the counters were read, not the
+scrape's); values are floats.
 """
 
 from __future__ import annotations
@@ -81,6 +85,10 @@ class PrometheusStore(PromqlStore):
         if spec is None or spec.kind is Kind.TEXT:
             return None  # the agent exposes neither unknown nor text fields
         return schema.prometheus_name(measurement, spec)
+
+    def metric_labels(self, measurement: str, field: str) -> dict[str, str]:
+        spec = schema.field_spec(measurement, field)
+        return schema.prometheus_labels(spec) if spec is not None else {}
 
     # ------------------------------------------------------------- raw samples
 

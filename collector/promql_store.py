@@ -5,7 +5,9 @@ the Prometheus HTTP API and whose runs and events come from the collector's SQLi
 What a subclass decides:
 
 * ``metric_name(measurement, field)``: the server's name for a field (``None``: the store
-  cannot hold it, e.g. a text field);
+  cannot hold it, e.g. a text field), and ``metric_labels(measurement, field)``: labels
+  that pick the field out of a family it shares (``mode="user"`` of
+  ``epochscope_cpu_seconds_total``; none by default);
 * ``scrape_labels``: labels the scraper added (``instance``, ``job``), which are not part
   of a series' identity; the ``host`` label is;
 * ``_fetch(name, infos, start_ms, end_ms)``: raw samples of those series, at least every
@@ -193,6 +195,9 @@ class PromqlStore:
     def metric_name(self, measurement: str, field: str) -> str | None:
         raise NotImplementedError
 
+    def metric_labels(self, measurement: str, field: str) -> dict[str, str]:
+        return {}
+
     def _fetch(
         self, name: str, infos: list[SeriesInfo], start_ms: int, end_ms: int
     ) -> dict[int, Samples]:
@@ -237,7 +242,9 @@ class PromqlStore:
         name = self.metric_name(measurement, field)
         if name is None:
             return []
-        labels = {Tag.HOST: host} if host is not None else {}
+        labels = self.metric_labels(measurement, field)
+        if host is not None:
+            labels[Tag.HOST] = host
         reply = self.http.form(
             "/api/v1/series",
             [("match[]", selector(name, labels)), ("start", "1"), ("end", str(FAR_FUTURE_S))],

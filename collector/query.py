@@ -38,7 +38,7 @@ nfs_server_read_mbps    MB/s       bytes fetched from NFS servers (duplicates on
 nfs_app_read_mbps       MB/s       bytes applications read from NFS (cache hits too)
 ib_rcv_mbps             MB/s       all InfiniBand ports
 ib_xmit_mbps            MB/s
-net_rx_mbps             MB/s       all interfaces but loopback
+net_rx_mbps             MB/s       physical interfaces only
 net_tx_mbps             MB/s
 page_cache_bytes        bytes      ``memory.cached_bytes``
 cpu_util_percent        %          neither idle nor iowait, of all CPU time
@@ -181,10 +181,10 @@ COLUMN_HELP: dict[str, str] = {
     "ib_xmit_bytes": "InfiniBand bytes sent, all ports",
     "ib_rcv_mbps": "InfiniBand bytes received, all ports",
     "ib_xmit_mbps": "InfiniBand bytes sent, all ports",
-    "net_rx_bytes": "Bytes received on all network interfaces but loopback (IPoIB included)",
-    "net_tx_bytes": "Bytes sent on all network interfaces but loopback (IPoIB included)",
-    "net_rx_mbps": "Bytes received on all network interfaces but loopback (IPoIB included)",
-    "net_tx_mbps": "Bytes sent on all network interfaces but loopback (IPoIB included)",
+    "net_rx_bytes": "Bytes received on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
+    "net_tx_bytes": "Bytes sent on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
+    "net_rx_mbps": "Bytes received on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
+    "net_tx_mbps": "Bytes sent on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
     "rx_minus_tx_mbps": "Received minus sent on the fabric (InfiniBand when the host has any, "
     "else the NICs). Gradients go out and come in in equal amounts, so with storage on the "
     "fabric this is the storage read rate",

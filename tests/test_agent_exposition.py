@@ -1,13 +1,13 @@
-"""/metrics: schema names, kinds and help; the latest sample only; a real HTTP scrape."""
+"""/metrics: schema names, kinds and help; timestamps; the latest sample only; HTTP."""
 
 from __future__ import annotations
 
+import urllib.error
 import urllib.request
 
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.exposition import LatestSample, MetricsServer, metric_families
+from agent.exposition import LatestSample, MetricsServer, render
 from agent.point import Point
 
 
@@ -51,16 +51,6 @@ SAMPLE = [
 ]
 
 
-def render(points) -> str:
-    latest = LatestSample()
-    latest.publish(points)
-    from prometheus_client import CollectorRegistry
-
-    registry = CollectorRegistry()
-    registry.register(latest)
-    return generate_latest(registry).decode()
-
-
 def test_counters_gauges_help_and_labels():
     text = render(SAMPLE)
     families = families_by_name(text)
@@ -79,7 +69,8 @@ def test_counters_gauges_help_and_labels():
     assert in_flight.type == "gauge" and in_flight.documentation == "I/Os currently in progress"
     assert [s.value for s in in_flight.samples] == [3, 0]
     assert "# TYPE epochscope_disk_read_bytes_total counter" in text
-    assert 'epochscope_disk_read_bytes_total{device="sda",host="n1",kind="disk"} 4096.0' in text
+    # Integers exactly as they are; every sample with its sample's time in ms.
+    assert 'epochscope_disk_read_bytes_total{device="sda",host="n1",kind="disk"} 4096 0\n' in text
 
 
 def test_hw_counters_empty_tags_text_and_unknown_fields():
@@ -102,8 +93,47 @@ def test_hw_counters_empty_tags_text_and_unknown_fields():
 
 
 def test_empty_sample_is_an_empty_page():
-    assert metric_families([]) == []
     assert render([]) == ""
+    assert LatestSample().page() == b""
+
+
+def test_samples_carry_their_own_timestamp_in_ms():
+    time_ns = 1_700_000_000_123_456_789
+    text = render([Point("memory", {"host": "n1"}, {"cached_bytes": 2.5e9}, time_ns)])
+    [family] = text_string_to_metric_families(text)
+    [sample] = family.samples
+    assert sample.value == 2.5e9
+    assert sample.timestamp == 1_700_000_000.123  # the parser gives seconds
+    assert text.endswith(" 2500000000.0 1700000000123\n")
+
+
+def test_cpu_modes_are_one_family_with_a_mode_label():
+    fields = {"user_seconds": 10.5, "idle_seconds": 80.25, "iowait_seconds": 1.0}
+    fields["cpus_online"] = 2.0
+    text = render([Point("cpu", {"host": "n1"}, fields, 5_000_000)])
+    families = families_by_name(text)
+    assert set(families) == {"epochscope_cpu_seconds", "epochscope_cpu_cpus_online"}
+    seconds = families["epochscope_cpu_seconds"]
+    assert seconds.type == "counter"
+    assert [(s.name, s.labels, s.value) for s in seconds.samples] == [
+        ("epochscope_cpu_seconds_total", {"host": "n1", "mode": "user"}, 10.5),
+        ("epochscope_cpu_seconds_total", {"host": "n1", "mode": "idle"}, 80.25),
+        ("epochscope_cpu_seconds_total", {"host": "n1", "mode": "iowait"}, 1.0),
+    ]
+    assert text.count("# TYPE epochscope_cpu_seconds_total counter") == 1
+
+
+def test_label_values_and_help_are_escaped():
+    point = Point("disk", {"host": 'a"b\\c\nd', "device": "x"}, {"reads": 1}, 0)
+    text = render([point])
+    assert 'host="a\\"b\\\\c\\nd"' in text
+    [family] = text_string_to_metric_families(text)
+    assert family.samples[0].labels["host"] == 'a"b\\c\nd'
+
+
+def test_non_finite_gauges():
+    text = render([Point("gpu", {"gpu": "0"}, {"power_watts": float("nan")}, 0)])
+    assert 'epochscope_gpu_power_watts{gpu="0"} NaN 0' in text
 
 
 def test_scrape_over_http_serves_the_latest_published_sample():
@@ -120,7 +150,27 @@ def test_scrape_over_http_serves_the_latest_published_sample():
         )
         second = families_by_name(urllib.request.urlopen(url, timeout=5).read().decode())
         assert second["epochscope_disk_reads"].samples[0].value == 9
-        # Only our families: no python_gc_* / process_* from the client library.
+        # Only our families: no python_gc_* / process_* from a client library.
         assert list(second) == ["epochscope_disk_reads"]
+        with urllib.request.urlopen(url, timeout=5) as response:
+            assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/other", timeout=5)
+            raise AssertionError("expected 404")
+        except urllib.error.HTTPError as error:
+            assert error.code == 404
     finally:
         server.close()
+
+
+def test_a_page_is_rendered_once_per_sample_whatever_the_scrapes(monkeypatch):
+    latest = LatestSample()
+    rendered = []
+    original = latest._renderer.render
+    monkeypatch.setattr(latest._renderer, "render", lambda p: rendered.append(1) or original(p))
+    latest.publish(SAMPLE)
+    first = latest.page()
+    assert latest.page() is first and latest.page() is first
+    latest.publish(SAMPLE)
+    assert latest.page() == first
+    assert len(rendered) == 2

@@ -357,6 +357,11 @@ def test_list_series_finds_the_agents_series_without_scrape_labels(live):
     assert (HOST, "mlx4_0", "1") in ports and (HOST, "mlx4_0", "2") in ports
     (sda,) = [i for i in store.list_series("disk", "read_bytes", HOST) if i.tags["device"] == "sda"]
     assert sda.tags == {"device": "sda", "kind": "disk"}
+    # The CPU modes are one family, epochscope_cpu_seconds_total{mode=...}: each field
+    # finds its own mode's series.
+    (user,) = store.list_series("cpu", "user_seconds", HOST)
+    (idle,) = store.list_series("cpu", "idle_seconds", HOST)
+    assert (user.tags, idle.tags) == ({"mode": "user"}, {"mode": "idle"})
     assert store.list_series("memory", "no_such_field") == []  # not in the schema
     assert store.list_series("workload", "event") == []  # text fields are never exposed
     assert HOST in store.hosts()
@@ -372,8 +377,15 @@ def test_read_series_returns_the_raw_scraped_samples(live):
         for i in store.list_series("infiniband", "rcv_bytes", HOST)
         if (i.tags["device"], i.tags["port"]) == ("mlx4_0", "1")
     )
-    cached, read, rcv = store.read_series([memory, sda, mlx4], start, end)
-    for data in (cached, read, rcv):
+    (user,) = store.list_series("cpu", "user_seconds", HOST)
+    (idle,) = store.list_series("cpu", "idle_seconds", HOST)
+    cached, read, rcv, user_data, idle_data = store.read_series(
+        [memory, sda, mlx4, user, idle], start, end
+    )
+    # procfs-mlx-hfi/proc/stat: "cpu  301854 612 111922 8979004 ..." in USER_HZ ticks
+    assert set(user_data.values.tolist()) == {301854 / os.sysconf("SC_CLK_TCK")}
+    assert set(idle_data.values.tolist()) == {8979004 / os.sysconf("SC_CLK_TCK")}
+    for data in (cached, read, rcv, user_data):
         times = data.times_ns
         assert times.dtype == np.int64 and data.values.dtype == np.float64
         assert np.all(np.diff(times) > 0)

@@ -28,9 +28,24 @@ def assert_schema_types(fields: dict) -> None:
     specs = Disk.fields()
     for name, value in fields.items():
         assert name in specs, name
-        expected_type = int if specs[name].kind is Kind.COUNTER else float
-        assert type(value) is expected_type, (name, value)
+        # Counts and bytes are integers; seconds (ms / 1000) and gauges are floats.
+        integer = specs[name].kind is Kind.COUNTER and specs[name].unit != "seconds"
+        assert type(value) is (int if integer else float), (name, value)
         assert value >= 0
+
+
+def exact_and_seconds(fields: dict) -> tuple[dict, dict]:
+    """Integer fields (compared exactly) and seconds (compared to the nanosecond)."""
+    seconds = {name: value for name, value in fields.items() if name.endswith("_seconds")}
+    rest = {name: value for name, value in fields.items() if name not in seconds}
+    return rest, seconds
+
+
+def assert_fields(fields: dict, expected: dict) -> None:
+    got_exact, got_seconds = exact_and_seconds(fields)
+    want_exact, want_seconds = exact_and_seconds(expected)
+    assert got_exact == want_exact
+    assert got_seconds == pytest.approx(want_seconds, abs=1e-9)
 
 
 def sample_tree(name: str) -> dict[str, tuple[dict, dict]]:
@@ -82,52 +97,84 @@ def test_mlx_rows_of_each_width():
     by_device = sample_tree("procfs-mlx-hfi")
     # 14 fields: 8 0 sda 25354637 34367663 1003346126 18492372 28444756 11134226
     #            505697032 63877960 0 9653880 82621804
-    assert by_device["sda"][1] == {
-        "reads": 25354637,
-        "read_bytes": 513713216512,  # 1003346126 sectors x 512
-        "read_time_ms": 18492372,
-        "writes": 28444756,
-        "write_bytes": 258916880384,  # 505697032 sectors x 512
-        "write_time_ms": 63877960,
-        "in_flight": 0.0,
-        "io_time_ms": 9653880,
-    }
+    assert_fields(
+        by_device["sda"][1],
+        {
+            "reads": 25354637,
+            "reads_merged": 34367663,
+            "read_bytes": 513713216512,  # 1003346126 sectors x 512
+            "read_time_seconds": 18492.372,  # ms / 1000
+            "writes": 28444756,
+            "writes_merged": 11134226,
+            "write_bytes": 258916880384,  # 505697032 sectors x 512
+            "write_time_seconds": 63877.960,
+            "in_flight": 0.0,
+            "io_time_seconds": 9653.880,
+            "io_time_weighted_seconds": 82621.804,
+        },
+    )
     # 18 fields (discards): 8 0 sdb 326552 841 9657779 84 41822 2895 1972905 5007 0
     #                       60730 67070 68851 0 1925173784 11130
-    assert by_device["sdb"][1] == {
-        "reads": 326552,
-        "read_bytes": 4944782848,  # 9657779 x 512
-        "read_time_ms": 84,
-        "writes": 41822,
-        "write_bytes": 1010127360,  # 1972905 x 512
-        "write_time_ms": 5007,
-        "in_flight": 0.0,
-        "io_time_ms": 60730,
-    }
+    assert_fields(
+        by_device["sdb"][1],
+        {
+            "reads": 326552,
+            "reads_merged": 841,
+            "read_bytes": 4944782848,  # 9657779 x 512
+            "read_time_seconds": 0.084,
+            "writes": 41822,
+            "writes_merged": 2895,
+            "write_bytes": 1010127360,  # 1972905 x 512
+            "write_time_seconds": 5.007,
+            "in_flight": 0.0,
+            "io_time_seconds": 60.730,
+            "io_time_weighted_seconds": 67.070,
+            "discards": 68851,
+            "discards_merged": 0,
+            "discard_bytes": 985688977408,  # 1925173784 sectors x 512
+            "discard_time_seconds": 11.130,
+        },
+    )
     # 20 fields (flushes): 8 0 sdc 14202 71 579164 21861 2995 1589 180500 40875 0 11628
     #                      55200 0 0 0 0 127 182
-    assert by_device["sdc"][1] == {
-        "reads": 14202,
-        "read_bytes": 296531968,  # 579164 x 512
-        "read_time_ms": 21861,
-        "writes": 2995,
-        "write_bytes": 92416000,  # 180500 x 512
-        "write_time_ms": 40875,
-        "in_flight": 0.0,
-        "io_time_ms": 11628,
-    }
+    assert_fields(
+        by_device["sdc"][1],
+        {
+            "reads": 14202,
+            "reads_merged": 71,
+            "read_bytes": 296531968,  # 579164 x 512
+            "read_time_seconds": 21.861,
+            "writes": 2995,
+            "writes_merged": 1589,
+            "write_bytes": 92416000,  # 180500 x 512
+            "write_time_seconds": 40.875,
+            "in_flight": 0.0,
+            "io_time_seconds": 11.628,
+            "io_time_weighted_seconds": 55.200,
+            "discards": 0,
+            "discards_merged": 0,
+            "discard_bytes": 0,
+            "discard_time_seconds": 0.0,
+            "flushes": 127,
+            "flush_time_seconds": 0.182,
+        },
+    )
     # 259 1 nvme0n1p1 1140 0 9370 16 1 0 1 0 0 16 16
-    assert by_device["nvme0n1p1"] == (
-        {"device": "nvme0n1p1", "kind": "partition"},
+    assert by_device["nvme0n1p1"][0] == {"device": "nvme0n1p1", "kind": "partition"}
+    assert_fields(
+        by_device["nvme0n1p1"][1],
         {
             "reads": 1140,
+            "reads_merged": 0,
             "read_bytes": 4797440,  # 9370 x 512
-            "read_time_ms": 16,
+            "read_time_seconds": 0.016,
             "writes": 1,
+            "writes_merged": 0,
             "write_bytes": 512,  # 1 x 512
-            "write_time_ms": 0,
+            "write_time_seconds": 0.0,
             "in_flight": 0.0,
-            "io_time_ms": 16,
+            "io_time_seconds": 0.016,
+            "io_time_weighted_seconds": 0.016,
         },
     )
     # 252 0 dm-0 59910002 0 1003337218 ...: LVM on sda4, virtual
@@ -140,25 +187,38 @@ def test_mlx_node_totals_count_disks_only():
     rows = parse_diskstats(text)
     assert len(rows) == 52
     # The 8 disks, in file order: sda, mmcblk0, fd0, vda, sr0, nvme0n1, sdb, sdc.
-    assert node_totals(rows) == {
-        # 25354637 + 192 + 2 + 1775784 + 0 + 47114 + 326552 + 14202
-        "reads": 27518483,
-        # (1003346126 + 1560 + 16 + 32670882 + 0 + 4643973 + 9657779 + 579164) x 512
-        # = 1050899500 x 512
-        "read_bytes": 538060544000,
-        # 18492372 + 156 + 80 + 8655768 + 0 + 21650 + 84 + 21861
-        "read_time_ms": 27191971,
-        # 28444756 + 0 + 0 + 6038856 + 0 + 1078320 + 41822 + 2995
-        "writes": 35606749,
-        # (505697032 + 0 + 0 + 213637440 + 0 + 39451633 + 1972905 + 180500) x 512
-        # = 760939510 x 512
-        "write_bytes": 389601029120,
-        # 63877960 + 0 + 0 + 2069221364 + 0 + 1011053 + 5007 + 40875
-        "write_time_ms": 2134156259,
-        # 9653880 + 136 + 80 + 41614592 + 0 + 222766 + 60730 + 11628
-        "io_time_ms": 51563812,
-        "in_flight": 0,
-    }
+    assert_fields(
+        node_totals(rows),
+        {
+            # 25354637 + 192 + 2 + 1775784 + 0 + 47114 + 326552 + 14202
+            "reads": 27518483,
+            "reads_merged": 34383968,
+            # (1003346126 + 1560 + 16 + 32670882 + 0 + 4643973 + 9657779 + 579164) x 512
+            # = 1050899500 x 512
+            "read_bytes": 538060544000,
+            # (18492372 + 156 + 80 + 8655768 + 0 + 21650 + 84 + 21861) ms
+            "read_time_seconds": 27191.971,
+            # 28444756 + 0 + 0 + 6038856 + 0 + 1078320 + 41822 + 2995
+            "writes": 35606749,
+            "writes_merged": 31894516,
+            # (505697032 + 0 + 0 + 213637440 + 0 + 39451633 + 1972905 + 180500) x 512
+            # = 760939510 x 512
+            "write_bytes": 389601029120,
+            # (63877960 + 0 + 0 + 2069221364 + 0 + 1011053 + 5007 + 40875) ms
+            "write_time_seconds": 2134156.259,
+            # (9653880 + 136 + 80 + 41614592 + 0 + 222766 + 60730 + 11628) ms
+            "io_time_seconds": 51563.812,
+            "io_time_weighted_seconds": 2161649.084,
+            "in_flight": 0.0,
+            # Only sdb (18 fields) and sdc (20) have discards; only sdc has flushes.
+            "discards": 68851,
+            "discards_merged": 0,
+            "discard_bytes": 1925173784 * 512,
+            "discard_time_seconds": 11.130,
+            "flushes": 127,
+            "flush_time_seconds": 0.182,
+        },
+    )
 
 
 # --- pcp-bigsys-480cpu: 107 devices, 14-field rows -----------------------------------------
@@ -190,16 +250,22 @@ def test_bigsys_node_totals():
     # Summed independently of this code over the 70 sd* rows:
     #   awk '$3 ~ /^sd[a-z]+$/ {r+=$4; rs+=$6; rt+=$7; w+=$8; ws+=$10; wt+=$11;
     #        f+=$12; io+=$13}' diskstats
-    assert node_totals(rows) == {
-        "reads": 119620,
-        "read_bytes": 829596672,  # 1620306 sectors x 512
-        "read_time_ms": 49642,
-        "writes": 9814,
-        "write_bytes": 386127872,  # 754156 sectors x 512
-        "write_time_ms": 28058,
-        "io_time_ms": 50167,
-        "in_flight": 0,
-    }
+    assert_fields(
+        node_totals(rows),
+        {
+            "reads": 119620,
+            "reads_merged": 70,
+            "read_bytes": 829596672,  # 1620306 sectors x 512
+            "read_time_seconds": 49.642,
+            "writes": 9814,
+            "writes_merged": 0,
+            "write_bytes": 386127872,  # 754156 sectors x 512
+            "write_time_seconds": 28.058,
+            "io_time_seconds": 50.167,
+            "io_time_weighted_seconds": 77.657,
+            "in_flight": 0.0,
+        },
+    )
     # The multipath dm devices carry the same I/O again: dm-0 alone read 39567 times.
     dm0 = next(row for row in rows if row.device == "dm-0")
     assert dm0.reads == 39567
@@ -208,16 +274,22 @@ def test_bigsys_node_totals():
 def test_bigsys_single_rows():
     by_device = sample_tree("pcp-bigsys-480cpu")
     # 8 16 sdb 25964 1 807513 19646 9777 0 753466 28050 0 20388 47691
-    assert by_device["sdb"][1] == {
-        "reads": 25964,
-        "read_bytes": 413446656,  # 807513 x 512
-        "read_time_ms": 19646,
-        "writes": 9777,
-        "write_bytes": 385774592,  # 753466 x 512
-        "write_time_ms": 28050,
-        "in_flight": 0.0,
-        "io_time_ms": 20388,
-    }
+    assert_fields(
+        by_device["sdb"][1],
+        {
+            "reads": 25964,
+            "reads_merged": 1,
+            "read_bytes": 413446656,  # 807513 x 512
+            "read_time_seconds": 19.646,
+            "writes": 9777,
+            "writes_merged": 0,
+            "write_bytes": 385774592,  # 753466 x 512
+            "write_time_seconds": 28.050,
+            "in_flight": 0.0,
+            "io_time_seconds": 20.388,
+            "io_time_weighted_seconds": 47.691,
+        },
+    )
     # 68 80 sdbr 1088 1 8712 423 0 0 0 0 0 423 423
     assert by_device["sdbr"][1]["read_bytes"] == 4460544  # 8712 x 512
 
@@ -227,17 +299,67 @@ def test_bigsys_single_rows():
 
 def test_every_column_lands_in_its_field():
     # Distinct numbers in every column pin the field positions of iostats.rst.
-    [row] = parse_diskstats("   8       0 sdz 1 2 3 4 5 6 7 8 9 10 11\n")
-    assert row.fields() == {
-        "reads": 1,  # field 1
-        "read_bytes": 1536,  # field 3: 3 sectors x 512
-        "read_time_ms": 4,  # field 4
-        "writes": 5,  # field 5
-        "write_bytes": 3584,  # field 7: 7 x 512
-        "write_time_ms": 8,  # field 8
-        "in_flight": 9,  # field 9
-        "io_time_ms": 10,  # field 10
-    }
+    [row] = parse_diskstats(
+        "   8       0 sdz 1000 2 3 4000 5 6 7 8000 9 10000 11000 12 13 14 15000 16 17000\n"
+    )
+    assert_fields(
+        row.fields(),
+        {
+            "reads": 1000,  # field 1
+            "reads_merged": 2,  # field 2
+            "read_bytes": 1536,  # field 3: 3 sectors x 512
+            "read_time_seconds": 4.0,  # field 4: ms / 1000
+            "writes": 5,  # field 5
+            "writes_merged": 6,  # field 6
+            "write_bytes": 3584,  # field 7: 7 x 512
+            "write_time_seconds": 8.0,  # field 8
+            "in_flight": 9.0,  # field 9
+            "io_time_seconds": 10.0,  # field 10
+            "io_time_weighted_seconds": 11.0,  # field 11
+            "discards": 12,  # field 12
+            "discards_merged": 13,  # field 13
+            "discard_bytes": 7168,  # field 14: 14 x 512
+            "discard_time_seconds": 15.0,  # field 15
+            "flushes": 16,  # field 16
+            "flush_time_seconds": 17.0,  # field 17
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("counters", "present"),
+    [
+        (11, "classic"),
+        (12, "classic"),  # a tool's row with one number more than 14 fields
+        (14, "classic"),
+        (15, "discards"),
+        (16, "discards"),
+        (17, "flushes"),
+        (18, "flushes"),  # a future kernel appending a field: nothing we know is lost
+        (21, "flushes"),
+    ],
+)
+def test_rows_with_at_least_the_classic_counters_use_what_is_there(counters, present):
+    # As sysstat and procfs do: 11 counters or more is a row; the known ones are read.
+    numbers = " ".join(str(n) for n in range(1, counters + 1))
+    problems: list[str] = []
+    [row] = parse_diskstats(f"8 0 sda {numbers}\n", problems)
+    assert problems == []
+    fields = row.fields()
+    assert fields["reads"] == 1 and fields["io_time_weighted_seconds"] == 0.011
+    assert ("discards" in fields) == (present in ("discards", "flushes"))
+    assert ("flushes" in fields) == (present == "flushes")
+    if present == "flushes":
+        assert fields["flush_time_seconds"] == 0.017  # field 17, whatever follows it
+
+
+@pytest.mark.parametrize("counters", [1, 3, 5, 8, 10])
+def test_rows_with_too_few_counters_are_skipped_with_their_line_number(counters):
+    numbers = " ".join(str(n) for n in range(1, counters + 1))
+    problems: list[str] = []
+    rows = parse_diskstats(f"8 0 sda 1 2 3 4 5 6 7 8 9 10 11\n8 1 sdb {numbers}\n", problems)
+    assert [row.device for row in rows] == ["sda"]
+    assert len(problems) == 1 and problems[0].startswith("line 2:")
 
 
 def test_old_seven_field_partition_rows():
@@ -387,8 +509,10 @@ def test_sampler_prefers_sysfs_and_falls_back_to_names(tmp_path):
     assert kind_from_name("newthing0") == "disk"
     line = encode_line(sampler.sample(1)[2])
     assert line == (
-        "disk,device=cciss/c0d0,kind=disk reads=1i,read_bytes=1024i,writes=4i,"
-        "write_bytes=2560i,read_time_ms=3i,write_time_ms=6i,io_time_ms=7i,in_flight=0.0 1"
+        "disk,device=cciss/c0d0,kind=disk reads=1i,reads_merged=0i,read_bytes=1024i,"
+        "read_time_seconds=0.003,writes=4i,writes_merged=0i,write_bytes=2560i,"
+        "write_time_seconds=0.006,in_flight=0.0,io_time_seconds=0.007,"
+        "io_time_weighted_seconds=0.008 1"
     )
 
 

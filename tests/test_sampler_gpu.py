@@ -250,14 +250,13 @@ def test_a100_mig_has_no_utilization(monkeypatch):
     }
 
 
-def test_energy_counter_is_an_int_and_u64_overflow_is_a_gap(monkeypatch):
+def test_energy_counter_is_in_joules_and_u64_overflow_is_a_gap(monkeypatch):
     # Made-up energy values: no capture holds one.
     sampler, fake = start(FakeNvml([{**H100_LOAD, "energy_mj": 123_456_789_012}]), monkeypatch)
     fields = sampler.sample(NOW)[0].fields
-    assert fields["energy_millijoules"] == 123_456_789_012
-    assert type(fields["energy_millijoules"]) is int
+    assert fields["energy_joules"] == 123_456_789.012  # NVML's millijoules / 1000
     fake.gpus[0]["energy_mj"] = 2**64 - 1  # does not fit a signed 64-bit integer
-    assert "energy_millijoules" not in sampler.sample(NOW)[0].fields
+    assert "energy_joules" not in sampler.sample(NOW)[0].fields
 
 
 def test_throttle_reasons_fallback_on_older_driver(monkeypatch):

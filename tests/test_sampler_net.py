@@ -228,3 +228,119 @@ def test_live_net_dev_is_plausible():
             ]:
                 low, high = getattr(before[name], theirs), getattr(after[name], theirs)
                 assert low <= point.fields[ours] <= high, (name, ours)
+
+
+# --- wire bytes: a bond and its slaves, a bridge and its ports, veth, ifb ------------------
+
+
+def bonded_bridged_host(tmp_path: Path) -> Roots:
+    """A host tree with a bond, a bridge, a container veth, an ifb and a VLAN.
+
+    No captured tree in ../shared has one, so this one is built from the layout the
+    kernel gives sysfs (checked against a live 6.1 kernel's /sys/class/net): every
+    ``class/net/<if>`` is a link into ``devices/``; hardware NICs sit under their bus
+    device and have a ``device`` link, software ones (bond, bridge, veth, ifb, VLAN)
+    under ``devices/virtual/net``. A bond's and a bridge's ports carry a ``master`` link,
+    a bond lists its slaves in ``bonding/slaves``, a bridge its ports in ``brif/``.
+    /proc/net/dev counts as the kernel does: the bond's bytes are the sum of its slaves',
+    br0 counts what its ports delivered to the host, the veth is the host end of a
+    container's pair (a port of br0), ifb0 mirrors eth0's ingress for traffic shaping and
+    bond0.100 is a VLAN on the bond.
+    """
+    sys_root = tmp_path / "sys"
+    pci = sys_root / "devices" / "pci0000:00"
+    virtual = sys_root / "devices" / "virtual" / "net"
+    places = {
+        "lo": (virtual / "lo", "772", None),
+        "eth0": (pci / "0000:3b:00.0" / "net" / "eth0", "1", "bond0"),
+        "eth1": (pci / "0000:3b:00.1" / "net" / "eth1", "1", "bond0"),
+        "eth2": (pci / "0000:5e:00.0" / "net" / "eth2", "1", "br0"),
+        "ib0": (pci / "0000:af:00.0" / "net" / "ib0", "32", None),
+        "bond0": (virtual / "bond0", "1", None),
+        "bond0.100": (virtual / "bond0.100", "1", None),
+        "br0": (virtual / "br0", "1", None),
+        "veth1a2b3c": (virtual / "veth1a2b3c", "1", "br0"),
+        "ifb0": (virtual / "ifb0", "1", None),
+    }
+    (sys_root / "class" / "net").mkdir(parents=True)
+    for name, (place, link_type, master) in places.items():
+        place.mkdir(parents=True)
+        (place / "type").write_text(link_type + "\n")
+        if not place.is_relative_to(virtual):
+            (place / "device").symlink_to("../..")
+        if master is not None:
+            (place / "master").symlink_to(os.path.relpath(virtual / master, place))
+        link = sys_root / "class" / "net" / name
+        link.symlink_to(os.path.relpath(place, link.parent))
+    (virtual / "bond0" / "bonding").mkdir()
+    (virtual / "bond0" / "bonding" / "slaves").write_text("eth0 eth1\n")
+    (virtual / "br0" / "brif").mkdir()
+    for port in ("eth2", "veth1a2b3c"):
+        (virtual / "br0" / "brif" / port).symlink_to(
+            os.path.relpath(sys_root / "class" / "net" / port, virtual / "br0" / "brif")
+        )
+    counters = {  # rx bytes, tx bytes
+        "lo": (9_000_000, 9_000_000),
+        "eth0": (1_000_000, 100_000),
+        "eth1": (2_000_000, 200_000),
+        "bond0": (3_000_000, 300_000),  # eth0 + eth1
+        "bond0.100": (1_500_000, 150_000),  # part of bond0's
+        "eth2": (5_000_000, 500_000),
+        "br0": (4_200_000, 350_000),  # eth2's and the veth's traffic for the host
+        "veth1a2b3c": (700_000, 900_000),
+        "ifb0": (1_000_000, 1_000_000),  # eth0's ingress again
+        "ib0": (10_000_000, 20_000_000),
+    }
+    proc = tmp_path / "proc" / "net"
+    proc.mkdir(parents=True)
+    header = (
+        "Inter-|   Receive                                                |  Transmit\n"
+        " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets"
+        " errs drop fifo colls carrier compressed\n"
+    )
+    rows = "".join(
+        f"{name:>6}: {rx} 10 0 0 0 0 0 0 {tx} 10 0 0 0 0 0 0\n"
+        for name, (rx, tx) in counters.items()
+    )
+    (proc / "dev").write_text(header + rows)
+    return Roots(proc=tmp_path / "proc", sys=sys_root)
+
+
+def test_node_wire_bytes_count_each_physical_interface_once(tmp_path):
+    from collector.epochs import HOST_TOTALS
+    from collector.store_api import SeriesInfo
+
+    points = NetSampler(bonded_bridged_host(tmp_path)).sample(1)
+    kinds = {point.tags["interface"]: point.tags["kind"] for point in points}
+    assert kinds == {
+        "lo": "loopback",
+        "eth0": "physical",
+        "eth1": "physical",
+        "bond0": "virtual",
+        "bond0.100": "virtual",
+        "eth2": "physical",
+        "br0": "virtual",
+        "veth1a2b3c": "virtual",
+        "ifb0": "virtual",
+        "ib0": "physical",
+    }
+    # The per-epoch NIC totals keep the series the same way.
+    totals = {}
+    for total in HOST_TOTALS:
+        if total.key not in ("net_rx", "net_tx"):
+            continue
+        kept = [
+            point.fields[total.field]
+            for n, point in enumerate(points)
+            if total.keep(SeriesInfo(n, "net", "h", total.field, point.tags))
+        ]
+        totals[total.key] = sum(kept)
+    # eth0 + eth1 (bond0's slaves) + eth2 (br0's wire port) + ib0; nothing twice.
+    assert totals == {
+        "net_rx": 1_000_000 + 2_000_000 + 5_000_000 + 10_000_000,
+        "net_tx": 100_000 + 200_000 + 500_000 + 20_000_000,
+    }
+    # Counting every interface but loopback would have said 28.4 MB received.
+    assert sum(
+        p.fields["rx_bytes"] for p in points if kinds[p.tags["interface"]] != "loopback"
+    ) == (28_400_000)

@@ -27,9 +27,9 @@ OP_COLUMNS = (
     "major_timeouts",
     "bytes_sent",
     "bytes_received",
-    "queue_ms",
-    "rtt_ms",
-    "execute_ms",
+    "queue_seconds",
+    "rtt_seconds",
+    "execute_seconds",
     "errors",
 )
 BYTES_COLUMNS = (
@@ -50,10 +50,14 @@ def bytes_line(*values: int) -> dict[str, int]:
     return dict(zip(BYTES_COLUMNS, values, strict=True))
 
 
-def op_row(op: str, *values: int) -> dict[str, int]:
-    """The fields of a ``READ:``/``WRITE:`` row, values typed in from the file."""
+def op_row(op: str, *values: int) -> dict[str, int | float]:
+    """The fields of a ``READ:``/``WRITE:`` row, values typed in from the file (the
+    kernel's queue, rtt and execute milliseconds become seconds)."""
     assert len(values) in (8, 9)
-    return {f"{op}_{column}": value for column, value in zip(OP_COLUMNS, values, strict=False)}
+    return {
+        f"{op}_{column}": value / 1000 if column.endswith("_seconds") else value
+        for column, value in zip(OP_COLUMNS, values, strict=False)
+    }
 
 
 def sample_tree(name: str) -> list[Point]:
@@ -351,7 +355,9 @@ def test_field_types_follow_schema():
             assert set(point.tags) <= set(spec.TAGS)
             for name, value in point.fields.items():
                 field = spec.fields()[name]
-                assert type(value) is (int if field.is_counter else float)
+                # Counts and bytes are integers; seconds (the kernel's ms / 1000) floats.
+                integer = field.is_counter and field.unit != "seconds"
+                assert type(value) is (int if integer else float)
 
 
 def test_line_protocol_of_a_mount():
@@ -412,8 +418,8 @@ def test_synthetic_edge_cases():
         "read_major_timeouts": 0,
         "read_bytes_sent": 100,
         "read_bytes_received": 200,
-        "read_rtt_ms": 3,
-        "read_execute_ms": 4,
+        "read_rtt_seconds": 0.003,
+        "read_execute_seconds": 0.004,
         "read_errors": 1,
         **op_row("write", 1, 1, 0, 10, 20, 1, 2, 3, 0),
         "age_seconds": 7.0,

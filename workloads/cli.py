@@ -5,7 +5,11 @@
     workloads dataset describe DIR
     workloads run --framework tensorflow|mxnet|pytorch [--data-dir D | --synthetic] ...
     workloads cache report|drop DIR          (page-cache residency of a data set)
-    workloads resend --spool DIR | --events DIR --collector URL   (undelivered events)
+    workloads profile [--collector URL] [--data-dir D --drop-caches] -- COMMAND [ARGS]
+    workloads resend --spool DIR | --events DIR --collector URL [--token-file F]
+                                             (undelivered events; exit 0 once all arrived)
+    workloads check-collector --collector URL [--token-file F]
+                                             (takes it this host's writes? 0 yes, 2 no)
     workloads worker --spec ...              (one rank; started by the launcher)
 
 Heavy frameworks are imported only by the subcommand that needs them.
@@ -105,8 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--spool", type=Path, help="a rank's spool directory")
     what.add_argument("--events", type=Path, help="a run's events directory (no collector)")
     resend.add_argument("--collector", required=True)
-    resend.add_argument("--token-file", type=Path)
+    resend.add_argument("--token-file", type=Path, help="default: $EPOCHSCOPE_WORKLOAD_TOKEN")
     resend.add_argument("--timeout", type=float, default=60.0)
+
+    from workloads.profile_command import add_parser as add_profile_parser
+
+    add_profile_parser(commands)
+
+    check = commands.add_parser("check-collector", help="does the collector take our writes?")
+    check.add_argument("--collector", required=True)
+    check.add_argument("--token-file", type=Path, help="default: $EPOCHSCOPE_WORKLOAD_TOKEN")
 
     worker = commands.add_parser("worker", help="one rank (started by workloads run)")
     worker.add_argument("--spec", required=True)
@@ -121,10 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         from workloads.launcher import run
 
         return run(args)
+    if args.command == "profile":
+        from workloads.profile_command import run as profile
+
+        return profile(args)
     if args.command == "cache":
         return _cache(args)
     if args.command == "resend":
         return _resend(args)
+    if args.command == "check-collector":
+        return _check_collector(args)
     from workloads.worker import main as worker_main
 
     return worker_main(["--spec", args.spec])
@@ -185,11 +203,56 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """The token of --token-file, else of $EPOCHSCOPE_WORKLOAD_TOKEN (as `workloads run`)."""
+    import os
+
+    from workloads.spec import TOKEN_ENV
+
+    if args.token_file is None:
+        return os.environ.get(TOKEN_ENV) or None
+    try:
+        return args.token_file.read_text().strip() or None
+    except OSError as error:
+        raise SystemExit(f"workloads: --token-file {args.token_file}: {error.strerror}") from None
+
+
+def _token_source(args: argparse.Namespace) -> str:
+    from workloads.spec import TOKEN_ENV
+
+    return f"--token-file {args.token_file}" if args.token_file else TOKEN_ENV
+
+
+def _check_collector(args: argparse.Namespace) -> int:
+    import socket
+
+    from workloads.preflight import CollectorUnusable, check_collector
+
+    try:
+        check_collector(args.collector, _token(args), _token_source(args), socket.gethostname())
+    except CollectorUnusable as error:
+        print(f"workloads: {error}", file=sys.stderr)
+        return 2
+    print(f"the collector at {args.collector} takes writes from {socket.gethostname()}")
+    return 0
+
+
 def _resend(args: argparse.Namespace) -> int:
     from workloads.events import ShipperSink
+    from workloads.preflight import CollectorUnreachable, CollectorUnusable, check_collector
 
-    token = args.token_file.read_text().strip() if args.token_file else None
+    token = _token(args)
+    try:  # a refused token would only retry until --timeout: say so now
+        check_collector(args.collector, token, _token_source(args))
+    except CollectorUnreachable:
+        pass  # perhaps starting: the shipper retries until --timeout
+    except CollectorUnusable as error:
+        print(f"workloads: {error}; the events stay where they are", file=sys.stderr)
+        return 2
     if args.spool is not None:
+        if not args.spool.is_dir():
+            print(f"workloads: no spool directory {args.spool}", file=sys.stderr)
+            return 2
         spool = args.spool
         sink = ShipperSink(args.collector, token, spool)
     else:

@@ -19,6 +19,7 @@ a slow or absent collector loses nothing) or, with no collector, a JSON-lines fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -58,9 +59,24 @@ class ShipperSink:
         self._shipper.submit(points)
 
     def close(self, timeout: float) -> bool:
+        """Deliver what is spooled; True when all of it is. A delivered spool's directory
+        is removed (with its run's, once empty): nothing is left behind in ~/.cache."""
         delivered = self._shipper.flush(timeout)
         self._shipper.close(timeout=1.0)
+        if delivered:
+            remove_empty_spool(self.spool_dir)
         return delivered
+
+
+def remove_empty_spool(spool_dir: Path) -> None:
+    """Remove a spool directory that holds no segment (and its parent, when empty)."""
+    import shutil
+
+    if any(path.is_file() and path.stat().st_size for path in spool_dir.rglob("*")):
+        return  # something waits in it: never remove that
+    shutil.rmtree(spool_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        spool_dir.parent.rmdir()
 
 
 class FileSink:
@@ -148,12 +164,15 @@ class EventWriter:
         }
         self._clock_ns = clock_ns
 
-    def emit(self, event: str, fields: dict[str, object] | None = None) -> Point:
+    def emit(
+        self, event: str, fields: dict[str, object] | None = None, time_ns: int | None = None
+    ) -> Point:
+        """``time_ns``: when it happened, if not now (an epoch known to have begun earlier)."""
         values: dict[str, int | float | str] = {Workload.EVENT: event}
         for name, value in (fields or {}).items():
             if value is not None:
                 values[name] = coerce(name, value)
-        point = Point(Workload.NAME, dict(self.tags), values, self._clock_ns())
+        point = Point(Workload.NAME, dict(self.tags), values, time_ns or self._clock_ns())
         self.sink.submit([point])
         return point
 

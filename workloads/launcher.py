@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ from workloads.hosts import (
     remove_private,
     write_private,
 )
+from workloads.preflight import UNDELIVERED_EXIT, CollectorUnusable, check_collector
 from workloads.processes import Interrupted, become_subreaper, raise_on_signals, stop_descendants
 from workloads.processes import descendants as live_descendants
 from workloads.profile import EmbeddedProfile, ProfileError, child_env, free_port
@@ -105,6 +108,13 @@ def read_token(args: argparse.Namespace) -> str | None:
     return args.token or os.environ.get(TOKEN_ENV) or None
 
 
+def token_source(args: argparse.Namespace) -> str:
+    """Where the run's token comes from, as the user gave it (for messages)."""
+    if args.token_file is not None:
+        return f"--token-file {args.token_file}"
+    return "--token" if args.token else TOKEN_ENV
+
+
 def check_precision(framework: str, precision: str) -> None:
     if framework == "mxnet" and precision == "bf16":
         raise UsageError("MXNet 1.9 Gluon has no bf16 training: use --precision fp32 or fp16")
@@ -153,6 +163,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         loader_workers=args.loader_workers,
         seed=args.seed,
         validate=not args.no_validate,
+        resend_token_file=str(args.token_file.resolve()) if args.token_file else None,
     )
     if not args.collector and not args.profile:
         spec.events_dir = str(runs_dir / run_id / "events")
@@ -182,11 +193,23 @@ def prepare(plan: Plan, args: argparse.Namespace) -> None:
                 if plan.token and plan.token_file:
                     remote.put_private(plan.token, str(plan.token_file), remote_python())
                     plan.token_written_on.append(host)
+                if args.collector:
+                    check_collector_on(remote, plan, args.collector)
             finally:
                 remote.close()
         report.agent_embedded = host.is_local and args.profile and not args.collector
         plan.reports.append(report)
         print(f"host {report.describe()}", flush=True)
+
+
+def check_collector_on(remote: RemoteHost, plan: Plan, url: str) -> None:
+    """``workloads check-collector`` on a remote host, with the token file its ranks read."""
+    argv = [remote_python(), "-m", "workloads", "check-collector", "--collector", url]
+    if plan.token_file is not None:
+        argv += ["--token-file", str(plan.token_file)]
+    status, _, err = remote.run(argv, timeout=60)
+    if status != 0:
+        raise HostError(f"{remote.name}: {err.strip().removeprefix('workloads: ')}")
 
 
 def remove_tokens(plan: Plan, args: argparse.Namespace) -> None:
@@ -318,7 +341,15 @@ def _torchrun_over_ssh(plan: Plan, share, args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         plan = plan_run(args)
-    except (DatasetError, frameworks.FrameworkError, HostError, UsageError) as error:
+        if args.collector:  # reachable, and the token accepted, before anything starts
+            check_collector(args.collector, plan.token, token_source(args), socket.gethostname())
+    except (
+        DatasetError,
+        frameworks.FrameworkError,
+        HostError,
+        UsageError,
+        CollectorUnusable,
+    ) as error:
         print(f"workloads: {error}", file=sys.stderr)
         return 2
     print(f"run {plan.spec.run_id}: {plan.spec.framework} {plan.spec.model}, "
@@ -353,6 +384,11 @@ def run(args: argparse.Namespace) -> int:
     _after(plan, profile, args)
     if interrupted is not None:
         print(f"run {plan.spec.run_id} stopped by {interrupted}: marked failed", flush=True)
+    elif status == UNDELIVERED_EXIT or (status != 0 and plan.spec.collector_url):
+        print(f"workloads: run {plan.spec.run_id} ended with status {status}; events that "
+              f"did not reach {plan.spec.collector_url} wait in {plan.spec.spool_root}/"
+              f"{plan.spec.run_id} on their host (see the ranks' lines above)",
+              file=sys.stderr)  # fmt: skip
     return status
 
 
@@ -425,4 +461,28 @@ def _after(plan: Plan, profile: EmbeddedProfile | None, args: argparse.Namespace
         print(f"events of run {run_id} are in {plan.spec.events_dir}; deliver them with "
               f"`workloads resend --events {plan.spec.events_dir} --collector URL`")  # fmt: skip
     else:
-        print(f"per-epoch table: collector report {run_id} (on the collector's host)")
+        print_collector_report(plan, args)
+
+
+def print_collector_report(plan: Plan, args: argparse.Namespace) -> None:
+    """The per-epoch table and findings of ``--profile``, from the collector's read API."""
+    from collector.read_api import RemoteError, fetch_view
+    from workloads.summary import format_findings, format_profile_table
+
+    run_id, url = plan.spec.run_id, args.collector
+    again = f"collector report {run_id} --collector {url}"
+    if args.token_file is not None:
+        again += f" --token-file {args.token_file}"
+    query = {"run_id": run_id, "format": "json", "findings": "true"}
+    try:
+        report = json.loads(fetch_view(url, "report", query, plan.token))
+    except (RemoteError, ValueError) as error:
+        print(f"workloads: no per-epoch table from {url}: {error}; later: {again}",
+              file=sys.stderr)  # fmt: skip
+        return
+    print(f"run {run_id}: per epoch (MB = 10^6 bytes; disk, cache and CPU are the whole "
+          "host's, from its agent)")  # fmt: skip
+    print(format_profile_table(report["rows"]))
+    print()
+    print(format_findings(report["findings"]))
+    print(f"every column: {again}", flush=True)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from agent.schema import RunState, Workload
 from workloads.events import EventWriter, make_sink
+from workloads.preflight import UNDELIVERED_EXIT, resend_command
 from workloads.processes import Interrupted, raise_on_signals
-from workloads.spec import RunSpec, token_from_env
+from workloads.spec import TOKEN_ENV, RunSpec, token_from_env
 from workloads.timing import Recorder
 
 DELIVERY_TIMEOUT_SECONDS = 60.0
@@ -127,13 +128,23 @@ def run_rank(spec: RunSpec) -> int:
         if recorder.verbose:
             print(recorder.summary(), flush=True)
         if not recorder.writer.close(DELIVERY_TIMEOUT_SECONDS):
-            spool = spec.spool_dir(placement.rank)
-            print(
-                f"events not yet delivered stay in {spool}; send them later with: "
-                f"workloads resend --spool {spool} --collector {spec.collector_url}",
-                file=sys.stderr,
-            )
+            print(undelivered_message(spec, placement.rank), file=sys.stderr, flush=True)
+            if status == 0:
+                status = UNDELIVERED_EXIT
     return status
+
+
+def undelivered_message(spec: RunSpec, rank: int) -> str:
+    """Where a rank's undelivered events wait, and the command that delivers them."""
+    spool = spec.spool_dir(rank)
+    command = resend_command(spool, spec.collector_url or "URL", spec.resend_token_file)
+    with_token = ""
+    if spec.resend_token_file is None and token_from_env():
+        with_token = f" (with the token in {TOKEN_ENV}, as for the run)"
+    return (
+        f"rank {rank}: events not delivered to {spec.collector_url}; they wait in {spool}\n"
+        f"deliver them with{with_token}:\n  {command}"
+    )
 
 
 def main(argv: list[str]) -> int:

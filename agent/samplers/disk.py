@@ -5,24 +5,37 @@ Measurement ``disk``, tags ``device`` (the kernel's name, e.g. ``sda``, ``nvme0n
 ``agent.schema.Disk``; columns as numbered in the kernel's
 Documentation/admin-guide/iostats.rst, after major, minor and name):
 
-=============  =======  ============  ==================================================
-field          kind     unit          source
-=============  =======  ============  ==================================================
-reads          counter  count         field 1, reads completed
-read_bytes     counter  bytes         field 3, sectors read x 512
-read_time_ms   counter  milliseconds  field 4, time spent reading
-writes         counter  count         field 5, writes completed
-write_bytes    counter  bytes         field 7, sectors written x 512
-write_time_ms  counter  milliseconds  field 8, time spent writing
-in_flight      gauge    count         field 9, I/Os in progress now
-io_time_ms     counter  milliseconds  field 10, time with at least one I/O in progress
-=============  =======  ============  ==================================================
+========================  =======  =======  ==========================================
+field                     kind     unit     source
+========================  =======  =======  ==========================================
+reads                     counter  count    field 1, reads completed
+reads_merged              counter  count    field 2, adjacent reads merged (iostat rrqm)
+read_bytes                counter  bytes    field 3, sectors read x 512
+read_time_seconds         counter  seconds  field 4 (ms) / 1000, time spent reading
+writes                    counter  count    field 5, writes completed
+writes_merged             counter  count    field 6, adjacent writes merged (wrqm)
+write_bytes               counter  bytes    field 7, sectors written x 512
+write_time_seconds        counter  seconds  field 8 / 1000, time spent writing
+in_flight                 gauge    count    field 9, I/Os in progress now
+io_time_seconds           counter  seconds  field 10 / 1000, time with I/O in progress
+io_time_weighted_seconds  counter  seconds  field 11 / 1000; its rate is iostat's aqu-sz
+discards                  counter  count    field 12 (Linux 4.18+)
+discards_merged           counter  count    field 13
+discard_bytes             counter  bytes    field 14, sectors discarded x 512
+discard_time_seconds      counter  seconds  field 15 / 1000
+flushes                   counter  count    field 16 (Linux 5.5+)
+flush_time_seconds        counter  seconds  field 17 / 1000
+========================  =======  =======  ==========================================
 
-Rows have 14 fields (11 counters), 18 (Linux 4.18+: discards) or 20 (5.5+: flushes); we
-read the first 11 counters of all of them. Kernels before 2.6.25 print partitions with 7
-fields (reads, sectors read, writes, sectors written): those give the four matching
-fields only. A "sector" here is always 512 bytes, whatever the device's block size.
-The counters are ``unsigned long`` in the kernel: on a 32-bit kernel they wrap at 2^32.
+Times are in seconds, like node_exporter's ``node_disk_*_seconds_total``: floats, since
+the kernel counts milliseconds. Rows have 14 fields (11 counters), 18 (Linux 4.18+:
+discards) or 20 (5.5+: flushes). Like sysstat and procfs, a row with at least the 11
+classic counters is read for the counters it has, so a kernel that appends more fields
+(or a tool that writes 15-field rows) loses nothing we know. Kernels before 2.6.25 print
+partitions with 7 fields (reads, sectors read, writes, sectors written): those give the
+four matching fields only. Rows with 5 to 10 counters are skipped and logged. A
+"sector" here is always 512 bytes, whatever the device's block size. The counters are
+``unsigned long`` in the kernel: on a 32-bit kernel they wrap at 2^32.
 
 ``kind`` decides what a node total counts: only ``disk``. A partition's I/O is also
 counted on its disk, and a virtual device's (device mapper, md RAID, loop...) lands on
@@ -40,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.point import Point
-from agent.samplers.base import Roots, read_text
+from agent.samplers.base import ProcFile, Roots
 from agent.samplers.host_common import ProblemLog, to_ints
 from agent.schema import Disk, DiskKind, Tag
 
@@ -78,63 +91,111 @@ _VIRTUAL_PREFIXES = (
 
 @dataclass(frozen=True)
 class DiskRow:
-    """One diskstats row; the time and in-flight fields are None on 7-field rows."""
+    """One diskstats row in the kernel's units; None where the row has no such column
+    (7-field rows have no times, 14-field rows no discards, 18-field rows no flushes)."""
 
     device: str
     reads: int
     read_sectors: int
     writes: int
     write_sectors: int
+    reads_merged: int | None = None
     read_time_ms: int | None = None
+    writes_merged: int | None = None
     write_time_ms: int | None = None
     in_flight: int | None = None
     io_time_ms: int | None = None
+    io_time_weighted_ms: int | None = None
+    discards: int | None = None
+    discards_merged: int | None = None
+    discard_sectors: int | None = None
+    discard_time_ms: int | None = None
+    flushes: int | None = None
+    flush_time_ms: int | None = None
 
-    def fields(self) -> dict[str, int]:
-        """Schema field name -> value in base units (sectors turned into bytes)."""
-        values: dict[str, int | None] = {
+    def fields(self) -> dict[str, int | float]:
+        """Schema field name -> value in base units (sectors to bytes, ms to seconds)."""
+        values: dict[str, int | float | None] = {
             Disk.READS: self.reads,
+            Disk.READS_MERGED: self.reads_merged,
             Disk.READ_BYTES: self.read_sectors * SECTOR_BYTES,
+            Disk.READ_TIME_SECONDS: _seconds(self.read_time_ms),
             Disk.WRITES: self.writes,
+            Disk.WRITES_MERGED: self.writes_merged,
             Disk.WRITE_BYTES: self.write_sectors * SECTOR_BYTES,
-            Disk.READ_TIME_MS: self.read_time_ms,
-            Disk.WRITE_TIME_MS: self.write_time_ms,
-            Disk.IO_TIME_MS: self.io_time_ms,
-            Disk.IN_FLIGHT: self.in_flight,
+            Disk.WRITE_TIME_SECONDS: _seconds(self.write_time_ms),
+            Disk.IN_FLIGHT: None if self.in_flight is None else float(self.in_flight),
+            Disk.IO_TIME_SECONDS: _seconds(self.io_time_ms),
+            Disk.IO_TIME_WEIGHTED_SECONDS: _seconds(self.io_time_weighted_ms),
+            Disk.DISCARDS: self.discards,
+            Disk.DISCARDS_MERGED: self.discards_merged,
+            Disk.DISCARD_BYTES: _bytes(self.discard_sectors),
+            Disk.DISCARD_TIME_SECONDS: _seconds(self.discard_time_ms),
+            Disk.FLUSHES: self.flushes,
+            Disk.FLUSH_TIME_SECONDS: _seconds(self.flush_time_ms),
         }
         return {name: value for name, value in values.items() if value is not None}
 
 
+def _seconds(milliseconds: int | None) -> float | None:
+    return None if milliseconds is None else milliseconds / 1000
+
+
+def _bytes(sectors: int | None) -> int | None:
+    return None if sectors is None else sectors * SECTOR_BYTES
+
+
+CLASSIC_COUNTERS = 11  # fields 1-11: every kernel since 2.6.25 (and 2.4 whole disks)
+DISCARD_COUNTERS = 15  # fields 12-15: Linux 4.18+
+FLUSH_COUNTERS = 17  # fields 16-17: Linux 5.5+
+
+
 def parse_diskstats(text: str, problems: list[str] | None = None) -> list[DiskRow]:
-    """Every well-formed row of ``/proc/diskstats``; malformed rows are skipped."""
+    """Every well-formed row of ``/proc/diskstats``; malformed rows are skipped.
+
+    A row is major, minor, name and either 4 numbers (partitions before 2.6.25) or at
+    least the 11 classic counters; counters past the 17 known are ignored.
+    """
     rows = []
     for number, line in enumerate(text.splitlines(), start=1):
         words = line.split()
         if not words:
             continue
-        numbers = to_ints(words[:2] + words[3:])
-        if len(words) not in (7, 14, 18, 20) or numbers is None:
+        numbers = to_ints(words[:2] + words[3:]) if len(words) >= 7 else None
+        counters = numbers[2:] if numbers is not None else []
+        if numbers is None or not (len(counters) == 4 or len(counters) >= CLASSIC_COUNTERS):
             if problems is not None:
                 problems.append(
-                    f"line {number}: expected major, minor, name and 4, 11, 15 or 17"
-                    f" numbers, got {line.strip()!r}; skipped"
+                    f"line {number}: expected major, minor, name and 4 or at least"
+                    f" {CLASSIC_COUNTERS} numbers, got {line.strip()!r}; skipped"
                 )
             continue
-        device, counters = words[2], numbers[2:]
+        device = words[2]
         if len(counters) == 4:
             rows.append(DiskRow(device, counters[0], counters[1], counters[2], counters[3]))
             continue
+        discards = len(counters) >= DISCARD_COUNTERS
+        flushes = len(counters) >= FLUSH_COUNTERS
         rows.append(
             DiskRow(
                 device=device,
                 reads=counters[0],
+                reads_merged=counters[1],
                 read_sectors=counters[2],
                 read_time_ms=counters[3],
                 writes=counters[4],
+                writes_merged=counters[5],
                 write_sectors=counters[6],
                 write_time_ms=counters[7],
                 in_flight=counters[8],
                 io_time_ms=counters[9],
+                io_time_weighted_ms=counters[10],
+                discards=counters[11] if discards else None,
+                discards_merged=counters[12] if discards else None,
+                discard_sectors=counters[13] if discards else None,
+                discard_time_ms=counters[14] if discards else None,
+                flushes=counters[15] if flushes else None,
+                flush_time_ms=counters[16] if flushes else None,
             )
         )
     return rows
@@ -169,9 +230,9 @@ def kind_from_sysfs(sys_root: Path, device: str) -> str | None:
 
 def node_totals(
     rows: Iterable[DiskRow], kind_of: Callable[[str], str] = kind_from_name
-) -> dict[str, int]:
+) -> dict[str, int | float]:
     """The node's disk I/O: every field summed over devices of kind ``disk`` only."""
-    totals: dict[str, int] = {}
+    totals: dict[str, int | float] = {}
     for row in rows:
         if kind_of(row.device) != DiskKind.DISK:
             continue
@@ -185,6 +246,7 @@ class DiskSampler:
 
     def __init__(self, roots: Roots) -> None:
         self._path = roots.proc / "diskstats"
+        self._file = ProcFile(self._path)
         self._sys_root = roots.sys
         self._sysfs_present = True
         self._kinds: dict[str, str] = {}  # what sysfs said; a device's kind never changes
@@ -210,9 +272,7 @@ class DiskSampler:
         self._sysfs_present = (self._sys_root / "class" / "block").is_dir()
         rows = self._read()
         for row in rows:
-            fields: dict[str, int | float] = dict(row.fields())
-            if Disk.IN_FLIGHT in fields:
-                fields[Disk.IN_FLIGHT] = float(fields[Disk.IN_FLIGHT])
+            fields = row.fields()
             tags = {Tag.DEVICE: row.device, Tag.KIND: self.kind(row.device)}
             points.append(Point(Disk.NAME, tags, fields, now_ns))
         current = {row.device for row in rows}
@@ -220,7 +280,7 @@ class DiskSampler:
         return points
 
     def _read(self) -> list[DiskRow]:
-        text = read_text(self._path)
+        text = self._file.read()
         if text is None:
             return []
         problems: list[str] = []

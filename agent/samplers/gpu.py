@@ -17,8 +17,8 @@ Fields:
   - ``power_watts`` (float, W): ``nvmlDeviceGetPowerUsage`` milliwatts / 1000. NVML
     returns a 1-second average on Ampere (except A100) and newer, an instantaneous
     reading on A100 and older.
-  - ``energy_millijoules`` (int, mJ, cumulative): ``nvmlDeviceGetTotalEnergyConsumption``,
-    since the driver was loaded (Volta and newer).
+  - ``energy_joules`` (float, J, cumulative): ``nvmlDeviceGetTotalEnergyConsumption``
+    millijoules / 1000, since the driver was loaded (Volta and newer).
   - ``temperature_celsius`` (float, °C): ``nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)``.
   - ``sm_clock_mhz`` (float, MHz): ``nvmlDeviceGetClockInfo(NVML_CLOCK_SM)``.
   - ``pcie_rx_bytes_per_second``, ``pcie_tx_bytes_per_second`` (float, bytes/s):
@@ -86,10 +86,10 @@ def gpu_fields(readings: GpuReadings) -> dict[str, int | float]:
         fields[Gpu.MEMORY_TOTAL_BYTES] = float(readings.memory.total)
     if readings.power_milliwatts is not None:
         fields[Gpu.POWER_WATTS] = readings.power_milliwatts / 1000
-    # An unsigned 64-bit counter; line protocol integers are signed 64-bit, so a value
-    # beyond that is left out rather than written as a wrong number.
+    # An unsigned 64-bit counter: a value beyond 2**63 is a wrapped difference, not
+    # energy, and is left out rather than written as a wrong number.
     if readings.energy_millijoules is not None and readings.energy_millijoules <= INT64_MAX:
-        fields[Gpu.ENERGY_MILLIJOULES] = int(readings.energy_millijoules)
+        fields[Gpu.ENERGY_JOULES] = readings.energy_millijoules / 1000
     if readings.temperature_celsius is not None:
         fields[Gpu.TEMPERATURE_CELSIUS] = float(readings.temperature_celsius)
     if readings.sm_clock_mhz is not None:

@@ -20,8 +20,9 @@ Fields:
     READ), ``server_write_bytes``, ``read_pages``, ``write_pages``.
   - from the ``READ:`` per-op row (int, cumulative): ``read_ops``, ``read_transmissions``,
     ``read_major_timeouts``, ``read_bytes_sent``, ``read_bytes_received``,
-    ``read_queue_ms``, ``read_rtt_ms``, ``read_execute_ms`` and, with RPC iostats 1.1
-    (9-field rows), ``read_errors``. The same eight or nine for ``WRITE:`` as
+    ``read_queue_seconds``, ``read_rtt_seconds``, ``read_execute_seconds`` (float: the
+    kernel's milliseconds / 1000) and, with RPC iostats 1.1 (9-field rows),
+    ``read_errors``. The same eight or nine for ``WRITE:`` as
     ``write_*``.
   - ``age_seconds`` (float): seconds since the mount.
 
@@ -86,9 +87,9 @@ OP_FIELDS: dict[str, tuple[str, ...]] = {
         Nfs.READ_MAJOR_TIMEOUTS,
         Nfs.READ_BYTES_SENT,
         Nfs.READ_BYTES_RECEIVED,
-        Nfs.READ_QUEUE_MS,
-        Nfs.READ_RTT_MS,
-        Nfs.READ_EXECUTE_MS,
+        Nfs.READ_QUEUE_SECONDS,
+        Nfs.READ_RTT_SECONDS,
+        Nfs.READ_EXECUTE_SECONDS,
         Nfs.READ_ERRORS,
     ),
     "WRITE": (
@@ -97,12 +98,23 @@ OP_FIELDS: dict[str, tuple[str, ...]] = {
         Nfs.WRITE_MAJOR_TIMEOUTS,
         Nfs.WRITE_BYTES_SENT,
         Nfs.WRITE_BYTES_RECEIVED,
-        Nfs.WRITE_QUEUE_MS,
-        Nfs.WRITE_RTT_MS,
-        Nfs.WRITE_EXECUTE_MS,
+        Nfs.WRITE_QUEUE_SECONDS,
+        Nfs.WRITE_RTT_SECONDS,
+        Nfs.WRITE_EXECUTE_SECONDS,
         Nfs.WRITE_ERRORS,
     ),
 }
+# Per-op times the kernel prints in milliseconds; reported in seconds.
+MILLISECOND_FIELDS = frozenset(
+    (
+        Nfs.READ_QUEUE_SECONDS,
+        Nfs.READ_RTT_SECONDS,
+        Nfs.READ_EXECUTE_SECONDS,
+        Nfs.WRITE_QUEUE_SECONDS,
+        Nfs.WRITE_RTT_SECONDS,
+        Nfs.WRITE_EXECUTE_SECONDS,
+    )
+)
 
 
 @dataclass
@@ -221,7 +233,7 @@ def _put_counters(fields: dict, names: tuple[str, ...], values: tuple[int, ...])
         # at 2**63 or above is a negative delta that wrapped (seen in real files), not a
         # count: leave the field out of this sample instead of writing a bogus number.
         if value <= INT64_MAX:
-            fields[name] = value
+            fields[name] = value / 1000 if name in MILLISECOND_FIELDS else value
 
 
 def mount_fields(mount: NfsMount) -> dict[str, int | float]:

@@ -256,8 +256,12 @@ class Agent:
         found = {}
         for line in text.splitlines():
             if line.startswith("epochscope_agent_"):
-                name, _, value = line.rpartition(" ")
-                found[name.partition("{")[0]] = float(value)
+                # name{labels} value timestamp_ms (the labels may hold spaces)
+                if "{" in line:
+                    name, rest = line.partition("{")[0], line.rpartition("}")[2]
+                else:
+                    name, _, rest = line.partition(" ")
+                found[name] = float(rest.split()[0])
         return found
 
     def spooled_lines(self) -> list[str]:
