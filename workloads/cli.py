@@ -5,6 +5,7 @@
     workloads dataset describe DIR
     workloads run --framework tensorflow|mxnet|pytorch [--data-dir D | --synthetic] ...
     workloads cache report|drop DIR          (page-cache residency of a data set)
+    workloads profile [--collector URL] [--data-dir D --drop-caches] -- COMMAND [ARGS]
     workloads resend --spool DIR | --events DIR --collector URL [--token-file F]
                                              (undelivered events; exit 0 once all arrived)
     workloads check-collector --collector URL [--token-file F]
@@ -127,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     resend.add_argument("--token-file", type=Path, help="default: $EPOCHSCOPE_WORKLOAD_TOKEN")
     resend.add_argument("--timeout", type=float, default=60.0)
 
+    from workloads.profile_command import add_parser as add_profile_parser
+
+    add_profile_parser(commands)
+
     check = commands.add_parser("check-collector", help="does the collector take our writes?")
     check.add_argument("--collector", required=True)
     check.add_argument("--token-file", type=Path, help="default: $EPOCHSCOPE_WORKLOAD_TOKEN")
@@ -144,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         from workloads.launcher import run
 
         return run(args)
+    if args.command == "profile":
+        from workloads.profile_command import run as profile
+
+        return profile(args)
     if args.command == "cache":
         return _cache(args)
     if args.command == "resend":

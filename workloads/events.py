@@ -164,12 +164,15 @@ class EventWriter:
         }
         self._clock_ns = clock_ns
 
-    def emit(self, event: str, fields: dict[str, object] | None = None) -> Point:
+    def emit(
+        self, event: str, fields: dict[str, object] | None = None, time_ns: int | None = None
+    ) -> Point:
+        """``time_ns``: when it happened, if not now (an epoch known to have begun earlier)."""
         values: dict[str, int | float | str] = {Workload.EVENT: event}
         for name, value in (fields or {}).items():
             if value is not None:
                 values[name] = coerce(name, value)
-        point = Point(Workload.NAME, dict(self.tags), values, self._clock_ns())
+        point = Point(Workload.NAME, dict(self.tags), values, time_ns or self._clock_ns())
         self.sink.submit([point])
         return point
 

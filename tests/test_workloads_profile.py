@@ -1,0 +1,310 @@
+"""``workloads profile -- COMMAND`` on unmodified scripts (tests/scripts/), end to end:
+the real command, its embedded collector and agent, the scripts' own launchers
+(python, torch.multiprocessing.spawn, torchrun), read back from the run's SQLite store.
+
+PyTorch with torchvision runs in a user-like environment (CUDA torch 2.14.1 +
+torchvision 0.29.1 on CPU, epochscope[profile] installed into it, made once by
+``make user-torch-env``): torchvision does not load beside the project's CPU torch
+2.13.0. A PIL-only PyTorch script and Keras run in the project's own environment.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from agent.schema import Event, RunState, Workload
+from collector.store import SqliteStore
+from tests.conftest import REPO_ROOT
+from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
+from workloads.autoprofile.session import Placement, placement_from
+from workloads.datasets import make_dataset
+
+SCRIPTS = REPO_ROOT / "tests" / "scripts"
+USER_VENV = Path(os.environ.get(
+    "EPOCHSCOPE_USER_TORCH_VENV",
+    Path.home() / ".cache" / "epochscope" / "venvs" / "torch2.14.1-tv0.29.1-py311",
+))  # fmt: skip
+HOST = socket.gethostname()
+TIMEOUT = 540
+
+
+# --- where a process sits -------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("environ", "distributed", "expected"),
+    [
+        ({}, None, Placement(0, 1, 0, 1)),
+        ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, None,
+         Placement(3, 8, 1, 2)),
+        ({"HOROVOD_RANK": "5", "HOROVOD_SIZE": "6", "HOROVOD_LOCAL_RANK": "2",
+          "HOROVOD_LOCAL_SIZE": "3"}, None, Placement(5, 6, 2, 3)),
+        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
+          "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, None,
+         Placement(1, 4, 1, 2)),
+        ({"PMI_RANK": "2", "PMI_SIZE": "3"}, None, Placement(2, 3, 2, 3)),
+        ({}, (1, 2), Placement(1, 2, 1, 2)),  # torch.multiprocessing.spawn + init
+        ({"SLURM_PROCID": "4", "SLURM_NTASKS": "8", "SLURM_LOCALID": "0",
+          "SLURM_NTASKS_PER_NODE": "4(x2)"}, None, Placement(4, 8, 0, 4)),
+        # an initialised torch.distributed says more than a Slurm allocation around it
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, (1, 2), Placement(1, 2, 1, 2)),
+    ],
+)  # fmt: skip
+def test_placement_from_launchers_then_torch_distributed_then_slurm(environ, distributed, expected):
+    assert placement_from(environ, distributed) == expected
+
+
+# --- the sitecustomize ----------------------------------------------------------------
+PROBE = (
+    "import sys; "
+    "print('finder', any(type(f).__name__ == 'PostImportFinder' for f in sys.meta_path)); "
+    "print('users', getattr(sys.modules.get('sitecustomize'), 'USERS', None))"
+)
+
+
+def run_probe(tmp_path: Path, profiled: bool) -> str:
+    users = tmp_path / "users"
+    users.mkdir(exist_ok=True)
+    (users / "sitecustomize.py").write_text("USERS = 'ran'\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site_dir()), str(users), str(REPO_ROOT)])
+    env.pop(RUN_ENV, None)
+    if profiled:
+        env[RUN_ENV] = ProfileConfig("r", "http://127.0.0.1:9", str(tmp_path)).encode()
+    result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True,
+                            text=True, timeout=60, check=True)  # fmt: skip
+    return result.stdout
+
+
+def test_sitecustomize_instruments_and_runs_the_one_it_shadows(tmp_path):
+    assert run_probe(tmp_path, profiled=True).split("\n")[:2] == ["finder True", "users ran"]
+
+
+def test_sitecustomize_does_nothing_outside_a_profile(tmp_path):
+    assert run_probe(tmp_path, profiled=False).split("\n")[:2] == ["finder False", "users ran"]
+
+
+# --- running workloads profile ---------------------------------------------------------
+def profile(python: str, runs: Path, run_id: str, *command: str, options=(), env=None):
+    result = subprocess.run(
+        [python, "-m", "workloads", "profile", "--runs-dir", str(runs), "--run-id", run_id,
+         "--step-every", "1", *options, "--", *command],
+        capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=runs.parent,
+    )  # fmt: skip
+    return result
+
+
+def events(runs: Path, run_id: str):
+    store = SqliteStore(runs / f"{run_id}.sqlite")
+    try:
+        return store.events(run_id)
+    finally:
+        store.close()
+
+
+def by_rank(run_events) -> dict[int, list]:
+    ranks = defaultdict(list)
+    for event in run_events:
+        ranks[event.rank].append(event)
+    return dict(ranks)
+
+
+def check_epochs(rank_events, epochs: int, images: int, steps: int, input_wait: bool = True):
+    """Per epoch of one rank: its share of images, its steps, windows in order."""
+    kinds = [e.event for e in rank_events if e.event != Event.STEP]
+    assert kinds == [Event.RUN_START] + [Event.EPOCH_START, Event.EPOCH_END] * epochs + [
+        Event.RUN_END
+    ], kinds
+    ends = [e for e in rank_events if e.event == Event.EPOCH_END]
+    starts = [e for e in rank_events if e.event == Event.EPOCH_START]
+    assert [e.fields[Workload.EPOCH] for e in ends] == list(range(1, epochs + 1))
+    assert all(e.fields[Workload.IMAGES] == images for e in ends), [e.fields for e in ends]
+    assert [e.fields[Workload.STEP] for e in ends] == [steps * n for n in range(1, epochs + 1)]
+    for start, end in zip(starts, ends, strict=True):
+        assert start.time_ns < end.time_ns
+    for end, next_start in zip(ends, starts[1:], strict=False):
+        assert end.time_ns <= next_start.time_ns
+    step_events = [e for e in rank_events if e.event == Event.STEP]
+    assert len(step_events) == steps * epochs  # --step-every 1
+    for epoch in ends:
+        window = [s for s in step_events if s.fields[Workload.EPOCH] == epoch.fields["epoch"]]
+        assert sum(s.fields[Workload.IMAGES] for s in window) == images
+        if input_wait:
+            assert epoch.fields[Workload.INPUT_WAIT_SECONDS] > 0
+            assert epoch.fields[Workload.INPUT_WAIT_SECONDS] < epoch.fields[Workload.SECONDS]
+    run_end = rank_events[-1]
+    assert run_end.fields[Workload.STATE] == RunState.FINISHED
+    return ends
+
+
+def report_rows(python: str, runs: Path, run_id: str) -> list[dict]:
+    result = subprocess.run(
+        [python, "-m", "collector", "report", run_id, "--db", str(runs / f"{run_id}.sqlite"),
+         "--format", "json"], capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return [row for row in json.loads(result.stdout) if row["host"] == HOST]
+
+
+def printed_accuracies(stdout: str, pattern: str) -> list[float]:
+    return [float(value) for value in re.findall(pattern, stdout)]
+
+
+TRAIN, VAL, CLASSES, BATCH = 32, 16, 4, 8
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    made = {}
+
+    def get(data_format: str, stored_size: int = 32, images: int = TRAIN) -> Path:
+        key = (data_format, stored_size, images)
+        if key not in made:
+            out = tmp_path_factory.mktemp("data") / f"{data_format}-{stored_size}-{images}"
+            make_dataset(
+                out,
+                data_format,
+                images=images,
+                classes=CLASSES,
+                image_size=stored_size,
+                val_images=VAL,
+                shards=2,
+                progress=False,
+            )
+            made[key] = out
+        return made[key]
+
+    return get
+
+
+@pytest.fixture
+def runs(tmp_path) -> Path:
+    path = tmp_path / "runs"
+    path.mkdir()
+    return path
+
+
+def project_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+# --- failure modes: a clear message and the command's exit status ----------------------
+pytestmark = pytest.mark.timeout(TIMEOUT)
+
+
+@pytest.mark.slow
+def test_a_command_that_is_not_python_keeps_its_status_and_says_nothing_trained(runs):
+    result = profile(sys.executable, runs, "sh", "sh", "-c", "echo from-sh; exit 3",
+                     env=project_env())  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    assert "from-sh" in result.stdout
+    assert "no training was seen in `sh -c 'echo from-sh; exit 3'`" in result.stderr
+    assert "exited with status 3" in result.stderr
+    assert events(runs, "sh") == []
+
+
+@pytest.mark.slow
+def test_a_python_script_with_no_loop_and_a_missing_command(runs):
+    result = profile(sys.executable, runs, "noloop", sys.executable, "-c", "print('hello')",
+                     env=project_env())  # fmt: skip
+    assert result.returncode == 0 and "hello" in result.stdout
+    assert "no training was seen" in result.stderr and "workloads.track" in result.stderr
+    missing = profile(sys.executable, runs, "missing", "no-such-command-xyz", env=project_env())
+    assert missing.returncode == 127
+    assert "no-such-command-xyz: command not found" in missing.stderr
+
+
+@pytest.mark.slow
+def test_explicit_track_api(runs):
+    result = profile(sys.executable, runs, "track", sys.executable, str(SCRIPTS / "track_loop.py"),
+                     env=project_env())  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (rank,) = by_rank(events(runs, "track")).values()
+    ends = check_epochs(rank, epochs=2, images=12, steps=3)
+    assert rank[0].fields[Workload.MODEL] == "hand-rolled" and rank[0].framework == "custom"
+    assert [e.fields[Workload.TOP1] for e in ends] == [0.5, 0.75]
+    assert ends[0].fields[Workload.LOSS] == pytest.approx((1 + 1 / 2 + 1 / 3) / 3)
+    assert ends[0].fields[Workload.INPUT_WAIT_SECONDS] == pytest.approx(0.03)
+    # outside workloads profile the same script runs and says nothing
+    plain = subprocess.run([sys.executable, str(SCRIPTS / "track_loop.py")], env=project_env(),
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert plain.returncode == 0 and plain.stdout == "done\n" and plain.stderr == ""
+
+
+# --- PyTorch in the project's environment (no torchvision) -------------------------------
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="torch is not installed: make frameworks")  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@needs_torch
+def test_pytorch_loop_recognised_unmodified(data, runs):
+    jpeg = data("jpeg")
+    result = profile(sys.executable, runs, "pt", sys.executable,
+                     str(SCRIPTS / "torch_folder_train.py"), str(jpeg), "--batch-size", str(BATCH),
+                     options=("--data-dir", str(jpeg)), env=project_env())  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    (rank,) = by_rank(events(runs, "pt")).values()
+    ends = check_epochs(rank, epochs=2, images=TRAIN, steps=TRAIN // BATCH)
+    start = rank[0].fields
+    assert start[Workload.MODEL] == "SmallNet" and start[Workload.BATCH_SIZE] == BATCH
+    assert start[Workload.WORLD_SIZE] == 1 and start[Workload.DATASET_IMAGES] == TRAIN
+    assert rank[0].framework == "pytorch"
+    # the script's own validate() and epochscope's count agree
+    printed = printed_accuracies(result.stdout, r"acc (\d\.\d+)")
+    assert [e.fields[Workload.TOP1] for e in ends] == pytest.approx(printed, abs=1e-3)
+    assert all(e.fields[Workload.LOSS] > 0 for e in ends)
+    assert "run pt: per epoch" in result.stdout and "epoch  host" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@needs_torch
+def test_a_crashing_training_keeps_its_status_and_is_marked_failed(data, runs):
+    jpeg = data("jpeg")
+    result = profile(sys.executable, runs, "crash", sys.executable,
+                     str(SCRIPTS / "torch_folder_train.py"), str(jpeg), "--fail-in-epoch", "2",
+                     env=project_env())  # fmt: skip
+    assert result.returncode == 1
+    assert "RuntimeError: the script failed in epoch 2" in result.stderr
+    assert "exited with status 1" in result.stderr
+    (rank,) = by_rank(events(runs, "crash")).values()
+    assert rank[-1].event == Event.RUN_END and rank[-1].fields[Workload.STATE] == RunState.FAILED
+    ends = [e for e in rank if e.event == Event.EPOCH_END]
+    assert [e.fields[Workload.IMAGES] for e in ends] == [TRAIN, 0]
+
+
+# --- Keras fit on tf.data ----------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="make frameworks")
+def test_keras_fit_on_tf_data_recognised_unmodified(data, runs):
+    tfrecord = data("tfrecord")
+    result = profile(
+        sys.executable,
+        runs,
+        "keras",
+        sys.executable,
+        str(SCRIPTS / "keras_fit.py"),
+        str(tfrecord),
+        options=("--data-dir", str(tfrecord)),
+        env=project_env(),
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    (rank,) = by_rank(events(runs, "keras")).values()
+    ends = check_epochs(rank, epochs=2, images=TRAIN, steps=TRAIN // BATCH, input_wait=False)
+    assert rank[0].framework == "tensorflow" and rank[0].fields[Workload.MODEL] == "small_cnn"
+    assert rank[0].fields[Workload.BATCH_SIZE] == BATCH
+    printed = printed_accuracies(result.stdout, r"(\d\.\d{6})")
+    assert [e.fields[Workload.TOP1] for e in ends] == pytest.approx(printed, abs=1e-5)
+    assert all(e.fields[Workload.LOSS] > 0 for e in ends)

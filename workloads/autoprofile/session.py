@@ -1,0 +1,287 @@
+"""One profiled process's events: run, epochs and steps, from whatever recognised them.
+
+A ``Session`` starts (``run_start``) at the first training step it is told of, so only
+processes that train become ranks. Epoch edges may be learnt late (a DataLoader is known
+to be the training one only at its first optimizer step; an epoch ends after the
+validation that follows it): each event carries the time it happened (``EventWriter.emit``
+with ``time_ns``), not the time it was learnt. The run ends at interpreter exit:
+``failed`` after an uncaught exception or a non-zero ``sys.exit``, else ``finished``.
+
+Every image of an epoch is counted (no warm-up steps: ``timed_images == images``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from workloads.autoprofile.config import ProfileConfig
+
+DELIVERY_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Placement:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_size: int
+
+
+# (rank, world size, local rank, local size) variables of each launcher, most specific first
+LAUNCHER_ENV = (
+    ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),  # torchrun
+    ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),  # MPICH, Intel MPI
+)  # fmt: skip
+SLURM_ENV = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")
+
+
+def _int(environ: dict[str, str], name: str) -> int | None:
+    text = environ.get(name, "").split("(")[0]  # SLURM_NTASKS_PER_NODE may read "2(x3)"
+    return int(text) if text.isdigit() else None
+
+
+def placement_from(environ: dict[str, str], distributed: tuple[int, int] | None) -> Placement:
+    """Where this process sits: a launcher's variables, else ``torch.distributed`` once
+    initialised (``distributed``: its rank and world size), else Slurm's, else 0 of 1."""
+    for rank_name, size_name, local_name, local_size_name in LAUNCHER_ENV:
+        rank, size = _int(environ, rank_name), _int(environ, size_name)
+        if rank is not None and size is not None:
+            local = _int(environ, local_name)
+            local_size = _int(environ, local_size_name)
+            return Placement(rank, size, rank if local is None else local, local_size or size)
+    if distributed is not None:
+        rank, size = distributed
+        # torch.multiprocessing.spawn on one host: ranks are its processes
+        return Placement(rank, size, rank, size)
+    rank, size = _int(environ, SLURM_ENV[0]), _int(environ, SLURM_ENV[1])
+    if rank is not None and size is not None:
+        local = _int(environ, SLURM_ENV[2])
+        return Placement(rank, size, rank if local is None else local,
+                         _int(environ, SLURM_ENV[3]) or size)  # fmt: skip
+    return Placement(0, 1, 0, 1)
+
+
+def torch_distributed() -> tuple[int, int] | None:
+    """(rank, world size) of an initialised ``torch.distributed``, never importing torch."""
+    distributed = sys.modules.get("torch.distributed")
+    try:
+        if distributed is not None and distributed.is_available() and distributed.is_initialized():
+            return distributed.get_rank(), distributed.get_world_size()
+    except Exception:
+        return None
+    return None
+
+
+@dataclass
+class Epoch:
+    number: int
+    start_ns: int
+    steps: int = 0
+    images: int = 0
+    seconds: float = 0.0
+    input_wait: float = 0.0
+    loss_sum: object = None  # a float, or a framework scalar summed without a device sync
+    losses: int = 0
+    end_ns: int | None = None  # the latest time the epoch is known to have run to
+    loss: float | None = None  # a mean the framework reports itself (Keras)
+    top1: float | None = None
+    top5: float | None = None
+
+
+class Session:
+    def __init__(self, config: ProfileConfig, clock_ns=time.time_ns) -> None:
+        self.config = config
+        self.clock_ns = clock_ns
+        self.writer = None
+        self.placement: Placement | None = None
+        self.epoch: Epoch | None = None
+        self.epochs_done = 0
+        self.global_step = 0
+        self.failed = False
+        self.explicit = False  # the script calls workloads.track: recognition stands aside
+        self._mark_ns = 0
+        self._lock = threading.RLock()
+
+    @property
+    def started(self) -> bool:
+        return self.writer is not None
+
+    # --- the run -------------------------------------------------------------------
+    def start(
+        self, framework: str, model: str | None, batch_size: int | None, at_ns: int | None = None
+    ) -> None:
+        """``run_start`` for this process, as a rank (once); ``at_ns``: when its training
+        began, if before now."""
+        with self._lock:
+            if self.started:
+                return
+            from agent.schema import Event, Workload
+            from workloads.events import EventWriter, make_sink
+            from workloads.spec import token_from_env
+            from workloads.worker import host_memory_bytes
+
+            self.placement = placement_from(dict(os.environ), torch_distributed())
+            rank = self.placement.rank
+            sink = make_sink(self.config.collector_url, token_from_env(),
+                             self.config.spool_dir(rank), None)  # fmt: skip
+            self.writer = EventWriter(sink, self.config.run_id, rank, framework,
+                                      socket.gethostname())  # fmt: skip
+            self.writer.emit(Event.RUN_START, {
+                Workload.MODEL: model or "unknown",
+                Workload.BATCH_SIZE: batch_size,
+                Workload.WORLD_SIZE: self.placement.world_size,
+                Workload.LOCAL_SIZE: self.placement.local_size,
+                Workload.DATA_FORMAT: self.config.data_format,
+                Workload.DATASET_IMAGES: self.config.dataset_images,
+                Workload.DATASET_BYTES: self.config.dataset_bytes,
+                Workload.HOST_MEMORY_BYTES: host_memory_bytes(),
+                Workload.WARMUP_STEPS: 0,
+            }, at_ns)  # fmt: skip
+            atexit.register(self.finish)
+
+    # --- epochs and steps ----------------------------------------------------------
+    def epoch_start(self, start_ns: int | None = None) -> Epoch:
+        """A new epoch from ``start_ns`` (default now); ends the open one first."""
+        from agent.schema import Event, Workload
+
+        with self._lock:
+            self.epoch_end()
+            start_ns = start_ns or self.clock_ns()
+            self.epochs_done += 1
+            self.epoch = Epoch(self.epochs_done, start_ns)
+            self._mark_ns = start_ns
+            self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: self.epoch.number}, start_ns)
+            return self.epoch
+
+    def step(self, images: int, input_wait: float | None = None, loss: object = None) -> None:
+        """One training step ended now, on ``images`` images; its time runs from the
+        previous step's end (or the epoch's start), so waiting for input counts."""
+        from agent.schema import Event, Workload
+
+        with self._lock:
+            epoch = self.epoch or self.epoch_start()
+            now = self.clock_ns()
+            seconds = max(0.0, (now - self._mark_ns) / 1e9)
+            self._mark_ns = epoch.end_ns = now
+            self.global_step += 1
+            epoch.steps += 1
+            epoch.images += images
+            epoch.seconds += seconds
+            epoch.input_wait += input_wait or 0.0
+            if loss is not None:
+                epoch.loss_sum = loss if epoch.loss_sum is None else epoch.loss_sum + loss
+                epoch.losses += 1
+            if epoch.steps % self.config.step_every == 0:
+                self.writer.emit(Event.STEP, {
+                    Workload.EPOCH: epoch.number,
+                    Workload.STEP: self.global_step,
+                    Workload.IMAGES: images,
+                    Workload.SECONDS: seconds,
+                    Workload.INPUT_WAIT_SECONDS: input_wait,
+                    Workload.LOSS: scalar(loss),
+                }, now)  # fmt: skip
+
+    def extend_epoch(self, end_ns: int | None = None) -> None:
+        """The open epoch ran until ``end_ns`` (validation after its steps)."""
+        with self._lock:
+            if self.epoch is not None:
+                self.epoch.end_ns = end_ns or self.clock_ns()
+
+    def epoch_end(self, end_ns: int | None = None) -> None:
+        """``epoch_end`` of the open epoch, at ``end_ns`` or the latest time it ran to."""
+        from agent.schema import Event, Workload
+
+        with self._lock:
+            epoch, self.epoch = self.epoch, None
+            if epoch is None:
+                return
+            loss = epoch.loss
+            if loss is None and epoch.losses:
+                loss = scalar(epoch.loss_sum) / epoch.losses
+            self.writer.emit(Event.EPOCH_END, {
+                Workload.EPOCH: epoch.number,
+                Workload.STEP: self.global_step,
+                Workload.IMAGES: epoch.images,
+                Workload.SECONDS: epoch.seconds,
+                Workload.TIMED_IMAGES: epoch.images,
+                Workload.TIMED_SECONDS: epoch.seconds,
+                Workload.INPUT_WAIT_SECONDS: epoch.input_wait,
+                Workload.LOSS: loss,
+                Workload.TOP1: epoch.top1,
+                Workload.TOP5: epoch.top5,
+            }, end_ns or epoch.end_ns or self.clock_ns())  # fmt: skip
+
+    def finish(self) -> None:
+        """The open epoch's end, ``run_end`` and delivery (at interpreter exit)."""
+        from agent.schema import Event, RunState, Workload
+
+        with self._lock:
+            if not self.started or self.writer is None:
+                return
+            self.epoch_end()
+            state = RunState.FAILED if self.failed else RunState.FINISHED
+            self.writer.emit(Event.RUN_END, {Workload.STATE: state,
+                                             Workload.STEP: self.global_step})  # fmt: skip
+            writer, self.writer = self.writer, None
+        if not writer.close(DELIVERY_TIMEOUT_SECONDS):
+            spool = self.config.spool_dir(self.placement.rank if self.placement else 0)
+            print(f"epochscope: events not yet delivered stay in {spool}; send them with: "
+                  f"workloads resend --spool {spool} --collector {self.config.collector_url}",
+                  file=sys.stderr)  # fmt: skip
+
+
+def scalar(value: object) -> float | None:
+    """A float from a float or a one-element tensor (read only when an event needs it)."""
+    if value is None:
+        return None
+    item = getattr(value, "item", None)
+    try:
+        return float(item() if callable(item) else value)
+    except (TypeError, ValueError):
+        return None
+
+
+_session: Session | None = None
+_session_lock = threading.Lock()
+
+
+def current() -> Session | None:
+    """This process's session, or None when it is not under ``workloads profile``."""
+    global _session
+    if _session is None:
+        config = ProfileConfig.from_env()
+        if config is None:
+            return None
+        with _session_lock:
+            if _session is None:
+                _session = Session(config)
+                _watch_exit(_session)
+    return _session
+
+
+def _watch_exit(session: Session) -> None:
+    """Mark the run failed on an uncaught exception or a non-zero ``sys.exit`` (what
+    ``torch.multiprocessing.spawn``'s workers call when the function raised)."""
+    previous_hook = sys.excepthook
+    exit_function = sys.exit
+
+    def excepthook(kind, value, traceback) -> None:
+        session.failed = True
+        previous_hook(kind, value, traceback)
+
+    def exit(status: object = None) -> None:
+        if status not in (None, 0):
+            session.failed = True
+        exit_function(status)
+
+    sys.excepthook = excepthook
+    sys.exit = exit

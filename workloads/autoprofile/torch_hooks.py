@@ -1,0 +1,263 @@
+"""PyTorch loops recognised from what the script does, never from what it is called.
+
+- A *pass* is one iteration over a ``DataLoader`` (``DataLoader.__iter__``), timed in the
+  iterator's ``__next__``: the time blocked there is the step's input wait.
+- The loader whose batches are followed by optimizer steps (the global optimizer
+  step hook) is the training loader: each of its passes is an epoch, which began when the
+  pass did; each optimizer step is a step, on the images of the batches drawn since the
+  previous step (gradient accumulation draws several).
+- A pass of another loader while an epoch is open is validation: the epoch runs until it
+  ends. Its accuracy is recorded when it is recognisable: batches of (inputs, integer
+  labels) and a module called on tensors shaped like the inputs that returns one row of
+  class scores per input; top-1 and top-5 are then counted from those scores.
+- The loss is the scalar tensor ``backward`` was called on, summed without a device sync
+  and read at the epoch's end (and in sampled step events).
+- The model's name is the class of the first module called on a training batch's inputs
+  (the model inside ``DistributedDataParallel``).
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from types import ModuleType
+
+from workloads.autoprofile import session as sessions
+
+TRAIN, OTHER = "train", "other"
+TOP5_CLASSES = 5
+
+
+class Pass:
+    def __init__(self, loader: object) -> None:
+        self.loader = weakref.ref(loader)
+        self.start_ns = time.time_ns()
+        self.images = 0  # drawn since the last optimizer step
+        self.input_wait = 0.0
+        self.inputs_shape: tuple | None = None
+        self.labels = None
+        self.outermost: object = None  # the last-returning module called on the inputs
+
+
+class Tracker:
+    """What the hooks saw, turned into the session's epochs and steps."""
+
+    def __init__(self) -> None:
+        self.roles: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.last: Pass | None = None  # the pass whose batch came last
+        self.model: str | None = None
+        self.loss = None
+        self._forward_hook = None
+        self._correct = [None, None]  # top-1, top-5 tensors summed over a validation pass
+        self._scored = 0
+        self._classes = 0
+
+    # DataLoader.__iter__
+    def pass_started(self, loader: object) -> Pass:
+        current = Pass(loader)
+        session = sessions.current()
+        if session is not None and session.explicit:
+            return current
+        role = self.roles.get(loader)
+        if session is not None and session.started:
+            if role == TRAIN:
+                session.epoch_start(current.start_ns)
+            elif session.epoch is not None:
+                self._watch_forward(current)
+        elif role is None and self.model is None:
+            self._watch_forward(current)  # to learn the model's name at its first batch
+        return current
+
+    # _BaseDataLoaderIter.__next__ returned a batch
+    def batch(self, current: Pass, batch: object, wait: float) -> None:
+        current.images += batch_size(batch)
+        current.input_wait += wait
+        self.last = current
+        inputs, labels = inputs_and_labels(batch)
+        current.inputs_shape = tuple(inputs.shape) if inputs is not None else None
+        current.labels = labels
+
+    # _BaseDataLoaderIter.__next__ raised StopIteration
+    def pass_ended(self, current: Pass) -> None:
+        session = sessions.current()
+        loader = current.loader()
+        if loader is None or session is None or not session.started:
+            self._stop_watching()
+            return
+        if self.roles.get(loader) is None:
+            self.roles[loader] = OTHER
+        if self.roles[loader] == OTHER and session.epoch is not None:
+            top1, top5 = self._accuracy()
+            if top1 is not None:
+                session.epoch.top1, session.epoch.top5 = top1, top5
+        session.extend_epoch()
+        self._stop_watching()
+
+    # the global optimizer step post hook
+    def optimizer_stepped(self) -> None:
+        current = self.last
+        session = sessions.current()
+        if current is None or session is None or session.explicit or current.images == 0:
+            return  # no batch since the last step (a second optimizer on the same batch)
+        loader = current.loader()
+        if loader is None:
+            return
+        if self.roles.get(loader) != TRAIN:
+            self.roles[loader] = TRAIN
+            if self.model is None and current.outermost is not None:
+                self.model = model_name(current.outermost)
+            batch = getattr(loader, "batch_size", None)
+            # a nanosecond before the epoch it starts with: first in time order, as it was sent
+            session.start("pytorch", self.model, batch, current.start_ns - 1)
+            session.epoch_start(current.start_ns)
+            self._stop_watching()
+        loss, self.loss = self.loss, None
+        session.step(current.images, current.input_wait, loss)
+        current.images, current.input_wait = 0, 0.0
+
+    # torch.Tensor.backward
+    def backward(self, tensor: object) -> None:
+        if getattr(tensor, "numel", lambda: 0)() == 1:
+            self.loss = tensor.detach()
+
+    # --- the model's forward: its name, validation accuracy ---------------------------
+    def _watch_forward(self, current: Pass) -> None:
+        import torch
+
+        self._stop_watching()
+        self._correct, self._scored = [None, None], 0
+        self._forward_hook = torch.nn.modules.module.register_module_forward_hook(
+            lambda module, args, output: self._forward(current, module, args, output)
+        )
+
+    def _stop_watching(self) -> None:
+        if self._forward_hook is not None:
+            self._forward_hook.remove()
+            self._forward_hook = None
+
+    def _forward(self, current: Pass, module: object, args: tuple, output: object) -> None:
+        if self.last is not current or current.inputs_shape is None or not args:
+            return
+        first = args[0]
+        if tuple(getattr(first, "shape", ())) != current.inputs_shape:
+            return
+        current.outermost = module  # forward hooks return innermost first
+        labels = current.labels
+        if labels is None or getattr(output, "dim", lambda: 0)() != 2:
+            return
+        if output.shape[0] != labels.shape[0] or output.shape[1] < 2:
+            return
+        current.labels = None  # this batch is scored (an outer wrapper returns it again)
+        with _no_grad():
+            top = output.topk(min(5, output.shape[1]), dim=1).indices.to(labels.device)
+            hits = top == labels.view(-1, 1)
+            top1, top5 = hits[:, :1].sum(), hits.sum()
+        self._correct[0] = top1 if self._correct[0] is None else self._correct[0] + top1
+        self._correct[1] = top5 if self._correct[1] is None else self._correct[1] + top5
+        self._scored += labels.shape[0]
+        self._classes = output.shape[1]
+
+    def _accuracy(self) -> tuple[float | None, float | None]:
+        if not self._scored or self._correct[0] is None:
+            return None, None
+        top1 = float(self._correct[0]) / self._scored
+        if self._classes <= TOP5_CLASSES:
+            return top1, None  # every class is in a top-5: not a measurement
+        return top1, float(self._correct[1]) / self._scored
+
+
+def model_name(module: object) -> str:
+    """The class of the model, inside a (Distributed)DataParallel wrapper."""
+    inner = getattr(module, "module", None)
+    if type(module).__name__ in ("DistributedDataParallel", "DataParallel") and inner is not None:
+        module = inner
+    return type(module).__name__
+
+
+def _no_grad():
+    import torch
+
+    return torch.no_grad()
+
+
+def _tensors(batch: object) -> list:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, dict):
+        return [v for v in batch.values() if isinstance(v, torch.Tensor)]
+    if isinstance(batch, list | tuple):
+        return [v for v in batch if isinstance(v, torch.Tensor)]
+    return []
+
+
+def batch_size(batch: object) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    for tensor in _tensors(batch):
+        if tensor.dim() > 0:
+            return int(tensor.shape[0])
+    return 0
+
+
+def inputs_and_labels(batch: object) -> tuple[object, object]:
+    """(inputs, integer class labels) of an ``(inputs, labels, ...)`` batch, else what is
+    known of it."""
+    tensors = _tensors(batch)
+    if not tensors:
+        return None, None
+    inputs = tensors[0]
+    if len(tensors) > 1:
+        labels = tensors[1]
+        if labels.dim() == 1 and not labels.is_floating_point() and len(labels) == len(inputs):
+            return inputs, labels
+    return inputs, None
+
+
+TRACKER = Tracker()
+
+
+def patch_dataloader(module: ModuleType) -> None:
+    loader_class = module.DataLoader
+    iterator_class = module._BaseDataLoaderIter
+    original_iter = loader_class.__iter__
+    original_next = iterator_class.__next__
+
+    def __iter__(self):
+        iterator = original_iter(self)
+        iterator._epochscope_pass = TRACKER.pass_started(self)
+        return iterator
+
+    def __next__(self):
+        current = getattr(self, "_epochscope_pass", None)
+        if current is None:
+            return original_next(self)
+        began = time.perf_counter()
+        try:
+            batch = original_next(self)
+        except StopIteration:
+            TRACKER.pass_ended(current)
+            raise
+        TRACKER.batch(current, batch, time.perf_counter() - began)
+        return batch
+
+    loader_class.__iter__ = __iter__
+    iterator_class.__next__ = __next__
+
+
+def patch_optimizer(module: ModuleType) -> None:
+    def stepped(optimizer: object, args: object, kwargs: object) -> None:
+        TRACKER.optimizer_stepped()
+
+    module.register_optimizer_step_post_hook(stepped)
+
+
+def patch_backward(module: ModuleType) -> None:
+    tensor_class = module.Tensor
+    original = tensor_class.backward
+
+    def backward(self, *args, **kwargs):
+        TRACKER.backward(self)
+        return original(self, *args, **kwargs)
+
+    tensor_class.backward = backward
