@@ -87,6 +87,24 @@ def navigation(pathname: str) -> html.Nav:
     )
 
 
+def waiting_for_run(run_id: str, poll_ms: int) -> html.Div:
+    """The page of a run that is not in the store yet (opened before its ``run_start``
+    arrived): it keeps asking, and the run's live page replaces it when the run appears."""
+    return html.Div(
+        [
+            html.H2(f"Waiting for run {run_id}"),
+            html.P(
+                f"No run {run_id!r} in the store yet. This page looks again every "
+                f"{poll_ms / 1000:g} s and shows the run as soon as its first event arrives.",
+                id="run-waiting",
+            ),
+            dcc.Link("All runs", href="/"),
+            dcc.Store(id="run-wait-id", data=run_id),
+            dcc.Interval(id="run-wait-interval", interval=poll_ms),
+        ]
+    )
+
+
 def not_found(message: str) -> html.Div:
     return html.Div([html.H2("Not found"), html.P(message), dcc.Link("All runs", href="/")])
 
