@@ -310,6 +310,28 @@ def test_keras_fit_on_tf_data_recognised_unmodified(data, runs):
     assert all(e.fields[Workload.LOSS] > 0 for e in ends)
 
 
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_horovodrun_keras_example_two_ranks(data, runs):
+    from workloads import frameworks
+
+    if not frameworks.horovod_supports("tensorflow"):
+        pytest.skip("horovod with TensorFlow is not installed: `make frameworks` builds it")
+    tfrecord = data("tfrecord")
+    result = profile(sys.executable, runs, "hvd", frameworks.horovodrun(), "-np", "2",
+                     "-H", "localhost:2", "--gloo", sys.executable,
+                     str(SCRIPTS / "keras_horovod_fit.py"), str(tfrecord),
+                     env=project_env())  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    ranks = by_rank(events(runs, "hvd"))
+    assert sorted(ranks) == [0, 1]  # horovodrun itself (Python too) is no rank
+    for rank in ranks.values():
+        # the data set sharded by rank: half each, batches of 4
+        check_epochs(rank, epochs=2, images=TRAIN // 2, steps=TRAIN // 2 // 4, input_wait=False)
+        assert rank[0].fields[Workload.WORLD_SIZE] == 2
+        assert rank[0].fields[Workload.MODEL] == "hvd_cnn"
+
+
 # --- PyTorch + torchvision in a user's environment (make user-torch-env) -----------------
 def user_python() -> str:
     """The user-like environment's python, once epochscope from this checkout is in it."""
