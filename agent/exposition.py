@@ -82,8 +82,8 @@ def _exposed(measurement: str, field: str) -> _Exposed | None:
 
 
 def _format_value(value: float | int) -> str:
-    if type(value) is int:
-        return str(value)  # exact, however large (a float would round past 2**53)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(int(value))  # exact, however large (a float would round past 2**53)
     number = float(value)
     if number != number:
         return "NaN"
@@ -123,22 +123,26 @@ class Renderer:
                 exposed = _exposed_cache.get((measurement, field), False)
                 if exposed is False:
                     exposed = _exposed(measurement, field)
-                if exposed is None or isinstance(value, str):
+                if exposed is None:
                     continue
+                kind = type(value)
+                if kind is float and value - value == 0.0:  # finite
+                    text = repr(value)
+                elif kind is int:
+                    text = str(value)  # exact, however large
+                elif isinstance(value, str):
+                    continue
+                else:
+                    text = _format_value(value)
                 family = families.get(exposed.family)
                 if family is None:
                     family = families[exposed.family] = (exposed.header, [])
-                if exposed.extra_labels:
-                    all_labels = (
-                        f"{labels},{exposed.extra_labels}" if labels else exposed.extra_labels
-                    )
+                extra = exposed.extra_labels
+                all_labels = labels if not extra else f"{labels},{extra}" if labels else extra
+                if all_labels:
+                    family[1].append(f"{exposed.family}{{{all_labels}}} {text}{suffix}")
                 else:
-                    all_labels = labels
-                family[1].append(
-                    f"{exposed.family}{{{all_labels}}} {_format_value(value)}{suffix}"
-                    if all_labels
-                    else f"{exposed.family} {_format_value(value)}{suffix}"
-                )
+                    family[1].append(f"{exposed.family} {text}{suffix}")
         return "".join(header + "".join(lines) for header, lines in families.values()).encode()
 
 

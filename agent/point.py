@@ -39,15 +39,54 @@ _STRING_ESCAPES = str.maketrans({'"': r"\"", "\\": "\\\\", "\n": r"\n"})
 
 
 def _encode_value(value: FieldValue) -> str | None:
+    kind = type(value)
+    if kind is float:
+        if value - value != 0.0:  # NaN or +-Inf: line protocol has neither
+            return None
+        return repr(value)
+    if kind is int:
+        return f"{value}i"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        return f"{value}i"
+        return f"{int(value)}i"
     if isinstance(value, float):
-        if not math.isfinite(value):
-            return None  # line protocol has no NaN or Inf
-        return repr(value)
+        return None if not math.isfinite(value) else repr(float(value))
     return '"' + str(value).translate(_STRING_ESCAPES) + '"'
+
+
+# The escaped "measurement,tag=value,..." of every series and the escaped "field=" of
+# every field name, computed once: the agent writes the same series every tick.
+# Emptied when full (series that come and go by the thousand), never grown unbounded.
+_MAX_CACHED = 10_000
+_series_prefixes: dict[tuple, str] = {}
+_field_prefixes: dict[str, str] = {}
+
+
+def _series_prefix(point: Point) -> str:
+    key = (point.measurement, *point.tags.items())
+    prefix = _series_prefixes.get(key)
+    if prefix is None:
+        parts = [point.measurement.translate(_MEASUREMENT_ESCAPES)]
+        for name in sorted(point.tags):
+            value = point.tags[name]
+            if value != "":
+                parts.append(f"{name.translate(_KEY_ESCAPES)}={str(value).translate(_KEY_ESCAPES)}")
+        prefix = ",".join(parts)
+        if len(_series_prefixes) >= _MAX_CACHED:
+            _series_prefixes.clear()
+        _series_prefixes[key] = prefix
+    return prefix
+
+
+def _field_prefix(name: str) -> str:
+    prefix = _field_prefixes.get(name)
+    if prefix is None:
+        prefix = name.translate(_KEY_ESCAPES) + "="
+        if len(_field_prefixes) >= _MAX_CACHED:
+            _field_prefixes.clear()
+        _field_prefixes[name] = prefix
+    return prefix
 
 
 def encode_line(point: Point) -> str:
@@ -56,19 +95,22 @@ def encode_line(point: Point) -> str:
     Empty tag values are left out (InfluxDB does the same) and non-finite floats are
     dropped; a point left with no field encodes as the empty string.
     """
-    parts = [point.measurement.translate(_MEASUREMENT_ESCAPES)]
-    for key in sorted(point.tags):
-        value = point.tags[key]
-        if value != "":
-            parts.append(f"{key.translate(_KEY_ESCAPES)}={str(value).translate(_KEY_ESCAPES)}")
     encoded_fields = []
     for key, value in point.fields.items():
-        encoded = _encode_value(value)
-        if encoded is not None:
-            encoded_fields.append(f"{key.translate(_KEY_ESCAPES)}={encoded}")
+        kind = type(value)
+        if kind is int:
+            encoded: str | None = f"{value}i"
+        elif kind is float and value - value == 0.0:
+            encoded = repr(value)
+        else:
+            encoded = _encode_value(value)
+            if encoded is None:
+                continue
+        prefix = _field_prefixes.get(key) or _field_prefix(key)
+        encoded_fields.append(prefix + encoded)
     if not encoded_fields:
         return ""
-    return f"{','.join(parts)} {','.join(encoded_fields)} {point.time_ns}"
+    return f"{_series_prefix(point)} {','.join(encoded_fields)} {point.time_ns}"
 
 
 def encode_lines(points: Iterable[Point]) -> str:

@@ -31,6 +31,13 @@ major_faults               ``memory.pgmajfault`` growth
 cpu_util_percent           share of all CPU time that is neither idle nor iowait
 iowait_percent             share of all CPU time in iowait
 gpu_util_percent           time-weighted mean utilisation over the host's GPUs
+seconds_per_step           the ranks' mean step wall time (their step seconds over their steps)
+input_wait_percent,        the ranks' step time split (``collector.anatomy``): each part's
+compute_percent,           sum over the host's ranks over the sum of their step seconds;
+communication_percent      the rest (optimizer update, callbacks) is 100 minus the three
+training_read_bytes        what the ranks and their data loaders read from storage
+                           (/proc/<pid>/io read_bytes, mapped libraries' page-ins included)
+training_cache_read_bytes  what their reads got from the page cache (rchar - read_bytes)
 =========================  ==================================================================
 
 The ``*`` row of an epoch adds up the hosts that ran it:
@@ -74,6 +81,7 @@ from agent.schema import (
     Tag,
     Workload,
 )
+from collector import anatomy
 from collector.counters import (
     NS_PER_SECOND,
     counter_increases,
@@ -113,6 +121,12 @@ COLUMNS: tuple[str, ...] = (
     "cpu_util_percent",
     "iowait_percent",
     "gpu_util_percent",
+    "seconds_per_step",
+    "input_wait_percent",
+    "compute_percent",
+    "communication_percent",
+    "training_read_bytes",
+    "training_cache_read_bytes",
 )
 
 
@@ -423,6 +437,12 @@ class EpochRow:
     cpu_util_percent: float | None
     iowait_percent: float | None
     gpu_util_percent: float | None
+    seconds_per_step: float | None
+    input_wait_percent: float | None
+    compute_percent: float | None
+    communication_percent: float | None
+    training_read_bytes: int | None
+    training_cache_read_bytes: int | None
 
     @property
     def start(self) -> str:
@@ -481,6 +501,17 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
         app_read = column("nfs_app_read")
         hit_ratio = np.where(app_read > 0, 1.0 - column("nfs_server_read") / app_read, np.nan)
         gpu_util = np.where(gpu_count > 0, column("gpu_util") / gpu_count, np.nan)
+        step_seconds = column(anatomy.STEP_SECONDS)
+
+        def share(key: str) -> np.ndarray:
+            """A part's share of the ranks' step seconds, in percent."""
+            positive = np.where(step_seconds > 0, step_seconds, np.nan)
+            return 100.0 * column(key) / positive
+
+        steps = column(anatomy.STEPS)
+        seconds_per_step = step_seconds / np.where(steps > 0, steps, np.nan)
+        training_read = column(anatomy.PROCESS_READ)
+        cache_read = np.maximum(column(anatomy.PROCESS_RCHAR) - training_read, 0.0)
         derived: dict[str, tuple[np.ndarray, int | None]] = {
             "images_per_second": (images * per_second, 2),
             "disk_read_bytes": (column("disk_read"), None),
@@ -502,6 +533,12 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             "cpu_util_percent": (100.0 * cpu_busy / cpu_total, 2),
             "iowait_percent": (100.0 * column("cpu_iowait_seconds") / cpu_total, 2),
             "gpu_util_percent": (gpu_util, 2),
+            "seconds_per_step": (seconds_per_step, 4),
+            "input_wait_percent": (share(anatomy.INPUT_WAIT), 2),
+            "compute_percent": (share(anatomy.COMPUTE), 2),
+            "communication_percent": (share(anatomy.COMMUNICATION), 2),
+            "training_read_bytes": (training_read, None),
+            "training_cache_read_bytes": (cache_read, None),
         }
     values = [_column_values(array, digits) for array, digits in derived.values()]
     seconds_out = np.round(seconds, 3).tolist()
@@ -613,8 +650,12 @@ def _host_fabric(
 
 def build_report(store: ReadStore, run_id: str) -> EpochReport:
     """The per-epoch report of a run (empty when the run has no epoch events)."""
-    windows = epoch_windows(report_events(store, run_id))
+    events = report_events(store, run_id)
+    windows = epoch_windows(events)
     amounts = epoch_amounts(store, windows)
+    step_parts = anatomy.epoch_amounts(anatomy.rank_epochs(events))
+    for host_amounts in amounts:
+        host_amounts.values.update(step_parts.get((host_amounts.host, host_amounts.epoch), {}))
     by_epoch: dict[int, list[EpochAmounts]] = defaultdict(list)
     for a in amounts:
         by_epoch[a.epoch].append(a)

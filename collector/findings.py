@@ -854,7 +854,15 @@ def run_context(store: ReadStore, run_id: str, report: EpochReport | None = None
     )
 
 
-def evaluate(context: RunContext, rules: tuple[Rule, ...] = RULES) -> list[Finding]:
+def all_rules() -> tuple[Rule, ...]:
+    """These rules and the step-anatomy rules (their module builds on this one's types)."""
+    from collector.anatomy_findings import ANATOMY_RULES
+
+    return (*RULES, *ANATOMY_RULES)
+
+
+def evaluate(context: RunContext, rules: tuple[Rule, ...] | None = None) -> list[Finding]:
+    rules = all_rules() if rules is None else rules
     findings = [finding for rule in rules for finding in rule(context)]
     return sorted(findings, key=lambda f: SEVERITY_ORDER[f.severity])
 

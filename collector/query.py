@@ -194,6 +194,17 @@ COLUMN_HELP: dict[str, str] = {
     "cpu_util_percent": "Share of all CPU time that was neither idle nor iowait",
     "iowait_percent": "Share of all CPU time spent waiting on I/O",
     "gpu_util_percent": "Time-weighted mean utilisation over the host's GPUs",
+    "seconds_per_step": "Mean wall time of one training step on the host's ranks",
+    "input_wait_percent": "Share of the ranks' step time spent waiting for the next batch "
+    "from the input pipeline",
+    "compute_percent": "Share of the ranks' step time in forward and backward (all-reduce "
+    "hidden behind backward included once, here)",
+    "communication_percent": "Share of the ranks' step time waiting for the gradient "
+    "all-reduce once the gradients were ready (including waiting for slower ranks)",
+    "training_read_bytes": "What the training's own processes (ranks and their data "
+    "loaders) read from storage: /proc/<pid>/io read_bytes, mapped libraries included",
+    "training_cache_read_bytes": "What the training's own reads got from the page cache: "
+    "rchar - read_bytes",
 }
 
 

@@ -102,6 +102,12 @@ class Callbacks:
                 prevent_initial_call=True,
             )
         app.callback(
+            Output("page", "children", allow_duplicate=True),
+            Input("run-wait-interval", "n_intervals"),
+            State("run-wait-id", "data"),
+            prevent_initial_call=True,
+        )(self.look_for_run)
+        app.callback(
             Output("runs-table", "children"),
             Output("runs-digest", "data"),
             Input("runs-interval", "n_intervals"),
@@ -178,7 +184,7 @@ class Callbacks:
     def run_page(self, run_id: str) -> html.Div:
         run = self.source.run(run_id)
         if run is None:
-            return pages.not_found(f"No run {run_id!r} in the store.")
+            return pages.waiting_for_run(run_id, self.poll_ms)
         live = is_live(run["state"])
         # a finished run whose charts are not computed yet gets them by their own callback
         # (load_pending_timeseries), computed while the browser draws the rest of the page
@@ -196,6 +202,15 @@ class Callbacks:
         if ts is None:
             self.source.complete_in_background(run_id)
         return page
+
+    def look_for_run(self, _tick: int, run_id: str | None) -> Any:
+        """A waiting run page: the run's page once the run is in the store."""
+        if not run_id:
+            raise PreventUpdate
+        with self.source.request():
+            if self.source.run(run_id) is None:
+                raise PreventUpdate
+            return self.run_page(run_id)
 
     @staticmethod
     def _live_state(

@@ -63,6 +63,9 @@ RATE_KEYS = (
 IDLE_RATES = {key: 0.0 for key in RATE_KEYS} | {"cpu_busy": 0.02, "gpu_util": 0.0}
 
 Rate = float | dict[str, float] | Callable[[str], float]
+# the step anatomy of a rank's epoch: (input wait, compute, communication) shares of its
+# seconds (the rest is "other"), or a function of (host, rank) giving them
+Shares = tuple[float, float, float] | Callable[[str, int], tuple[float, float, float]]
 
 
 @dataclass
@@ -72,6 +75,8 @@ class EpochSpec:
     rates: dict[str, Rate]
     step_seconds_pattern: tuple[float, ...] | None  # relative step durations, repeated
     top1: float | None
+    shares: Shares | None = None
+    reads: tuple[int, int] | None = None  # each rank's (read_bytes, rchar) in the epoch
 
 
 @dataclass
@@ -106,12 +111,16 @@ class RunBuilder:
         *,
         step_pattern: tuple[float, ...] | None = None,
         top1: float | None = None,
+        shares: Shares | None = None,
+        reads: tuple[int, int] | None = None,
         **rates: Rate,
     ) -> RunBuilder:
         unknown = set(rates) - set(RATE_KEYS)
         if unknown:
             raise ValueError(f"unknown rates {sorted(unknown)}")
-        self.epochs.append(EpochSpec(seconds, images_per_rank, rates, step_pattern, top1))
+        self.epochs.append(
+            EpochSpec(seconds, images_per_rank, rates, step_pattern, top1, shares, reads)
+        )
         return self
 
     # -- timeline -------------------------------------------------------------------------
@@ -252,6 +261,7 @@ class RunBuilder:
                     }
                     if spec.top1 is not None:
                         end_fields[Workload.TOP1] = spec.top1
+                    end_fields |= self._anatomy_fields(spec, host, rank, step_number)
                     out.append(event(end + skew, end_fields))
                 if self.state != RunState.LIVE:
                     out.append(
@@ -261,6 +271,25 @@ class RunBuilder:
                         )
                     )
         return out
+
+    def _anatomy_fields(
+        self, spec: EpochSpec, host: str, rank: int, step_number: int
+    ) -> dict[str, object]:
+        fields: dict[str, object] = {}
+        if spec.shares is not None:
+            shares = spec.shares(host, rank) if callable(spec.shares) else spec.shares
+            wait, compute, communication = (share * spec.seconds for share in shares)
+            fields |= {
+                Workload.STEP: step_number,
+                Workload.INPUT_WAIT_SECONDS: wait,
+                Workload.COMPUTE_SECONDS: compute,
+                Workload.COMMUNICATION_SECONDS: communication,
+                Workload.OTHER_STEP_SECONDS: spec.seconds - wait - compute - communication,
+            }
+        if spec.reads is not None:
+            fields[Workload.PROCESS_READ_BYTES] = spec.reads[0]
+            fields[Workload.PROCESS_RCHAR_BYTES] = spec.reads[1]
+        return fields
 
     def _steps(self, start: int, end: int, spec: EpochSpec) -> list[tuple[int, float, int]]:
         """(end time, seconds, images) of each step: the epoch split into

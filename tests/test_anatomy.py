@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from agent.schema import Workload
 from workloads.anatomy import (
     ProcessIo,
+    ProcessTreeIo,
     StepMarks,
     covered,
     descendants,
     parse_ppid,
     parse_proc_io,
-    process_tree_io,
     split_step,
 )
 from workloads.events import EventWriter, MemorySink
@@ -66,6 +66,20 @@ def test_one_process_has_no_communication_and_no_marks_no_anatomy():
     assert only_end is not None and (only_end.compute, only_end.communication) == (1.0, 0.0)
 
 
+def test_time_before_the_batch_is_asked_for_is_not_input_wait():
+    # TensorFlow's first step: tracing until 1.0, then the compiled step asks for its batch
+    marks = StepMarks(input_requested=1.0, input_ready=1.5, compute_done=3.0)
+    parts = split_step(0.0, 4.0, marks)
+    assert parts is not None
+    assert (parts.input_wait, parts.compute, parts.communication, parts.other) == (
+        0.5,
+        1.5,
+        0.0,
+        2.0,
+    )
+    assert parts.overlap is None  # no all-reduce timed one by one: not measured, not 0
+
+
 def test_marks_out_of_order_are_clamped_never_negative():
     marks = StepMarks(input_ready=-1.0, compute_done=5.0, communication_done=4.0)
     parts = split_step(0.0, 3.0, marks)
@@ -90,13 +104,17 @@ times = st.floats(min_value=0.0, max_value=1e5, allow_nan=False)
 @given(
     start=times,
     length=st.floats(min_value=0.0, max_value=100.0),
+    requested=st.none() | times,
     ready=st.none() | times,
     computed=st.none() | times,
     communicated=st.none() | times,
 )
-def test_the_four_parts_always_add_up_to_the_step(start, length, ready, computed, communicated):
+def test_the_four_parts_always_add_up_to_the_step(
+    start, length, requested, ready, computed, communicated
+):
     end = start + length
-    parts = split_step(start, end, StepMarks(ready, computed, communicated))
+    marks = StepMarks(ready, requested, computed, communicated)
+    parts = split_step(start, end, marks)
     if ready is None:
         assert parts is None
         return
@@ -175,6 +193,7 @@ def test_parse_proc_io_and_stat():
 def test_the_tree_counts_a_child_process_reads(tmp_path):
     data = tmp_path / "blob"
     data.write_bytes(os.urandom(3_000_000))
+    process_tree_io = ProcessTreeIo()
     before = process_tree_io()
     assert before is not None
     # a child that reads the file and stays alive until told: its own /proc/<pid>/io counts
@@ -207,3 +226,14 @@ def test_the_tree_counts_a_child_process_reads(tmp_path):
         time.sleep(0.05)
         after = process_tree_io()
     assert after is not None and (after - before).rchar >= 3_000_000
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/<pid>/io")
+def test_the_readers_own_proc_scans_are_not_counted():
+    reader = ProcessTreeIo()
+    first = reader()
+    for _ in range(5):
+        reader()
+    last = reader()
+    assert first is not None and last is not None
+    assert last.rchar - first.rchar < 5_000  # a scan of /proc would be ~100 kB each

@@ -22,13 +22,16 @@ from dash.testing.application_runners import ThreadedRunner
 from dash.testing.composite import DashComposite
 from selenium.webdriver.common.action_chains import ActionChains
 
+from agent.schema import RunState
 from collector.query import COLUMN_HELP
 from dashboard.app import create_app
 from dashboard.source import DataSource
 from tests.test_dashboard_runs import (
     BASELINE_RUN,
+    DAY_NS,
     LIVE_RUN,
     PAPER_RUN,
+    T0_NS,
     build_store,
     live_run,
     points_after,
@@ -263,4 +266,23 @@ def test_live_run_gets_new_epochs_and_stops_polling_when_it_ends(dash_duo, store
         lambda: text_of(dash_duo, "#run-status") == "finished: not updating",
         what="the page to notice the run ended",
     )
+    assert dash_duo.get_logs() == []
+
+
+def test_a_run_page_opened_before_the_run_exists_switches_to_it_when_it_arrives(dash_duo, store):
+    """The user opens the run's URL as the launcher prints it, before any rank's run_start
+    reached the collector: the page keeps looking and becomes the live run page."""
+    from tests.run_builder import RunBuilder
+
+    open_page(dash_duo, "/runs/late-run", "#run-waiting")
+    assert "No run 'late-run' in the store yet" in text_of(dash_duo, "#run-waiting")
+    time.sleep(3 * POLL_SECONDS)  # a few polls with nothing there: still waiting
+    assert text_of(dash_duo, "#run-waiting") is not None
+    late = RunBuilder("late-run", hosts=("node1",), t0_ns=T0_NS + 3 * DAY_NS, pad_s=0.0,
+                      state=RunState.LIVE)  # fmt: skip
+    late.epoch(30, 3_000, disk_read=50e6, gpu_util=80.0, cpu_busy=0.4)
+    store.write_points(late.points())
+    wait_for(lambda: text_of(dash_duo, "#run-waiting") is None, what="the run page")
+    dash_duo.wait_for_element("#timeseries .main-svg", timeout=60)
+    assert text_of(dash_duo, "#run-status").startswith("live: updating every 0.4 s")
     assert dash_duo.get_logs() == []

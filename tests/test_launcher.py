@@ -25,9 +25,11 @@ from agent.schema import Event, RunState, Workload
 from collector.store import SqliteStore
 from workloads import frameworks
 from workloads.cli import build_parser
+from workloads.datasets import make_dataset
 from workloads.events import EventWriter, FileSink
 from workloads.hosts import remove_private, write_private
 from workloads.launcher import (
+    UsageError,
     close_unended_ranks,
     horovodrun_command,
     launch_env,
@@ -304,3 +306,31 @@ def test_sigterm_during_training_leaves_no_process_and_a_failed_run(tmp_path, re
     assert sorted(event.rank for event in ends) == [0, 1]
     assert all(event.fields[Workload.STATE] == RunState.FAILED for event in ends)
     assert not (runs / run_id / "collector.token").exists()
+
+
+def test_step_sampling_follows_the_run_size(tmp_path, no_framework_checks):
+    data = tmp_path / "jpeg"
+    make_dataset(data, "jpeg", images=64, classes=2, image_size=16, progress=False)
+    # 64 images / (batch 8 x 1) = 8 steps an epoch, 2 epochs: 4 warm-up, a step event each
+    plan = _plan(tmp_path, "--framework", "pytorch", "--data-dir", str(data),
+                 "--batch-size", "8", "--epochs", "2")  # fmt: skip
+    assert (plan.spec.warmup_steps, plan.spec.step_every) == (4, 1)
+    # synthetic: 100 steps an epoch, tf_cnn_benchmarks' 10 warm-up steps, 20 step events
+    plan = _plan(tmp_path, "--framework", "pytorch", "--synthetic")
+    assert (plan.spec.warmup_steps, plan.spec.step_every) == (10, 5)
+    plan = _plan(tmp_path, "--framework", "pytorch", "--synthetic", "--step-every", "3",
+                 "--warmup-steps", "0")  # fmt: skip
+    assert (plan.spec.warmup_steps, plan.spec.step_every) == (0, 3)
+
+
+def test_a_run_that_would_time_no_step_is_refused_before_training(tmp_path, no_framework_checks):
+    data = tmp_path / "jpeg"
+    make_dataset(data, "jpeg", images=64, classes=2, image_size=16, progress=False)
+    with pytest.raises(UsageError, match=r"--batch-size 48 x 2 process\(es\) = 96 images per "
+                       r"step, more than the data set's 64 training images"):  # fmt: skip
+        _plan(tmp_path, "--framework", "pytorch", "--data-dir", str(data),
+              "--batch-size", "48", "--np", "2")  # fmt: skip
+    with pytest.raises(UsageError, match=r"--warmup-steps 10 leaves no step timed: the run "
+                       r"has 8 steps \(1 epoch\(s\) x 8\); give --warmup-steps 2"):  # fmt: skip
+        _plan(tmp_path, "--framework", "pytorch", "--data-dir", str(data),
+              "--batch-size", "8", "--warmup-steps", "10")  # fmt: skip

@@ -310,6 +310,9 @@ def test_runs_and_events_from_workload_points(store):
         1300,
         1300,
     ]
+    # one run by id, read alone: what runs() holds for it
+    assert [store.run(run.run_id) for run in runs] == runs
+    assert store.run("r-none") is None and store.run("") is None
     # replaying events changes nothing
     store.write_points(run_events("r-old", 2, "finished", 1000))
     assert len(store.events("r-old")) == 8

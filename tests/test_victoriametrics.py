@@ -226,7 +226,9 @@ def test_workload_events_stay_local_and_numbers_go_to_victoria(collector, victor
     )
     assert write(port, victoria, body)[0] == 204
     store = store_for(victoria, db)
-    (run,) = [run for run in store.runs() if run.run_id == "vmrun"]
+    run = store.run("vmrun")
+    assert run is not None and run in store.runs()
+    assert store.run("no-such-run") is None
     assert (run.state, run.model, run.world_size, run.hosts) == ("finished", "resnet50", 8, ("w1",))
     events = store.events("vmrun")
     assert [e.event for e in events] == ["run_start", "epoch_end", "run_end"]

@@ -369,3 +369,41 @@ def test_profile_table_shows_the_input_columns_per_epoch():
     assert [line.split()[1] for line in lines[1:]] == ["n1", "n2", "*"]
     assert lines[1].split()[7] == "2.5"
     assert format_findings([]) == "No findings."
+
+
+def test_cache_drop_evicts_the_data_set_only_and_says_so(tmp_path, repo_env):
+    """The default drop leaves the rest of the page cache alone (libraries, other jobs'
+    files): `--drop-caches` as root used to empty the whole node's cache."""
+    data = tmp_path / "jpeg"
+    info = make_dataset(data, "jpeg", images=4, classes=2, image_size=16, val_images=2,
+                        progress=False)  # fmt: skip
+    bystander = tmp_path / "someone-elses-file"
+    bystander.write_bytes(os.urandom(8 * pagecache.PAGE_SIZE))
+    for path in [*info.paths("train"), *info.paths("val"), bystander]:
+        path.read_bytes()
+    assert pagecache.file_resident_bytes(bystander) == bystander.stat().st_size
+    result = subprocess.run(
+        [sys.executable, "-m", "workloads", "cache", "drop", str(data), "--json"],
+        capture_output=True, text=True, env=repo_env, timeout=60, check=True,
+    )  # fmt: skip
+    report = json.loads(result.stdout)
+    assert report["after_resident_bytes"] == 0
+    assert report["method"].startswith("data set evicted (posix_fadvise DONTNEED on 6 files")
+    assert pagecache.file_resident_bytes(bystander) == bystander.stat().st_size  # untouched
+    text = subprocess.run(
+        [sys.executable, "-m", "workloads", "cache", "drop", str(data)],
+        capture_output=True, text=True, env=repo_env, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert "the rest of the page cache untouched" in text
+
+
+def test_drop_caches_takes_dataset_by_default_and_node_when_asked():
+    from workloads.cli import build_parser
+
+    def parsed(*extra: str):
+        return build_parser().parse_args(["run", "--framework", "pytorch", "--synthetic", *extra])
+
+    assert parsed().drop_caches is None
+    assert parsed("--drop-caches").drop_caches == "dataset"
+    assert parsed("--drop-caches", "--epochs", "2").drop_caches == "dataset"
+    assert parsed("--drop-caches", "node").drop_caches == "node"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.schema import Workload
 from collector.store import SqliteStore
 from workloads import frameworks
 from workloads.datasets import make_dataset
@@ -101,6 +102,9 @@ def check_stored_run(repo_env, collector, run_id: str, ranks: int) -> None:
     for end in (e for e in events if e.event == "epoch_end"):
         assert end.fields["images"] == per_epoch * BATCH
         assert 0.0 <= end.fields["top1"] <= end.fields["top5"] <= 1.0
+        check_anatomy(end.fields, ranks, epoch_end=True)
+    for step in (e for e in events if e.event == "step"):
+        check_anatomy(step.fields, ranks, epoch_end=False)
     start = next(e for e in events if e.event == "run_start" and e.rank == 0)
     assert start.fields["world_size"] == ranks and start.fields["batch_size"] == BATCH
     assert start.fields["dataset_images"] == TRAIN and start.fields["image_size"] == SIZE
@@ -118,6 +122,23 @@ def check_stored_run(repo_env, collector, run_id: str, ranks: int) -> None:
     ]  # fmt: skip
     for row in rows:
         assert row["images"] == per_epoch * BATCH * ranks
+
+
+def check_anatomy(fields: dict, ranks: int, epoch_end: bool) -> None:
+    """The step's four parts are there and add up to its seconds; two ranks all-reduce."""
+    parts = [
+        fields[Workload.INPUT_WAIT_SECONDS],
+        fields[Workload.COMPUTE_SECONDS],
+        fields[Workload.COMMUNICATION_SECONDS],
+        fields[Workload.OTHER_STEP_SECONDS],
+    ]
+    assert min(parts) >= 0.0 and fields[Workload.COMPUTE_SECONDS] > 0.0
+    assert sum(parts) == pytest.approx(fields[Workload.SECONDS], rel=1e-6, abs=1e-6)
+    if epoch_end:
+        assert fields[Workload.PROCESS_RCHAR_BYTES] > 0  # it read its data set at least
+        assert fields[Workload.PROCESS_READ_BYTES] >= 0
+        if ranks > 1:
+            assert fields[Workload.COMMUNICATION_SECONDS] > 0.0
 
 
 # --- the data sets, read by each framework's own reader ---------------------------------

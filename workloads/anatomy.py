@@ -1,7 +1,10 @@
 """Where a training step's time goes: input wait, compute, communication and the rest.
 
-A trainer marks three moments of each step on the recorder's clock (see ``StepMarks``):
+A trainer marks up to four moments of each step on the recorder's clock (``StepMarks``):
 
+- ``input_requested``: the step asks for its batch (default: the step's start; TensorFlow
+  marks when its compiled step begins, so tracing and graph building before it are not
+  taken for input wait);
 - ``input_ready``: the next batch is in the trainer's hands (the wait before it is
   *input wait*: the input pipeline did not keep up);
 - ``compute_done``: forward and backward are over, every local gradient is ready;
@@ -11,13 +14,14 @@ A trainer marks three moments of each step on the recorder's clock (see ``StepMa
 The step ends at the recorder's ``step_done``. The step's wall time then splits into four
 parts that add up to it exactly::
 
-    start ── input_wait ── input_ready ── compute ── compute_done ── communication ──
-          communication_done ── other ── end
+    start ── other ── input_requested ── input_wait ── input_ready ── compute ──
+          compute_done ── communication ── communication_done ── other ── end
 
 *communication* is the all-reduce time the step was left waiting for once its gradients
 were ready (the *exposed* part). All-reduce that ran while backward was still computing is
 counted once, in *compute*, and reported beside the sum as ``overlap``: the union of the
-all-reduce intervals (``StepMarks.communication``) inside ``[input_ready, compute_done]``.
+all-reduce intervals (``StepMarks.communication``) inside ``[input_ready, compute_done]``;
+None when the trainer could not time its all-reduces one by one (Horovod).
 
 Marks out of order (a clock read late on another thread) are clamped into
 ``[start, end]`` and made monotonic, so the parts are never negative. A step without an
@@ -44,6 +48,7 @@ class StepMarks:
     """One step's marks on the recorder's clock; None where a trainer gave none."""
 
     input_ready: float | None = None
+    input_requested: float | None = None
     compute_done: float | None = None
     communication_done: float | None = None
     communication: list[tuple[float, float]] = field(default_factory=list)
@@ -55,7 +60,7 @@ class StepAnatomy:
     compute: float
     communication: float  # exposed all-reduce
     other: float
-    overlap: float  # all-reduce hidden behind backward; not part of the sum
+    overlap: float | None  # all-reduce hidden behind backward; not part of the sum
 
     @property
     def total(self) -> float:
@@ -71,7 +76,7 @@ def add(first: StepAnatomy, second: StepAnatomy) -> StepAnatomy:
         first.compute + second.compute,
         first.communication + second.communication,
         first.other + second.other,
-        first.overlap + second.overlap,
+        None if first.overlap is None or second.overlap is None else first.overlap + second.overlap,
     )
 
 
@@ -96,7 +101,8 @@ def split_step(start: float, end: float, marks: StepMarks) -> StepAnatomy | None
     def clamp(value: float, low: float) -> float:
         return min(end, max(low, value))
 
-    ready = clamp(marks.input_ready, start)
+    requested = start if marks.input_requested is None else clamp(marks.input_requested, start)
+    ready = clamp(marks.input_ready, requested)
     computed_at = marks.compute_done
     if computed_at is None:
         computed_at = marks.communication_done if marks.communication_done is not None else end
@@ -104,11 +110,11 @@ def split_step(start: float, end: float, marks: StepMarks) -> StepAnatomy | None
     communicated_at = marks.communication_done
     communicated = computed if communicated_at is None else clamp(communicated_at, computed)
     return StepAnatomy(
-        input_wait=ready - start,
+        input_wait=ready - requested,
         compute=computed - ready,
         communication=communicated - computed,
-        other=end - communicated,
-        overlap=covered(marks.communication, ready, computed),
+        other=(requested - start) + (end - communicated),
+        overlap=covered(marks.communication, ready, computed) if marks.communication else None,
     )
 
 
@@ -146,8 +152,37 @@ def parse_ppid(stat_text: str) -> int | None:
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
+def children(pid: int, proc: Path = Path("/proc")) -> list[int] | None:
+    """``pid``'s children from ``/proc/<pid>/task/*/children`` (a few bytes per thread),
+    or None where the kernel has no such files (CONFIG_PROC_CHILDREN off)."""
+    found: list[int] = []
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            found.extend(int(word) for word in (task / "children").read_text().split())
+        except FileNotFoundError:
+            return None
+        except OSError:  # the thread ended meanwhile
+            continue
+    return found
+
+
 def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
-    """Every live process below ``pid`` (children, their children...)."""
+    """Every live process below ``pid`` (children, their children...).
+
+    The ``children`` files cost a few bytes of reads per thread; scanning every
+    ``/proc/<pid>/stat`` (the fallback) would itself add ~100 kB to the rank's ``rchar``."""
+    direct = children(pid, proc)
+    if direct is not None:
+        found, queue = [], list(direct)
+        while queue:
+            child = queue.pop()
+            found.append(child)
+            queue.extend(children(child, proc) or [])
+        return found
     parents: dict[int, list[int]] = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -166,17 +201,34 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
     return found
 
 
-def process_tree_io(pid: int | None = None, proc: Path = Path("/proc")) -> ProcessIo | None:
-    """I/O of ``pid`` (this process) and its live descendants; None where /proc/<pid>/io
-    cannot be read (another kernel, a locked-down /proc)."""
-    pid = os.getpid() if pid is None else pid
-    try:
-        total = parse_proc_io((proc / str(pid) / "io").read_text())
-    except OSError:
-        return None
-    for child in descendants(pid, proc):
+class ProcessTreeIo:
+    """Reads of a process and its live descendants, minus this reader's own reads of
+    /proc (finding the children may scan every ``/proc/<pid>/stat``: ~100 kB of ``rchar``
+    per call, which is not the training's). Call it for the running total; None where
+    ``/proc/<pid>/io`` cannot be read (another kernel, a locked-down /proc)."""
+
+    def __init__(self, pid: int | None = None, proc: Path = Path("/proc")) -> None:
+        self.pid = os.getpid() if pid is None else pid
+        self.proc = proc
+        self.own_reads = ProcessIo()
+
+    def _read(self, pid: int) -> ProcessIo:
+        return parse_proc_io((self.proc / str(pid) / "io").read_text())
+
+    def __call__(self) -> ProcessIo | None:
         try:
-            total = total + parse_proc_io((proc / str(child) / "io").read_text())
-        except OSError:  # exited: its counts are in ours once we reap it
-            continue
-    return total
+            before = self._read(self.pid)
+        except OSError:
+            return None
+        below = ProcessIo()
+        for child in descendants(self.pid, self.proc):
+            try:
+                below = below + self._read(child)
+            except OSError:  # exited: its counts are in ours once we reap it
+                continue
+        try:
+            after = self._read(self.pid)
+        except OSError:
+            return None
+        self.own_reads = self.own_reads + (after - before)
+        return after - self.own_reads + below

@@ -84,13 +84,33 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--collector", help="collector URL (InfluxDB v2 write API)")
     run.add_argument("--token", help="collector token (or EPOCHSCOPE_WORKLOAD_TOKEN)")
     run.add_argument("--token-file", type=Path, help="file holding the collector token")
-    run.add_argument("--drop-caches", action="store_true", help="empty the page cache first")
-    run.add_argument("--warmup-steps", type=_non_negative, default=10)
-    run.add_argument("--step-every", type=_positive, default=10, help="a step event every K")
+    run.add_argument(
+        "--drop-caches",
+        nargs="?",
+        const="dataset",
+        choices=("dataset", "node"),
+        help="before training, on every host: evict the data set from the page cache "
+        "(the default), or `--drop-caches node`: drop the whole node's page cache (root)",
+    )
+    run.add_argument(
+        "--warmup-steps",
+        type=_non_negative,
+        help="untimed steps at the start (default: 10, fewer for a short run)",
+    )
+    run.add_argument(
+        "--step-every",
+        type=_positive,
+        help="a step event every K timed steps (default: about 20 per epoch)",
+    )
     run.add_argument("--target-top1", type=_fraction, help="top-1 the run aims for")
     run.add_argument("--learning-rate", type=float, default=0.0125, help="per rank")
     run.add_argument("--loader-workers", type=_positive, default=2, help="input workers/rank")
     run.add_argument("--no-validate", action="store_true", help="skip validation per epoch")
+    run.add_argument(
+        "--no-anatomy",
+        action="store_true",
+        help="leave out the step anatomy (input wait/compute/all-reduce): for overhead checks",
+    )
     run.add_argument("--run-id", help="default: <framework>-<UTC time>")
     run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default ./runs")
     run.add_argument("--ssh-user", help="user for SSH to --hosts (default: yours)")
@@ -103,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("action", choices=("report", "drop"))
     cache.add_argument("dir", type=Path)
     cache.add_argument("--json", action="store_true")
+    cache.add_argument("--node", action="store_true", help="drop: the whole node's page cache")
 
     resend = commands.add_parser("resend", help="deliver a run's undelivered events")
     what = resend.add_mutually_exclusive_group(required=True)
@@ -191,7 +212,7 @@ def _cache(args: argparse.Namespace) -> int:
     result["before_resident_bytes"] = before.resident_bytes
     result["total_bytes"] = before.total_bytes
     if args.action == "drop":
-        result["method"] = pagecache.drop(paths)
+        result["method"] = pagecache.drop(paths, node=args.node)
         result["after_resident_bytes"] = pagecache.residency(paths).resident_bytes
     if args.json:
         print(json.dumps(result))
@@ -199,7 +220,7 @@ def _cache(args: argparse.Namespace) -> int:
         print(f"before: {before.describe()}")
         if args.action == "drop":
             after = pagecache.residency(paths)
-            print(f"dropped with {result['method']}; after: {after.describe()}")
+            print(f"{result['method']}; after: {after.describe()}")
     return 0
 
 

@@ -100,7 +100,7 @@ class HostReport:
             text += f"; data set cached {before:.0%}"
             if "after_resident_bytes" in self.cache:
                 after = self.cache["after_resident_bytes"] / total
-                text += f" -> {after:.0%} after {self.cache.get('method')}"
+                text += f" -> {after:.0%}: {self.cache.get('method')}"
         return text
 
 
@@ -207,7 +207,7 @@ def prepare_host(
     remote: RemoteHost,
     python: str,
     data_dir: Path | None,
-    drop_caches: bool,
+    drop_caches: str | None,
     agent_port: int,
 ) -> HostReport:
     report = HostReport(remote.name)
@@ -219,6 +219,8 @@ def prepare_host(
     if data_dir is not None:
         action = "drop" if drop_caches else "report"
         argv = [python, "-m", "workloads", "cache", action, str(data_dir), "--json"]
+        if drop_caches == "node":
+            argv.append("--node")
         status, out, err = remote.run(argv, timeout=600)
         if status != 0:
             raise HostError(f"{remote.name}: data set {data_dir} unusable there: {err.strip()}")
@@ -227,7 +229,10 @@ def prepare_host(
     return report
 
 
-def prepare_local(data_paths: list[Path] | None, drop_caches: bool, agent_port: int) -> HostReport:
+def prepare_local(
+    data_paths: list[Path] | None, drop_caches: str | None, agent_port: int
+) -> HostReport:
+    """``drop_caches``: None, ``dataset`` (evict the data set) or ``node`` (the whole cache)."""
     from workloads import pagecache
 
     report = HostReport(socket.gethostname())
@@ -240,7 +245,7 @@ def prepare_local(data_paths: list[Path] | None, drop_caches: bool, agent_port: 
             "total_bytes": before.total_bytes,
         }
         if drop_caches:
-            report.cache["method"] = pagecache.drop(data_paths)
+            report.cache["method"] = pagecache.drop(data_paths, node=drop_caches == "node")
             report.cache["after_resident_bytes"] = pagecache.residency(data_paths).resident_bytes
     report.agent_answers = agent_answers("localhost", agent_port)
     return report

@@ -60,6 +60,9 @@ from workloads.spec import TOKEN_ENV, TOKEN_FILE_ENV, RunSpec
 from workloads.summary import print_epoch_table
 
 DEFAULT_IMAGE_SIZE = 224
+DEFAULT_WARMUP_STEPS = 10  # tf_cnn_benchmarks' num_warmup_batches
+STEP_EVENTS_PER_EPOCH = 20  # what the default --step-every aims for
+SYNTHETIC_STEPS_PER_EPOCH = 100  # worker.steps_per_epoch without a data set
 DEFAULT_CLASSES = 1000
 TOKEN_FILE_NAME = "collector.token"
 
@@ -115,6 +118,42 @@ def token_source(args: argparse.Namespace) -> str:
     return "--token" if args.token else TOKEN_ENV
 
 
+def step_sampling(args: argparse.Namespace, dataset: DatasetInfo | None) -> tuple[int, int]:
+    """(warm-up steps, step event every K) for this run's size; UsageError when no step
+    of the run would be timed."""
+    if args.steps_per_epoch:
+        per_epoch = args.steps_per_epoch
+    elif dataset is None:
+        per_epoch = SYNTHETIC_STEPS_PER_EPOCH
+    else:
+        per_step = args.batch_size * args.np
+        per_epoch = dataset.train.images // per_step
+        if per_epoch == 0:
+            raise UsageError(
+                f"--batch-size {args.batch_size} x {args.np} process(es) = {per_step} images "
+                f"per step, more than the data set's {dataset.train.images} training images: "
+                f"give a smaller --batch-size or a larger data set"
+            )
+    total = per_epoch * args.epochs
+    warmup = args.warmup_steps
+    if warmup is None:
+        warmup = min(DEFAULT_WARMUP_STEPS, total // 4)
+    elif warmup >= total:
+        raise UsageError(
+            f"--warmup-steps {warmup} leaves no step timed: the run has {total} steps "
+            f"({args.epochs} epoch(s) x {per_epoch}); give --warmup-steps {total // 4} "
+            f"or more --epochs"
+        )
+    step_every = args.step_every or max(1, per_epoch // STEP_EVENTS_PER_EPOCH)
+    if step_every > per_epoch:
+        print(
+            f"workloads: --step-every {step_every} is more than the {per_epoch} steps of an "
+            "epoch: no per-step events, no per-step throughput line",
+            file=sys.stderr,
+        )
+    return warmup, step_every
+
+
 def check_precision(framework: str, precision: str) -> None:
     if framework == "mxnet" and precision == "bf16":
         raise UsageError("MXNet 1.9 Gluon has no bf16 training: use --precision fp32 or fp16")
@@ -132,6 +171,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         check_format_for(args.framework, dataset)
     frameworks.check(args.framework, args.np)
     check_precision(args.framework, args.precision)
+    warmup_steps, step_every = step_sampling(args, dataset)
     if args.framework == "pytorch" and len(hosts) > 1:
         counts = {take for _, take in placement(hosts, args.np)}
         if len(counts) > 1:
@@ -155,14 +195,15 @@ def plan_run(args: argparse.Namespace) -> Plan:
         image_size=image_size,
         num_classes=args.num_classes or (dataset.classes if dataset else DEFAULT_CLASSES),
         precision=args.precision,
-        warmup_steps=args.warmup_steps,
-        step_every=args.step_every,
+        warmup_steps=warmup_steps,
+        step_every=step_every,
         target_top1=args.target_top1,
         learning_rate=args.learning_rate,
         collector_url=args.collector,
         loader_workers=args.loader_workers,
         seed=args.seed,
         validate=not args.no_validate,
+        anatomy=not args.no_anatomy,
         resend_token_file=str(args.token_file.resolve()) if args.token_file else None,
     )
     if not args.collector and not args.profile:
@@ -354,7 +395,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"run {plan.spec.run_id}: {plan.spec.framework} {plan.spec.model}, "
           f"{plan.processes} process(es), batch {plan.spec.batch_size}/rank, "
-          f"{plan.spec.data_format} data", flush=True)  # fmt: skip
+          f"{plan.spec.data_format} data, {plan.spec.warmup_steps} warm-up step(s), a step "
+          f"event every {plan.spec.step_every}", flush=True)  # fmt: skip
     raise_on_signals()
     become_subreaper()
     profile = None

@@ -124,6 +124,44 @@ def evaluate(mx, net, iterator, ctx, dtype, hvd) -> tuple[float, float]:
     return correct1 / seen, correct5 / seen
 
 
+class EngineClock:
+    """When MXNet's asynchronous engine has finished writing some arrays.
+
+    A step is pushed to the engine and runs behind Python's back; reading the clock in
+    the training loop would time the pushing, not the work. Instead a *probe* is pushed
+    (``add_n`` over one-element views of the arrays: one tiny op that reads them, so the
+    engine runs it right after their last writer) and a thread blocked in the probe's
+    ``wait_to_read`` (ctypes: the GIL is free meanwhile) notes the time it returns."""
+
+    def __init__(self, clock) -> None:
+        import queue
+        import threading
+
+        self.clock = clock
+        self.pending: queue.Queue = queue.Queue()
+        self.times: dict[str, float] = {}
+        threading.Thread(target=self._wait, name="engine-clock", daemon=True).start()
+
+    def _wait(self) -> None:
+        while True:
+            name, probe = self.pending.get()
+            try:
+                probe.wait_to_read()
+                self.times[name] = self.clock()
+            finally:
+                self.pending.task_done()
+
+    def watch(self, mx, name: str, arrays: list) -> None:
+        views = [array.reshape((-1,))[0:1] for array in arrays]
+        self.pending.put((name, mx.nd.add_n(*views)))
+
+    def collect(self) -> dict[str, float]:
+        """The times of every probe watched so far (waits for the last ones)."""
+        self.pending.join()
+        times, self.times = self.times, {}
+        return times
+
+
 def run(spec: RunSpec, start_recorder):
     import mxnet as mx
     from mxnet import autograd, gluon
@@ -157,6 +195,8 @@ def run(spec: RunSpec, start_recorder):
     else:
         trainer = gluon.Trainer(params, "sgd", optimizer_params, kvstore=None)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    grads = [p.list_grad()[0] for p in params.values() if p.grad_req != "null"]
+    engine = EngineClock(recorder.now)
 
     steps = steps_per_epoch(spec, placement.world_size)
     if spec.synthetic:
@@ -177,11 +217,24 @@ def run(spec: RunSpec, start_recorder):
             if source is not None:
                 data = batch.data[0].as_in_context(ctx).astype(dtype, copy=False)
                 labels = batch.label[0].as_in_context(ctx)
+            if spec.anatomy:
+                recorder.input_ready()
             with autograd.record():
                 loss = loss_fn(net(data).astype("float32"), labels)
             loss.backward()
+            # The first layer's gradient is backward's last; probing only it (before the
+            # all-reduce of it is pushed) holds no other gradient's all-reduce back.
+            if spec.anatomy:
+                engine.watch(mx, "computed", grads[:1])
             trainer.step(spec.batch_size)
+            if spec.anatomy and hvd is not None:
+                engine.watch(mx, "reduced", grads)  # after every all-reduce's write
             mx.nd.waitall()  # the step is over only when the engine is done with it
+            if spec.anatomy:
+                done = engine.collect()
+                recorder.compute_done(done.get("computed"))
+                if "reduced" in done:
+                    recorder.communication_done(done["reduced"])
             loss_sum, loss_count = loss_sum + loss.mean(), loss_count + 1
             recorder.step_done(lambda loss=loss: float(loss.mean().asscalar()))
         mean_loss = float(loss_sum.asscalar()) / max(1, loss_count)

@@ -1,10 +1,13 @@
 """How much of a data set sits in the page cache, and how to push it out.
 
 ``resident_bytes`` maps each file and asks the kernel with mincore(2) which of its pages
-are in memory (what ``fincore`` prints). ``drop`` tries the whole-node way first
-(``sync`` then ``3`` into /proc/sys/vm/drop_caches, root only; a container usually
-refuses it) and falls back to posix_fadvise(POSIX_FADV_DONTNEED) on every file of the
-data set, which evicts clean pages of those files for any user.
+are in memory (what ``fincore`` prints). ``drop`` evicts the data set only, with
+posix_fadvise(POSIX_FADV_DONTNEED) on every file of it (clean pages of those files, for any
+user): the rest of the node's page cache (libraries, other jobs' files) stays, so epoch 1
+reads the data set and not the framework's shared objects, and a shared node is not
+disturbed. ``drop(paths, node=True)`` empties the whole node's page cache (``sync`` then
+``3`` into /proc/sys/vm/drop_caches, root only; a container usually refuses it, and then
+the data set is evicted instead).
 """
 
 from __future__ import annotations
@@ -107,16 +110,19 @@ def drop_node_caches() -> str | None:
     return None
 
 
-def drop(paths: list[Path]) -> str:
-    """Empty the page cache of these files; returns the method used, for the log.
+def drop(paths: list[Path], node: bool = False) -> str:
+    """Push these files out of the page cache (and, with ``node``, everything else too);
+    returns what was done, for the user.
 
-    ``EPOCHSCOPE_DROP_METHOD=fadvise`` skips the node-wide drop (a shared machine).
+    ``EPOCHSCOPE_DROP_METHOD=fadvise`` never drops the node's cache (a shared machine).
     """
-    if os.environ.get(DROP_METHOD_ENV) == "fadvise":
+    evicted = f"data set evicted (posix_fadvise DONTNEED on {len(paths)} files, the rest "
+    evicted += "of the page cache untouched)"
+    if not node or os.environ.get(DROP_METHOD_ENV) == "fadvise":
         evict(paths)
-        return f"posix_fadvise(DONTNEED) on {len(paths)} files"
+        return evicted
     refused = drop_node_caches()
     if refused is None:
-        return "drop_caches"
+        return "the whole node's page cache dropped (sync; drop_caches=3)"
     evict(paths)
-    return f"posix_fadvise(DONTNEED) on {len(paths)} files (drop_caches refused: {refused})"
+    return f"{evicted}; the node-wide drop was refused: {refused}"

@@ -32,10 +32,10 @@ from agent.schema import Event, RunState, Workload
 from workloads.anatomy import (
     ZERO,
     ProcessIo,
+    ProcessTreeIo,
     StepAnatomy,
     StepMarks,
     add,
-    process_tree_io,
     split_step,
 )
 from workloads.events import EventWriter
@@ -73,7 +73,7 @@ class Recorder:
     global_step: int = 0
     epochs: list[EpochStats] = field(default_factory=list)
     step_rates: list[float] = field(default_factory=list)  # timed per-step images/s
-    read_io: Callable[[], ProcessIo | None] = process_tree_io
+    read_io: Callable[[], ProcessIo | None] = field(default_factory=ProcessTreeIo)
     _mark: float = 0.0
     _marks: StepMarks = field(default_factory=StepMarks)
     _io_at_start: ProcessIo | None = None
@@ -97,6 +97,10 @@ class Recorder:
 
     def now(self) -> float:
         return self.clock()
+
+    def input_requested(self, at: float | None = None) -> None:
+        """The step began asking for its batch (default: the step's start)."""
+        self._marks.input_requested = self.clock() if at is None else at
 
     def input_ready(self, at: float | None = None) -> None:
         """The step's batch arrived (now, or ``at`` on this recorder's clock)."""
@@ -210,7 +214,7 @@ def anatomy_fields(anatomy: StepAnatomy | None) -> dict[str, object]:
         Workload.COMPUTE_SECONDS: anatomy.compute,
         Workload.COMMUNICATION_SECONDS: anatomy.communication,
         Workload.OTHER_STEP_SECONDS: anatomy.other,
-        Workload.OVERLAP_SECONDS: anatomy.overlap,
+        Workload.OVERLAP_SECONDS: anatomy.overlap,  # None (not written) when not timed
     }
 
 

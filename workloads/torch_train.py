@@ -140,6 +140,33 @@ def evaluate(torch, model, loader, device, autocast) -> tuple[float, float]:
     return correct1 / seen, correct5 / seen
 
 
+class TimedAllreduce:
+    """A DDP communication hook: the default all-reduce (sum, then divide by the world
+    size), with each bucket's launch and completion noted on the recorder.
+
+    DDP calls the hook when a bucket's gradients are all computed, so the last launch of a
+    step is the end of its backward compute; the futures' intervals before it ran hidden
+    behind backward (the overlap)."""
+
+    def __init__(self, recorder) -> None:
+        self.recorder = recorder
+        self.last_launch: float | None = None
+
+
+def timed_allreduce_hook(state: TimedAllreduce, bucket):
+    """The hook DDP calls (it needs a function, with ``state`` as its first argument)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    launched = state.last_launch = state.recorder.now()
+    future = default_hooks.allreduce_hook(None, bucket)  # None: the default group
+
+    def finished(done):
+        state.recorder.add_communication(launched, state.recorder.now())
+        return done.value()
+
+    return future.then(finished)
+
+
 def run(spec: RunSpec, start_recorder):
     import contextlib
 
@@ -157,10 +184,14 @@ def run(spec: RunSpec, start_recorder):
 
     recorder = start_recorder(placement)
     model = ResNet50(spec.num_classes).to(device).to(memory_format=torch.channels_last)
+    reductions = None
     if placement.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[placement.local_rank] if cuda else None
         )
+    if placement.world_size > 1 and spec.anatomy:
+        reductions = TimedAllreduce(recorder)
+        model.register_comm_hook(reductions, timed_allreduce_hook)
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=spec.learning_rate * placement.world_size,
@@ -213,10 +244,20 @@ def run(spec: RunSpec, start_recorder):
                     memory_format=torch.channels_last
                 )
                 labels = labels.to(device, non_blocking=True)
+            if spec.anatomy:
+                recorder.input_ready()
             optimizer.zero_grad(set_to_none=True)
             with autocast():
                 loss = loss_fn(model(images), labels)
-            scaler.scale(loss).backward()
+            scaler.scale(loss).backward()  # DDP: returns once every bucket is all-reduced
+            if spec.anatomy:
+                if cuda:
+                    torch.cuda.synchronize(device)
+                if reductions is not None:
+                    recorder.compute_done(reductions.last_launch)
+                    recorder.communication_done()
+                else:
+                    recorder.compute_done()
             scaler.step(optimizer)
             scaler.update()
             if cuda:

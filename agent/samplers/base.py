@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -37,3 +39,55 @@ def read_text(path: Path) -> str | None:
         return path.read_text(errors="replace")
     except OSError:
         return None
+
+
+class ProcFile:
+    """A file read every tick, kept open and re-read with ``pread`` where that is safe.
+
+    Kernel pseudo-files (procfs reports size 0 and regenerates the text at every read
+    from offset 0) stay open: a tick costs one ``pread``, not open + read + close. A
+    regular file (a captured tree in tests) is opened again each time, so a file that
+    is replaced or removed is seen as such. ``read()`` gives the text, or None when the
+    file is missing or unreadable (a device went away), like :func:`read_text`.
+    """
+
+    _INITIAL_SIZE = 64 * 1024
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._size = self._INITIAL_SIZE
+
+    def read(self) -> str | None:
+        fd = self._fd
+        kept = fd is not None
+        if fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+        try:
+            data = self._read_all(fd)
+            if not kept:
+                info = os.fstat(fd)
+                if stat.S_ISREG(info.st_mode) and info.st_size == 0 and data:
+                    self._fd, fd = fd, None  # a pseudo-file: keep it
+        except OSError:
+            self._fd = None
+            return None
+        finally:
+            if fd is not None and fd != self._fd:
+                os.close(fd)
+        return data.decode(errors="replace")
+
+    def _read_all(self, fd: int) -> bytes:
+        while True:
+            data = os.pread(fd, self._size, 0)
+            if len(data) < self._size:
+                return data
+            self._size *= 2  # the file outgrew the buffer: read it again, whole
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

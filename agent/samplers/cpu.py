@@ -37,7 +37,7 @@ import os
 from dataclasses import dataclass
 
 from agent.point import Point
-from agent.samplers.base import Roots, read_text
+from agent.samplers.base import ProcFile, Roots
 from agent.samplers.host_common import ProblemLog, to_ints
 from agent.schema import Cpu, FieldName
 
@@ -93,6 +93,7 @@ class CpuSampler:
 
     def __init__(self, roots: Roots, clock_ticks: int | None = None) -> None:
         self._path = roots.proc / "stat"
+        self._file = ProcFile(self._path)
         self._clock_ticks = clock_ticks or os.sysconf("SC_CLK_TCK")
         self._highest: list[int] = []  # per column, the highest tick count seen
         self._problems = ProblemLog(log, self._path)
@@ -113,7 +114,7 @@ class CpuSampler:
         return [Point(Cpu.NAME, {}, fields, now_ns)]
 
     def _read(self) -> CpuTimes | None:
-        text = read_text(self._path)
+        text = self._file.read()
         if text is None:
             return None
         try:

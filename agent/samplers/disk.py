@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.point import Point
-from agent.samplers.base import Roots, read_text
+from agent.samplers.base import ProcFile, Roots
 from agent.samplers.host_common import ProblemLog, to_ints
 from agent.schema import Disk, DiskKind, Tag
 
@@ -246,6 +246,7 @@ class DiskSampler:
 
     def __init__(self, roots: Roots) -> None:
         self._path = roots.proc / "diskstats"
+        self._file = ProcFile(self._path)
         self._sys_root = roots.sys
         self._sysfs_present = True
         self._kinds: dict[str, str] = {}  # what sysfs said; a device's kind never changes
@@ -279,7 +280,7 @@ class DiskSampler:
         return points
 
     def _read(self) -> list[DiskRow]:
-        text = read_text(self._path)
+        text = self._file.read()
         if text is None:
             return []
         problems: list[str] = []

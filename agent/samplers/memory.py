@@ -36,7 +36,7 @@ import logging
 import re
 
 from agent.point import Point
-from agent.samplers.base import Roots, read_text
+from agent.samplers.base import ProcFile, Roots
 from agent.samplers.host_common import ProblemLog
 from agent.schema import FieldName, Memory
 
@@ -65,6 +65,15 @@ VMSTAT_FIELDS: dict[str, tuple[FieldName, int]] = {
 }
 
 
+# The kernel's vmstat, every line "name value": checked in one regex pass, after which
+# only the keys the sampler reports are pulled out (a line-by-line parse of ~180 lines
+# was a fifth of the agent's sampling time). Anything else takes the careful path.
+_VMSTAT_WELL_FORMED = re.compile(r"(?:[A-Za-z0-9_]+ -?[0-9]+\n)*")
+_VMSTAT_WANTED = re.compile(
+    "^(" + "|".join(map(re.escape, VMSTAT_FIELDS)) + r") (-?[0-9]+)$", re.MULTILINE
+)
+
+
 def parse_meminfo(text: str, problems: list[str] | None = None) -> dict[str, int]:
     """``/proc/meminfo`` as {key: value}, "kB" values converted to bytes.
 
@@ -73,12 +82,10 @@ def parse_meminfo(text: str, problems: list[str] | None = None) -> dict[str, int
     """
     values: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
         key, colon, rest = line.partition(":")
         words = rest.split()
         if not colon or not words or not (words[0].isascii() and words[0].isdigit()):
-            if problems is not None:
+            if line.strip() and problems is not None:
                 problems.append(f"line {number}: expected 'Key: value [kB]', skipped")
             continue
         value = int(words[0])
@@ -94,6 +101,12 @@ def parse_vmstat(text: str, problems: list[str] | None = None) -> dict[str, int]
     """``/proc/vmstat`` as {name: value}."""
     values: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
+        # The kernel's own form, "name value": checked without a regex (this runs on
+        # ~180 lines a second); anything else goes through the careful path.
+        name, space, value = line.partition(" ")
+        if space and name.isidentifier() and value.isascii() and value.isdigit():
+            values[name] = int(value)
+            continue
         words = line.split()
         if not words:
             continue
@@ -113,6 +126,8 @@ class MemorySampler:
     def __init__(self, roots: Roots) -> None:
         self._meminfo_path = roots.proc / "meminfo"
         self._vmstat_path = roots.proc / "vmstat"
+        self._meminfo_file = ProcFile(self._meminfo_path)
+        self._vmstat_file = ProcFile(self._vmstat_path)
         self._meminfo_problems = ProblemLog(log, self._meminfo_path)
         self._vmstat_problems = ProblemLog(log, self._vmstat_path)
 
@@ -137,7 +152,7 @@ class MemorySampler:
         return [Point(Memory.NAME, {}, fields, now_ns)]
 
     def _read_meminfo(self) -> dict[str, int] | None:
-        text = read_text(self._meminfo_path)
+        text = self._meminfo_file.read()
         if text is None:
             return None
         problems: list[str] = []
@@ -150,9 +165,11 @@ class MemorySampler:
         return meminfo
 
     def _read_vmstat(self) -> dict[str, int]:
-        text = read_text(self._vmstat_path)
+        text = self._vmstat_file.read()
         if text is None:
             return {}
+        if _VMSTAT_WELL_FORMED.fullmatch(text):
+            return {name: int(value) for name, value in _VMSTAT_WANTED.findall(text)}
         problems: list[str] = []
         vmstat = parse_vmstat(text, problems)
         self._vmstat_problems.report(problems)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.point import Point
-from agent.samplers.base import Roots, read_text
+from agent.samplers.base import ProcFile, Roots, read_text
 from agent.samplers.host_common import ProblemLog, to_ints
 from agent.schema import InterfaceKind, Net, Tag
 
@@ -160,6 +160,7 @@ class NetSampler:
 
     def __init__(self, roots: Roots) -> None:
         self._path = roots.proc / "net" / "dev"
+        self._file = ProcFile(self._path)
         self._sys_root = roots.sys
         self._sysfs_present = True
         self._kinds: dict[str, str] = {}  # what sysfs said, per interface name
@@ -193,7 +194,7 @@ class NetSampler:
         return points
 
     def _read(self) -> list[InterfaceCounters]:
-        text = read_text(self._path)
+        text = self._file.read()
         if text is None:
             return []
         problems: list[str] = []

@@ -12,15 +12,20 @@ Each round starts both servers fresh (empty data directories) one after the othe
 alternate which goes first. Reported: lines/s and samples/s from the first request to the
 last 204, the server's CPU seconds (all its processes), and for the collector the time
 ``SqliteStore.compact`` then takes to fold the small blocks (what its background thread
-does every 30 s), counted into a second "with compaction" rate.
+does every 30 s), counted into a second "with compaction" rate. ``--baseline DIR`` runs a
+second collector, from another checkout, in every round too: before and after a change,
+measured side by side.
 
     .venv/bin/python bench/ingest/run.py               # defaults: 64 hosts, 240 s of data
     .venv/bin/python bench/ingest/run.py --hosts 8 --seconds 60 --rounds 1
+    git archive 0c1ba06 | tar -x -C /tmp/before && \
+        .venv/bin/python bench/ingest/run.py --baseline /tmp/before
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import json
 import os
@@ -32,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -47,6 +53,8 @@ VICTORIA_METRICS = "/usr/bin/victoria-metrics"
 COLLECTOR_SERVE = [sys.executable, "-m", "collector", "serve"]
 WRITE_PATH = "/api/v2/write?org=bench&bucket=bench&precision=ns"
 T0_NS = 1_700_000_000 * 10**9
+COLLECTOR = "collector (SQLite)"
+BASELINE = "collector (baseline)"  # --baseline: another checkout's collector
 
 # tag sets per host: (measurement, tags)
 DEVICE_LAYOUT: list[tuple[type[schema.Measurement], list[dict[str, str]]]] = [
@@ -217,13 +225,30 @@ class Result:
     samples_per_s_with_compaction: float | None = None
 
 
-def run_collector(workdir: Path, bodies, lines, samples, senders, round_no) -> Result:
+# run in the collector's own tree: compaction timed, and one series counted, as JSON
+_COMPACT_AND_COUNT = """
+import json, sys, time
+from collector.store import SqliteStore
+with SqliteStore(sys.argv[1]) as store:
+    started = time.perf_counter()
+    store.compact()
+    compact_s = time.perf_counter() - started
+    (info,) = store.list_series(sys.argv[2], sys.argv[3], "node000")
+    (data,) = store.read_series([info], 0, 2**62)
+print(json.dumps({"compact_s": compact_s, "count": int(data.times_ns.size)}))
+"""
+
+
+def run_collector(
+    workdir: Path, bodies, lines, samples, senders, round_no, tree: Path = REPO_ROOT
+) -> Result:
     port = free_port()
     db = workdir / "collector.sqlite"
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), EPOCHSCOPE_LOG_LEVEL="WARNING")
+    env = dict(os.environ, PYTHONPATH=str(tree), EPOCHSCOPE_LOG_LEVEL="WARNING")
     proc = subprocess.Popen(
         [*COLLECTOR_SERVE, "--db", str(db), "--listen", f"127.0.0.1:{port}"],
         env=env,
+        cwd=tree,  # `python -m` puts the working directory first on sys.path
         stdout=subprocess.DEVNULL,
     )
     try:
@@ -237,17 +262,26 @@ def run_collector(workdir: Path, bodies, lines, samples, senders, round_no) -> R
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    from collector.store import SqliteStore
-
-    with SqliteStore(db) as store:
-        started = time.perf_counter()
-        store.compact()
-        compact_s = time.perf_counter() - started
-        (info,) = store.list_series(schema.Cpu.NAME, schema.Cpu.USER_SECONDS, "node000")
-        (data,) = store.read_series([info], 0, 2**62)
-        assert data.times_ns.size == lines // (26 * len_hosts(bodies)), data.times_ns.size
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _COMPACT_AND_COUNT,
+            str(db),
+            schema.Cpu.NAME,
+            schema.Cpu.USER_SECONDS,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tree,
+    )
+    checked = json.loads(done.stdout)
+    compact_s = checked["compact_s"]
+    assert checked["count"] == lines // (26 * len_hosts(bodies)), checked
     return Result(
-        "collector (SQLite)",
+        COLLECTOR if tree == REPO_ROOT else BASELINE,
         round_no,
         elapsed,
         lines / elapsed,
@@ -315,6 +349,12 @@ def main() -> int:
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout of epochscope (e.g. `git archive COMMIT | tar -x -C DIR`) whose"
+        " collector runs beside this one in every round: before/after in one run",
+    )
     args = parser.parse_args()
     if not Path(VICTORIA_METRICS).exists():
         print(f"{VICTORIA_METRICS} is missing: apt-get install victoria-metrics", file=sys.stderr)
@@ -332,14 +372,22 @@ def main() -> int:
         f"{len(bodies)} bodies of {args.body_lines} lines, {megabytes:.0f} MB; "
         f"{args.senders} senders; {os.cpu_count()} CPUs"
     )
+    load_average = {"start": os.getloadavg()}
+    console.print(f"load average at the start: {load_average['start']}")
     results: list[Result] = []
-    runners = [run_collector, run_victoria_metrics]
+    runners: list[tuple[str, Callable[..., Result]]] = [
+        (COLLECTOR, run_collector),
+        ("victoria-metrics", run_victoria_metrics),
+    ]
+    if args.baseline:
+        baseline = functools.partial(run_collector, tree=args.baseline.resolve())
+        runners.insert(1, (BASELINE, baseline))
     for round_no in range(1, args.rounds + 1):
         order = runners if round_no % 2 else runners[::-1]
-        for runner in order:
+        for name, runner in order:
             workdir = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
             try:
-                with console.status(f"round {round_no}: {runner.__name__[4:]}"):
+                with console.status(f"round {round_no}: {name}"):
                     result = runner(workdir, bodies, lines, samples, args.senders, round_no)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -370,24 +418,34 @@ def main() -> int:
             note,
         )
     console.print(table)
-    ours, theirs = best["collector (SQLite)"], best["victoria-metrics"]
-    ratio = ours.samples_per_s / theirs.samples_per_s
-    per_round = [
-        a.samples_per_s / b.samples_per_s
-        for a, b in zip(results[0::2], results[1::2], strict=True)
-        for a, b in [sorted((a, b), key=lambda r: r.server != "collector (SQLite)")]
-    ]
-    cpu_ratio = theirs.server_cpu_s / ours.server_cpu_s
-    console.print(
-        f"collector / victoria-metrics, samples/s: best {ratio:.0%}, per round "
-        f"{', '.join(f'{r:.0%}' for r in per_round)} (target >= 50%); "
-        f"per CPU-second: {cpu_ratio:.0%}"
-    )
+    load_average["end"] = os.getloadavg()
+    console.print(f"load average at the end: {load_average['end']}")
+    theirs = best["victoria-metrics"]
+    ratios = {}
+    for name in [COLLECTOR, BASELINE] if args.baseline else [COLLECTOR]:
+        ours = best[name]
+        by_round = {(r.server, r.round): r for r in results}
+        per_round = [
+            by_round[name, n].samples_per_s / by_round["victoria-metrics", n].samples_per_s
+            for n in range(1, args.rounds + 1)
+        ]
+        ratios[name] = {
+            "ratio": ours.samples_per_s / theirs.samples_per_s,
+            "ratio_per_round": per_round,
+            "cpu_ratio": theirs.server_cpu_s / ours.server_cpu_s,
+        }
+        console.print(
+            f"{name} / victoria-metrics, samples/s: best {ratios[name]['ratio']:.0%}, per"
+            f" round {', '.join(f'{r:.0%}' for r in per_round)} (target >= 50%); per"
+            f" CPU-second: {ratios[name]['cpu_ratio']:.0%}"
+        )
+    ratio, per_round, cpu_ratio = (ratios[COLLECTOR][key] for key in ratios[COLLECTOR])
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"args": vars(args) | {"json": str(args.json)}, "ratio": ratio}
-                | {"ratio_per_round": per_round, "cpu_ratio": cpu_ratio}
+                {"args": vars(args) | {"json": str(args.json), "baseline": str(args.baseline)}}
+                | {"ratio": ratio, "ratio_per_round": per_round, "cpu_ratio": cpu_ratio}
+                | {"ratios": ratios, "load_average": load_average}
                 | {"results": [asdict(result) for result in results]},
                 indent=2,
             )

@@ -1,0 +1,165 @@
+"""Where each rank's step time went, per epoch: the ``epoch_end`` anatomy fields, gathered.
+
+Every rank's ``epoch_end`` carries the sums over the epoch's steps of input wait, compute,
+(exposed) communication and the rest, which add up to its ``seconds``, and the rank's own
+reads (``/proc/<pid>/io`` of the rank and its data loaders). See ``workloads/anatomy.py``
+for how the trainers measure them.
+
+Per (host, epoch) and for all hosts (``*``) the *shares* are pooled over ranks: the sum of
+a part over the ranks divided by the sum of their step seconds. Amounts are kept additive
+(``AMOUNT_KEYS``) so the per-epoch report adds hosts up the way it adds every other amount.
+
+The training's reads: ``process_read_bytes`` is what the kernel fetched from storage for the
+ranks (it also counts pages of mapped files, libraries included, faulted in while
+training); ``rchar - read_bytes`` is what their reads got from the page cache (floored at
+0: page faults of mapped files are in read_bytes, not rchar).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agent.schema import Event, Workload
+from collector.store_api import WorkloadEvent
+
+# additive amounts per (host, epoch), summed over the host's ranks
+INPUT_WAIT = "anatomy_input_wait"
+COMPUTE = "anatomy_compute"
+COMMUNICATION = "anatomy_communication"
+OTHER = "anatomy_other"
+STEP_SECONDS = "anatomy_step_seconds"  # the ranks' step seconds the parts add up to
+STEPS = "anatomy_steps"  # the ranks' steps
+OVERLAP = "anatomy_overlap"
+PROCESS_READ = "process_read"
+PROCESS_RCHAR = "process_rchar"
+AMOUNT_KEYS = (INPUT_WAIT, COMPUTE, COMMUNICATION, OTHER, STEP_SECONDS, STEPS, OVERLAP)
+IO_KEYS = (PROCESS_READ, PROCESS_RCHAR)
+
+PART_FIELDS = {
+    INPUT_WAIT: Workload.INPUT_WAIT_SECONDS,
+    COMPUTE: Workload.COMPUTE_SECONDS,
+    COMMUNICATION: Workload.COMMUNICATION_SECONDS,
+    OTHER: Workload.OTHER_STEP_SECONDS,
+}
+
+
+def _number(event: WorkloadEvent, name: str) -> float | None:
+    value = event.fields.get(name)
+    if value is None or isinstance(value, str):
+        return None
+    number = float(value)
+    return None if math.isnan(number) else number
+
+
+@dataclass(frozen=True)
+class RankEpoch:
+    """One rank's epoch: its step seconds and their four parts (seconds)."""
+
+    host: str
+    rank: int
+    epoch: int
+    steps: int
+    seconds: float  # wall time of the epoch's steps
+    input_wait: float
+    compute: float
+    communication: float
+    other: float
+    overlap: float | None
+    images: float
+    timed_images: float | None
+    timed_seconds: float | None
+    read_bytes: float | None
+    rchar: float | None
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        return self.seconds / self.steps if self.steps else None
+
+    def share(self, part: str) -> float | None:
+        """A part's share (0..1) of the step seconds."""
+        value = getattr(self, part)
+        return value / self.seconds if self.seconds > 0 else None
+
+
+def rank_epochs(events: Iterable[WorkloadEvent]) -> list[RankEpoch]:
+    """Every ``epoch_end`` that carries the anatomy, sorted by epoch, host, rank.
+
+    ``steps`` is the epoch's step count: the rank's global step at this epoch's end minus
+    at its previous epoch's end."""
+    found = []
+    for event in events:
+        if event.event != Event.EPOCH_END:
+            continue
+        parts = {key: _number(event, name) for key, name in PART_FIELDS.items()}
+        epoch = _number(event, Workload.EPOCH)
+        seconds = _number(event, Workload.SECONDS)
+        if epoch is None or seconds is None or None in parts.values():
+            continue
+        found.append((event, int(epoch), seconds, parts))
+    found.sort(key=lambda item: (item[0].host, item[0].rank, item[1]))
+    out = []
+    previous_step: dict[tuple[str, int], float] = {}
+    for event, epoch, seconds, parts in found:
+        key = (event.host, event.rank)
+        step = _number(event, Workload.STEP)
+        steps = 0
+        if step is not None:
+            steps = int(step - previous_step.get(key, 0.0))
+            previous_step[key] = step
+        out.append(
+            RankEpoch(
+                host=event.host,
+                rank=event.rank,
+                epoch=epoch,
+                steps=steps,
+                seconds=seconds,
+                input_wait=parts[INPUT_WAIT] or 0.0,
+                compute=parts[COMPUTE] or 0.0,
+                communication=parts[COMMUNICATION] or 0.0,
+                other=parts[OTHER] or 0.0,
+                overlap=_number(event, Workload.OVERLAP_SECONDS),
+                images=_number(event, Workload.IMAGES) or 0.0,
+                timed_images=_number(event, Workload.TIMED_IMAGES),
+                timed_seconds=_number(event, Workload.TIMED_SECONDS),
+                read_bytes=_number(event, Workload.PROCESS_READ_BYTES),
+                rchar=_number(event, Workload.PROCESS_RCHAR_BYTES),
+            )
+        )
+    out.sort(key=lambda r: (r.epoch, r.host, r.rank))
+    return out
+
+
+def epoch_amounts(ranks: Iterable[RankEpoch]) -> dict[tuple[str, int], dict[str, float]]:
+    """Additive amounts per (host, epoch): the parts, step seconds, overlap (when every
+    rank measured it) and the training's reads (when every rank read /proc)."""
+    groups: dict[tuple[str, int], list[RankEpoch]] = defaultdict(list)
+    for rank in ranks:
+        groups[(rank.host, rank.epoch)].append(rank)
+    out = {}
+    for key, members in groups.items():
+        values = {
+            INPUT_WAIT: sum(r.input_wait for r in members),
+            COMPUTE: sum(r.compute for r in members),
+            COMMUNICATION: sum(r.communication for r in members),
+            OTHER: sum(r.other for r in members),
+            STEP_SECONDS: sum(r.seconds for r in members),
+        }
+        if all(r.steps > 0 for r in members):
+            values[STEPS] = float(sum(r.steps for r in members))
+        if all(r.overlap is not None for r in members):
+            values[OVERLAP] = sum(r.overlap or 0.0 for r in members)
+        if all(r.read_bytes is not None and r.rchar is not None for r in members):
+            values[PROCESS_READ] = sum(r.read_bytes or 0.0 for r in members)
+            values[PROCESS_RCHAR] = sum(r.rchar or 0.0 for r in members)
+        out[key] = values
+    return out
+
+
+def cache_read_bytes(rchar: float, read_bytes: float) -> float:
+    """Bytes the training's reads got from the page cache (see the module's note)."""
+    if math.isnan(rchar) or math.isnan(read_bytes):
+        return math.nan
+    return max(0.0, rchar - read_bytes)

@@ -1,0 +1,285 @@
+"""The step anatomy in the collector: per-epoch columns and the four findings built on
+them, each on scenario runs stored through the write path with its effect present and
+absent. Numbers are worked out by hand from the shares each scenario writes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collector.cli import build_parser
+from collector.epochs import build_report
+from collector.findings import Finding, run_findings
+from collector.reports_cli import render
+from tests.run_builder import NS, T0_NS, RunBuilder
+
+pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+
+MB = 1e6
+DAY = 86_400 * NS
+
+
+def findings_of(store, run_id: str, rule: str) -> list[Finding]:
+    return [f for f in run_findings(store, run_id) if f.rule == rule]
+
+
+def cli(store, *argv: str) -> str:
+    return render(build_parser().parse_args(list(argv)), store)
+
+
+# --------------------------------------------------------------------------------------
+# columns
+# --------------------------------------------------------------------------------------
+
+
+def two_host_run() -> RunBuilder:
+    run = RunBuilder("cols", hosts=("n1", "n2"), ranks_per_host=2, steps_per_epoch=5)
+    # n1's ranks wait 30% for input, n2's 10%; all compute 50%, all-reduce 10%
+    shares = {"n1": (0.30, 0.50, 0.10), "n2": (0.10, 0.50, 0.10)}
+    run.epoch(100, 6400, shares=lambda host, rank: shares[host], reads=(2_000_000, 5_000_000))
+    run.epoch(100, 6400, shares=(0.0, 0.8, 0.1), reads=(0, 1_000_000))
+    return run
+
+
+def test_report_shares_per_host_and_all_hosts(make_store):
+    store = make_store(two_host_run().points())
+    rows = {(r.host, r.epoch): r for r in build_report(store, "cols").rows}
+    assert rows[("n1", 1)].input_wait_percent == 30.0
+    assert rows[("n2", 1)].input_wait_percent == 10.0
+    assert rows[("*", 1)].input_wait_percent == 20.0  # pooled over the 4 ranks' seconds
+    assert (rows[("*", 1)].compute_percent, rows[("*", 1)].communication_percent) == (50.0, 10.0)
+    assert (rows[("*", 2)].input_wait_percent, rows[("*", 2)].compute_percent) == (0.0, 80.0)
+    # the training's own reads: 2 ranks x 2 MB from storage, 2 x (5 - 2) MB from the cache
+    assert rows[("n1", 1)].training_read_bytes == 4_000_000
+    assert rows[("n1", 1)].training_cache_read_bytes == 6_000_000
+    assert rows[("*", 1)].training_read_bytes == 8_000_000
+    assert rows[("*", 2)].training_cache_read_bytes == 4_000_000
+
+
+def test_json_and_table_show_the_same_values(make_store):
+    store = make_store(two_host_run().points())
+    rows = json.loads(cli(store, "report", "cols", "--format", "json"))
+    star = next(r for r in rows if r["host"] == "*" and r["epoch"] == 1)
+    assert (star["input_wait_percent"], star["compute_percent"]) == (20.0, 50.0)
+    assert star["communication_percent"] == 10.0
+    assert star["training_read_bytes"] == 8_000_000
+    table = cli(store, "report", "cols")
+    assert "input %" in table and "comm %" in table and "own read" in table
+    assert " 20.0 " in table
+
+
+def test_runs_without_anatomy_show_no_share(make_store):
+    run = RunBuilder("plain", steps_per_epoch=5)
+    run.epoch(100, 6400)
+    store = make_store(run.points())
+    (host_row, star) = build_report(store, "plain").rows
+    assert host_row.input_wait_percent is None and star.communication_percent is None
+    assert host_row.training_read_bytes is None
+
+
+# --------------------------------------------------------------------------------------
+# scaling loss attributed
+# --------------------------------------------------------------------------------------
+
+
+def scaling_pair(two_rank_seconds: float, comm_share: float) -> list[RunBuilder]:
+    """A 1-rank reference (20 s steps: input 1, compute 17, other 2) and a 2-rank run."""
+    one = RunBuilder("one", steps_per_epoch=5)
+    for _ in range(2):
+        one.epoch(100, 10_000, shares=(0.05, 0.85, 0.0), net_rx=0.1 * MB, net_tx=0.1 * MB)
+    two = RunBuilder("two", ranks_per_host=2, steps_per_epoch=5, t0_ns=T0_NS + DAY)
+    step = two_rank_seconds / 5
+    for _ in range(2):
+        two.epoch(
+            two_rank_seconds,
+            10_000,
+            shares=(1.0 / step, 17.0 / step, comm_share),
+            net_rx=50 * MB,
+            net_tx=50 * MB,
+        )
+    return [one, two]
+
+
+def test_scaling_loss_is_put_on_the_part_that_grew(make_store):
+    # two ranks: 25 s steps, 5 of them all-reduce -> 80 images/s per rank against 100
+    runs = scaling_pair(125.0, comm_share=0.2)
+    store = make_store([p for run in runs for p in run.points()])
+    (finding,) = findings_of(store, "two", "scaling_loss_attributed")
+    evidence = finding.evidence
+    assert evidence["reference_run"] == "one"
+    assert evidence["images_per_second_per_rank"] == pytest.approx(80.0)
+    assert evidence["reference_images_per_second_per_rank"] == pytest.approx(100.0)
+    assert evidence["lost_images_per_second"] == pytest.approx(40.0)
+    parts = {p["part"]: p for p in evidence["parts"]}
+    assert parts["communication"]["lost_images_per_second"] == pytest.approx(40.0)
+    assert parts["communication"]["run_seconds"] == pytest.approx(5.0)
+    assert parts["compute"]["lost_images_per_second"] == pytest.approx(0.0, abs=1e-9)
+    assert evidence["parts"][0]["part"] == "communication"
+    # fabric per step per node: 100 MB/s x 125 s / 5 steps against 0.2 MB/s x 100 s / 5
+    assert evidence["fabric_bytes_per_step"] == pytest.approx(2500 * MB)
+    assert evidence["reference_fabric_bytes_per_step"] == pytest.approx(4 * MB)
+    assert finding.severity == "warning"  # 20% per rank
+    assert "mostly all-reduce" in finding.title
+    assert finding.chart == "communication_percent"
+    assert findings_of(store, "one", "scaling_loss_attributed") == []
+
+
+def test_scaling_loss_attributed_silent_when_ranks_keep_their_pace(make_store):
+    # 20 s steps on both: 100 images/s per rank, nothing lost
+    runs = scaling_pair(100.0, comm_share=0.0)
+    store = make_store([p for run in runs for p in run.points()])
+    assert findings_of(store, "two", "scaling_loss_attributed") == []
+
+
+# --------------------------------------------------------------------------------------
+# input wait
+# --------------------------------------------------------------------------------------
+
+
+def input_run(run_id: str, wait: float, cpu_busy: float = 0.3, reads=(0, 0)) -> RunBuilder:
+    run = RunBuilder(run_id, steps_per_epoch=5)
+    for _ in range(3):
+        run.epoch(100, 6400, shares=(wait, 0.9 - wait, 0.0), cpu_busy=cpu_busy, reads=reads)
+    return run
+
+
+def test_input_wait_decode_bound_when_cpus_saturate(make_store):
+    store = make_store(input_run("dec", 0.45, cpu_busy=0.95, reads=(0, 50_000_000)).points())
+    (finding,) = findings_of(store, "dec", "input_wait")
+    assert finding.evidence["cause"] == "decode"
+    assert finding.evidence["input_wait_share"] == pytest.approx(0.45)
+    assert finding.evidence["epochs"] == [2, 3]  # settled epochs
+    assert finding.severity == "warning"
+    assert finding.chart == "input_wait_percent"
+
+
+def test_input_wait_storage_bound_when_the_training_reads_storage(make_store):
+    store = make_store(input_run("sto", 0.3, reads=(40_000_000, 50_000_000)).points())
+    (finding,) = findings_of(store, "sto", "input_wait")
+    assert finding.evidence["cause"] == "storage"
+    assert finding.evidence["training_read_bytes"] == 80_000_000  # 2 settled epochs
+    assert finding.severity == "info"
+
+
+def test_input_wait_silent_below_the_threshold(make_store):
+    store = make_store(input_run("fast", 0.1, cpu_busy=0.95).points())
+    assert findings_of(store, "fast", "input_wait") == []
+
+
+# --------------------------------------------------------------------------------------
+# stragglers
+# --------------------------------------------------------------------------------------
+
+
+def straggler_run(run_id: str, slow_rank_by_epoch: list[int | None]) -> RunBuilder:
+    run = RunBuilder(run_id, hosts=("n1", "n2"), ranks_per_host=1, steps_per_epoch=5)
+    for slow in slow_rank_by_epoch:
+
+        def shares(host: str, rank: int, slow=slow) -> tuple[float, float, float]:
+            # the others wait for the slow one in the all-reduce: busy 55% against 98%
+            return (0.02, 0.93, 0.02) if rank == slow else (0.02, 0.50, 0.45)
+
+        run.epoch(100, 6400, shares=shares)
+    return run
+
+
+def test_the_same_straggler_every_epoch(make_store):
+    store = make_store(straggler_run("slow", [1, 1, 1]).points())
+    (finding,) = findings_of(store, "slow", "straggler")
+    assert finding.evidence["same_rank"] is True
+    hits = finding.evidence["epochs"]
+    assert [(h["epoch"], h["rank"], h["host"]) for h in hits] == [(1, 1, "n2"), (2, 1, "n2"),
+                                                                   (3, 1, "n2")]  # fmt: skip
+    assert hits[0]["busy_seconds_per_step"] == pytest.approx(0.98 * 20)
+    assert hits[0]["others_median_seconds_per_step"] == pytest.approx(0.55 * 20)
+    assert hits[0]["slow_part"] == "compute"
+    assert finding.severity == "warning"
+    assert finding.title == "Straggler: rank 1 on n2"
+
+
+def test_a_moving_straggler(make_store):
+    store = make_store(straggler_run("moving", [0, 1, 0]).points())
+    (finding,) = findings_of(store, "moving", "straggler")
+    assert finding.evidence["same_rank"] is False
+    assert "moving straggler" in finding.explanation
+
+
+def test_no_straggler_when_ranks_are_alike(make_store):
+    store = make_store(straggler_run("even", [None, None]).points())
+    assert findings_of(store, "even", "straggler") == []
+
+
+# --------------------------------------------------------------------------------------
+# start-up
+# --------------------------------------------------------------------------------------
+
+
+def startup_run(run_id: str, first_seconds: float, first_shares, reads=None) -> RunBuilder:
+    run = RunBuilder(run_id, steps_per_epoch=5)
+    run.epoch(first_seconds, 6400, shares=first_shares, reads=reads)
+    run.epoch(100, 6400, shares=(0.02, 0.9, 0.0), reads=(0, 1_000_000) if reads else None)
+    run.epoch(100, 6400, shares=(0.02, 0.9, 0.0), reads=(0, 1_000_000) if reads else None)
+    return run
+
+
+def test_startup_from_graph_building(make_store):
+    # epoch 1: 300 s, input 2%, compute 30%, other 68% (tracing, compilation)
+    store = make_store(startup_run("build", 300, (0.02, 0.3, 0.0)).points())
+    (finding,) = findings_of(store, "build", "startup")
+    evidence = finding.evidence
+    assert evidence["cause"] == "build"
+    assert evidence["first_seconds_per_step"] == pytest.approx(60.0)
+    assert evidence["settled_seconds_per_step"] == pytest.approx(20.0)
+    # per rank over epoch 1: compute 90 - 90 = 0, other 204 - 8 = 196, input 6 - 2 = 4
+    assert evidence["extra_by_part"]["other"] == pytest.approx(196.0)
+    assert evidence["extra_by_part"]["input_wait"] == pytest.approx(4.0)
+    assert finding.chart == "compute_percent"
+    assert "3.0x" in finding.title
+
+
+def test_startup_from_first_reads(make_store):
+    store = make_store(
+        startup_run("reads", 300, (0.7, 0.3, 0.0), reads=(500_000_000, 500_000_000)).points()
+    )
+    (finding,) = findings_of(store, "reads", "startup")
+    assert finding.evidence["cause"] == "reads"
+    assert finding.evidence["first_read_bytes"] == 500_000_000
+    assert finding.evidence["settled_read_bytes"] == 0
+    assert finding.chart == "input_wait_percent"
+
+
+def test_no_startup_when_epoch_1_keeps_pace(make_store):
+    store = make_store(startup_run("steady", 110, (0.02, 0.9, 0.0)).points())
+    assert findings_of(store, "steady", "startup") == []
+
+
+# --------------------------------------------------------------------------------------
+# the run page's charts
+# --------------------------------------------------------------------------------------
+
+
+def test_stacked_step_time_and_shares_charts(make_store):
+    import plotly.graph_objects as go
+
+    from collector.query import epoch_table
+    from dashboard import figures
+
+    store = make_store(two_host_run().points())
+    rows = epoch_table(store, "cols")
+    stacked = figures.step_anatomy_figure(rows, ["n1", "n2"])
+    go.Figure(stacked)  # plotly knows every attribute
+    assert stacked["layout"]["barmode"] == "stack"
+    names = [trace["name"] for trace in stacked["data"]]
+    assert names[:3] == ["input wait", "compute", "all-reduce"]
+    # n1, epoch 1: 20 s steps (100 s / 5 steps), 30% input wait = 6000 ms, rest 10% = 2000
+    assert stacked["data"][0]["x"][0][0] == "n1" and stacked["data"][0]["y"][0] == 6000.0
+    assert stacked["data"][3]["y"][0] == pytest.approx(2000.0)
+    shares = figures.step_shares_figure(rows, ["n1", "n2"])
+    go.Figure(shares)
+    assert len(shares["data"]) == 6  # 2 hosts x 3 parts
+    assert shares["data"][0]["y"] == [30.0, 0.0]
+    empty = figures.step_anatomy_figure(
+        [dict(row, seconds_per_step=None) for row in rows], ["n1", "n2"]
+    )
+    assert "no step anatomy" in str(empty)
