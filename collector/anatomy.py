@@ -31,10 +31,11 @@ COMPUTE = "anatomy_compute"
 COMMUNICATION = "anatomy_communication"
 OTHER = "anatomy_other"
 STEP_SECONDS = "anatomy_step_seconds"  # the ranks' step seconds the parts add up to
+STEPS = "anatomy_steps"  # the ranks' steps
 OVERLAP = "anatomy_overlap"
 PROCESS_READ = "process_read"
 PROCESS_RCHAR = "process_rchar"
-AMOUNT_KEYS = (INPUT_WAIT, COMPUTE, COMMUNICATION, OTHER, STEP_SECONDS, OVERLAP)
+AMOUNT_KEYS = (INPUT_WAIT, COMPUTE, COMMUNICATION, OTHER, STEP_SECONDS, STEPS, OVERLAP)
 IO_KEYS = (PROCESS_READ, PROCESS_RCHAR)
 
 PART_FIELDS = {
@@ -146,6 +147,8 @@ def epoch_amounts(ranks: Iterable[RankEpoch]) -> dict[tuple[str, int], dict[str,
             OTHER: sum(r.other for r in members),
             STEP_SECONDS: sum(r.seconds for r in members),
         }
+        if all(r.steps > 0 for r in members):
+            values[STEPS] = float(sum(r.steps for r in members))
         if all(r.overlap is not None for r in members):
             values[OVERLAP] = sum(r.overlap or 0.0 for r in members)
         if all(r.read_bytes is not None and r.rchar is not None for r in members):

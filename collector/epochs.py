@@ -31,6 +31,7 @@ major_faults               ``memory.pgmajfault`` growth
 cpu_util_percent           share of all CPU time that is neither idle nor iowait
 iowait_percent             share of all CPU time in iowait
 gpu_util_percent           time-weighted mean utilisation over the host's GPUs
+seconds_per_step           the ranks' mean step wall time (their step seconds over their steps)
 input_wait_percent,        the ranks' step time split (``collector.anatomy``): each part's
 compute_percent,           sum over the host's ranks over the sum of their step seconds;
 communication_percent      the rest (optimizer update, callbacks) is 100 minus the three
@@ -120,6 +121,7 @@ COLUMNS: tuple[str, ...] = (
     "cpu_util_percent",
     "iowait_percent",
     "gpu_util_percent",
+    "seconds_per_step",
     "input_wait_percent",
     "compute_percent",
     "communication_percent",
@@ -435,6 +437,7 @@ class EpochRow:
     cpu_util_percent: float | None
     iowait_percent: float | None
     gpu_util_percent: float | None
+    seconds_per_step: float | None
     input_wait_percent: float | None
     compute_percent: float | None
     communication_percent: float | None
@@ -505,6 +508,8 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             positive = np.where(step_seconds > 0, step_seconds, np.nan)
             return 100.0 * column(key) / positive
 
+        steps = column(anatomy.STEPS)
+        seconds_per_step = step_seconds / np.where(steps > 0, steps, np.nan)
         training_read = column(anatomy.PROCESS_READ)
         cache_read = np.maximum(column(anatomy.PROCESS_RCHAR) - training_read, 0.0)
         derived: dict[str, tuple[np.ndarray, int | None]] = {
@@ -528,6 +533,7 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             "cpu_util_percent": (100.0 * cpu_busy / cpu_total, 2),
             "iowait_percent": (100.0 * column("cpu_iowait_seconds") / cpu_total, 2),
             "gpu_util_percent": (gpu_util, 2),
+            "seconds_per_step": (seconds_per_step, 4),
             "input_wait_percent": (share(anatomy.INPUT_WAIT), 2),
             "compute_percent": (share(anatomy.COMPUTE), 2),
             "communication_percent": (share(anatomy.COMMUNICATION), 2),

@@ -194,6 +194,7 @@ COLUMN_HELP: dict[str, str] = {
     "cpu_util_percent": "Share of all CPU time that was neither idle nor iowait",
     "iowait_percent": "Share of all CPU time spent waiting on I/O",
     "gpu_util_percent": "Time-weighted mean utilisation over the host's GPUs",
+    "seconds_per_step": "Mean wall time of one training step on the host's ranks",
     "input_wait_percent": "Share of the ranks' step time spent waiting for the next batch "
     "from the input pipeline",
     "compute_percent": "Share of the ranks' step time in forward and backward (all-reduce "

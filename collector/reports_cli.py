@@ -184,6 +184,7 @@ TABLE_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("CPU %", lambda r: _number(r.cpu_util_percent)),
     ("iowait %", lambda r: _number(r.iowait_percent)),
     ("GPU %", lambda r: _number(r.gpu_util_percent)),
+    ("s/step", lambda r: _number(r.seconds_per_step, 3)),
     ("input %", lambda r: _number(r.input_wait_percent)),
     ("compute %", lambda r: _number(r.compute_percent)),
     ("comm %", lambda r: _number(r.communication_percent)),

@@ -51,6 +51,7 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
     _epoch_column("cpu_util_percent", "CPU %", "percent"),
     _epoch_column("iowait_percent", "iowait %", "percent"),
     _epoch_column("gpu_util_percent", "GPU %", "percent"),
+    _epoch_column("seconds_per_step", "Seconds per step", "ratio"),
     _epoch_column("input_wait_percent", "Input wait %", "percent"),
     _epoch_column("compute_percent", "Compute %", "percent"),
     _epoch_column("communication_percent", "All-reduce %", "percent"),

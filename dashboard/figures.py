@@ -570,6 +570,104 @@ def fabric_bars_figure(rows: list[dict[str, Any]], host_order: list[str]) -> dic
 
 
 # --------------------------------------------------------------------------------------
+# the step anatomy: where each host's step time went, per epoch
+# --------------------------------------------------------------------------------------
+
+# (report column, label, colour); "other" is what the three shares leave of the step
+STEP_PARTS = (
+    ("input_wait_percent", "input wait", "#d62728"),
+    ("compute_percent", "compute", "#2ca02c"),
+    ("communication_percent", "all-reduce", "#1f77b4"),
+)
+OTHER_PART_COLOUR = "#b0b0b0"
+PART_DASHES = ("solid", "dot", "dash")
+
+
+def step_anatomy_figure(rows: list[dict[str, Any]], host_order: list[str]) -> dict[str, Any]:
+    """Stacked bars of the mean step time per host and epoch: input wait, compute,
+    all-reduce and the rest (each part = the host's share x its seconds per step)."""
+    title = "Step time per epoch and host: input wait, compute, all-reduce, rest"
+    order = {host: index for index, host in enumerate(host_order)}
+    host_rows = sorted(
+        (r for r in _host_rows(rows) if r.get("seconds_per_step") is not None),
+        key=lambda r: (order.get(r["host"], 1 << 30), r["epoch"]),
+    )
+    if not host_rows:
+        return empty_figure(title, "no step anatomy for this run")
+    x = [[row["host"] for row in host_rows], [f"epoch {row['epoch']}" for row in host_rows]]
+
+    def part_ms(row: dict[str, Any], column: str) -> float:
+        return row["seconds_per_step"] * 1000 * (row.get(column) or 0.0) / 100
+
+    traces = []
+    for column, label, colour in STEP_PARTS:
+        traces.append(
+            {
+                "type": "bar",
+                "name": label,
+                "x": x,
+                "y": [part_ms(row, column) for row in host_rows],
+                "customdata": [row.get(column) for row in host_rows],
+                "marker": {"color": colour},
+                "hovertemplate": f"{label} %{{y:,.0f}} ms/step (%{{customdata:.1f}}%)"
+                "<extra></extra>",
+            }
+        )
+    rest = [
+        row["seconds_per_step"] * 1000 - sum(part_ms(row, c) for c, _, _ in STEP_PARTS)
+        for row in host_rows
+    ]
+    traces.append(
+        {
+            "type": "bar",
+            "name": "rest (update, callbacks, graph building)",
+            "x": x,
+            "y": [max(0.0, value) for value in rest],
+            "marker": {"color": OTHER_PART_COLOUR},
+            "hovertemplate": "rest %{y:,.0f} ms/step<extra></extra>",
+        }
+    )
+    layout = _base_layout(title, "ms per step", height=320)
+    layout["barmode"] = "stack"
+    layout["hovermode"] = "x"
+    return {"data": traces, "layout": layout}
+
+
+def step_shares_figure(rows: list[dict[str, Any]], host_order: list[str]) -> dict[str, Any]:
+    """The three shares of step time over the run, one point per epoch (at its end) for
+    each host: line style by part, colour by host."""
+    title = "Shares of step time over the run (per epoch)"
+    host_rows = [r for r in _host_rows(rows) if r.get("input_wait_percent") is not None]
+    if not host_rows:
+        return empty_figure(title, "no step anatomy for this run")
+    traces = []
+    for host_index, host in enumerate(host_order):
+        mine = sorted((r for r in host_rows if r["host"] == host), key=lambda r: r["epoch"])
+        if not mine:
+            continue
+        for (column, label, _), dash in zip(STEP_PARTS, PART_DASHES, strict=True):
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "name": f"{host} {label}",
+                    "x": [row["end"] for row in mine],
+                    "y": [row.get(column) for row in mine],
+                    "text": [f"epoch {row['epoch']}" for row in mine],
+                    "line": {"color": host_colour(host_index), "dash": dash},
+                    "hovertemplate": f"{label} %{{y:.1f}}% (%{{text}})<extra>{host}</extra>",
+                }
+            )
+    layout = _base_layout(title, "% of step time", height=280)
+    layout["yaxis"]["range"] = [0, 100]
+    layout["xaxis"] = {**layout.get("xaxis", {}), "type": "date"}
+    layout["annotations"] = [
+        _note("solid: input wait · dotted: compute · dashed: all-reduce", y=1.08)
+    ]
+    return {"data": traces, "layout": layout}
+
+
+# --------------------------------------------------------------------------------------
 # scaling
 # --------------------------------------------------------------------------------------
 

@@ -27,7 +27,12 @@ GRAPH_CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": Fals
 
 # a finding's ``chart`` (a report column) -> the run page element that shows it
 TIMESERIES_ANCHOR = "over-time"
+STEP_ANATOMY_ANCHOR = "step-anatomy"
 CHART_ANCHORS = {
+    "input_wait_percent": STEP_ANATOMY_ANCHOR,
+    "compute_percent": STEP_ANATOMY_ANCHOR,
+    "communication_percent": STEP_ANATOMY_ANCHOR,
+    "seconds_per_step": STEP_ANATOMY_ANCHOR,
     "images_per_second": TIMESERIES_ANCHOR,
     "disk_read_mbps": "epoch-storage",
     "disk_read_bytes": "epoch-storage",
@@ -387,10 +392,18 @@ def epoch_figures(rows: list[dict[str, Any]], host_order: list[str]) -> list[dic
             host_order,
         ),
         figures.fabric_bars_figure(rows, host_order),
+        figures.step_anatomy_figure(rows, host_order),
+        figures.step_shares_figure(rows, host_order),
     ]
 
 
-EPOCH_CHARTS = ("epoch-disk", "epoch-nfs", "epoch-fabric-graph")
+EPOCH_CHARTS = (
+    "epoch-disk",
+    "epoch-nfs",
+    "epoch-fabric-graph",
+    "epoch-step-anatomy",
+    "epoch-step-shares",
+)
 TIMESERIES_GRAPH = "timeseries"
 
 
@@ -418,7 +431,7 @@ def run_page(
     finished run whose charts are not computed yet: decoding its step events is most of
     the cost) the time series come by a callback of their own too (``run-pending``)."""
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
-    disk, nfs, fabric = epoch_figures(rows, order)
+    disk, nfs, fabric, anatomy, shares = epoch_figures(rows, order)
     if ts is not None:
         time_figure = timeseries_figure(ts, boundaries, rows)
         note = bucket_note(ts, boundaries)
@@ -444,6 +457,16 @@ def run_page(
                 id="epoch-storage",
             ),
             html.Div(graph(EPOCH_CHARTS[2], fabric), id="epoch-fabric", className="panel"),
+            html.H2("Where step time goes", id=STEP_ANATOMY_ANCHOR),
+            html.P(
+                "Each rank times every step: waiting for the next batch (input wait), "
+                "forward and backward (compute), waiting for the gradient all-reduce once "
+                "the gradients are ready, and the rest. Scaling loss shows up as a growing "
+                "all-reduce part; an input-bound run as a growing input wait.",
+                className="lead",
+            ),
+            html.Div(graph(EPOCH_CHARTS[3], anatomy), className="panel"),
+            html.Div(graph(EPOCH_CHARTS[4], shares), className="panel"),
             html.H2("Over time", id=TIMESERIES_ANCHOR),
             html.P(note, className="lead", id="bucket-note"),
             host_legend(order),

@@ -252,3 +252,34 @@ def test_startup_from_first_reads(make_store):
 def test_no_startup_when_epoch_1_keeps_pace(make_store):
     store = make_store(startup_run("steady", 110, (0.02, 0.9, 0.0)).points())
     assert findings_of(store, "steady", "startup") == []
+
+
+# --------------------------------------------------------------------------------------
+# the run page's charts
+# --------------------------------------------------------------------------------------
+
+
+def test_stacked_step_time_and_shares_charts(make_store):
+    import plotly.graph_objects as go
+
+    from collector.query import epoch_table
+    from dashboard import figures
+
+    store = make_store(two_host_run().points())
+    rows = epoch_table(store, "cols")
+    stacked = figures.step_anatomy_figure(rows, ["n1", "n2"])
+    go.Figure(stacked)  # plotly knows every attribute
+    assert stacked["layout"]["barmode"] == "stack"
+    names = [trace["name"] for trace in stacked["data"]]
+    assert names[:3] == ["input wait", "compute", "all-reduce"]
+    # n1, epoch 1: 20 s steps (100 s / 5 steps), 30% input wait = 6000 ms, rest 10% = 2000
+    assert stacked["data"][0]["x"][0][0] == "n1" and stacked["data"][0]["y"][0] == 6000.0
+    assert stacked["data"][3]["y"][0] == pytest.approx(2000.0)
+    shares = figures.step_shares_figure(rows, ["n1", "n2"])
+    go.Figure(shares)
+    assert len(shares["data"]) == 6  # 2 hosts x 3 parts
+    assert shares["data"][0]["y"] == [30.0, 0.0]
+    empty = figures.step_anatomy_figure(
+        [dict(row, seconds_per_step=None) for row in rows], ["n1", "n2"]
+    )
+    assert "no step anatomy" in str(empty)

@@ -106,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--learning-rate", type=float, default=0.0125, help="per rank")
     run.add_argument("--loader-workers", type=_positive, default=2, help="input workers/rank")
     run.add_argument("--no-validate", action="store_true", help="skip validation per epoch")
+    run.add_argument(
+        "--no-anatomy",
+        action="store_true",
+        help="leave out the step anatomy (input wait/compute/all-reduce): for overhead checks",
+    )
     run.add_argument("--run-id", help="default: <framework>-<UTC time>")
     run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default ./runs")
     run.add_argument("--ssh-user", help="user for SSH to --hosts (default: yours)")

@@ -203,6 +203,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         loader_workers=args.loader_workers,
         seed=args.seed,
         validate=not args.no_validate,
+        anatomy=not args.no_anatomy,
         resend_token_file=str(args.token_file.resolve()) if args.token_file else None,
     )
     if not args.collector and not args.profile:

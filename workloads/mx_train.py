@@ -217,21 +217,24 @@ def run(spec: RunSpec, start_recorder):
             if source is not None:
                 data = batch.data[0].as_in_context(ctx).astype(dtype, copy=False)
                 labels = batch.label[0].as_in_context(ctx)
-            recorder.input_ready()
+            if spec.anatomy:
+                recorder.input_ready()
             with autograd.record():
                 loss = loss_fn(net(data).astype("float32"), labels)
             loss.backward()
             # The first layer's gradient is backward's last; probing only it (before the
             # all-reduce of it is pushed) holds no other gradient's all-reduce back.
-            engine.watch(mx, "computed", grads[:1])
+            if spec.anatomy:
+                engine.watch(mx, "computed", grads[:1])
             trainer.step(spec.batch_size)
-            if hvd is not None:
+            if spec.anatomy and hvd is not None:
                 engine.watch(mx, "reduced", grads)  # after every all-reduce's write
             mx.nd.waitall()  # the step is over only when the engine is done with it
-            done = engine.collect()
-            recorder.compute_done(done.get("computed"))
-            if "reduced" in done:
-                recorder.communication_done(done["reduced"])
+            if spec.anatomy:
+                done = engine.collect()
+                recorder.compute_done(done.get("computed"))
+                if "reduced" in done:
+                    recorder.communication_done(done["reduced"])
             loss_sum, loss_count = loss_sum + loss.mean(), loss_count + 1
             recorder.step_done(lambda loss=loss: float(loss.mean().asscalar()))
         mean_loss = float(loss_sum.asscalar()) / max(1, loss_count)

@@ -45,6 +45,7 @@ class RunSpec:
     loader_workers: int = 2  # PyTorch DataLoader workers / MXNet decode threads per rank
     seed: int = 0
     validate: bool = True
+    anatomy: bool = True  # time each step's input wait, compute and all-reduce
     resend_token_file: str | None = None  # the user's --token-file, for `workloads resend`
 
     @property

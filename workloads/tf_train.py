@@ -315,7 +315,8 @@ def run(spec: RunSpec, start_recorder):
     )
     optimizer = hvd.DistributedOptimizer(optimizer)
     stamps = StepStamps(tf)
-    stamps.instrument(model, optimizer)
+    if spec.anatomy:
+        stamps.instrument(model, optimizer)
     model.compile(
         optimizer=optimizer,
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -189,6 +189,7 @@ def run(spec: RunSpec, start_recorder):
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[placement.local_rank] if cuda else None
         )
+    if placement.world_size > 1 and spec.anatomy:
         reductions = TimedAllreduce(recorder)
         model.register_comm_hook(reductions, timed_allreduce_hook)
     optimizer = torch.optim.SGD(
@@ -243,18 +244,20 @@ def run(spec: RunSpec, start_recorder):
                     memory_format=torch.channels_last
                 )
                 labels = labels.to(device, non_blocking=True)
-            recorder.input_ready()
+            if spec.anatomy:
+                recorder.input_ready()
             optimizer.zero_grad(set_to_none=True)
             with autocast():
                 loss = loss_fn(model(images), labels)
             scaler.scale(loss).backward()  # DDP: returns once every bucket is all-reduced
-            if cuda:
-                torch.cuda.synchronize(device)
-            if reductions is not None:
-                recorder.compute_done(reductions.last_launch)
-                recorder.communication_done()
-            else:
-                recorder.compute_done()
+            if spec.anatomy:
+                if cuda:
+                    torch.cuda.synchronize(device)
+                if reductions is not None:
+                    recorder.compute_done(reductions.last_launch)
+                    recorder.communication_done()
+                else:
+                    recorder.compute_done()
             scaler.step(optimizer)
             scaler.update()
             if cuda:

@@ -69,10 +69,11 @@ def rank_rates(ends: list[dict]) -> float:
     return sum(e[Workload.TIMED_IMAGES] / e[Workload.TIMED_SECONDS] for e in ends)
 
 
-def workload(args, runs_dir: Path, profile: bool, index: int) -> float:
-    run_id = f"bench-{'profiled' if profile else 'plain'}-{index}"
+def workload(args, runs_dir: Path, profile: bool, index: int, anatomy: bool = True) -> float:
+    kind = "profiled" if profile else "plain" if anatomy else "no-anatomy"
+    run_id = f"bench-{kind}-{index}"
     command = [
-        sys.executable, "-m", "workloads", "run", "--framework", "tensorflow", "--synthetic",
+        sys.executable, "-m", "workloads", "run", "--framework", args.framework, "--synthetic",
         "--np", str(args.np), "--batch-size", str(args.batch_size),
         "--image-size", str(args.image_size), "--warmup-steps", str(args.warmup),
         "--steps-per-epoch", str(args.warmup + args.steps), "--epochs", "1",
@@ -80,6 +81,8 @@ def workload(args, runs_dir: Path, profile: bool, index: int) -> float:
     ]  # fmt: skip
     if profile:
         command.append("--profile")
+    if not anatomy:
+        command.append("--no-anatomy")
     subprocess.run(command, capture_output=True, text=True, env=env(), check=True, cwd=ROOT)
     if profile:
         from collector.store import SqliteStore
@@ -113,7 +116,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--variants", default="plain_horovod,workload,workload_profiled")
+    parser.add_argument(
+        "--variants",
+        default="plain_horovod,workload,workload_profiled",
+        help="of plain_horovod (TensorFlow only), workload, workload_profiled, "
+        "workload_no_anatomy (the workload without its step anatomy)",
+    )
+    parser.add_argument("--framework", default="tensorflow", help="of the workload variants")
     args = parser.parse_args()
 
     variants = args.variants.split(",")
@@ -126,7 +135,13 @@ def main() -> None:
                 if name == "plain_horovod":
                     rate = plain(args)
                 else:
-                    rate = workload(args, Path(tmp), name == "workload_profiled", round_index)
+                    rate = workload(
+                        args,
+                        Path(tmp),
+                        name == "workload_profiled",
+                        round_index,
+                        anatomy=name != "workload_no_anatomy",
+                    )
                 results[name].append(rate)
                 print(f"round {round_index + 1} {name}: {rate:.2f} images/s", flush=True)
     medians = {name: statistics.median(rates) for name, rates in results.items()}
@@ -139,6 +154,7 @@ def main() -> None:
         "median_images_per_second": medians,
         "workload_vs_plain": ratio(medians, "workload", "plain_horovod"),
         "profiled_vs_unprofiled": ratio(medians, "workload_profiled", "workload"),
+        "anatomy_vs_no_anatomy": ratio(medians, "workload", "workload_no_anatomy"),
         "agent_cpu_share_of_node": AGENT_SHARES,
     }
     print(json.dumps(summary, indent=1))

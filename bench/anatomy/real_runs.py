@@ -1,0 +1,123 @@
+"""The step anatomy on real trainings: a 1-process and a 2-process run of each framework
+into one collector, then each run's per-epoch shares and the anatomy findings.
+
+Tiny on purpose (64 pictures of 40 px trained at 32 px, batch 8, 2 epochs): the point is
+that the parts are measured and add up, that two processes all-reduce (communication > 0)
+and that the scaling-loss finding attributes the 2-process run's lower per-rank rate.
+
+    nice .venv/bin/python bench/anatomy/real_runs.py --out bench/anatomy/results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from collector.anatomy_findings import ANATOMY_RULES  # noqa: E402
+from collector.epochs import build_report  # noqa: E402
+from collector.findings import run_findings  # noqa: E402
+from collector.store import SqliteStore  # noqa: E402
+from workloads.datasets import make_dataset  # noqa: E402
+from workloads.profile import start_collector, stop  # noqa: E402
+
+FORMATS = {"tensorflow": "tfrecord", "mxnet": "recordio", "pytorch": "jpeg"}
+ANATOMY_RULE_NAMES = {rule.__name__ for rule in ANATOMY_RULES}
+SHARE_COLUMNS = (
+    "images_per_second",
+    "input_wait_percent",
+    "compute_percent",
+    "communication_percent",
+    "training_read_bytes",
+    "training_cache_read_bytes",
+)
+
+
+def env() -> dict[str, str]:
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT), environment.get("PYTHONPATH")])
+    )
+    environment["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    return environment
+
+
+def train(framework: str, data: Path, processes: int, url: str, run_id: str, args) -> float:
+    command = [
+        "nice", sys.executable, "-m", "workloads", "run", "--framework", framework,
+        "--data-dir", str(data), "--epochs", str(args.epochs), "--batch-size", "8",
+        "--image-size", "32", "--warmup-steps", "1", "--step-every", "1",
+        "--loader-workers", "1", "--np", str(processes), "--collector", url,
+        "--run-id", run_id, "--no-validate", "--runs-dir", str(args.runs_dir),
+    ]  # fmt: skip
+    started = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, env=env(), cwd=ROOT)
+    if result.returncode != 0:
+        raise RuntimeError(f"{run_id} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--frameworks", default="pytorch,mxnet,tensorflow")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--db", type=Path, help="keep the store here (default: a temp dir)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        args.runs_dir = work / "runs"
+        db = args.db or work / "anatomy.sqlite"
+        process, port = start_collector(db, work / "collector.log")
+        url = f"http://127.0.0.1:{port}"
+        runs: dict[str, dict] = {}
+        try:
+            for framework in args.frameworks.split(","):
+                data = work / FORMATS[framework]
+                make_dataset(data, FORMATS[framework], images=64, classes=4, image_size=40,
+                             val_images=8, shards=4, progress=False)  # fmt: skip
+                for processes in (1, 2):
+                    run_id = f"{framework}-{processes}p"
+                    seconds = train(framework, data, processes, url, run_id, args)
+                    runs[run_id] = {"framework": framework, "processes": processes,
+                                    "wall_seconds": round(seconds, 1)}  # fmt: skip
+                    print(f"{run_id}: {seconds:.0f} s", flush=True)
+            time.sleep(2)  # the last events reach the store
+        finally:
+            stop(process)
+        store = SqliteStore(db)
+        try:
+            for run_id, facts in runs.items():
+                rows = [r for r in build_report(store, run_id).rows if r.host == "*"]
+                facts["epochs"] = [
+                    {"epoch": r.epoch} | {c: getattr(r, c) for c in SHARE_COLUMNS} for r in rows
+                ]
+                ends = [e for e in store.events(run_id) if e.event == "epoch_end"]
+                facts["epoch_end"] = [
+                    {"rank": e.rank} | {k: v for k, v in e.fields.items() if k != "event"}
+                    for e in ends
+                ]
+                facts["findings"] = [
+                    f.to_dict() for f in run_findings(store, run_id) if f.rule in ANATOMY_RULE_NAMES
+                ]
+        finally:
+            store.close()
+    summary = {"load_average_at_end": os.getloadavg(), "runs": runs}
+    text = json.dumps(summary, indent=1, default=str)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
