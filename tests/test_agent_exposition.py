@@ -174,3 +174,39 @@ def test_a_page_is_rendered_once_per_sample_whatever_the_scrapes(monkeypatch):
     latest.publish(SAMPLE)
     assert latest.page() == first
     assert len(rendered) == 2
+
+
+def test_http_keep_alive_head_and_refusals():
+    import http.client
+    import socket
+
+    server = MetricsServer("127.0.0.1", 0)
+    try:
+        server.publish(SAMPLE[:1])
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        pages = []
+        for _ in range(3):  # one connection, several scrapes (as Prometheus does)
+            connection.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+            reply = connection.getresponse()
+            assert reply.status == 200 and reply.getheader("Connection") is None
+            pages.append(reply.read())
+        assert pages[0] == pages[1] == pages[2] and b"epochscope_disk_reads_total" in pages[0]
+        connection.request("HEAD", "/metrics")
+        reply = connection.getresponse()
+        assert reply.status == 200 and reply.read() == b""
+        assert int(reply.getheader("Content-Length")) == len(pages[0])
+        connection.request("POST", "/metrics", body=b"x")
+        reply = connection.getresponse()
+        assert reply.status == 405 and reply.getheader("Connection") == "close"
+        connection.close()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+            raw.sendall(b"nonsense\r\n\r\n")
+            assert raw.recv(100).startswith(b"HTTP/1.1 400 ")
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw:
+            raw.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")  # 1.0: answered, then closed
+            data = b""
+            while chunk := raw.recv(65536):
+                data += chunk
+            assert data.startswith(b"HTTP/1.1 200 OK\r\n") and data.endswith(pages[0])
+    finally:
+        server.close()
