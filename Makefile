@@ -6,7 +6,7 @@ SYSTEM_PACKAGES := chromium chromium-driver openssh-server victoria-metrics prom
 	prometheus-node-exporter iproute2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test env frameworks system-packages lint bench clean
+.PHONY: demo test env frameworks user-torch-env system-packages lint bench clean
 
 # The main job: ResNet-50 with Horovod + TensorFlow, 2 processes, 3 epochs, profiled by a
 # local agent and collector, on a small TFRecord data set made once and dropped from the
@@ -24,7 +24,7 @@ demo: env frameworks
 		$(PY) -m workloads dataset make $(DEMO_DATA_ARGS) --out $(DEMO_DATA)
 	$(PY) -m workloads run $(DEMO_RUN_ARGS)
 
-test: env frameworks system-packages
+test: env frameworks system-packages user-torch-env
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
@@ -69,6 +69,27 @@ $(VENV)/.frameworks: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install -q $(HOROVOD_WHEELS)/horovod-$(HOROVOD_VERSION)-*.whl
 	$(PY) -c 'import tensorflow, mxnet, torch, horovod.tensorflow'
 	touch $@
+
+# A user's own PyTorch environment, where `workloads profile` is tested with torchvision
+# (which does not load beside the project's CPU torch 2.13.0): CUDA torch 2.14.1 and
+# torchvision 0.29.1 (they run on CPU), made once outside the checkout like the Horovod
+# wheel. This checkout goes into it the way a user installs epochscope (the `profile`
+# extra, no framework pin); the check after it fails if that replaced the user's torch.
+USER_TORCH := 2.14.1
+USER_TORCHVISION := 0.29.1
+USER_TORCH_VENV := $(HOME)/.cache/epochscope/venvs/torch$(USER_TORCH)-tv$(USER_TORCHVISION)-py311
+USER_PY := $(USER_TORCH_VENV)/bin/python
+
+user-torch-env: $(VENV)/.installed
+	@if [ ! -f $(USER_TORCH_VENV)/.frameworks ]; then \
+		echo "making $(USER_TORCH_VENV): torch $(USER_TORCH) + torchvision $(USER_TORCHVISION) (minutes)"; \
+		rm -rf $(USER_TORCH_VENV) && python3 -m venv $(USER_TORCH_VENV) && \
+		$(USER_PY) -m pip install -q torch==$(USER_TORCH) torchvision==$(USER_TORCHVISION) && \
+		touch $(USER_TORCH_VENV)/.frameworks; \
+	fi
+	@$(USER_PY) -c 'import sys, workloads; sys.exit(not workloads.__file__.startswith("$(CURDIR)/"))' \
+		2>/dev/null || $(USER_PY) -m pip install -q -e '.[profile]'
+	$(USER_PY) -c 'import torch, torchvision; assert torch.__version__.startswith("$(USER_TORCH)"), torch.__version__'
 
 # Debian packages the tests drive for real. Services are kept from starting on install
 # (policy-rc.d): each test starts its own on loopback.

@@ -104,10 +104,14 @@ def open_store(args: argparse.Namespace) -> ReadStore:
                 "--collector must be an http(s) URL (VictoriaMetrics), victoriametrics=URL "
                 f"or prometheus=URL, not {args.collector!r}"
             ) from None
-        return open_backend_store(spec, events=path)
-    from collector.store import SqliteStore
+    from collector.store import SqliteStore, StoreError
 
-    return SqliteStore(path)
+    try:
+        if args.collector:
+            return open_backend_store(spec, events=path)
+        return SqliteStore(path)
+    except StoreError as error:  # damaged, foreign or empty: one line, not a traceback
+        raise CliError(str(error)) from None
 
 
 def credentials_from(args: argparse.Namespace) -> Credentials | None:

@@ -152,6 +152,29 @@ def test_missing_store_is_a_clear_error(repo_env, tmp_path):
 
 
 @needs_store
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"", "is empty (0 bytes), not a store"),
+        (b"not an SQLite file at all" * 40, "is not a readable store (file is not a database)"),
+    ],
+)
+@pytest.mark.parametrize("collector", [None, "victoriametrics=http://127.0.0.1:9"])
+def test_a_damaged_or_empty_store_is_one_line(repo_env, tmp_path, content, says, collector):
+    db = tmp_path / "bad.sqlite"
+    db.write_bytes(content)
+    extra = ["--collector", collector] if collector else []
+    result = run_cli(["serve", "--db", str(db), *extra], repo_env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"dashboard: error: {db} {says}" + (
+        ": restore it from a backup, or delete it to start a new store"
+        if not content
+        else ": restore it from a backup, or move it aside to start a new store"
+    )
+    assert db.read_bytes() == content
+
+
+@needs_store
 def test_collector_must_be_a_url(repo_env, empty_db):
     result = run_cli(["serve", "--db", str(empty_db), "--collector", "127.0.0.1:8428"], repo_env)
     assert result.returncode == 2

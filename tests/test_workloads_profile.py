@@ -308,3 +308,105 @@ def test_keras_fit_on_tf_data_recognised_unmodified(data, runs):
     printed = printed_accuracies(result.stdout, r"(\d\.\d{6})")
     assert [e.fields[Workload.TOP1] for e in ends] == pytest.approx(printed, abs=1e-5)
     assert all(e.fields[Workload.LOSS] > 0 for e in ends)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_horovodrun_keras_example_two_ranks(data, runs):
+    from workloads import frameworks
+
+    if not frameworks.horovod_supports("tensorflow"):
+        pytest.skip("horovod with TensorFlow is not installed: `make frameworks` builds it")
+    tfrecord = data("tfrecord")
+    result = profile(sys.executable, runs, "hvd", frameworks.horovodrun(), "-np", "2",
+                     "-H", "localhost:2", "--gloo", sys.executable,
+                     str(SCRIPTS / "keras_horovod_fit.py"), str(tfrecord),
+                     env=project_env())  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    ranks = by_rank(events(runs, "hvd"))
+    assert sorted(ranks) == [0, 1]  # horovodrun itself (Python too) is no rank
+    for rank in ranks.values():
+        # the data set sharded by rank: half each, batches of 4
+        check_epochs(rank, epochs=2, images=TRAIN // 2, steps=TRAIN // 2 // 4, input_wait=False)
+        assert rank[0].fields[Workload.WORLD_SIZE] == 2
+        assert rank[0].fields[Workload.MODEL] == "hvd_cnn"
+
+
+# --- PyTorch + torchvision in a user's environment (make user-torch-env) -----------------
+def user_python() -> str:
+    """The user-like environment's python, once epochscope from this checkout is in it."""
+    python = USER_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"{USER_VENV} is missing: `make user-torch-env` makes it")
+    check = subprocess.run(
+        [str(python), "-c", "import workloads, torchvision; print(workloads.__file__)"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    if check.returncode != 0 or not check.stdout.startswith(str(REPO_ROOT)):
+        pytest.skip(f"{USER_VENV} holds no epochscope from {REPO_ROOT}: make user-torch-env")
+    return str(python)
+
+
+def user_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # nothing of the project's environment: epochscope as installed
+    env["PATH"] = os.pathsep.join([str(USER_VENV / "bin"), env.get("PATH", "")])
+    return env
+
+
+BIG_TRAIN, BIG_SIZE = 96, 480  # 9.6 MB of JPEGs, so the data set's reads stand out
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_imagenet_example_one_process_reads_the_data_set_in_epoch_1_only(data, runs):
+    python = user_python()
+    jpeg = data("jpeg", stored_size=BIG_SIZE, images=BIG_TRAIN)
+    result = profile(
+        python, runs, "tv", python, str(SCRIPTS / "imagenet_train.py"), str(jpeg),
+        "--epochs", "3", "--batch-size", str(BATCH),
+        options=("--data-dir", str(jpeg), "--drop-caches"), env=user_env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    (rank,) = by_rank(events(runs, "tv")).values()
+    ends = check_epochs(rank, epochs=3, images=BIG_TRAIN, steps=BIG_TRAIN // BATCH)
+    assert rank[0].fields[Workload.MODEL] == "ResNet"  # torchvision's resnet18
+    printed = printed_accuracies(result.stdout, r"Acc@1 (\d+\.\d+)")
+    assert [100 * e.fields[Workload.TOP1] for e in ends] == pytest.approx(printed, abs=0.01)
+    rows = report_rows(python, runs, "tv")
+    assert [row["images"] for row in rows] == [BIG_TRAIN] * 3
+    reads = [row["disk_read_bytes"] for row in rows]
+    assert reads[0] >= 0.8 * BIG_TRAIN * 100_000, reads  # ~100 kB a picture, all from disk
+    # then from the page cache (the disk counters are the whole host's, and the machine's
+    # other work reads too: the later epochs' mean, not each one, is held to the bound)
+    assert sum(reads[1:]) / len(reads[1:]) < reads[0] / 3, reads
+
+
+def spawn_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize("launcher", ["torchrun", "spawn"])
+def test_imagenet_example_two_ranks_each_train_their_share(data, runs, launcher):
+    python = user_python()
+    jpeg = data("jpeg")
+    script = [str(SCRIPTS / "imagenet_train.py"), str(jpeg), "--batch-size", str(BATCH // 2)]
+    if launcher == "torchrun":
+        command = [str(USER_VENV / "bin" / "torchrun"), "--nproc-per-node", "2", *script,
+                   "--dist-url", "env://"]  # fmt: skip
+    else:
+        command = [python, *script, "--multiprocessing-distributed", "--nprocs", "2",
+                   "--dist-url", f"tcp://127.0.0.1:{spawn_port()}"]  # fmt: skip
+    result = profile(python, runs, launcher, *command, env=user_env())
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    ranks = by_rank(events(runs, launcher))
+    assert sorted(ranks) == [0, 1]  # the launcher process itself is no rank
+    for rank in ranks.values():
+        check_epochs(rank, epochs=2, images=TRAIN // 2, steps=TRAIN // BATCH)
+        assert rank[0].fields[Workload.WORLD_SIZE] == 2
+        assert rank[0].fields[Workload.MODEL] == "ResNet"  # inside DistributedDataParallel
+    assert [row["images"] for row in report_rows(python, runs, launcher)] == [TRAIN, TRAIN]

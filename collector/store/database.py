@@ -244,7 +244,7 @@ class Database:
             conn.execute("COMMIT")
 
     def write_conn(self) -> sqlite3.Connection:
-        """The writer; hold :meth:`write_lock` (or use :meth:`transaction`)."""
+        """The writer, for :meth:`transaction` (tests take it to hold a write open)."""
         if self._writer is None:
             if self._closed:
                 raise RuntimeError("store is closed")
@@ -252,10 +252,6 @@ class Database:
             conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
             self._writer = conn
         return self._writer
-
-    @property
-    def write_lock(self) -> threading.RLock:
-        return self._write_lock
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -78,7 +78,8 @@ class SqliteStore:
         (empty when nothing does): the last write, compaction or retention pass failed
         (until one succeeds again), the disk holding the file is full, or the file
         cannot be read."""
-        problems = [f"{what} failed: {message}" for what, message in self._failures.items()]
+        failures = dict(self._failures)  # (a copy: other threads update it)
+        problems = [f"{what} failed: {message}" for what, message in failures.items()]
         try:
             free = shutil.disk_usage(self.path.parent).free
         except OSError as error:
