@@ -445,6 +445,12 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_run(args)
         if args.collector:  # reachable, and the token accepted, before anything starts
             check_collector(args.collector, plan.token, token_source(args), socket.gethostname())
+            if args.profile:  # the node metrics come from the agent already on this node
+                from workloads.agent_target import push_warning
+
+                warning = push_warning(args.agent_port, args.collector)
+                if warning:
+                    print(f"workloads: warning: {warning}", file=sys.stderr, flush=True)
     except (
         DatasetError,
         frameworks.FrameworkError,
