@@ -77,7 +77,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from agent.schema import Event, Gpu, Memory, RunState
+from agent.schema import Event, Gpu, Memory, RunState, Workload
 from collector.counters import NS_PER_SECOND
 from collector.epochs import (
     BYTES_PER_MB,
@@ -404,11 +404,30 @@ class RunSummary:
     start_ns: int
     start: str
     end_ns: int | None
+    precision: str | None = None
+    batch_size: int | None = None  # per rank
+    data_set: str | None = None  # "tfrecord, 1,281,167 images" / "synthetic"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["host_names"] = list(self.host_names)
         return data
+
+
+def run_setup(config: dict[str, Any]) -> dict[str, Any]:
+    """What tells runs of one model apart, from rank 0's ``run_start``: precision, batch
+    per rank and the data set (its format and training images)."""
+    batch = config.get(Workload.BATCH_SIZE)
+    data_format = config.get(Workload.DATA_FORMAT) or None
+    images = config.get(Workload.DATASET_IMAGES)
+    data_set = data_format
+    if data_format and isinstance(images, int | float) and images > 0:
+        data_set = f"{data_format}, {int(images):,} images"
+    return {
+        "precision": config.get(Workload.PRECISION) or None,
+        "batch_size": int(batch) if isinstance(batch, int | float) else None,
+        "data_set": data_set,
+    }
 
 
 def runs_summary(store: ReadStore) -> list[RunSummary]:
@@ -433,6 +452,7 @@ def runs_summary(store: ReadStore) -> list[RunSummary]:
                 start_ns=run.start_ns,
                 start=iso_utc(run.start_ns),
                 end_ns=run.end_ns,
+                **run_setup(run.config),
             )
 
         out.append(_cached(store, run, "summary", summarise))

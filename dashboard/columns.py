@@ -63,8 +63,11 @@ RUN_COLUMNS: tuple[Column, ...] = (
     Column("run_id", "Run", "Run identifier (opens the run)", "text"),
     Column("framework", "Framework", "Training framework the ranks reported", "text"),
     Column("model", "Model", "Model being trained", "text"),
-    Column("gpus", "GPUs", "Ranks in the run (one GPU each)", "int"),
+    Column("gpus", "GPUs", "World size: ranks in the run (one GPU each)", "int"),
     Column("hosts", "Hosts", "Hosts that ran ranks", "int"),
+    Column("precision", "Precision", "fp32, fp16 or bf16 (mixed precision)", "text"),
+    Column("batch_size", "Batch/rank", "Images per step on each rank", "int"),
+    Column("data_set", "Data set", "Format and training images (synthetic: no input I/O)", "text"),
     Column(
         "images_per_second",
         "Images/s",
@@ -77,7 +80,7 @@ RUN_COLUMNS: tuple[Column, ...] = (
 
 SCALING_COLUMNS: tuple[Column, ...] = (
     Column("run_id", "Run", "Run identifier (opens the run)", "text"),
-    Column("gpus", "GPUs", "Ranks in the run", "int"),
+    Column("gpus", "GPUs", "World size: ranks in the run", "int"),
     Column("nodes", "Nodes", "Hosts that ran them", "int"),
     Column(
         "scope",
@@ -85,6 +88,9 @@ SCALING_COLUMNS: tuple[Column, ...] = (
         "baseline (the group's 1-GPU run), intra-node (one node) or inter-node (several)",
         "text",
     ),
+    Column("precision", "Precision", "fp32, fp16 or bf16 (mixed precision)", "text"),
+    Column("batch_size", "Batch/rank", "Images per step on each rank", "int"),
+    Column("data_format", "Data set", "Format of the training data", "text"),
     Column("images_per_second", "Images/s", "Aggregate throughput of every rank", "rate"),
     Column("ideal", "Ideal", "Baseline images/s × GPUs", "rate"),
     Column("efficiency_percent", "Efficiency %", "Images/s / ideal, whole percent", "int"),

@@ -105,6 +105,11 @@ def iso_ms(time_ns: int) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
+# Tick labels as plain numbers (0.0008, 1,200): plotly's default SI suffixes wrote "800µ"
+# on an MB/s axis, which reads as a unit.
+PLAIN_TICKS = {"exponentformat": "none", "separatethousands": True}
+
+
 def _base_layout(title: str, y_title: str, height: int = 280) -> dict[str, Any]:
     return {
         "title": {"text": title, "x": 0.01, "xanchor": "left", "font": {"size": 14}},
@@ -119,6 +124,7 @@ def _base_layout(title: str, y_title: str, height: int = 280) -> dict[str, Any]:
             "rangemode": "tozero",
             "gridcolor": GRID_COLOUR,
             "zerolinecolor": "#c8ccd2",
+            **PLAIN_TICKS,
         },
         "legend": {
             "orientation": "h",
@@ -369,6 +375,7 @@ def timeseries_figure(
     }
     traces: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
+    means = epoch_mean_traces(epoch_rows, boundaries, host_order) if epoch_rows is not None else []
     for number, (chart, (low, high)) in enumerate(zip(TIME_CHARTS, domains, strict=True), 1):
         suffix = "" if number == 1 else str(number)
         chart_traces = time_chart_traces(chart, hosts, host_order)
@@ -392,17 +399,18 @@ def timeseries_figure(
             "rangemode": "tozero",
             "gridcolor": GRID_COLOUR,
             "zerolinecolor": "#c8ccd2",
+            **PLAIN_TICKS,
         }
-        values = [v for trace in chart_traces for v in trace["y"] if v is not None]
+        drawn = chart_traces + (means if chart.chart_id == THROUGHPUT_CHART else [])
+        values = [v for trace in drawn for v in trace["y"] if v is not None]
         middle = (low + high) / 2
         if not values:
             annotations.append(_note("no samples of this kind from these hosts", middle))
         elif not any(values):
             annotations.append(_note(f"0 {chart.unit} throughout, on every host", middle))
-    if epoch_rows is not None:
-        for trace in epoch_mean_traces(epoch_rows, boundaries, host_order):
-            trace["xaxis"], trace["yaxis"] = throughput_axes()
-            traces.append(trace)
+    for trace in means:
+        trace["xaxis"], trace["yaxis"] = throughput_axes()
+        traces.append(trace)
     shapes, labels = epoch_shading(boundaries, host_order)
     layout["shapes"] = shapes
     layout["annotations"] = [*panel_titles(), *annotations, *labels]
@@ -677,6 +685,35 @@ def group_label(row: dict[str, Any]) -> str:
     return " ".join(str(p) for p in parts if p)
 
 
+SCOPE_LEGEND_COLOUR = "#6b7280"
+LABEL_CLASH = 0.08  # labels at one GPU count closer than this share of the y range clash
+
+
+def label_positions(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Where each run's efficiency label goes: above its marker, unless another run at the
+    same GPU count sits close below or above it (two groups at 2 GPUs, 48% and 55%): then
+    the lower of the two takes its label below its marker, and a third one to the right."""
+    values = [r["images_per_second"] for r in rows]
+    span = (max(values) - min(0.0, min(values))) or 1.0
+    positions: dict[str, str] = {}
+    by_gpus: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_gpus.setdefault(row["gpus"], []).append(row)
+    for members in by_gpus.values():
+        members = sorted(members, key=lambda r: r["images_per_second"], reverse=True)
+        previous: dict[str, Any] | None = None
+        for row in members:
+            position = "top center"
+            if previous is not None:
+                gap = (previous["images_per_second"] - row["images_per_second"]) / span
+                if gap < LABEL_CLASH:
+                    above = positions[previous["run_id"]]
+                    position = "bottom center" if above == "top center" else "middle right"
+            positions[row["run_id"]] = position
+            previous = row
+    return positions
+
+
 def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Images/s against GPUs per group, with the ideal (N x the 1-GPU baseline) dashed,
     efficiency labels, and marker shapes for baseline, intra-node and inter-node runs."""
@@ -689,7 +726,7 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
         groups.setdefault(group_label(row), []).append(row)
 
     traces: list[dict[str, Any]] = []
-    scopes_shown: set[str] = set()
+    positions = label_positions(measured)
     for index, (label, members) in enumerate(groups.items()):
         colour = host_colour(index)
         traces.append(
@@ -727,7 +764,7 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     "mode": "markers+text",
                     "name": scope or "unknown scope",
                     "legendgroup": f"scope {scope}",
-                    "showlegend": scope not in scopes_shown,
+                    "showlegend": False,  # the scope's legend entry is grey: see below
                     "x": [r["gpus"] for r in points],
                     "y": [r["images_per_second"] for r in points],
                     "text": [
@@ -736,7 +773,7 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                         else ""
                         for r in points
                     ],
-                    "textposition": "top center",
+                    "textposition": [positions[r["run_id"]] for r in points],
                     "customdata": [[r["run_id"]] for r in points],
                     "marker": {
                         "color": colour,
@@ -750,7 +787,22 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     ),
                 }
             )
-            scopes_shown.add(scope)
+    # the legend names each group by its line colour and each scope by its marker shape
+    # alone, in grey: a scope marker coloured like one group read as that group's
+    for scope in sorted({r.get("scope") or "" for r in measured}):
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": scope or "unknown scope",
+                "legendgroup": f"scope {scope}",
+                "x": [None],
+                "y": [None],
+                "marker": {"color": SCOPE_LEGEND_COLOUR, "size": 11,
+                           "symbol": SCOPE_SYMBOLS.get(scope, "x")},
+                "hoverinfo": "skip",
+            }
+        )  # fmt: skip
     layout = _base_layout(title, "images/s", height=440)
     layout["hovermode"] = "closest"
     gpus = sorted({r["gpus"] for r in measured})

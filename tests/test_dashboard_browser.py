@@ -108,10 +108,13 @@ def test_runs_page_lists_every_run_and_links_to_it(dash_duo):
     rows = {row[0]: row for row in table_rows(dash_duo, "#runs-list")}
     assert set(rows) == {LIVE_RUN, PAPER_RUN, "tf-4gpu", BASELINE_RUN}
     # run, framework, model, GPUs, hosts, images/s, state, start
-    assert rows[PAPER_RUN][:5] == [PAPER_RUN, "tensorflow", "resnet50", "8", "2"]
-    assert rows[PAPER_RUN][6] == "finished"
-    assert rows[PAPER_RUN][7] == "2023-11-14T22:13:20.000Z"
-    assert rows[BASELINE_RUN][5] == "300.0"  # 30,000 images per 100 s epoch
+    # run, framework, model, GPUs, hosts, precision, batch/rank, data set, images/s, state,
+    # start: runs of one model told apart by their set-up
+    assert rows[PAPER_RUN][:8] == [PAPER_RUN, "tensorflow", "resnet50", "8", "2", "fp32", "64",
+                                   "tfrecord, 1,281,167 images"]  # fmt: skip
+    assert rows[PAPER_RUN][9] == "finished"
+    assert rows[PAPER_RUN][10] == "2023-11-14T22:13:20.000Z"
+    assert rows[BASELINE_RUN][8] == "300.0"  # 30,000 images per 100 s epoch
     assert dash_duo.get_logs() == []
 
     dash_duo.find_element(f"a[href='/runs/{PAPER_RUN}']").click()
@@ -205,7 +208,9 @@ def test_findings_link_to_the_chart_on_the_run_page(dash_duo, store):
 
 def test_scaling_page_draws_ideal_and_efficiency_and_follows_the_selection(dash_duo):
     open_page(dash_duo, "/scaling", "#scaling-graph .main-svg")
-    traces = {t["name"]: t for t in figure_data(dash_duo.driver, "scaling-graph")}
+    # (each scope also has a grey legend-only trace, y [None]: not the points)
+    points = figure_data(dash_duo.driver, "scaling-graph")
+    traces = {t["name"]: t for t in points if t["y"] != [None]}
     ideal = next(t for name, t in traces.items() if name.endswith(": ideal"))
     # 1-GPU 300 images/s x GPUs, for the live run's 2 GPUs, the 4- and the 8-GPU run
     assert ideal["x"] == [1, 2, 4, 8]
@@ -214,6 +219,10 @@ def test_scaling_page_draws_ideal_and_efficiency_and_follows_the_selection(dash_
     assert set(traces) >= {"baseline", "intra-node", "inter-node"}
     rows = table_rows(dash_duo, "#scaling-list")
     assert any(row[:2] == [BASELINE_RUN, "1"] for row in rows)
+    # GPUs, nodes, scope, then what tells the group's runs from others': precision,
+    # batch per rank, data set
+    baseline = next(row for row in rows if row[0] == BASELINE_RUN)
+    assert baseline[4:7] == ["fp32", "64", "tfrecord"]
     assert dash_duo.get_logs() == []
 
     # leave out the 1-GPU run: its point goes; the others keep their efficiency against it
@@ -225,7 +234,9 @@ def test_scaling_page_draws_ideal_and_efficiency_and_follows_the_selection(dash_
         return bool(names) and "baseline" not in names
 
     wait_for(baseline_gone, what="the scaling chart to drop the 1-GPU run")
-    traces = {t["name"]: t for t in figure_data(dash_duo.driver, "scaling-graph")}
+    # (each scope also has a grey legend-only trace, y [None]: not the points)
+    points = figure_data(dash_duo.driver, "scaling-graph")
+    traces = {t["name"]: t for t in points if t["y"] != [None]}
     assert traces["intra-node"]["text"] == ["95%"]
     assert not any(row[0] == BASELINE_RUN for row in table_rows(dash_duo, "#scaling-list"))
     assert dash_duo.get_logs() == []

@@ -280,3 +280,56 @@ def test_numbers_are_formatted_for_reading():
     assert format_bytes(36_000_000_000) == "36.00 GB"
     assert format_duration(200) == "3m 20s"
     assert format_duration(3 * 3600 + 5 * 60) == "3h 05m"
+
+
+def scaling_row(run_id: str, group: str, gpus: int, rate: float, scope: str, eff=None) -> dict:
+    return {"run_id": run_id, "framework": group, "model": "resnet50", "precision": "fp32",
+            "batch_size": 64, "data_format": "tfrecord", "gpus": gpus, "nodes": 1,
+            "images_per_second": rate, "ideal": None, "efficiency_percent": eff,
+            "scope": scope}  # fmt: skip
+
+
+def test_scaling_labels_at_one_gpu_count_do_not_overlap_and_the_legend_is_neutral():
+    """Two groups at 2 GPUs, 48% and 55% efficient, a few images/s apart: their labels
+    must not sit on top of each other; the scope legend entries are grey markers."""
+    rows = [
+        scaling_row("a1", "tensorflow", 1, 300.0, "baseline"),
+        scaling_row("a2", "tensorflow", 2, 330.0, "intra-node", 55),
+        scaling_row("b1", "pytorch", 1, 290.0, "baseline"),
+        scaling_row("b2", "pytorch", 2, 320.0, "intra-node", 48),
+        scaling_row("b4", "pytorch", 4, 900.0, "intra-node", 78),
+    ]
+    figure = valid(figures.scaling_figure(rows))
+    placed = {}
+    for trace in figure["data"]:
+        if trace["mode"] == "markers+text":
+            assert trace["showlegend"] is False
+            for (run_id,), position in zip(trace["customdata"], trace["textposition"], strict=True):
+                placed[run_id] = position
+    assert placed["a2"] == "top center" and placed["b2"] == "bottom center"
+    assert placed["b4"] == "top center"  # alone at 4 GPUs
+    legend = [t for t in figure["data"] if t["mode"] == "markers"]
+    assert {t["name"] for t in legend} == {"baseline", "intra-node"}
+    assert {t["marker"]["color"] for t in legend} == {figures.SCOPE_LEGEND_COLOUR}
+    lines = [t for t in figure["data"] if t["mode"] == "lines" and t.get("showlegend", True)]
+    assert [t["line"]["color"] for t in lines] == [figures.host_colour(0), figures.host_colour(1)]
+
+
+def test_axes_write_plain_numbers_not_si_suffixes(over_time):
+    """0.0008 MB/s was written "800µ" by plotly's SI suffixes: read as a unit."""
+    layout = over_time["layout"]
+    axes = [key for key in layout if key.startswith("yaxis")]
+    assert axes and all(layout[key]["exponentformat"] == "none" for key in axes)
+    scaling = figures.scaling_figure([scaling_row("a1", "tf", 1, 300.0, "baseline")])
+    assert scaling["layout"]["yaxis"]["exponentformat"] == "none"
+
+
+def test_the_throughput_panel_with_epoch_means_has_no_no_samples_note(paper):
+    """A run whose step events are too sparse for a per-second line still has its epoch
+    means drawn: the panel must not say there is nothing."""
+    figure = figures.timeseries_figure({}, paper["boundaries"], HOST_ORDER, paper["rows"])
+    notes = [a for a in figure["layout"]["annotations"] if "no samples" in a["text"]]
+    throughput_domain = figure["layout"]["yaxis"]["domain"]
+    middle = (throughput_domain[0] + throughput_domain[1]) / 2
+    assert all(note["y"] != pytest.approx(middle) for note in notes)
+    assert len(notes) == len(figures.TIME_CHARTS) - 1  # every other panel is empty here

@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,38 @@ def test_health_fails_while_the_disk_is_full_and_passes_once_space_returns(
             "a",
             "c",
         ]
+
+
+@pytest.mark.slow
+def test_health_fails_when_the_servers_own_compaction_fails(env, tmp_path, small_disk):
+    # the server compacts every 30 s: batches written before the disk fills cannot be folded
+    server = start_server(tmp_path, env, db=small_disk / "s.sqlite")
+    try:
+        for start in range(0, 20_000, 2_000):
+            status, _, reply = server.request(
+                "POST", "/api/v2/write?bucket=b", body("s", 2_000, start)
+            )
+            assert status == 204, reply
+        filler = fill(small_disk)
+        deadline = time.monotonic() + 120
+        message = ""
+        while "compaction failed" not in message and time.monotonic() < deadline:
+            time.sleep(1)
+            status, _, reply = server.request("GET", "/health")
+            message = json.loads(reply)["message"]
+        assert status == 503
+        assert "compaction failed: database or disk is full" in message, message
+        filler.unlink()
+        while "compaction failed" in message and time.monotonic() < deadline:
+            time.sleep(1)  # the next pass folds them, and /health passes again
+            status, _, reply = server.request("GET", "/health")
+            message = json.loads(reply)["message"]
+        assert status == 200, message
+    finally:
+        server.stop()
+    with SqliteStore(small_disk / "s.sqlite") as store:
+        (data,) = store.read_series(store.list_series("cpu", "idle_seconds"), 0, 2**62)
+        assert data.values.tolist() == [float(j) for j in range(2_000)] * 10
 
 
 def test_health_names_a_compaction_that_fails_until_one_works(small_disk):
