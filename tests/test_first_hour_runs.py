@@ -179,3 +179,27 @@ def test_a_run_with_an_external_collector_prints_its_per_epoch_table(served, tmp
         capture_output=True, text=True, env=harness.repo_env(), timeout=120,
     )  # fmt: skip
     assert report.returncode == 0 and "ext-1" in report.stdout
+
+
+def test_profile_with_a_collector_warns_when_the_nodes_agent_pushes_elsewhere(served, tmp_path):
+    """`--profile --collector URL`: the agent already on the node must push to URL, or the
+    run's report has no node metrics. A real agent process, found by its listening port."""
+    from workloads.agent_target import find_agent, push_warning
+
+    collector, _ = served
+    elsewhere = f"http://127.0.0.1:{harness.free_port()}"
+    agent = harness.Agent("n1", tmp_path / "agent", push_url=elsewhere, token=None)
+    agent.start()
+    try:
+        assert harness.wait_until(lambda: agent.scrape(), 60), agent.log.read_text()
+        found = find_agent(agent.metrics_port)
+        assert found is not None and found.pid == agent.process.pid
+        assert found.config == agent.config and found.push_url == elsewhere
+        warning = push_warning(agent.metrics_port, collector.url)
+        assert warning is not None
+        assert f"pushes to {elsewhere}, not to {collector.url}" in warning
+        assert f'set [push] url = "{collector.url}" in {agent.config}' in warning
+        assert push_warning(agent.metrics_port, elsewhere) is None  # the right collector
+        assert push_warning(harness.free_port(), collector.url) is None  # no agent there
+    finally:
+        agent.stop()

@@ -334,3 +334,56 @@ def test_a_run_that_would_time_no_step_is_refused_before_training(tmp_path, no_f
                        r"has 8 steps \(1 epoch\(s\) x 8\); give --warmup-steps 2"):  # fmt: skip
         _plan(tmp_path, "--framework", "pytorch", "--data-dir", str(data),
               "--batch-size", "8", "--warmup-steps", "10")  # fmt: skip
+
+
+# A horovodrun stand-in: on SIGTERM it relays a rank's last line (prefixed, as horovodrun
+# does) and prints its own traceback about the ranks that exited, as the real one does.
+NOISY_TOOL = """\
+import signal, sys, time
+def stop(signum, frame):
+    sys.stderr.write("[1]<stderr>:rank stopped by SIGTERM\\n")
+    sys.stderr.write("Traceback (most recent call last):\\n")
+    sys.stderr.write('  File "horovodrun", line 8, in <module>\\n')
+    sys.stderr.write("RuntimeError: Horovod detected that one or more processes exited\\n")
+    sys.stderr.flush()
+    sys.exit(1)
+signal.signal(signal.SIGTERM, stop)
+open(sys.argv[1], "w").write("started\\n")
+time.sleep(600)
+"""
+
+QUIET_LAUNCHER = """\
+import os, sys
+from pathlib import Path
+from workloads.launcher import run_tool
+from workloads.processes import Interrupted, become_subreaper, raise_on_signals
+raise_on_signals()
+become_subreaper()
+try:
+    run_tool([sys.executable, sys.argv[1], sys.argv[2]], dict(os.environ),
+             stop_log=Path(sys.argv[3]))
+except Interrupted as stopped:
+    sys.exit(stopped.exit_status)
+"""
+
+
+def test_ctrl_c_shows_the_ranks_last_lines_but_not_horovodruns_traceback(tmp_path, repo_env):
+    (tmp_path / "tool.py").write_text(NOISY_TOOL)
+    started, log = tmp_path / "started", tmp_path / "horovodrun-stop.log"
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", QUIET_LAUNCHER, str(tmp_path / "tool.py"), str(started),
+         str(log)],
+        env=repo_env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for_file(started, 60, launcher)
+        launcher.send_signal(signal.SIGINT)
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 128 + signal.SIGINT
+    assert "[1]<stderr>:rank stopped by SIGTERM" in err
+    assert "Traceback" not in err and "RuntimeError" not in err
+    assert f"'s own output while it was stopped (3 lines) is in {log}" in err
+    assert "Horovod detected" in log.read_text()

@@ -21,7 +21,7 @@ from tests.conftest import REPO_ROOT
 from workloads import pagecache
 from workloads.cli import build_parser
 from workloads.datasets import make_dataset
-from workloads.hosts import RemoteHost, prepare_host
+from workloads.hosts import HostError, RemoteHost, prepare_host
 from workloads.launcher import launch_env, plan_run, prepare, remove_tokens
 from workloads.profile import free_port
 
@@ -122,6 +122,7 @@ def test_launcher_prepares_a_remote_host_and_drops_its_cache(sshd, tmp_path):
         "run", "--framework", "pytorch", "--data-dir", str(data),
         "--hosts", f"{ADDRESS}:1", "--ssh-port", str(port), "--ssh-key", str(key),
         "--drop-caches", "--agent-port", str(free_port(ADDRESS)), "--token", "t0k",
+        "--batch-size", "2",
         "--runs-dir", str(tmp_path / "runs"),
     ])  # fmt: skip
     plan = plan_run(args)
@@ -140,16 +141,34 @@ def test_launcher_prepares_a_remote_host_and_drops_its_cache(sshd, tmp_path):
     assert not token.exists() and not token.parent.exists()
 
 
-def test_token_goes_to_every_host_including_the_launching_one(sshd, tmp_path, monkeypatch):
+@pytest.fixture
+def collector_with_token(tmp_path):
+    """A real ``collector serve`` whose token is "t0k-both"."""
+    from bench.reliability import harness
+
+    token_file = tmp_path / "collector-token"
+    token_file.write_text("t0k-both\n")
+    token_file.chmod(0o600)
+    served = harness.Collector(db=tmp_path / "c.sqlite", token_file=token_file,
+                               log=tmp_path / "collector.log")  # fmt: skip
+    served.start()
+    yield served
+    served.stop()
+
+
+def test_token_goes_to_every_host_including_the_launching_one(
+    sshd, tmp_path, monkeypatch, collector_with_token
+):
     """localhost and 127.0.0.2 (over SSH) are one machine here: the file is written by
-    both paths to the same absolute place, and ranks started anywhere find it there."""
+    both paths to the same absolute place, and ranks started anywhere find it there; the
+    collector takes the token from the remote host too (checked there, before training)."""
     port, key = sshd
     monkeypatch.chdir(tmp_path)  # a relative --runs-dir is made absolute once, here
     args = build_parser().parse_args([
         "run", "--framework", "pytorch", "--synthetic", "--np", "2",
         "--hosts", f"localhost:1,{ADDRESS}:1", "--ssh-port", str(port), "--ssh-key", str(key),
         "--agent-port", str(free_port(ADDRESS)), "--token", "t0k-both",
-        "--collector", "http://127.0.0.1:1", "--runs-dir", "runs",
+        "--collector", collector_with_token.url, "--runs-dir", "runs",
     ])  # fmt: skip
     plan = plan_run(args)
     assert plan.token_file == tmp_path / "runs" / plan.spec.run_id / "collector.token"
@@ -162,3 +181,22 @@ def test_token_goes_to_every_host_including_the_launching_one(sshd, tmp_path, mo
     assert "t0k-both" not in "".join(env.values())
     remove_tokens(plan, args)
     assert not plan.token_file.exists()
+
+
+def test_a_host_whose_token_the_collector_refuses_stops_the_run_before_training(
+    sshd, tmp_path, collector_with_token
+):
+    """The check runs on every host with the token file its ranks will read: a host that
+    cannot deliver is named before anything trains."""
+    port, key = sshd
+    args = build_parser().parse_args([
+        "run", "--framework", "pytorch", "--synthetic", "--np", "1",
+        "--hosts", f"{ADDRESS}:1", "--ssh-port", str(port), "--ssh-key", str(key),
+        "--agent-port", str(free_port(ADDRESS)), "--token", "not-the-token",
+        "--collector", collector_with_token.url, "--runs-dir", str(tmp_path / "runs"),
+    ])  # fmt: skip
+    plan = plan_run(args)
+    with pytest.raises(HostError, match=rf"{ADDRESS}: the collector at .* refused the token "
+                       rf"from --token-file {plan.token_file} \(from "):  # fmt: skip
+        prepare(plan, args)
+    remove_tokens(plan, args)

@@ -146,8 +146,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def quiet_frameworks() -> None:
+    """TensorFlow's C++ start-up lines (CPU instructions, oneDNN, CUDA not found) on every
+    run are noise to the user: warnings and errors only, unless the user set the level.
+    Not for ``workloads profile``, whose command is the user's own."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "profile":
+        quiet_frameworks()  # inherited by the ranks
     if args.command == "dataset":
         return _dataset(args)
     if args.command == "run":

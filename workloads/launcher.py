@@ -27,6 +27,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -325,7 +326,9 @@ def launch(plan: Plan, args: argparse.Namespace, keep: tuple[int, ...] = ()) -> 
         return run_rank(plan.spec)
     env = launch_env(plan)
     if plan.spec.framework != "pytorch":
-        return run_tool(horovodrun_command(plan, args.ssh_port, args.ssh_key), env, keep)
+        command = horovodrun_command(plan, args.ssh_port, args.ssh_key)
+        quiet = plan.runs_dir / plan.spec.run_id / "horovodrun-stop.log"
+        return run_tool(command, env, keep, stop_log=quiet)
     share = placement(plan.hosts, plan.processes)
     if not plan.multi_host:
         command = torchrun_command(plan, 1, plan.processes, 0, "127.0.0.1", 0)
@@ -333,16 +336,74 @@ def launch(plan: Plan, args: argparse.Namespace, keep: tuple[int, ...] = ()) -> 
     return _torchrun_over_ssh(plan, share, args)
 
 
-def run_tool(command: list[str], env: dict[str, str], keep: tuple[int, ...] = ()) -> int:
+class StopRelay:
+    """Copies a tool's stderr to ours; once the run is being stopped, the tool's own lines
+    (horovodrun's 20-line traceback about ranks that exited) go to ``log`` instead, while
+    the ranks' lines (horovodrun prefixes them ``[N]<stderr>:``) still reach the user."""
+
+    def __init__(self, stream, log: Path) -> None:
+        import threading
+
+        self.stream, self.log = stream, log
+        self.stopping = False
+        self.diverted = 0
+        self._thread = threading.Thread(target=self._copy, name="tool-stderr", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
+        diverted = None
+        for line in iter(self.stream.readline, b""):
+            if self.stopping and not RANK_LINE.match(line):
+                if diverted is None:
+                    self.log.parent.mkdir(parents=True, exist_ok=True)
+                    diverted = self.log.open("ab")
+                diverted.write(line)
+                self.diverted += 1
+                continue
+            if out is not None:
+                out.write(line)
+                out.flush()
+            else:
+                sys.stderr.write(line.decode(errors="replace"))
+        if diverted is not None:
+            diverted.close()
+
+    def join(self, timeout: float = 10.0) -> None:
+        self._thread.join(timeout)
+
+
+RANK_LINE = re.compile(rb"^\[\d+\]<")
+
+
+def run_tool(
+    command: list[str],
+    env: dict[str, str],
+    keep: tuple[int, ...] = (),
+    stop_log: Path | None = None,
+) -> int:
     """horovodrun or torchrun in a session of its own, waited for; whatever interrupts the
-    wait (SIGINT, SIGTERM, an exception) stops it and every process it started first."""
-    process = subprocess.Popen(command, env=env, start_new_session=True)
+    wait (SIGINT, SIGTERM, an exception) stops it and every process it started first.
+    With ``stop_log``, what the tool itself writes to stderr while it is stopped goes
+    there (``StopRelay``)."""
+    stderr = subprocess.PIPE if stop_log is not None else None
+    process = subprocess.Popen(command, env=env, start_new_session=True, stderr=stderr)
+    relay = StopRelay(process.stderr, stop_log) if stop_log is not None else None
     try:
         status = process.wait()
     except BaseException:
+        if relay is not None:
+            relay.stopping = True
         stop_descendants(process.pid, keep)
         process.wait()
+        if relay is not None:
+            relay.join()
+            if relay.diverted:
+                print(f"workloads: {Path(command[0]).name}'s own output while it was stopped "
+                      f"({relay.diverted} lines) is in {stop_log}", file=sys.stderr)  # fmt: skip
         raise
+    if relay is not None:
+        relay.join()
     if live_descendants(keep):  # left behind by a rank or the tool: never outlive the run
         stop_descendants(None, keep)
     return status
@@ -384,6 +445,12 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_run(args)
         if args.collector:  # reachable, and the token accepted, before anything starts
             check_collector(args.collector, plan.token, token_source(args), socket.gethostname())
+            if args.profile:  # the node metrics come from the agent already on this node
+                from workloads.agent_target import push_warning
+
+                warning = push_warning(args.agent_port, args.collector)
+                if warning:
+                    print(f"workloads: warning: {warning}", file=sys.stderr, flush=True)
     except (
         DatasetError,
         frameworks.FrameworkError,

@@ -71,6 +71,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--db", type=Path, help="keep the store here (default: a temp dir)")
+    parser.add_argument("--suffix", default="", help="added to the run ids (a second round)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,7 +87,7 @@ def main() -> None:
                 make_dataset(data, FORMATS[framework], images=64, classes=4, image_size=40,
                              val_images=8, shards=4, progress=False)  # fmt: skip
                 for processes in (1, 2):
-                    run_id = f"{framework}-{processes}p"
+                    run_id = f"{framework}-{processes}p{args.suffix}"
                     seconds = train(framework, data, processes, url, run_id, args)
                     runs[run_id] = {"framework": framework, "processes": processes,
                                     "wall_seconds": round(seconds, 1)}  # fmt: skip
