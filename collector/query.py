@@ -400,6 +400,7 @@ class RunSummary:
     hosts: int
     host_names: tuple[str, ...]
     images_per_second: float | None
+    startup_seconds: float | None
     state: str
     start_ns: int
     start: str
@@ -448,6 +449,7 @@ def runs_summary(store: ReadStore) -> list[RunSummary]:
                 hosts=len(run.hosts),
                 host_names=tuple(run.hosts),
                 images_per_second=throughput.images_per_second,
+                startup_seconds=throughput.startup_seconds,
                 state=run.state,
                 start_ns=run.start_ns,
                 start=iso_utc(run.start_ns),

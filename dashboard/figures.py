@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from collector.scaling import format_efficiency
 from dashboard.columns import ALL_HOSTS
 
 NS_PER_MS = 1_000_000
@@ -768,7 +769,7 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     "x": [r["gpus"] for r in points],
                     "y": [r["images_per_second"] for r in points],
                     "text": [
-                        f"{r['efficiency_percent']}%"
+                        format_efficiency(r["efficiency_percent"])
                         if r.get("efficiency_percent") is not None and r["gpus"] > 1
                         else ""
                         for r in points

@@ -337,6 +337,7 @@ def run_header(run: dict[str, Any], live: bool, poll_ms: int) -> html.Div:
         ("GPUs", format_value(run["gpus"], "int")),
         ("hosts", ", ".join(run.get("host_names") or [])),
         ("images/s", format_value(run.get("images_per_second"), "rate")),
+        ("start-up s", format_value(run.get("startup_seconds"), "seconds")),
         ("start", run["start"]),
     ]
     status = (
