@@ -78,7 +78,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from agent.schema import Event, Gpu, Memory, RunState, Workload
-from collector import columns
+from collector import anatomy, columns
 from collector.counters import NS_PER_SECOND
 from collector.epochs import (
     BYTES_PER_MB,
@@ -473,6 +473,30 @@ def epoch_boundaries(store: ReadStore, run_id: str) -> dict[str, list[dict[str, 
 
 def scaling_table(store: ReadStore) -> list[dict[str, Any]]:
     return scaling_rows(store)
+
+
+def rank_step_parts(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
+    """Each rank's mean milliseconds per step in each part, per epoch (``collector.anatomy``):
+    what the run page shows per rank when a host's bar is hovered."""
+    run = _run(store, run_id)
+
+    def compute() -> list[dict[str, Any]]:
+        events = report_events(_KeptRun(store, run) if run else store, run_id)
+        return [
+            {
+                "host": r.host,
+                "rank": r.rank,
+                "epoch": r.epoch,
+                **{
+                    f"{part}_ms": 1000 * getattr(r, part) / r.steps
+                    for part in ("input_wait", "compute", "communication", "other")
+                },
+            }
+            for r in anatomy.rank_epochs(events)
+            if r.steps > 0
+        ]
+
+    return _cached(store, run, "rank_parts", compute)
 
 
 def findings(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
