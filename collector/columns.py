@@ -136,7 +136,8 @@ SPEC: tuple[ReportColumn, ...] = (
             default=True),
     _column("training_read_bytes", "own read", "Training's storage reads", BYTES, None,
             "What the training's own processes (ranks and their data loaders) read from "
-            "storage: /proc/<pid>/io read_bytes, mapped libraries included", "training_io"),
+            "storage: /proc/<pid>/io read_bytes, mapped libraries included", "training_io",
+            default=True),
     _column("training_cache_read_bytes", "own cached", "Training's cache reads", BYTES,
             None, "What the training's own reads got from the page cache: rchar - read_bytes",
             "training_io"),
