@@ -198,6 +198,7 @@ class Callbacks:
             live,
             self.poll_ms,
             self._live_state(run_id, ts, boundaries),
+            self.source.rank_parts(run_id),
         )
         if ts is None:
             self.source.complete_in_background(run_id)
@@ -235,7 +236,8 @@ class Callbacks:
             ts = self.source.timeseries(run_id, live=False)
             boundaries = self.source.boundaries(run_id)
             rows = self.source.epochs(run_id)
-        return pages.timeseries_figure(ts, boundaries, rows), pages.bucket_note(ts, boundaries)
+        figure = pages.timeseries_figure(ts, boundaries, rows, live=False)
+        return figure, pages.bucket_note(ts, boundaries)
 
     # -- runs page -------------------------------------------------------------------------
     def refresh_runs(self, _tick: int, known: str | None) -> tuple[Any, str]:
@@ -276,7 +278,7 @@ class Callbacks:
         bucket_note: Any = no_update
         if redraw:
             ts = self.source.timeseries(run_id, live)
-            time_figure: Any = pages.timeseries_figure(ts, boundaries, rows or [])
+            time_figure: Any = pages.timeseries_figure(ts, boundaries, rows or [], live)
             new_state = self._live_state(run_id, ts, boundaries)
             bucket_note = pages.bucket_note(ts, boundaries)
         else:
@@ -290,7 +292,9 @@ class Callbacks:
             }
 
         if rows is not None:
-            epoch_figures: list[Any] = pages.epoch_figures(rows, new_state["hosts"])
+            epoch_figures: list[Any] = pages.epoch_figures(
+                rows, new_state["hosts"], self.source.rank_parts(run_id)
+            )
             table: Any = pages.epoch_table(rows, per_host)
             epochs_key: Any = pages.epochs_key(new_state)
             run = self.source.run(run_id)

@@ -211,9 +211,11 @@ def time_chart_traces(
 
 
 def epoch_shading(
-    boundaries: dict[str, list[dict[str, Any]]], host_order: list[str]
+    boundaries: dict[str, list[dict[str, Any]]], host_order: list[str], live: bool = True
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Shapes and labels for the epochs of the first host that has any.
+    """Shapes and labels for the epochs of the first host that has any. An epoch that
+    started and did not end is "running" while the run is live, else "interrupted" (the
+    run was stopped in it: its time and images are only what was done before the stop).
 
     Every host runs the same epochs in lock step (ranks synchronise each step), so one host's
     windows mark them for all; the charts say which host's clock they are on.
@@ -257,7 +259,8 @@ def epoch_shading(
             }
         )
         if position % label_every == 0:
-            text = f"epoch {epoch}" if window["complete"] else f"epoch {epoch} (running)"
+            unfinished = "running" if live else "interrupted"
+            text = f"epoch {epoch}" if window["complete"] else f"epoch {epoch} ({unfinished})"
             labels.append(
                 {
                     "text": text,
@@ -354,6 +357,7 @@ def timeseries_figure(
     boundaries: dict[str, list[dict[str, Any]]],
     host_order: list[str],
     epoch_rows: list[dict[str, Any]] | None = None,
+    live: bool = True,
 ) -> dict[str, Any]:
     """Every ``TIME_CHARTS`` panel stacked in one figure on one shared (zoom-linked) time
     axis, the epochs shaded across all of them, like the profiling figures of the seed
@@ -412,7 +416,7 @@ def timeseries_figure(
     for trace in means:
         trace["xaxis"], trace["yaxis"] = throughput_axes()
         traces.append(trace)
-    shapes, labels = epoch_shading(boundaries, host_order)
+    shapes, labels = epoch_shading(boundaries, host_order, live)
     layout["shapes"] = shapes
     layout["annotations"] = [*panel_titles(), *annotations, *labels]
     return {"data": traces, "layout": layout}
@@ -584,9 +588,28 @@ OTHER_PART_COLOUR = "#b0b0b0"
 PART_DASHES = ("solid", "dot", "dash")
 
 
-def step_anatomy_figure(rows: list[dict[str, Any]], host_order: list[str]) -> dict[str, Any]:
+def rank_hover(rank_parts: list[dict[str, Any]], host: str, epoch: int) -> str:
+    """Each rank of a host in an epoch: ms per step of input wait / compute / all-reduce /
+    rest (the hover of the host's bar)."""
+    lines = [
+        f"rank {r['rank']}: {r['input_wait_ms']:,.0f} / {r['compute_ms']:,.0f} / "
+        f"{r['communication_ms']:,.0f} / {r['other_ms']:,.0f}"
+        for r in sorted(rank_parts, key=lambda r: r["rank"])
+        if r["host"] == host and r["epoch"] == epoch
+    ]
+    if not lines:
+        return ""
+    return "<br>ms/step input / compute / all-reduce / rest:<br>" + "<br>".join(lines)
+
+
+def step_anatomy_figure(
+    rows: list[dict[str, Any]],
+    host_order: list[str],
+    rank_parts: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Stacked bars of the mean step time per host and epoch: input wait, compute,
-    all-reduce and the rest (each part = the host's share x its seconds per step)."""
+    all-reduce and the rest (each part = the host's share x its seconds per step); the
+    rest's hover lists each rank's parts."""
     title = "Step time per epoch and host: input wait, compute, all-reduce, rest"
     order = {host: index for index, host in enumerate(host_order)}
     host_rows = sorted(
@@ -624,8 +647,10 @@ def step_anatomy_figure(rows: list[dict[str, Any]], host_order: list[str]) -> di
             "name": "rest (update, callbacks, graph building)",
             "x": x,
             "y": [max(0.0, value) for value in rest],
+            "text": [rank_hover(rank_parts or [], r["host"], r["epoch"]) for r in host_rows],
+            "textposition": "none",
             "marker": {"color": OTHER_PART_COLOUR},
-            "hovertemplate": "rest %{y:,.0f} ms/step<extra></extra>",
+            "hovertemplate": "rest %{y:,.0f} ms/step%{text}<extra></extra>",
         }
     )
     layout = _base_layout(title, "ms per step", height=320)

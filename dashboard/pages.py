@@ -374,12 +374,16 @@ def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
 
 
 def timeseries_figure(
-    ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]]
+    ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]], live: bool = True
 ) -> dict[str, Any]:
-    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows)
+    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows, live=live)
 
 
-def epoch_figures(rows: list[dict[str, Any]], host_order: list[str]) -> list[dict[str, Any]]:
+def epoch_figures(
+    rows: list[dict[str, Any]],
+    host_order: list[str],
+    rank_parts: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """The per-epoch bar charts, in ``EPOCH_CHARTS`` order."""
     return [
         figures.epoch_bars_figure(
@@ -393,7 +397,7 @@ def epoch_figures(rows: list[dict[str, Any]], host_order: list[str]) -> list[dic
             host_order,
         ),
         figures.fabric_bars_figure(rows, host_order),
-        figures.step_anatomy_figure(rows, host_order),
+        figures.step_anatomy_figure(rows, host_order, rank_parts),
         figures.step_shares_figure(rows, host_order),
     ]
 
@@ -426,15 +430,16 @@ def run_page(
     live: bool,
     poll_ms: int,
     live_state: dict[str, Any],
+    rank_parts: list[dict[str, Any]] | None = None,
 ) -> html.Div:
     """The run page. Its findings arrive by a callback of their own once the page is up,
     and again whenever ``run-epochs`` says an epoch started or ended. Without ``ts`` (a
     finished run whose charts are not computed yet: decoding its step events is most of
     the cost) the time series come by a callback of their own too (``run-pending``)."""
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
-    disk, nfs, fabric, anatomy, shares = epoch_figures(rows, order)
+    disk, nfs, fabric, anatomy, shares = epoch_figures(rows, order, rank_parts)
     if ts is not None:
-        time_figure = timeseries_figure(ts, boundaries, rows)
+        time_figure = timeseries_figure(ts, boundaries, rows, live)
         note = bucket_note(ts, boundaries)
     else:
         time_figure = figures.timeseries_placeholder()
