@@ -439,7 +439,9 @@ def test_imagenet_example_two_ranks_each_train_their_share(data, runs, launcher)
         command = [str(USER_VENV / "bin" / "torchrun"), "--nproc-per-node", "2", *script,
                    "--dist-url", "env://"]  # fmt: skip
     else:
-        command = [python, *script, "--multiprocessing-distributed", "--nprocs", "2",
+        # loader workers in the data loaders: none (each would start a fresh interpreter
+        # importing torch, under a spawned rank: minutes on 2 cores, and nothing more tested)
+        command = [python, *script, "-j", "0", "--multiprocessing-distributed", "--nprocs", "2",
                    "--dist-url", f"tcp://127.0.0.1:{spawn_port()}"]  # fmt: skip
     result = profile(python, runs, launcher, *command, env=user_env())
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
