@@ -38,6 +38,9 @@ communication_percent      the rest (optimizer update, callbacks) is 100 minus t
 training_read_bytes        what the ranks and their data loaders read from storage
                            (/proc/<pid>/io read_bytes, mapped libraries' page-ins included)
 training_cache_read_bytes  what their reads got from the page cache (rchar - read_bytes)
+interpolated_edges         the window's edges ("start", "end", "start,end") with no real node
+                           reading at them: the node amounts there are interpolated between
+                           the agent's ticks; "" when both edges are real edge samples
 =========================  ==================================================================
 
 The ``*`` row of an epoch adds up the hosts that ran it:
@@ -88,6 +91,7 @@ from collector.counters import (
     gauge_deltas,
     gauge_means,
     nansum_or_nan,
+    sampled_edges,
 )
 from collector.store_api import ReadStore, SeriesData, SeriesInfo, WorkloadEvent
 
@@ -127,6 +131,7 @@ COLUMNS: tuple[str, ...] = (
     "communication_percent",
     "training_read_bytes",
     "training_cache_read_bytes",
+    "interpolated_edges",
 )
 
 
@@ -400,6 +405,7 @@ class EpochAmounts:
     values: dict[str, float] = field(default_factory=dict)  # HostTotal key -> amount
     gpu_count: float = 0.0
     fabric: str = ""  # "ib" | "net" | "" (neither)
+    interpolated_edges: tuple[str, ...] = ()  # "start" / "end": no real reading at that edge
 
 
 def iso_utc(time_ns: int) -> str:
@@ -443,6 +449,7 @@ class EpochRow:
     communication_percent: float | None
     training_read_bytes: int | None
     training_cache_read_bytes: int | None
+    interpolated_edges: str = ""  # "start", "end", "start,end": no edge sample there
 
     @property
     def start(self) -> str:
@@ -544,7 +551,16 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
     seconds_out = np.round(seconds, 3).tolist()
     images_out = np.round(images).astype(np.int64).tolist()
     return [
-        EpochRow(a.host, a.epoch, a.start_ns, a.end_ns, seconds_out[i], images_out[i], *row)
+        EpochRow(
+            a.host,
+            a.epoch,
+            a.start_ns,
+            a.end_ns,
+            seconds_out[i],
+            images_out[i],
+            *row,
+            interpolated_edges=",".join(a.interpolated_edges),
+        )
         for i, (a, row) in enumerate(zip(amounts, zip(*values, strict=True), strict=True))
     ]
 
@@ -565,6 +581,9 @@ def all_hosts_amounts(epoch: int, hosts: list[EpochAmounts]) -> EpochAmounts:
         images=sum(h.images for h in hosts),
         gpu_count=sum(h.gpu_count for h in hosts),
         fabric="mixed",
+        interpolated_edges=tuple(
+            edge for edge in EDGES if any(edge in h.interpolated_edges for h in hosts)
+        ),
     )
     for key in {key for h in hosts for key in h.values}:
         present = [v for h in hosts if (v := h.values.get(key, math.nan)) == v]
@@ -613,6 +632,7 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
             if total.key == "gpu_util":
                 gpu_count = count
         fabric = _host_fabric(series, host, int(starts.min()), int(ends.max()))
+        interpolated = interpolated_edges(series, host, starts, ends)
         if fabric == "ib":
             values["fabric_net"] = values["ib_rcv"] - values["ib_xmit"]
         elif fabric == "net":
@@ -629,9 +649,30 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
                     values={key: float(array[i]) for key, array in values.items()},
                     gpu_count=float(gpu_count[i]),
                     fabric=fabric,
+                    interpolated_edges=interpolated[i],
                 )
             )
     return out
+
+
+EDGES = ("start", "end")
+
+
+def interpolated_edges(
+    series: dict[tuple[str, str], list[SeriesData]],
+    host: str,
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> list[tuple[str, ...]]:
+    """Per window, the edges with no real node reading at them (``counters.sampled_edges``
+    on the host's page-cache series, else its disk series): amounts there are interpolated."""
+    reference = series.get(("page_cache_delta", host)) or series.get(("disk_read", host)) or []
+    times = reference[0].times_ns if reference else np.empty(0, dtype=np.int64)
+    at_start, at_end = sampled_edges(times, starts), sampled_edges(times, ends)
+    return [
+        tuple(edge for edge, sampled in zip(EDGES, pair, strict=True) if not sampled)
+        for pair in zip(at_start, at_end, strict=True)
+    ]
 
 
 def _host_fabric(

@@ -205,6 +205,9 @@ COLUMN_HELP: dict[str, str] = {
     "loaders) read from storage: /proc/<pid>/io read_bytes, mapped libraries included",
     "training_cache_read_bytes": "What the training's own reads got from the page cache: "
     "rchar - read_bytes",
+    "interpolated_edges": "Epoch edges (start, end) with no agent edge sample at them: the "
+    "node amounts there are interpolated between two ticks (no agent answering the rank, or "
+    "the Prometheus backend); empty when both edges are real readings",
 }
 
 
