@@ -442,11 +442,6 @@ class Workload(Measurement):
     LOSS = gauge("loss", "", "Training loss")
     TOP1 = gauge("top1", "fraction", "Validation top-1 accuracy, 0..1")
     TOP5 = gauge("top5", "fraction", "Validation top-5 accuracy, 0..1")
-    # step: the step's time blocked waiting for its batch (a loader's ``__next__``);
-    # epoch_end: the sum over the epoch's steps (part of ``seconds``)
-    INPUT_WAIT_SECONDS = gauge(
-        "input_wait_seconds", "seconds", "Time blocked waiting for input (step, or the epoch's sum)"
-    )
     STATE = text("state", "run_end only: finished | failed")
     # run_start carries the whole configuration:
     MODEL = text("model", "Model name, e.g. resnet50")

@@ -13,7 +13,10 @@ start, end                 window bounds, ISO-8601 UTC on the host's clock
 seconds                    window length
 images                     images the host's ranks processed (``epoch_end.images``; the sum
                            of the rank's ``step`` images when a rank has no ``epoch_end`` yet)
-images_per_second          images / seconds
+images_per_second          the ranks' timed steps' images over their seconds, summed over
+                           ranks (``agent.throughput``: warm-up steps left out, so an epoch
+                           whose steps were all warm-up has none); not images / seconds,
+                           whose seconds also hold validation and the epoch's start-up
 disk_read_bytes/_mbps      block devices of kind ``disk`` (partitions, dm, md, loop excluded:
 disk_write_bytes           their I/O is already counted on the disk below them)
 nfs_server_read_bytes/mbps bytes fetched from NFS servers, each duplicate mount group once
@@ -84,7 +87,7 @@ from agent.schema import (
     Tag,
     Workload,
 )
-from collector import anatomy
+from collector import anatomy, throughput
 from collector.counters import (
     NS_PER_SECOND,
     counter_increases,
@@ -406,6 +409,7 @@ class EpochAmounts:
     gpu_count: float = 0.0
     fabric: str = ""  # "ib" | "net" | "" (neither)
     interpolated_edges: tuple[str, ...] = ()  # "start" / "end": no real reading at that edge
+    images_per_second: float = math.nan  # collector.throughput: not additive, set per row
 
 
 def iso_utc(time_ns: int) -> str:
@@ -495,6 +499,7 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
     seconds = np.fromiter((a.seconds for a in amounts), float, size)
     images = np.fromiter((a.images for a in amounts), float, size)
     gpu_count = np.fromiter((a.gpu_count for a in amounts), float, size)
+    rate = np.fromiter((a.images_per_second for a in amounts), float, size)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_second = np.where(seconds > 0, 1.0 / np.where(seconds > 0, seconds, 1.0), np.nan)
 
@@ -520,7 +525,7 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
         training_read = column(anatomy.PROCESS_READ)
         cache_read = np.maximum(column(anatomy.PROCESS_RCHAR) - training_read, 0.0)
         derived: dict[str, tuple[np.ndarray, int | None]] = {
-            "images_per_second": (images * per_second, 2),
+            "images_per_second": (rate, 2),
             "disk_read_bytes": (column("disk_read"), None),
             "disk_read_mbps": (mbps("disk_read"), 3),
             "disk_write_bytes": (column("disk_write"), None),
@@ -695,8 +700,14 @@ def build_report(store: ReadStore, run_id: str) -> EpochReport:
     windows = epoch_windows(events)
     amounts = epoch_amounts(store, windows)
     step_parts = anatomy.epoch_amounts(anatomy.rank_epochs(events))
+    host_rates, epoch_rates = throughput.epoch_rates(
+        throughput.rank_epoch_work(assign_epochs(events))
+    )
     for host_amounts in amounts:
         host_amounts.values.update(step_parts.get((host_amounts.host, host_amounts.epoch), {}))
+        host_amounts.images_per_second = host_rates.get(
+            (host_amounts.host, host_amounts.epoch), math.nan
+        )
     by_epoch: dict[int, list[EpochAmounts]] = defaultdict(list)
     for a in amounts:
         by_epoch[a.epoch].append(a)
@@ -704,7 +715,9 @@ def build_report(store: ReadStore, run_id: str) -> EpochReport:
     for epoch in sorted(by_epoch):
         hosts = sorted(by_epoch[epoch], key=lambda a: a.host)
         ordered += hosts
-        ordered.append(all_hosts_amounts(epoch, hosts))
+        combined = all_hosts_amounts(epoch, hosts)
+        combined.images_per_second = epoch_rates.get(epoch, math.nan)
+        ordered.append(combined)
     rows = rows_from_amounts(ordered)
     return EpochReport(run_id=run_id, windows=windows, rows=rows, amounts=ordered)
 

@@ -58,15 +58,19 @@ from collector.epochs import (
     build_report,
     run_events,
 )
-from collector.scaling import GroupKey, RunFacts, run_facts, scaling_groups
+from collector.scaling import GroupKey, RunFacts, format_efficiency, run_facts, scaling_groups
 from collector.store_api import ReadStore, RunInfo, StepTable, WorkloadEvent
 
 INFO, WARNING, CRITICAL = "info", "warning", "critical"
 SEVERITY_ORDER = {CRITICAL: 0, WARNING: 1, INFO: 2}
 
 # cache warm-up
-MIN_FIRST_EPOCH_READ_BYTES = 100 * BYTES_PER_MB  # below this, epoch 1 read too little to judge
-SETTLED_READ_FRACTION = 0.10  # later epochs read at most this share of epoch 1
+# judged against the data set's size when the run reports it: epoch 1 read at least a quarter of
+# the data set from storage, later epochs at most a tenth of it
+FIRST_EPOCH_DATASET_SHARE = 0.25
+SETTLED_READ_FRACTION = 0.10
+# without the data set's size: epoch 1 read at least this much, later epochs a tenth of it
+MIN_FIRST_EPOCH_READ_BYTES = 100 * BYTES_PER_MB
 MLPERF_STORAGE_RAM_MULTIPLE = 5  # data set >= 5 x RAM to measure storage
 # fabric carries storage
 FABRIC_MATCH_TOLERANCE = 0.10
@@ -174,18 +178,22 @@ def cache_warmup(context: RunContext) -> list[Finding]:
         return []
     first, later = totals[0], totals[1:]
     first_bytes = first.storage_read_bytes or 0
-    if first_bytes < MIN_FIRST_EPOCH_READ_BYTES:
-        return []
+    dataset, memory, ratio = _memory_fit(context.config)
+    if dataset:
+        if first_bytes <= 0 or first_bytes < FIRST_EPOCH_DATASET_SHARE * dataset:
+            return []
+        settled_limit = SETTLED_READ_FRACTION * min(dataset, first_bytes)
+    else:
+        if first_bytes < MIN_FIRST_EPOCH_READ_BYTES:
+            return []
+        settled_limit = SETTLED_READ_FRACTION * first_bytes
     settled = later[len(later) // 2 :]  # the second half of the later epochs
     settled_mean = float(np.mean([r.storage_read_bytes for r in settled]))
-    if settled_mean > SETTLED_READ_FRACTION * first_bytes:
+    if settled_mean > settled_limit:
         return []
-    settled_epoch = next(
-        r.epoch for r in later if r.storage_read_bytes <= SETTLED_READ_FRACTION * first_bytes
-    )
+    settled_epoch = next(r.epoch for r in later if r.storage_read_bytes <= settled_limit)
     hosts = max(1, len(context.run.hosts))
     cache_growth = first.page_cache_delta_bytes
-    dataset, memory, ratio = _memory_fit(context.config)
     measures_memory = ratio is not None and ratio < MLPERF_STORAGE_RAM_MULTIPLE
     evidence = {
         "first_epoch": first.epoch,
@@ -194,6 +202,7 @@ def cache_warmup(context: RunContext) -> list[Finding]:
         "settled_from_epoch": settled_epoch,
         "settled_storage_read_bytes_mean": round(settled_mean),
         "settled_to_first_ratio": round(settled_mean / first_bytes, 4),
+        "first_epoch_read_to_dataset_ratio": round(first_bytes / dataset, 3) if dataset else None,
         "storage_read_bytes_by_epoch": {r.epoch: r.storage_read_bytes for r in totals[:10]},
         "first_epoch_page_cache_growth_bytes_per_host": (
             round(cache_growth / hosts) if cache_growth is not None else None
@@ -207,12 +216,13 @@ def cache_warmup(context: RunContext) -> list[Finding]:
         "host_memory_bytes": memory,
         "dataset_to_memory_ratio": round(ratio, 3) if ratio is not None else None,
     }
+    of_what = f"of the data set ({_gb(dataset)})" if dataset else "of that"
     explanation = (
         f"Epoch {first.epoch} read {_gb(first_bytes)} from storage (disk and NFS server) at "
-        f"{first.storage_read_mbps:,.0f} MB/s; by epoch {settled_epoch} reads had fallen "
-        f"below {SETTLED_READ_FRACTION:.0%} of that, and the last epochs read "
-        f"{settled_mean / first_bytes:.0%} of it on average. The data set is being served "
-        "from the page cache after the first pass."
+        f"{first.storage_read_mbps:,.1f} MB/s; by epoch {settled_epoch} reads had fallen "
+        f"below {SETTLED_READ_FRACTION:.0%} {of_what}, and the last epochs read "
+        f"{_gb(settled_mean)} on average. The data set is being served from the page cache "
+        "after the first pass."
     )
     if cache_growth is not None and cache_growth > 0:
         explanation += (
@@ -603,18 +613,21 @@ def resource_use(report: EpochReport, nodes: int) -> ResourceUse:
 
 
 def _changes(reference: ResourceUse, current: ResourceUse) -> list[dict[str, Any]]:
+    """The resources whose use *grew* from the reference run to this one: only those can
+    explain a loss of throughput (one that fell, e.g. storage reads per node once more nodes
+    cache the data set, is not a cause)."""
     changes = []
     for name in ("fabric_bytes_per_image", "storage_read_mbps_per_node"):
         before, after = getattr(reference, name), getattr(current, name)
         if before is None or after is None:
             continue
         if before == 0:
-            changed = after > 0
+            grew = after > 0
             ratio = None
         else:
             ratio = after / before
-            changed = ratio >= RESOURCE_CHANGE_RATIO or ratio <= 1 / RESOURCE_CHANGE_RATIO
-        if changed:
+            grew = ratio >= RESOURCE_CHANGE_RATIO
+        if grew:
             changes.append(
                 {
                     "resource": name,
@@ -627,7 +640,7 @@ def _changes(reference: ResourceUse, current: ResourceUse) -> list[dict[str, Any
         before, after = getattr(reference, name), getattr(current, name)
         if before is None or after is None:
             continue
-        if abs(after - before) >= UTILISATION_CHANGE_POINTS:
+        if after - before >= UTILISATION_CHANGE_POINTS:
             changes.append(
                 {
                     "resource": name,
@@ -649,6 +662,12 @@ RESOURCE_LABELS = {
 
 def _nodes(count: int | None) -> str:
     return f"{count} node{'s' if count != 1 else ''}"
+
+
+def _ranks(count: int, on_gpus: bool) -> str:
+    """``4 GPUs`` for a run whose hosts showed GPUs, else ``4 ranks`` (CPU processes)."""
+    noun = "GPU" if on_gpus else "rank"
+    return f"{count} {noun}{'s' if count != 1 else ''}"
 
 
 def _describe(change: dict[str, Any]) -> str:
@@ -678,6 +697,9 @@ def scaling_loss(context: RunContext) -> list[Finding]:
         return []
     mine = facts[context.run.run_id]
     reference = _reference_run(mine, list(facts.values()))
+    mine_use = resource_use(context.report, mine.nodes)
+    on_gpus = mine_use.gpu_util_percent is not None
+    efficiency = format_efficiency(me.row.efficiency_percent)
     evidence: dict[str, Any] = {
         "gpus": me.row.gpus,
         "nodes": me.row.nodes,
@@ -687,13 +709,12 @@ def scaling_loss(context: RunContext) -> list[Finding]:
         "scope": me.row.scope,
     }
     explanation = (
-        f"{me.row.gpus} GPUs on {_nodes(me.row.nodes)} reached {me.row.images_per_second:,.0f} "
-        f"images/s of an ideal {me.row.ideal:,.0f} (1 GPU x {me.row.gpus}): "
-        f"{me.row.efficiency_percent}% efficiency."
+        f"{_ranks(me.row.gpus, on_gpus)} on {_nodes(me.row.nodes)} reached "
+        f"{me.row.images_per_second:,.0f} images/s of an ideal {me.row.ideal:,.0f} "
+        f"(1 x {me.row.gpus}): {efficiency} efficiency."
     )
     changes: list[dict[str, Any]] = []
     if reference is not None:
-        mine_use = resource_use(context.report, mine.nodes)
         ref_report = build_report(context.store, reference.run.run_id)
         ref_use = resource_use(ref_report, reference.nodes)
         changes = _changes(ref_use, mine_use)
@@ -705,21 +726,26 @@ def scaling_loss(context: RunContext) -> list[Finding]:
             "run_resources": asdict(mine_use),
             "changed": changes,
         }
+        against = (
+            f"{reference.run.run_id} ({_ranks(reference.gpus, on_gpus)} on "
+            f"{_nodes(reference.nodes)})"
+        )
         if changes:
             explanation += (
-                f" Against {reference.run.run_id} ({reference.gpus} GPU"
-                f"{'s' if reference.gpus > 1 else ''} on {_nodes(reference.nodes)}): "
-                + "; ".join(_describe(c) for c in changes)
-                + "."
+                f" Grew against {against}: " + "; ".join(_describe(c) for c in changes) + "."
             )
         else:
             explanation += (
-                f" No measured resource changed by {RESOURCE_CHANGE_RATIO:.2f}x against "
-                f"{reference.run.run_id}: look at communication time (all-reduce) per step."
+                f" No measured resource grew by {RESOURCE_CHANGE_RATIO:.2f}x against {against}."
             )
-    title = f"Scaling efficiency {me.row.efficiency_percent}% on {me.row.gpus} GPUs"
+    title = f"Scaling efficiency {efficiency} on {_ranks(me.row.gpus, on_gpus)}"
     if changes:
-        title += f": {RESOURCE_LABELS[changes[0]['resource']]} changed with node count"
+        grew_with = (
+            "node count"
+            if reference is not None and reference.nodes != mine.nodes
+            else "rank count"
+        )
+        title += f": {RESOURCE_LABELS[changes[0]['resource']]} grew with {grew_with}"
     return [
         Finding(
             rule="scaling_loss",
@@ -751,20 +777,39 @@ def _reference_run(mine: RunFacts, facts: list[RunFacts]) -> RunFacts | None:
 # --------------------------------------------------------------------------------------
 
 
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f}"
+
+
 def _first_epoch_storage(report: EpochReport) -> EpochRow | None:
     totals = [r for r in report.total_rows() if r.storage_read_mbps is not None]
     return totals[0] if totals else None
 
 
+def like_for_precision(run: RunInfo) -> tuple:
+    """What must be equal for two runs' read rates to be compared across precisions: model,
+    framework, data format, data set (bytes and images), batch per rank, image size, world
+    size and node count. A missing value never matches (None is not equal to a number)."""
+    key = GroupKey.of(run)
+    config = run.config
+    return (
+        key.framework,
+        key.model,
+        key.data_format,
+        _config_number(config, Workload.DATASET_BYTES) or object(),
+        _config_number(config, Workload.DATASET_IMAGES) or object(),
+        key.batch_size or object(),
+        _config_number(config, Workload.IMAGE_SIZE) or object(),
+        run.world_size or object(),
+        len(run.hosts),
+    )
+
+
 def precision_read_demand(context: RunContext) -> list[Finding]:
-    """This run reads storage much faster in epoch 1 than the same training at another
-    precision (same framework, model, data format, GPUs and nodes)."""
+    """This run reads storage much faster in epoch 1 than a like run at another precision:
+    the same training in every other respect (``like_for_precision``)."""
     mine = context.run
-
-    def shape(run: RunInfo) -> tuple:
-        key = GroupKey.of(run)
-        return (key.framework, key.model, key.data_format, run.world_size, len(run.hosts))
-
+    shape = like_for_precision
     my_precision = GroupKey.of(mine).precision
     others = [
         r
@@ -800,13 +845,13 @@ def precision_read_demand(context: RunContext) -> list[Finding]:
             ),
             explanation=(
                 f"In epoch {first.epoch} this {my_precision} run read storage at "
-                f"{first.storage_read_mbps:,.0f} MB/s and trained {first.images_per_second:,.0f}"
-                f" images/s; the {their_precision} run {other.run_id} read "
-                f"{their_first.storage_read_mbps:,.0f} MB/s at "
-                f"{their_first.images_per_second:,.0f} images/s. Faster arithmetic (and the "
-                "larger batches it allows) pulls images from storage faster: storage sized "
-                f"for {their_precision} can hold back {my_precision} training until the data "
-                "set is cached."
+                f"{first.storage_read_mbps:,.1f} MB/s and trained "
+                f"{_rate(first.images_per_second)} images/s; the {their_precision} run "
+                f"{other.run_id}, the same training otherwise (model, data set, batch per "
+                f"rank, image size, ranks and nodes), read {their_first.storage_read_mbps:,.1f}"
+                f" MB/s at {_rate(their_first.images_per_second)} images/s. A run that "
+                "trains faster pulls images from storage faster: storage sized for the "
+                "slower precision can hold the faster one back until the data set is cached."
             ),
             evidence={
                 "precision": my_precision,

@@ -78,6 +78,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from agent.schema import Event, Gpu, Memory, RunState, Workload
+from collector import anatomy
 from collector.counters import NS_PER_SECOND
 from collector.epochs import (
     BYTES_PER_MB,
@@ -403,6 +404,7 @@ class RunSummary:
     hosts: int
     host_names: tuple[str, ...]
     images_per_second: float | None
+    startup_seconds: float | None
     state: str
     start_ns: int
     start: str
@@ -451,6 +453,7 @@ def runs_summary(store: ReadStore) -> list[RunSummary]:
                 hosts=len(run.hosts),
                 host_names=tuple(run.hosts),
                 images_per_second=throughput.images_per_second,
+                startup_seconds=throughput.startup_seconds,
                 state=run.state,
                 start_ns=run.start_ns,
                 start=iso_utc(run.start_ns),
@@ -520,6 +523,30 @@ def epoch_boundaries(store: ReadStore, run_id: str) -> dict[str, list[dict[str, 
 
 def scaling_table(store: ReadStore) -> list[dict[str, Any]]:
     return scaling_rows(store)
+
+
+def rank_step_parts(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
+    """Each rank's mean milliseconds per step in each part, per epoch (``collector.anatomy``):
+    what the run page shows per rank when a host's bar is hovered."""
+    run = _run(store, run_id)
+
+    def compute() -> list[dict[str, Any]]:
+        events = report_events(_KeptRun(store, run) if run else store, run_id)
+        return [
+            {
+                "host": r.host,
+                "rank": r.rank,
+                "epoch": r.epoch,
+                **{
+                    f"{part}_ms": 1000 * getattr(r, part) / r.steps
+                    for part in ("input_wait", "compute", "communication", "other")
+                },
+            }
+            for r in anatomy.rank_epochs(events)
+            if r.steps > 0
+        ]
+
+    return _cached(store, run, "rank_parts", compute)
 
 
 def findings(store: ReadStore, run_id: str) -> list[dict[str, Any]]:

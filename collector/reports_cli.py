@@ -25,13 +25,26 @@ import json
 import math
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from collector.epochs import ALL_HOSTS, COLUMNS, EpochRow, build_report, iso_utc
+from collector.scaling import stored_run_throughput
 from collector.store_api import ReadStore, RunInfo
 
-RUNS_KEYS = ("run_id", "framework", "model", "hosts", "world_size", "start", "end", "state")
+RUNS_KEYS = (
+    "run_id",
+    "framework",
+    "model",
+    "hosts",
+    "world_size",
+    "images_per_second",
+    "startup_seconds",
+    "start",
+    "end",
+    "state",
+)
 
 
 class CliError(Exception):
@@ -277,7 +290,15 @@ def print_report(store: ReadStore, args: argparse.Namespace, out) -> int:
     rows = [row.to_dict() for row in report.rows]
     if args.format == "json":
         if findings is not None:
-            write_json({"rows": rows, "findings": [f.to_dict() for f in findings]}, out)
+            throughput = stored_run_throughput(store, _find_run(store, args.run_id))
+            write_json(
+                {
+                    "rows": rows,
+                    "findings": [f.to_dict() for f in findings],
+                    "throughput": asdict(throughput),
+                },
+                out,
+            )
         else:
             write_json(rows, out)
     elif args.format == "csv":
@@ -308,18 +329,24 @@ def _iso(time_ns: int | None) -> str | None:
 
 
 def runs_rows(store: ReadStore) -> list[dict[str, Any]]:
+    """Every run, newest first, with its throughput (``collector.throughput``, the figure
+    of the dashboard's runs list and of ``collector scaling``)."""
+    from collector.query import runs_summary
+
     return [
         {
             "run_id": r.run_id,
             "framework": r.framework,
             "model": r.model,
-            "hosts": list(r.hosts),
-            "world_size": r.world_size,
+            "hosts": list(r.host_names),
+            "world_size": r.gpus,
+            "images_per_second": r.images_per_second,
+            "startup_seconds": r.startup_seconds,
             "start": _iso(r.start_ns),
             "end": _iso(r.end_ns),
             "state": r.state,
         }
-        for r in sorted(store.runs(), key=lambda r: r.start_ns, reverse=True)
+        for r in runs_summary(store)
     ]
 
 
@@ -340,6 +367,8 @@ def print_runs(store: ReadStore, args: argparse.Namespace, out) -> int:
             row["model"],
             ", ".join(row["hosts"]),
             str(row["world_size"]),
+            _number(row["images_per_second"]),
+            _number(row["startup_seconds"]),
             row["start"] or "",
             row["end"] or "",
             row["state"],
@@ -354,7 +383,12 @@ def print_runs(store: ReadStore, args: argparse.Namespace, out) -> int:
 
 
 def print_throughput_scaling(args: argparse.Namespace, out) -> int:
-    from collector.scaling import THROUGHPUT_KEYS, parse_throughput, throughput_table
+    from collector.scaling import (
+        THROUGHPUT_KEYS,
+        format_efficiency,
+        parse_throughput,
+        throughput_table,
+    )
 
     try:
         rows = throughput_table(parse_throughput(args.throughput), args.gpus_per_node)
@@ -377,8 +411,8 @@ def print_throughput_scaling(args: argparse.Namespace, out) -> int:
                 "–" if row.nodes is None else str(row.nodes),
                 _number(row.images_per_second),
                 _number(row.ideal),
-                f"{row.efficiency_percent}%",
-                f"{row.speedup:.2f}x",
+                format_efficiency(row.efficiency_percent),
+                "–" if row.speedup is None else f"{row.speedup:.2f}x",
                 row.scope,
             )
         _console(out).print(table)
@@ -401,6 +435,7 @@ SCALING_COLUMNS = (
     "speedup",
     "scope",
     "throughput_source",
+    "startup_seconds",
     "final_top1",
     "target_top1",
     "epochs_to_target",
@@ -409,7 +444,7 @@ SCALING_COLUMNS = (
 
 
 def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int:
-    from collector.scaling import scaling_rows
+    from collector.scaling import format_efficiency, scaling_rows
 
     rows = scaling_rows(store)
     if args.format == "json":
@@ -457,7 +492,7 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
             str(row["nodes"]),
             _number(row["images_per_second"]),
             _number(row["ideal"]),
-            "–" if row["efficiency_percent"] is None else f"{row['efficiency_percent']}%",
+            format_efficiency(row["efficiency_percent"]),
             "–" if row["speedup"] is None else f"{row['speedup']:.2f}x",
             row["scope"],
             _number(row["final_top1"], 3),

@@ -5,11 +5,12 @@ per-GPU batch size and data format), the baseline is the group's 1-GPU run and, 
 
 ==================  ============================================================
 gpus, nodes         ranks in the run, hosts that ran them
-images_per_second   aggregate throughput of every rank (see ``run_throughput``)
+images_per_second   aggregate throughput of every rank (``collector.throughput``)
+startup_seconds     the run's start-up: its warm-up steps' wall time, not in the rate
 ideal               baseline images/s x gpus
-efficiency_percent  images_per_second / ideal, in whole percent (half rounds up):
-                    the studies' figures, e.g. 2075 / (283 x 8) -> 92
-speedup             images_per_second / baseline images/s, two decimals
+efficiency_percent  images_per_second / ideal in percent, full precision (97.08 for
+                    1099 / (283 x 4)); tables print it whole, half up, as the studies do
+speedup             images_per_second / baseline images/s, full precision
 scope               ``baseline`` (the 1-GPU run), ``intra-node`` (one node),
                     ``inter-node`` (several nodes)
 ==================  ============================================================
@@ -17,16 +18,10 @@ scope               ``baseline`` (the 1-GPU run), ``intra-node`` (one node),
 Runs that report top-1 accuracy also get the time and number of epochs to reach the run's
 ``target_top1`` (on the reporting rank's own clock, from its ``run_start``).
 
-Run throughput (``run_throughput``) is computed from every rank's events, never rank 0
-times N:
-
-- a run with at least ``MIN_EPOCHS_FOR_EPOCH_THROUGHPUT`` complete epochs: the epochs'
-  images over their seconds, all hosts together (each epoch's longest host span, as in
-  ``collector.epochs``). That is what a long training pays, warm-up steps being a
-  negligible share of it; only epoch events are read;
-- a shorter run (the studies' short tests: 10 warm-up + 100 steps): each rank's images
-  over its step seconds, leaving out that rank's first ``warmup_steps`` steps, summed over
-  ranks (what tf_cnn_benchmarks reports); the epochs' figure when there are no steps.
+Run throughput is the one definition of ``agent.throughput``: every rank's timed steps
+(after the warm-up) over their seconds, summed over ranks, read from the ranks'
+``epoch_end`` events (``collector.throughput``). The ranks' printed summary, the runs list,
+this table and the per-epoch report all show that figure.
 """
 
 from __future__ import annotations
@@ -37,8 +32,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agent.schema import Event, RunState, Workload
-from collector.epochs import EPOCH_KINDS, EpochWindow, epoch_windows, run_events
+from collector.epochs import EPOCH_KINDS, assign_epochs, report_events, run_events
 from collector.store_api import ReadStore, RunInfo, WorkloadEvent
+from collector.throughput import RunThroughput, rank_epoch_work, run_throughput
 
 NS_PER_SECOND = 1_000_000_000
 
@@ -51,13 +47,18 @@ def whole_percent(fraction: float) -> int:
     return math.floor(fraction * 100.0 + 0.5)
 
 
+def format_efficiency(percent: float | None) -> str:
+    """How tables and sentences print ``efficiency_percent``: whole, half up (``97%``)."""
+    return "–" if percent is None else f"{whole_percent(percent / 100.0)}%"
+
+
 @dataclass(frozen=True)
 class ScalingRow:
     gpus: int
     nodes: int | None
     images_per_second: float | None
     ideal: float | None
-    efficiency_percent: int | None
+    efficiency_percent: float | None
     speedup: float | None
     scope: str
 
@@ -87,9 +88,9 @@ def scaling_row(
         gpus=gpus,
         nodes=nodes,
         images_per_second=images_per_second,
-        ideal=round(ideal, 2),
-        efficiency_percent=whole_percent(images_per_second / ideal),
-        speedup=round(images_per_second / baseline, 2),
+        ideal=ideal,
+        efficiency_percent=100.0 * images_per_second / ideal,
+        speedup=images_per_second / baseline,
         scope=scope_of(gpus, nodes),
     )
 
@@ -146,85 +147,26 @@ def _number(event: WorkloadEvent, name: str) -> float | None:
     return None if math.isnan(value) else value
 
 
-@dataclass(frozen=True)
-class RunThroughput:
-    images_per_second: float | None
-    source: str  # "steps" | "epochs" | "" (no data)
-
-
-def step_throughput(events: list[WorkloadEvent], warmup_steps: int) -> float | None:
-    """Sum over ranks of (images / seconds) of each rank's steps after its warm-up."""
-    per_rank: dict[tuple[str, int], list[WorkloadEvent]] = defaultdict(list)
-    for event in events:
-        if event.event == Event.STEP:
-            per_rank[(event.host, event.rank)].append(event)
-    total, measured = 0.0, False
-    for steps in per_rank.values():
-        images = seconds = 0.0
-        previous_ns = None
-        for index, step in enumerate(steps):
-            duration = _number(step, Workload.SECONDS)
-            if duration is None and previous_ns is not None:
-                duration = (step.time_ns - previous_ns) / NS_PER_SECOND
-            previous_ns = step.time_ns
-            if index < warmup_steps or duration is None:
-                continue
-            images += _number(step, Workload.IMAGES) or 0.0
-            seconds += duration
-        if seconds > 0:
-            total += images / seconds
-            measured = True
-    return total if measured else None
-
-
-def epoch_throughput(windows: list[EpochWindow]) -> float | None:
-    """Images of all hosts over the longest host span, summed over complete epochs."""
-    by_epoch: dict[int, list[EpochWindow]] = defaultdict(list)
-    for window in windows:
-        by_epoch[window.epoch].append(window)
-    images = seconds = 0.0
-    for hosts in by_epoch.values():
-        if not all(w.complete for w in hosts):
-            continue
-        images += sum(w.images for w in hosts)
-        seconds += max(w.seconds for w in hosts)
-    return images / seconds if seconds > 0 else None
-
-
-MIN_EPOCHS_FOR_EPOCH_THROUGHPUT = 2
-
-
-def complete_epochs(windows: list[EpochWindow]) -> int:
-    by_epoch: dict[int, bool] = {}
-    for window in windows:
-        by_epoch[window.epoch] = by_epoch.get(window.epoch, True) and window.complete
-    return sum(by_epoch.values())
-
-
-def run_throughput(events: list[WorkloadEvent], config: dict[str, Any]) -> RunThroughput:
-    """The run's aggregate images/s from the given events (see the module docstring)."""
-    windows = epoch_windows(events)
-    if complete_epochs(windows) >= MIN_EPOCHS_FOR_EPOCH_THROUGHPUT:
-        return RunThroughput(round(epoch_throughput(windows), 2), "epochs")
-    warmup = int(config.get(Workload.WARMUP_STEPS, 0) or 0)
-    from_steps = step_throughput(events, warmup)
-    if from_steps is not None:
-        return RunThroughput(round(from_steps, 2), "steps")
-    from_epochs = epoch_throughput(windows)
-    if from_epochs is not None:
-        return RunThroughput(round(from_epochs, 2), "epochs")
-    return RunThroughput(None, "")
-
-
 def stored_run_throughput(
     store: ReadStore, run: RunInfo, epoch_events: list[WorkloadEvent] | None = None
 ) -> RunThroughput:
-    """``run_throughput`` reading step events only when the run is too short for epochs."""
-    if epoch_events is None:
-        epoch_events = run_events(store, run.run_id, EPOCH_KINDS)
-    if complete_epochs(epoch_windows(epoch_events)) >= MIN_EPOCHS_FOR_EPOCH_THROUGHPUT:
-        return run_throughput(epoch_events, run.config)
-    return run_throughput(store.events(run.run_id), run.config)
+    """The run's throughput (``collector.throughput``), reading ``step`` events only for
+    epochs that are still open."""
+    events = report_events(store, run.run_id) if epoch_events is None else epoch_events
+    if epoch_events is not None and _has_open_epoch(epoch_events):
+        events = report_events(store, run.run_id)
+    return run_throughput(rank_epoch_work(assign_epochs(events)))
+
+
+def _has_open_epoch(events: list[WorkloadEvent]) -> bool:
+    started, ended = set(), set()
+    for event, epoch in assign_epochs(events):
+        key = (event.host, event.rank, epoch)
+        if event.event == Event.EPOCH_START:
+            started.add(key)
+        elif event.event == Event.EPOCH_END:
+            ended.add(key)
+    return bool(started - ended)
 
 
 @dataclass(frozen=True)
@@ -299,6 +241,7 @@ class RunScaling:
     start_ns: int
     row: ScalingRow
     throughput_source: str
+    startup_seconds: float | None
     accuracy: Accuracy
 
     def to_dict(self) -> dict[str, Any]:
@@ -308,6 +251,7 @@ class RunScaling:
             "state": self.state,
             **self.row.to_dict(),
             "throughput_source": self.throughput_source,
+            "startup_seconds": self.startup_seconds,
             "final_top1": self.accuracy.final_top1,
             "target_top1": self.accuracy.target_top1,
             "epochs_to_target": self.accuracy.epochs_to_target,
@@ -379,6 +323,7 @@ def scaling_groups(
                     start_ns=fact.run.start_ns,
                     row=row,
                     throughput_source=fact.throughput.source,
+                    startup_seconds=fact.throughput.startup_seconds,
                     accuracy=fact.accuracy,
                 )
             )

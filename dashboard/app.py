@@ -198,6 +198,7 @@ class Callbacks:
             live,
             self.poll_ms,
             self._live_state(run_id, ts, boundaries),
+            self.source.rank_parts(run_id),
         )
         if ts is None:
             self.source.complete_in_background(run_id)
@@ -290,7 +291,9 @@ class Callbacks:
             }
 
         if rows is not None:
-            epoch_figures: list[Any] = pages.epoch_figures(rows, new_state["hosts"])
+            epoch_figures: list[Any] = pages.epoch_figures(
+                rows, new_state["hosts"], self.source.rank_parts(run_id)
+            )
             table: Any = pages.epoch_table(rows, per_host)
             epochs_key: Any = pages.epochs_key(new_state)
             run = self.source.run(run_id)

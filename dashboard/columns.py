@@ -14,6 +14,7 @@ from typing import Any
 from dash.dash_table.Format import Format, Group, Scheme, Symbol
 
 from collector.query import COLUMN_HELP
+from collector.scaling import whole_percent
 
 MISSING = "–"
 ALL_HOSTS = "*"  # the report's row that adds up every host of an epoch
@@ -93,7 +94,9 @@ SCALING_COLUMNS: tuple[Column, ...] = (
     Column("data_format", "Data set", "Format of the training data", "text"),
     Column("images_per_second", "Images/s", "Aggregate throughput of every rank", "rate"),
     Column("ideal", "Ideal", "Baseline images/s × GPUs", "rate"),
-    Column("efficiency_percent", "Efficiency %", "Images/s / ideal, whole percent", "int"),
+    Column(
+        "efficiency_percent", "Efficiency %", "Images/s / ideal, whole percent", "whole_percent"
+    ),
     Column("speedup", "Speed-up", "Images/s / baseline images/s", "ratio2"),
     Column("final_top1", "Final top-1", "Last validation top-1 accuracy reported", "ratio"),
     Column("target_top1", "Target top-1", "Top-1 accuracy the run aims for", "ratio"),
@@ -117,6 +120,8 @@ def format_value(value: Any, kind: str) -> str:
         return str(value)
     if kind == "int":
         return f"{round(value):,}"
+    if kind == "whole_percent":
+        return str(whole_percent(value / 100.0))
     if kind == "seconds":
         return f"{value:,.1f}"
     if kind == "rate":
@@ -136,7 +141,15 @@ def format_value(value: Any, kind: str) -> str:
 
 def _number_format(kind: str) -> Format:
     """How a DataTable writes a number of this kind (d3-format), as ``format_value`` does."""
-    fixed = {"int": 0, "seconds": 1, "rate": 1, "percent": 1, "ratio": 3, "ratio2": 2}
+    fixed = {
+        "int": 0,
+        "whole_percent": 0,
+        "seconds": 1,
+        "rate": 1,
+        "percent": 1,
+        "ratio": 3,
+        "ratio2": 2,
+    }
     if kind in fixed:
         grouped = Group.yes if kind in ("int", "seconds", "rate") else Group.no
         return Format(precision=fixed[kind], scheme=Scheme.fixed, group=grouped, nully=MISSING)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from collector.scaling import format_efficiency
 from dashboard.columns import ALL_HOSTS
 
 NS_PER_MS = 1_000_000
@@ -583,9 +584,28 @@ OTHER_PART_COLOUR = "#b0b0b0"
 PART_DASHES = ("solid", "dot", "dash")
 
 
-def step_anatomy_figure(rows: list[dict[str, Any]], host_order: list[str]) -> dict[str, Any]:
+def rank_hover(rank_parts: list[dict[str, Any]], host: str, epoch: int) -> str:
+    """Each rank of a host in an epoch: ms per step of input wait / compute / all-reduce /
+    rest (the hover of the host's bar)."""
+    lines = [
+        f"rank {r['rank']}: {r['input_wait_ms']:,.0f} / {r['compute_ms']:,.0f} / "
+        f"{r['communication_ms']:,.0f} / {r['other_ms']:,.0f}"
+        for r in sorted(rank_parts, key=lambda r: r["rank"])
+        if r["host"] == host and r["epoch"] == epoch
+    ]
+    if not lines:
+        return ""
+    return "<br>ms/step input / compute / all-reduce / rest:<br>" + "<br>".join(lines)
+
+
+def step_anatomy_figure(
+    rows: list[dict[str, Any]],
+    host_order: list[str],
+    rank_parts: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Stacked bars of the mean step time per host and epoch: input wait, compute,
-    all-reduce and the rest (each part = the host's share x its seconds per step)."""
+    all-reduce and the rest (each part = the host's share x its seconds per step); the
+    rest's hover lists each rank's parts."""
     title = "Step time per epoch and host: input wait, compute, all-reduce, rest"
     order = {host: index for index, host in enumerate(host_order)}
     host_rows = sorted(
@@ -623,8 +643,10 @@ def step_anatomy_figure(rows: list[dict[str, Any]], host_order: list[str]) -> di
             "name": "rest (update, callbacks, graph building)",
             "x": x,
             "y": [max(0.0, value) for value in rest],
+            "text": [rank_hover(rank_parts or [], r["host"], r["epoch"]) for r in host_rows],
+            "textposition": "none",
             "marker": {"color": OTHER_PART_COLOUR},
-            "hovertemplate": "rest %{y:,.0f} ms/step<extra></extra>",
+            "hovertemplate": "rest %{y:,.0f} ms/step%{text}<extra></extra>",
         }
     )
     layout = _base_layout(title, "ms per step", height=320)
@@ -768,7 +790,7 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     "x": [r["gpus"] for r in points],
                     "y": [r["images_per_second"] for r in points],
                     "text": [
-                        f"{r['efficiency_percent']}%"
+                        format_efficiency(r["efficiency_percent"])
                         if r.get("efficiency_percent") is not None and r["gpus"] > 1
                         else ""
                         for r in points

@@ -337,6 +337,7 @@ def run_header(run: dict[str, Any], live: bool, poll_ms: int) -> html.Div:
         ("GPUs", format_value(run["gpus"], "int")),
         ("hosts", ", ".join(run.get("host_names") or [])),
         ("images/s", format_value(run.get("images_per_second"), "rate")),
+        ("start-up s", format_value(run.get("startup_seconds"), "seconds")),
         ("start", run["start"]),
     ]
     status = (
@@ -378,7 +379,11 @@ def timeseries_figure(
     return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows)
 
 
-def epoch_figures(rows: list[dict[str, Any]], host_order: list[str]) -> list[dict[str, Any]]:
+def epoch_figures(
+    rows: list[dict[str, Any]],
+    host_order: list[str],
+    rank_parts: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """The per-epoch bar charts, in ``EPOCH_CHARTS`` order."""
     return [
         figures.epoch_bars_figure(
@@ -392,7 +397,7 @@ def epoch_figures(rows: list[dict[str, Any]], host_order: list[str]) -> list[dic
             host_order,
         ),
         figures.fabric_bars_figure(rows, host_order),
-        figures.step_anatomy_figure(rows, host_order),
+        figures.step_anatomy_figure(rows, host_order, rank_parts),
         figures.step_shares_figure(rows, host_order),
     ]
 
@@ -425,13 +430,14 @@ def run_page(
     live: bool,
     poll_ms: int,
     live_state: dict[str, Any],
+    rank_parts: list[dict[str, Any]] | None = None,
 ) -> html.Div:
     """The run page. Its findings arrive by a callback of their own once the page is up,
     and again whenever ``run-epochs`` says an epoch started or ended. Without ``ts`` (a
     finished run whose charts are not computed yet: decoding its step events is most of
     the cost) the time series come by a callback of their own too (``run-pending``)."""
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
-    disk, nfs, fabric, anatomy, shares = epoch_figures(rows, order)
+    disk, nfs, fabric, anatomy, shares = epoch_figures(rows, order, rank_parts)
     if ts is not None:
         time_figure = timeseries_figure(ts, boundaries, rows)
         note = bucket_note(ts, boundaries)

@@ -337,6 +337,10 @@ class DataSource:
         """The per-epoch report rows (``collector.query.TABLE_COLUMNS``)."""
         return query.epoch_table(self.store, run_id)
 
+    def rank_parts(self, run_id: str) -> list[dict[str, Any]]:
+        """Each rank's milliseconds per step by part, per epoch."""
+        return query.rank_step_parts(self.store, run_id)
+
     def findings(self, run_id: str) -> list[dict[str, Any]]:
         return query.findings(self.store, run_id)
 

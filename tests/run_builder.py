@@ -102,6 +102,8 @@ class RunBuilder:
     steps_per_epoch: int = 4
     state: str = RunState.FINISHED
     write_samples: bool = True
+    gpus: bool = True  # False: CPU ranks, no GPU samples
+    image_size: int = 224
     epochs: list[EpochSpec] = field(default_factory=list)
 
     def epoch(
@@ -206,7 +208,7 @@ class RunBuilder:
             Workload.DATA_FORMAT: self.data_format,
             Workload.DATASET_IMAGES: self.dataset_images,
             Workload.DATASET_BYTES: self.dataset_bytes,
-            Workload.IMAGE_SIZE: 224,
+            Workload.IMAGE_SIZE: self.image_size,
             Workload.HOST_MEMORY_BYTES: self.host_memory_bytes,
             Workload.WARMUP_STEPS: self.warmup_steps,
         }
@@ -239,8 +241,12 @@ class RunBuilder:
                     out.append(
                         event(start + skew, {Workload.EVENT: Event.EPOCH_START, "epoch": number})
                     )
+                    timed_images, timed_seconds = 0, 0.0
                     for step_time, step_seconds, images in self._steps(start, end, spec):
                         step_number += 1
+                        if step_number > self.warmup_steps:  # as workloads.timing times
+                            timed_images += images
+                            timed_seconds += step_seconds
                         out.append(
                             event(
                                 step_time + skew,
@@ -258,6 +264,8 @@ class RunBuilder:
                         Workload.EPOCH: number,
                         Workload.IMAGES: spec.images_per_rank,
                         Workload.SECONDS: spec.seconds,
+                        Workload.TIMED_IMAGES: timed_images,
+                        Workload.TIMED_SECONDS: timed_seconds,
                     }
                     if spec.top1 is not None:
                         end_fields[Workload.TOP1] = spec.top1
@@ -385,7 +393,7 @@ class RunBuilder:
             },
         )
         gpu = self.level(host, "gpu_util", times)
-        for index in range(self.ranks_per_host):
+        for index in range(self.ranks_per_host if self.gpus else 0):
             add(
                 Gpu.NAME,
                 {Tag.GPU: str(index), Tag.UUID: f"GPU-{host}-{index}", Tag.NAME: "Tesla V100"},

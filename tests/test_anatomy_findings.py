@@ -275,6 +275,19 @@ def test_stacked_step_time_and_shares_charts(make_store):
     # n1, epoch 1: 20 s steps (100 s / 5 steps), 30% input wait = 6000 ms, rest 10% = 2000
     assert stacked["data"][0]["x"][0][0] == "n1" and stacked["data"][0]["y"][0] == 6000.0
     assert stacked["data"][3]["y"][0] == pytest.approx(2000.0)
+    # hovering a host's bar lists its ranks' parts in ms per step
+    from collector.query import rank_step_parts
+
+    ranks = rank_step_parts(store, "cols")
+    assert {(r["host"], r["rank"], r["epoch"]) for r in ranks} == {
+        (host, rank, epoch) for host, rank in (("n1", 0), ("n1", 1), ("n2", 2), ("n2", 3))
+        for epoch in (1, 2)
+    }  # fmt: skip
+    first = next(r for r in ranks if r["rank"] == 0 and r["epoch"] == 1)
+    assert (first["input_wait_ms"], first["compute_ms"]) == (6000.0, 10000.0)
+    hovered = figures.step_anatomy_figure(rows, ["n1", "n2"], ranks)
+    rest_text = hovered["data"][3]["text"][0]
+    assert "rank 0: 6,000 / 10,000 / 2,000 / 2,000" in rest_text and "rank 1:" in rest_text
     shares = figures.step_shares_figure(rows, ["n1", "n2"])
     go.Figure(shares)
     assert len(shares["data"]) == 6  # 2 hosts x 3 parts

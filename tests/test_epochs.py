@@ -190,18 +190,22 @@ def test_window_is_earliest_start_to_latest_end_of_the_hosts_ranks(make_store):
         event("a", 0, 0.0, Event.RUN_START, world_size=3, model="resnet50"),
         event("a", 0, 1.0, Event.EPOCH_START, epoch=1),
         event("a", 1, 1.5, Event.EPOCH_START, epoch=1),
-        event("a", 0, 11.0, Event.EPOCH_END, epoch=1, images=500),
-        event("a", 1, 12.0, Event.EPOCH_END, epoch=1, images=480),
+        # images/s is the ranks' timed steps (agent.throughput), not images / window
+        event("a", 0, 11.0, Event.EPOCH_END, epoch=1, images=500, timed_images=450,
+              timed_seconds=9.0),  # 50 img/s
+        event("a", 1, 12.0, Event.EPOCH_END, epoch=1, images=480, timed_images=480,
+              timed_seconds=12.0),  # 40 img/s
         # host b: one rank, a 20 s span on its clock (far ahead of a's)
         event("b", 2, 100.0, Event.EPOCH_START, epoch=1),
-        event("b", 2, 120.0, Event.EPOCH_END, epoch=1, images=700),
-    ]
+        event("b", 2, 120.0, Event.EPOCH_END, epoch=1, images=700, timed_images=700,
+              timed_seconds=20.0),  # 35 img/s
+    ]  # fmt: skip
     report = build_report(make_store(points), "r-hand")
     a, b, everyone = report.rows
-    assert (a.seconds, a.images, a.images_per_second) == (11.0, 980, 89.09)  # 980 / 11
+    assert (a.seconds, a.images, a.images_per_second) == (11.0, 980, 90.0)  # 50 + 40
     assert (b.seconds, b.images_per_second) == (20.0, 35.0)
-    # all hosts: 1680 images over the longest host span, 20 s
-    assert (everyone.seconds, everyone.images, everyone.images_per_second) == (20.0, 1680, 84.0)
+    # all hosts: the longest host span, 20 s; images/s summed over the three ranks
+    assert (everyone.seconds, everyone.images, everyone.images_per_second) == (20.0, 1680, 125.0)
 
 
 def test_live_epoch_ends_at_the_latest_step_and_counts_step_images(make_store):

@@ -84,7 +84,7 @@ def test_report_json_with_findings_is_an_object(make_store):
     out = json.loads(
         cli(make_store(two_runs()), "report", "r-old", "--format", "json", "--findings")
     )
-    assert set(out) == {"rows", "findings"}
+    assert set(out) == {"rows", "findings", "throughput"}
     rules = [f["rule"] for f in out["findings"]]
     assert "cache_warmup" in rules
     finding = out["findings"][rules.index("cache_warmup")]
@@ -101,6 +101,8 @@ def test_runs_json_newest_first(make_store):
         "model": "resnet50",
         "hosts": ["node1"],
         "world_size": 1,
+        "images_per_second": 64.0,
+        "startup_seconds": 0.0,
         "start": "2023-11-14T23:13:20.000Z",
         "end": None,
         "state": "live",

@@ -7,17 +7,20 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from agent.point import Point
 from agent.schema import Event, RunState, Tag, Workload
+from collector.epochs import assign_epochs
 from collector.scaling import (
     parse_throughput,
-    run_throughput,
     scaling_groups,
     scaling_rows,
     throughput_table,
     time_to_accuracy,
     whole_percent,
 )
+from collector.throughput import rank_epoch_work, run_throughput
 from tests.memory_store import MemoryStore
 from tests.run_builder import NS, T0_NS, RunBuilder
 
@@ -38,6 +41,7 @@ def collector(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 def test_published_c4130_p100_figures_97_and_92_percent(repo_env):
     # 001 section 7.2.1: 1099 / (283 x 4) = 1099 / 1132 = 97.08% -> 97%
     #                    2075 / (283 x 8) = 2075 / 2264 = 91.65% -> 92%
+    # JSON keeps full precision; only the table rounds
     result = collector(
         "scaling",
         "--throughput",
@@ -55,7 +59,7 @@ def test_published_c4130_p100_figures_97_and_92_percent(repo_env):
             "nodes": 1,
             "images_per_second": 283.0,
             "ideal": 283.0,
-            "efficiency_percent": 100,
+            "efficiency_percent": 100.0,
             "speedup": 1.0,
         },
         {
@@ -63,16 +67,16 @@ def test_published_c4130_p100_figures_97_and_92_percent(repo_env):
             "nodes": 1,
             "images_per_second": 1099.0,
             "ideal": 1132.0,
-            "efficiency_percent": 97,
-            "speedup": 3.88,  # 1099 / 283 = 3.883
+            "efficiency_percent": pytest.approx(97.0848, abs=1e-4),
+            "speedup": pytest.approx(3.8834, abs=1e-4),  # 1099 / 283
         },
         {
             "gpus": 8,
             "nodes": 2,
             "images_per_second": 2075.0,
             "ideal": 2264.0,
-            "efficiency_percent": 92,
-            "speedup": 7.33,  # 2075 / 283 = 7.332
+            "efficiency_percent": pytest.approx(91.6519, abs=1e-4),
+            "speedup": pytest.approx(7.3322, abs=1e-4),  # 2075 / 283
         },
     ]
 
@@ -80,7 +84,9 @@ def test_published_c4130_p100_figures_97_and_92_percent(repo_env):
 def test_published_c4140_v100_figures_97_and_90_percent():
     # 001 section 7.2.2: 2425 / 2504 = 96.85% -> 97%; 4500 / 5008 = 89.86% -> 90%
     rows = throughput_table(parse_throughput("1:626,4:2425,8:4500"), gpus_per_node=4)
-    assert [(r.gpus, r.nodes, r.ideal, r.efficiency_percent, r.scope) for r in rows] == [
+    assert [
+        (r.gpus, r.nodes, r.ideal, whole_percent(r.efficiency_percent / 100), r.scope) for r in rows
+    ] == [
         (1, 1, 626.0, 100, "baseline"),
         (4, 1, 2504.0, 97, "intra-node"),
         (8, 2, 5008.0, 90, "inter-node"),
@@ -115,7 +121,7 @@ def test_whole_percent_rounds_half_up():
 
 def test_without_gpus_per_node_nodes_are_unknown():
     rows = throughput_table([(1, 100.0), (2, 190.0)])
-    assert (rows[1].nodes, rows[1].scope, rows[1].efficiency_percent) == (None, "", 95)
+    assert (rows[1].nodes, rows[1].scope, rows[1].efficiency_percent) == (None, "", 95.0)
 
 
 # --------------------------------------------------------------------------------------
@@ -160,11 +166,13 @@ def test_stored_runs_grouped_with_their_1_gpu_baseline(make_store):
     assert fp32 == [("p1", 1, 1, 283.0), ("p4", 4, 1, 1099.0), ("p8", 8, 2, 2075.0)]
     rows = {r["run_id"]: r for r in scaling_rows(store)}
     assert "broken" not in rows
-    assert (rows["p4"]["efficiency_percent"], rows["p4"]["scope"]) == (97, "intra-node")
-    assert (rows["p8"]["efficiency_percent"], rows["p8"]["speedup"]) == (92, 7.33)
+    assert rows["p4"]["efficiency_percent"] == pytest.approx(100 * 1099 / 1132)  # 97.08
+    assert rows["p4"]["scope"] == "intra-node"
+    assert rows["p8"]["efficiency_percent"] == pytest.approx(100 * 2075 / 2264)  # 91.65
+    assert rows["p8"]["speedup"] == pytest.approx(2075 / 283)
     assert rows["p8"]["scope"] == "inter-node"
-    assert rows["p8"]["ideal"] == 2264.0
-    assert rows["p1"]["throughput_source"] == "steps"
+    assert rows["p8"]["ideal"] == pytest.approx(2264.0)
+    assert rows["p1"]["throughput_source"] == "epoch_end"
     # no 1-GPU fp16 run: throughput shown, efficiency unknown
     assert (rows["h4"]["images_per_second"], rows["h4"]["efficiency_percent"]) == (1600.0, None)
 
@@ -174,39 +182,95 @@ def rank_event(rank: int, host: str, t: float, kind: str, **fields) -> Point:
     return Point(Workload.NAME, tags, {Workload.EVENT: kind, **fields}, T0_NS + round(t * NS))
 
 
+def throughput_of(store: MemoryStore):
+    return run_throughput(rank_epoch_work(assign_epochs(store.events("hand"))))
+
+
 def test_throughput_sums_every_rank_never_rank0_times_n():
     store = MemoryStore()
     store.write(
         [
             rank_event(0, "a", 0, Event.RUN_START, world_size=2, warmup_steps=1),
-            # rank 0: warm-up step (excluded), then 2 x 100 images in 1 s each -> 100 img/s
-            rank_event(0, "a", 5, Event.STEP, step=1, images=100, seconds=5.0),
-            rank_event(0, "a", 6, Event.STEP, step=2, images=100, seconds=1.0),
-            rank_event(0, "a", 7, Event.STEP, step=3, images=100, seconds=1.0),
+            rank_event(0, "a", 0, Event.EPOCH_START, epoch=1),
+            rank_event(1, "b", 0, Event.EPOCH_START, epoch=1),
+            # ranks send step events for timed steps only (after their warm-up)
+            # rank 0: 2 x 100 images in 1 s each -> 100 img/s
+            rank_event(0, "a", 6, Event.STEP, epoch=1, step=2, images=100, seconds=1.0),
+            rank_event(0, "a", 7, Event.STEP, epoch=1, step=3, images=100, seconds=1.0),
             # rank 1 is slower: 100 images in 2 s -> 50 img/s
-            rank_event(1, "b", 5, Event.STEP, step=1, images=100, seconds=5.0),
-            rank_event(1, "b", 7, Event.STEP, step=2, images=100, seconds=2.0),
-            rank_event(1, "b", 9, Event.STEP, step=3, images=100, seconds=2.0),
+            rank_event(1, "b", 7, Event.STEP, epoch=1, step=2, images=100, seconds=2.0),
+            rank_event(1, "b", 9, Event.STEP, epoch=1, step=3, images=100, seconds=2.0),
+            # a step without seconds is not timed: it counts nothing
+            rank_event(1, "b", 9, Event.STEP, epoch=1, step=4, images=100),
         ]
     )
-    (run,) = store.runs()
-    result = run_throughput(store.events("hand"), run.config)
+    result = throughput_of(store)
+    # the epoch is still open: its steps stand in for the epoch_end
     assert (result.images_per_second, result.source) == (150.0, "steps")  # not 2 x 100
 
 
-def test_throughput_from_epochs_when_there_are_no_steps():
+def test_throughput_from_the_ranks_timed_steps_in_epoch_end():
     store = MemoryStore()
+    end = Event.EPOCH_END
     store.write(
         [
             rank_event(0, "a", 0, Event.EPOCH_START, epoch=1),
-            rank_event(0, "a", 10, Event.EPOCH_END, epoch=1, images=1000),
+            # 10 s of steps, of which the last 8 s were timed (after the warm-up)
+            rank_event(
+                0,
+                "a",
+                10,
+                end,
+                epoch=1,
+                images=1000,
+                seconds=10.0,
+                timed_images=800,
+                timed_seconds=8.0,
+            ),
             rank_event(1, "b", 3, Event.EPOCH_START, epoch=1),  # b's clock is 3 s ahead
-            rank_event(1, "b", 15, Event.EPOCH_END, epoch=1, images=1000),
+            rank_event(
+                1,
+                "b",
+                15,
+                end,
+                epoch=1,
+                images=1000,
+                seconds=12.0,
+                timed_images=800,
+                timed_seconds=10.0,
+            ),
+            rank_event(0, "a", 11, Event.EPOCH_START, epoch=2),
+            rank_event(
+                0,
+                "a",
+                21,
+                end,
+                epoch=2,
+                images=1000,
+                seconds=10.0,
+                timed_images=1000,
+                timed_seconds=10.0,
+            ),
+            rank_event(1, "b", 14, Event.EPOCH_START, epoch=2),
+            rank_event(
+                1,
+                "b",
+                24,
+                end,
+                epoch=2,
+                images=1000,
+                seconds=10.0,
+                timed_images=1000,
+                timed_seconds=10.0,
+            ),
         ]
     )
-    result = run_throughput(store.events("hand"), {})
-    # 2000 images over the longest host span (12 s on b's clock)
-    assert (result.images_per_second, result.source) == (166.67, "epochs")
+    result = throughput_of(store)
+    # rank 0: 1800 / 18 s = 100; rank 1: 1800 / 20 s = 90; summed, not over host spans
+    assert result.images_per_second == pytest.approx(190.0)
+    assert result.source == "epoch_end"
+    # start-up: the slowest rank's untimed (warm-up) step time
+    assert result.startup_seconds == pytest.approx(2.0)
 
 
 def test_time_and_epochs_to_target_top1(make_store):

@@ -41,3 +41,25 @@ def test_line_protocol_escaping_and_types():
         r'note="say \"hi\"\\",ok=true 1700000000000000000'
     )
     assert encode_line(Point("x", {}, {"bad": float("inf")}, 1)) == ""
+
+
+def test_no_name_is_declared_twice_in_a_schema_class():
+    # a second declaration silently replaces the first: its help text and unit are lost
+    import ast
+    from pathlib import Path
+
+    import agent.schema
+
+    tree = ast.parse(Path(agent.schema.__file__).read_text())
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        names = [
+            target.id
+            for statement in node.body
+            if isinstance(statement, ast.Assign)
+            for target in statement.targets
+            if isinstance(target, ast.Name)
+        ]
+        duplicates = {name for name in names if names.count(name) > 1}
+        assert not duplicates, f"{node.name}: {sorted(duplicates)}"

@@ -264,6 +264,11 @@ def test_pytorch_loop_recognised_unmodified(data, runs):
     printed = printed_accuracies(result.stdout, r"acc (\d\.\d+)")
     assert [e.fields[Workload.TOP1] for e in ends] == pytest.approx(printed, abs=1e-3)
     assert all(e.fields[Workload.LOSS] > 0 for e in ends)
+    for end in ends:  # a lone process: the step's anatomy, with no communication
+        parts = [end.fields[name] for name in (Workload.INPUT_WAIT_SECONDS,
+                 Workload.COMPUTE_SECONDS, Workload.OTHER_STEP_SECONDS)]  # fmt: skip
+        assert parts[1] > 0 and end.fields[Workload.COMMUNICATION_SECONDS] == 0
+        assert sum(parts) == pytest.approx(end.fields[Workload.SECONDS])
     assert "run pt: per epoch" in result.stdout and "epoch  host" in result.stdout
 
 
@@ -409,4 +414,6 @@ def test_imagenet_example_two_ranks_each_train_their_share(data, runs, launcher)
         check_epochs(rank, epochs=2, images=TRAIN // 2, steps=TRAIN // BATCH)
         assert rank[0].fields[Workload.WORLD_SIZE] == 2
         assert rank[0].fields[Workload.MODEL] == "ResNet"  # inside DistributedDataParallel
+        # all-reduce runs inside backward: no compute/communication split is claimed
+        assert all(Workload.COMPUTE_SECONDS not in e.fields for e in rank)
     assert [row["images"] for row in report_rows(python, runs, launcher)] == [TRAIN, TRAIN]

@@ -578,7 +578,7 @@ def _after(plan: Plan, profile: EmbeddedProfile | None, args: argparse.Namespace
 def print_collector_report(plan: Plan, args: argparse.Namespace) -> None:
     """The per-epoch table and findings of ``--profile``, from the collector's read API."""
     from collector.read_api import RemoteError, fetch_view
-    from workloads.summary import format_findings, format_profile_table
+    from workloads.summary import format_findings, format_profile_table, format_run_rate
 
     run_id, url = plan.spec.run_id, args.collector
     again = f"collector report {run_id} --collector {url}"
@@ -594,6 +594,7 @@ def print_collector_report(plan: Plan, args: argparse.Namespace) -> None:
     print(f"run {run_id}: per epoch (MB = 10^6 bytes; disk, cache and CPU are the whole "
           "host's, from its agent)")  # fmt: skip
     print(format_profile_table(report["rows"]))
+    print(format_run_rate(report.get("throughput", {}).get("images_per_second")))
     print()
     print(format_findings(report["findings"]))
     print(f"every column: {again}", flush=True)

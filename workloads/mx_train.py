@@ -151,8 +151,13 @@ class EngineClock:
             finally:
                 self.pending.task_done()
 
-    def watch(self, mx, name: str, arrays: list) -> None:
-        views = [array.reshape((-1,))[0:1] for array in arrays]
+    @staticmethod
+    def views(arrays: list) -> list:
+        """One-element views of ``arrays`` (made once: they share the arrays' memory)."""
+        return [array.reshape((-1,))[0:1] for array in arrays]
+
+    def watch(self, mx, name: str, views: list) -> None:
+        """Note when the engine has finished writing the arrays behind ``views``."""
         self.pending.put((name, mx.nd.add_n(*views)))
 
     def collect(self) -> dict[str, float]:
@@ -197,6 +202,7 @@ def run(spec: RunSpec, start_recorder):
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     grads = [p.list_grad()[0] for p in params.values() if p.grad_req != "null"]
     engine = EngineClock(recorder.now)
+    first_grad, every_grad = engine.views(grads[:1]), engine.views(grads)
 
     steps = steps_per_epoch(spec, placement.world_size)
     if spec.synthetic:
@@ -225,10 +231,10 @@ def run(spec: RunSpec, start_recorder):
             # The first layer's gradient is backward's last; probing only it (before the
             # all-reduce of it is pushed) holds no other gradient's all-reduce back.
             if spec.anatomy:
-                engine.watch(mx, "computed", grads[:1])
+                engine.watch(mx, "computed", first_grad)
             trainer.step(spec.batch_size)
             if spec.anatomy and hvd is not None:
-                engine.watch(mx, "reduced", grads)  # after every all-reduce's write
+                engine.watch(mx, "reduced", every_grad)  # after every all-reduce's write
             mx.nd.waitall()  # the step is over only when the engine is done with it
             if spec.anatomy:
                 done = engine.collect()

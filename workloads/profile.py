@@ -157,7 +157,7 @@ class EmbeddedProfile:
     def report(self) -> int:
         """Print the per-epoch table (the input columns of ``collector report``) and the
         findings of the run, from the embedded store."""
-        from workloads.summary import format_findings, format_profile_table
+        from workloads.summary import format_findings, format_profile_table, format_run_rate
 
         command = [
             sys.executable, "-m", "collector", "report", self.run_id,
@@ -171,6 +171,7 @@ class EmbeddedProfile:
         print(f"run {self.run_id}: per epoch (MB = 10^6 bytes; disk, cache and CPU are the "
               f"whole host's)")  # fmt: skip
         print(format_profile_table(report["rows"]))
+        print(format_run_rate(report["throughput"]["images_per_second"]))
         print()
         print(format_findings(report["findings"]))
         print(f"every column: collector report {self.run_id} --db {self.db}", flush=True)

@@ -1,8 +1,9 @@
 """Per-epoch throughput from a run's own event files (runs without a collector).
 
-The aggregate is built from every rank's ``epoch_end``: a rank's images/s is its
-``timed_images`` over its ``timed_seconds`` (warm-up excluded); a host's is the sum over
-its ranks, the run's the sum over all ranks (tf_cnn_benchmarks' total images/sec).
+The aggregate is built from every rank's ``epoch_end`` by the one definition of
+``agent.throughput``: a rank's images/s is its ``timed_images`` over its ``timed_seconds``
+(warm-up excluded); a host's is the sum over its ranks, the run's the sum over all ranks
+(tf_cnn_benchmarks' total images/sec), the same figure the collector's views show.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from agent.point import Point
 from agent.schema import Event, Tag, Workload
+from agent.throughput import TimedWork, images_per_second
 from workloads.events import read_events_file
 
 ALL_HOSTS = "(all)"
@@ -48,11 +50,7 @@ def epoch_rows(points: list[Point]) -> list[EpochRow]:
     for (epoch, host), ends in sorted(
         groups.items(), key=lambda item: (item[0][0], item[0][1] == ALL_HOSTS, item[0][1])
     ):
-        rate = 0.0
-        for end in ends:
-            seconds = float(end.fields.get(Workload.TIMED_SECONDS, 0.0))
-            if seconds > 0:
-                rate += float(end.fields.get(Workload.TIMED_IMAGES, 0)) / seconds
+        rate = images_per_second((_rank_of(end), _timed(end)) for end in ends) or 0.0
         rows.append(
             EpochRow(
                 epoch=epoch,
@@ -66,6 +64,28 @@ def epoch_rows(points: list[Point]) -> list[EpochRow]:
             )
         )
     return rows
+
+
+def _rank_of(point: Point) -> tuple[str, str]:
+    return point.tags[Tag.HOST], point.tags[Tag.RANK]
+
+
+def _timed(point: Point) -> TimedWork:
+    return TimedWork(
+        float(point.fields.get(Workload.TIMED_IMAGES, 0)),
+        float(point.fields.get(Workload.TIMED_SECONDS, 0.0)),
+    )
+
+
+def run_images_per_second(points: list[Point]) -> float | None:
+    """The run's images/s over every epoch (``agent.throughput``), from the ``epoch_end``
+    events: what ``collector runs`` and ``collector scaling`` show for the same run."""
+    ends = [
+        p
+        for p in points
+        if p.measurement == Workload.NAME and p.fields.get(Workload.EVENT) == Event.EPOCH_END
+    ]
+    return images_per_second((_rank_of(end), _timed(end)) for end in ends)
 
 
 def read_events_dir(events_dir: Path) -> list[Point]:
@@ -91,9 +111,11 @@ def format_table(rows: list[EpochRow]) -> str:
 
 
 def print_epoch_table(events_dir: Path) -> None:
-    rows = epoch_rows(read_events_dir(events_dir))
+    points = read_events_dir(events_dir)
+    rows = epoch_rows(points)
     if rows:
         print(format_table(rows), flush=True)
+        print(format_run_rate(run_images_per_second(points)), flush=True)
     else:
         print(f"no epoch_end events in {events_dir}", flush=True)
 
@@ -143,6 +165,15 @@ def format_profile_table(rows: list[dict]) -> str:
         ]
         lines.append("  ".join(cells))
     return "\n".join(lines)
+
+
+def format_run_rate(rate: float | None) -> str:
+    """The run's throughput line, as every rank count and view reports it."""
+    if rate is None:
+        return "run: no timed steps (all warm-up)"
+    return (
+        f"run: {rate:,.1f} images/s (every rank's timed steps, warm-up left out, summed over ranks)"
+    )
 
 
 def format_findings(findings: list[dict]) -> str:

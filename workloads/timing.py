@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.schema import Event, RunState, Workload
+from agent.throughput import TimedWork, rank_images_per_second
 from workloads.anatomy import (
     ZERO,
     ProcessIo,
@@ -58,8 +59,8 @@ class EpochStats:
 
     @property
     def images_per_second(self) -> float | None:
-        """Warm-up excluded."""
-        return self.timed_images / self.timed_seconds if self.timed_seconds > 0 else None
+        """Warm-up excluded (``agent.throughput``)."""
+        return rank_images_per_second(TimedWork(self.timed_images, self.timed_seconds))
 
 
 @dataclass
@@ -197,9 +198,11 @@ class Recorder:
             return "no timed steps (all warm-up)"
         mean = statistics.fmean(self.step_rates)
         spread = statistics.pstdev(self.step_rates)
-        images = sum(epoch.timed_images for epoch in self.epochs)
-        seconds = sum(epoch.timed_seconds for epoch in self.epochs)
-        overall = images / seconds if seconds > 0 else float("nan")
+        timed = TimedWork(
+            sum(epoch.timed_images for epoch in self.epochs),
+            sum(epoch.timed_seconds for epoch in self.epochs),
+        )
+        overall = rank_images_per_second(timed) or float("nan")
         return (
             f"images/sec: {overall:.1f} over {len(self.step_rates)} timed steps "
             f"(per step {mean:.1f} +/- {spread:.1f})"

@@ -89,6 +89,7 @@ class Epoch:
     images: int = 0
     seconds: float = 0.0
     input_wait: float = 0.0
+    compute: float | None = 0.0  # None once a step came without it
     loss_sum: object = None  # a float, or a framework scalar summed without a device sync
     losses: int = 0
     end_ns: int | None = None  # the latest time the epoch is known to have run to
@@ -162,9 +163,19 @@ class Session:
             self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: self.epoch.number}, start_ns)
             return self.epoch
 
-    def step(self, images: int, input_wait: float | None = None, loss: object = None) -> None:
+    def step(
+        self,
+        images: int,
+        input_wait: float | None = None,
+        loss: object = None,
+        compute: float | None = None,
+    ) -> None:
         """One training step ended now, on ``images`` images; its time runs from the
-        previous step's end (or the epoch's start), so waiting for input counts."""
+        previous step's end (or the epoch's start), so waiting for input counts.
+
+        ``compute``: its forward and backward, given only by a process that trains alone
+        (no all-reduce inside its backward): the step's anatomy is then input wait +
+        compute + the rest (optimizer update, the loop's own work), communication 0."""
         from agent.schema import Event, Workload
 
         with self._lock:
@@ -177,6 +188,10 @@ class Session:
             epoch.images += images
             epoch.seconds += seconds
             epoch.input_wait += input_wait or 0.0
+            parts = anatomy(seconds, input_wait, compute)
+            epoch.compute = None if epoch.compute is None or compute is None else (
+                epoch.compute + parts[Workload.COMPUTE_SECONDS]
+            )  # fmt: skip
             if loss is not None:
                 epoch.loss_sum = loss if epoch.loss_sum is None else epoch.loss_sum + loss
                 epoch.losses += 1
@@ -188,6 +203,7 @@ class Session:
                     Workload.SECONDS: seconds,
                     Workload.INPUT_WAIT_SECONDS: input_wait,
                     Workload.LOSS: scalar(loss),
+                    **parts,
                 }, now)  # fmt: skip
 
     def extend_epoch(self, end_ns: int | None = None) -> None:
@@ -215,6 +231,7 @@ class Session:
                 Workload.TIMED_IMAGES: epoch.images,
                 Workload.TIMED_SECONDS: epoch.seconds,
                 Workload.INPUT_WAIT_SECONDS: epoch.input_wait,
+                **anatomy(epoch.seconds, epoch.input_wait, epoch.compute if epoch.steps else None),
                 Workload.LOSS: loss,
                 Workload.TOP1: epoch.top1,
                 Workload.TOP5: epoch.top5,
@@ -237,6 +254,21 @@ class Session:
             print(f"epochscope: events not yet delivered stay in {spool}; send them with: "
                   f"workloads resend --spool {spool} --collector {self.config.collector_url}",
                   file=sys.stderr)  # fmt: skip
+
+
+def anatomy(seconds: float, input_wait: float | None, compute: float | None) -> dict:
+    """The anatomy fields of a step or an epoch of a lone process (none without compute):
+    input wait + compute + other = seconds, communication 0."""
+    from agent.schema import Workload
+
+    if compute is None or input_wait is None:
+        return {}
+    compute = min(max(0.0, compute), max(0.0, seconds - input_wait))
+    return {
+        Workload.COMPUTE_SECONDS: compute,
+        Workload.COMMUNICATION_SECONDS: 0.0,
+        Workload.OTHER_STEP_SECONDS: max(0.0, seconds - input_wait - compute),
+    }
 
 
 def scalar(value: object) -> float | None:

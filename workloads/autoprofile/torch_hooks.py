@@ -34,6 +34,8 @@ class Pass:
         self.start_ns = time.time_ns()
         self.images = 0  # drawn since the last optimizer step
         self.input_wait = 0.0
+        self.ready: float | None = None  # perf_counter when the step's first batch arrived
+        self.later_wait = 0.0  # input wait after that (gradient accumulation)
         self.inputs_shape: tuple | None = None
         self.labels = None
         self.outermost: object = None  # the last-returning module called on the inputs
@@ -47,6 +49,7 @@ class Tracker:
         self.last: Pass | None = None  # the pass whose batch came last
         self.model: str | None = None
         self.loss = None
+        self.backward_done: float | None = None
         self._forward_hook = None
         self._correct = [None, None]  # top-1, top-5 tensors summed over a validation pass
         self._scored = 0
@@ -72,6 +75,10 @@ class Tracker:
     def batch(self, current: Pass, batch: object, wait: float) -> None:
         current.images += batch_size(batch)
         current.input_wait += wait
+        if current.ready is None:
+            current.ready = time.perf_counter()
+        else:
+            current.later_wait += wait
         self.last = current
         inputs, labels = inputs_and_labels(batch)
         current.inputs_shape = tuple(inputs.shape) if inputs is not None else None
@@ -112,13 +119,21 @@ class Tracker:
             session.epoch_start(current.start_ns)
             self._stop_watching()
         loss, self.loss = self.loss, None
-        session.step(current.images, current.input_wait, loss)
+        compute = None
+        alone = session.placement is not None and session.placement.world_size == 1
+        if alone and current.ready is not None and self.backward_done is not None:
+            compute = self.backward_done - current.ready - current.later_wait
+        session.step(current.images, current.input_wait, loss, compute)
         current.images, current.input_wait = 0, 0.0
+        current.ready, current.later_wait, self.backward_done = None, 0.0, None
 
     # torch.Tensor.backward
     def backward(self, tensor: object) -> None:
         if getattr(tensor, "numel", lambda: 0)() == 1:
             self.loss = tensor.detach()
+
+    def backward_ended(self) -> None:
+        self.backward_done = time.perf_counter()
 
     # --- the model's forward: its name, validation accuracy ---------------------------
     def _watch_forward(self, current: Pass) -> None:
@@ -258,6 +273,9 @@ def patch_backward(module: ModuleType) -> None:
 
     def backward(self, *args, **kwargs):
         TRACKER.backward(self)
-        return original(self, *args, **kwargs)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            TRACKER.backward_ended()
 
     tensor_class.backward = backward

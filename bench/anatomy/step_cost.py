@@ -1,0 +1,147 @@
+"""What the step anatomy costs per step, measured in-process side by side.
+
+End-to-end throughput ratios on a shared 2-core machine swing by 20% from run to run, far
+more than the anatomy costs; this measures the added work directly, interleaving the
+instrumented and plain variants in blocks and taking medians:
+
+- ``recorder``: the recorder's marks and ``split_step`` per step (every trainer);
+- ``tensorflow``: the four ``tf.py_function`` stamps in a compiled step over 161
+  gradient-like tensors (ResNet-50 has 161), each stamp fed one element of one tensor;
+- ``mxnet``: the two engine probes (``add_n`` over one-element views of 161 arrays) and
+  the thread that waits for them.
+
+    nice .venv/bin/python bench/anatomy/step_cost.py --out bench/anatomy/step-cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from workloads.events import EventWriter, MemorySink  # noqa: E402
+from workloads.timing import Recorder  # noqa: E402
+
+GRADIENTS = 161  # ResNet-50's trainable tensors
+
+
+def interleaved(plain, instrumented, blocks: int, per_block: int) -> dict[str, float]:
+    """Median seconds per call of each, over blocks alternating which runs first."""
+    times: dict[str, list[float]] = {"plain": [], "instrumented": []}
+    for block in range(blocks):
+        order = [("plain", plain), ("instrumented", instrumented)]
+        for name, function in order if block % 2 == 0 else order[::-1]:
+            started = time.perf_counter()
+            for _ in range(per_block):
+                function()
+            times[name].append((time.perf_counter() - started) / per_block)
+    plain_s = statistics.median(times["plain"])
+    instrumented_s = statistics.median(times["instrumented"])
+    return {
+        "plain_seconds": plain_s,
+        "instrumented_seconds": instrumented_s,
+        "added_microseconds_per_step": (instrumented_s - plain_s) * 1e6,
+    }
+
+
+def recorder_cost(blocks: int) -> dict[str, float]:
+    def recorder() -> Recorder:
+        writer = EventWriter(MemorySink(), "r", 0, "bench", host="h")
+        made = Recorder(writer, batch_size=8, warmup_steps=0, step_every=10**9)
+        made.read_io = lambda: None
+        made.epoch_start(1)
+        return made
+
+    plain, marked = recorder(), recorder()
+
+    def marked_step() -> None:
+        marked.input_ready()
+        marked.compute_done()
+        marked.communication_done()
+        marked.step_done(1.0)
+
+    return interleaved(lambda: plain.step_done(1.0), marked_step, blocks, 2000)
+
+
+def tensorflow_cost(blocks: int) -> dict[str, float]:
+    import tensorflow as tf
+
+    from workloads.tf_train import StepStamps, first_present
+
+    tensors = [tf.Variable(tf.random.normal((64, 64))) for _ in range(GRADIENTS)]
+    stamps = StepStamps(tf)
+
+    def body(instrument: bool):
+        @tf.function
+        def step(x):
+            grads = [t * x for t in tensors]
+            if instrument:
+                stamps._stamp("_anatomy_begin", [])
+                stamps._stamp("_anatomy_input", [x])
+                stamps._stamp("_anatomy_computed", first_present(grads))
+                stamps._stamp("_anatomy_reduced", first_present(grads))
+                return tf.add_n([g[0, 0] for g in grads]), dict(stamps.traced)
+            return tf.add_n([g[0, 0] for g in grads]), {}
+
+        return step
+
+    plain, instrumented = body(False), body(True)
+    x = tf.constant(1.0)
+    plain(x), instrumented(x)  # trace both first
+    return interleaved(lambda: plain(x), lambda: instrumented(x), blocks, 50)
+
+
+def mxnet_cost(blocks: int) -> dict[str, float]:
+    import mxnet as mx
+
+    from workloads.mx_train import EngineClock
+
+    arrays = [mx.nd.ones((64, 64)) for _ in range(GRADIENTS)]
+    engine = EngineClock(time.perf_counter)
+    first, every = engine.views(arrays[:1]), engine.views(arrays)
+
+    def work() -> None:
+        for array in arrays[:8]:
+            array += 1.0
+
+    def plain() -> None:
+        work()
+        mx.nd.waitall()
+
+    def instrumented() -> None:
+        work()
+        engine.watch(mx, "computed", first)
+        engine.watch(mx, "reduced", every)
+        mx.nd.waitall()
+        engine.collect()
+
+    return interleaved(plain, instrumented, blocks, 50)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--blocks", type=int, default=10)
+    parser.add_argument("--parts", default="recorder,tensorflow,mxnet")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    measures = {"recorder": recorder_cost, "tensorflow": tensorflow_cost, "mxnet": mxnet_cost}
+    results = {"load_average_at_start": os.getloadavg()}
+    for part in args.parts.split(","):
+        results[part] = measures[part](args.blocks)
+        print(part, json.dumps(results[part]), flush=True)
+    results["load_average_at_end"] = os.getloadavg()
+    text = json.dumps(results, indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

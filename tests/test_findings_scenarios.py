@@ -1,0 +1,167 @@
+"""Findings on scenario runs stored through the write path: each rule's positive case beside
+its near misses, so that no finding fires on an unlike comparison or a misread effect.
+
+The runs are built by ``tests.run_builder`` (synthetic samples and events, as the agent and
+the ranks write them) and stored in both the SQLite store and the in-memory reference.
+"""
+
+from __future__ import annotations
+
+from collector.findings import Finding, run_findings
+from tests.run_builder import NS, T0_NS, RunBuilder
+
+pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+
+MB = 1e6
+DAY = 86_400 * NS
+
+
+def findings_of(store, run_id: str, rule: str) -> list[Finding]:
+    return [f for f in run_findings(store, run_id) if f.rule == rule]
+
+
+def stored(make_store, *runs: RunBuilder):
+    return make_store([p for run in runs for p in run.points()])
+
+
+# --------------------------------------------------------------------------------------
+# precision: only like runs are compared, and the text does not assume the faster one
+# --------------------------------------------------------------------------------------
+
+
+def precision_pair(fp16_mbps: float = 550, fp32_mbps: float = 430, **fp16) -> list[RunBuilder]:
+    runs = []
+    for index, (precision, mbps) in enumerate((("fp32", fp32_mbps), ("fp16", fp16_mbps))):
+        settings = {"hosts": (f"{precision}-a", f"{precision}-b"), "precision": precision}
+        settings |= fp16 if precision == "fp16" else {}
+        run = RunBuilder(precision, t0_ns=T0_NS + index * DAY, **settings)
+        per_host = mbps / 2 * MB
+        run.epoch(100, 20_000, nfs_server_read=per_host, nfs_app_read=per_host)
+        run.epoch(100, 20_000, nfs_app_read=per_host)
+        runs.append(run)
+    return runs
+
+
+def test_precision_like_runs_compared_either_way(make_store):
+    store = stored(make_store, *precision_pair(fp16_mbps=550, fp32_mbps=430))
+    (finding,) = findings_of(store, "fp16", "precision_read_demand")
+    assert finding.title == "FP16 reads storage 1.3x as fast as FP32"
+    assert findings_of(store, "fp32", "precision_read_demand") == []
+    # the other way round: FP32 is the faster reader, and the text says so plainly
+    store = stored(make_store, *precision_pair(fp16_mbps=300, fp32_mbps=430))
+    (finding,) = findings_of(store, "fp32", "precision_read_demand")
+    assert finding.title == "FP32 reads storage 1.4x as fast as FP16"
+    assert "faster arithmetic" not in finding.explanation.lower()
+
+
+def test_precision_unlike_runs_never_compared(make_store):
+    unlike = (
+        {"batch_size": 128},  # batch per rank
+        {"dataset_bytes": 45_000_000},  # another data set
+        {"dataset_images": 256},
+        {"image_size": 32},
+        {"ranks_per_host": 2},  # world size
+        {"framework": "mxnet"},
+        {"model": "resnet101"},
+    )
+    for change in unlike:
+        store = stored(make_store, *precision_pair(fp16_mbps=2000, fp32_mbps=30, **change))
+        assert findings_of(store, "fp16", "precision_read_demand") == [], change
+        assert findings_of(store, "fp32", "precision_read_demand") == [], change
+
+
+# --------------------------------------------------------------------------------------
+# scaling loss: worded for what changed, causes only what grew
+# --------------------------------------------------------------------------------------
+
+
+def scaling_pair(
+    hosts: int, ranks_per_host: int, images_per_rank: int, gpus: bool = True, **rates
+) -> list[RunBuilder]:
+    one = RunBuilder("one", hosts=("one-a",), steps_per_epoch=5, gpus=gpus)
+    one.epoch(100, 28_300, net_rx=1 * MB, net_tx=1 * MB, disk_read=6 * MB)  # 283 img/s
+    many = RunBuilder(
+        "many",
+        hosts=tuple(f"many-{i}" for i in range(hosts)),
+        ranks_per_host=ranks_per_host,
+        steps_per_epoch=5,
+        t0_ns=T0_NS + DAY,
+        gpus=gpus,
+    )
+    many.epoch(100, images_per_rank, **rates)
+    return [one, many]
+
+
+def test_scaling_loss_on_one_node_does_not_blame_node_count(make_store):
+    # 4 ranks x 20000 images / 100 s = 800 img/s of 4 x 283 = 1132: 71%
+    runs = scaling_pair(1, 4, 20_000, net_rx=30 * MB, net_tx=30 * MB, disk_read=6 * MB)
+    (finding,) = findings_of(stored(make_store, *runs), "many", "scaling_loss")
+    assert finding.title.startswith("Scaling efficiency 71% on 4 GPUs")
+    assert "node count" not in finding.title
+    assert "grew with rank count" in finding.title
+    assert finding.evidence["efficiency_percent"] == 100 * 800 / 1132
+
+
+def test_scaling_loss_across_nodes_names_node_count(make_store):
+    runs = scaling_pair(2, 2, 20_000, ib_rcv=500 * MB, ib_xmit=500 * MB)
+    (finding,) = findings_of(stored(make_store, *runs), "many", "scaling_loss")
+    assert "grew with node count" in finding.title
+
+
+def test_scaling_loss_never_lists_a_resource_that_fell(make_store):
+    # storage reads per node fell (6 MB/s on one node -> 2 per node), fabric use grew
+    runs = scaling_pair(2, 2, 20_000, disk_read=2 * MB, ib_rcv=500 * MB, ib_xmit=500 * MB)
+    (finding,) = findings_of(stored(make_store, *runs), "many", "scaling_loss")
+    resources = [c["resource"] for c in finding.evidence["changed"]]
+    assert "storage_read_mbps_per_node" not in resources
+    assert "fabric_bytes_per_image" in resources
+    assert "storage reads" not in finding.explanation
+
+
+def test_scaling_loss_calls_cpu_ranks_ranks(make_store):
+    runs = scaling_pair(1, 4, 20_000, gpus=False, net_rx=30 * MB, net_tx=30 * MB)
+    (finding,) = findings_of(stored(make_store, *runs), "many", "scaling_loss")
+    assert "GPU" not in finding.title and "GPU" not in finding.explanation
+    assert finding.title.startswith("Scaling efficiency 71% on 4 ranks")
+
+
+def test_scaling_loss_silent_when_efficient(make_store):
+    runs = scaling_pair(1, 4, 27_475)  # 1099 img/s: 97%
+    assert findings_of(stored(make_store, *runs), "many", "scaling_loss") == []
+
+
+# --------------------------------------------------------------------------------------
+# cache warm-up: judged against the data set's size
+# --------------------------------------------------------------------------------------
+
+
+def small_dataset_run(first_mb: float, later_mb: float, dataset_bytes=45_000_000) -> RunBuilder:
+    """The demo: a 45 MB data set on one host, 3 epochs of 20 s."""
+    run = RunBuilder(
+        "small", dataset_bytes=dataset_bytes, dataset_images=256, host_memory_bytes=24 * 10**9
+    )
+    run.epoch(20, 256, disk_read=first_mb / 20 * MB, cache_growth=first_mb / 20 * MB)
+    run.epoch(20, 256, disk_read=later_mb / 20 * MB)
+    run.epoch(20, 256, disk_read=later_mb / 20 * MB)
+    return run
+
+
+def test_cache_warmup_fires_on_the_demo(make_store):
+    # epoch 1 read 64 MB of a 45 MB data set, epochs 2 and 3 nothing
+    store = stored(make_store, small_dataset_run(64, 0))
+    (finding,) = findings_of(store, "small", "cache_warmup")
+    assert finding.evidence["first_epoch_storage_read_bytes"] == 64_000_000
+    assert finding.evidence["first_epoch_read_to_dataset_ratio"] == round(64 / 45, 3)
+    assert "45.0 MB" in finding.explanation
+
+
+def test_cache_warmup_silent_when_epoch_1_read_little_of_the_data_set(make_store):
+    # the data set was already cached: 5 MB of 45 MB in epoch 1
+    store = stored(make_store, small_dataset_run(5, 0))
+    assert findings_of(store, "small", "cache_warmup") == []
+
+
+def test_cache_warmup_silent_while_later_epochs_keep_reading(make_store):
+    # a data set larger than the cache: every epoch reads it again
+    store = stored(make_store, small_dataset_run(64, 40))
+    assert findings_of(store, "small", "cache_warmup") == []
