@@ -78,7 +78,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from agent.schema import Event, Gpu, Memory, RunState, Workload
-from collector import anatomy
+from collector import anatomy, columns
 from collector.counters import NS_PER_SECOND
 from collector.epochs import (
     BYTES_PER_MB,
@@ -159,54 +159,7 @@ _RUN_TOTALS = (*HOST_TOTALS, _PAGE_CACHE)  # what the report and the charts read
 _TABLE_RATES = {"net_rx_mbps": "net_rx", "net_tx_mbps": "net_tx"}
 TABLE_COLUMNS: tuple[str, ...] = (*COLUMNS, *_TABLE_RATES)
 
-COLUMN_HELP: dict[str, str] = {
-    "host": "The host, or * for all hosts together (sums of amounts over the longest host window)",
-    "epoch": "Epoch number, from 1",
-    "start": "Start of the epoch on this host's clock (ISO 8601, UTC)",
-    "end": "End of the epoch on this host's clock (ISO 8601, UTC)",
-    "seconds": "Length of the epoch on this host's clock",
-    "images": "Images the host's ranks processed in the epoch",
-    "images_per_second": "Images divided by the epoch's seconds",
-    "disk_read_bytes": "Bytes read from local block devices of kind disk",
-    "disk_read_mbps": "Reads from local block devices of kind disk (partitions, "
-    "device-mapper, md and loop devices left out: their I/O is already counted on the disk "
-    "below them)",
-    "disk_write_bytes": "Bytes written to local block devices of kind disk",
-    "nfs_server_read_bytes": "Bytes fetched from NFS servers (each duplicate mount counted once)",
-    "nfs_server_read_mbps": "Bytes fetched from NFS servers over the network (each duplicate "
-    "mount counted once)",
-    "nfs_app_read_bytes": "Bytes applications read from NFS mounts (page-cache hits included)",
-    "nfs_cache_hit_ratio": "Share of the bytes applications read from NFS that the page cache "
-    "served: 1 - server read / application read",
-    "ib_rcv_bytes": "InfiniBand bytes received, all ports",
-    "ib_xmit_bytes": "InfiniBand bytes sent, all ports",
-    "ib_rcv_mbps": "InfiniBand bytes received, all ports",
-    "ib_xmit_mbps": "InfiniBand bytes sent, all ports",
-    "net_rx_bytes": "Bytes received on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
-    "net_tx_bytes": "Bytes sent on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
-    "net_rx_mbps": "Bytes received on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
-    "net_tx_mbps": "Bytes sent on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
-    "rx_minus_tx_mbps": "Received minus sent on the fabric (InfiniBand when the host has any, "
-    "else the NICs). Gradients go out and come in in equal amounts, so with storage on the "
-    "fabric this is the storage read rate",
-    "page_cache_delta_bytes": "Growth of the page cache (memory.cached_bytes) from the start "
-    "to the end of the epoch",
-    "major_faults": "Page faults that had to read from storage",
-    "cpu_util_percent": "Share of all CPU time that was neither idle nor iowait",
-    "iowait_percent": "Share of all CPU time spent waiting on I/O",
-    "gpu_util_percent": "Time-weighted mean utilisation over the host's GPUs",
-    "seconds_per_step": "Mean wall time of one training step on the host's ranks",
-    "input_wait_percent": "Share of the ranks' step time spent waiting for the next batch "
-    "from the input pipeline",
-    "compute_percent": "Share of the ranks' step time in forward and backward (all-reduce "
-    "hidden behind backward included once, here)",
-    "communication_percent": "Share of the ranks' step time waiting for the gradient "
-    "all-reduce once the gradients were ready (including waiting for slower ranks)",
-    "training_read_bytes": "What the training's own processes (ranks and their data "
-    "loaders) read from storage: /proc/<pid>/io read_bytes, mapped libraries included",
-    "training_cache_read_bytes": "What the training's own reads got from the page cache: "
-    "rchar - read_bytes",
-}
+COLUMN_HELP: dict[str, str] = columns.COLUMN_HELP  # worded once, in collector.columns
 
 
 # --------------------------------------------------------------------------------------
