@@ -210,7 +210,27 @@ def report_table(run_id: str, rows: list[EpochRow], choice: str = "default"):
             text.append(rule, style="dim")
         previous_epoch = row.epoch
         text.append(line(row_cells), style="bold" if row.host == ALL_HOSTS else "")
+    note = interpolated_edges_note(rows)
+    if note:
+        text.append(note + "\n", style="dim")
     return text
+
+
+def interpolated_edges_note(rows: list[EpochRow]) -> str:
+    """The note under the table naming the epoch edges whose node amounts are interpolated
+    (no agent edge sample there); "" when every edge is a real reading."""
+    flagged = [
+        f"{row.host} epoch {row.epoch} {row.interpolated_edges.replace(',', '+')}"
+        for row in rows
+        if row.host != ALL_HOSTS and row.interpolated_edges
+    ]
+    if not flagged:
+        return ""
+    shown = "; ".join(flagged[:6]) + (f"; and {len(flagged) - 6} more" if len(flagged) > 6 else "")
+    return (
+        "Interpolated edges (no agent edge sample: node amounts there are spread evenly over "
+        f"the tick, so a burst at the edge is misplaced): {shown}"
+    )
 
 
 def print_findings(findings: list, console) -> None:

@@ -374,9 +374,9 @@ def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
 
 
 def timeseries_figure(
-    ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]]
+    ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]], live: bool = True
 ) -> dict[str, Any]:
-    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows)
+    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows, live=live)
 
 
 def epoch_figures(
@@ -439,7 +439,7 @@ def run_page(
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
     disk, nfs, fabric, anatomy, shares = epoch_figures(rows, order, rank_parts)
     if ts is not None:
-        time_figure = timeseries_figure(ts, boundaries, rows)
+        time_figure = timeseries_figure(ts, boundaries, rows, live)
         note = bucket_note(ts, boundaries)
     else:
         time_figure = figures.timeseries_placeholder()
