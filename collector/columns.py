@@ -141,6 +141,10 @@ SPEC: tuple[ReportColumn, ...] = (
     _column("training_cache_read_bytes", "own cached", "Training's cache reads", BYTES,
             None, "What the training's own reads got from the page cache: rchar - read_bytes",
             "training_io"),
+    _column("interpolated_edges", "interp. edges", "Interpolated edges", TEXT, None,
+            "Epoch edges (start, end) with no agent edge sample at them: the node amounts "
+            "there are interpolated between two agent ticks (no agent answered the rank, or "
+            "the Prometheus backend); empty when both edges are real readings", "epoch"),
 )  # fmt: skip
 
 BY_NAME: dict[str, ReportColumn] = {column.name: column for column in SPEC}

@@ -41,6 +41,9 @@ communication_percent      the rest (optimizer update, callbacks) is 100 minus t
 training_read_bytes        what the ranks and their data loaders read from storage
                            (/proc/<pid>/io read_bytes, mapped libraries' page-ins included)
 training_cache_read_bytes  what their reads got from the page cache (rchar - read_bytes)
+interpolated_edges         the window's edges ("start", "end", "start,end") with no real node
+                           reading at them: the node amounts there are interpolated between
+                           the agent's ticks; "" when both edges are real edge samples
 =========================  ==================================================================
 
 The ``*`` row of an epoch adds up the hosts that ran it:
@@ -92,6 +95,7 @@ from collector.counters import (
     gauge_deltas,
     gauge_means,
     nansum_or_nan,
+    sampled_edges,
 )
 from collector.store_api import ReadStore, SeriesData, SeriesInfo, WorkloadEvent
 
@@ -371,6 +375,7 @@ class EpochAmounts:
     values: dict[str, float] = field(default_factory=dict)  # HostTotal key -> amount
     gpu_count: float = 0.0
     fabric: str = ""  # "ib" | "net" | "" (neither)
+    interpolated_edges: tuple[str, ...] = ()  # "start" / "end": no real reading at that edge
     images_per_second: float = math.nan  # collector.throughput: not additive, set per row
 
 
@@ -415,6 +420,7 @@ class EpochRow:
     communication_percent: float | None
     training_read_bytes: int | None
     training_cache_read_bytes: int | None
+    interpolated_edges: str = ""  # "start", "end", "start,end": no edge sample there
 
     @property
     def start(self) -> str:
@@ -513,9 +519,7 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             "training_read_bytes": training_read,
             "training_cache_read_bytes": cache_read,
         }
-    values = {
-        name: _column_values(array, BY_NAME[name].digits) for name, array in derived.items()
-    }
+    values = {name: _column_values(array, BY_NAME[name].digits) for name, array in derived.items()}
     values["seconds"] = np.round(seconds, BY_NAME["seconds"].digits).tolist()
     values["images"] = np.round(images).astype(np.int64).tolist()
     return [
@@ -525,6 +529,7 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             start_ns=a.start_ns,
             end_ns=a.end_ns,
             **{name: column[i] for name, column in values.items()},
+            interpolated_edges=",".join(a.interpolated_edges),
         )
         for i, a in enumerate(amounts)
     ]
@@ -546,6 +551,9 @@ def all_hosts_amounts(epoch: int, hosts: list[EpochAmounts]) -> EpochAmounts:
         images=sum(h.images for h in hosts),
         gpu_count=sum(h.gpu_count for h in hosts),
         fabric="mixed",
+        interpolated_edges=tuple(
+            edge for edge in EDGES if any(edge in h.interpolated_edges for h in hosts)
+        ),
     )
     for key in {key for h in hosts for key in h.values}:
         present = [v for h in hosts if (v := h.values.get(key, math.nan)) == v]
@@ -594,6 +602,7 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
             if total.key == "gpu_util":
                 gpu_count = count
         fabric = _host_fabric(series, host, int(starts.min()), int(ends.max()))
+        interpolated = interpolated_edges(series, host, starts, ends)
         if fabric == "ib":
             values["fabric_net"] = values["ib_rcv"] - values["ib_xmit"]
         elif fabric == "net":
@@ -610,9 +619,30 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
                     values={key: float(array[i]) for key, array in values.items()},
                     gpu_count=float(gpu_count[i]),
                     fabric=fabric,
+                    interpolated_edges=interpolated[i],
                 )
             )
     return out
+
+
+EDGES = ("start", "end")
+
+
+def interpolated_edges(
+    series: dict[tuple[str, str], list[SeriesData]],
+    host: str,
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> list[tuple[str, ...]]:
+    """Per window, the edges with no real node reading at them (``counters.sampled_edges``
+    on the host's page-cache series, else its disk series): amounts there are interpolated."""
+    reference = series.get(("page_cache_delta", host)) or series.get(("disk_read", host)) or []
+    times = reference[0].times_ns if reference else np.empty(0, dtype=np.int64)
+    at_start, at_end = sampled_edges(times, starts), sampled_edges(times, ends)
+    return [
+        tuple(edge for edge, sampled in zip(EDGES, pair, strict=True) if not sampled)
+        for pair in zip(at_start, at_end, strict=True)
+    ]
 
 
 def _host_fabric(

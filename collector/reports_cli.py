@@ -31,6 +31,7 @@ from typing import Any
 
 from collector.columns import TEXT, ReportColumn, format_cell, select
 from collector.epochs import ALL_HOSTS, COLUMNS, EpochRow, build_report, iso_utc
+from collector.evidence import evidence_items
 from collector.scaling import stored_run_throughput
 from collector.store_api import ReadStore, RunInfo
 
@@ -210,7 +211,27 @@ def report_table(run_id: str, rows: list[EpochRow], choice: str = "default"):
             text.append(rule, style="dim")
         previous_epoch = row.epoch
         text.append(line(row_cells), style="bold" if row.host == ALL_HOSTS else "")
+    note = interpolated_edges_note(rows)
+    if note:
+        text.append(note + "\n", style="dim")
     return text
+
+
+def interpolated_edges_note(rows: list[EpochRow]) -> str:
+    """The note under the table naming the epoch edges whose node amounts are interpolated
+    (no agent edge sample there); "" when every edge is a real reading."""
+    flagged = [
+        f"{row.host} epoch {row.epoch} {row.interpolated_edges.replace(',', '+')}"
+        for row in rows
+        if row.host != ALL_HOSTS and row.interpolated_edges
+    ]
+    if not flagged:
+        return ""
+    shown = "; ".join(flagged[:6]) + (f"; and {len(flagged) - 6} more" if len(flagged) > 6 else "")
+    return (
+        "Interpolated edges (no agent edge sample: node amounts there are spread evenly over "
+        f"the tick, so a burst at the edge is misplaced): {shown}"
+    )
 
 
 def print_findings(findings: list, console) -> None:
@@ -222,6 +243,8 @@ def print_findings(findings: list, console) -> None:
         colour = colours.get(finding.severity, "")
         console.print(f"[{colour}]{finding.severity.upper()}[/] {finding.title}")
         console.print(f"  {finding.explanation}", highlight=False)
+        for label, text in evidence_items(finding.evidence):
+            console.print(f"    {label}: {text}", style="dim", highlight=False, markup=False)
         if finding.chart:
             console.print(f"  chart: {finding.chart}", style="dim")
 
