@@ -199,6 +199,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         else "off",
     )
     daemon = Daemon(config, samplers, stats, publishers, submitters)
+    if metrics_server is not None:
+        metrics_server.serve_edge_samples(daemon.edge_sample)
     daemon.run(wait_for_stop_signal)
 
     if shipper is not None:

@@ -9,11 +9,20 @@ Each tick: every sampler's ``sample(now_ns)`` (a sampler that raises is logged o
 tried again next tick), the ``host`` tag added, the points published to /metrics and
 submitted to the shipper; ``AgentStats.sample_duration_seconds`` is the wall time of the
 sampling, read by the ``agent`` self sampler at the next tick.
+
+Edge samples: ``edge_sample()`` (``POST /edge`` on loopback) samples now, outside the tick
+grid, so that a run or epoch edge has a real reading at its own instant instead of one
+interpolated between two ticks (a rank asks at each run/epoch event and uses the returned
+timestamp as the event's). The points are shipped like a tick's but not published to
+/metrics (scrapes keep their regular grid); slow samplers (GPU: NVML) are left out. One
+lock serialises ticks and edge samples: samplers keep /proc files open and are not
+thread-safe.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -78,9 +87,11 @@ class SampleRound:
     host: str
     _failing: set[str] = field(default_factory=set)
 
-    def __call__(self, now_ns: int) -> list[Point]:
+    def __call__(self, now_ns: int, skip: frozenset[str] = frozenset()) -> list[Point]:
         points: list[Point] = []
         for sampler in self.samplers:
+            if sampler.name in skip:
+                continue
             try:
                 sampled = sampler.sample(now_ns)
             except Exception:
@@ -98,6 +109,11 @@ class SampleRound:
                 point.tags[Tag.HOST] = self.host
             points.extend(sampled)
         return points
+
+
+# Left out of edge samples: too slow to sample while a rank waits (NVML takes tens of ms),
+# and GPU counters are not summed per epoch from edges.
+EDGE_SKIPPED_SAMPLERS = frozenset({"gpu"})
 
 
 class Daemon:
@@ -118,20 +134,35 @@ class Daemon:
         self.clock_ns = clock_ns
         self.ticks = 0
         self.skipped_ticks = 0
+        self.edge_samples = 0
+        self._sampling = threading.Lock()
 
     def tick(self) -> list[Point]:
-        started = time.perf_counter()
-        points = self.sample_round(self.clock_ns())
-        self.stats.sample_duration_seconds = time.perf_counter() - started
+        with self._sampling:
+            started = time.perf_counter()
+            points = self.sample_round(self.clock_ns())
+            self.stats.sample_duration_seconds = time.perf_counter() - started
         for publisher in self.publishers:
             publisher.publish(points)
+        self._submit(points)
+        self.ticks += 1
+        return points
+
+    def edge_sample(self) -> int:
+        """Sample now (every sampler but the slow ones) and ship it; the sample's time."""
+        with self._sampling:
+            now_ns = self.clock_ns()
+            points = self.sample_round(now_ns, skip=EDGE_SKIPPED_SAMPLERS)
+            self.edge_samples += 1
+        self._submit(points)
+        return now_ns
+
+    def _submit(self, points: list[Point]) -> None:
         for submitter in self.submitters:
             try:
                 submitter.submit(points)
             except Exception:
                 log.exception("handing a sample to %r failed", submitter)
-        self.ticks += 1
-        return points
 
     def run(self, wait: Callable[[float], bool]) -> None:
         """Tick until ``wait(seconds)`` returns True (a stop was asked for)."""

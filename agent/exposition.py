@@ -20,6 +20,8 @@ same bytes are served to every later scrape until the next tick: a scrape never 
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -32,6 +34,7 @@ from agent.point import Point
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+EDGE_PATH = "/edge"  # POST: an immediate sample for a run/epoch edge (loopback only)
 # Label sets seen; past this many (interfaces and devices that come and go by the
 # thousand) the cache is emptied and refilled rather than grown without bound.
 _MAX_CACHED_LABEL_SETS = 10_000
@@ -190,7 +193,9 @@ class _Handler(BaseHTTPRequestHandler):
     A scrape is a GET with a handful of headers; parsing them through the ``email``
     package and writing status, each header and the body separately cost more than
     serving the already rendered page (0.65 ms of CPU per scrape, against ~0.2 ms this
-    way). Routes are GET only; anything else is 405.
+    way). ``routes`` answer GET and HEAD; ``post_routes`` answer POST, and only to a
+    client on loopback (the edge-sample endpoint: it makes the agent sample now, so no
+    other host may ask for it, whatever address /metrics listens on). Anything else is 405.
     """
 
     protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection
@@ -228,12 +233,28 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = connection == "close" or (
             self.request_version == "HTTP/1.0" and connection != "keep-alive"
         )
+        path = self.path.split("?", 1)[0]
+        if self.command == "POST" and path in self.server.post_routes:
+            self._post(self.server.post_routes[path], headers)
+            return
         if self.command not in ("GET", "HEAD"):
             self._reply(405, b"GET only\n", "text/plain; charset=utf-8", close=True)
             return
-        route = self.server.routes.get(self.path.split("?", 1)[0])
+        route = self.server.routes.get(path)
         if route is None:
             self._reply(404, b"not found: try /metrics\n", "text/plain; charset=utf-8")
+            return
+        content_type, body = route()
+        self._reply(200, body, content_type)
+
+    def _post(self, route: Callable[[], tuple[str, bytes]], headers: _Headers) -> None:
+        length = headers.get("content-length", "0") or "0"
+        if not length.isdigit() or int(length) > _MAX_LINE:
+            self._reply(400, b"bad content-length\n", "text/plain; charset=utf-8", close=True)
+            return
+        self.rfile.read(int(length))  # the body means nothing: drain it for keep-alive
+        if not ipaddress.ip_address(self.client_address[0].removeprefix("::ffff:")).is_loopback:
+            self._reply(403, b"loopback only\n", "text/plain; charset=utf-8", close=True)
             return
         content_type, body = route()
         self._reply(200, body, content_type)
@@ -253,6 +274,7 @@ class _Handler(BaseHTTPRequestHandler):
 class MetricsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     routes: dict[str, Callable[[], tuple[str, bytes]]]
+    post_routes: dict[str, Callable[[], tuple[str, bytes]]]
 
 
 class MetricsServer:
@@ -262,6 +284,7 @@ class MetricsServer:
         self.latest = LatestSample()
         self._server = MetricsHTTPServer((address, port), _Handler)
         self._server.routes = {"/metrics": lambda: (CONTENT_TYPE, self.latest.page())}
+        self._server.post_routes = {}
         self.address, self.port = self._server.server_address[:2]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics-http", daemon=True
@@ -270,6 +293,15 @@ class MetricsServer:
 
     def publish(self, points: Sequence[Point]) -> None:
         self.latest.publish(points)
+
+    def serve_edge_samples(self, take_edge_sample: Callable[[], int]) -> None:
+        """Answer ``POST /edge`` (loopback clients only): take a sample now, reply
+        ``{"time_ns": N}`` with the sample's timestamp (see ``Daemon.edge_sample``)."""
+
+        def route() -> tuple[str, bytes]:
+            return "application/json", json.dumps({"time_ns": take_edge_sample()}).encode()
+
+        self._server.post_routes[EDGE_PATH] = route
 
     def close(self) -> None:
         self._server.shutdown()

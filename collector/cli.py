@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_arguments(report, BACKEND_HELP["read"])
     report.add_argument("--format", choices=("table", "csv", "json"), default="table")
     report.add_argument("--findings", action="store_true", help="also print the findings")
+    report.add_argument(
+        "--columns",
+        default="default",
+        help="table columns: default (the readable set, leaving out what no host measured), "
+        "all, or a comma list of groups (epoch, storage, nfs, fabric, memory, cpu, gpu, "
+        "steps, training_io) and column names; JSON and CSV always carry every column",
+    )
     _add_remote_arguments(report)
 
     runs = sub.add_parser("runs", help="list runs, newest first")

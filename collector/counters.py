@@ -4,10 +4,18 @@ Every function takes one series as two arrays, ``times_ns`` (int64, ascending) a
 ``values`` (float64), and a batch of windows ``[starts_ns[i], ends_ns[i]]``, so one call
 answers every epoch (or every dashboard bucket) of a series at once.
 
+Edges
+    A window's edge that has a real sample at it (the agent's edge sample taken at a run or
+    epoch event and stamped with the same time) is read from that sample, since
+    interpolation at a sample's own time is its value: the amount is the difference of two
+    real readings. ``sampled_edges`` says which edges had
+    one; the others are interpolated (next paragraph), which the report flags.
+
 Cumulative counters (``Kind.COUNTER``)
     The amount in a window is ``C(end) - C(start)`` where ``C`` is the counter linearly
-    interpolated between the samples around each boundary. A window shorter than the
-    sampling interval therefore still gets its share of the bytes.
+    interpolated between the samples around each boundary (exact at a sampled edge).
+    Interpolation spreads a tick's activity evenly over the tick: right for steady I/O,
+    wrong for a burst at an unsampled edge (a read starting at ``epoch_start``).
 
     A decrease between consecutive samples is a counter reset (reboot, driver reload,
     32-bit wrap): the new value counts as growth from zero, as Prometheus ``increase()``
@@ -32,6 +40,26 @@ from __future__ import annotations
 import numpy as np
 
 NS_PER_SECOND = 1_000_000_000
+# A sample this close to an edge counts as the reading at the edge. An agent's edge sample
+# and the event it stamps share one timestamp (0 ns apart); a tick that happens to fall
+# within a millisecond of an event is as good (the interpolation error is a thousandth of
+# a tick's activity).
+EDGE_TOLERANCE_NS = 1_000_000
+
+
+def sampled_edges(
+    times_ns: np.ndarray, edges_ns: np.ndarray | list[int], tolerance_ns: int = EDGE_TOLERANCE_NS
+) -> np.ndarray:
+    """True for each edge with a real sample within ``tolerance_ns`` of it; False where
+    the value at the edge is interpolated between the samples around it."""
+    times = np.asarray(times_ns, dtype=np.int64)
+    edges = np.atleast_1d(np.asarray(edges_ns, dtype=np.int64))
+    if times.size == 0:
+        return np.zeros(edges.shape, dtype=bool)
+    right = np.clip(np.searchsorted(times, edges), 0, times.size - 1)
+    left = np.clip(right - 1, 0, times.size - 1)
+    distance = np.minimum(np.abs(times[right] - edges), np.abs(times[left] - edges))
+    return distance <= tolerance_ns
 
 
 def _prepare(

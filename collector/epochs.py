@@ -41,6 +41,9 @@ communication_percent      the rest (optimizer update, callbacks) is 100 minus t
 training_read_bytes        what the ranks and their data loaders read from storage
                            (/proc/<pid>/io read_bytes, mapped libraries' page-ins included)
 training_cache_read_bytes  what their reads got from the page cache (rchar - read_bytes)
+interpolated_edges         the window's edges ("start", "end", "start,end") with no real node
+                           reading at them: the node amounts there are interpolated between
+                           the agent's ticks; "" when both edges are real edge samples
 =========================  ==================================================================
 
 The ``*`` row of an epoch adds up the hosts that ran it:
@@ -85,52 +88,21 @@ from agent.schema import (
     Workload,
 )
 from collector import anatomy, throughput
+from collector.columns import BY_NAME, REPORT_COLUMN_NAMES
 from collector.counters import (
     NS_PER_SECOND,
     counter_increases,
     gauge_deltas,
     gauge_means,
     nansum_or_nan,
+    sampled_edges,
 )
 from collector.store_api import ReadStore, SeriesData, SeriesInfo, WorkloadEvent
 
 ALL_HOSTS = "*"
 BYTES_PER_MB = 1_000_000
 
-COLUMNS: tuple[str, ...] = (
-    "host",
-    "epoch",
-    "start",
-    "end",
-    "seconds",
-    "images",
-    "images_per_second",
-    "disk_read_bytes",
-    "disk_read_mbps",
-    "disk_write_bytes",
-    "nfs_server_read_bytes",
-    "nfs_server_read_mbps",
-    "nfs_app_read_bytes",
-    "nfs_cache_hit_ratio",
-    "ib_rcv_bytes",
-    "ib_xmit_bytes",
-    "ib_rcv_mbps",
-    "ib_xmit_mbps",
-    "net_rx_bytes",
-    "net_tx_bytes",
-    "rx_minus_tx_mbps",
-    "page_cache_delta_bytes",
-    "major_faults",
-    "cpu_util_percent",
-    "iowait_percent",
-    "gpu_util_percent",
-    "seconds_per_step",
-    "input_wait_percent",
-    "compute_percent",
-    "communication_percent",
-    "training_read_bytes",
-    "training_cache_read_bytes",
-)
+COLUMNS: tuple[str, ...] = REPORT_COLUMN_NAMES  # declared in collector.columns
 
 
 # --------------------------------------------------------------------------------------
@@ -403,6 +375,7 @@ class EpochAmounts:
     values: dict[str, float] = field(default_factory=dict)  # HostTotal key -> amount
     gpu_count: float = 0.0
     fabric: str = ""  # "ib" | "net" | "" (neither)
+    interpolated_edges: tuple[str, ...] = ()  # "start" / "end": no real reading at that edge
     images_per_second: float = math.nan  # collector.throughput: not additive, set per row
 
 
@@ -447,6 +420,7 @@ class EpochRow:
     communication_percent: float | None
     training_read_bytes: int | None
     training_cache_read_bytes: int | None
+    interpolated_edges: str = ""  # "start", "end", "start,end": no edge sample there
 
     @property
     def start(self) -> str:
@@ -517,40 +491,47 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
         seconds_per_step = step_seconds / np.where(steps > 0, steps, np.nan)
         training_read = column(anatomy.PROCESS_READ)
         cache_read = np.maximum(column(anatomy.PROCESS_RCHAR) - training_read, 0.0)
-        derived: dict[str, tuple[np.ndarray, int | None]] = {
-            "images_per_second": (rate, 2),
-            "disk_read_bytes": (column("disk_read"), None),
-            "disk_read_mbps": (mbps("disk_read"), 3),
-            "disk_write_bytes": (column("disk_write"), None),
-            "nfs_server_read_bytes": (column("nfs_server_read"), None),
-            "nfs_server_read_mbps": (mbps("nfs_server_read"), 3),
-            "nfs_app_read_bytes": (app_read, None),
-            "nfs_cache_hit_ratio": (hit_ratio, 4),
-            "ib_rcv_bytes": (column("ib_rcv"), None),
-            "ib_xmit_bytes": (column("ib_xmit"), None),
-            "ib_rcv_mbps": (mbps("ib_rcv"), 3),
-            "ib_xmit_mbps": (mbps("ib_xmit"), 3),
-            "net_rx_bytes": (column("net_rx"), None),
-            "net_tx_bytes": (column("net_tx"), None),
-            "rx_minus_tx_mbps": (mbps("fabric_net"), 3),
-            "page_cache_delta_bytes": (column("page_cache_delta"), None),
-            "major_faults": (column("major_faults"), None),
-            "cpu_util_percent": (100.0 * cpu_busy / cpu_total, 2),
-            "iowait_percent": (100.0 * column("cpu_iowait_seconds") / cpu_total, 2),
-            "gpu_util_percent": (gpu_util, 2),
-            "seconds_per_step": (seconds_per_step, 4),
-            "input_wait_percent": (share(anatomy.INPUT_WAIT), 2),
-            "compute_percent": (share(anatomy.COMPUTE), 2),
-            "communication_percent": (share(anatomy.COMMUNICATION), 2),
-            "training_read_bytes": (training_read, None),
-            "training_cache_read_bytes": (cache_read, None),
+        derived: dict[str, np.ndarray] = {
+            "images_per_second": rate,
+            "disk_read_bytes": column("disk_read"),
+            "disk_read_mbps": mbps("disk_read"),
+            "disk_write_bytes": column("disk_write"),
+            "nfs_server_read_bytes": column("nfs_server_read"),
+            "nfs_server_read_mbps": mbps("nfs_server_read"),
+            "nfs_app_read_bytes": app_read,
+            "nfs_cache_hit_ratio": hit_ratio,
+            "ib_rcv_bytes": column("ib_rcv"),
+            "ib_xmit_bytes": column("ib_xmit"),
+            "ib_rcv_mbps": mbps("ib_rcv"),
+            "ib_xmit_mbps": mbps("ib_xmit"),
+            "net_rx_bytes": column("net_rx"),
+            "net_tx_bytes": column("net_tx"),
+            "rx_minus_tx_mbps": mbps("fabric_net"),
+            "page_cache_delta_bytes": column("page_cache_delta"),
+            "major_faults": column("major_faults"),
+            "cpu_util_percent": 100.0 * cpu_busy / cpu_total,
+            "iowait_percent": 100.0 * column("cpu_iowait_seconds") / cpu_total,
+            "gpu_util_percent": gpu_util,
+            "seconds_per_step": seconds_per_step,
+            "input_wait_percent": share(anatomy.INPUT_WAIT),
+            "compute_percent": share(anatomy.COMPUTE),
+            "communication_percent": share(anatomy.COMMUNICATION),
+            "training_read_bytes": training_read,
+            "training_cache_read_bytes": cache_read,
         }
-    values = [_column_values(array, digits) for array, digits in derived.values()]
-    seconds_out = np.round(seconds, 3).tolist()
-    images_out = np.round(images).astype(np.int64).tolist()
+    values = {name: _column_values(array, BY_NAME[name].digits) for name, array in derived.items()}
+    values["seconds"] = np.round(seconds, BY_NAME["seconds"].digits).tolist()
+    values["images"] = np.round(images).astype(np.int64).tolist()
     return [
-        EpochRow(a.host, a.epoch, a.start_ns, a.end_ns, seconds_out[i], images_out[i], *row)
-        for i, (a, row) in enumerate(zip(amounts, zip(*values, strict=True), strict=True))
+        EpochRow(
+            host=a.host,
+            epoch=a.epoch,
+            start_ns=a.start_ns,
+            end_ns=a.end_ns,
+            **{name: column[i] for name, column in values.items()},
+            interpolated_edges=",".join(a.interpolated_edges),
+        )
+        for i, a in enumerate(amounts)
     ]
 
 
@@ -570,6 +551,9 @@ def all_hosts_amounts(epoch: int, hosts: list[EpochAmounts]) -> EpochAmounts:
         images=sum(h.images for h in hosts),
         gpu_count=sum(h.gpu_count for h in hosts),
         fabric="mixed",
+        interpolated_edges=tuple(
+            edge for edge in EDGES if any(edge in h.interpolated_edges for h in hosts)
+        ),
     )
     for key in {key for h in hosts for key in h.values}:
         present = [v for h in hosts if (v := h.values.get(key, math.nan)) == v]
@@ -618,6 +602,7 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
             if total.key == "gpu_util":
                 gpu_count = count
         fabric = _host_fabric(series, host, int(starts.min()), int(ends.max()))
+        interpolated = interpolated_edges(series, host, starts, ends)
         if fabric == "ib":
             values["fabric_net"] = values["ib_rcv"] - values["ib_xmit"]
         elif fabric == "net":
@@ -634,9 +619,30 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
                     values={key: float(array[i]) for key, array in values.items()},
                     gpu_count=float(gpu_count[i]),
                     fabric=fabric,
+                    interpolated_edges=interpolated[i],
                 )
             )
     return out
+
+
+EDGES = ("start", "end")
+
+
+def interpolated_edges(
+    series: dict[tuple[str, str], list[SeriesData]],
+    host: str,
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> list[tuple[str, ...]]:
+    """Per window, the edges with no real node reading at them (``counters.sampled_edges``
+    on the host's page-cache series, else its disk series): amounts there are interpolated."""
+    reference = series.get(("page_cache_delta", host)) or series.get(("disk_read", host)) or []
+    times = reference[0].times_ns if reference else np.empty(0, dtype=np.int64)
+    at_start, at_end = sampled_edges(times, starts), sampled_edges(times, ends)
+    return [
+        tuple(edge for edge, sampled in zip(EDGES, pair, strict=True) if not sampled)
+        for pair in zip(at_start, at_end, strict=True)
+    ]
 
 
 def _host_fabric(

@@ -55,21 +55,23 @@ Live runs
     charts back for longer).
 
 Caching
-    Finished and failed runs no longer change: their results are kept (``clear_cache()``
-    drops them), keyed by the store, the run and its end. The run's epoch events are decoded
-    once and its steps read once as columns (``StepTable``), both shared by every question
-    about it; its per-epoch report is built once and shared by ``epoch_table`` and
-    ``findings``. The caches are safe to use from several threads, and two threads asking
-    the same thing at once wait for one computation. Live runs are always computed afresh.
-    Memory: the step tables of the 2 runs last asked about, and the samples of the last one
-    (for a run of 8 hosts x 3 h and 34,560 steps, 1.9 MB of steps and 27 MB of
-    samples), besides small results of 256 questions.
+    Finished and failed runs no longer change: their results are kept in the store's own
+    ``RunCache`` (``run_cache(store)``), which lives as long as the store object and is
+    keyed by the run and its end; ``clear_cache(store)`` drops it. The run's epoch events
+    are decoded once and its steps read once as columns (``StepTable``), both shared by
+    every question about it; its per-epoch report is built once and shared by
+    ``epoch_table`` and ``findings``. The caches are safe to use from several threads, and
+    two threads asking the same thing at once wait for one computation. Live runs are
+    always computed afresh. Memory per store: the step tables of the 2 runs last asked
+    about, and the samples of the last one (for a run of 8 hosts x 3 h and 34,560 steps,
+    1.9 MB of steps and 27 MB of samples), besides small results of 256 questions.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -78,7 +80,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from agent.schema import Event, Gpu, Memory, RunState, Workload
-from collector import anatomy
+from collector import anatomy, columns
 from collector.counters import NS_PER_SECOND
 from collector.epochs import (
     BYTES_PER_MB,
@@ -159,54 +161,7 @@ _RUN_TOTALS = (*HOST_TOTALS, _PAGE_CACHE)  # what the report and the charts read
 _TABLE_RATES = {"net_rx_mbps": "net_rx", "net_tx_mbps": "net_tx"}
 TABLE_COLUMNS: tuple[str, ...] = (*COLUMNS, *_TABLE_RATES)
 
-COLUMN_HELP: dict[str, str] = {
-    "host": "The host, or * for all hosts together (sums of amounts over the longest host window)",
-    "epoch": "Epoch number, from 1",
-    "start": "Start of the epoch on this host's clock (ISO 8601, UTC)",
-    "end": "End of the epoch on this host's clock (ISO 8601, UTC)",
-    "seconds": "Length of the epoch on this host's clock",
-    "images": "Images the host's ranks processed in the epoch",
-    "images_per_second": "Images divided by the epoch's seconds",
-    "disk_read_bytes": "Bytes read from local block devices of kind disk",
-    "disk_read_mbps": "Reads from local block devices of kind disk (partitions, "
-    "device-mapper, md and loop devices left out: their I/O is already counted on the disk "
-    "below them)",
-    "disk_write_bytes": "Bytes written to local block devices of kind disk",
-    "nfs_server_read_bytes": "Bytes fetched from NFS servers (each duplicate mount counted once)",
-    "nfs_server_read_mbps": "Bytes fetched from NFS servers over the network (each duplicate "
-    "mount counted once)",
-    "nfs_app_read_bytes": "Bytes applications read from NFS mounts (page-cache hits included)",
-    "nfs_cache_hit_ratio": "Share of the bytes applications read from NFS that the page cache "
-    "served: 1 - server read / application read",
-    "ib_rcv_bytes": "InfiniBand bytes received, all ports",
-    "ib_xmit_bytes": "InfiniBand bytes sent, all ports",
-    "ib_rcv_mbps": "InfiniBand bytes received, all ports",
-    "ib_xmit_mbps": "InfiniBand bytes sent, all ports",
-    "net_rx_bytes": "Bytes received on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
-    "net_tx_bytes": "Bytes sent on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
-    "net_rx_mbps": "Bytes received on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
-    "net_tx_mbps": "Bytes sent on physical NICs (IPoIB in; bonds, bridges, veth, ifb out)",
-    "rx_minus_tx_mbps": "Received minus sent on the fabric (InfiniBand when the host has any, "
-    "else the NICs). Gradients go out and come in in equal amounts, so with storage on the "
-    "fabric this is the storage read rate",
-    "page_cache_delta_bytes": "Growth of the page cache (memory.cached_bytes) from the start "
-    "to the end of the epoch",
-    "major_faults": "Page faults that had to read from storage",
-    "cpu_util_percent": "Share of all CPU time that was neither idle nor iowait",
-    "iowait_percent": "Share of all CPU time spent waiting on I/O",
-    "gpu_util_percent": "Time-weighted mean utilisation over the host's GPUs",
-    "seconds_per_step": "Mean wall time of one training step on the host's ranks",
-    "input_wait_percent": "Share of the ranks' step time spent waiting for the next batch "
-    "from the input pipeline",
-    "compute_percent": "Share of the ranks' step time in forward and backward (all-reduce "
-    "hidden behind backward included once, here)",
-    "communication_percent": "Share of the ranks' step time waiting for the gradient "
-    "all-reduce once the gradients were ready (including waiting for slower ranks)",
-    "training_read_bytes": "What the training's own processes (ranks and their data "
-    "loaders) read from storage: /proc/<pid>/io read_bytes, mapped libraries included",
-    "training_cache_read_bytes": "What the training's own reads got from the page cache: "
-    "rchar - read_bytes",
-}
+COLUMN_HELP: dict[str, str] = columns.COLUMN_HELP  # worded once, in collector.columns
 
 
 # --------------------------------------------------------------------------------------
@@ -256,13 +211,48 @@ class _Cache:
             self._slots.clear()
 
 
-_RESULTS = _Cache(256)  # summaries, tables, reports, findings: small
-_STEPS = _Cache(2)  # a run's steps as columns: 56 bytes a step
-_SAMPLES = _Cache(1)  # the samples behind a run's charts and report: as much again
+class RunCache:
+    """What is kept about one store's finished runs: small results (summaries, tables,
+    reports, findings), the steps of the 2 runs last asked about (56 bytes a step) and the
+    samples of the last one (as much again). Owned by its store: ``run_cache(store)``."""
+
+    def __init__(self) -> None:
+        self.results = _Cache(256)
+        self.steps = _Cache(2)
+        self.samples = _Cache(1)
+
+    def clear(self) -> None:
+        for cache in (self.results, self.steps, self.samples):
+            cache.clear()
 
 
-def _key(store: ReadStore, run: RunInfo, kind: str) -> tuple:
-    return (id(store), run.run_id, run.state, run.end_ns, kind)
+# Each store's cache lives exactly as long as the store object: keyed on the object itself
+# (weakly), never on id(), which a store opened later may reuse.
+_BY_STORE: weakref.WeakKeyDictionary[ReadStore, RunCache] = weakref.WeakKeyDictionary()
+_BY_STORE_LOCK = threading.Lock()
+
+
+def run_cache(store: ReadStore) -> RunCache | None:
+    """The store's cache, made on first use; None for a store that cannot be weakly
+    referenced (its runs are then always computed afresh)."""
+    with _BY_STORE_LOCK:
+        try:
+            cache = _BY_STORE.get(store)
+            if cache is None:
+                cache = _BY_STORE[store] = RunCache()
+        except TypeError:
+            return None
+        return cache
+
+
+def cached_stores() -> int:
+    """How many live stores have a cache (for tests)."""
+    with _BY_STORE_LOCK:
+        return len(_BY_STORE)
+
+
+def _key(run: RunInfo, kind: str) -> tuple:
+    return (run.run_id, run.state, run.end_ns, kind)
 
 
 def _kept(run: RunInfo | None) -> bool:
@@ -270,14 +260,19 @@ def _kept(run: RunInfo | None) -> bool:
 
 
 def _cached(store: ReadStore, run: RunInfo | None, kind: str, compute: Callable[[], T]) -> T:
-    if run is None or not _kept(run):
+    cache = run_cache(store) if _kept(run) else None
+    if run is None or cache is None:
         return compute()
-    return _RESULTS.get(_key(store, run, kind), compute)
+    return cache.results.get(_key(run, kind), compute)
 
 
-def clear_cache() -> None:
-    for cache in (_RESULTS, _STEPS, _SAMPLES):
-        cache.clear()
+def clear_cache(store: ReadStore | None = None) -> None:
+    """Drop what is kept about ``store``'s runs, or about every store's."""
+    with _BY_STORE_LOCK:
+        caches = list(_BY_STORE.values()) if store is None else [_BY_STORE.get(store)]
+    for cache in caches:
+        if cache is not None:
+            cache.clear()
 
 
 def _run(store: ReadStore, run_id: str) -> RunInfo | None:
@@ -323,24 +318,25 @@ class _KeptRun:
             return self.store.events(run_id, since_ns, kinds)
         if kinds is None or not set(kinds) <= set(EPOCH_KINDS):
             return self.store.events(run_id, since_ns, kinds)
-        pool = _RESULTS.get(
-            _key(self.store, run, "epoch_events"),
-            lambda: self.store.events(run_id, kinds=EPOCH_KINDS),
+        pool = _cached(
+            self.store, run, "epoch_events", lambda: self.store.events(run_id, kinds=EPOCH_KINDS)
         )
         return [e for e in pool if (since_ns is None or e.time_ns > since_ns) and e.event in kinds]
 
     def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
         run = self._run(run_id)
-        if run is None or not _kept(run):
+        cache = run_cache(self.store) if _kept(run) else None
+        if run is None or cache is None:
             return self.store.steps(run_id, since_ns)
-        table = _STEPS.get(_key(self.store, run, "steps"), lambda: self.store.steps(run_id))
+        table = cache.steps.get(_key(run, "steps"), lambda: self.store.steps(run_id))
         return table.after(since_ns)
 
     def read_series(self, series: list[SeriesInfo], start_ns: int, end_ns: int) -> list[SeriesData]:
         run = self.kept
-        if run is None or not _kept(run):
+        cache = run_cache(self.store) if _kept(run) else None
+        if run is None or cache is None:
             return self.store.read_series(series, start_ns, end_ns)
-        kept = _SAMPLES.get(_key(self.store, run, "samples"), lambda: self._read_run(run))
+        kept = cache.samples.get(_key(run, "samples"), lambda: self._read_run(run))
         if not (
             kept.start_ns <= start_ns
             and end_ns <= kept.end_ns

@@ -29,7 +29,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from collector.columns import TEXT, ReportColumn, format_cell, select
 from collector.epochs import ALL_HOSTS, COLUMNS, EpochRow, build_report, iso_utc
+from collector.evidence import evidence_items
 from collector.scaling import stored_run_throughput
 from collector.store_api import ReadStore, RunInfo
 
@@ -151,15 +153,6 @@ def _console(out):
     return Console(file=out, width=None if out.isatty() else 400, soft_wrap=False)
 
 
-def human_bytes(value: float | None) -> str:
-    if value is None:
-        return "–"
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:,.1f} {unit}"
-    return f"{value:,.0f} B"
-
-
 def _number(value: float | None, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -170,52 +163,34 @@ def _number(value: float | None, digits: int = 1) -> str:
 # report
 # --------------------------------------------------------------------------------------
 
-# (header, how to show the row's value) for the human table; CSV/JSON use COLUMNS as is.
-TABLE_COLUMNS: tuple[tuple[str, Any], ...] = (
-    ("host", lambda r: r.host),
-    ("epoch", lambda r: str(r.epoch)),
-    ("start (UTC)", lambda r: r.start[11:19]),
-    ("s", lambda r: _number(r.seconds)),
-    ("images", lambda r: f"{r.images:,}"),
-    ("img/s", lambda r: _number(r.images_per_second)),
-    ("disk read", lambda r: human_bytes(r.disk_read_bytes)),
-    ("disk MB/s", lambda r: _number(r.disk_read_mbps)),
-    ("disk write", lambda r: human_bytes(r.disk_write_bytes)),
-    ("NFS server", lambda r: human_bytes(r.nfs_server_read_bytes)),
-    ("NFS MB/s", lambda r: _number(r.nfs_server_read_mbps)),
-    ("NFS app", lambda r: human_bytes(r.nfs_app_read_bytes)),
-    ("NFS hit", lambda r: _number(r.nfs_cache_hit_ratio, 2)),
-    ("IB rcv", lambda r: human_bytes(r.ib_rcv_bytes)),
-    ("IB xmit", lambda r: human_bytes(r.ib_xmit_bytes)),
-    ("IB rcv MB/s", lambda r: _number(r.ib_rcv_mbps)),
-    ("IB xmit MB/s", lambda r: _number(r.ib_xmit_mbps)),
-    ("NIC rx", lambda r: human_bytes(r.net_rx_bytes)),
-    ("NIC tx", lambda r: human_bytes(r.net_tx_bytes)),
-    ("rx-tx MB/s", lambda r: _number(r.rx_minus_tx_mbps)),
-    ("cache Δ", lambda r: human_bytes(r.page_cache_delta_bytes)),
-    ("maj faults", lambda r: "–" if r.major_faults is None else f"{r.major_faults:,}"),
-    ("CPU %", lambda r: _number(r.cpu_util_percent)),
-    ("iowait %", lambda r: _number(r.iowait_percent)),
-    ("GPU %", lambda r: _number(r.gpu_util_percent)),
-    ("s/step", lambda r: _number(r.seconds_per_step, 3)),
-    ("input %", lambda r: _number(r.input_wait_percent)),
-    ("compute %", lambda r: _number(r.compute_percent)),
-    ("comm %", lambda r: _number(r.communication_percent)),
-    ("own read", lambda r: human_bytes(r.training_read_bytes)),
-    ("own cached", lambda r: human_bytes(r.training_cache_read_bytes)),
-)
+def table_columns(rows: list[EpochRow], choice: str) -> tuple[ReportColumn, ...]:
+    """The text table's columns (``--columns``): the default set leaves out columns that no
+    row measured (no NFS mount, no InfiniBand, no GPU)."""
+    try:
+        chosen = select(choice)
+    except ValueError as error:
+        raise CliError(str(error), 2) from None
+    if choice != "default":
+        return chosen
+    return tuple(
+        c for c in chosen if c.unit == TEXT or any(getattr(r, c.name) is not None for r in rows)
+    )
 
 
-def report_table(run_id: str, rows: list[EpochRow]):
-    """The report as a rich ``Text``: ``*`` rows bold, a rule between epochs.
+def report_table(run_id: str, rows: list[EpochRow], choice: str = "default"):
+    """The report as a rich ``Text``: ``*`` rows bold, a rule between epochs, the ``*`` row
+    left out when the run has one host (it would repeat the host's row).
 
     Laid out here rather than with ``rich.table.Table``, which measures every cell: a
     90-epoch, 8-host report (810 rows x 25 columns) took 3.5 s of CPU that way, 0.1 s so.
     """
     from rich.text import Text
 
-    headers = [header for header, _ in TABLE_COLUMNS]
-    cells = [[show(row) for _, show in TABLE_COLUMNS] for row in rows]
+    if len({row.host for row in rows if row.host != ALL_HOSTS}) <= 1:
+        rows = [row for row in rows if row.host != ALL_HOSTS]
+    columns = table_columns(rows, choice)
+    headers = [column.heading for column in columns]
+    cells = [[format_cell(c, getattr(row, c.name)) for c in columns] for row in rows]
     widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)]
 
     def line(values: list[str]) -> str:
@@ -236,7 +211,27 @@ def report_table(run_id: str, rows: list[EpochRow]):
             text.append(rule, style="dim")
         previous_epoch = row.epoch
         text.append(line(row_cells), style="bold" if row.host == ALL_HOSTS else "")
+    note = interpolated_edges_note(rows)
+    if note:
+        text.append(note + "\n", style="dim")
     return text
+
+
+def interpolated_edges_note(rows: list[EpochRow]) -> str:
+    """The note under the table naming the epoch edges whose node amounts are interpolated
+    (no agent edge sample there); "" when every edge is a real reading."""
+    flagged = [
+        f"{row.host} epoch {row.epoch} {row.interpolated_edges.replace(',', '+')}"
+        for row in rows
+        if row.host != ALL_HOSTS and row.interpolated_edges
+    ]
+    if not flagged:
+        return ""
+    shown = "; ".join(flagged[:6]) + (f"; and {len(flagged) - 6} more" if len(flagged) > 6 else "")
+    return (
+        "Interpolated edges (no agent edge sample: node amounts there are spread evenly over "
+        f"the tick, so a burst at the edge is misplaced): {shown}"
+    )
 
 
 def print_findings(findings: list, console) -> None:
@@ -248,6 +243,8 @@ def print_findings(findings: list, console) -> None:
         colour = colours.get(finding.severity, "")
         console.print(f"[{colour}]{finding.severity.upper()}[/] {finding.title}")
         console.print(f"  {finding.explanation}", highlight=False)
+        for label, text in evidence_items(finding.evidence):
+            console.print(f"    {label}: {text}", style="dim", highlight=False, markup=False)
         if finding.chart:
             console.print(f"  chart: {finding.chart}", style="dim")
 
@@ -290,9 +287,8 @@ def print_report(store: ReadStore, args: argparse.Namespace, out) -> int:
         if not report.rows:
             console.print(f"run {args.run_id} has no epoch events yet")
         else:
-            console.print(
-                report_table(args.run_id, report.rows), no_wrap=True, overflow="ignore", crop=False
-            )
+            table = report_table(args.run_id, report.rows, getattr(args, "columns", "default"))
+            console.print(table, no_wrap=True, overflow="ignore", crop=False)
         if findings is not None:
             console.print()
             print_findings(findings, console)

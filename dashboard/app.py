@@ -236,7 +236,8 @@ class Callbacks:
             ts = self.source.timeseries(run_id, live=False)
             boundaries = self.source.boundaries(run_id)
             rows = self.source.epochs(run_id)
-        return pages.timeseries_figure(ts, boundaries, rows), pages.bucket_note(ts, boundaries)
+        figure = pages.timeseries_figure(ts, boundaries, rows, live=False)
+        return figure, pages.bucket_note(ts, boundaries)
 
     # -- runs page -------------------------------------------------------------------------
     def refresh_runs(self, _tick: int, known: str | None) -> tuple[Any, str]:
@@ -277,7 +278,7 @@ class Callbacks:
         bucket_note: Any = no_update
         if redraw:
             ts = self.source.timeseries(run_id, live)
-            time_figure: Any = pages.timeseries_figure(ts, boundaries, rows or [])
+            time_figure: Any = pages.timeseries_figure(ts, boundaries, rows or [], live)
             new_state = self._live_state(run_id, ts, boundaries)
             bucket_note = pages.bucket_note(ts, boundaries)
         else:

@@ -1,7 +1,7 @@
 """What each column shown by the dashboard means, and how its numbers are written.
 
-The per-epoch table shows a subset of ``collector.query.TABLE_COLUMNS`` (the report rows);
-each header carries its meaning as a tooltip, worded once in ``collector.query.COLUMN_HELP``.
+The per-epoch table shows a subset of the report's columns; each header's label and tooltip
+come from their one declaration in ``collector.columns``.
 MB is 10^6 bytes and GB 10^9 bytes, as in the collector's reports. A value the collector
 could not measure is ``None`` and shows as "–", never as 0.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from dash.dash_table.Format import Format, Group, Scheme, Symbol
 
-from collector.query import COLUMN_HELP
+from collector import columns as report_columns
 from collector.scaling import whole_percent
 
 MISSING = "–"
@@ -28,36 +28,57 @@ class Column:
     kind: str  # how to write the number: see format_value
 
 
-def _epoch_column(key: str, label: str, kind: str, more: str = "") -> Column:
-    """A per-epoch table column, its tooltip from ``collector.query.COLUMN_HELP``."""
-    return Column(key, label, COLUMN_HELP[key] + more, kind)
+# how the dashboard writes each unit of collector.columns
+KIND_OF_UNIT = {
+    report_columns.TEXT: "text",
+    report_columns.TIME: "text",
+    report_columns.SECONDS: "seconds",
+    report_columns.COUNT: "int",
+    report_columns.RATE: "rate",
+    report_columns.MBPS: "rate",
+    report_columns.BYTES: "bytes",
+    report_columns.PERCENT: "percent",
+    report_columns.RATIO: "ratio",
+}
 
 
+def _epoch_column(name: str, more: str = "") -> Column:
+    """A per-epoch table column as ``collector.columns`` declares it."""
+    spec = report_columns.BY_NAME[name]
+    return Column(name, spec.label, spec.help + more, KIND_OF_UNIT[spec.unit])
+
+
+# the report's columns the per-epoch table shows, in this order
 EPOCH_COLUMNS: tuple[Column, ...] = (
-    _epoch_column("epoch", "Epoch", "int", " (hover a row's epoch for its start and end)"),
-    _epoch_column("host", "Host", "text"),
-    _epoch_column("seconds", "Seconds", "seconds"),
-    _epoch_column("images", "Images", "int"),
-    _epoch_column("images_per_second", "Images/s", "rate"),
-    _epoch_column("disk_read_mbps", "Disk read MB/s", "rate"),
-    _epoch_column("nfs_server_read_mbps", "NFS server read MB/s", "rate"),
-    _epoch_column("nfs_cache_hit_ratio", "NFS cache hits", "ratio"),
-    _epoch_column("ib_rcv_mbps", "IB rcv MB/s", "rate"),
-    _epoch_column("ib_xmit_mbps", "IB xmit MB/s", "rate"),
-    _epoch_column("net_rx_mbps", "NIC rx MB/s", "rate"),
-    _epoch_column("net_tx_mbps", "NIC tx MB/s", "rate"),
-    _epoch_column("rx_minus_tx_mbps", "Rcv − send MB/s", "rate"),
-    _epoch_column("page_cache_delta_bytes", "Page cache Δ", "bytes"),
-    _epoch_column("major_faults", "Major faults", "int"),
-    _epoch_column("cpu_util_percent", "CPU %", "percent"),
-    _epoch_column("iowait_percent", "iowait %", "percent"),
-    _epoch_column("gpu_util_percent", "GPU %", "percent"),
-    _epoch_column("seconds_per_step", "Seconds per step", "ratio"),
-    _epoch_column("input_wait_percent", "Input wait %", "percent"),
-    _epoch_column("compute_percent", "Compute %", "percent"),
-    _epoch_column("communication_percent", "All-reduce %", "percent"),
-    _epoch_column("training_read_bytes", "Training's storage reads", "bytes"),
-    _epoch_column("training_cache_read_bytes", "Training's cache reads", "bytes"),
+    _epoch_column("epoch", " (hover a row's epoch for its start and end)"),
+    *(
+        _epoch_column(name)
+        for name in (
+            "host",
+            "seconds",
+            "images",
+            "images_per_second",
+            "disk_read_mbps",
+            "nfs_server_read_mbps",
+            "nfs_cache_hit_ratio",
+            "ib_rcv_mbps",
+            "ib_xmit_mbps",
+            "net_rx_mbps",
+            "net_tx_mbps",
+            "rx_minus_tx_mbps",
+            "page_cache_delta_bytes",
+            "major_faults",
+            "cpu_util_percent",
+            "iowait_percent",
+            "gpu_util_percent",
+            "seconds_per_step",
+            "input_wait_percent",
+            "compute_percent",
+            "communication_percent",
+            "training_read_bytes",
+            "training_cache_read_bytes",
+        )
+    ),
 )
 
 RUN_COLUMNS: tuple[Column, ...] = (

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from dash import dash_table, dcc, html
 
+from collector.evidence import evidence_items
 from dashboard import figures
 from dashboard.columns import (
     ALL_HOSTS,
@@ -254,25 +255,11 @@ def scaling_table(rows: list[dict[str, Any]]) -> html.Div:
 # --------------------------------------------------------------------------------------
 
 
-def _evidence_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.3f}".rstrip("0").rstrip(".")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {_evidence_value(v)}" for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return ", ".join(_evidence_value(v) for v in value)
-    return str(value)
-
-
 def finding_card(finding: dict[str, Any], run_id: str, same_page: bool) -> html.Div:
     anchor = chart_anchor(finding.get("chart") or "")
     href = f"#{anchor}" if same_page else run_href(run_id, anchor)
     evidence = finding.get("evidence") or {}
-    rows = [
-        html.Tr([html.Th(key), html.Td(_evidence_value(value))]) for key, value in evidence.items()
-    ]
+    rows = [html.Tr([html.Th(label), html.Td(text)]) for label, text in evidence_items(evidence)]
     link_text = "show the chart" if same_page else "show on the run page"
     link = (
         html.A(link_text, href=href, className="chart-link")
@@ -374,9 +361,9 @@ def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
 
 
 def timeseries_figure(
-    ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]]
+    ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]], live: bool = True
 ) -> dict[str, Any]:
-    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows)
+    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows, live=live)
 
 
 def epoch_figures(
@@ -439,7 +426,7 @@ def run_page(
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
     disk, nfs, fabric, anatomy, shares = epoch_figures(rows, order, rank_parts)
     if ts is not None:
-        time_figure = timeseries_figure(ts, boundaries, rows)
+        time_figure = timeseries_figure(ts, boundaries, rows, live)
         note = bucket_note(ts, boundaries)
     else:
         time_figure = figures.timeseries_placeholder()

@@ -333,3 +333,12 @@ def test_the_throughput_panel_with_epoch_means_has_no_no_samples_note(paper):
     middle = (throughput_domain[0] + throughput_domain[1]) / 2
     assert all(note["y"] != pytest.approx(middle) for note in notes)
     assert len(notes) == len(figures.TIME_CHARTS) - 1  # every other panel is empty here
+
+
+def test_an_unfinished_epoch_is_running_while_live_and_interrupted_after():
+    window = {"epoch": 3, "start_ns": 10**18, "end_ns": 10**18 + 10**9, "complete": False}
+    boundaries = {"node1": [window]}
+    _, live_labels = figures.epoch_shading(boundaries, ["node1"], live=True)
+    _, ended_labels = figures.epoch_shading(boundaries, ["node1"], live=False)
+    assert [label["text"] for label in live_labels] == ["epoch 3 (running)"]
+    assert [label["text"] for label in ended_labels] == ["epoch 3 (interrupted)"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -356,18 +357,28 @@ def test_profile_table_shows_the_input_columns_per_epoch():
     rows = [_report_row("vm", 1, 47_185_816), _report_row("*", 1, 47_185_816),
             _report_row("vm", 2, 608_000), _report_row("*", 2, 608_000)]  # fmt: skip
     lines = format_profile_table(rows).splitlines()
+
+    def cells(line: str) -> list[str]:  # columns are at least two spaces apart
+        return re.split(r"\s{2,}", line.strip())
+
     # one host: its rows only (the run's "*" rows would repeat them); no NFS column
     assert len(lines) == 3 and "NFS" not in lines[0] and "*" not in "".join(lines)
-    assert lines[0].split()[:8] == ["epoch", "host", "s", "images", "img/s", "disk", "read", "MB"]
-    # 47,185,816 bytes = 47.2 MB; 608,000 = 0.6 MB; 45,000,000 = 45.0 MB; 99.4 % -> 99
-    assert lines[1].split() == ["1", "vm", "20.0", "256", "12.8", "47.2", "-", "45.0", "99", "0.2"]
-    assert lines[2].split()[5] == "0.6"
+    # headed and written as `collector report` does (collector.columns)
+    assert cells(lines[0]) == [
+        "epoch", "host", "s", "images", "img/s", "disk read", "disk MB/s", "cache Δ", "CPU %",
+        "iowait %",
+    ]  # fmt: skip
+    # 47,185,816 bytes = 47.2 MB; 45,000,000 = 45.0 MB; 99.4 % -> 99.4
+    assert cells(lines[1]) == [
+        "1", "vm", "20.0", "256", "12.8", "47.2 MB", "–", "45.0 MB", "99.4", "0.2"
+    ]  # fmt: skip
+    assert cells(lines[2])[5] == "608.0 kB"
     two_hosts = [_report_row("n1", 1, 1_000_000, 2_500_000), _report_row("n2", 1, 0, 0),
                  _report_row("*", 1, 1_000_000, 2_500_000)]  # fmt: skip
     lines = format_profile_table(two_hosts).splitlines()
-    assert "NFS read MB" in lines[0]
-    assert [line.split()[1] for line in lines[1:]] == ["n1", "n2", "*"]
-    assert lines[1].split()[7] == "2.5"
+    assert "NFS server" in lines[0]
+    assert [cells(line)[1] for line in lines[1:]] == ["n1", "n2", "*"]
+    assert cells(lines[1])[7] == "2.5 MB"
     assert format_findings([]) == "No findings."
 
 

@@ -12,6 +12,13 @@ dataset_images, dataset_bytes, image_size, host_memory_bytes, warmup_steps, targ
 Count-like fields are always written as integers and the rest as floats, so a field never
 changes type between points (InfluxDB refuses that).
 
+Edges: at ``run_start``, ``epoch_start``, ``epoch_end`` and ``run_end`` the writer asks
+the node's agent for an edge sample (``AgentEdges``: ``POST /edge`` on 127.0.0.1) and
+stamps the event with that sample's time, so the report reads the node's counters at the
+event itself instead of interpolating across the tick that holds it. A rank with no agent
+answering is told so once (connection refused on loopback: well under a millisecond) and
+stamps its events with its own clock from then on.
+
 Points go to a sink: the agent's ``Shipper`` (spooled to disk before ``submit`` returns, so
 a slow or absent collector loses nothing) or, with no collector, a JSON-lines file that
 ``workloads resend`` can deliver later.
@@ -20,14 +27,19 @@ a slow or absent collector loses nothing) or, with no collector, a JSON-lines fi
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
+import logging
+import os
 import socket
 import time
 from pathlib import Path
 from typing import Protocol
 
 from agent.point import Point
-from agent.schema import Kind, Tag, Workload, field_spec
+from agent.schema import Event, Kind, Tag, Workload, field_spec
+
+log = logging.getLogger(__name__)
 
 INTEGER_UNITS = frozenset({"count", "bytes", "pixels"})
 DEFAULT_ORG = "epochscope"
@@ -143,6 +155,59 @@ def coerce(name: str, value: object) -> int | float | str:
     return float(value)  # type: ignore[arg-type]
 
 
+EDGE_EVENTS = frozenset({Event.RUN_START, Event.EPOCH_START, Event.EPOCH_END, Event.RUN_END})
+AGENT_PORT_ENV = "EPOCHSCOPE_AGENT_PORT"
+DEFAULT_AGENT_PORT = 9711
+
+
+class AgentEdges:
+    """Asks the local agent (``POST /edge`` on 127.0.0.1) to sample now; its timestamp.
+
+    ``sample()`` returns the agent's sample time in ns, or None when no agent answers:
+    after the first failure it never asks again, so a rank without an agent is not slowed.
+    A slow answer (over ``timeout`` seconds: the agent is wedged) counts as a failure too.
+    """
+
+    def __init__(self, port: int, timeout: float = 1.0) -> None:
+        self.port = port
+        self.timeout = timeout
+        self.answering: bool | None = None  # None: not asked yet
+
+    @classmethod
+    def from_environment(cls) -> AgentEdges | None:
+        """From ``EPOCHSCOPE_AGENT_PORT`` (default 9711; ``0`` or ``off``: none)."""
+        text = os.environ.get(AGENT_PORT_ENV, str(DEFAULT_AGENT_PORT)).strip()
+        if text in ("0", "off", ""):
+            return None
+        return cls(int(text)) if text.isdigit() else None
+
+    def sample(self) -> int | None:
+        if self.answering is False:
+            return None
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+        try:
+            connection.request("POST", "/edge", body=b"")
+            response = connection.getresponse()
+            body = response.read()
+            if response.status != 200:
+                raise OSError(f"HTTP {response.status}")
+            time_ns = int(json.loads(body)["time_ns"])
+        except (OSError, ValueError, KeyError, http.client.HTTPException) as error:
+            if self.answering is None:
+                log.info(
+                    "no agent edge samples on 127.0.0.1:%d (%s): epoch edges will be "
+                    "interpolated between the agent's ticks",
+                    self.port,
+                    error,
+                )
+            self.answering = False
+            return None
+        finally:
+            connection.close()
+        self.answering = True
+        return time_ns
+
+
 class EventWriter:
     """Builds a rank's ``workload`` points and hands them to a sink."""
 
@@ -154,6 +219,7 @@ class EventWriter:
         framework: str,
         host: str | None = None,
         clock_ns=time.time_ns,
+        edges: AgentEdges | None = None,
     ) -> None:
         self.sink = sink
         self.tags = {
@@ -163,11 +229,16 @@ class EventWriter:
             Tag.FRAMEWORK: framework,
         }
         self._clock_ns = clock_ns
+        self.edges = edges
 
     def emit(
         self, event: str, fields: dict[str, object] | None = None, time_ns: int | None = None
     ) -> Point:
-        """``time_ns``: when it happened, if not now (an epoch known to have begun earlier)."""
+        """``time_ns``: when it happened, if not now (an epoch known to have begun earlier).
+
+        An edge event happening now is stamped with the agent's edge sample time."""
+        if time_ns is None and event in EDGE_EVENTS and self.edges is not None:
+            time_ns = self.edges.sample()
         values: dict[str, int | float | str] = {Workload.EVENT: event}
         for name, value in (fields or {}).items():
             if value is not None:

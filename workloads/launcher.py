@@ -39,6 +39,7 @@ from pathlib import Path
 from agent.schema import Event, RunState, Tag, Workload
 from workloads import frameworks
 from workloads.datasets import DatasetError, DatasetInfo, check_format_for, describe
+from workloads.events import AGENT_PORT_ENV, DEFAULT_AGENT_PORT
 from workloads.hosts import (
     HostError,
     HostReport,
@@ -325,6 +326,7 @@ def launch(plan: Plan, args: argparse.Namespace, keep: tuple[int, ...] = ()) -> 
 
         return run_rank(plan.spec)
     env = launch_env(plan)
+    env[AGENT_PORT_ENV] = str(getattr(args, "agent_port", DEFAULT_AGENT_PORT))
     if plan.spec.framework != "pytorch":
         command = horovodrun_command(plan, args.ssh_port, args.ssh_key)
         quiet = plan.runs_dir / plan.spec.run_id / "horovodrun-stop.log"

@@ -15,6 +15,7 @@ from pathlib import Path
 from agent.point import Point
 from agent.schema import Event, Tag, Workload
 from agent.throughput import TimedWork, images_per_second
+from collector.columns import BY_NAME, format_cell
 from workloads.events import read_events_file
 
 ALL_HOSTS = "(all)"
@@ -122,46 +123,46 @@ def print_epoch_table(events_dir: Path) -> None:
 
 # --- the per-epoch table of a profiled run (`collector report --format json` rows) ---
 
-MB = 1e6
-# (heading, report field, scale, digits); NFS only where a host read over NFS
+# the report's columns (collector.columns) that tell where a profiled run's input came from;
+# NFS only where a host read over NFS
 PROFILE_COLUMNS = (
-    ("s", "seconds", 1, 1),
-    ("images", "images", 1, 0),
-    ("img/s", "images_per_second", 1, 1),
-    ("disk read MB", "disk_read_bytes", MB, 1),
-    ("disk MB/s", "disk_read_mbps", 1, 2),
-    ("NFS read MB", "nfs_server_read_bytes", MB, 1),
-    ("cache Δ MB", "page_cache_delta_bytes", MB, 1),
-    ("CPU %", "cpu_util_percent", 1, 0),
-    ("iowait %", "iowait_percent", 1, 1),
+    "seconds",
+    "images",
+    "images_per_second",
+    "disk_read_bytes",
+    "disk_read_mbps",
+    "nfs_server_read_bytes",
+    "page_cache_delta_bytes",
+    "cpu_util_percent",
+    "iowait_percent",
 )
 REPORT_ALL_HOSTS = "*"  # collector.epochs.ALL_HOSTS: the run's row of an epoch
 
 
 def format_profile_table(rows: list[dict]) -> str:
     """The columns of a profiled run that tell where its input came from, per epoch and
-    host (and the run's total per epoch when there are several hosts)."""
+    host (and the run's total per epoch when there are several hosts), headed and written
+    as ``collector report`` writes them."""
     hosts = {row["host"] for row in rows if row["host"] != REPORT_ALL_HOSTS}
     shown = [row for row in rows if len(hosts) > 1 or row["host"] != REPORT_ALL_HOSTS]
     columns = [
-        column
-        for column in PROFILE_COLUMNS
-        if column[1] != "nfs_server_read_bytes" or any(row.get(column[1]) for row in rows)
+        BY_NAME[name]
+        for name in PROFILE_COLUMNS
+        if name != "nfs_server_read_bytes" or any(row.get(name) for row in rows)
     ]
     host_width = max([4, *(len(row["host"]) for row in shown)])
-
-    def cell(row: dict, field: str, scale: float, digits: int) -> str:
-        value = row.get(field)
-        return "-" if value is None else f"{value / scale:,.{digits}f}"
-
+    widths = [
+        max([len(c.heading), 7, *(len(format_cell(c, row.get(c.name))) for row in shown)])
+        for c in columns
+    ]
     head = [f"{'epoch':>5}", f"{'host':<{host_width}}"]
-    head += [f"{heading:>{max(len(heading), 7)}}" for heading, *_ in columns]
+    head += [f"{c.heading:>{width}}" for c, width in zip(columns, widths, strict=True)]
     lines = ["  ".join(head)]
     for row in shown:
         cells = [f"{row['epoch']:>5}", f"{row['host']:<{host_width}}"]
         cells += [
-            f"{cell(row, field, scale, digits):>{max(len(heading), 7)}}"
-            for heading, field, scale, digits in columns
+            f"{format_cell(c, row.get(c.name)):>{width}}"
+            for c, width in zip(columns, widths, strict=True)
         ]
         lines.append("  ".join(cells))
     return "\n".join(lines)

@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass
 
 from agent.schema import RunState, Workload
-from workloads.events import EventWriter, make_sink
+from workloads.events import AgentEdges, EventWriter, make_sink
 from workloads.preflight import UNDELIVERED_EXIT, resend_command
 from workloads.processes import Interrupted, raise_on_signals
 from workloads.spec import TOKEN_ENV, RunSpec, token_from_env
@@ -73,7 +73,10 @@ def make_recorder(spec: RunSpec, placement: Placement) -> Recorder:
         spec.spool_dir(placement.rank),
         spec.events_file(placement.rank),
     )
-    writer = EventWriter(sink, spec.run_id, placement.rank, spec.framework, socket.gethostname())
+    edges = AgentEdges.from_environment() if spec.collector_url else None
+    writer = EventWriter(
+        sink, spec.run_id, placement.rank, spec.framework, socket.gethostname(), edges=edges
+    )
     return Recorder(
         writer,
         batch_size=spec.batch_size,

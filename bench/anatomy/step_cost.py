@@ -6,7 +6,8 @@ instrumented and plain variants in blocks and taking medians:
 
 - ``recorder``: the recorder's marks and ``split_step`` per step (every trainer);
 - ``tensorflow``: the four ``tf.py_function`` stamps in a compiled step over 161
-  gradient-like tensors (ResNet-50 has 161), each stamp fed one element of one tensor;
+  gradient-like tensors (ResNet-50 has 161): *computed* fed one element of the first,
+  *reduced* one element of each;
 - ``mxnet``: the two engine probes (``add_n`` over one-element views of 161 arrays) and
   the thread that waits for them.
 
@@ -86,7 +87,7 @@ def tensorflow_cost(blocks: int) -> dict[str, float]:
                 stamps._stamp("_anatomy_begin", [])
                 stamps._stamp("_anatomy_input", [x])
                 stamps._stamp("_anatomy_computed", first_present(grads))
-                stamps._stamp("_anatomy_reduced", first_present(grads))
+                stamps._stamp("_anatomy_reduced", grads)
                 return tf.add_n([g[0, 0] for g in grads]), dict(stamps.traced)
             return tf.add_n([g[0, 0] for g in grads]), {}
 
