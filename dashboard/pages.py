@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from dash import dash_table, dcc, html
 
-from collector.evidence import evidence_lines
+from collector.evidence import evidence_items
 from dashboard import figures
 from dashboard.columns import (
     ALL_HOSTS,
@@ -259,7 +259,7 @@ def finding_card(finding: dict[str, Any], run_id: str, same_page: bool) -> html.
     anchor = chart_anchor(finding.get("chart") or "")
     href = f"#{anchor}" if same_page else run_href(run_id, anchor)
     evidence = finding.get("evidence") or {}
-    rows = [html.Tr([html.Th(label), html.Td(value)]) for label, value in evidence_lines(evidence)]
+    rows = [html.Tr([html.Th(label), html.Td(text)]) for label, text in evidence_items(evidence)]
     link_text = "show the chart" if same_page else "show on the run page"
     link = (
         html.A(link_text, href=href, className="chart-link")
