@@ -39,6 +39,7 @@ import logging
 import multiprocessing
 import os
 import re
+import select
 import signal
 import sys
 import threading
@@ -98,6 +99,41 @@ class Sink:
             self.store.write(ParsedBody(events=parsed.events, points=len(parsed.events)))
 
 
+def exit_with_parent(parent_pid: int) -> None:
+    """In a worker process: exit as soon as ``parent_pid`` (the collector) is gone.
+
+    The workers are children of the forkserver, not of the collector, so a kill -9 of the
+    collector would leave them behind (no atexit, no pool shutdown runs). A daemon thread
+    waits on a pidfd of the collector (no polling); where pidfds are not available it
+    checks once a second. The forkserver itself exits when the collector's end of its
+    pipe closes.
+    """
+
+    def watch() -> None:
+        try:
+            pidfd = os.pidfd_open(parent_pid)
+        except (AttributeError, OSError):
+            while _process_exists(parent_pid):
+                time.sleep(1.0)
+        else:
+            select.select([pidfd], [], [])
+        os._exit(0)
+
+    if not _process_exists(parent_pid):
+        os._exit(0)
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class ParsePool:
     """Worker processes that parse large bodies; small ones are parsed in the caller."""
 
@@ -112,7 +148,10 @@ class ParsePool:
                 context = multiprocessing.get_context("forkserver")
                 context.set_forkserver_preload(["collector.lineprotocol"])
                 self._executor = concurrent.futures.ProcessPoolExecutor(
-                    max_workers=self.workers, mp_context=context
+                    max_workers=self.workers,
+                    mp_context=context,
+                    initializer=exit_with_parent,
+                    initargs=(os.getpid(),),
                 )
             return self._executor
 
