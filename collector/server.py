@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import binascii
 import concurrent.futures
+import errno
 import hmac
 import json
 import logging
@@ -187,6 +188,10 @@ class ParsePool:
                 self._executor = None
 
 
+# A client that hangs up, resets or stalls: its business, not a server fault.
+CLIENT_GONE = (ConnectionError, TimeoutError)
+
+
 class CollectorServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -210,6 +215,16 @@ class CollectorServer(ThreadingHTTPServer):
         self.read_store = sink.store  # what the read API reads (run() may give a backend's)
         self.refusals = RefusalLog(log)
 
+    def handle_error(self, request: object, client_address: tuple) -> None:
+        """One debug line for a client that left before its reply (the default prints a
+        36-line traceback to stderr: thousands of them stall the writers); a server bug
+        is logged with its traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, CLIENT_GONE):
+            log.debug("client %s left before its reply (%s)", client_address[0], error)
+        else:
+            log.exception("request from %s failed", client_address[0])
+
 
 class WriteHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -229,6 +244,8 @@ class WriteHandler(BaseHTTPRequestHandler):
                 raise HttpError(HTTPStatus.NOT_FOUND, "not found", "path not found", close=True)
         except HttpError as error:
             self._send_error(error)
+        except CLIENT_GONE:
+            raise  # the client left: CollectorServer.handle_error logs one debug line
         except Exception:
             log.exception("write failed")
             self._send_error(
@@ -292,6 +309,8 @@ class WriteHandler(BaseHTTPRequestHandler):
         except HttpError as error:
             self._send_error(error)
             return
+        except CLIENT_GONE:
+            raise
         except Exception:
             log.exception("read of %s failed", view)
             self._send_error(
@@ -609,6 +628,21 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def cannot_listen(host: str, port: int, error: OSError) -> str:
+    """One line saying why ``host:port`` cannot be listened on, and what to do."""
+    where = f"cannot listen on {host}:{port}: {error.strerror or error}"
+    if error.errno == errno.EADDRINUSE:
+        return (
+            f"{where}: another process (another collector?) has that port; stop it "
+            f"(ss -ltnp 'sport = :{port}' names it) or choose a free one with --listen HOST:PORT"
+        )
+    if error.errno == errno.EACCES:
+        return f"{where}: ports below 1024 need root; choose one above with --listen HOST:PORT"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return f"{where}: no interface of this machine has that address; fix --listen HOST:PORT"
+    return f"{where}; fix --listen HOST:PORT"
+
+
 class Maintenance(threading.Thread):
     """Compacts small blocks and applies retention in the background."""
 
@@ -646,15 +680,20 @@ def run(args) -> int:
     forwarder = Forwarder(forward_to) if forward_to else None
     workers = min(os.cpu_count() or 1, 8)
     pool = ParsePool(workers)
-    # worker processes import numpy: start them beside the server, not before it listens
+    try:
+        server = CollectorServer(
+            (host, port),
+            Sink(store, forwarder),
+            token=token,
+            max_body_bytes=args.max_body_bytes,
+            parse_pool=pool,
+        )
+    except OSError as error:
+        pool.close()
+        store.close()
+        raise SystemExit(f"collector: {cannot_listen(host, port, error)}") from None
+    # worker processes import numpy: start them beside the server, once it has its port
     threading.Thread(target=pool.start, name="parse-pool-start", daemon=True).start()
-    server = CollectorServer(
-        (host, port),
-        Sink(store, forwarder),
-        token=token,
-        max_body_bytes=args.max_body_bytes,
-        parse_pool=pool,
-    )
     if forwarder is not None:  # the read API's samples are in the backend too
         from collector.backends import open_backend_store, parse_backend_spec
 
