@@ -200,3 +200,22 @@ def test_the_report_names_the_edges_it_interpolated():
     assert interpolated_edges(series, "n1", starts, ends) == [(), ("end",), ("start", "end")]
     # no node series at all (no agent on that host): both edges are interpolated/no data
     assert interpolated_edges({}, "n1", starts[:1], ends[:1]) == [("start", "end")]
+
+
+def test_the_table_notes_interpolated_edges_under_it():
+    import dataclasses
+
+    from collector.epochs import EpochAmounts, rows_from_amounts
+    from collector.reports_cli import interpolated_edges_note, report_table
+
+    def amounts(host: str, edges: tuple[str, ...]) -> EpochAmounts:
+        return EpochAmounts(host, 1, 0, S, 1.0, 10.0, interpolated_edges=edges)
+
+    rows = rows_from_amounts([amounts("n1", ()), amounts("n2", ("start", "end"))])
+    assert [row.interpolated_edges for row in rows] == ["", "start,end"]
+    assert rows[1].to_dict()["interpolated_edges"] == "start,end"
+    note = interpolated_edges_note(rows)
+    assert "n2 epoch 1 start+end" in note and "n1" not in note
+    assert note in report_table("r", rows).plain
+    exact = [dataclasses.replace(row, interpolated_edges="") for row in rows]
+    assert interpolated_edges_note(exact) == ""
