@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from agent.schema import Event, RunState, Workload
+from collector.columns import BY_NAME
 from collector.epochs import (
     ALL_HOSTS,
     BYTES_PER_MB,
@@ -102,7 +103,13 @@ class Finding:
     title: str
     explanation: str
     evidence: dict[str, Any] = field(default_factory=dict)
-    chart: str = ""  # the report column / dashboard chart that shows it
+    chart: str = ""  # the report column (collector.columns) that shows it, or ""
+
+    def __post_init__(self) -> None:
+        if self.chart and self.chart not in BY_NAME:
+            raise ValueError(f"finding {self.rule}: chart {self.chart!r} is no report column")
+        if self.severity not in SEVERITY_ORDER:
+            raise ValueError(f"finding {self.rule}: unknown severity {self.severity!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -55,21 +55,23 @@ Live runs
     charts back for longer).
 
 Caching
-    Finished and failed runs no longer change: their results are kept (``clear_cache()``
-    drops them), keyed by the store, the run and its end. The run's epoch events are decoded
-    once and its steps read once as columns (``StepTable``), both shared by every question
-    about it; its per-epoch report is built once and shared by ``epoch_table`` and
-    ``findings``. The caches are safe to use from several threads, and two threads asking
-    the same thing at once wait for one computation. Live runs are always computed afresh.
-    Memory: the step tables of the 2 runs last asked about, and the samples of the last one
-    (for a run of 8 hosts x 3 h and 34,560 steps, 1.9 MB of steps and 27 MB of
-    samples), besides small results of 256 questions.
+    Finished and failed runs no longer change: their results are kept in the store's own
+    ``RunCache`` (``run_cache(store)``), which lives as long as the store object and is
+    keyed by the run and its end; ``clear_cache(store)`` drops it. The run's epoch events
+    are decoded once and its steps read once as columns (``StepTable``), both shared by
+    every question about it; its per-epoch report is built once and shared by
+    ``epoch_table`` and ``findings``. The caches are safe to use from several threads, and
+    two threads asking the same thing at once wait for one computation. Live runs are
+    always computed afresh. Memory per store: the step tables of the 2 runs last asked
+    about, and the samples of the last one (for a run of 8 hosts x 3 h and 34,560 steps,
+    1.9 MB of steps and 27 MB of samples), besides small results of 256 questions.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -209,13 +211,48 @@ class _Cache:
             self._slots.clear()
 
 
-_RESULTS = _Cache(256)  # summaries, tables, reports, findings: small
-_STEPS = _Cache(2)  # a run's steps as columns: 56 bytes a step
-_SAMPLES = _Cache(1)  # the samples behind a run's charts and report: as much again
+class RunCache:
+    """What is kept about one store's finished runs: small results (summaries, tables,
+    reports, findings), the steps of the 2 runs last asked about (56 bytes a step) and the
+    samples of the last one (as much again). Owned by its store: ``run_cache(store)``."""
+
+    def __init__(self) -> None:
+        self.results = _Cache(256)
+        self.steps = _Cache(2)
+        self.samples = _Cache(1)
+
+    def clear(self) -> None:
+        for cache in (self.results, self.steps, self.samples):
+            cache.clear()
 
 
-def _key(store: ReadStore, run: RunInfo, kind: str) -> tuple:
-    return (id(store), run.run_id, run.state, run.end_ns, kind)
+# Each store's cache lives exactly as long as the store object: keyed on the object itself
+# (weakly), never on id(), which a store opened later may reuse.
+_BY_STORE: weakref.WeakKeyDictionary[ReadStore, RunCache] = weakref.WeakKeyDictionary()
+_BY_STORE_LOCK = threading.Lock()
+
+
+def run_cache(store: ReadStore) -> RunCache | None:
+    """The store's cache, made on first use; None for a store that cannot be weakly
+    referenced (its runs are then always computed afresh)."""
+    with _BY_STORE_LOCK:
+        try:
+            cache = _BY_STORE.get(store)
+            if cache is None:
+                cache = _BY_STORE[store] = RunCache()
+        except TypeError:
+            return None
+        return cache
+
+
+def cached_stores() -> int:
+    """How many live stores have a cache (for tests)."""
+    with _BY_STORE_LOCK:
+        return len(_BY_STORE)
+
+
+def _key(run: RunInfo, kind: str) -> tuple:
+    return (run.run_id, run.state, run.end_ns, kind)
 
 
 def _kept(run: RunInfo | None) -> bool:
@@ -223,14 +260,19 @@ def _kept(run: RunInfo | None) -> bool:
 
 
 def _cached(store: ReadStore, run: RunInfo | None, kind: str, compute: Callable[[], T]) -> T:
-    if run is None or not _kept(run):
+    cache = run_cache(store) if _kept(run) else None
+    if run is None or cache is None:
         return compute()
-    return _RESULTS.get(_key(store, run, kind), compute)
+    return cache.results.get(_key(run, kind), compute)
 
 
-def clear_cache() -> None:
-    for cache in (_RESULTS, _STEPS, _SAMPLES):
-        cache.clear()
+def clear_cache(store: ReadStore | None = None) -> None:
+    """Drop what is kept about ``store``'s runs, or about every store's."""
+    with _BY_STORE_LOCK:
+        caches = list(_BY_STORE.values()) if store is None else [_BY_STORE.get(store)]
+    for cache in caches:
+        if cache is not None:
+            cache.clear()
 
 
 def _run(store: ReadStore, run_id: str) -> RunInfo | None:
@@ -276,24 +318,25 @@ class _KeptRun:
             return self.store.events(run_id, since_ns, kinds)
         if kinds is None or not set(kinds) <= set(EPOCH_KINDS):
             return self.store.events(run_id, since_ns, kinds)
-        pool = _RESULTS.get(
-            _key(self.store, run, "epoch_events"),
-            lambda: self.store.events(run_id, kinds=EPOCH_KINDS),
+        pool = _cached(
+            self.store, run, "epoch_events", lambda: self.store.events(run_id, kinds=EPOCH_KINDS)
         )
         return [e for e in pool if (since_ns is None or e.time_ns > since_ns) and e.event in kinds]
 
     def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
         run = self._run(run_id)
-        if run is None or not _kept(run):
+        cache = run_cache(self.store) if _kept(run) else None
+        if run is None or cache is None:
             return self.store.steps(run_id, since_ns)
-        table = _STEPS.get(_key(self.store, run, "steps"), lambda: self.store.steps(run_id))
+        table = cache.steps.get(_key(run, "steps"), lambda: self.store.steps(run_id))
         return table.after(since_ns)
 
     def read_series(self, series: list[SeriesInfo], start_ns: int, end_ns: int) -> list[SeriesData]:
         run = self.kept
-        if run is None or not _kept(run):
+        cache = run_cache(self.store) if _kept(run) else None
+        if run is None or cache is None:
             return self.store.read_series(series, start_ns, end_ns)
-        kept = _SAMPLES.get(_key(self.store, run, "samples"), lambda: self._read_run(run))
+        kept = cache.samples.get(_key(run, "samples"), lambda: self._read_run(run))
         if not (
             kept.start_ns <= start_ns
             and end_ns <= kept.end_ns

@@ -31,6 +31,7 @@ from typing import Any
 
 from collector.columns import TEXT, ReportColumn, format_cell, select
 from collector.epochs import ALL_HOSTS, COLUMNS, EpochRow, build_report, iso_utc
+from collector.evidence import evidence_items
 from collector.scaling import stored_run_throughput
 from collector.store_api import ReadStore, RunInfo
 
@@ -242,6 +243,8 @@ def print_findings(findings: list, console) -> None:
         colour = colours.get(finding.severity, "")
         console.print(f"[{colour}]{finding.severity.upper()}[/] {finding.title}")
         console.print(f"  {finding.explanation}", highlight=False)
+        for label, text in evidence_items(finding.evidence):
+            console.print(f"    {label}: {text}", style="dim", highlight=False, markup=False)
         if finding.chart:
             console.print(f"  chart: {finding.chart}", style="dim")
 

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from dash import dash_table, dcc, html
 
+from collector.evidence import evidence_items
 from dashboard import figures
 from dashboard.columns import (
     ALL_HOSTS,
@@ -254,25 +255,11 @@ def scaling_table(rows: list[dict[str, Any]]) -> html.Div:
 # --------------------------------------------------------------------------------------
 
 
-def _evidence_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.3f}".rstrip("0").rstrip(".")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {_evidence_value(v)}" for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return ", ".join(_evidence_value(v) for v in value)
-    return str(value)
-
-
 def finding_card(finding: dict[str, Any], run_id: str, same_page: bool) -> html.Div:
     anchor = chart_anchor(finding.get("chart") or "")
     href = f"#{anchor}" if same_page else run_href(run_id, anchor)
     evidence = finding.get("evidence") or {}
-    rows = [
-        html.Tr([html.Th(key), html.Td(_evidence_value(value))]) for key, value in evidence.items()
-    ]
+    rows = [html.Tr([html.Th(label), html.Td(text)]) for label, text in evidence_items(evidence)]
     link_text = "show the chart" if same_page else "show on the run page"
     link = (
         html.A(link_text, href=href, className="chart-link")

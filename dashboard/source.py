@@ -238,7 +238,7 @@ class DataSource:
             thread.join(timeout)
         with self._lock:
             self._finished.clear()
-        query.clear_cache()
+        query.clear_cache(self.store)
 
     def run_info(self, run_id: str) -> RunInfo | None:
         """The store's record of the run (cheap: no events, no throughput)."""

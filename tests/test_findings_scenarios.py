@@ -165,3 +165,11 @@ def test_cache_warmup_silent_while_later_epochs_keep_reading(make_store):
     # a data set larger than the cache: every epoch reads it again
     store = stored(make_store, small_dataset_run(64, 40))
     assert findings_of(store, "small", "cache_warmup") == []
+
+
+def test_a_finding_points_at_a_declared_report_column():
+    import pytest
+
+    Finding("r", "info", "t", "e", chart="disk_read_mbps")
+    with pytest.raises(ValueError, match="no report column"):
+        Finding("r", "info", "t", "e", chart="disk_reads")

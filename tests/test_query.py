@@ -335,3 +335,38 @@ def test_a_kept_run_reads_series_as_the_store_cuts_them(make_store):
             assert mine.info == theirs.info
             assert mine.times_ns.tolist() == theirs.times_ns.tolist()
             assert mine.values.tolist() == theirs.values.tolist()
+
+
+def _memory_store_with(run: RunBuilder) -> MemoryStore:
+    store = MemoryStore()
+    store.write(run.points())
+    return store
+
+
+def test_a_new_store_never_gets_a_gone_stores_results():
+    """Results are kept per store object: a store opened after another was dropped (which
+    CPython often places at the same address, the same ``id()``) gets its own answers."""
+    for images in (1000, 2000, 3000, 4000, 5000, 6000):
+        run = RunBuilder("same-id", ranks_per_host=1, steps_per_epoch=4)
+        run.epoch(10, images)
+        store = _memory_store_with(run)
+        [summary] = query.runs_summary(store)
+        assert summary.images_per_second == images / 10
+        assert query.epoch_table(store, "same-id")[0]["images"] == images
+        del store, summary
+
+
+def test_a_dropped_store_takes_its_kept_results_with_it():
+    import gc
+    import weakref
+
+    run = RunBuilder("gone", ranks_per_host=1, steps_per_epoch=4)
+    run.epoch(10, 1000)
+    store = _memory_store_with(run)
+    query.epoch_table(store, "gone")
+    assert query.run_cache(store) is query.run_cache(store)  # one owner per store
+    gone = weakref.ref(store)
+    del store
+    gc.collect()
+    assert gone() is None  # the cache held no strong reference to the store
+    assert query.cached_stores() == 0

@@ -240,6 +240,41 @@ def test_explicit_track_api(runs):
     assert plain.returncode == 0 and plain.stdout == "done\n" and plain.stderr == ""
 
 
+@pytest.mark.slow
+def test_an_external_collector_with_a_token_file(runs, tmp_path):
+    from workloads.profile import free_port, stop, wait_for_port
+
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(0o600)
+    port, db = free_port(), tmp_path / "collector.sqlite"
+    log = tmp_path / "collector.log"
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "collector", "serve", "--db", str(db),
+         "--listen", f"127.0.0.1:{port}", "--token-file", str(token)],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, env=project_env(),
+    )  # fmt: skip
+    try:
+        wait_for_port(port, collector, "collector", log)
+        url = f"http://127.0.0.1:{port}"
+        result = profile(sys.executable, runs, "remote", sys.executable,
+                         str(SCRIPTS / "track_loop.py"), env=project_env(),
+                         options=("--collector", url, "--token-file", str(token)))  # fmt: skip
+    finally:
+        stop(collector)
+    assert result.returncode == 0, result.stderr
+    assert "s3cret" not in result.stdout + result.stderr
+    assert "run remote: per epoch" in result.stdout  # read back through the read API
+    store = SqliteStore(db)
+    try:
+        stored = store.events("remote")
+    finally:
+        store.close()
+    (rank,) = by_rank(stored).values()
+    check_epochs(rank, epochs=2, images=12, steps=3)
+    assert not (runs / "remote.sqlite").exists()  # no embedded collector
+
+
 # --- PyTorch in the project's environment (no torchvision) -------------------------------
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                  reason="torch is not installed: make frameworks")  # fmt: skip
@@ -404,7 +439,9 @@ def test_imagenet_example_two_ranks_each_train_their_share(data, runs, launcher)
         command = [str(USER_VENV / "bin" / "torchrun"), "--nproc-per-node", "2", *script,
                    "--dist-url", "env://"]  # fmt: skip
     else:
-        command = [python, *script, "--multiprocessing-distributed", "--nprocs", "2",
+        # loader workers in the data loaders: none (each would start a fresh interpreter
+        # importing torch, under a spawned rank: minutes on 2 cores, and nothing more tested)
+        command = [python, *script, "-j", "0", "--multiprocessing-distributed", "--nprocs", "2",
                    "--dist-url", f"tcp://127.0.0.1:{spawn_port()}"]  # fmt: skip
     result = profile(python, runs, launcher, *command, env=user_env())
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]

@@ -183,8 +183,12 @@ def run(args: argparse.Namespace) -> int:
         if ranks:
             profile.report()
             print(f"open the dashboard on this run: {profile.dashboard_command()}")
-    else:
-        print(f"per-epoch table: collector report {run_id} --collector {args.collector}")
+    else:  # the ranks delivered their events before they exited
+        from workloads.launcher import print_collector_report
+
+        token = token_file.read_text().strip() if token_file else None
+        plan = Plan(RunSpec(run_id, "pytorch"), [], 0, token, runs_dir)
+        print_collector_report(plan, args)
     if ranks == 0:
         print(f"workloads: no training was seen in `{shown}`: {NO_LOOP_HINT}", file=sys.stderr)
     if interrupted is not None:

@@ -1,0 +1,96 @@
+"""A finding's evidence as labelled values with units, for people (the dashboard's cards and
+the CLI); the JSON keeps the raw evidence at full precision.
+
+The unit of a value is read from its key's suffix, the convention every rule follows
+(``_bytes``, ``_mbps``, ``_percent``, ``_ratio``, ``_seconds``, ``images_per_second``); a
+value that was not measured (``None``, an empty list or mapping) is left out rather than
+shown as ``None`` or 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from collector.columns import human_bytes
+
+# key suffix -> (what replaces it in the label, the unit written after the value); bytes
+# are written as kB/MB/GB
+BYTES = "bytes"
+_SUFFIXES = (
+    ("_bytes_per_image", " per image", " B"),
+    ("_bytes_per_host", " per host", BYTES),
+    ("_bytes_mean", " (mean)", BYTES),
+    ("_bytes", "", BYTES),
+    ("_mbps_per_node", " rate per node", " MB/s"),
+    ("_mbps", " rate", " MB/s"),
+    ("_percent_mean", " (mean)", " %"),
+    ("_percent", "", " %"),
+    ("_seconds", "", " s"),
+    ("_ratio", "", ""),
+)
+IMAGES_PER_SECOND = "images_per_second"
+
+
+def _suffix(key: str) -> tuple[str, str, str] | None:
+    return next((entry for entry in _SUFFIXES if key.endswith(entry[0])), None)
+
+
+def _measured(value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    return not (isinstance(value, dict | list | tuple) and not value)
+
+
+def _number(value: float) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:,.3g}" if abs(value) < 1 else f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
+def label_of(key: str) -> str:
+    """``first_epoch_storage_read_mbps`` -> ``first epoch storage read rate``."""
+    text = str(key)
+    found = _suffix(text)
+    if found is not None and not text.endswith(IMAGES_PER_SECOND):
+        text = text[: -len(found[0])] + found[1]
+    return text.replace("_", " ").strip()
+
+
+def value_text(key: str, value: Any) -> str:
+    """A value with its unit, by its key's suffix; mappings and lists item by item."""
+    if isinstance(value, dict):
+        return "; ".join(
+            f"{label_of(str(k))}: {value_text(str(k), v)}"
+            for k, v in value.items()
+            if _measured(v)
+        )
+    if isinstance(value, list | tuple):
+        return ", ".join(value_text(key, v) for v in value if _measured(v))
+    if isinstance(value, str) or not isinstance(value, int | float):
+        return str(value)
+    key = str(key)
+    if key.endswith(IMAGES_PER_SECOND):
+        return f"{_number(value)} images/s"
+    found = _suffix(key)
+    if found is None:
+        return _number(value)
+    unit = found[2]
+    return human_bytes(value) if unit == BYTES else f"{_number(value)}{unit}"
+
+
+def evidence_items(evidence: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value with unit) for every measured item of a finding's evidence."""
+    return [
+        (label_of(key), value_text(key, value))
+        for key, value in evidence.items()
+        if _measured(value)
+    ]
