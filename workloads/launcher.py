@@ -476,6 +476,7 @@ def run(args: argparse.Namespace) -> int:
             profile = EmbeddedProfile(plan.spec.run_id, plan.runs_dir)
             profile.start()
             plan.spec.collector_url = profile.url
+            args.agent_port = profile.agent_port  # the ranks ask this agent for edge samples
         launched = True
         status = launch(plan, args, profile.pids() if profile else ())
     except (HostError, ProfileError) as error:
