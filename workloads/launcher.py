@@ -316,17 +316,23 @@ def launch_env(plan: Plan) -> dict[str, str]:
     return env
 
 
-def launch(plan: Plan, args: argparse.Namespace, keep: tuple[int, ...] = ()) -> int:
+def launch(
+    plan: Plan, args: argparse.Namespace, keep: tuple[int, ...] = (), agent_port: int | None = None
+) -> int:
     """Run the ranks; ``keep``: processes of ours that are not the run's (the embedded
-    collector and agent), spared when the run's processes are stopped."""
+    collector and agent), spared when the run's processes are stopped; ``agent_port``: the
+    embedded agent's port, where the ranks ask for edge samples (default ``--agent-port``)."""
+    if agent_port is None:
+        agent_port = getattr(args, "agent_port", DEFAULT_AGENT_PORT)
     if plan.in_process:
+        os.environ[AGENT_PORT_ENV] = str(agent_port)
         if plan.token:
             os.environ[TOKEN_ENV] = plan.token
         from workloads.worker import run_rank
 
         return run_rank(plan.spec)
     env = launch_env(plan)
-    env[AGENT_PORT_ENV] = str(getattr(args, "agent_port", DEFAULT_AGENT_PORT))
+    env[AGENT_PORT_ENV] = str(agent_port)
     if plan.spec.framework != "pytorch":
         command = horovodrun_command(plan, args.ssh_port, args.ssh_key)
         quiet = plan.runs_dir / plan.spec.run_id / "horovodrun-stop.log"
@@ -477,7 +483,12 @@ def run(args: argparse.Namespace) -> int:
             profile.start()
             plan.spec.collector_url = profile.url
         launched = True
-        status = launch(plan, args, profile.pids() if profile else ())
+        status = launch(
+            plan,
+            args,
+            profile.pids() if profile else (),
+            agent_port=profile.agent_port if profile else None,
+        )
     except (HostError, ProfileError) as error:
         print(f"workloads: {error}", file=sys.stderr)
         status = 2
