@@ -114,7 +114,7 @@ class SampleRound:
 # Left out of edge samples: too slow to sample while a rank waits (NVML takes tens of ms),
 # and GPU counters are not summed per epoch from edges.
 EDGE_SKIPPED_SAMPLERS = frozenset({"gpu"})
-EDGE_LOCK_WAIT_SECONDS = 0.2
+EDGE_LOCK_WAIT_SECONDS = 0.5  # well under the rank's 1 s timeout (AgentEdges)
 
 
 class EdgeBusy(RuntimeError):

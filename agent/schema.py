@@ -380,6 +380,12 @@ class AgentSelf(Measurement):
     SPOOL_BYTES = gauge("spool_bytes", "bytes", "Bytes waiting in the disk spool")
     SPOOL_POINTS = gauge("spool_points", "count", "Points waiting in the disk spool")
     POINTS_DROPPED = counter("points_dropped", "count", "Points dropped because the spool was full")
+    SPOOL_ERROR = gauge(
+        "spool_error", "boolean", "1 while writing, reading or cleaning the disk spool fails"
+    )
+    MEMORY_POINTS = gauge(
+        "memory_points", "count", "Points held in memory while the spool cannot take them"
+    )
 
 
 class Event:

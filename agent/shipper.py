@@ -20,12 +20,22 @@ What happens on each answer:
   A batch of several segments is first retried one segment at a time, so only the
   poisoned segment is lost.
 
+When the spool itself fails (any ``OSError``: a full disk while writing or sealing a
+segment, a read-only directory when deleting a delivered one, an unreadable segment),
+delivery goes on: each failing operation is logged once until it works again, new points
+are kept in memory (bounded by ``memory_max_bytes``, oldest dropped and counted first)
+and sent from there while the spool has nothing older, the failed operation is retried
+with the same doubling backoff, and the memory moves back into the spool as soon as it
+takes writes again.
+
 Counts are mirrored into the ``AgentStats`` the self sampler reports: ``spool_bytes``,
-``spool_points``, ``points_dropped``.
+``spool_points``, ``points_dropped``, ``spool_error`` (1 while an operation on the spool
+fails) and ``memory_points``.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import importlib.util
 import json
@@ -34,6 +44,7 @@ import re
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +62,8 @@ BACKOFF_START_SECONDS = 0.5
 BATCH_MAX_BYTES = 1 << 20
 BATCH_MAX_SEGMENTS = 64
 HTTP_TIMEOUT_SECONDS = 10.0
+SPOOL_LOG_REPEAT_SECONDS = 300.0
+MEMORY_MAX_BYTES = 16 << 20  # points held in memory while the spool cannot take them
 _LINE_NUMBER = re.compile(r"\bline[s()]*\s*:?\s*(\d+)", re.IGNORECASE)
 
 
@@ -296,7 +309,14 @@ class Shipper:
         self._thread: threading.Thread | None = None
         self._isolate_until_seq = 0  # send one segment at a time up to this one
         self._outage_logged = False
-        self._spool_error_logged = False
+        # While the spool cannot take writes: (body, points) oldest first, bounded.
+        self.memory_max_bytes = max(1, min(MEMORY_MAX_BYTES, spool_max_bytes))
+        self._memory: deque[tuple[bytes, int]] = deque()
+        self._memory_bytes = 0
+        self._memory_lock = threading.Lock()
+        self._spool_failing: dict[str, str] = {}  # operation -> error, while it fails
+        self._spool_logged_at: dict[tuple[str, str], float] = {}
+        self._spool_recovery_to_log: set[str] = set()
         self._update_stats()
 
     def __repr__(self) -> str:
@@ -317,23 +337,77 @@ class Shipper:
         if not lines:
             return
         body = "\n".join(lines).encode()
-        try:
-            self.spool.append(body, len(lines))
-        except OSError as error:
-            self.spool.count_dropped(len(lines))
-            if not self._spool_error_logged:
-                self._spool_error_logged = True
-                log.error(
-                    "cannot write to the spool %s (%s): dropping points until it works again",
-                    self.spool.directory,
-                    error.strerror,
-                )
-        else:
-            self._spool_error_logged = False
+        with self._memory_lock:
+            self._memory.append((body, len(lines)))
+            self._memory_bytes += len(body)
+            self._drain_memory()
         self._update_stats()
         with self._wake:
             self._new_data = True
             self._wake.notify_all()
+
+    def _drain_memory(self) -> None:
+        """Move the points held in memory into the spool, oldest first; what the spool
+        cannot take stays, the oldest dropped beyond ``memory_max_bytes`` (memory lock
+        held)."""
+        while self._memory:
+            body, points = self._memory[0]
+            try:
+                self.spool.append(body, points)
+            except OSError as error:
+                self._spool_fails("write", error)
+                break
+            self._memory.popleft()
+            self._memory_bytes -= len(body)
+            self._spool_works("write")
+        while self._memory_bytes > self.memory_max_bytes and len(self._memory) > 1:
+            body, points = self._memory.popleft()
+            self._memory_bytes -= len(body)
+            self.spool.count_dropped(points)
+
+    def _spool_fails(self, operation: str, error: OSError) -> None:
+        """Log a failing spool operation once until it works again.
+
+        A nearly full disk flaps (each delivered segment deleted frees room for the next
+        write): the same failure is logged again only ``SPOOL_LOG_REPEAT_SECONDS`` after
+        it was last logged, and its recovery once per logged failure.
+        """
+        if operation in self._spool_failing:
+            return
+        reason = error.strerror or str(error)
+        self._spool_failing[operation] = reason
+        key = (operation, reason)
+        now = time.monotonic()
+        last = self._spool_logged_at.get(key)
+        if last is not None and now - last < SPOOL_LOG_REPEAT_SECONDS:
+            return
+        self._spool_logged_at[key] = now
+        self._spool_recovery_to_log.add(operation)
+        consequence = {
+            "write": f"keeping new points in memory (at most {self.memory_max_bytes} bytes) "
+            "and sending them from there",
+            "delete": "delivered segments are not sent again by this process",
+            "read": "retrying",
+        }.get(operation, "retrying")
+        log.error(
+            "spool %s: cannot %s (%s): %s; retrying with backoff, logged once until it works",
+            self.spool.directory,
+            operation,
+            reason,
+            consequence,
+        )
+
+    def _spool_works(self, operation: str) -> None:
+        if self._spool_failing.pop(operation, None) is None:
+            return
+        if operation in self._spool_recovery_to_log:
+            self._spool_recovery_to_log.discard(operation)
+            log.info("spool %s: %s works again", self.spool.directory, operation)
+
+    @property
+    def memory_points(self) -> int:
+        with self._memory_lock:
+            return sum(points for _, points in self._memory)
 
     def flush(self, timeout: float) -> bool:
         """Ask for an immediate attempt; True once the spool is empty (within ``timeout``)."""
@@ -341,7 +415,7 @@ class Shipper:
         with self._wake:
             self._flush_asked = True
             self._wake.notify_all()
-        while len(self.spool):
+        while len(self.spool) or self._memory:
             if self._thread is None or not self._thread.is_alive():
                 return False
             remaining = deadline - time.monotonic()
@@ -396,51 +470,120 @@ class Shipper:
     def _run(self) -> None:
         backoff = BACKOFF_START_SECONDS
         while not self._stopping:
-            oldest = self.spool.oldest()
-            if oldest is None:
-                self._wait_for_data()
-                continue
-            single = oldest.seq <= self._isolate_until_seq
-            batch, everything = self.spool.take(
-                BATCH_MAX_BYTES, 1 if single else BATCH_MAX_SEGMENTS
-            )
-            outcome = self._send(batch)
-            if outcome.delivered:
-                self.spool.remove(batch)
-                backoff = BACKOFF_START_SECONDS
-                if self._outage_logged:
-                    self._outage_logged = False
-                    log.info("push to %s works again: sending the spool", self.url)
-                if self.batch_seconds > 0 and everything:
-                    # Caught up: let a few ticks gather so that one request carries them
-                    # (what was submitted while this request was out waits too).
-                    self._update_stats()
-                    self._pause(self.batch_seconds)
-                    continue
-            elif outcome.retry:
-                self.spool.release(batch)
-                self._log_outage(outcome)
-                wait = min(outcome.retry_after or backoff, self.backoff_max_seconds)
-                backoff = min(backoff * 2, self.backoff_max_seconds)
+            try:
+                backoff = self._pass(backoff)
+            except OSError as error:  # the spool failed in a way not handled below
+                self._spool_fails(getattr(error, "operation", "use"), error)
                 self._update_stats()
-                self._pause(wait)
-                continue
-            elif len(batch) > 1:
-                # Find the poisoned segment: resend this batch one segment at a time.
-                self.spool.release(batch)
-                self._isolate_until_seq = batch[-1].seq
-            else:
-                self._log_rejected(batch[0], outcome)
-                self.spool.remove(batch, dropped=True)
-            self._update_stats()
+                self._pause(backoff)
+                backoff = min(backoff * 2, self.backoff_max_seconds)
+            except Exception:  # a bug must not end delivery for good: log it, go on
+                log.exception("shipper: unexpected error; retrying in %.1f s", backoff)
+                self._pause(backoff)
+                backoff = min(backoff * 2, self.backoff_max_seconds)
 
-    def _send(self, batch: list[Segment]) -> Outcome:
+    def _pass(self, backoff: float) -> float:
+        """One send attempt (or one wait); the backoff to use next."""
+        if self._memory:
+            with self._memory_lock:
+                self._drain_memory()
+        if self.spool.undeleted:
+            self._remove([])
+        oldest = self.spool.oldest()
+        if oldest is None:
+            if self._memory:
+                return self._send_memory(backoff)
+            if self._spool_failing:
+                self._update_stats()
+                self._pause(backoff)  # retry the failing operation later
+                return min(backoff * 2, self.backoff_max_seconds)
+            self._wait_for_data()
+            return backoff
+        single = oldest.seq <= self._isolate_until_seq
+        batch, everything = self.spool.take(BATCH_MAX_BYTES, 1 if single else BATCH_MAX_SEGMENTS)
         try:
             body = b"".join(segment.read() for segment in batch)
         except OSError as error:
-            return Outcome(False, False, None, f"cannot read the spool: {error.strerror}")
+            self.spool.release(batch)
+            if error.errno == errno.ENOENT:  # deleted behind our back: nothing to send
+                log.error("spool: segment file gone (%s); its points are lost", error.filename)
+                self._remove([batch[0]], dropped=True)
+                return backoff
+            self._spool_fails("read", error)
+            self._update_stats()
+            self._pause(backoff)
+            return min(backoff * 2, self.backoff_max_seconds)
+        self._spool_works("read")
+        outcome = self._write(body)
+        if outcome.delivered:
+            self._remove(batch)
+            if self.batch_seconds > 0 and everything and "write" not in self._spool_failing:
+                # Caught up: let a few ticks gather so that one request carries them
+                # (what was submitted while this request was out waits too).
+                self._update_stats()
+                self._pause(self.batch_seconds)
+            return BACKOFF_START_SECONDS
+        if outcome.retry:
+            self.spool.release(batch)
+            return self._retry_later(outcome, backoff)
+        if len(batch) > 1:
+            # Find the poisoned segment: resend this batch one segment at a time.
+            self.spool.release(batch)
+            self._isolate_until_seq = batch[-1].seq
+        else:
+            self._log_rejected(batch[0].path.name, batch[0].points, outcome)
+            self._remove(batch, dropped=True)
+        self._update_stats()
+        return backoff
+
+    def _send_memory(self, backoff: float) -> float:
+        """The spool is empty and cannot take writes: send what memory holds directly."""
+        with self._memory_lock:
+            batch: list[tuple[bytes, int]] = []
+            size = 0
+            for entry in self._memory:
+                if batch and size + len(entry[0]) > BATCH_MAX_BYTES:
+                    break
+                batch.append(entry)
+                size += len(entry[0])
+        outcome = self._write(b"".join(body + b"\n" for body, _ in batch))
+        if outcome.retry and not outcome.delivered:
+            return self._retry_later(outcome, backoff)
+        points = sum(n for _, n in batch)
+        with self._memory_lock:
+            for entry in batch:  # still the oldest, unless dropped meanwhile for room
+                if self._memory and self._memory[0] is entry:
+                    self._memory.popleft()
+                    self._memory_bytes -= len(entry[0])
+        if not outcome.delivered:
+            self._log_rejected("points held in memory", points, outcome)
+            self.spool.count_dropped(points)
+        self._update_stats()
+        return BACKOFF_START_SECONDS if outcome.delivered else backoff
+
+    def _write(self, body: bytes) -> Outcome:
         assert self._writer is not None
-        return self._writer.write(body)
+        outcome = self._writer.write(body)
+        if outcome.delivered and self._outage_logged:
+            self._outage_logged = False
+            log.info("push to %s works again: sending the spool", self.url)
+        return outcome
+
+    def _retry_later(self, outcome: Outcome, backoff: float) -> float:
+        self._log_outage(outcome)
+        wait = min(outcome.retry_after or backoff, self.backoff_max_seconds)
+        self._update_stats()
+        self._pause(wait)
+        return min(backoff * 2, self.backoff_max_seconds)
+
+    def _remove(self, batch: list[Segment], dropped: bool = False) -> None:
+        try:
+            self.spool.remove(batch, dropped)
+        except OSError as error:
+            self._spool_fails("delete", error)
+        else:
+            self._spool_works("delete")
+        self._update_stats()
 
     def _log_outage(self, outcome: Outcome) -> None:
         if self._outage_logged:
@@ -457,13 +600,13 @@ class Shipper:
             self._redact(outcome.message),
         )
 
-    def _log_rejected(self, segment: Segment, outcome: Outcome) -> None:
+    def _log_rejected(self, where_from: str, points: int, outcome: Outcome) -> None:
         line = line_number_in(outcome.message)
-        where = f" at line {line} of {segment.path.name}" if line else f" ({segment.path.name})"
+        where = f" at line {line} of {where_from}" if line else f" ({where_from})"
         log.error(
             "%s rejected %d points with HTTP %s%s: %s; dropped them",
             self.url,
-            segment.points,
+            points,
             outcome.status,
             where,
             self._redact(outcome.message),
@@ -478,3 +621,5 @@ class Shipper:
         self.stats.spool_bytes = self.spool.bytes
         self.stats.spool_points = self.spool.points
         self.stats.points_dropped = self.spool.points_dropped
+        self.stats.spool_error = int(bool(self._spool_failing))
+        self.stats.memory_points = sum(points for _, points in self._memory)

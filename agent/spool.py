@@ -20,6 +20,7 @@ renaming a file per batch (bench/agent_overhead/README.md).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -89,6 +90,7 @@ class Spool:
         self.points = 0
         self.points_dropped = 0
         self._full_episode = False
+        self._undeleted: list[Path] = []  # out of the queue, file not deleted yet
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._next_seq = self._load() + 1
 
@@ -150,9 +152,13 @@ class Spool:
             self._make_room(len(record))
             segment = self._writable_segment(len(record))
             assert self._open_file is not None
-            self._open_file.write(record)
-            self._open_file.flush()
-            os.fdatasync(self._open_file.fileno())
+            try:
+                self._open_file.write(record)
+                self._open_file.flush()
+                os.fdatasync(self._open_file.fileno())
+            except OSError:
+                self._abandon_open_segment(segment)
+                raise
             segment.size += len(record)
             segment.points += points
             self.bytes += len(record)
@@ -169,9 +175,33 @@ class Spool:
         segment = Segment(self._next_seq, self.directory / segment_name(self._next_seq))
         self._next_seq += 1
         self._open_file = segment.path.open("ab")
-        _fsync_dir(self.directory)
         self._segments.append(segment)
+        try:
+            _fsync_dir(self.directory)
+        except OSError:
+            self._abandon_open_segment(segment)
+            raise
         return segment
+
+    def _abandon_open_segment(self, segment: Segment) -> None:
+        """A write to the open segment failed (disk full, I/O error): cut the file back to
+        its last complete batch and seal it, so that no half-written line is ever sent
+        and the next batch starts a new segment. Best effort: the disk is failing (lock
+        held)."""
+        file, self._open_file = self._open_file, None
+        segment.sealed = True
+        if file is not None:
+            with contextlib.suppress(OSError):  # flushing may fail again; it closes anyway
+                file.close()
+        try:
+            if segment.size:
+                os.truncate(segment.path, segment.size)
+            else:
+                segment.path.unlink(missing_ok=True)
+        except OSError:
+            log.debug("spool: cannot cut %s back after a failed write", segment.path.name)
+        if not segment.size and segment in self._segments:
+            self._segments.remove(segment)
 
     def _seal(self, segment: Segment) -> None:
         segment.sealed = True
@@ -195,6 +225,8 @@ class Spool:
             self._delete(segment)
             dropped_points += segment.points
         self.points_dropped += dropped_points
+        with contextlib.suppress(OSError):  # the sender's next ``remove`` reports it
+            self._retry_undeleted()
         if not self._full_episode:
             self._full_episode = True
             log.warning(
@@ -239,7 +271,14 @@ class Spool:
             self._in_flight.difference_update(segment.seq for segment in batch)
 
     def remove(self, batch: list[Segment], dropped: bool = False) -> None:
-        """Delete segments that were delivered (or rejected: ``dropped`` counts them)."""
+        """Delete segments that were delivered (or rejected: ``dropped`` counts them).
+
+        They leave the queue even when their files cannot be deleted (a read-only or
+        failing spool directory), so that nothing delivered is sent again by this
+        process; those files are retried at every later ``remove`` and the first
+        ``OSError`` is raised once the bookkeeping is done. A restart before they are
+        deleted sends them again (delivery is at least once).
+        """
         with self._lock:
             for segment in batch:
                 self._in_flight.discard(segment.seq)
@@ -248,12 +287,33 @@ class Spool:
                 self._delete(segment)
                 if dropped:
                     self.points_dropped += segment.points
+            self._retry_undeleted()
 
     def _delete(self, segment: Segment) -> None:
         self._segments.remove(segment)
-        segment.path.unlink(missing_ok=True)
         self.bytes -= segment.size
         self.points -= segment.points
+        self._undeleted.append(segment.path)
+
+    def _retry_undeleted(self) -> None:
+        """Unlink the files of segments already out of the queue (lock held)."""
+        failure: OSError | None = None
+        still: list[Path] = []
+        for path in self._undeleted:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as error:
+                failure = failure or error
+                still.append(path)
+        self._undeleted = still
+        if failure is not None:
+            raise failure
+
+    @property
+    def undeleted(self) -> int:
+        """Files of delivered or dropped segments that could not be deleted yet."""
+        with self._lock:
+            return len(self._undeleted)
 
     def close(self) -> None:
         with self._lock:

@@ -38,6 +38,8 @@ import json
 import logging
 import multiprocessing
 import os
+import re
+import select
 import signal
 import sys
 import threading
@@ -97,6 +99,41 @@ class Sink:
             self.store.write(ParsedBody(events=parsed.events, points=len(parsed.events)))
 
 
+def exit_with_parent(parent_pid: int) -> None:
+    """In a worker process: exit as soon as ``parent_pid`` (the collector) is gone.
+
+    The workers are children of the forkserver, not of the collector, so a kill -9 of the
+    collector would leave them behind (no atexit, no pool shutdown runs). A daemon thread
+    waits on a pidfd of the collector (no polling); where pidfds are not available it
+    checks once a second. The forkserver itself exits when the collector's end of its
+    pipe closes.
+    """
+
+    def watch() -> None:
+        try:
+            pidfd = os.pidfd_open(parent_pid)
+        except (AttributeError, OSError):
+            while _process_exists(parent_pid):
+                time.sleep(1.0)
+        else:
+            select.select([pidfd], [], [])
+        os._exit(0)
+
+    if not _process_exists(parent_pid):
+        os._exit(0)
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class ParsePool:
     """Worker processes that parse large bodies; small ones are parsed in the caller."""
 
@@ -111,7 +148,10 @@ class ParsePool:
                 context = multiprocessing.get_context("forkserver")
                 context.set_forkserver_preload(["collector.lineprotocol"])
                 self._executor = concurrent.futures.ProcessPoolExecutor(
-                    max_workers=self.workers, mp_context=context
+                    max_workers=self.workers,
+                    mp_context=context,
+                    initializer=exit_with_parent,
+                    initargs=(os.getpid(),),
                 )
             return self._executor
 
@@ -330,27 +370,20 @@ class WriteHandler(BaseHTTPRequestHandler):
                 f"Content-Encoding {encoding!r} is not supported (use gzip or none)",
                 close=True,
             )
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            raw = self._read_chunked(limit, too_large)
-        else:
-            length_header = self.headers.get("Content-Length")
-            if length_header is None:
+        transfer_encoding = self.headers.get("Transfer-Encoding")
+        if transfer_encoding is not None:
+            if transfer_encoding.strip(" \t").lower() != "chunked":
                 raise HttpError(
-                    HTTPStatus.LENGTH_REQUIRED,
+                    HTTPStatus.NOT_IMPLEMENTED,
                     "invalid",
-                    "Content-Length or chunked transfer encoding required",
+                    f"Transfer-Encoding {transfer_encoding!r} is not supported (use chunked)",
                     close=True,
                 )
-            try:
-                length = int(length_header)
-            except ValueError:
-                raise HttpError(
-                    HTTPStatus.BAD_REQUEST, "invalid", "bad Content-Length", close=True
-                ) from None
+            raw = self._read_chunked(limit, too_large)
+        else:
+            length = parse_content_length(self.headers.get_all("Content-Length") or [])
             if length > limit:
                 raise too_large
-            if length < 0:
-                raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", "bad Content-Length", close=True)
             raw = self.rfile.read(length)
             if len(raw) != length:
                 raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", "body truncated", close=True)
@@ -362,18 +395,13 @@ class WriteHandler(BaseHTTPRequestHandler):
         parts: list[bytes] = []
         total = 0
         while True:
-            size_line = self.rfile.readline(1024)
-            try:
-                size = int(size_line.split(b";")[0].strip(), 16)
-            except ValueError:
-                raise HttpError(
-                    HTTPStatus.BAD_REQUEST, "invalid", "bad chunked encoding", close=True
-                ) from None
+            size = parse_chunk_size(self.rfile.readline(1024))
             if size == 0:
                 # trailers end with an empty line
-                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                    pass
-                return b"".join(parts)
+                for _ in range(100):
+                    if self.rfile.readline(1024) in (b"\r\n", b"\n", b""):
+                        return b"".join(parts)
+                raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", "too many trailers", close=True)
             total += size
             if total > limit:
                 raise too_large
@@ -381,7 +409,13 @@ class WriteHandler(BaseHTTPRequestHandler):
             if len(chunk) != size:
                 raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", "body truncated", close=True)
             parts.append(chunk)
-            self.rfile.readline(8)  # the CRLF after each chunk
+            if self.rfile.readline(8) not in (b"\r\n", b"\n"):
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST,
+                    "invalid",
+                    "bad chunked encoding: a chunk is longer than its size line says",
+                    close=True,
+                )
 
     # ---------------------------------------------------------------- responses
 
@@ -436,21 +470,115 @@ class WriteHandler(BaseHTTPRequestHandler):
         log.debug("request from %s", self.client_address[0])
 
 
+_DIGITS = re.compile(rb"[0-9]{1,18}")
+_HEX_DIGITS = re.compile(rb"[0-9A-Fa-f]{1,15}")
+
+
+def parse_content_length(values: list[str]) -> int:
+    """The body length from the Content-Length header(s), as RFC 9110 spells it: digits
+    only (optional blanks around). ``+19``, ``1_9``, ``-1``, ``0x13``, ``1 9``: 400, as is
+    a missing header or several that disagree (request smuggling)."""
+    if not values:
+        raise HttpError(
+            HTTPStatus.LENGTH_REQUIRED,
+            "invalid",
+            "Content-Length or chunked transfer encoding required",
+            close=True,
+        )
+    lengths = set()
+    for value in values:
+        text = value.strip(" \t").encode("latin-1", "replace")
+        if not _DIGITS.fullmatch(text):
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                "invalid",
+                f"bad Content-Length {value[:40]!r}: expected a number of bytes (digits only)",
+                close=True,
+            )
+        lengths.add(int(text))
+    if len(lengths) > 1:
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST,
+            "invalid",
+            "several different Content-Length headers",
+            close=True,
+        )
+    return lengths.pop()
+
+
+def parse_chunk_size(line: bytes) -> int:
+    """The size of a chunk from its size line (hex digits, optional ``;extensions``).
+
+    Python's ``int(x, 16)`` would take ``-1`` (read until the client closes), ``+5``,
+    ``1_0`` and ``0x10``; HTTP allows hex digits only."""
+    if not line.endswith(b"\n"):
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, "invalid", "bad chunked encoding: size line cut", close=True
+        )
+    token = line.split(b";", 1)[0].strip(b" \t\r\n")
+    if not _HEX_DIGITS.fullmatch(token):
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST,
+            "invalid",
+            f"bad chunked encoding: chunk size {token[:20].decode('latin-1')!r} "
+            "is not a hexadecimal number",
+            close=True,
+        )
+    return int(token, 16)
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
 def _gunzip(raw: bytes, limit: int, too_large: HttpError) -> bytes:
-    """Inflate a gzip body, stopping as soon as it grows past ``limit`` (gzip bombs)."""
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(raw, limit + 1)
+    """Inflate a gzip body completely and exactly, or refuse it (400) whole.
+
+    Several members one after the other are all decoded, as gzip readers do (RFC 1952
+    2.2). A body that ends inside a member (truncated), holds garbage, or has bytes after
+    its last member that are not another member is refused: nothing of it is stored.
+    Inflating stops as soon as the output grows past ``limit`` (gzip bombs).
+    """
+    if not raw:
+        return b""
+    out = bytearray()
+    data = raw
+    member = 0
+    while data:
+        member += 1
+        if not data.startswith(_GZIP_MAGIC):
+            what = "bytes" if member > 1 else "a body"
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                "invalid",
+                f"bad gzip body: {len(data)} {what} after gzip member {member - 1} "
+                "that are not a gzip member"
+                if member > 1
+                else "bad gzip body: it does not start with the gzip header",
+                close=True,
+            )
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            chunk = inflater.decompress(data, limit + 1 - len(out))
+        except zlib.error as error:
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                "invalid",
+                f"bad gzip body: member {member}: {error}",
+                close=True,
+            ) from None
+        out += chunk
         if len(out) > limit or inflater.unconsumed_tail:
             raise too_large
-        out += inflater.flush()
-    except zlib.error as error:
-        raise HttpError(
-            HTTPStatus.BAD_REQUEST, "invalid", f"bad gzip body: {error}", close=True
-        ) from None
-    if len(out) > limit:
-        raise too_large
-    return out
+        if not inflater.eof:
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                "invalid",
+                f"bad gzip body: member {member} is truncated "
+                f"(the body ends before the gzip stream does; {len(raw)} bytes received)",
+                close=True,
+            )
+        data = inflater.unused_data
+    return bytes(out)
 
 
 # -------------------------------------------------------------------- process

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from agent.point import Point
+from agent.samplers.agent import AgentStats
 from agent.shipper import Shipper, lazy_package, line_number_in, reexports
 from agent.spool import Spool
 from tests.loopback import free_port
@@ -290,16 +291,40 @@ def test_401_keeps_points_spooled_and_the_token_never_reaches_the_log(endpoint, 
     assert len(outage_logs) == 1  # once per outage, not once per retry
 
 
-def test_a_spool_that_cannot_be_written_drops_and_counts_never_raises(tmp_path, caplog):
+def test_a_spool_that_cannot_be_written_keeps_points_in_memory_never_raises(tmp_path, caplog):
     spool_dir = tmp_path / "spool"
-    shipper = Shipper("http://127.0.0.1:9", None, "o", "b", spool_dir)
+    shipper = Shipper("http://127.0.0.1:9", None, "o", "b", spool_dir, stats=AgentStats())
     shutil.rmtree(spool_dir)
     spool_dir.write_text("now a file, not a directory")
     with caplog.at_level(logging.ERROR):
         shipper.submit(points_for(1))
         shipper.submit(points_for(2))
-    assert shipper.spool.points_dropped == 6
-    assert len([r for r in caplog.records if "cannot write to the spool" in r.getMessage()]) == 1
+    assert shipper.spool.points_dropped == 0
+    assert shipper.stats.memory_points == 6 and shipper.stats.spool_error == 1
+    assert (
+        len([r for r in caplog.records if "cannot write (Not a directory)" in r.getMessage()]) == 1
+    )
+    spool_dir.unlink()
+    spool_dir.mkdir()
+    shipper.submit(points_for(3))  # the spool works again: memory moves into it, in order
+    assert shipper.stats.memory_points == 0 and shipper.stats.spool_error == 0
+    assert shipper.spool.points == 9
+    sent = b"".join(segment.read() for segment in shipper.spool.take(1 << 20, 64)[0])
+    assert sent.decode().splitlines() == expected_lines(range(1, 4))
+
+
+def test_memory_held_while_the_spool_fails_is_bounded_oldest_dropped_first(tmp_path):
+    spool_dir = tmp_path / "spool"
+    shipper = Shipper("http://127.0.0.1:9", None, "o", "b", spool_dir, spool_max_bytes=400)
+    shutil.rmtree(spool_dir)
+    spool_dir.write_text("not a directory")
+    for tick in range(10):  # 3 lines of about 34 bytes a tick: 400 bytes hold 3 ticks
+        shipper.submit(points_for(tick))
+    assert shipper.memory_points == 9
+    assert shipper.spool.points_dropped == 21
+    assert [body.decode().splitlines() for body, _ in shipper._memory] == [
+        expected_lines(range(tick, tick + 1)) for tick in range(7, 10)
+    ]
 
 
 def test_a_line_cut_short_by_a_crash_is_truncated_at_start(tmp_path, caplog):

@@ -22,6 +22,8 @@ def test_agent_stats_is_the_agreed_dataclass():
         ("spool_bytes", "int", 0),
         ("spool_points", "int", 0),
         ("points_dropped", "int", 0),
+        ("spool_error", "int", 0),
+        ("memory_points", "int", 0),
     ]
 
 

@@ -316,14 +316,10 @@ def launch_env(plan: Plan) -> dict[str, str]:
     return env
 
 
-def launch(
-    plan: Plan, args: argparse.Namespace, keep: tuple[int, ...] = (), agent_port: int | None = None
-) -> int:
+def launch(plan: Plan, args: argparse.Namespace, keep: tuple[int, ...] = ()) -> int:
     """Run the ranks; ``keep``: processes of ours that are not the run's (the embedded
-    collector and agent), spared when the run's processes are stopped; ``agent_port``: the
-    embedded agent's port, where the ranks ask for edge samples (default ``--agent-port``)."""
-    if agent_port is None:
-        agent_port = getattr(args, "agent_port", DEFAULT_AGENT_PORT)
+    collector and agent), spared when the run's processes are stopped."""
+    agent_port = getattr(args, "agent_port", DEFAULT_AGENT_PORT)  # edge samples (ranks)
     if plan.in_process:
         os.environ[AGENT_PORT_ENV] = str(agent_port)
         if plan.token:
@@ -482,13 +478,9 @@ def run(args: argparse.Namespace) -> int:
             profile = EmbeddedProfile(plan.spec.run_id, plan.runs_dir)
             profile.start()
             plan.spec.collector_url = profile.url
+            args.agent_port = profile.agent_port  # the ranks ask this agent for edge samples
         launched = True
-        status = launch(
-            plan,
-            args,
-            profile.pids() if profile else (),
-            agent_port=profile.agent_port if profile else None,
-        )
+        status = launch(plan, args, profile.pids() if profile else ())
     except (HostError, ProfileError) as error:
         print(f"workloads: {error}", file=sys.stderr)
         status = 2

@@ -11,11 +11,13 @@ sample_duration_seconds  gauge    seconds  ``AgentStats``: wall time of the last
 spool_bytes              gauge    bytes    ``AgentStats``: bytes waiting in the spool
 spool_points             gauge    count    ``AgentStats``: points waiting in the spool
 points_dropped           counter  count    ``AgentStats``: points lost to a full spool
+spool_error              gauge    1        ``AgentStats``: 1 while the spool cannot be used
+memory_points            gauge    count    ``AgentStats``: points held in memory meanwhile
 =======================  =======  =======  ==============================================
 
 ``cpu_seconds`` stays a float for the same reason as the ``cpu`` measurement: whole
 seconds would quantise a small per-second cost to zero. It covers this process only
-(threads included, children not). The last four fields are copied from the
+(threads included, children not). The last six fields are copied from the
 :class:`AgentStats` in the ``stats`` attribute, which the daemon replaces with the one
 its shipper updates; until then they read zero. Always available: it reads the live
 process, never the ``--proc-root`` tree.
@@ -39,6 +41,8 @@ class AgentStats:
     spool_bytes: int = 0
     spool_points: int = 0
     points_dropped: int = 0
+    spool_error: int = 0
+    memory_points: int = 0
 
 
 class AgentSampler:
@@ -60,6 +64,8 @@ class AgentSampler:
             AgentSelf.SPOOL_BYTES: float(stats.spool_bytes),
             AgentSelf.SPOOL_POINTS: float(stats.spool_points),
             AgentSelf.POINTS_DROPPED: int(stats.points_dropped),
+            AgentSelf.SPOOL_ERROR: float(stats.spool_error),
+            AgentSelf.MEMORY_POINTS: float(stats.memory_points),
         }
         return [Point(AgentSelf.NAME, {}, fields, now_ns)]
 

@@ -1,0 +1,154 @@
+"""Damaged gzip bodies and malformed lengths against ``collector serve`` as a real process.
+
+Each request goes over a raw loopback socket (http.client would refuse to send most of
+them). Before the fix: a truncated gzip body or one with trailing bytes was acknowledged
+with 204 and lines lost; chunk size ``-1`` read until the client closed (past
+``--max-body-bytes``), ``-5`` answered 500; Content-Length ``+19`` and ``1_9`` were
+taken as 19.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+
+import pytest
+
+from tests.test_collector_ingest_server import REPO_ROOT, S, start_server, stored
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    server = start_server(tmp_path_factory.mktemp("hostile"), env, "--max-body-bytes", "100000")
+    yield server
+    server.stop()
+
+
+def exchange(served, head: bytes, body: bytes = b"") -> tuple[int, dict]:
+    """Send raw bytes, keep the connection open; the status and JSON reply (timeout: fail)."""
+    with socket.create_connection((served.host, served.port), timeout=20) as conn:
+        conn.sendall(head + body)
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            data = conn.recv(65536)
+            assert data, "the server closed without answering"
+            reply += data
+        header, _, rest = reply.partition(b"\r\n\r\n")
+        status = int(header.split()[1])
+        length = next(
+            (
+                int(line.split(b":")[1])
+                for line in header.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ),
+            0,
+        )
+        while len(rest) < length:
+            data = conn.recv(65536)
+            if not data:
+                break
+            rest += data
+    return status, json.loads(rest) if rest else {}
+
+
+def post_gzip(served, body: bytes) -> tuple[int, dict]:
+    head = (
+        b"POST /api/v2/write?bucket=b HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    )
+    return exchange(served, head, body)
+
+
+def lines_for(host: str, count: int = 200) -> bytes:
+    return "\n".join(
+        f"disk,host={host},device=sda reads={i}i {i * S}" for i in range(count)
+    ).encode()
+
+
+def damaged_bodies(host: str) -> dict[str, bytes]:
+    whole = gzip.compress(lines_for(host))
+    return {
+        "header only": whole[:10],
+        "truncated mid-stream": whole[: len(whole) // 2],
+        "trailer cut": whole[:-4],
+        "garbage after the header": whole[:10] + b"\x00garbage" * 20,
+        "trailing bytes": whole + b"junk",
+        "trailing zeros": whole + b"\x00" * 8,
+        "second member truncated": whole + whole[:30],
+        "not gzip at all": lines_for(host),
+    }
+
+
+@pytest.mark.parametrize("case", list(damaged_bodies("x")))
+def test_a_damaged_gzip_body_is_400_and_nothing_is_stored(served, case):
+    host = "gz-" + case.replace(" ", "-")
+    status, reply = post_gzip(served, damaged_bodies(host)[case])
+    assert status == 400, reply
+    assert reply["message"].startswith("bad gzip body")
+    assert stored(served.db, "disk", "reads", host) == {}
+
+
+def test_concatenated_gzip_members_are_all_decoded(served):
+    first = gzip.compress(lines_for("gz-members", 100) + b"\n")
+    second = gzip.compress(
+        "\n".join(
+            f"disk,host=gz-members,device=sda reads={i}i {i * S}" for i in range(100, 200)
+        ).encode()
+    )
+    status, _ = post_gzip(served, first + second)
+    assert status == 204
+    ((times, values),) = stored(served.db, "disk", "reads", "gz-members").values()
+    assert times == [i * S for i in range(200)] and values == [float(i) for i in range(200)]
+
+
+CHUNKED = b"POST /api/v2/write?bucket=b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize("size", [b"-1", b"-5", b"+5", b"0x5", b"1_0", b"", b"zz", b"5 5"])
+def test_a_malformed_chunk_size_is_400_at_once(served, size):
+    # Before: -1 read until the client closed (this socket stays open: a timeout), -5: 500.
+    status, reply = exchange(served, CHUNKED, size + b"\r\nabcde\r\n")
+    assert status == 400, reply
+    assert "chunk" in reply["message"]
+
+
+def test_a_chunk_longer_than_its_size_line_is_400(served):
+    status, reply = exchange(served, CHUNKED, b"3\r\nabcdef\r\n0\r\n\r\n")
+    assert status == 400 and "chunk" in reply["message"]
+
+
+LINE = b"disk,host=cl reads=7i 1"  # 23 bytes
+
+
+@pytest.mark.parametrize(
+    "length",
+    [b"+23", b"2_3", b"-1", b"0x17", b"2 3", b"23.0", b"", b"23, 24", b"99999999999999999999"],
+)
+def test_every_malformed_content_length_is_400(served, length):
+    head = b"POST /api/v2/write?bucket=b HTTP/1.1\r\nHost: x\r\nContent-Length: %s\r\n\r\n" % length
+    status, reply = exchange(served, head, LINE)
+    assert status in (400, 413), reply
+    assert stored(served.db, "disk", "reads", "cl") == {}
+
+
+def test_two_different_content_lengths_are_400(served):
+    head = (
+        b"POST /api/v2/write?bucket=b HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Length: 23\r\nContent-Length: 5\r\n\r\n"
+    )
+    status, _ = exchange(served, head, LINE)
+    assert status == 400
+    assert stored(served.db, "disk", "reads", "cl") == {}
+
+
+def test_a_plain_content_length_with_blanks_around_is_accepted(served):
+    # RFC 9110 allows optional whitespace around a field value.
+    head = b"POST /api/v2/write?bucket=b HTTP/1.1\r\nHost: x\r\nContent-Length:  23 \r\n\r\n"
+    status, _ = exchange(served, head, b"disk,host=ok reads=7i 1")
+    assert status == 204
+    ((times, values),) = stored(served.db, "disk", "reads", "ok").values()
+    assert times == [1] and values == [7.0]
