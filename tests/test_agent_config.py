@@ -236,3 +236,23 @@ def test_agent_run_refuses_an_unknown_key_from_the_environment_value(tmp_path, r
     )
     assert result.returncode == 2
     assert "samplers: unknown sampler 'quantum'" in result.stderr
+
+
+def test_agent_run_refuses_a_spool_smaller_than_one_tick(tmp_path, repo_env):
+    path = write(
+        tmp_path,
+        f'samplers = ["cpu", "memory"]\n[push]\nurl = "http://127.0.0.1:9"\n'
+        f'spool_dir = "{tmp_path / "spool"}"\nspool_max_bytes = 100\n'
+        '[metrics]\nlisten = ""\n',
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "agent", "run", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env=repo_env,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "push.spool_max_bytes: must hold at least one tick" in result.stderr
+    assert "(got 100)" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -21,7 +21,7 @@ from agent.schema import Event
 from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
 from workloads.events import AGENT_PORT_ENV
 from workloads.profile import EmbeddedProfile, ProfileError, child_env
-from workloads.spec import DEFAULT_SPOOL_ROOT, TOKEN_ENV, TOKEN_FILE_ENV
+from workloads.spec import DEFAULT_SPOOL_ROOT, TOKEN_ENV, TOKEN_FILE_ENV, run_id_arg
 
 NOT_FOUND_STATUS = 127  # as a shell says it
 NOT_EXECUTABLE_STATUS = 126
@@ -39,7 +39,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     profile.add_argument("--collector", help="collector URL (default: one started here)")
     profile.add_argument("--token-file", type=Path, help="file holding the collector token")
-    profile.add_argument("--run-id", help="default: profile-<UTC time>")
+    profile.add_argument("--run-id", type=run_id_arg, help="default: profile-<UTC time>")
     profile.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default ./runs")
     profile.add_argument("--data-dir", type=Path,
                          help="the data set the script reads (size, --drop-caches)")  # fmt: skip
