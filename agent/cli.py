@@ -18,12 +18,14 @@ import json
 import logging
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from agent import config as agent_config
 from agent.config import AgentConfig, ConfigError
-from agent.point import encode_lines
+from agent.point import encode_line, encode_lines
 from agent.samplers import SAMPLER_NAMES, Roots
 
 log = logging.getLogger("agent")
@@ -135,6 +137,27 @@ def wait_for_stop_signal(seconds: float) -> bool:
     return True
 
 
+def check_spool_holds_a_tick(samplers: Sequence[Any], spool_max_bytes: int) -> None:
+    """Refuse a spool that cannot hold one tick of this host's points: every batch
+    would be dropped. Samples twice (rate samplers give points from their second read)."""
+    size = 0
+    for _ in range(2):
+        now = _now_ns()
+        size = 0
+        for sampler in samplers:
+            try:
+                size += sum(len(encode_line(point)) + 1 for point in sampler.sample(now))
+            except Exception:  # a sampler that fails here fails, logged, in the loop too
+                continue
+        time.sleep(0.05)
+    if size > spool_max_bytes:
+        raise ConfigError(
+            "push.spool_max_bytes",
+            f"must hold at least one tick of this host's points: a tick is {size} bytes, "
+            f"give at least {4 * size} (got {spool_max_bytes})",
+        )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from agent.daemon import Daemon, build_samplers
     from agent.samplers.agent import AgentStats
@@ -157,6 +180,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from agent.shipper import Shipper
 
         push = config.push
+        check_spool_holds_a_tick(samplers, push.spool_max_bytes)
         try:
             shipper = Shipper(
                 push.url,

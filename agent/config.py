@@ -3,7 +3,7 @@
 Keys (all optional)::
 
     host = "node01"               # the host tag; default: this machine's hostname
-    interval_seconds = 1          # sampling period, >= 0.1; ticks align to the wall clock
+    interval_seconds = 1          # sampling period, 0.1..3600; ticks align to the wall clock
     proc_root = "/proc"           # where procfs is (a captured tree in tests)
     sys_root = "/sys"             # where sysfs is
     samplers = ["cpu", "disk"]    # default: every sampler whose data this host has
@@ -35,6 +35,7 @@ import os
 import socket
 import stat
 import tomllib
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 ENV_PREFIX = "EPOCHSCOPE_"
 DEFAULT_INTERVAL_SECONDS = 1.0
 MIN_INTERVAL_SECONDS = 0.1
+MAX_INTERVAL_SECONDS = 3600.0  # beyond an hour no rate or epoch view is meaningful
 DEFAULT_SPOOL_DIR = Path("/var/lib/epochscope/spool")
 DEFAULT_SPOOL_MAX_BYTES = 512 * 2**20
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9711"
@@ -234,6 +236,35 @@ def _read_token_file(path: Path) -> Secret:
     return Secret(token)
 
 
+def _check_url(url: str) -> None:
+    """A push URL that can be connected to: a host, a valid port, no spaces."""
+    if any(ch.isspace() or ord(ch) < 32 for ch in url):
+        raise ConfigError(
+            "push.url", f"must not contain spaces or control characters (got {url!r})"
+        )
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname:
+        raise ConfigError("push.url", f"names no host (got {url!r})")
+    try:
+        parts.port  # noqa: B018  (raises ValueError for a bad port)
+    except ValueError:
+        raise ConfigError("push.url", f"has a port that is not 0..65535 (got {url!r})") from None
+    if parts.query or parts.fragment:
+        raise ConfigError("push.url", f"must not have a query or fragment (got {url!r})")
+
+
+def check_host(host: str) -> str:
+    """A host tag every line can carry: no control characters, no trailing backslash
+    (which would escape the separator after it and make every line unparseable)."""
+    if not host.strip():
+        raise ConfigError("host", "must not be blank")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in host):
+        raise ConfigError("host", f"must not contain control characters (got {host!r})")
+    if host.endswith("\\"):
+        raise ConfigError("host", f"must not end in a backslash (got {host!r})")
+    return host
+
+
 def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
     url = table.get("url", "")
     if not url:
@@ -242,6 +273,7 @@ def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
         return None
     if not url.startswith(("http://", "https://")):
         raise ConfigError("push.url", f"must start with http:// or https:// (got {url!r})")
+    _check_url(url)
     if "token" in table and "token_file" in table:
         raise ConfigError("push.token", "give token or token_file, not both")
     token: Secret | None = None
@@ -273,9 +305,10 @@ def build(raw: Mapping[str, Any]) -> AgentConfig:
     """Check a parsed configuration (file plus environment) and build the config."""
     _check_keys(raw)
     interval = float(raw.get("interval_seconds", DEFAULT_INTERVAL_SECONDS))
-    if not interval >= MIN_INTERVAL_SECONDS or interval == float("inf"):
+    if not MIN_INTERVAL_SECONDS <= interval <= MAX_INTERVAL_SECONDS:
         raise ConfigError(
-            "interval_seconds", f"must be >= {MIN_INTERVAL_SECONDS} and finite (got {interval})"
+            "interval_seconds",
+            f"must be >= {MIN_INTERVAL_SECONDS} and <= {MAX_INTERVAL_SECONDS:g} (got {interval})",
         )
     samplers: tuple[str, ...] | None = None
     if "samplers" in raw:
@@ -287,7 +320,7 @@ def build(raw: Mapping[str, Any]) -> AgentConfig:
                 f"(known: {', '.join(SAMPLER_NAMES)})",
             )
         samplers = tuple(dict.fromkeys(raw["samplers"]))  # keep order, drop repeats
-    host = raw.get("host") or socket.gethostname()
+    host = check_host(raw["host"]) if "host" in raw else socket.gethostname()
     metrics_table = raw.get("metrics", {})
     return AgentConfig(
         host=host,

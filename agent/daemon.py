@@ -114,6 +114,11 @@ class SampleRound:
 # Left out of edge samples: too slow to sample while a rank waits (NVML takes tens of ms),
 # and GPU counters are not summed per epoch from edges.
 EDGE_SKIPPED_SAMPLERS = frozenset({"gpu"})
+EDGE_LOCK_WAIT_SECONDS = 0.5  # well under the rank's 1 s timeout (AgentEdges)
+
+
+class EdgeBusy(RuntimeError):
+    """No edge sample: a tick held the samplers longer than ``EDGE_LOCK_WAIT_SECONDS``."""
 
 
 class Daemon:
@@ -149,11 +154,19 @@ class Daemon:
         return points
 
     def edge_sample(self) -> int:
-        """Sample now (every sampler but the slow ones) and ship it; the sample's time."""
-        with self._sampling:
+        """Sample now (every sampler but the slow ones) and ship it; the sample's time.
+
+        Waits for a tick in progress at most ``EDGE_LOCK_WAIT_SECONDS`` (a tick that
+        samples NVML can take longer), then raises ``EdgeBusy``: a rank is never held up
+        by a slow sampler, and that one edge is interpolated."""
+        if not self._sampling.acquire(timeout=EDGE_LOCK_WAIT_SECONDS):
+            raise EdgeBusy("a tick is sampling")
+        try:
             now_ns = self.clock_ns()
             points = self.sample_round(now_ns, skip=EDGE_SKIPPED_SAMPLERS)
             self.edge_samples += 1
+        finally:
+            self._sampling.release()
         self._submit(points)
         return now_ns
 

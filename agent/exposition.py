@@ -256,7 +256,12 @@ class _Handler(BaseHTTPRequestHandler):
         if not ipaddress.ip_address(self.client_address[0].removeprefix("::ffff:")).is_loopback:
             self._reply(403, b"loopback only\n", "text/plain; charset=utf-8", close=True)
             return
-        content_type, body = route()
+        try:
+            content_type, body = route()
+        except Exception as error:  # the edge sample's EdgeBusy: the client falls back
+            log.warning("POST %s: %s: %s", self.path, type(error).__name__, error)
+            self._reply(503, f"{error}\n".encode(), "text/plain; charset=utf-8")
+            return
         self._reply(200, body, content_type)
 
     def _reply(self, status: int, body: bytes, content_type: str, close: bool = False) -> None:

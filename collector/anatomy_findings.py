@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 
 from agent.schema import RunState
 from collector.anatomy import RankEpoch, rank_epochs
-from collector.epochs import ALL_HOSTS, EPOCH_KINDS, EpochRow, build_report, run_events
+from collector.epochs import ALL_HOSTS, EPOCH_KINDS, EpochRow, run_events
 from collector.findings import CRITICAL, INFO, WARNING, Finding, RunContext, _reference_run
 from collector.scaling import GroupKey, run_facts
 
@@ -208,7 +208,7 @@ def detect_scaling_loss(context: RunContext, mine: list[RankEpoch]) -> ScalingAt
     if run_profile.images_per_second_per_rank > ref_rate * (1 - SCALING_LOSS_MIN_FRACTION):
         return None
     lost, parts = attribute_scaling_loss(ref_profile, run_profile, ranks)
-    ref_report = build_report(context.store, reference.run.run_id)
+    ref_report = context.report_of(reference.run.run_id)
     return ScalingAttribution(
         reference_run=reference.run.run_id,
         reference_ranks=ref_ranks,

@@ -69,9 +69,7 @@ def value_text(key: str, value: Any) -> str:
     """A value with its unit, by its key's suffix; mappings and lists item by item."""
     if isinstance(value, dict):
         return "; ".join(
-            f"{label_of(str(k))}: {value_text(str(k), v)}"
-            for k, v in value.items()
-            if _measured(v)
+            f"{label_of(str(k))}: {value_text(str(k), v)}" for k, v in value.items() if _measured(v)
         )
     if isinstance(value, list | tuple):
         return ", ".join(value_text(key, v) for v in value if _measured(v))

@@ -123,10 +123,21 @@ class RunContext:
     run: RunInfo
     events: list[WorkloadEvent]  # run and epoch events (steps are read on demand)
     report: EpochReport
+    # another run's report, for the rules that compare runs: the caller's kept ones
+    # (collector.query) or, by default, built here
+    reports: Callable[[str], EpochReport] | None = None
 
     @property
     def config(self) -> dict[str, Any]:
         return self.run.config
+
+    def report_of(self, run_id: str) -> EpochReport:
+        """The per-epoch report of ``run_id`` (this run's own, or a compared run's)."""
+        if run_id == self.run.run_id:
+            return self.report
+        if self.reports is not None:
+            return self.reports(run_id)
+        return build_report(self.store, run_id)
 
     def steps(self, since_ns: int | None = None) -> StepTable:
         """The run's steps (after ``since_ns``); ``step_epochs`` finds their epochs from
@@ -722,7 +733,7 @@ def scaling_loss(context: RunContext) -> list[Finding]:
     )
     changes: list[dict[str, Any]] = []
     if reference is not None:
-        ref_report = build_report(context.store, reference.run.run_id)
+        ref_report = context.report_of(reference.run.run_id)
         ref_use = resource_use(ref_report, reference.nodes)
         changes = _changes(ref_use, mine_use)
         evidence |= {
@@ -830,7 +841,7 @@ def precision_read_demand(context: RunContext) -> list[Finding]:
     if not others or first is None or first.storage_read_mbps < MIN_STORAGE_MBPS:
         return []
     other = max(others, key=lambda r: r.start_ns)
-    their_first = _first_epoch_storage(build_report(context.store, other.run_id))
+    their_first = _first_epoch_storage(context.report_of(other.run_id))
     if their_first is None or not their_first.storage_read_mbps:
         return []
     ratio = first.storage_read_mbps / their_first.storage_read_mbps
@@ -893,7 +904,12 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def run_context(store: ReadStore, run_id: str, report: EpochReport | None = None) -> RunContext:
+def run_context(
+    store: ReadStore,
+    run_id: str,
+    report: EpochReport | None = None,
+    reports: Callable[[str], EpochReport] | None = None,
+) -> RunContext:
     run = store.run(run_id)
     if run is None:
         raise KeyError(run_id)
@@ -903,6 +919,7 @@ def run_context(store: ReadStore, run_id: str, report: EpochReport | None = None
         run=run,
         events=events,
         report=report if report is not None else build_report(store, run_id),
+        reports=reports,
     )
 
 
@@ -919,6 +936,12 @@ def evaluate(context: RunContext, rules: tuple[Rule, ...] | None = None) -> list
     return sorted(findings, key=lambda f: SEVERITY_ORDER[f.severity])
 
 
-def run_findings(store: ReadStore, run_id: str, report: EpochReport | None = None) -> list[Finding]:
-    """Every rule's findings for a run, most severe first."""
-    return evaluate(run_context(store, run_id, report))
+def run_findings(
+    store: ReadStore,
+    run_id: str,
+    report: EpochReport | None = None,
+    reports: Callable[[str], EpochReport] | None = None,
+) -> list[Finding]:
+    """Every rule's findings for a run, most severe first. ``report`` is the run's own
+    report and ``reports`` gives other runs' (both built here when not given)."""
+    return evaluate(run_context(store, run_id, report, reports))

@@ -463,6 +463,14 @@ def _report(store: ReadStore, run: RunInfo) -> EpochReport:
     return _cached(store, run, "report", lambda: build_report(_KeptRun(store, run), run.run_id))
 
 
+def _report_of(store: ReadStore, run_id: str) -> EpochReport:
+    """Another run's report (for findings that compare runs): kept when it is finished."""
+    run = _run(store, run_id)
+    if run is None:
+        raise KeyError(run_id)
+    return _report(store, run)
+
+
 def epoch_table(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
     """The report's rows as dicts with ``TABLE_COLUMNS`` as keys."""
     run = _run(store, run_id)
@@ -550,7 +558,12 @@ def findings(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
         return []
 
     def compute() -> list[dict[str, Any]]:
-        found = run_findings(_KeptRun(store, run), run_id, _report(store, run))
+        found = run_findings(
+            _KeptRun(store, run),
+            run_id,
+            _report(store, run),
+            lambda other: _report_of(store, other),
+        )
         return [f.to_dict() for f in found]
 
     return _cached(store, run, "findings", compute)

@@ -163,6 +163,7 @@ def _number(value: float | None, digits: int = 1) -> str:
 # report
 # --------------------------------------------------------------------------------------
 
+
 def table_columns(rows: list[EpochRow], choice: str) -> tuple[ReportColumn, ...]:
     """The text table's columns (``--columns``): the default set leaves out columns that no
     row measured (no NFS mount, no InfiniBand, no GPU)."""

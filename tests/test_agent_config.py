@@ -121,6 +121,17 @@ def test_push_can_come_from_the_environment_alone():
         ("interval_seconds = true", {}, "interval_seconds", "must be a number"),
         ("interval_seconds = 0.05", {}, "interval_seconds", "must be >= 0.1"),
         ("interval_seconds = nan", {}, "interval_seconds", "must be >= 0.1"),
+        ("interval_seconds = 1e9", {}, "interval_seconds", "<= 3600"),
+        ("interval_seconds = inf", {}, "interval_seconds", "<= 3600"),
+        ("host = 'node\\\\'", {}, "host", "backslash"),
+        ('host = "a\\tb"', {}, "host", "control characters"),
+        ("host = ' '", {}, "host", "blank"),
+        ("[push]\nurl = 'http://'", {}, "push.url", "names no host"),
+        ("[push]\nurl = 'https://:8086'", {}, "push.url", "names no host"),
+        ("[push]\nurl = 'http://h:99999'", {}, "push.url", "0..65535"),
+        ("[push]\nurl = 'http://h:x'", {}, "push.url", "0..65535"),
+        ("[push]\nurl = 'http://h 1'", {}, "push.url", "spaces"),
+        ("", {"EPOCHSCOPE_HOST": "n1\\"}, "host", "backslash"),
         ("samplers = 'cpu'", {}, "samplers", "must be a list of strings"),
         ("samplers = ['cpu', 'tpu']", {}, "samplers", "unknown sampler 'tpu'"),
         ("[push]\nurl = 'h:1'", {}, "push.url", "must start with http://"),
@@ -225,3 +236,23 @@ def test_agent_run_refuses_an_unknown_key_from_the_environment_value(tmp_path, r
     )
     assert result.returncode == 2
     assert "samplers: unknown sampler 'quantum'" in result.stderr
+
+
+def test_agent_run_refuses_a_spool_smaller_than_one_tick(tmp_path, repo_env):
+    path = write(
+        tmp_path,
+        f'samplers = ["cpu", "memory"]\n[push]\nurl = "http://127.0.0.1:9"\n'
+        f'spool_dir = "{tmp_path / "spool"}"\nspool_max_bytes = 100\n'
+        '[metrics]\nlisten = ""\n',
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "agent", "run", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env=repo_env,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "push.spool_max_bytes: must hold at least one tick" in result.stderr
+    assert "(got 100)" in result.stderr
+    assert "Traceback" not in result.stderr

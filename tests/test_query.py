@@ -370,3 +370,22 @@ def test_a_dropped_store_takes_its_kept_results_with_it():
     gc.collect()
     assert gone() is None  # the cache held no strong reference to the store
     assert query.cached_stores() == 0
+
+
+def test_findings_compare_with_the_other_runs_kept_reports(make_store, monkeypatch):
+    """The scaling rule reads the 1-rank run's report: the one the query layer already
+    keeps for it, never a second build."""
+    from collector import findings as findings_module
+    from tests.test_findings_scenarios import scaling_pair, stored
+
+    runs = scaling_pair(1, 4, 20_000, net_rx=30 * MB, net_tx=30 * MB, disk_read=6 * MB)
+    store = stored(make_store, *runs)
+    query.epoch_table(store, "one")  # the reference run's report, now kept
+    query.epoch_table(store, "many")
+
+    def no_second_build(*args, **kwargs):
+        raise AssertionError("a report built again beside the kept one")
+
+    monkeypatch.setattr(findings_module, "build_report", no_second_build)
+    rules = [f["rule"] for f in query.findings(store, "many")]
+    assert "scaling_loss" in rules

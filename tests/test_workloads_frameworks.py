@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from agent.schema import Workload
+from collector.epochs import build_report
 from collector.store import SqliteStore
 from workloads import frameworks
 from workloads.datasets import make_dataset
@@ -255,13 +256,17 @@ def test_profile_starts_its_own_collector_and_agent(datasets, repo_env, tmp_path
     try:
         kinds = Counter(e.event for e in store.events("pt-prof"))
         cpu_series = store.list_series("cpu", "user_seconds")
+        report = build_report(store, "pt-prof")
     finally:
         store.close()
     assert kinds["epoch_end"] == 2 and kinds["run_end"] == 1
+    # the ranks asked the embedded agent (its own port) for edge samples: no edge is
+    # interpolated (docs/edges.md)
+    assert [row.interpolated_edges for row in report.host_rows()] == ["", ""]
     assert cpu_series, "the embedded agent's samples reached the embedded collector"
     assert "pt-prof" in result.stdout  # the report's title names the run
     table = result.stdout[result.stdout.index("epoch  host") :].splitlines()
-    assert "disk read MB" in table[0] and "cache Δ MB" in table[0]
+    assert "disk read" in table[0] and "cache Δ" in table[0]
     assert [line.split()[0] for line in table[1:3]] == ["1", "2"]  # one host: no "*" rows
 
 

@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from workloads.spec import FRAMEWORKS, MODELS, PRECISIONS
+from workloads.spec import FRAMEWORKS, MODELS, PRECISIONS, run_id_arg
 
 
 def _positive(text: str) -> int:
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave out the step anatomy (input wait/compute/all-reduce): for overhead checks",
     )
-    run.add_argument("--run-id", help="default: <framework>-<UTC time>")
+    run.add_argument("--run-id", type=run_id_arg, help="default: <framework>-<UTC time>")
     run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default ./runs")
     run.add_argument("--ssh-user", help="user for SSH to --hosts (default: yours)")
     run.add_argument("--ssh-port", type=int, default=22)

@@ -165,7 +165,8 @@ class AgentEdges:
 
     ``sample()`` returns the agent's sample time in ns, or None when no agent answers:
     after the first failure it never asks again, so a rank without an agent is not slowed.
-    A slow answer (over ``timeout`` seconds: the agent is wedged) counts as a failure too.
+    A slow answer (over ``timeout`` seconds: the agent is wedged) counts as a failure too;
+    a 503 (the agent was busy sampling a tick for longer than it waits) only for that edge.
     """
 
     def __init__(self, port: int, timeout: float = 1.0) -> None:
@@ -189,6 +190,9 @@ class AgentEdges:
             connection.request("POST", "/edge", body=b"")
             response = connection.getresponse()
             body = response.read()
+            if response.status == 503:  # busy for this one edge: ask again next time
+                log.debug("the agent was busy: this edge is interpolated")
+                return None
             if response.status != 200:
                 raise OSError(f"HTTP {response.status}")
             time_ns = int(json.loads(body)["time_ns"])

@@ -319,14 +319,16 @@ def launch_env(plan: Plan) -> dict[str, str]:
 def launch(plan: Plan, args: argparse.Namespace, keep: tuple[int, ...] = ()) -> int:
     """Run the ranks; ``keep``: processes of ours that are not the run's (the embedded
     collector and agent), spared when the run's processes are stopped."""
+    agent_port = getattr(args, "agent_port", DEFAULT_AGENT_PORT)  # edge samples (ranks)
     if plan.in_process:
+        os.environ[AGENT_PORT_ENV] = str(agent_port)
         if plan.token:
             os.environ[TOKEN_ENV] = plan.token
         from workloads.worker import run_rank
 
         return run_rank(plan.spec)
     env = launch_env(plan)
-    env[AGENT_PORT_ENV] = str(getattr(args, "agent_port", DEFAULT_AGENT_PORT))
+    env[AGENT_PORT_ENV] = str(agent_port)
     if plan.spec.framework != "pytorch":
         command = horovodrun_command(plan, args.ssh_port, args.ssh_key)
         quiet = plan.runs_dir / plan.spec.run_id / "horovodrun-stop.log"
@@ -476,6 +478,7 @@ def run(args: argparse.Namespace) -> int:
             profile = EmbeddedProfile(plan.spec.run_id, plan.runs_dir)
             profile.start()
             plan.spec.collector_url = profile.url
+            args.agent_port = profile.agent_port  # the ranks ask this agent for edge samples
         launched = True
         status = launch(plan, args, profile.pids() if profile else ())
     except (HostError, ProfileError) as error:

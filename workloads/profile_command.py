@@ -19,8 +19,9 @@ from pathlib import Path
 
 from agent.schema import Event
 from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
+from workloads.events import AGENT_PORT_ENV
 from workloads.profile import EmbeddedProfile, ProfileError, child_env
-from workloads.spec import DEFAULT_SPOOL_ROOT, TOKEN_ENV, TOKEN_FILE_ENV
+from workloads.spec import DEFAULT_SPOOL_ROOT, TOKEN_ENV, TOKEN_FILE_ENV, run_id_arg
 
 NOT_FOUND_STATUS = 127  # as a shell says it
 NOT_EXECUTABLE_STATUS = 126
@@ -38,7 +39,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     profile.add_argument("--collector", help="collector URL (default: one started here)")
     profile.add_argument("--token-file", type=Path, help="file holding the collector token")
-    profile.add_argument("--run-id", help="default: profile-<UTC time>")
+    profile.add_argument("--run-id", type=run_id_arg, help="default: profile-<UTC time>")
     profile.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default ./runs")
     profile.add_argument("--data-dir", type=Path,
                          help="the data set the script reads (size, --drop-caches)")  # fmt: skip
@@ -73,10 +74,14 @@ def read_token_file(path: Path | None) -> Path | None:
     return path.resolve()
 
 
-def command_env(config: ProfileConfig, token_file: Path | None) -> dict[str, str]:
+def command_env(
+    config: ProfileConfig, token_file: Path | None, agent_port: int | None = None
+) -> dict[str, str]:
     """The command's environment: instrumentation first on PYTHONPATH, the run, the token
-    file's path (never the token)."""
+    file's path (never the token), the agent port the ranks ask for edge samples."""
     env = child_env()
+    if agent_port is not None:
+        env[AGENT_PORT_ENV] = str(agent_port)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir()), env.get("PYTHONPATH")]))
     env[RUN_ENV] = config.encode()
     env.pop(TOKEN_ENV, None)
@@ -148,7 +153,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             status = exit_status(
                 run_tool(
-                    command, command_env(config, token_file), profile.pids() if profile else ()
+                    command,
+                    command_env(
+                        config, token_file, profile.agent_port if profile else args.agent_port
+                    ),
+                    profile.pids() if profile else (),
                 )
             )
         except FileNotFoundError:

@@ -8,9 +8,11 @@ not show in ``ps``.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -82,3 +84,18 @@ def token_from_env() -> str | None:
     if path and Path(path).is_file():
         return Path(path).read_text().strip() or None
     return None
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def run_id_arg(text: str) -> str:
+    """A ``--run-id`` that is one plain path component: it names a directory and files
+    under ``--runs-dir`` and must never reach outside it (no ``..``, no separators)."""
+    if not _RUN_ID.fullmatch(text) or ".." in text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a run id: use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, without '..' (it names a directory under "
+            "--runs-dir)"
+        )
+    return text

@@ -126,7 +126,7 @@ class Session:
             if self.started:
                 return
             from agent.schema import Event, Workload
-            from workloads.events import EventWriter, make_sink
+            from workloads.events import AgentEdges, EventWriter, make_sink
             from workloads.spec import token_from_env
             from workloads.worker import host_memory_bytes
 
@@ -135,7 +135,8 @@ class Session:
             sink = make_sink(self.config.collector_url, token_from_env(),
                              self.config.spool_dir(rank), None)  # fmt: skip
             self.writer = EventWriter(sink, self.config.run_id, rank, framework,
-                                      socket.gethostname())  # fmt: skip
+                                      socket.gethostname(),
+                                      edges=AgentEdges.from_environment())  # fmt: skip
             self.writer.emit(Event.RUN_START, {
                 Workload.MODEL: model or "unknown",
                 Workload.BATCH_SIZE: batch_size,
