@@ -32,12 +32,17 @@ def test_line_protocol_escaping_and_types():
     point = Point(
         "disk",
         {"device": "my disk", "kind": "disk", "host": "a,b", "empty": ""},
-        {"read_bytes": 512, "in_flight": 1.5, "note": 'say "hi"\\', "ok": True,
-         "bad": float("nan")},
+        {
+            "read_bytes": 512,
+            "in_flight": 1.5,
+            "note": 'say "hi"\\',
+            "ok": True,
+            "bad": float("nan"),
+        },
         1700000000000000000,
     )
     assert encode_line(point) == (
-        r'disk,device=my\ disk,host=a\,b,kind=disk read_bytes=512i,in_flight=1.5,'
+        r"disk,device=my\ disk,host=a\,b,kind=disk read_bytes=512i,in_flight=1.5,"
         r'note="say \"hi\"\\",ok=true 1700000000000000000'
     )
     assert encode_line(Point("x", {}, {"bad": float("inf")}, 1)) == ""
