@@ -24,7 +24,9 @@ nfs_app_read_bytes         bytes applications read from NFS mounts (page-cache h
 nfs_cache_hit_ratio        1 - server_read / app_read, when app_read > 0
 ib_rcv/xmit_bytes, _mbps   all InfiniBand ports
 net_rx/tx_bytes            physical interfaces only (IPoIB included): bonds, bridges, veth,
-                           ifb, VLANs repeat bytes a physical interface already counts
+                           ifb, VLANs repeat bytes a physical interface already counts; a
+                           host with no physical interface (a container, a namespace)
+                           counts its non-loopback ones
 rx_minus_tx_mbps           receive minus send on the fabric: InfiniBand when the host shows
                            any InfiniBand traffic during the run, else the NICs. With shared
                            storage on the fabric this is the storage read rate (gradients
@@ -279,6 +281,35 @@ def _physical_interface(info: SeriesInfo) -> bool:
     return info.tags.get(Tag.KIND) == InterfaceKind.PHYSICAL
 
 
+def _not_loopback(info: SeriesInfo) -> bool:
+    return info.tags.get(Tag.KIND) != InterfaceKind.LOOPBACK
+
+
+def series_to_read(
+    store: ReadStore, totals: Iterable[HostTotal], hosts: set[str] | dict
+) -> list[tuple[str, SeriesInfo]]:
+    """(total key, series) of every stored series behind ``totals`` on ``hosts``.
+
+    Wire bytes count physical interfaces; a host that has none (a container or a network
+    namespace, whose uplink is a veth) counts its non-loopback interfaces instead, so its
+    traffic is not reported as zero.
+    """
+    with_nic = {
+        info.host for info in store.list_series(Net.NAME, Net.RX_BYTES) if _physical_interface(info)
+    }
+    wanted: list[tuple[str, SeriesInfo]] = []
+    for total in totals:
+        for info in store.list_series(total.measurement, total.field):
+            if info.host not in hosts:
+                continue
+            keep = total.keep
+            if keep is _physical_interface and info.host not in with_nic:
+                keep = _not_loopback
+            if keep(info):
+                wanted.append((total.key, info))
+    return wanted
+
+
 def _not_duplicate(info: SeriesInfo) -> bool:
     return not info.tags.get(Tag.DUPLICATE_OF)
 
@@ -328,11 +359,7 @@ def read_host_series(
 
     Keyed by (total key, host).
     """
-    wanted: list[tuple[str, SeriesInfo]] = []
-    for total in totals:
-        for info in store.list_series(total.measurement, total.field):
-            if info.host in hosts and total.keep(info):
-                wanted.append((total.key, info))
+    wanted = series_to_read(store, totals, hosts)
     data = store.read_series([info for _, info in wanted], start_ns, end_ns) if wanted else []
     by_key: dict[tuple[str, str], list[SeriesData]] = defaultdict(list)
     for (key, info), series in zip(wanted, data, strict=True):

@@ -101,6 +101,7 @@ from collector.epochs import (
     read_host_series,
     report_events,
     run_events,
+    series_to_read,
     window_amounts,
 )
 from collector.findings import run_findings
@@ -352,10 +353,8 @@ class _KeptRun:
         start = min(first for first, _, _ in spans.values())
         end = max(last for _, last, _ in spans.values())
         wanted: dict[int, SeriesInfo] = {}
-        for total in _RUN_TOTALS:
-            for info in self.store.list_series(total.measurement, total.field):
-                if info.host in spans and total.keep(info):
-                    wanted.setdefault(info.series_id, info)
+        for _, info in series_to_read(self.store, _RUN_TOTALS, spans):
+            wanted.setdefault(info.series_id, info)
         infos = list(wanted.values())
         data = self.store.read_series(infos, start, end) if infos else []
         return _RunSamples(start, end, {d.info.series_id: d for d in data})

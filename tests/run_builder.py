@@ -103,6 +103,8 @@ class RunBuilder:
     state: str = RunState.FINISHED
     write_samples: bool = True
     gpus: bool = True  # False: CPU ranks, no GPU samples
+    nic: str = "eth0"
+    nic_kind: str = InterfaceKind.PHYSICAL  # VIRTUAL: a container's or namespace's veth
     image_size: int = 224
     epochs: list[EpochSpec] = field(default_factory=list)
 
@@ -358,7 +360,7 @@ class RunBuilder:
             )
         add(
             Net.NAME,
-            {Tag.INTERFACE: "eth0", Tag.KIND: InterfaceKind.PHYSICAL},
+            {Tag.INTERFACE: self.nic, Tag.KIND: self.nic_kind},
             {Net.RX_BYTES: counter("net_rx", 2e9), Net.TX_BYTES: counter("net_tx", 1e9)},
         )
         loopback = np.round((times - times[0]) / NS * 1e9)

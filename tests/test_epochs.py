@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agent.point import Point
-from agent.schema import Cpu, Event, Infiniband, Memory, RunState, Tag, Workload
+from agent.schema import Cpu, Event, Infiniband, InterfaceKind, Memory, RunState, Tag, Workload
 from collector.epochs import COLUMNS, build_report, epoch_rows, epoch_windows
 from tests.memory_store import MemoryStore
 from tests.run_builder import NS, T0_NS, RunBuilder
@@ -153,6 +153,16 @@ def test_without_infiniband_traffic_rx_minus_tx_uses_the_nics(make_store):
     rows = epoch_rows(make_store(run.points()), "r-nic")
     assert rows[0]["ib_rcv_bytes"] is None
     assert rows[0]["rx_minus_tx_mbps"] == 20.0
+
+
+def test_a_host_whose_only_interface_is_virtual_counts_it(make_store):
+    # a container or a network namespace: its uplink is a veth, not a physical NIC;
+    # its traffic must not read as zero (hosts with a physical NIC count only those)
+    run = RunBuilder("ns", nic="veth-h1", nic_kind=InterfaceKind.VIRTUAL)
+    run.epoch(10, 1000, net_rx=3e6, net_tx=1e6)
+    host_row = build_report(make_store(run.points()), "ns").rows[0]
+    assert (host_row.net_rx_bytes, host_row.net_tx_bytes) == (30_000_000, 10_000_000)
+    assert host_row.rx_minus_tx_mbps == 2.0
 
 
 def test_missing_devices_are_none_not_zero(make_store):
