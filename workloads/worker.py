@@ -128,8 +128,8 @@ def run_rank(spec: RunSpec) -> int:
             traceback.print_exc()
     for placement, recorder in started:
         recorder.run_end(RunState.FINISHED if status == 0 else RunState.FAILED)
-        if recorder.verbose:
-            print(recorder.summary(), flush=True)
+        # every rank says its own images/s (the launcher prints the run's sum after them)
+        print(f"rank {placement.rank}: {recorder.summary()}", flush=True)
         if not recorder.writer.close(DELIVERY_TIMEOUT_SECONDS):
             print(undelivered_message(spec, placement.rank), file=sys.stderr, flush=True)
             if status == 0:
