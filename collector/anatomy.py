@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agent.schema import Event, Workload
-from collector.store_api import WorkloadEvent
+from collector.store_api import WorkloadEvent, event_number
 
 # additive amounts per (host, epoch), summed over the host's ranks
 INPUT_WAIT = "anatomy_input_wait"
@@ -44,14 +44,6 @@ PART_FIELDS = {
     COMMUNICATION: Workload.COMMUNICATION_SECONDS,
     OTHER: Workload.OTHER_STEP_SECONDS,
 }
-
-
-def _number(event: WorkloadEvent, name: str) -> float | None:
-    value = event.fields.get(name)
-    if value is None or isinstance(value, str):
-        return None
-    number = float(value)
-    return None if math.isnan(number) else number
 
 
 @dataclass(frozen=True)
@@ -93,9 +85,9 @@ def rank_epochs(events: Iterable[WorkloadEvent]) -> list[RankEpoch]:
     for event in events:
         if event.event != Event.EPOCH_END:
             continue
-        parts = {key: _number(event, name) for key, name in PART_FIELDS.items()}
-        epoch = _number(event, Workload.EPOCH)
-        seconds = _number(event, Workload.SECONDS)
+        parts = {key: event_number(event, name) for key, name in PART_FIELDS.items()}
+        epoch = event_number(event, Workload.EPOCH)
+        seconds = event_number(event, Workload.SECONDS)
         if epoch is None or seconds is None or None in parts.values():
             continue
         found.append((event, int(epoch), seconds, parts))
@@ -104,7 +96,7 @@ def rank_epochs(events: Iterable[WorkloadEvent]) -> list[RankEpoch]:
     previous_step: dict[tuple[str, int], float] = {}
     for event, epoch, seconds, parts in found:
         key = (event.host, event.rank)
-        step = _number(event, Workload.STEP)
+        step = event_number(event, Workload.STEP)
         steps = 0
         if step is not None:
             steps = int(step - previous_step.get(key, 0.0))
@@ -120,12 +112,12 @@ def rank_epochs(events: Iterable[WorkloadEvent]) -> list[RankEpoch]:
                 compute=parts[COMPUTE] or 0.0,
                 communication=parts[COMMUNICATION] or 0.0,
                 other=parts[OTHER] or 0.0,
-                overlap=_number(event, Workload.OVERLAP_SECONDS),
-                images=_number(event, Workload.IMAGES) or 0.0,
-                timed_images=_number(event, Workload.TIMED_IMAGES),
-                timed_seconds=_number(event, Workload.TIMED_SECONDS),
-                read_bytes=_number(event, Workload.PROCESS_READ_BYTES),
-                rchar=_number(event, Workload.PROCESS_RCHAR_BYTES),
+                overlap=event_number(event, Workload.OVERLAP_SECONDS),
+                images=event_number(event, Workload.IMAGES) or 0.0,
+                timed_images=event_number(event, Workload.TIMED_IMAGES),
+                timed_seconds=event_number(event, Workload.TIMED_SECONDS),
+                read_bytes=event_number(event, Workload.PROCESS_READ_BYTES),
+                rchar=event_number(event, Workload.PROCESS_RCHAR_BYTES),
             )
         )
     out.sort(key=lambda r: (r.epoch, r.host, r.rank))

@@ -99,7 +99,7 @@ from collector.counters import (
     nansum_or_nan,
     sampled_edges,
 )
-from collector.store_api import ReadStore, SeriesData, SeriesInfo, WorkloadEvent
+from collector.store_api import ReadStore, SeriesData, SeriesInfo, WorkloadEvent, event_number
 
 ALL_HOSTS = "*"
 BYTES_PER_MB = 1_000_000
@@ -134,14 +134,6 @@ def _epoch_of(event: WorkloadEvent) -> int | None:
     if value is None or isinstance(value, str):
         return None
     return int(value)
-
-
-def _number(event: WorkloadEvent, name: str) -> float | None:
-    value = event.fields.get(name)
-    if value is None or isinstance(value, str):
-        return None
-    number = float(value)
-    return None if math.isnan(number) else number
 
 
 def assign_epochs(events: Iterable[WorkloadEvent]) -> list[tuple[WorkloadEvent, int]]:
@@ -230,7 +222,7 @@ def epoch_windows(events: Iterable[WorkloadEvent]) -> list[EpochWindow]:
         start_candidates = list(starts[key].values())
         if not start_candidates:  # no epoch_start seen: back off from the first end or step
             for end_event in rank_ends.values():
-                seconds = _number(end_event, Workload.SECONDS)
+                seconds = event_number(end_event, Workload.SECONDS)
                 if seconds is not None:
                     start_candidates.append(end_event.time_ns - int(seconds * NS_PER_SECOND))
             start_candidates += step_times
@@ -246,10 +238,10 @@ def epoch_windows(events: Iterable[WorkloadEvent]) -> list[EpochWindow]:
         images = 0.0
         for rank in ranks:
             end_event = rank_ends.get(rank)
-            rank_images = _number(end_event, Workload.IMAGES) if end_event else None
+            rank_images = event_number(end_event, Workload.IMAGES) if end_event else None
             if rank_images is None:
                 rank_images = sum(
-                    _number(s, Workload.IMAGES) or 0.0 for s in steps[key].get(rank, [])
+                    event_number(s, Workload.IMAGES) or 0.0 for s in steps[key].get(rank, [])
                 )
             images += rank_images
         windows.append(EpochWindow(host, epoch, start_ns, end_ns, images, tuple(ranks), complete))

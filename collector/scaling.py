@@ -33,7 +33,7 @@ from typing import Any
 
 from agent.schema import Event, RunState, Workload
 from collector.epochs import EPOCH_KINDS, assign_epochs, report_events, run_events
-from collector.store_api import ReadStore, RunInfo, WorkloadEvent
+from collector.store_api import ReadStore, RunInfo, WorkloadEvent, event_number
 from collector.throughput import RunThroughput, rank_epoch_work, run_throughput
 
 NS_PER_SECOND = 1_000_000_000
@@ -139,14 +139,6 @@ def throughput_table(
 # --------------------------------------------------------------------------------------
 
 
-def _number(event: WorkloadEvent, name: str) -> float | None:
-    value = event.fields.get(name)
-    if value is None or isinstance(value, str | bool):
-        return None
-    value = float(value)
-    return None if math.isnan(value) else value
-
-
 def stored_run_throughput(
     store: ReadStore, run: RunInfo, epoch_events: list[WorkloadEvent] | None = None
 ) -> RunThroughput:
@@ -190,12 +182,12 @@ def time_to_accuracy(events: list[WorkloadEvent], config: dict[str, Any]) -> Acc
         if event.event == Event.RUN_START:
             run_start.setdefault(key, event.time_ns)
             continue
-        top1 = _number(event, Workload.TOP1)
+        top1 = event_number(event, Workload.TOP1)
         if top1 is None:
             continue
         final = top1
         if reached is None and target is not None and top1 >= target:
-            epoch = _number(event, Workload.EPOCH)
+            epoch = event_number(event, Workload.EPOCH)
             started = run_start.get(key)
             seconds = (event.time_ns - started) / NS_PER_SECOND if started is not None else None
             reached = (int(epoch) if epoch is not None else None, seconds)

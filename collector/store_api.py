@@ -53,6 +53,16 @@ class WorkloadEvent:
     fields: dict[str, float | int | str | bool]
 
 
+def event_number(event: WorkloadEvent, name: str) -> float | None:
+    """A numeric field of an event; None when it is missing, text, a boolean or NaN (the
+    rule ``StepTable`` applies to steps, for every other event)."""
+    value = event.fields.get(name)
+    if value is None or isinstance(value, str | bool):
+        return None
+    number = float(value)
+    return None if math.isnan(number) else number
+
+
 @dataclass(frozen=True)
 class RunInfo:
     run_id: str

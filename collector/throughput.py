@@ -17,25 +17,16 @@ being averaged into it.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agent.schema import Event, Workload
 from agent.throughput import TimedWork, images_per_second, startup_seconds
-from collector.store_api import WorkloadEvent
+from collector.store_api import WorkloadEvent, event_number
 
 EPOCH_END_SOURCE = "epoch_end"
 STEPS_SOURCE = "steps"
-
-
-def _number(event: WorkloadEvent, name: str) -> float | None:
-    value = event.fields.get(name)
-    if value is None or isinstance(value, str | bool):
-        return None
-    number = float(value)
-    return None if math.isnan(number) else number
 
 
 @dataclass(frozen=True)
@@ -51,12 +42,12 @@ class RankEpochWork:
 
 
 def _from_epoch_end(event: WorkloadEvent) -> tuple[TimedWork, float | None] | None:
-    seconds = _number(event, Workload.SECONDS)
-    timed_images = _number(event, Workload.TIMED_IMAGES)
-    timed_seconds = _number(event, Workload.TIMED_SECONDS)
+    seconds = event_number(event, Workload.SECONDS)
+    timed_images = event_number(event, Workload.TIMED_IMAGES)
+    timed_seconds = event_number(event, Workload.TIMED_SECONDS)
     if timed_images is not None and timed_seconds is not None:
         return TimedWork(timed_images, timed_seconds), seconds
-    images = _number(event, Workload.IMAGES)
+    images = event_number(event, Workload.IMAGES)
     if images is not None and seconds is not None:
         return TimedWork(images, seconds), seconds
     return None
@@ -75,8 +66,8 @@ def rank_epoch_work(assigned: Iterable[tuple[WorkloadEvent, int]]) -> list[RankE
                 work, step_seconds = found
                 ended[key] = RankEpochWork(*key, work, step_seconds, EPOCH_END_SOURCE)
         elif event.event == Event.STEP:
-            images = _number(event, Workload.IMAGES)
-            seconds = _number(event, Workload.SECONDS)
+            images = event_number(event, Workload.IMAGES)
+            seconds = event_number(event, Workload.SECONDS)
             if images is not None and seconds is not None:
                 from_steps[key] = from_steps[key] + TimedWork(images, seconds)
     out = list(ended.values())
