@@ -11,6 +11,10 @@ InfiniBand. Epoch 1 (450 s) reads it from the server at about 320 MB/s per node 
 cache fills, with iowait and uneven steps; the four later 300-s epochs read nothing from the
 server and run 1.5x faster. Three more runs of the same group (1 GPU, 4 GPUs on one node,
 8 GPUs on two nodes) fill the scaling page; all reach top-1 0.749 in their fifth epoch.
+Every run splits its steps as a GPU cluster's would: the same 827 ms of forward and
+backward per 256-image step everywhere, the all-reduce growing with the GPUs (0 on one
+GPU, 150 ms on 16), and in the 16-GPU run's epoch 1 a third of each step waiting for input
+from NFS.
 """
 
 from __future__ import annotations
@@ -45,6 +49,17 @@ PAGES = {
 }
 
 
+COMPUTE_SECONDS = 0.827  # forward + backward of one 256-image ResNet-50 step on a V100
+
+
+def step_shares(step_seconds: float, communication_seconds: float) -> tuple[float, float, float]:
+    """(input wait, compute, communication) shares of a step: compute the same on every GPU,
+    2% of the step for the rest (update, callbacks), the remainder waiting for input."""
+    compute = COMPUTE_SECONDS / step_seconds
+    communication = communication_seconds / step_seconds
+    return (1.0 - compute - communication - 0.02, compute, communication)
+
+
 def demo_run() -> RunBuilder:
     hosts = ("node1", "node2", "node3", "node4")
     builder = RunBuilder(
@@ -65,6 +80,7 @@ def demo_run() -> RunBuilder:
         per_rank,
         step_pattern=(1.0, 1.6, 0.7, 1.3, 0.8, 1.9),
         top1=TOP1[0],
+        shares=step_shares(450 / 300, 0.150),
         nfs_server_read=nfs,
         nfs_app_read=nfs,
         ib_rcv={host: 150e6 + rate for host, rate in nfs.items()},
@@ -81,6 +97,7 @@ def demo_run() -> RunBuilder:
             300,
             per_rank,
             top1=top1,
+            shares=step_shares(300 / 300, 0.150),
             nfs_app_read=480e6,
             ib_rcv=150e6,
             ib_xmit=150e6,
@@ -96,19 +113,30 @@ def demo_run() -> RunBuilder:
 def scaling_runs() -> list[RunBuilder]:
     """The same group on fewer GPUs: events only (no samples), 5 epochs each."""
     out = []
-    shapes = (("hvd-1gpu", 1, 1, 300.0), ("hvd-4gpu", 1, 4, 1140.0), ("hvd-8gpu", 2, 4, 2208.0))
-    for index, (run_id, nodes, ranks, rate) in enumerate(shapes):
+    shapes = (
+        ("hvd-1gpu", 1, 1, 300.0, 0.0),
+        ("hvd-4gpu", 1, 4, 1140.0, 0.045),
+        ("hvd-8gpu", 2, 4, 2208.0, 0.080),
+    )
+    for index, (run_id, nodes, ranks, rate, all_reduce) in enumerate(shapes):
         builder = RunBuilder(
             run_id,
             hosts=tuple(f"node{n + 1}" for n in range(nodes)),
             ranks_per_host=ranks,
             t0_ns=T0_NS - (3 - index) * 24 * HOURS,
             batch_size=256,
+            steps_per_epoch=IMAGES_PER_EPOCH // (nodes * ranks * 256),
             target_top1=0.749,
             write_samples=False,
         )
+        step_seconds = 256 / (rate / (nodes * ranks))
         for top1 in TOP1:
-            builder.epoch(IMAGES_PER_EPOCH / rate, IMAGES_PER_EPOCH // (nodes * ranks), top1=top1)
+            builder.epoch(
+                IMAGES_PER_EPOCH / rate,
+                IMAGES_PER_EPOCH // (nodes * ranks),
+                top1=top1,
+                shares=step_shares(step_seconds, all_reduce),
+            )
         out.append(builder)
     return out
 
