@@ -1,6 +1,7 @@
 """Screenshots of every dashboard page, from headless Chromium, for the docs.
 
     python bench/dashboard/screenshots.py [--out docs/screenshots]
+    python bench/dashboard/screenshots.py --db runs/RUN.sqlite --pages run --prefix demo-
 
 Builds a demo store through the real SQLite store's write path, serves the dashboard on
 127.0.0.1 and saves runs.png, run.png, scaling.png and findings.png.
@@ -148,26 +149,53 @@ def build_demo_store(path: Path) -> SqliteStore:
     return store
 
 
-def full_page(driver, path: Path) -> None:
-    height = driver.execute_script(
+def page_height(driver) -> int:
+    """Down to the end of the page's content (not the window's, which may be taller)."""
+    return driver.execute_script(
         "const page = document.getElementById('page').getBoundingClientRect();"
-        "return Math.ceil(Math.max(document.documentElement.scrollHeight,"
-        " page.bottom + window.scrollY + 24));"
+        "return Math.ceil(page.bottom + window.scrollY + 24);"
     )
-    driver.set_window_size(1400, min(max(height, 800), 6000))
-    time.sleep(0.8)  # plotly relayout after the resize
+
+
+def full_page(driver, path: Path) -> None:
+    """The whole page in one picture: the window is grown to the page's height until that
+    stops changing (plotly lays its figures out again after each resize, and a page can
+    grow when it does)."""
+    height = 0
+    for _ in range(5):
+        wanted = min(max(page_height(driver), 400), 6000)
+        if wanted == height:
+            break
+        height = wanted
+        driver.set_window_size(1400, height)
+        time.sleep(0.8)  # plotly relayout after the resize
     driver.save_screenshot(str(path))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    parser.add_argument(
+        "--db",
+        type=Path,
+        help="screenshot this store (e.g. make demo's runs/RUN.sqlite) instead of the modelled one",
+    )
+    parser.add_argument("--run", help="the run of the run and findings pages (default: newest)")
+    parser.add_argument(
+        "--pages", default=",".join(PAGES), help="which pages (default: %(default)s)"
+    )
+    parser.add_argument("--prefix", default="", help="file names: PREFIX<page>.png")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        store = build_demo_store(Path(tmp) / "epochscope.sqlite")
+        if args.db is not None:
+            store = SqliteStore(args.db)
+        else:
+            store = build_demo_store(Path(tmp) / "epochscope.sqlite")
+        newest = max(store.runs(), key=lambda run: run.start_ns).run_id
+        run_id = args.run or (DEMO_RUN if args.db is None else newest)
         source = DataSource(store)
-        source.prepare(DEMO_RUN)  # the run page comes whole, as a computed run's does
+        source.prepare(run_id)  # the run page comes whole, as a computed run's does
         app = create_app(source)
         server = make_server("127.0.0.1", 0, app.server, threaded=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -178,15 +206,18 @@ def main() -> int:
             from selenium.webdriver.support import expected_conditions as ec
             from selenium.webdriver.support.ui import WebDriverWait
 
-            for name, (url, ready) in PAGES.items():
+            for name in args.pages.split(","):
+                url, ready = PAGES[name]
+                url = url.replace(DEMO_RUN, run_id)
                 driver.set_window_size(1400, 1000)
                 driver.get(base + url)
                 WebDriverWait(driver, 30).until(
                     ec.presence_of_element_located((By.CSS_SELECTOR, ready))
                 )
                 time.sleep(1.0)
-                full_page(driver, args.out / f"{name}.png")
-                print(f"saved {args.out / f'{name}.png'}")
+                path = args.out / f"{args.prefix}{name}.png"
+                full_page(driver, path)
+                print(f"saved {path}")
             errors = driver.get_log("browser")
             if errors:
                 print("browser console errors:", errors, file=sys.stderr)
