@@ -124,7 +124,7 @@ def print_epoch_table(events_dir: Path) -> None:
 # --- the per-epoch table of a profiled run (`collector report --format json` rows) ---
 
 # the report's columns (collector.columns) that tell where a profiled run's input came from;
-# NFS only where a host read over NFS
+# NFS only where a host read over NFS, the training's own reads only where its ranks sent them
 PROFILE_COLUMNS = (
     "seconds",
     "images",
@@ -132,10 +132,21 @@ PROFILE_COLUMNS = (
     "disk_read_bytes",
     "disk_read_mbps",
     "nfs_server_read_bytes",
+    "training_read_bytes",
     "page_cache_delta_bytes",
     "cpu_util_percent",
     "iowait_percent",
 )
+
+
+def _shown(name: str, rows: list[dict]) -> bool:
+    if name == "nfs_server_read_bytes":  # a host that reads over NFS
+        return any(row.get(name) for row in rows)
+    if name == "training_read_bytes":  # ranks that sent their /proc/<pid>/io (0 is a reading)
+        return any(row.get(name) is not None for row in rows)
+    return True
+
+
 REPORT_ALL_HOSTS = "*"  # collector.epochs.ALL_HOSTS: the run's row of an epoch
 
 
@@ -145,11 +156,7 @@ def format_profile_table(rows: list[dict]) -> str:
     as ``collector report`` writes them."""
     hosts = {row["host"] for row in rows if row["host"] != REPORT_ALL_HOSTS}
     shown = [row for row in rows if len(hosts) > 1 or row["host"] != REPORT_ALL_HOSTS]
-    columns = [
-        BY_NAME[name]
-        for name in PROFILE_COLUMNS
-        if name != "nfs_server_read_bytes" or any(row.get(name) for row in rows)
-    ]
+    columns = [BY_NAME[name] for name in PROFILE_COLUMNS if _shown(name, rows)]
     host_width = max([4, *(len(row["host"]) for row in shown)])
     widths = [
         max([len(c.heading), 7, *(len(format_cell(c, row.get(c.name))) for row in shown)])
