@@ -13,8 +13,8 @@ dataclasses with a ``to_dict()``; nothing returns SQL rows or numpy arrays. Miss
     collector.epochs ``COLUMNS`` plus ``net_rx_mbps`` and ``net_tx_mbps`` (``TABLE_COLUMNS``;
     what each means: ``COLUMN_HELP``).
 ``epoch_boundaries(store, run_id)``
-    ``{host: [{"epoch", "start_ns", "end_ns", "complete"}]}`` on each host's own clock, to
-    shade epochs on that host's charts.
+    ``{host: [{"epoch", "start_ns", "end_ns", "complete", "state"}]}`` on each host's own
+    clock, to shade epochs on that host's charts (``state``: collector.epochs.epoch_state).
 ``host_timeseries(store, run_id, host, max_points=500, since_ns=None, bucket_ns=None)``
     A ``HostSeries``: the host's metrics over the run's window, down-sampled server-side
     into at most ``max_points`` equal buckets. Counter rates are exact bucket averages
@@ -105,6 +105,7 @@ from collector.epochs import (
     read_host_series,
     report_events,
     run_events,
+    run_is_live,
     series_to_read,
     window_amounts,
 )
@@ -524,13 +525,15 @@ def epoch_boundaries(store: ReadStore, run_id: str) -> dict[str, list[dict[str, 
 
     def compute() -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for window in epoch_windows(report_events(_KeptRun(store, run), run_id)):
+        live = run_is_live(run)
+        for window in epoch_windows(report_events(_KeptRun(store, run), run_id), live):
             out[window.host].append(
                 {
                     "epoch": window.epoch,
                     "start_ns": window.start_ns,
                     "end_ns": window.end_ns,
                     "complete": window.complete,
+                    "state": window.state,
                 }
             )
         return dict(out)
