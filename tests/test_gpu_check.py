@@ -33,6 +33,8 @@ _spec.loader.exec_module(compare)
 
 def capture_section(title: str) -> str:
     """The output under ``# <title>`` in the capture (after its command and rule lines)."""
+    if not CAPTURE.is_file():
+        pytest.fail(f"capture {CAPTURE} is missing: ../shared must sit beside the repo")
     text = CAPTURE.read_text()
     start = text.index(f"# {title}\n")
     body = text[start:].split("#" * 80 + "\n", 2)[1]
