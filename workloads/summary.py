@@ -124,7 +124,7 @@ def print_epoch_table(events_dir: Path) -> None:
 # --- the per-epoch table of a profiled run (`collector report --format json` rows) ---
 
 # the report's columns (collector.columns) that tell where a profiled run's input came from;
-# NFS only where a host read over NFS
+# NFS only where a host read over NFS, the training's own reads only where its ranks sent them
 PROFILE_COLUMNS = (
     "state",  # only when an epoch did not end
     "seconds",
@@ -133,10 +133,13 @@ PROFILE_COLUMNS = (
     "disk_read_bytes",
     "disk_read_mbps",
     "nfs_server_read_bytes",
+    "training_read_bytes",
     "page_cache_delta_bytes",
     "cpu_util_percent",
     "iowait_percent",
 )
+
+
 REPORT_ALL_HOSTS = "*"  # collector.epochs.ALL_HOSTS: the run's row of an epoch
 
 
@@ -148,6 +151,8 @@ def format_profile_table(rows: list[dict]) -> str:
     shown = [row for row in rows if len(hosts) > 1 or row["host"] != REPORT_ALL_HOSTS]
     optional = {
         "nfs_server_read_bytes": any(row.get("nfs_server_read_bytes") for row in rows),
+        # ranks that sent their /proc/<pid>/io (0 is a reading)
+        "training_read_bytes": any(row.get("training_read_bytes") is not None for row in rows),
         "state": any(row.get("state", COMPLETE) != COMPLETE for row in rows),
     }
     columns = [BY_NAME[name] for name in PROFILE_COLUMNS if optional.get(name, True)]
