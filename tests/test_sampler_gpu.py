@@ -207,6 +207,24 @@ def test_mig_devices_are_points_of_their_own_tagged_mig(monkeypatch):
     assert ("processes", 1) not in fake.calls
 
 
+def test_mig_reconfigured_while_running(monkeypatch):
+    """MIG turned on, then off again (made-up sequence on the captured H100's values)."""
+    sampler, fake = start(FakeNvml([H100_LOAD]), monkeypatch)
+    assert fields_of(sampler.sample(NOW)[0])["utilization_percent"] == 100.0
+    gpu = fake.gpus[0]
+    gpu["migs"] = A100_WITH_MIG_DEVICES["migs"][:1]
+    gpu["utilization"] = NOT_SUPPORTED  # what NVML answers for a GPU in MIG mode
+    points = fresh(sampler)
+    assert [p.tags.get("mig") for p in points if p.measurement == "gpu"] == [None, "1/0"]
+    assert "utilization_percent" not in points[0].fields
+    del gpu["migs"]
+    gpu["utilization"] = H100_LOAD["utilization"]
+    points = fresh(sampler)
+    # utilisation is asked again once MIG is off: it was only unsupported under MIG
+    assert [p.tags.get("mig") for p in points if p.measurement == "gpu"] == [None]
+    assert fields_of(points[0])["utilization_percent"] == 100.0
+
+
 def test_pcie_byte_counters_from_field_values_replace_the_throughput_calls(monkeypatch):
     # Made-up counters: the capture's driver did not report field values.
     gpu = {**H100_LOAD, "pcie_bytes": (7_000_000_000, 3_000_000_000)}

@@ -238,6 +238,7 @@ class GpuReader:
         self._stop = False
         self._call: tuple[str, float] | None = None
         self._unsupported: set[str] = set()  # calls this GPU answered NOT_SUPPORTED to
+        self._mig_enabled = False
         self._errors_logged: set[tuple[str, str, int]] = set()
         self._failing_now = False
         self._last_sample_us: dict[tuple[str, str], int] = {}
@@ -431,7 +432,15 @@ class GpuReader:
         nvml = self.nvml
         parent = self.device
         mode = self._nvml_call("nvmlDeviceGetMigMode", parent.handle)
-        if mode is None or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
+        enabled = mode is not None and mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        if enabled != self._mig_enabled:
+            # What a GPU supports changes with MIG (utilisation is not supported under
+            # MIG): ask every call again. The first reading starts from nothing anyway.
+            self._mig_enabled = enabled
+            self._unsupported = {
+                k for k in self._unsupported if k.endswith(":nvmlDeviceGetMigMode")
+            }
+        if not enabled:
             return []
         devices = []
         for slot in range(self._nvml_call("nvmlDeviceGetMaxMigDeviceCount", parent.handle) or 0):
@@ -669,8 +678,9 @@ class GpuSampler:
         for reader in readers:
             reader.stop()
         stuck = False
+        deadline = time.monotonic() + 1.0  # one second for all: a hung thread never ends
         for reader in readers:
-            reader.thread.join(timeout=1.0)
+            reader.thread.join(timeout=max(0.0, deadline - time.monotonic()))
             stuck |= reader.thread.is_alive()
         if nvml is None:
             return
