@@ -90,7 +90,7 @@ user-torch-env: $(VENV)/.installed
 	fi
 	@$(USER_PY) -c 'import lightning' 2>/dev/null || \
 		$(USER_PY) -m pip install -q lightning==$(USER_LIGHTNING)
-	@$(USER_PY) -c 'import sys, workloads; sys.exit(not workloads.__file__.startswith("$(CURDIR)/"))' \
+	@$(USER_PY) -I -c 'import sys, workloads; sys.exit(not workloads.__file__.startswith("$(CURDIR)/"))' \
 		2>/dev/null || $(USER_PY) -m pip install -q -e '.[profile]'
 	$(USER_PY) -c 'import torch, torchvision, lightning; assert torch.__version__.startswith("$(USER_TORCH)"), torch.__version__'
 
