@@ -157,6 +157,11 @@ class Callbacks:
             Input("findings-run", "value"),
             prevent_initial_call=True,
         )(self.select_findings_run)
+        app.callback(
+            Output("inference-body", "children"),
+            Input("inference-run", "value"),
+            prevent_initial_call=True,
+        )(self.select_inference_run)
 
     # -- routing ---------------------------------------------------------------------------
     def route(self, pathname: str | None, search: str | None) -> tuple[Any, Any, None]:
@@ -179,6 +184,12 @@ class Callbacks:
             run_id = wanted or (runs[0]["run_id"] if runs else None)
             found = self.source.findings(run_id) if run_id else []
             return pages.findings_page(runs, run_id, found), nav
+        if pathname.rstrip("/") == "/inference":
+            runs = self.source.inference_runs()
+            wanted = parse_qs((search or "").lstrip("?")).get("run", [None])[0]
+            run_id = wanted or (runs[0]["run_id"] if runs else None)
+            report = self.source.inference(run_id) if run_id else None
+            return pages.inference_page(runs, run_id, report), nav
         return pages.not_found(f"No page at {pathname}."), nav
 
     def run_page(self, run_id: str) -> html.Div:
@@ -362,3 +373,10 @@ class Callbacks:
         with self.source.request():
             found = self.source.findings(run_id)
         return pages.findings_list(found, run_id, same_page=False)
+
+    def select_inference_run(self, run_id: str | None) -> Any:
+        if not run_id:
+            raise PreventUpdate
+        with self.source.request():
+            report = self.source.inference(run_id)
+        return pages.inference_body(report)
