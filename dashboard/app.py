@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, unquote
 from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
+from agent.schema import INFERENCE_FRAMEWORK
 from dashboard import figures, pages
 from dashboard.auth import Credentials, require_basic_auth
 from dashboard.source import DataSource, Timeseries, digest, is_live
@@ -196,6 +197,9 @@ class Callbacks:
         run = self.source.run(run_id)
         if run is None:
             return pages.waiting_for_run(run_id, self.poll_ms)
+        if run.get("framework") == INFERENCE_FRAMEWORK:  # no epochs: its own page
+            runs = self.source.inference_runs()
+            return pages.inference_page(runs, run_id, self.source.inference(run_id))
         live = is_live(run["state"])
         # a finished run whose charts are not computed yet gets them by their own callback
         # (load_pending_timeseries), computed while the browser draws the rest of the page

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from dash import dash_table, dcc, html
 
+from agent.schema import INFERENCE_FRAMEWORK
 from collector.evidence import evidence_items
 from dashboard import figures
 from dashboard.columns import (
@@ -144,8 +145,9 @@ def runs_table(runs: list[dict[str, Any]]) -> html.Table | html.P:
         cells = []
         for column in RUN_COLUMNS:
             if column.key == "run_id":
-                link = dcc.Link(run["run_id"], href=run_href(run["run_id"]))
-                cells.append(html.Td(link, className="col-run_id"))
+                inference = run.get("framework") == INFERENCE_FRAMEWORK
+                href = (inference_href if inference else run_href)(run["run_id"])
+                cells.append(html.Td(dcc.Link(run["run_id"], href=href), className="col-run_id"))
             elif column.key == "state":
                 cells.append(html.Td(state_badge(run["state"])))
             elif column.key == "hosts":
