@@ -15,6 +15,7 @@ This module imports nothing from the rest of the collector.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # units: how a value is written
 TEXT, TIME, SECONDS, COUNT, RATE, BYTES, MBPS, PERCENT, RATIO = (
@@ -63,6 +64,11 @@ SPEC: tuple[ReportColumn, ...] = (
             "Start of the epoch on this host's clock (ISO 8601, UTC)", "epoch"),
     _column("end", "end (UTC)", "End (UTC)", TIME, None,
             "End of the epoch on this host's clock (ISO 8601, UTC)", "epoch"),
+    _column("state", "state", "State", TEXT, None,
+            "Whether the epoch ended: complete; running (not yet, the run is live); "
+            "interrupted (the run was stopped in it by Ctrl-C, a signal or a killed rank: its "
+            "seconds and images are only what was done before the stop)", "epoch",
+            default=True),
     _column("seconds", "s", "Seconds", SECONDS, 3,
             "Length of the epoch on this host's clock (validation and start-up included)",
             "epoch", default=True),
@@ -147,6 +153,9 @@ SPEC: tuple[ReportColumn, ...] = (
             "the Prometheus backend); empty when both edges are real readings", "epoch"),
 )  # fmt: skip
 
+# an epoch's ``state``: defined in collector.epochs (``epoch_state``), written by every view
+COMPLETE, RUNNING, INTERRUPTED = "complete", "running", "interrupted"
+
 BY_NAME: dict[str, ReportColumn] = {column.name: column for column in SPEC}
 REPORT_COLUMNS: tuple[ReportColumn, ...] = tuple(c for c in SPEC if c.in_report)
 REPORT_COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in REPORT_COLUMNS)
@@ -200,6 +209,32 @@ def format_cell(column: ReportColumn, value: object) -> str:
     if column.unit == RATIO:
         return f"{value:,.{min(column.digits or 3, 3)}f}"
     return f"{value:,.1f}"
+
+
+def unfinished_epochs_note(rows: list[dict[str, Any]]) -> str:
+    """The line under a per-epoch table naming the epochs that did not end (``state``
+    running or interrupted), so that their short seconds and few images are read as what
+    they are; "" when every epoch ended. ``rows``: the report's rows as dicts."""
+    unfinished: dict[str, list[str]] = {}
+    for row in rows:
+        state = row.get("state") or COMPLETE
+        if state != COMPLETE and row.get("host") != "*":
+            unfinished.setdefault(state, [])
+            label = f"epoch {row['epoch']}"
+            if label not in unfinished[state]:
+                unfinished[state].append(label)
+    parts = []
+    if INTERRUPTED in unfinished:
+        parts.append(
+            f"{', '.join(unfinished[INTERRUPTED]).capitalize()} interrupted: the run stopped in "
+            "it, so its seconds and images are only what was done before the stop."
+        )
+    if RUNNING in unfinished:
+        parts.append(
+            f"{', '.join(unfinished[RUNNING]).capitalize()} still running: its seconds and "
+            "images so far."
+        )
+    return " ".join(parts)
 
 
 def markdown_table() -> str:

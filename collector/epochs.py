@@ -43,6 +43,12 @@ communication_percent      the rest (optimizer update, callbacks) is 100 minus t
 training_read_bytes        what the ranks and their data loaders read from storage
                            (/proc/<pid>/io read_bytes, mapped libraries' page-ins included)
 training_cache_read_bytes  what their reads got from the page cache (rchar - read_bytes)
+state                      ``complete``; ``running``: a rank of the host started the epoch
+                           and has not ended it, and the run is live; ``interrupted``: so,
+                           but the run is no longer live (a rank's ``run_end``, failed after
+                           Ctrl-C or a signal, or written by the launcher for a killed rank),
+                           so seconds and images are what was done before the stop
+                           (``epoch_state``)
 interpolated_edges         the window's edges ("start", "end", "start,end") with no real node
                            reading at them: the node amounts there are interpolated between
                            the agent's ticks; "" when both edges are real edge samples
@@ -50,7 +56,8 @@ interpolated_edges         the window's edges ("start", "end", "start,end") with
 
 The ``*`` row of an epoch adds up the hosts that ran it:
 
-- images and every byte or fault count are sums over hosts;
+- images and every byte or fault count are sums over hosts; ``state`` is the worst of the
+  hosts' (interrupted, then running, then complete);
 - ``seconds`` is the *longest* per-host window, each measured on its own clock. The ranks
   synchronise every step, so every host's span is the same epoch seen through a different
   clock; taking the longest never credits the cluster with time a skewed clock lost.
@@ -86,11 +93,12 @@ from agent.schema import (
     Memory,
     Net,
     Nfs,
+    RunState,
     Tag,
     Workload,
 )
 from collector import anatomy, throughput
-from collector.columns import BY_NAME, REPORT_COLUMN_NAMES
+from collector.columns import BY_NAME, COMPLETE, INTERRUPTED, REPORT_COLUMN_NAMES, RUNNING
 from collector.counters import (
     NS_PER_SECOND,
     counter_increases,
@@ -99,7 +107,14 @@ from collector.counters import (
     nansum_or_nan,
     sampled_edges,
 )
-from collector.store_api import ReadStore, SeriesData, SeriesInfo, WorkloadEvent, event_number
+from collector.store_api import (
+    ReadStore,
+    RunInfo,
+    SeriesData,
+    SeriesInfo,
+    WorkloadEvent,
+    event_number,
+)
 
 ALL_HOSTS = "*"
 BYTES_PER_MB = 1_000_000
@@ -123,6 +138,7 @@ class EpochWindow:
     images: float
     ranks: tuple[int, ...]
     complete: bool  # every rank of the host that started the epoch also ended it
+    state: str = COMPLETE  # epoch_state(): complete | running | interrupted
 
     @property
     def seconds(self) -> float:
@@ -194,8 +210,31 @@ def report_events(store: ReadStore, run_id: str) -> list[WorkloadEvent]:
     return sorted(events + steps, key=lambda e: (e.time_ns, e.rank))
 
 
-def epoch_windows(events: Iterable[WorkloadEvent]) -> list[EpochWindow]:
-    """Per-host epoch windows, sorted by epoch then host."""
+def epoch_state(complete: bool, run_live: bool) -> str:
+    """The one definition of an epoch's state on a host, which every view writes.
+
+    ``complete``: every rank of the host that started the epoch also ended it.
+    ``run_live``: the run is still live (``RunState.LIVE``); once it is not (a rank's
+    ``run_end``: failed after Ctrl-C or a signal, or written by the launcher for a killed
+    rank), an epoch that did not end never will: it was interrupted.
+    """
+    if complete:
+        return COMPLETE
+    return RUNNING if run_live else INTERRUPTED
+
+
+def worst_state(states: Iterable[str]) -> str:
+    """An epoch's state over several hosts: interrupted on one host is interrupted."""
+    present = set(states)
+    for state in (INTERRUPTED, RUNNING):
+        if state in present:
+            return state
+    return COMPLETE
+
+
+def epoch_windows(events: Iterable[WorkloadEvent], run_live: bool = True) -> list[EpochWindow]:
+    """Per-host epoch windows, sorted by epoch then host. ``run_live``: the run is still
+    live (``RunState.LIVE``); when it is not, an epoch that did not end was interrupted."""
     starts: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
     ends: dict[tuple[str, int], dict[int, WorkloadEvent]] = defaultdict(dict)
     steps: dict[tuple[str, int], dict[int, list[WorkloadEvent]]] = defaultdict(
@@ -244,7 +283,18 @@ def epoch_windows(events: Iterable[WorkloadEvent]) -> list[EpochWindow]:
                     event_number(s, Workload.IMAGES) or 0.0 for s in steps[key].get(rank, [])
                 )
             images += rank_images
-        windows.append(EpochWindow(host, epoch, start_ns, end_ns, images, tuple(ranks), complete))
+        windows.append(
+            EpochWindow(
+                host,
+                epoch,
+                start_ns,
+                end_ns,
+                images,
+                tuple(ranks),
+                complete,
+                epoch_state(complete, run_live),
+            )
+        )
     return windows
 
 
@@ -396,6 +446,7 @@ class EpochAmounts:
     fabric: str = ""  # "ib" | "net" | "" (neither)
     interpolated_edges: tuple[str, ...] = ()  # "start" / "end": no real reading at that edge
     images_per_second: float = math.nan  # collector.throughput: not additive, set per row
+    state: str = COMPLETE  # the window's epoch_state(); worst_state() over hosts for "*"
 
 
 def iso_utc(time_ns: int) -> str:
@@ -411,6 +462,7 @@ class EpochRow:
     epoch: int
     start_ns: int
     end_ns: int
+    state: str  # epoch_state(): complete | running | interrupted
     seconds: float
     images: int
     images_per_second: float | None
@@ -549,6 +601,7 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             end_ns=a.end_ns,
             **{name: column[i] for name, column in values.items()},
             interpolated_edges=",".join(a.interpolated_edges),
+            state=a.state,
         )
         for i, a in enumerate(amounts)
     ]
@@ -573,6 +626,7 @@ def all_hosts_amounts(epoch: int, hosts: list[EpochAmounts]) -> EpochAmounts:
         interpolated_edges=tuple(
             edge for edge in EDGES if any(edge in h.interpolated_edges for h in hosts)
         ),
+        state=worst_state(h.state for h in hosts),
     )
     for key in {key for h in hosts for key in h.values}:
         present = [v for h in hosts if (v := h.values.get(key, math.nan)) == v]
@@ -639,6 +693,7 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
                     gpu_count=float(gpu_count[i]),
                     fabric=fabric,
                     interpolated_edges=interpolated[i],
+                    state=window.state,
                 )
             )
     return out
@@ -678,10 +733,15 @@ def _host_fabric(
     return ""
 
 
+def run_is_live(run: RunInfo | None) -> bool:
+    """The run is still live (no run state says it ended): its open epochs are running."""
+    return run is None or run.state == RunState.LIVE
+
+
 def build_report(store: ReadStore, run_id: str) -> EpochReport:
     """The per-epoch report of a run (empty when the run has no epoch events)."""
     events = report_events(store, run_id)
-    windows = epoch_windows(events)
+    windows = epoch_windows(events, run_is_live(store.run(run_id)))
     amounts = epoch_amounts(store, windows)
     step_parts = anatomy.epoch_amounts(anatomy.rank_epochs(events))
     host_rates, epoch_rates = throughput.epoch_rates(

@@ -29,7 +29,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from collector.columns import TEXT, ReportColumn, format_cell, select
+from collector.columns import (
+    COMPLETE,
+    TEXT,
+    ReportColumn,
+    format_cell,
+    select,
+    unfinished_epochs_note,
+)
 from collector.epochs import ALL_HOSTS, COLUMNS, EpochRow, build_report, iso_utc
 from collector.evidence import evidence_items
 from collector.scaling import stored_run_throughput
@@ -174,16 +181,22 @@ def _number(value: float | None, digits: int = 1) -> str:
 
 def table_columns(rows: list[EpochRow], choice: str) -> tuple[ReportColumn, ...]:
     """The text table's columns (``--columns``): the default set leaves out columns that no
-    row measured (no NFS mount, no InfiniBand, no GPU)."""
+    row measured (no NFS mount, no InfiniBand, no GPU), and the epochs' state when every
+    epoch ended."""
     try:
         chosen = select(choice)
     except ValueError as error:
         raise CliError(str(error), 2) from None
     if choice != "default":
         return chosen
-    return tuple(
-        c for c in chosen if c.unit == TEXT or any(getattr(r, c.name) is not None for r in rows)
-    )
+    unfinished = any(r.state != COMPLETE for r in rows)
+
+    def shown(column: ReportColumn) -> bool:
+        if column.name == "state":
+            return unfinished
+        return column.unit == TEXT or any(getattr(r, column.name) is not None for r in rows)
+
+    return tuple(c for c in chosen if shown(c))
 
 
 def report_table(run_id: str, rows: list[EpochRow], choice: str = "default"):
@@ -220,9 +233,10 @@ def report_table(run_id: str, rows: list[EpochRow], choice: str = "default"):
             text.append(rule, style="dim")
         previous_epoch = row.epoch
         text.append(line(row_cells), style="bold" if row.host == ALL_HOSTS else "")
-    note = interpolated_edges_note(rows)
-    if note:
-        text.append(note + "\n", style="dim")
+    notes = (unfinished_epochs_note([r.to_dict() for r in rows]), interpolated_edges_note(rows))
+    for note in notes:
+        if note:
+            text.append(note + "\n", style="dim")
     return text
 
 

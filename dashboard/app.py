@@ -251,7 +251,7 @@ class Callbacks:
             ts = self.source.timeseries(run_id, live=False)
             boundaries = self.source.boundaries(run_id)
             rows = self.source.epochs(run_id)
-        figure = pages.timeseries_figure(ts, boundaries, rows, live=False)
+        figure = pages.timeseries_figure(ts, boundaries, rows)
         return figure, pages.bucket_note(ts, boundaries)
 
     # -- runs page -------------------------------------------------------------------------
@@ -293,7 +293,7 @@ class Callbacks:
         bucket_note: Any = no_update
         if redraw:
             ts = self.source.timeseries(run_id, live)
-            time_figure: Any = pages.timeseries_figure(ts, boundaries, rows or [], live)
+            time_figure: Any = pages.timeseries_figure(ts, boundaries, rows or [])
             new_state = self._live_state(run_id, ts, boundaries)
             bucket_note = pages.bucket_note(ts, boundaries)
         else:

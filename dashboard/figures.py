@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from collector.columns import COMPLETE
 from collector.scaling import format_efficiency
 from dashboard.columns import ALL_HOSTS
 
@@ -211,11 +212,12 @@ def time_chart_traces(
 
 
 def epoch_shading(
-    boundaries: dict[str, list[dict[str, Any]]], host_order: list[str], live: bool = True
+    boundaries: dict[str, list[dict[str, Any]]], host_order: list[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Shapes and labels for the epochs of the first host that has any. An epoch that
-    started and did not end is "running" while the run is live, else "interrupted" (the
-    run was stopped in it: its time and images are only what was done before the stop).
+    did not end is labelled with its state as the collector defines it
+    (``collector.epochs.epoch_state``: "running" while the run is live, "interrupted" when
+    the run was stopped in it: its time and images are only what was done before the stop).
 
     Every host runs the same epochs in lock step (ranks synchronise each step), so one host's
     windows mark them for all; the charts say which host's clock they are on.
@@ -259,8 +261,8 @@ def epoch_shading(
             }
         )
         if position % label_every == 0:
-            unfinished = "running" if live else "interrupted"
-            text = f"epoch {epoch}" if window["complete"] else f"epoch {epoch} ({unfinished})"
+            state = window["state"]
+            text = f"epoch {epoch}" if state == COMPLETE else f"epoch {epoch} ({state})"
             labels.append(
                 {
                     "text": text,
@@ -357,7 +359,6 @@ def timeseries_figure(
     boundaries: dict[str, list[dict[str, Any]]],
     host_order: list[str],
     epoch_rows: list[dict[str, Any]] | None = None,
-    live: bool = True,
 ) -> dict[str, Any]:
     """Every ``TIME_CHARTS`` panel stacked in one figure on one shared (zoom-linked) time
     axis, the epochs shaded across all of them, like the profiling figures of the seed
@@ -416,7 +417,7 @@ def timeseries_figure(
     for trace in means:
         trace["xaxis"], trace["yaxis"] = throughput_axes()
         traces.append(trace)
-    shapes, labels = epoch_shading(boundaries, host_order, live)
+    shapes, labels = epoch_shading(boundaries, host_order)
     layout["shapes"] = shapes
     layout["annotations"] = [*panel_titles(), *annotations, *labels]
     return {"data": traces, "layout": layout}

@@ -12,6 +12,7 @@ from urllib.parse import quote
 from dash import dash_table, dcc, html
 
 from agent.schema import INFERENCE_FRAMEWORK
+from collector.columns import COMPLETE, INTERRUPTED
 from collector.evidence import evidence_items
 from dashboard import figures
 from dashboard.columns import (
@@ -185,17 +186,18 @@ def epoch_table(rows: list[dict[str, Any]], per_host: bool = True) -> dash_table
     if not rows:
         return html.P("No epoch has started yet.", className="empty")
     shown = [row for row in rows if per_host or row["host"] == ALL_HOSTS]
+    columns = epoch_table_columns(shown)
     data = [
         {
-            **{column.key: row.get(column.key) for column in EPOCH_COLUMNS},
+            **{column.key: row.get(column.key) for column in columns},
             "host": ALL_HOSTS_LABEL if row["host"] == ALL_HOSTS else row["host"],
         }
         for row in shown
     ]
     return dash_table.DataTable(
-        columns=[table_column(column) for column in EPOCH_COLUMNS],
+        columns=[table_column(column) for column in columns],
         data=data,
-        tooltip_header={column.key: column.help for column in EPOCH_COLUMNS},
+        tooltip_header={column.key: column.help for column in columns},
         tooltip_data=[{"epoch": f"{row.get('start', '')} → {row.get('end', '')}"} for row in shown],
         tooltip_delay=300,
         tooltip_duration=None,
@@ -219,8 +221,29 @@ def epoch_table(rows: list[dict[str, Any]], per_host: bool = True) -> dash_table
                 "fontWeight": 700,
                 "borderBottom": "2px solid #ccc",
             },
+            *(
+                [
+                    {
+                        "if": {"filter_query": f'{{state}} = "{INTERRUPTED}"'},
+                        "color": INTERRUPTED_COLOUR,
+                        "fontStyle": "italic",
+                    }
+                ]
+                if any(column.key == "state" for column in columns)
+                else []
+            ),
         ],
     )
+
+
+INTERRUPTED_COLOUR = "#9a3412"  # an epoch the run was stopped in: its numbers are partial
+
+
+def epoch_table_columns(rows: list[dict[str, Any]]) -> list[Column]:
+    """The per-epoch table's columns; the epoch state only when some epoch did not end
+    (a column of "complete" would say nothing)."""
+    unfinished = any(row.get("state", COMPLETE) != COMPLETE for row in rows)
+    return [column for column in EPOCH_COLUMNS if column.key != "state" or unfinished]
 
 
 def scaling_columns(rows: list[dict[str, Any]]) -> list[Column]:
@@ -368,9 +391,9 @@ def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
 
 
 def timeseries_figure(
-    ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]], live: bool = True
+    ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows, live=live)
+    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows)
 
 
 def epoch_figures(
@@ -433,7 +456,7 @@ def run_page(
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
     disk, nfs, fabric, anatomy, shares = epoch_figures(rows, order, rank_parts)
     if ts is not None:
-        time_figure = timeseries_figure(ts, boundaries, rows, live)
+        time_figure = timeseries_figure(ts, boundaries, rows)
         note = bucket_note(ts, boundaries)
     else:
         time_figure = figures.timeseries_placeholder()

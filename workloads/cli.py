@@ -146,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-collector", help="does the collector take our writes?")
     check.add_argument("--collector", required=True)
     check.add_argument("--token-file", type=Path, help="default: $EPOCHSCOPE_WORKLOAD_TOKEN")
+    check.add_argument(
+        "--agent-port",
+        type=int,
+        help="also warn (stderr, status 0) when the agent on this port pushes elsewhere",
+    )
 
     worker = commands.add_parser("worker", help="one rank (started by workloads run)")
     worker.add_argument("--spec", required=True)
@@ -276,6 +281,12 @@ def _check_collector(args: argparse.Namespace) -> int:
         print(f"workloads: {error}", file=sys.stderr)
         return 2
     print(f"the collector at {args.collector} takes writes from {socket.gethostname()}")
+    if args.agent_port is not None:
+        from workloads.agent_target import WARNING_PREFIX, push_warning
+
+        warning = push_warning(args.agent_port, args.collector)
+        if warning:
+            print(f"{WARNING_PREFIX}{warning}", file=sys.stderr)
     return 0
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workloads.anatomy import TimedAllreduce, timed_allreduce_hook
 from workloads.datasets import jpeg_files
 from workloads.spec import RunSpec
 from workloads.worker import Placement, cpu_threads_per_rank, steps_per_epoch
@@ -138,33 +139,6 @@ def evaluate(torch, model, loader, device, autocast) -> tuple[float, float]:
     if seen == 0:
         return math.nan, math.nan
     return correct1 / seen, correct5 / seen
-
-
-class TimedAllreduce:
-    """A DDP communication hook: the default all-reduce (sum, then divide by the world
-    size), with each bucket's launch and completion noted on the recorder.
-
-    DDP calls the hook when a bucket's gradients are all computed, so the last launch of a
-    step is the end of its backward compute; the futures' intervals before it ran hidden
-    behind backward (the overlap)."""
-
-    def __init__(self, recorder) -> None:
-        self.recorder = recorder
-        self.last_launch: float | None = None
-
-
-def timed_allreduce_hook(state: TimedAllreduce, bucket):
-    """The hook DDP calls (it needs a function, with ``state`` as its first argument)."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    launched = state.last_launch = state.recorder.now()
-    future = default_hooks.allreduce_hook(None, bucket)  # None: the default group
-
-    def finished(done):
-        state.recorder.add_communication(launched, state.recorder.now())
-        return done.value()
-
-    return future.then(finished)
 
 
 def _save_checkpoint(spec: RunSpec, model, epoch: int, top1: float | None) -> None:
