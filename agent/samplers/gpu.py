@@ -372,13 +372,14 @@ class GpuReader:
     def _pcie_counters(self, handle: Any) -> tuple[int | None, int | None]:
         nvml = self.nvml
         key = f"{self.device.uuid}:pcie_field_values"
-        if key in self._unsupported:
+        # An nvidia-ml-py older than these field ids has no counters to ask for.
+        field_ids = [
+            getattr(nvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", None),
+            getattr(nvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", None),
+        ]
+        if key in self._unsupported or None in field_ids:
             return None, None
-        values = self._nvml_call(
-            "nvmlDeviceGetFieldValues",
-            handle,
-            [nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES],
-        )
+        values = self._nvml_call("nvmlDeviceGetFieldValues", handle, field_ids)
         answers = [
             _union_value(v.valueType, v.value, nvml) if v.nvmlReturn == nvml.NVML_SUCCESS else None
             for v in values or []

@@ -128,9 +128,9 @@ class Session:
         self.epochs_done = 0
         self.global_step = 0
         self.failed = False
-        # the script calls workloads.track, or a framework's own callbacks (Lightning) name
-        # the epochs and steps: the recognition of PyTorch loops stands aside
-        self.explicit = False
+        # who names the epochs and steps instead of the recognition of PyTorch loops: the
+        # script itself (workloads.track: "track") or Lightning's callbacks ("lightning")
+        self.driver: str | None = None
         self._read_io: ProcessTreeIo | None = None
         self._mark = 0.0
         self._lock = threading.RLock()
@@ -138,6 +138,11 @@ class Session:
     @property
     def started(self) -> bool:
         return self.writer is not None
+
+    @property
+    def explicit(self) -> bool:
+        """Something other than the recognition of PyTorch loops names the epochs."""
+        return self.driver is not None
 
     # --- the run -------------------------------------------------------------------
     def start(
@@ -194,6 +199,11 @@ class Session:
             self._mark = self.clock() if start is None else start
             self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: self.epoch.number}, start_ns)
             return self.epoch
+
+    @property
+    def step_start(self) -> float:
+        """When the step under way began (the previous one's end), on ``clock``."""
+        return self._mark
 
     def process_io(self) -> ProcessIo | None:
         """The reads so far of this process and the data loaders below it (None where
