@@ -4,6 +4,9 @@
                            --image-size S --out DIR [--val-images M] [--shards 16]
     workloads dataset describe DIR
     workloads run --framework tensorflow|mxnet|pytorch [--data-dir D | --synthetic] ...
+    workloads infer --data-dir D [--checkpoint RUN_DIR] [--precision fp32,int8]
+                    [--batch-sizes 1,8,32] [--profile | --collector URL]
+                                             (FP32 vs INT8 inference, ONNX Runtime)
     workloads cache report|drop DIR          (page-cache residency of a data set)
     workloads profile [--collector URL] [--data-dir D --drop-caches] -- COMMAND [ARGS]
     workloads resend --spool DIR | --events DIR --collector URL [--token-file F]
@@ -133,7 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     resend.add_argument("--token-file", type=Path, help="default: $EPOCHSCOPE_WORKLOAD_TOKEN")
     resend.add_argument("--timeout", type=float, default=60.0)
 
+    from workloads.infer.command import add_parser as add_infer_parser
     from workloads.profile_command import add_parser as add_profile_parser
+
+    add_infer_parser(commands)
 
     add_profile_parser(commands)
 
@@ -174,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         from workloads.profile_command import run as profile
 
         return profile(args)
+    if args.command == "infer":
+        from workloads.infer.command import run as infer
+
+        return infer(args)
     if args.command == "cache":
         return _cache(args)
     if args.command == "resend":

@@ -207,6 +207,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         validate=not args.no_validate,
         anatomy=not args.no_anatomy,
         resend_token_file=str(args.token_file.resolve()) if args.token_file else None,
+        checkpoint_dir=str(runs_dir / run_id),
     )
     if not args.collector and not args.profile:
         spec.events_dir = str(runs_dir / run_id / "events")

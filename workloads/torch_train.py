@@ -141,6 +141,16 @@ def evaluate(torch, model, loader, device, autocast) -> tuple[float, float]:
     return correct1 / seen, correct5 / seen
 
 
+def _save_checkpoint(spec: RunSpec, model, epoch: int, top1: float | None) -> None:
+    """``<checkpoint_dir>/checkpoint.pt``: what ``workloads infer --checkpoint`` reads."""
+    from workloads.checkpoint import CHECKPOINT_NAME, Architecture, save_checkpoint
+
+    architecture = Architecture(
+        model=spec.model, num_classes=spec.num_classes, image_size=spec.image_size
+    )
+    save_checkpoint(Path(spec.checkpoint_dir) / CHECKPOINT_NAME, model, architecture, epoch, top1)
+
+
 def run(spec: RunSpec, start_recorder):
     import contextlib
 
@@ -243,6 +253,8 @@ def run(spec: RunSpec, start_recorder):
         if val_loader is not None:
             top1, top5 = evaluate(torch, model, val_loader, device, autocast)
         recorder.epoch_end(loss=loss_sum / max(1, loss_count), top1=top1, top5=top5)
+        if spec.checkpoint_dir and placement.rank == 0:  # after the epoch's events: untimed
+            _save_checkpoint(spec, model, epoch, top1)
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return recorder
