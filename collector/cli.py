@@ -1,4 +1,4 @@
-"""``collector`` command line: serve, report, runs, scaling.
+"""``collector`` command line: serve, report, runs, scaling, inference.
 
 Each subcommand lives in its own module with a ``run(args) -> int`` function; this file only
 parses arguments and dispatches, so ``collector runs`` never imports the HTTP server.
@@ -23,6 +23,7 @@ HANDLERS = {
     "report": "collector.reports_cli",
     "runs": "collector.reports_cli",
     "scaling": "collector.reports_cli",
+    "inference": "collector.reports_cli",
 }
 
 
@@ -160,6 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_argument("--gpus-per-node", type=int, default=None)
     scaling.add_argument("--format", choices=("table", "json", "csv"), default="table")
     _add_remote_arguments(scaling)
+
+    inference = sub.add_parser(
+        "inference", help="FP32 vs INT8 inference per batch size (`workloads infer` runs)"
+    )
+    inference.add_argument("run_id", nargs="?", help="default: the newest inference run")
+    _add_store_arguments(inference, BACKEND_HELP["read"])
+    inference.add_argument("--format", choices=("table", "json"), default="table")
+    _add_remote_arguments(inference)
     return parser
 
 
