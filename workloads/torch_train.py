@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from workloads.anatomy import TimedAllreduce, timed_allreduce_hook
-from workloads.datasets import jpeg_files
+from workloads.datasets import DatasetError, jpeg_files
 from workloads.spec import RunSpec
 from workloads.worker import Placement, cpu_threads_per_rank, steps_per_epoch
 
@@ -64,9 +64,15 @@ class JpegFolder:
         return len(self.items)
 
     def __getitem__(self, index: int):
+        path, label = self.items[index]
+        try:
+            return self._load(path, label)
+        except (OSError, ValueError, SyntaxError) as error:  # PIL's errors for a bad file
+            raise DatasetError(f"{path}: cannot decode this picture: {error}") from error
+
+    def _load(self, path: Path, label: int):
         from PIL import Image
 
-        path, label = self.items[index]
         with Image.open(path) as image:
             image = image.convert("RGB")
             if self.train:
