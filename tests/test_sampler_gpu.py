@@ -464,6 +464,29 @@ def test_an_erroring_call_leaves_its_field_out_and_is_logged_once(monkeypatch, t
     ]
 
 
+def test_an_answer_the_sampler_cannot_read_is_logged_once_and_counted(monkeypatch, caplog):
+    """An NVML answer of an unexpected shape (a binding that changed): the GPU's reading
+    fails, its thread goes on, the GPU counts as failing; the other GPU is unaffected."""
+    caplog.set_level(logging.INFO, logger="agent.samplers.gpu")
+    stats = AgentStats()
+    sampler, fake = start(FakeNvml([H100_LOAD, H100_IDLE]), monkeypatch, stats=stats)
+    original = fake.nvmlDeviceGetMemoryInfo
+    monkeypatch.setattr(
+        fake.nvml, "nvmlDeviceGetMemoryInfo", lambda h: 42 if h == 1 else original(h)
+    )
+    for _ in range(3):
+        points = fresh(sampler)
+        assert [p.tags["gpu"] for p in points] == ["0"]
+        assert stats.gpus_failing == 1
+    assert [r.getMessage() for r in caplog.records] == ["reading gpu 1 failed"]
+    monkeypatch.setattr(fake.nvml, "nvmlDeviceGetMemoryInfo", original)
+    assert [p.tags["gpu"] for p in fresh(sampler)] == ["0", "1"]
+    assert stats.gpus_failing == 0
+    assert caplog.records[-1].getMessage() == (
+        "gpu 1 (GPU-00000000-0000-0000-0000-000000000000) reads without errors again"
+    )
+
+
 def test_nvml_initialised_once_and_shut_down_on_close(monkeypatch):
     sampler, fake = start(FakeNvml([H100_LOAD]), monkeypatch)
     assert sampler.available()  # asked again: no second nvmlInit

@@ -298,12 +298,12 @@ class GpuReader:
                 if ("*", "bug", 0) not in self._errors_logged:
                     self._errors_logged.add(("*", "bug", 0))
                     log.exception("reading gpu %d failed", self.device.index)
-                reading = None
+                # nothing to send, and the GPU counts as failing until a reading works
+                reading = Reading(time.time_ns(), [], [], failing=True)
             finally:
                 self._call = None
             self.last_duration = time.monotonic() - started
-            if reading is not None:
-                self.latest = reading
+            self.latest = reading
             self.readings_done += 1
             self.busy = False
             self.first_done.set()
