@@ -95,10 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_sample(args: argparse.Namespace) -> int:
     from agent.daemon import SampleRound, build_samplers
+    from agent.samplers.agent import AgentStats
 
     config = AgentConfig() if args.host is None else AgentConfig(host=args.host)
     roots = Roots(args.proc_root or Roots.proc, args.sys_root or Roots.sys)
-    samplers = build_samplers(roots, args.samplers)
+    # One AgentStats for all: the agent sampler reports what the gpu sampler saw.
+    samplers = build_samplers(roots, args.samplers, AgentStats())
     points = SampleRound(samplers, config.host)(_now_ns())
     if args.format == "json":
         json.dump([point.to_json() for point in points], sys.stdout, indent=1)
@@ -171,6 +173,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     stats = AgentStats()
     samplers = build_samplers(Roots(config.proc_root, config.sys_root), config.samplers, stats)
+    for sampler in samplers:
+        if hasattr(sampler, "call_timeout_seconds"):  # the gpu sampler
+            sampler.call_timeout_seconds = config.gpu_call_timeout_seconds  # type: ignore[attr-defined]
     if not samplers:
         log.warning("no sampler can run on this host: only the loop runs")
 

@@ -7,6 +7,7 @@ Keys (all optional)::
     proc_root = "/proc"           # where procfs is (a captured tree in tests)
     sys_root = "/sys"             # where sysfs is
     samplers = ["cpu", "disk"]    # default: every sampler whose data this host has
+    gpu_call_timeout_seconds = 5  # an NVML call slower than this marks its GPU hung
 
     [push]                        # InfluxDB v2 write API; no url: no push
     url = "http://head:8086"
@@ -55,6 +56,7 @@ DEFAULT_METRICS_LISTEN = "127.0.0.1:9711"
 DEFAULT_BUCKET = "epochscope"
 DEFAULT_ORG = "epochscope"
 DEFAULT_BATCH_SECONDS = 5.0
+DEFAULT_GPU_CALL_TIMEOUT_SECONDS = 5.0
 
 
 class ConfigError(ValueError):
@@ -116,6 +118,7 @@ class AgentConfig:
     samplers: tuple[str, ...] | None = None
     push: PushConfig | None = None
     metrics: MetricsListen | None = MetricsListen("127.0.0.1", 9711)
+    gpu_call_timeout_seconds: float = DEFAULT_GPU_CALL_TIMEOUT_SECONDS
 
 
 # The accepted keys and the type each must have, per section ("" is the top level).
@@ -127,6 +130,7 @@ _KEYS: dict[str, dict[str, str]] = {
         "proc_root": _STR,
         "sys_root": _STR,
         "samplers": _STR_LIST,
+        "gpu_call_timeout_seconds": _NUMBER,
     },
     "push": {
         "url": _STR,
@@ -236,21 +240,31 @@ def _read_token_file(path: Path) -> Secret:
     return Secret(token)
 
 
-def _check_url(url: str) -> None:
-    """A push URL that can be connected to: a host, a valid port, no spaces."""
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a write endpoint to connect to (no http(s) scheme, no host, a
+    bad port, spaces, a query), or None when it can. Shared by the agent's ``push.url``
+    and ``workloads run --collector``."""
     if any(ch.isspace() or ord(ch) < 32 for ch in url):
-        raise ConfigError(
-            "push.url", f"must not contain spaces or control characters (got {url!r})"
-        )
+        return f"must not contain spaces or control characters (got {url!r})"
     parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        return f"must start with http:// or https:// (got {url!r})"
     if not parts.hostname:
-        raise ConfigError("push.url", f"names no host (got {url!r})")
+        return f"names no host (got {url!r})"
     try:
         parts.port  # noqa: B018  (raises ValueError for a bad port)
     except ValueError:
-        raise ConfigError("push.url", f"has a port that is not 0..65535 (got {url!r})") from None
+        return f"has a port that is not 0..65535 (got {url!r})"
     if parts.query or parts.fragment:
-        raise ConfigError("push.url", f"must not have a query or fragment (got {url!r})")
+        return f"must not have a query or fragment (got {url!r})"
+    return None
+
+
+def _check_url(url: str) -> None:
+    """A push URL that can be connected to: a host, a valid port, no spaces."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise ConfigError("push.url", problem)
 
 
 def check_host(host: str) -> str:
@@ -321,6 +335,12 @@ def build(raw: Mapping[str, Any]) -> AgentConfig:
             )
         samplers = tuple(dict.fromkeys(raw["samplers"]))  # keep order, drop repeats
     host = check_host(raw["host"]) if "host" in raw else socket.gethostname()
+    gpu_timeout = float(raw.get("gpu_call_timeout_seconds", DEFAULT_GPU_CALL_TIMEOUT_SECONDS))
+    if not 0.01 <= gpu_timeout <= MAX_INTERVAL_SECONDS:
+        raise ConfigError(
+            "gpu_call_timeout_seconds",
+            f"must be >= 0.01 and <= {MAX_INTERVAL_SECONDS:g} (got {gpu_timeout})",
+        )
     metrics_table = raw.get("metrics", {})
     return AgentConfig(
         host=host,
@@ -330,6 +350,7 @@ def build(raw: Mapping[str, Any]) -> AgentConfig:
         samplers=samplers,
         push=_push_config(raw.get("push", {})),
         metrics=parse_listen(metrics_table.get("listen", DEFAULT_METRICS_LISTEN)),
+        gpu_call_timeout_seconds=gpu_timeout,
     )
 
 

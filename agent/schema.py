@@ -121,6 +121,8 @@ class Tag:
     GPU = "gpu"
     UUID = "uuid"
     NAME = "name"
+    MIG = "mig"  # "<GPU instance id>/<compute instance id>" of a MIG device
+    PID = "pid"
     RUN_ID = "run_id"
     RANK = "rank"
     FRAMEWORK = "framework"
@@ -348,11 +350,17 @@ class NfsRpc(Measurement):
 
 
 class Gpu(Measurement):
-    """NVML, one point per GPU."""
+    """NVML, one point per GPU and one per MIG device (tagged ``mig``, its ``uuid`` is
+    ``MIG-...``; the parent GPU's point has no ``mig`` tag). Node totals count the points
+    without ``mig`` only: a MIG device's memory is part of its parent's."""
 
     NAME = "gpu"
-    TAGS = (Tag.HOST, Tag.GPU, Tag.UUID, Tag.NAME)
-    UTILIZATION_PERCENT = gauge("utilization_percent", "percent", "Time a kernel was running")
+    TAGS = (Tag.HOST, Tag.GPU, Tag.UUID, Tag.NAME, Tag.MIG)
+    UTILIZATION_PERCENT = gauge(
+        "utilization_percent",
+        "percent",
+        "Time a kernel was running: mean of NVML's utilisation samples since the last reading",
+    )
     MEMORY_UTILIZATION_PERCENT = gauge(
         "memory_utilization_percent", "percent", "Time device memory was read or written"
     )
@@ -362,9 +370,38 @@ class Gpu(Measurement):
     ENERGY_JOULES = counter("energy_joules", "joules", "Energy since driver load")
     TEMPERATURE_CELSIUS = gauge("temperature_celsius", "celsius", "GPU core temperature")
     SM_CLOCK_MHZ = gauge("sm_clock_mhz", "megahertz", "SM clock")
-    PCIE_RX_BYTES_PER_SECOND = gauge("pcie_rx_bytes_per_second", "bytes/s", "PCIe receive")
-    PCIE_TX_BYTES_PER_SECOND = gauge("pcie_tx_bytes_per_second", "bytes/s", "PCIe transmit")
+    PCIE_RX_BYTES = counter("pcie_rx_bytes", "bytes", "PCIe bytes received (NVML field value)")
+    PCIE_TX_BYTES = counter("pcie_tx_bytes", "bytes", "PCIe bytes sent (NVML field value)")
+    PCIE_RX_BYTES_PER_SECOND = gauge(
+        "pcie_rx_bytes_per_second", "bytes/s", "PCIe receive over NVML's 20 ms window"
+    )
+    PCIE_TX_BYTES_PER_SECOND = gauge(
+        "pcie_tx_bytes_per_second", "bytes/s", "PCIe transmit over NVML's 20 ms window"
+    )
     THROTTLE_REASONS = gauge("throttle_reasons", "bitmask", "NVML clocks-throttle reasons")
+    READING_AGE_SECONDS = gauge(
+        "reading_age_seconds",
+        "seconds",
+        "How old this NVML reading was at the tick that sent it (GPUs are read in threads)",
+    )
+
+
+class GpuProcess(Measurement):
+    """NVML per process: one point per (GPU or MIG device, compute process)."""
+
+    NAME = "gpu_process"
+    TAGS = (Tag.HOST, Tag.GPU, Tag.UUID, Tag.MIG, Tag.PID)
+    MEMORY_USED_BYTES = gauge("memory_used_bytes", "bytes", "Device memory the process uses")
+    SM_UTILIZATION_PERCENT = gauge(
+        "sm_utilization_percent",
+        "percent",
+        "The process's share of SM time: mean of NVML's samples since the last reading",
+    )
+    MEMORY_UTILIZATION_PERCENT = gauge(
+        "memory_utilization_percent",
+        "percent",
+        "The process's share of memory-controller time, mean of NVML's samples",
+    )
 
 
 class AgentSelf(Measurement):
@@ -386,6 +423,17 @@ class AgentSelf(Measurement):
     MEMORY_POINTS = gauge(
         "memory_points", "count", "Points held in memory while the spool cannot take them"
     )
+    # Only on a host where the gpu sampler runs:
+    GPUS_HUNG = gauge(
+        "gpus_hung", "count", "GPUs with an NVML call outstanding past its timeout (not reported)"
+    )
+    GPUS_FAILING = gauge(
+        "gpus_failing", "count", "GPUs whose last reading met an NVML error other than unsupported"
+    )
+    GPUS_LOST = gauge("gpus_lost", "count", "GPUs NVML declared lost (fell off the bus)")
+    GPU_READING_AGE_SECONDS = gauge(
+        "gpu_reading_age_seconds", "seconds", "Age of the oldest GPU reading the last tick sent"
+    )
 
 
 class Event:
@@ -396,7 +444,20 @@ class Event:
     EPOCH_END = "epoch_end"
     STEP = "step"
     RUN_END = "run_end"
-    ALL = (RUN_START, EPOCH_START, EPOCH_END, STEP, RUN_END)
+    # `workloads infer`: one per precision and batch size, between run_start and run_end
+    INFERENCE = "inference"
+    ALL = (RUN_START, EPOCH_START, EPOCH_END, STEP, RUN_END, INFERENCE)
+
+
+INFERENCE_FRAMEWORK = "onnxruntime"  # the framework tag of `workloads infer` runs
+
+
+class InferencePrecision:
+    """Values of ``precision`` on ``inference`` events (``workloads infer``)."""
+
+    FP32 = "fp32"
+    INT8 = "int8"
+    ALL = (FP32, INT8)
 
 
 class Workload(Measurement):
@@ -454,7 +515,7 @@ class Workload(Measurement):
     BATCH_SIZE = gauge("batch_size", "count", "Batch size per rank")
     WORLD_SIZE = gauge("world_size", "count", "Ranks (GPUs or processes) in the run")
     LOCAL_SIZE = gauge("local_size", "count", "Ranks on this host")
-    PRECISION = text("precision", "fp32 | fp16 | bf16")
+    PRECISION = text("precision", "fp32 | fp16 | bf16 (training); fp32 | int8 (inference)")
     DATA_FORMAT = text("data_format", "tfrecord | recordio | jpeg | synthetic")
     DATASET_IMAGES = gauge("dataset_images", "count", "Training images in the data set")
     DATASET_BYTES = gauge("dataset_bytes", "bytes", "Bytes of the training data set")
@@ -462,6 +523,20 @@ class Workload(Measurement):
     HOST_MEMORY_BYTES = gauge("host_memory_bytes", "bytes", "RAM of this host")
     WARMUP_STEPS = gauge("warmup_steps", "count", "Steps excluded from throughput")
     TARGET_TOP1 = gauge("target_top1", "fraction", "Top-1 the run aims for, if any")
+    # inference events (``workloads infer``): precision, batch_size, timed_images and
+    # timed_seconds (the timed batches: images/s is agent.throughput's rule), top1 on the
+    # validation split, and these:
+    LATENCY_P50_SECONDS = gauge("latency_p50_seconds", "seconds", "Median batch latency")
+    LATENCY_P90_SECONDS = gauge("latency_p90_seconds", "seconds", "90th percentile latency")
+    LATENCY_P99_SECONDS = gauge("latency_p99_seconds", "seconds", "99th percentile latency")
+    WARMUP_BATCHES = gauge("warmup_batches", "count", "Untimed batches before the timed ones")
+    VALIDATION_IMAGES = gauge("validation_images", "count", "Images top-1 was measured on")
+    CALIBRATION_IMAGES = gauge(
+        "calibration_images", "count", "Training images the INT8 ranges were calibrated on"
+    )
+    EXECUTION_PROVIDER = text("execution_provider", "ONNX Runtime provider, e.g. CPU")
+    INT8_FORMAT = text("int8_format", "qdq | qoperator: how the INT8 model was quantised")
+    WEIGHTS = text("weights", "The checkpoint the model came from, or 'initialised'")
 
 
 class RunState:
@@ -479,6 +554,7 @@ SAMPLE_MEASUREMENTS: tuple[type[Measurement], ...] = (
     Nfs,
     NfsRpc,
     Gpu,
+    GpuProcess,
     AgentSelf,
 )
 ALL_MEASUREMENTS: tuple[type[Measurement], ...] = (*SAMPLE_MEASUREMENTS, Workload)

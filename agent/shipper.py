@@ -15,10 +15,14 @@ What happens on each answer:
 - connection refused, timeout, 5xx, 401, 429: the segments stay; retry after a backoff
   that doubles from 0.5 s up to ``backoff_max_seconds`` (429/503 ``Retry-After`` is
   honoured up to that cap); logged once per outage.
-- any other 4xx (malformed data): logged with the line number from the server's message
-  when it gives one, and the segment is deleted, its points counted in ``points_dropped``.
-  A batch of several segments is first retried one segment at a time, so only the
-  poisoned segment is lost.
+- a 400 that says it was a partial write (the epochscope collector's ``partial write: N
+  points written, K line(s) rejected: line 3: ...``): the valid lines are stored, so the
+  batch is done; the K refused lines are counted in ``points_dropped`` and logged once
+  with the server's line numbers.
+- any other 4xx (malformed data, the whole body refused): logged with the line number from
+  the server's message when it gives one, and the segment is deleted, its points counted
+  in ``points_dropped``. A batch of several segments is first retried one segment at a
+  time, so only the poisoned segment is lost.
 
 When the spool itself fails (any ``OSError``: a full disk while writing or sealing a
 segment, a read-only directory when deleting a delivered one, an unreadable segment),
@@ -65,6 +69,7 @@ HTTP_TIMEOUT_SECONDS = 10.0
 SPOOL_LOG_REPEAT_SECONDS = 300.0
 MEMORY_MAX_BYTES = 16 << 20  # points held in memory while the spool cannot take them
 _LINE_NUMBER = re.compile(r"\bline[s()]*\s*:?\s*(\d+)", re.IGNORECASE)
+_LINES_REJECTED = re.compile(r"\bpartial write\b.*?\b(\d+) line\(s\) rejected", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -198,6 +203,14 @@ def lazy_package(name: str) -> bool:
 def line_number_in(message: str) -> int | None:
     """The first line number a server's error message names, if any."""
     match = _LINE_NUMBER.search(message)
+    return int(match[1]) if match else None
+
+
+def lines_rejected_in(message: str) -> int | None:
+    """How many lines a server that stored the rest of the body (a partial write, as the
+    epochscope collector answers) says it refused; None when the message does not say so,
+    that is when the whole body may have been refused."""
+    match = _LINES_REJECTED.search(message)
     return int(match[1]) if match else None
 
 
@@ -526,6 +539,17 @@ class Shipper:
         if outcome.retry:
             self.spool.release(batch)
             return self._retry_later(outcome, backoff)
+        rejected = lines_rejected_in(outcome.message)
+        if rejected is not None:  # the other lines of every segment were stored
+            names = (
+                batch[0].path.name
+                if len(batch) == 1
+                else (f"{batch[0].path.name}..{batch[-1].path.name}")
+            )
+            self._log_partial(names, rejected, sum(s.points for s in batch), outcome)
+            self.spool.count_dropped(rejected)
+            self._remove(batch)
+            return BACKOFF_START_SECONDS
         if len(batch) > 1:
             # Find the poisoned segment: resend this batch one segment at a time.
             self.spool.release(batch)
@@ -556,8 +580,12 @@ class Shipper:
                     self._memory.popleft()
                     self._memory_bytes -= len(entry[0])
         if not outcome.delivered:
-            self._log_rejected("points held in memory", points, outcome)
-            self.spool.count_dropped(points)
+            rejected = lines_rejected_in(outcome.message)
+            if rejected is None:
+                self._log_rejected("points held in memory", points, outcome)
+            else:
+                self._log_partial("points held in memory", rejected, points, outcome)
+            self.spool.count_dropped(points if rejected is None else rejected)
         self._update_stats()
         return BACKOFF_START_SECONDS if outcome.delivered else backoff
 
@@ -609,6 +637,18 @@ class Shipper:
             points,
             outcome.status,
             where,
+            self._redact(outcome.message),
+        )
+
+    def _log_partial(self, where_from: str, rejected: int, points: int, outcome: Outcome) -> None:
+        log.error(
+            "%s refused %d of %d lines (%s) with HTTP %s and stored the others: %s; "
+            "dropped the refused lines",
+            self.url,
+            rejected,
+            points,
+            where_from,
+            outcome.status,
             self._redact(outcome.message),
         )
 

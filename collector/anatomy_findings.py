@@ -42,6 +42,7 @@ from agent.schema import RunState
 from collector.anatomy import RankEpoch, rank_epochs
 from collector.epochs import ALL_HOSTS, EPOCH_KINDS, EpochRow, run_events
 from collector.findings import CRITICAL, INFO, WARNING, Finding, RunContext, _reference_run
+from collector.findings_words import words
 from collector.scaling import GroupKey, run_facts
 
 PARTS = ("communication", "input_wait", "compute", "other")
@@ -591,3 +592,13 @@ def startup(context: RunContext) -> list[Finding]:
 
 
 ANATOMY_RULES = (scaling_loss_attributed, input_wait, straggler, startup)
+
+
+# their evidence is worded through the one dispatch every rule's evidence goes through
+for _evidence, _word in (
+    (ScalingAttribution, word_scaling_loss),
+    (InputWaitHost, word_input_wait),
+    (Stragglers, word_stragglers),
+    (Startup, word_startup),
+):
+    words.register(_evidence, _word)

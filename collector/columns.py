@@ -15,9 +15,10 @@ This module imports nothing from the rest of the collector.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # units: how a value is written
-TEXT, TIME, SECONDS, COUNT, RATE, BYTES, MBPS, PERCENT, RATIO = (
+TEXT, TIME, SECONDS, COUNT, RATE, BYTES, MBPS, PERCENT, RATIO, JOULES = (
     "text",
     "time",
     "s",
@@ -27,6 +28,7 @@ TEXT, TIME, SECONDS, COUNT, RATE, BYTES, MBPS, PERCENT, RATIO = (
     "MB/s",
     "%",
     "ratio",
+    "J",
 )
 
 # named groups for ``collector report --columns``
@@ -63,6 +65,11 @@ SPEC: tuple[ReportColumn, ...] = (
             "Start of the epoch on this host's clock (ISO 8601, UTC)", "epoch"),
     _column("end", "end (UTC)", "End (UTC)", TIME, None,
             "End of the epoch on this host's clock (ISO 8601, UTC)", "epoch"),
+    _column("state", "state", "State", TEXT, None,
+            "Whether the epoch ended: complete; running (not yet, the run is live); "
+            "interrupted (the run was stopped in it by Ctrl-C, a signal or a killed rank: its "
+            "seconds and images are only what was done before the stop)", "epoch",
+            default=True),
     _column("seconds", "s", "Seconds", SECONDS, 3,
             "Length of the epoch on this host's clock (validation and start-up included)",
             "epoch", default=True),
@@ -121,7 +128,16 @@ SPEC: tuple[ReportColumn, ...] = (
     _column("iowait_percent", "iowait %", "iowait %", PERCENT, 2,
             "Share of all CPU time spent waiting on I/O", "cpu", default=True),
     _column("gpu_util_percent", "GPU %", "GPU %", PERCENT, 2,
-            "Time-weighted mean utilisation over the host's GPUs", "gpu", default=True),
+            "Time-weighted mean utilisation over the host's GPUs (whole GPUs, one each; "
+            "MIG devices are part of theirs)", "gpu", default=True),
+    _column("gpu_energy_joules", "GPU J", "GPU energy (J)", JOULES, 1,
+            "Energy the host's GPUs used, summed (NVML's cumulative counter, Volta and newer)",
+            "gpu"),
+    _column("gpu_pcie_rx_bytes", "PCIe rx", "GPU PCIe received", BYTES, None,
+            "Bytes the host's GPUs received over PCIe, summed (NVML's PCIe byte counters, "
+            "where the driver has them)", "gpu"),
+    _column("gpu_pcie_tx_bytes", "PCIe tx", "GPU PCIe sent", BYTES, None,
+            "Bytes the host's GPUs sent over PCIe, summed (NVML's PCIe byte counters)", "gpu"),
     _column("seconds_per_step", "s/step", "Seconds per step", RATIO, 4,
             "Mean wall time of one training step on the host's ranks", "steps"),
     _column("input_wait_percent", "input %", "Input wait %", PERCENT, 2,
@@ -146,6 +162,9 @@ SPEC: tuple[ReportColumn, ...] = (
             "there are interpolated between two agent ticks (no agent answered the rank, or "
             "the Prometheus backend); empty when both edges are real readings", "epoch"),
 )  # fmt: skip
+
+# an epoch's ``state``: defined in collector.epochs (``epoch_state``), written by every view
+COMPLETE, RUNNING, INTERRUPTED = "complete", "running", "interrupted"
 
 BY_NAME: dict[str, ReportColumn] = {column.name: column for column in SPEC}
 REPORT_COLUMNS: tuple[ReportColumn, ...] = tuple(c for c in SPEC if c.in_report)
@@ -200,6 +219,32 @@ def format_cell(column: ReportColumn, value: object) -> str:
     if column.unit == RATIO:
         return f"{value:,.{min(column.digits or 3, 3)}f}"
     return f"{value:,.1f}"
+
+
+def unfinished_epochs_note(rows: list[dict[str, Any]]) -> str:
+    """The line under a per-epoch table naming the epochs that did not end (``state``
+    running or interrupted), so that their short seconds and few images are read as what
+    they are; "" when every epoch ended. ``rows``: the report's rows as dicts."""
+    unfinished: dict[str, list[str]] = {}
+    for row in rows:
+        state = row.get("state") or COMPLETE
+        if state != COMPLETE and row.get("host") != "*":
+            unfinished.setdefault(state, [])
+            label = f"epoch {row['epoch']}"
+            if label not in unfinished[state]:
+                unfinished[state].append(label)
+    parts = []
+    if INTERRUPTED in unfinished:
+        parts.append(
+            f"{', '.join(unfinished[INTERRUPTED]).capitalize()} interrupted: the run stopped in "
+            "it, so its seconds and images are only what was done before the stop."
+        )
+    if RUNNING in unfinished:
+        parts.append(
+            f"{', '.join(unfinished[RUNNING]).capitalize()} still running: its seconds and "
+            "images so far."
+        )
+    return " ".join(parts)
 
 
 def markdown_table() -> str:

@@ -36,6 +36,11 @@ major_faults               ``memory.pgmajfault`` growth
 cpu_util_percent           share of all CPU time that is neither idle nor iowait
 iowait_percent             share of all CPU time in iowait
 gpu_util_percent           time-weighted mean utilisation over the host's GPUs
+gpu_energy_joules          energy the host's GPUs used (NVML's counter), summed over GPUs
+gpu_pcie_rx/tx_bytes       PCIe bytes the host's GPUs received/sent (NVML field-value
+                           counters; absent where the driver only has the 20 ms gauge).
+                           GPU columns count whole GPUs: a MIG device's point (tag ``mig``)
+                           is part of its parent GPU's and is left out
 seconds_per_step           the ranks' mean step wall time (their step seconds over their steps)
 input_wait_percent,        the ranks' step time split (``collector.anatomy``): each part's
 compute_percent,           sum over the host's ranks over the sum of their step seconds;
@@ -43,6 +48,12 @@ communication_percent      the rest (optimizer update, callbacks) is 100 minus t
 training_read_bytes        what the ranks and their data loaders read from storage
                            (/proc/<pid>/io read_bytes, mapped libraries' page-ins included)
 training_cache_read_bytes  what their reads got from the page cache (rchar - read_bytes)
+state                      ``complete``; ``running``: a rank of the host started the epoch
+                           and has not ended it, and the run is live; ``interrupted``: so,
+                           but the run is no longer live (a rank's ``run_end``, failed after
+                           Ctrl-C or a signal, or written by the launcher for a killed rank),
+                           so seconds and images are what was done before the stop
+                           (``epoch_state``)
 interpolated_edges         the window's edges ("start", "end", "start,end") with no real node
                            reading at them: the node amounts there are interpolated between
                            the agent's ticks; "" when both edges are real edge samples
@@ -50,14 +61,17 @@ interpolated_edges         the window's edges ("start", "end", "start,end") with
 
 The ``*`` row of an epoch adds up the hosts that ran it:
 
-- images and every byte or fault count are sums over hosts;
+- images and every byte or fault count are sums over hosts; ``state`` is the worst of the
+  hosts' (interrupted, then running, then complete);
 - ``seconds`` is the *longest* per-host window, each measured on its own clock. The ranks
   synchronise every step, so every host's span is the same epoch seen through a different
   clock; taking the longest never credits the cluster with time a skewed clock lost.
   Rates (images/s, MB/s) are the summed amounts over these seconds;
 - ``start``/``end`` are the earliest start and latest end over hosts: indicative only,
   as they mix clocks;
-- CPU percentages pool all hosts' CPU seconds; GPU utilisation averages all GPUs;
+- CPU percentages pool all hosts' CPU seconds; GPU utilisation averages all GPUs (each
+  GPU's time-weighted mean counts once, whatever its host); GPU energy and PCIe bytes are
+  sums;
   the cache-hit ratio is computed from the summed NFS bytes.
 
 A value that cannot be measured (no such device on the host, no samples in the window) is
@@ -86,11 +100,12 @@ from agent.schema import (
     Memory,
     Net,
     Nfs,
+    RunState,
     Tag,
     Workload,
 )
 from collector import anatomy, throughput
-from collector.columns import BY_NAME, REPORT_COLUMN_NAMES
+from collector.columns import BY_NAME, COMPLETE, INTERRUPTED, REPORT_COLUMN_NAMES, RUNNING
 from collector.counters import (
     NS_PER_SECOND,
     counter_increases,
@@ -99,7 +114,14 @@ from collector.counters import (
     nansum_or_nan,
     sampled_edges,
 )
-from collector.store_api import ReadStore, SeriesData, SeriesInfo, WorkloadEvent, event_number
+from collector.store_api import (
+    ReadStore,
+    RunInfo,
+    SeriesData,
+    SeriesInfo,
+    WorkloadEvent,
+    event_number,
+)
 
 ALL_HOSTS = "*"
 BYTES_PER_MB = 1_000_000
@@ -123,6 +145,7 @@ class EpochWindow:
     images: float
     ranks: tuple[int, ...]
     complete: bool  # every rank of the host that started the epoch also ended it
+    state: str = COMPLETE  # epoch_state(): complete | running | interrupted
 
     @property
     def seconds(self) -> float:
@@ -194,8 +217,31 @@ def report_events(store: ReadStore, run_id: str) -> list[WorkloadEvent]:
     return sorted(events + steps, key=lambda e: (e.time_ns, e.rank))
 
 
-def epoch_windows(events: Iterable[WorkloadEvent]) -> list[EpochWindow]:
-    """Per-host epoch windows, sorted by epoch then host."""
+def epoch_state(complete: bool, run_live: bool) -> str:
+    """The one definition of an epoch's state on a host, which every view writes.
+
+    ``complete``: every rank of the host that started the epoch also ended it.
+    ``run_live``: the run is still live (``RunState.LIVE``); once it is not (a rank's
+    ``run_end``: failed after Ctrl-C or a signal, or written by the launcher for a killed
+    rank), an epoch that did not end never will: it was interrupted.
+    """
+    if complete:
+        return COMPLETE
+    return RUNNING if run_live else INTERRUPTED
+
+
+def worst_state(states: Iterable[str]) -> str:
+    """An epoch's state over several hosts: interrupted on one host is interrupted."""
+    present = set(states)
+    for state in (INTERRUPTED, RUNNING):
+        if state in present:
+            return state
+    return COMPLETE
+
+
+def epoch_windows(events: Iterable[WorkloadEvent], run_live: bool = True) -> list[EpochWindow]:
+    """Per-host epoch windows, sorted by epoch then host. ``run_live``: the run is still
+    live (``RunState.LIVE``); when it is not, an epoch that did not end was interrupted."""
     starts: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
     ends: dict[tuple[str, int], dict[int, WorkloadEvent]] = defaultdict(dict)
     steps: dict[tuple[str, int], dict[int, list[WorkloadEvent]]] = defaultdict(
@@ -244,7 +290,18 @@ def epoch_windows(events: Iterable[WorkloadEvent]) -> list[EpochWindow]:
                     event_number(s, Workload.IMAGES) or 0.0 for s in steps[key].get(rank, [])
                 )
             images += rank_images
-        windows.append(EpochWindow(host, epoch, start_ns, end_ns, images, tuple(ranks), complete))
+        windows.append(
+            EpochWindow(
+                host,
+                epoch,
+                start_ns,
+                end_ns,
+                images,
+                tuple(ranks),
+                complete,
+                epoch_state(complete, run_live),
+            )
+        )
     return windows
 
 
@@ -310,6 +367,11 @@ def _any(info: SeriesInfo) -> bool:
     return True
 
 
+def _whole_gpu(info: SeriesInfo) -> bool:
+    """A GPU's own series, not one of its MIG devices' (whose amounts are part of it)."""
+    return not info.tags.get(Tag.MIG)
+
+
 COUNTER, GAUGE_DELTA, GAUGE_MEAN = "counter", "gauge_delta", "gauge_mean"
 
 
@@ -324,6 +386,10 @@ class HostTotal:
     keep: Callable[[SeriesInfo], bool] = _any
 
 
+# Utilisation per whole GPU; the per-epoch column and the run page's chart divide the sum
+# of the GPUs' means by their count.
+GPU_UTIL = HostTotal("gpu_util", Gpu.NAME, Gpu.UTILIZATION_PERCENT, GAUGE_MEAN, _whole_gpu)
+
 HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal("disk_read", Disk.NAME, Disk.READ_BYTES, COUNTER, _is_disk),
     HostTotal("disk_write", Disk.NAME, Disk.WRITE_BYTES, COUNTER, _is_disk),
@@ -336,7 +402,10 @@ HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal("page_cache_delta", Memory.NAME, Memory.CACHED_BYTES, GAUGE_DELTA),
     HostTotal("major_faults", Memory.NAME, Memory.PGMAJFAULT, COUNTER),
     *(HostTotal(f"cpu_{f}", Cpu.NAME, f, COUNTER) for f in CPU_ALL_FIELDS),
-    HostTotal("gpu_util", Gpu.NAME, Gpu.UTILIZATION_PERCENT, GAUGE_MEAN),
+    GPU_UTIL,
+    HostTotal("gpu_energy", Gpu.NAME, Gpu.ENERGY_JOULES, COUNTER, _whole_gpu),
+    HostTotal("gpu_pcie_rx", Gpu.NAME, Gpu.PCIE_RX_BYTES, COUNTER, _whole_gpu),
+    HostTotal("gpu_pcie_tx", Gpu.NAME, Gpu.PCIE_TX_BYTES, COUNTER, _whole_gpu),
 )
 
 
@@ -396,6 +465,7 @@ class EpochAmounts:
     fabric: str = ""  # "ib" | "net" | "" (neither)
     interpolated_edges: tuple[str, ...] = ()  # "start" / "end": no real reading at that edge
     images_per_second: float = math.nan  # collector.throughput: not additive, set per row
+    state: str = COMPLETE  # the window's epoch_state(); worst_state() over hosts for "*"
 
 
 def iso_utc(time_ns: int) -> str:
@@ -411,6 +481,7 @@ class EpochRow:
     epoch: int
     start_ns: int
     end_ns: int
+    state: str  # epoch_state(): complete | running | interrupted
     seconds: float
     images: int
     images_per_second: float | None
@@ -433,6 +504,9 @@ class EpochRow:
     cpu_util_percent: float | None
     iowait_percent: float | None
     gpu_util_percent: float | None
+    gpu_energy_joules: float | None
+    gpu_pcie_rx_bytes: int | None
+    gpu_pcie_tx_bytes: int | None
     seconds_per_step: float | None
     input_wait_percent: float | None
     compute_percent: float | None
@@ -530,6 +604,9 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             "cpu_util_percent": 100.0 * cpu_busy / cpu_total,
             "iowait_percent": 100.0 * column("cpu_iowait_seconds") / cpu_total,
             "gpu_util_percent": gpu_util,
+            "gpu_energy_joules": column("gpu_energy"),
+            "gpu_pcie_rx_bytes": column("gpu_pcie_rx"),
+            "gpu_pcie_tx_bytes": column("gpu_pcie_tx"),
             "seconds_per_step": seconds_per_step,
             "input_wait_percent": share(anatomy.INPUT_WAIT),
             "compute_percent": share(anatomy.COMPUTE),
@@ -548,6 +625,7 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             end_ns=a.end_ns,
             **{name: column[i] for name, column in values.items()},
             interpolated_edges=",".join(a.interpolated_edges),
+            state=a.state,
         )
         for i, a in enumerate(amounts)
     ]
@@ -572,6 +650,7 @@ def all_hosts_amounts(epoch: int, hosts: list[EpochAmounts]) -> EpochAmounts:
         interpolated_edges=tuple(
             edge for edge in EDGES if any(edge in h.interpolated_edges for h in hosts)
         ),
+        state=worst_state(h.state for h in hosts),
     )
     for key in {key for h in hosts for key in h.values}:
         present = [v for h in hosts if (v := h.values.get(key, math.nan)) == v]
@@ -638,6 +717,7 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
                     gpu_count=float(gpu_count[i]),
                     fabric=fabric,
                     interpolated_edges=interpolated[i],
+                    state=window.state,
                 )
             )
     return out
@@ -677,10 +757,15 @@ def _host_fabric(
     return ""
 
 
+def run_is_live(run: RunInfo | None) -> bool:
+    """The run is still live (no run state says it ended): its open epochs are running."""
+    return run is None or run.state == RunState.LIVE
+
+
 def build_report(store: ReadStore, run_id: str) -> EpochReport:
     """The per-epoch report of a run (empty when the run has no epoch events)."""
     events = report_events(store, run_id)
-    windows = epoch_windows(events)
+    windows = epoch_windows(events, run_is_live(store.run(run_id)))
     amounts = epoch_amounts(store, windows)
     step_parts = anatomy.epoch_amounts(anatomy.rank_epochs(events))
     host_rates, epoch_rates = throughput.epoch_rates(

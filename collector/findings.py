@@ -1,7 +1,12 @@
 """Findings: a small rule engine that reads a run's per-epoch view and says what it shows.
 
-Each rule is a function ``rule(context) -> list[Finding]`` over a ``RunContext`` (the run,
-its events, its per-epoch report, and the store for rules that compare runs). The rules
+Each rule is a *detection*, ``detect_<rule>(context) -> evidence | None``, a function of a
+``RunContext`` (the run, its events, its per-epoch report, and the store for the rules that
+compare runs) returning the rule's typed evidence (``collector.findings_evidence``: a
+frozen dataclass of the values as measured, units in the field names), then its
+*wording*, ``collector.findings_words.words(evidence) -> Finding`` (title, explanation,
+severity, and the declared report column that shows it), a pure function of the evidence.
+``RULES`` are those two joined; ``DETECTORS`` the detections by rule name. The rules
 encode what the published studies found by hand:
 
 ``cache_warmup``
@@ -25,15 +30,16 @@ encode what the published studies found by hand:
     augmentation) cannot feed the GPUs.
 ``scaling_loss``
     Scaling efficiency below ``SCALING_EFFICIENCY_FLOOR`` against the group's 1-GPU
-    baseline, with the resources that changed against a run on fewer nodes: fabric bytes
-    per image, storage reads per node, CPU and GPU utilisation.
+    baseline, with the resources that *grew* against a run on fewer nodes (else the 1-GPU
+    run): fabric bytes per image, storage reads per node, CPU and GPU utilisation.
 ``precision_read_demand``
     The run reads storage in its first epoch at least ``PRECISION_READ_RATIO`` times as
-    fast as the same training (framework, model, data format, GPUs, nodes) at another
-    precision: FP16 needs faster storage than FP32 (study 003: 1.5 to 2x).
+    fast as a like run at another precision (``like_for_precision``: model, framework,
+    data set, batch per rank, image size, world size and nodes), whichever precision is
+    the faster reader (study 003: FP16 read 1.28x as fast as FP32).
 
-Every finding carries ``evidence``, the numbers behind it, and ``chart``, the report column
-(and dashboard chart) that shows it.
+Every finding carries ``evidence``, the numbers behind it (the evidence as JSON), and
+``chart``, the report column (and dashboard chart) that shows it.
 """
 
 from __future__ import annotations
@@ -41,13 +47,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from agent.schema import Event, RunState, Workload
-from collector.columns import BY_NAME
 from collector.epochs import (
     ALL_HOSTS,
     BYTES_PER_MB,
@@ -59,60 +64,54 @@ from collector.epochs import (
     build_report,
     run_events,
 )
-from collector.scaling import GroupKey, RunFacts, format_efficiency, run_facts, scaling_groups
+from collector.findings_evidence import (
+    CPU_SATURATED_PERCENT,
+    CRITICAL,
+    FABRIC_MATCH_TOLERANCE,
+    FIRST_EPOCH_DATASET_SHARE,
+    GPU_LOW_PERCENT,
+    INFO,
+    IOWAIT_HIGH_PERCENT,
+    MIN_FIRST_EPOCH_READ_BYTES,
+    MIN_NETWORK_STORAGE_MBPS,
+    MIN_STEPS_FOR_CV,
+    MIN_STORAGE_MBPS,
+    MLPERF_STORAGE_RAM_MULTIPLE,
+    PRECISION_READ_RATIO,
+    RESOURCE_CHANGE_RATIO,
+    SCALING_EFFICIENCY_FLOOR,
+    SETTLED_READ_FRACTION,
+    SEVERITY_ORDER,
+    STEP_CV_UNSTABLE,
+    STORAGE_HIGH_SHARE_OF_PEAK,
+    UTILISATION_CHANGE_POINTS,
+    WARNING,
+    BusyHostEpoch,
+    CacheWarmup,
+    DatasetFitsInMemory,
+    FabricCarriesStorage,
+    Finding,
+    InputBound,
+    PrecisionReadDemand,
+    RateGrowth,
+    ResourceUse,
+    ScalingLoss,
+    StorageBound,
+    UnstableHostEpoch,
+    UtilisationGrowth,
+)
+from collector.findings_words import words
+from collector.scaling import GroupKey, RunFacts, run_facts, scaling_groups
 from collector.store_api import ReadStore, RunInfo, StepTable, WorkloadEvent
 
-INFO, WARNING, CRITICAL = "info", "warning", "critical"
-SEVERITY_ORDER = {CRITICAL: 0, WARNING: 1, INFO: 2}
-
-# cache warm-up
-# judged against the data set's size when the run reports it: epoch 1 read at least a quarter of
-# the data set from storage, later epochs at most a tenth of it
-FIRST_EPOCH_DATASET_SHARE = 0.25
-SETTLED_READ_FRACTION = 0.10
-# without the data set's size: epoch 1 read at least this much, later epochs a tenth of it
-MIN_FIRST_EPOCH_READ_BYTES = 100 * BYTES_PER_MB
-MLPERF_STORAGE_RAM_MULTIPLE = 5  # data set >= 5 x RAM to measure storage
-# fabric carries storage
-FABRIC_MATCH_TOLERANCE = 0.10
-MIN_NETWORK_STORAGE_MBPS = 5.0
-# storage bound
-IOWAIT_HIGH_PERCENT = 5.0
-STEP_CV_UNSTABLE = 0.20
-MIN_STEPS_FOR_CV = 4
-STORAGE_HIGH_SHARE_OF_PEAK = 0.25
-MIN_STORAGE_MBPS = 5.0
-# input bound
-CPU_SATURATED_PERCENT = 85.0
-GPU_LOW_PERCENT = 70.0
-# scaling loss
-SCALING_EFFICIENCY_FLOOR = 90
-SCALING_EFFICIENCY_CRITICAL = 75
-RESOURCE_CHANGE_RATIO = 1.25  # a per-image or per-node resource changed by 25% or more
-# precision read demand
-PRECISION_READ_RATIO = 1.25  # study 003: FP16 read 550 MB/s where FP32 read 430 (1.28x)
-UTILISATION_CHANGE_POINTS = 10.0
-
-GB = 1e9
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    severity: str  # info | warning | critical
-    title: str
-    explanation: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-    chart: str = ""  # the report column (collector.columns) that shows it, or ""
-
-    def __post_init__(self) -> None:
-        if self.chart and self.chart not in BY_NAME:
-            raise ValueError(f"finding {self.rule}: chart {self.chart!r} is no report column")
-        if self.severity not in SEVERITY_ORDER:
-            raise ValueError(f"finding {self.rule}: unknown severity {self.severity!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+__all__ = [  # what other modules take from here (the severities and Finding re-exported)
+    "CRITICAL",
+    "INFO",
+    "WARNING",
+    "Finding",
+    "RunContext",
+    "run_findings",
+]
 
 
 @dataclass
@@ -162,15 +161,6 @@ class RunContext:
         return {w.epoch for w in self.report.windows} - incomplete
 
 
-def _gb(value: float | None) -> str:
-    """Bytes as GB, or as MB below 1 GB (a small data set is not "0.0 GB")."""
-    if value is None:
-        return "n/a"
-    if abs(value) < GB:
-        return f"{value / 1e6:,.1f} MB"
-    return f"{value / GB:,.1f} GB"
-
-
 def _config_number(config: dict[str, Any], name: str) -> float | None:
     value = config.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -190,119 +180,55 @@ def _memory_fit(config: dict[str, Any]) -> tuple[float | None, float | None, flo
     return dataset, memory, ratio
 
 
-def cache_warmup(context: RunContext) -> list[Finding]:
+def detect_cache_warmup(context: RunContext) -> CacheWarmup | None:
     totals = [r for r in context.totals() if r.storage_read_bytes is not None]
     if len(totals) < 2:
-        return []
+        return None
     first, later = totals[0], totals[1:]
     first_bytes = first.storage_read_bytes or 0
     dataset, memory, ratio = _memory_fit(context.config)
     if dataset:
         if first_bytes <= 0 or first_bytes < FIRST_EPOCH_DATASET_SHARE * dataset:
-            return []
+            return None
         settled_limit = SETTLED_READ_FRACTION * min(dataset, first_bytes)
     else:
         if first_bytes < MIN_FIRST_EPOCH_READ_BYTES:
-            return []
+            return None
         settled_limit = SETTLED_READ_FRACTION * first_bytes
     settled = later[len(later) // 2 :]  # the second half of the later epochs
     settled_mean = float(np.mean([r.storage_read_bytes for r in settled]))
     if settled_mean > settled_limit:
-        return []
-    settled_epoch = next(r.epoch for r in later if r.storage_read_bytes <= settled_limit)
+        return None
     hosts = max(1, len(context.run.hosts))
-    cache_growth = first.page_cache_delta_bytes
-    measures_memory = ratio is not None and ratio < MLPERF_STORAGE_RAM_MULTIPLE
-    evidence = {
-        "first_epoch": first.epoch,
-        "first_epoch_storage_read_bytes": first_bytes,
-        "first_epoch_storage_read_mbps": first.storage_read_mbps,
-        "settled_from_epoch": settled_epoch,
-        "settled_storage_read_bytes_mean": round(settled_mean),
-        "settled_to_first_ratio": round(settled_mean / first_bytes, 4),
-        "first_epoch_read_to_dataset_ratio": round(first_bytes / dataset, 3) if dataset else None,
-        "storage_read_bytes_by_epoch": {r.epoch: r.storage_read_bytes for r in totals[:10]},
-        "first_epoch_page_cache_growth_bytes_per_host": (
-            round(cache_growth / hosts) if cache_growth is not None else None
+    growth = first.page_cache_delta_bytes
+    return CacheWarmup(
+        first_epoch=first.epoch,
+        first_epoch_storage_read_bytes=first_bytes,
+        first_epoch_storage_read_mbps=first.storage_read_mbps,
+        settled_from_epoch=next(r.epoch for r in later if r.storage_read_bytes <= settled_limit),
+        settled_storage_read_bytes_mean=settled_mean,
+        settled_to_first_ratio=settled_mean / first_bytes,
+        first_epoch_read_to_dataset_ratio=first_bytes / dataset if dataset else None,
+        storage_read_bytes_by_epoch={r.epoch: r.storage_read_bytes for r in totals[:10]},
+        first_epoch_page_cache_growth_bytes_per_host=(
+            growth / hosts if growth is not None else None
         ),
-        "page_cache_growth_to_dataset_ratio": (
-            round(cache_growth / hosts / dataset, 3)
-            if cache_growth is not None and dataset
-            else None
+        page_cache_growth_to_dataset_ratio=(
+            growth / hosts / dataset if growth is not None and dataset else None
         ),
-        "dataset_bytes": dataset,
-        "host_memory_bytes": memory,
-        "dataset_to_memory_ratio": round(ratio, 3) if ratio is not None else None,
-    }
-    of_what = f"of the data set ({_gb(dataset)})" if dataset else "of that"
-    explanation = (
-        f"Epoch {first.epoch} read {_gb(first_bytes)} from storage (disk and NFS server) at "
-        f"{first.storage_read_mbps:,.1f} MB/s; by epoch {settled_epoch} reads had fallen "
-        f"below {SETTLED_READ_FRACTION:.0%} {of_what}, and the last epochs read "
-        f"{_gb(settled_mean)} on average. The data set is being served from the page cache "
-        "after the first pass."
+        dataset_bytes=dataset,
+        host_memory_bytes=memory,
+        dataset_to_memory_ratio=ratio,
     )
-    if cache_growth is not None and cache_growth > 0:
-        explanation += (
-            f" The page cache grew by {_gb(cache_growth / hosts)} per host during epoch "
-            f"{first.epoch}" + (f" (data set: {_gb(dataset)})." if dataset else ".")
-        )
-    if measures_memory:
-        explanation += (
-            f" With a {_gb(dataset)} data set and {_gb(memory)} of RAM per host, the epochs "
-            "after the first measure memory, not storage: to measure storage the data set "
-            f"must be at least {MLPERF_STORAGE_RAM_MULTIPLE}x RAM (MLPerf Storage), or the "
-            "caches must be dropped before every epoch."
-        )
-    return [
-        Finding(
-            rule="cache_warmup",
-            severity=WARNING if measures_memory else INFO,
-            title=f"Storage reads stop after epoch {first.epoch}: later epochs run from cache",
-            explanation=explanation,
-            evidence=evidence,
-            chart="disk_read_mbps",
-        )
-    ]
 
 
-def dataset_fits_in_memory(context: RunContext) -> list[Finding]:
+def detect_dataset_fits_in_memory(context: RunContext) -> DatasetFitsInMemory | None:
     dataset, memory, ratio = _memory_fit(context.config)
     if ratio is None or ratio >= MLPERF_STORAGE_RAM_MULTIPLE:
-        return []
-    fits = ratio <= 1.0
-    title = (
-        "The data set fits in a host's RAM"
-        if fits
-        else f"The data set is less than {MLPERF_STORAGE_RAM_MULTIPLE}x a host's RAM"
+        return None
+    return DatasetFitsInMemory(
+        dataset_bytes=dataset, host_memory_bytes=memory, dataset_to_memory_ratio=ratio
     )
-    explanation = (
-        f"The data set is {_gb(dataset)} and each host has {_gb(memory)} of RAM "
-        f"({ratio:.2g}x). "
-        + (
-            "After the first epoch the page cache can hold all of it, so throughput measures "
-            "memory, not storage. "
-            if fits
-            else "A large part of it stays in the page cache between epochs. "
-        )
-        + f"MLPerf Storage requires a data set of at least {MLPERF_STORAGE_RAM_MULTIPLE}x "
-        "RAM to measure storage."
-    )
-    return [
-        Finding(
-            rule="dataset_fits_in_memory",
-            severity=WARNING if fits else INFO,
-            title=title,
-            explanation=explanation,
-            evidence={
-                "dataset_bytes": dataset,
-                "host_memory_bytes": memory,
-                "dataset_to_memory_ratio": round(ratio, 3),
-                "required_ratio": MLPERF_STORAGE_RAM_MULTIPLE,
-            },
-            chart="page_cache_delta_bytes",
-        )
-    ]
 
 
 # --------------------------------------------------------------------------------------
@@ -310,7 +236,7 @@ def dataset_fits_in_memory(context: RunContext) -> list[Finding]:
 # --------------------------------------------------------------------------------------
 
 
-def fabric_carries_storage(context: RunContext) -> list[Finding]:
+def detect_fabric_carries_storage(context: RunContext) -> FabricCarriesStorage | None:
     matches, compared = [], 0
     for row, amounts in context.hosts_rows():
         storage = row.nfs_server_read_mbps
@@ -322,42 +248,25 @@ def fabric_carries_storage(context: RunContext) -> list[Finding]:
         if difference <= FABRIC_MATCH_TOLERANCE:
             matches.append((row, amounts, difference))
     if not matches:
-        return []
+        return None
     row, amounts, difference = max(matches, key=lambda m: m[0].nfs_server_read_mbps)
-    fabric = "InfiniBand" if amounts.fabric == "ib" else "the NICs"
     rcv, xmit = (
         (row.ib_rcv_mbps, row.ib_xmit_mbps)
         if amounts.fabric == "ib"
         else (_mbps(row.net_rx_bytes, row.seconds), _mbps(row.net_tx_bytes, row.seconds))
     )
-    return [
-        Finding(
-            rule="fabric_carries_storage",
-            severity=INFO,
-            title="The fabric carries the storage reads: receive minus send = storage read rate",
-            explanation=(
-                f"On {row.host} in epoch {row.epoch}, {fabric} received {rcv:,.0f} MB/s and "
-                f"sent {xmit:,.0f} MB/s. The {row.rx_minus_tx_mbps:,.0f} MB/s surplus matches "
-                f"the NFS read rate of {row.nfs_server_read_mbps:,.0f} MB/s within "
-                f"{difference:.0%}. Gradients are sent and received in equal amounts, so the "
-                "surplus is the data set: storage traffic shares the fabric with the "
-                f"all-reduce ({len(matches)} of {compared} host-epochs with NFS reads match)."
-            ),
-            evidence={
-                "host": row.host,
-                "epoch": row.epoch,
-                "fabric": amounts.fabric,
-                "rcv_mbps": rcv,
-                "xmit_mbps": xmit,
-                "rx_minus_tx_mbps": row.rx_minus_tx_mbps,
-                "nfs_server_read_mbps": row.nfs_server_read_mbps,
-                "relative_difference": round(difference, 4),
-                "matching_host_epochs": len(matches),
-                "compared_host_epochs": compared,
-            },
-            chart="rx_minus_tx_mbps",
-        )
-    ]
+    return FabricCarriesStorage(
+        host=row.host,
+        epoch=row.epoch,
+        fabric=amounts.fabric,
+        rcv_mbps=rcv,
+        xmit_mbps=xmit,
+        rx_minus_tx_mbps=row.rx_minus_tx_mbps,
+        nfs_server_read_mbps=row.nfs_server_read_mbps,
+        relative_difference=difference,
+        matching_host_epochs=len(matches),
+        compared_host_epochs=compared,
+    )
 
 
 def _mbps(value: int | None, seconds: float) -> float | None:
@@ -442,11 +351,11 @@ def coefficient_of_variation(values: list[float]) -> float | None:
     return float(array.std() / mean) if mean > 0 else None
 
 
-def storage_bound(context: RunContext) -> list[Finding]:
+def detect_storage_bound(context: RunContext) -> StorageBound | None:
     rows = [row for row, _ in context.hosts_rows()]
     storage = [r.storage_read_mbps for r in rows if r.storage_read_mbps is not None]
     if not storage:
-        return []
+        return None
     peak = max(storage)
 
     def reading(row: EpochRow) -> bool:
@@ -464,72 +373,39 @@ def storage_bound(context: RunContext) -> list[Finding]:
         and row.iowait_percent >= IOWAIT_HIGH_PERCENT
     ]
     if not candidates:  # no step event is read for a run that never waited on storage
-        return []
+        return None
     candidate_keys = {(row.host, row.epoch) for row in candidates}
     warmup = int(_config_number(context.config, Workload.WARMUP_STEPS) or 0)
     rates = step_rates(context.steps(), context.events, warmup)
-    bound, calm = [], []
+    bound: list[UnstableHostEpoch] = []
+    calm: list[float] = []
     for row in rows:
         cv = coefficient_of_variation(rates.get((row.host, row.epoch), []))
         if cv is None:
             continue
         if (row.host, row.epoch) in candidate_keys and cv >= STEP_CV_UNSTABLE:
-            bound.append((row, cv))
+            bound.append(
+                UnstableHostEpoch(
+                    host=row.host,
+                    epoch=row.epoch,
+                    iowait_percent=row.iowait_percent,
+                    step_images_per_second_cv=cv,
+                    storage_read_mbps=row.storage_read_mbps,
+                )
+            )
         elif not reading(row):
             calm.append(cv)
     if not bound:
-        return []
-    epochs = sorted({row.epoch for row, _ in bound})
-    worst_row, worst_cv = max(bound, key=lambda b: b[1])
-    calm_cv = float(np.mean(calm)) if calm else None
-    explanation = (
-        f"In epoch{'s' if len(epochs) > 1 else ''} {_epoch_list(epochs)}, step throughput "
-        f"was unstable (coefficient of variation up to {worst_cv:.2f} on {worst_row.host}) "
-        f"while CPUs waited on I/O ({worst_row.iowait_percent:.0f}% iowait) and storage was "
-        f"read at {worst_row.storage_read_mbps:,.0f} MB/s: training waited on storage."
+        return None
+    return StorageBound(
+        epochs=sorted({b.epoch for b in bound}),
+        host_epochs=bound[:20],
+        worst=max(bound, key=lambda b: b.step_images_per_second_cv),
+        cv_without_storage_reads=float(np.mean(calm)) if calm else None,
     )
-    if calm_cv is not None:
-        explanation += (
-            f" In epochs without storage reads the variation was {calm_cv:.2f}: once the "
-            "data is cached, throughput is steady."
-        )
-    return [
-        Finding(
-            rule="storage_bound",
-            severity=WARNING,
-            title=f"Storage-bound epoch{'s' if len(epochs) > 1 else ''} {_epoch_list(epochs)}",
-            explanation=explanation,
-            evidence={
-                "epochs": epochs,
-                "host_epochs": [
-                    {
-                        "host": row.host,
-                        "epoch": row.epoch,
-                        "iowait_percent": row.iowait_percent,
-                        "step_images_per_second_cv": round(cv, 4),
-                        "storage_read_mbps": row.storage_read_mbps,
-                    }
-                    for row, cv in bound[:20]
-                ],
-                "cv_without_storage_reads": round(calm_cv, 4) if calm_cv is not None else None,
-                "thresholds": {
-                    "iowait_percent": IOWAIT_HIGH_PERCENT,
-                    "step_cv": STEP_CV_UNSTABLE,
-                    "storage_share_of_peak": STORAGE_HIGH_SHARE_OF_PEAK,
-                },
-            },
-            chart="images_per_second",
-        )
-    ]
 
 
-def _epoch_list(epochs: list[int]) -> str:
-    if len(epochs) > 6:
-        return f"{', '.join(map(str, epochs[:5]))}, ... {epochs[-1]}"
-    return ", ".join(map(str, epochs))
-
-
-def input_bound(context: RunContext) -> list[Finding]:
+def detect_input_bound(context: RunContext) -> InputBound | None:
     hits = [
         row
         for row, _ in context.hosts_rows()
@@ -539,60 +415,22 @@ def input_bound(context: RunContext) -> list[Finding]:
         and row.gpu_util_percent <= GPU_LOW_PERCENT
     ]
     if not hits:
-        return []
-    epochs = sorted({row.epoch for row in hits})
-    hosts = sorted({row.host for row in hits})
-    cpu = float(np.mean([row.cpu_util_percent for row in hits]))
-    gpu = float(np.mean([row.gpu_util_percent for row in hits]))
-    return [
-        Finding(
-            rule="input_bound",
-            severity=WARNING,
-            title="Input-bound: CPUs saturated while GPUs wait",
-            explanation=(
-                f"On {', '.join(hosts)} in epoch{'s' if len(epochs) > 1 else ''} "
-                f"{_epoch_list(epochs)}, CPUs were {cpu:.0f}% busy while GPUs ran kernels "
-                f"{gpu:.0f}% of the time. The input pipeline (JPEG decoding, augmentation) "
-                "cannot feed the GPUs: more decoding threads, a faster CPU, GPU decoding or "
-                "pre-processed records would raise throughput."
-            ),
-            evidence={
-                "hosts": hosts,
-                "epochs": epochs,
-                "cpu_util_percent_mean": round(cpu, 2),
-                "gpu_util_percent_mean": round(gpu, 2),
-                "host_epochs": [
-                    {
-                        "host": r.host,
-                        "epoch": r.epoch,
-                        "cpu_util_percent": r.cpu_util_percent,
-                        "gpu_util_percent": r.gpu_util_percent,
-                    }
-                    for r in hits[:20]
-                ],
-                "thresholds": {
-                    "cpu_util_percent": CPU_SATURATED_PERCENT,
-                    "gpu_util_percent": GPU_LOW_PERCENT,
-                },
-            },
-            chart="cpu_util_percent",
-        )
-    ]
+        return None
+    return InputBound(
+        hosts=sorted({row.host for row in hits}),
+        epochs=sorted({row.epoch for row in hits}),
+        cpu_util_percent_mean=float(np.mean([row.cpu_util_percent for row in hits])),
+        gpu_util_percent_mean=float(np.mean([row.gpu_util_percent for row in hits])),
+        host_epochs=[
+            BusyHostEpoch(r.host, r.epoch, r.cpu_util_percent, r.gpu_util_percent)
+            for r in hits[:20]
+        ],
+    )
 
 
 # --------------------------------------------------------------------------------------
 # scaling loss
 # --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ResourceUse:
-    """Per-run resource figures compared across node counts."""
-
-    fabric_bytes_per_image: float | None
-    storage_read_mbps_per_node: float | None
-    cpu_util_percent: float | None
-    gpu_util_percent: float | None
 
 
 def resource_use(report: EpochReport, nodes: int) -> ResourceUse:
@@ -630,11 +468,11 @@ def resource_use(report: EpochReport, nodes: int) -> ResourceUse:
     )
 
 
-def _changes(reference: ResourceUse, current: ResourceUse) -> list[dict[str, Any]]:
+def grown(reference: ResourceUse, current: ResourceUse) -> list[RateGrowth | UtilisationGrowth]:
     """The resources whose use *grew* from the reference run to this one: only those can
     explain a loss of throughput (one that fell, e.g. storage reads per node once more nodes
     cache the data set, is not a cause)."""
-    changes = []
+    changes: list[RateGrowth | UtilisationGrowth] = []
     for name in ("fabric_bytes_per_image", "storage_read_mbps_per_node"):
         before, after = getattr(reference, name), getattr(current, name)
         if before is None or after is None:
@@ -646,60 +484,17 @@ def _changes(reference: ResourceUse, current: ResourceUse) -> list[dict[str, Any
             ratio = after / before
             grew = ratio >= RESOURCE_CHANGE_RATIO
         if grew:
-            changes.append(
-                {
-                    "resource": name,
-                    "reference": before,
-                    "run": after,
-                    "ratio": round(ratio, 2) if ratio else None,
-                }
-            )
+            changes.append(RateGrowth(name, before, after, ratio or None))
     for name in ("cpu_util_percent", "gpu_util_percent"):
         before, after = getattr(reference, name), getattr(current, name)
         if before is None or after is None:
             continue
         if after - before >= UTILISATION_CHANGE_POINTS:
-            changes.append(
-                {
-                    "resource": name,
-                    "reference": before,
-                    "run": after,
-                    "change_points": round(after - before, 2),
-                }
-            )
+            changes.append(UtilisationGrowth(name, before, after, after - before))
     return changes
 
 
-RESOURCE_LABELS = {
-    "fabric_bytes_per_image": "network bytes per image",
-    "storage_read_mbps_per_node": "storage reads per node (MB/s)",
-    "cpu_util_percent": "CPU utilisation (%)",
-    "gpu_util_percent": "GPU utilisation (%)",
-}
-
-
-def _nodes(count: int | None) -> str:
-    return f"{count} node{'s' if count != 1 else ''}"
-
-
-def _ranks(count: int, on_gpus: bool) -> str:
-    """``4 GPUs`` for a run whose hosts showed GPUs, else ``4 ranks`` (CPU processes)."""
-    noun = "GPU" if on_gpus else "rank"
-    return f"{count} {noun}{'s' if count != 1 else ''}"
-
-
-def _describe(change: dict[str, Any]) -> str:
-    label = RESOURCE_LABELS[change["resource"]]
-    if change.get("ratio"):
-        how = f"{change['ratio']:.2f}x"
-    elif "change_points" in change:
-        how = f"{change['change_points']:+.0f} points"
-    else:
-        how = "from zero"
-    return f"{label}: {change['reference']:,.0f} -> {change['run']:,.0f} ({how})"
-
-
-def scaling_loss(context: RunContext) -> list[Finding]:
+def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
     key = GroupKey.of(context.run)
     group_runs = [
         r for r in context.store.runs() if r.state != RunState.FAILED and GroupKey.of(r) == key
@@ -710,72 +505,34 @@ def scaling_loss(context: RunContext) -> list[Finding]:
     table = scaling_groups(context.store, list(facts.values())).get(key, [])
     me = next((m for m in table if m.run_id == context.run.run_id), None)
     if me is None or me.row.efficiency_percent is None or me.row.gpus <= 1:
-        return []
+        return None
     if me.row.efficiency_percent >= SCALING_EFFICIENCY_FLOOR:
-        return []
+        return None
     mine = facts[context.run.run_id]
-    reference = _reference_run(mine, list(facts.values()))
     mine_use = resource_use(context.report, mine.nodes)
-    on_gpus = mine_use.gpu_util_percent is not None
-    efficiency = format_efficiency(me.row.efficiency_percent)
-    evidence: dict[str, Any] = {
-        "gpus": me.row.gpus,
-        "nodes": me.row.nodes,
-        "images_per_second": me.row.images_per_second,
-        "ideal": me.row.ideal,
-        "efficiency_percent": me.row.efficiency_percent,
-        "scope": me.row.scope,
-    }
-    explanation = (
-        f"{_ranks(me.row.gpus, on_gpus)} on {_nodes(me.row.nodes)} reached "
-        f"{me.row.images_per_second:,.0f} images/s of an ideal {me.row.ideal:,.0f} "
-        f"(1 x {me.row.gpus}): {efficiency} efficiency."
+    found = ScalingLoss(
+        gpus=me.row.gpus,
+        nodes=me.row.nodes,
+        images_per_second=me.row.images_per_second,
+        ideal=me.row.ideal,
+        efficiency_percent=me.row.efficiency_percent,
+        scope=me.row.scope,
+        on_gpus=mine_use.gpu_util_percent is not None,
     )
-    changes: list[dict[str, Any]] = []
-    if reference is not None:
-        ref_report = context.report_of(reference.run.run_id)
-        ref_use = resource_use(ref_report, reference.nodes)
-        changes = _changes(ref_use, mine_use)
-        evidence |= {
-            "reference_run": reference.run.run_id,
-            "reference_gpus": reference.gpus,
-            "reference_nodes": reference.nodes,
-            "reference_resources": asdict(ref_use),
-            "run_resources": asdict(mine_use),
-            "changed": changes,
-        }
-        against = (
-            f"{reference.run.run_id} ({_ranks(reference.gpus, on_gpus)} on "
-            f"{_nodes(reference.nodes)})"
-        )
-        if changes:
-            explanation += (
-                f" Grew against {against}: " + "; ".join(_describe(c) for c in changes) + "."
-            )
-        else:
-            explanation += (
-                f" No measured resource grew by {RESOURCE_CHANGE_RATIO:.2f}x against {against}."
-            )
-    title = f"Scaling efficiency {efficiency} on {_ranks(me.row.gpus, on_gpus)}"
-    if changes:
-        grew_with = (
-            "node count"
-            if reference is not None and reference.nodes != mine.nodes
-            else "rank count"
-        )
-        title += f": {RESOURCE_LABELS[changes[0]['resource']]} grew with {grew_with}"
-    return [
-        Finding(
-            rule="scaling_loss",
-            severity=CRITICAL
-            if me.row.efficiency_percent < SCALING_EFFICIENCY_CRITICAL
-            else WARNING,
-            title=title,
-            explanation=explanation,
-            evidence=evidence,
-            chart="rx_minus_tx_mbps" if changes and "fabric" in changes[0]["resource"] else "",
-        )
-    ]
+    reference = _reference_run(mine, list(facts.values()))
+    if reference is None:
+        return found
+    ref_use = resource_use(context.report_of(reference.run.run_id), reference.nodes)
+    return replace(
+        found,
+        reference_run=reference.run.run_id,
+        reference_gpus=reference.gpus,
+        reference_nodes=reference.nodes,
+        reference_resources=ref_use,
+        run_resources=mine_use,
+        changed=grown(ref_use, mine_use),
+        across_nodes=reference.nodes != mine.nodes,
+    )
 
 
 def _reference_run(mine: RunFacts, facts: list[RunFacts]) -> RunFacts | None:
@@ -793,10 +550,6 @@ def _reference_run(mine: RunFacts, facts: list[RunFacts]) -> RunFacts | None:
 # --------------------------------------------------------------------------------------
 # precision and read demand
 # --------------------------------------------------------------------------------------
-
-
-def _rate(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.1f}"
 
 
 def _first_epoch_storage(report: EpochReport) -> EpochRow | None:
@@ -823,7 +576,7 @@ def like_for_precision(run: RunInfo) -> tuple:
     )
 
 
-def precision_read_demand(context: RunContext) -> list[Finding]:
+def detect_precision_read_demand(context: RunContext) -> PrecisionReadDemand | None:
     """This run reads storage much faster in epoch 1 than a like run at another precision:
     the same training in every other respect (``like_for_precision``)."""
     mine = context.run
@@ -839,53 +592,28 @@ def precision_read_demand(context: RunContext) -> list[Finding]:
     ]
     first = _first_epoch_storage(context.report)
     if not others or first is None or first.storage_read_mbps < MIN_STORAGE_MBPS:
-        return []
+        return None
     other = max(others, key=lambda r: r.start_ns)
     their_first = _first_epoch_storage(context.report_of(other.run_id))
     if their_first is None or not their_first.storage_read_mbps:
-        return []
+        return None
     ratio = first.storage_read_mbps / their_first.storage_read_mbps
     if ratio < PRECISION_READ_RATIO:
-        return []
-    their_precision = GroupKey.of(other).precision
-    chart = (
-        "nfs_server_read_mbps"
-        if (first.nfs_server_read_mbps or 0) >= (first.disk_read_mbps or 0)
-        else "disk_read_mbps"
+        return None
+    return PrecisionReadDemand(
+        precision=my_precision,
+        other_run=other.run_id,
+        other_precision=GroupKey.of(other).precision,
+        batch_size=mine.config.get(Workload.BATCH_SIZE),
+        other_batch_size=other.config.get(Workload.BATCH_SIZE),
+        storage_read_mbps=first.storage_read_mbps,
+        other_storage_read_mbps=their_first.storage_read_mbps,
+        images_per_second=first.images_per_second,
+        other_images_per_second=their_first.images_per_second,
+        ratio=ratio,
+        epoch=first.epoch,
+        nfs_read_most=(first.nfs_server_read_mbps or 0) >= (first.disk_read_mbps or 0),
     )
-    return [
-        Finding(
-            rule="precision_read_demand",
-            severity=INFO,
-            title=(
-                f"{my_precision.upper()} reads storage {ratio:.1f}x as fast as "
-                f"{their_precision.upper()}"
-            ),
-            explanation=(
-                f"In epoch {first.epoch} this {my_precision} run read storage at "
-                f"{first.storage_read_mbps:,.1f} MB/s and trained "
-                f"{_rate(first.images_per_second)} images/s; the {their_precision} run "
-                f"{other.run_id}, the same training otherwise (model, data set, batch per "
-                f"rank, image size, ranks and nodes), read {their_first.storage_read_mbps:,.1f}"
-                f" MB/s at {_rate(their_first.images_per_second)} images/s. A run that "
-                "trains faster pulls images from storage faster: storage sized for the "
-                "slower precision can hold the faster one back until the data set is cached."
-            ),
-            evidence={
-                "precision": my_precision,
-                "other_run": other.run_id,
-                "other_precision": their_precision,
-                "batch_size": mine.config.get(Workload.BATCH_SIZE),
-                "other_batch_size": other.config.get(Workload.BATCH_SIZE),
-                "storage_read_mbps": first.storage_read_mbps,
-                "other_storage_read_mbps": their_first.storage_read_mbps,
-                "images_per_second": first.images_per_second,
-                "other_images_per_second": their_first.images_per_second,
-                "ratio": round(ratio, 3),
-            },
-            chart=chart,
-        )
-    ]
 
 
 # --------------------------------------------------------------------------------------
@@ -893,6 +621,37 @@ def precision_read_demand(context: RunContext) -> list[Finding]:
 # --------------------------------------------------------------------------------------
 
 Rule = Callable[[RunContext], list[Finding]]
+Detector = Callable[[RunContext], Any]  # -> one rule's evidence (findings_evidence), or None
+
+
+def rule(detect: Detector, name: str) -> Rule:
+    """The rule that words what ``detect`` finds (``collector.findings_words``)."""
+
+    def run(context: RunContext) -> list[Finding]:
+        found = detect(context)
+        return [] if found is None else [words(found)]
+
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = detect.__doc__
+    return run
+
+
+DETECTORS: dict[str, Detector] = {
+    "cache_warmup": detect_cache_warmup,
+    "dataset_fits_in_memory": detect_dataset_fits_in_memory,
+    "fabric_carries_storage": detect_fabric_carries_storage,
+    "storage_bound": detect_storage_bound,
+    "input_bound": detect_input_bound,
+    "scaling_loss": detect_scaling_loss,
+    "precision_read_demand": detect_precision_read_demand,
+}
+cache_warmup = rule(detect_cache_warmup, "cache_warmup")
+dataset_fits_in_memory = rule(detect_dataset_fits_in_memory, "dataset_fits_in_memory")
+fabric_carries_storage = rule(detect_fabric_carries_storage, "fabric_carries_storage")
+storage_bound = rule(detect_storage_bound, "storage_bound")
+input_bound = rule(detect_input_bound, "input_bound")
+scaling_loss = rule(detect_scaling_loss, "scaling_loss")
+precision_read_demand = rule(detect_precision_read_demand, "precision_read_demand")
 RULES: tuple[Rule, ...] = (
     cache_warmup,
     dataset_fits_in_memory,

@@ -13,8 +13,8 @@ dataclasses with a ``to_dict()``; nothing returns SQL rows or numpy arrays. Miss
     collector.epochs ``COLUMNS`` plus ``net_rx_mbps`` and ``net_tx_mbps`` (``TABLE_COLUMNS``;
     what each means: ``COLUMN_HELP``).
 ``epoch_boundaries(store, run_id)``
-    ``{host: [{"epoch", "start_ns", "end_ns", "complete"}]}`` on each host's own clock, to
-    shade epochs on that host's charts.
+    ``{host: [{"epoch", "start_ns", "end_ns", "complete", "state"}]}`` on each host's own
+    clock, to shade epochs on that host's charts (``state``: collector.epochs.epoch_state).
 ``host_timeseries(store, run_id, host, max_points=500, since_ns=None, bucket_ns=None)``
     A ``HostSeries``: the host's metrics over the run's window, down-sampled server-side
     into at most ``max_points`` equal buckets. Counter rates are exact bucket averages
@@ -56,15 +56,19 @@ Live runs
 
 Caching
     Finished and failed runs no longer change: their results are kept in the store's own
-    ``RunCache`` (``run_cache(store)``), which lives as long as the store object and is
-    keyed by the run and its end; ``clear_cache(store)`` drops it. The run's epoch events
-    are decoded once and its steps read once as columns (``StepTable``), both shared by
-    every question about it; its per-epoch report is built once and shared by
-    ``epoch_table`` and ``findings``. The caches are safe to use from several threads, and
-    two threads asking the same thing at once wait for one computation. Live runs are
-    always computed afresh. Memory per store: the step tables of the 2 runs last asked
-    about, and the samples of the last one (for a run of 8 hosts x 3 h and 34,560 steps,
-    1.9 MB of steps and 27 MB of samples), besides small results of 256 questions.
+    ``RunCache`` (``run_cache(store)``), the one cache of finished runs (the dashboard
+    keeps none beside it), which lives as long as the store object and is keyed by the run,
+    its state and its end; ``clear_cache(store)`` drops it. The run's epoch events are
+    decoded once, its steps read once as columns (``StepTable``) and its samples read once,
+    all shared by every question about it: its per-epoch report is built once and shared
+    by ``epoch_table`` and ``findings``, and its charts (``run_timeseries`` without
+    ``since_ns``) are cut from the same samples and kept (``kept_timeseries`` asks without
+    computing). The caches are safe to use from several threads, and two threads asking the
+    same thing at once wait for one computation. Live runs are always computed afresh, and
+    a run that ends gets a new key. Memory per store: the step tables of the 2 runs last
+    asked about and the samples of the last one (for a run of 8 hosts x 3 h and 34,560
+    steps, 1.9 MB of steps and 27 MB of samples), the charts of the 16 runs last drawn
+    (~100 kB each at 500 points), besides small results of 256 questions.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from agent.schema import Event, Gpu, Memory, RunState, Workload
+from agent.schema import Event, Memory, RunState, Workload
 from collector import anatomy, columns
 from collector.counters import NS_PER_SECOND
 from collector.epochs import (
@@ -90,6 +94,7 @@ from collector.epochs import (
     CPU_BUSY_FIELDS,
     EPOCH_KINDS,
     GAUGE_MEAN,
+    GPU_UTIL,
     HOST_TOTALS,
     EpochAmounts,
     EpochReport,
@@ -101,6 +106,7 @@ from collector.epochs import (
     read_host_series,
     report_events,
     run_events,
+    run_is_live,
     series_to_read,
     window_amounts,
 )
@@ -146,7 +152,7 @@ _RATE_OF = {
     "net_tx_mbps": "net_tx",
 }
 _PAGE_CACHE = HostTotal("page_cache", Memory.NAME, Memory.CACHED_BYTES, GAUGE_MEAN)
-_GPU = HostTotal("gpu_util", Gpu.NAME, Gpu.UTILIZATION_PERCENT, GAUGE_MEAN)
+_GPU = GPU_UTIL
 _SERIES_TOTALS: tuple[HostTotal, ...] = (
     *(t for t in HOST_TOTALS if t.key in _RATE_OF.values() or t.key.startswith("cpu_")),
     _PAGE_CACHE,
@@ -207,23 +213,36 @@ class _Cache:
                 slot.done = True
             return slot.value
 
+    def peek(self, key: tuple) -> Any:
+        """The value kept for ``key`` if it is computed already, else None (computes
+        nothing, waits for nothing)."""
+        with self._lock:
+            slot = self._slots.get(key)
+        return slot.value if slot is not None and slot.done else None
+
     def clear(self) -> None:
         with self._lock:
             self._slots.clear()
 
 
+FINISHED_CHARTS_KEPT = 16  # runs' down-sampled charts, ~100 kB each at 500 points
+
+
 class RunCache:
     """What is kept about one store's finished runs: small results (summaries, tables,
-    reports, findings), the steps of the 2 runs last asked about (56 bytes a step) and the
-    samples of the last one (as much again). Owned by its store: ``run_cache(store)``."""
+    reports, findings), the down-sampled charts of the 16 runs last drawn, the steps of the
+    2 runs last asked about (56 bytes a step) and the samples of the last one (as much
+    again). Owned by its store: ``run_cache(store)``; the only cache of finished runs (the
+    dashboard keeps none of its own)."""
 
     def __init__(self) -> None:
         self.results = _Cache(256)
+        self.charts = _Cache(FINISHED_CHARTS_KEPT)
         self.steps = _Cache(2)
         self.samples = _Cache(1)
 
     def clear(self) -> None:
-        for cache in (self.results, self.steps, self.samples):
+        for cache in (self.results, self.charts, self.steps, self.samples):
             cache.clear()
 
 
@@ -507,13 +526,15 @@ def epoch_boundaries(store: ReadStore, run_id: str) -> dict[str, list[dict[str, 
 
     def compute() -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for window in epoch_windows(report_events(_KeptRun(store, run), run_id)):
+        live = run_is_live(run)
+        for window in epoch_windows(report_events(_KeptRun(store, run), run_id), live):
             out[window.host].append(
                 {
                     "epoch": window.epoch,
                     "start_ns": window.start_ns,
                     "end_ns": window.end_ns,
                     "complete": window.complete,
+                    "state": window.state,
                 }
             )
         return dict(out)
@@ -664,9 +685,48 @@ def run_timeseries(
     """``HostSeries`` for each host of the run (or the given hosts), one store read.
 
     Pass ``since_ns`` (per host, from ``next_since_ns``) and the ``bucket_ns`` of the
-    first answer to get only the buckets completed since.
+    first answer to get only the buckets completed since. A finished run's whole series are
+    kept (``RunCache.charts``): treat them as read-only.
     """
-    source = _KeptRun(store, _run(store, run_id))
+    run = _run(store, run_id)
+    cache = run_cache(store) if _kept(run) else None
+    if cache is None or since_ns or bucket_ns is not None:
+        return _run_timeseries(store, run, run_id, hosts, max_points, since_ns, bucket_ns)
+    return cache.charts.get(
+        _charts_key(run, hosts, max_points),
+        lambda: _run_timeseries(store, run, run_id, hosts, max_points, None, None),
+    )
+
+
+def kept_timeseries(
+    store: ReadStore,
+    run_id: str,
+    hosts: list[str] | None = None,
+    max_points: int = DEFAULT_MAX_POINTS,
+) -> dict[str, HostSeries] | None:
+    """A finished run's ``run_timeseries`` if it is computed and kept already, else None
+    (reads nothing but the run's record)."""
+    run = _run(store, run_id)
+    cache = run_cache(store) if _kept(run) else None
+    if cache is None:
+        return None
+    return cache.charts.peek(_charts_key(run, hosts, max_points))
+
+
+def _charts_key(run: RunInfo, hosts: list[str] | None, max_points: int) -> tuple:
+    return (*_key(run, "charts"), tuple(hosts) if hosts is not None else None, max_points)
+
+
+def _run_timeseries(
+    store: ReadStore,
+    run: RunInfo | None,
+    run_id: str,
+    hosts: list[str] | None,
+    max_points: int,
+    since_ns: dict[str, int] | None,
+    bucket_ns: int | None,
+) -> dict[str, HostSeries]:
+    source = _KeptRun(store, run)
     events = run_events(source, run_id, EPOCH_KINDS)
     spans = _host_spans(events)
     wanted = [h for h in (hosts if hosts is not None else sorted(spans)) if h in spans]

@@ -29,7 +29,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from collector.columns import TEXT, ReportColumn, format_cell, select
+from collector.columns import (
+    COMPLETE,
+    TEXT,
+    ReportColumn,
+    format_cell,
+    select,
+    unfinished_epochs_note,
+)
 from collector.epochs import ALL_HOSTS, COLUMNS, EpochRow, build_report, iso_utc
 from collector.evidence import evidence_items
 from collector.scaling import stored_run_throughput
@@ -98,10 +105,18 @@ def run(args: argparse.Namespace) -> int:
             return print_runs(store, args, out)
         if args.command == "scaling":
             return print_stored_scaling(store, args, out)
+        if args.command == "inference":
+            return _print_inference(store, args, out)
         raise CliError(f"unknown command {args.command}", 2)
     except CliError as error:
         print(f"collector {args.command}: {error}", file=sys.stderr)
         return error.status
+
+
+def _print_inference(store: ReadStore, args: argparse.Namespace, out) -> int:
+    from collector.inference import print_inference
+
+    return print_inference(store, args, out)
 
 
 def _remote(args: argparse.Namespace, out) -> int:
@@ -166,16 +181,22 @@ def _number(value: float | None, digits: int = 1) -> str:
 
 def table_columns(rows: list[EpochRow], choice: str) -> tuple[ReportColumn, ...]:
     """The text table's columns (``--columns``): the default set leaves out columns that no
-    row measured (no NFS mount, no InfiniBand, no GPU)."""
+    row measured (no NFS mount, no InfiniBand, no GPU), and the epochs' state when every
+    epoch ended."""
     try:
         chosen = select(choice)
     except ValueError as error:
         raise CliError(str(error), 2) from None
     if choice != "default":
         return chosen
-    return tuple(
-        c for c in chosen if c.unit == TEXT or any(getattr(r, c.name) is not None for r in rows)
-    )
+    unfinished = any(r.state != COMPLETE for r in rows)
+
+    def shown(column: ReportColumn) -> bool:
+        if column.name == "state":
+            return unfinished
+        return column.unit == TEXT or any(getattr(r, column.name) is not None for r in rows)
+
+    return tuple(c for c in chosen if shown(c))
 
 
 def report_table(run_id: str, rows: list[EpochRow], choice: str = "default"):
@@ -212,9 +233,10 @@ def report_table(run_id: str, rows: list[EpochRow], choice: str = "default"):
             text.append(rule, style="dim")
         previous_epoch = row.epoch
         text.append(line(row_cells), style="bold" if row.host == ALL_HOSTS else "")
-    note = interpolated_edges_note(rows)
-    if note:
-        text.append(note + "\n", style="dim")
+    notes = (unfinished_epochs_note([r.to_dict() for r in rows]), interpolated_edges_note(rows))
+    for note in notes:
+        if note:
+            text.append(note + "\n", style="dim")
     return text
 
 
@@ -497,7 +519,11 @@ def render(args: argparse.Namespace, store: ReadStore | None = None) -> str:
         print_throughput_scaling(args, buffer)
     else:
         store = store if store is not None else open_store(args)
-        {"report": print_report, "runs": print_runs, "scaling": print_stored_scaling}[args.command](
-            store, args, buffer
-        )
+        printers = {
+            "report": print_report,
+            "runs": print_runs,
+            "scaling": print_stored_scaling,
+            "inference": _print_inference,
+        }
+        printers[args.command](store, args, buffer)
     return buffer.getvalue()

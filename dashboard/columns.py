@@ -55,6 +55,7 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
         _epoch_column(name)
         for name in (
             "host",
+            "state",
             "seconds",
             "images",
             "images_per_second",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from collector.columns import COMPLETE
 from collector.scaling import format_efficiency
 from dashboard.columns import ALL_HOSTS
 
@@ -211,11 +212,12 @@ def time_chart_traces(
 
 
 def epoch_shading(
-    boundaries: dict[str, list[dict[str, Any]]], host_order: list[str], live: bool = True
+    boundaries: dict[str, list[dict[str, Any]]], host_order: list[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Shapes and labels for the epochs of the first host that has any. An epoch that
-    started and did not end is "running" while the run is live, else "interrupted" (the
-    run was stopped in it: its time and images are only what was done before the stop).
+    did not end is labelled with its state as the collector defines it
+    (``collector.epochs.epoch_state``: "running" while the run is live, "interrupted" when
+    the run was stopped in it: its time and images are only what was done before the stop).
 
     Every host runs the same epochs in lock step (ranks synchronise each step), so one host's
     windows mark them for all; the charts say which host's clock they are on.
@@ -259,8 +261,8 @@ def epoch_shading(
             }
         )
         if position % label_every == 0:
-            unfinished = "running" if live else "interrupted"
-            text = f"epoch {epoch}" if window["complete"] else f"epoch {epoch} ({unfinished})"
+            state = window["state"]
+            text = f"epoch {epoch}" if state == COMPLETE else f"epoch {epoch} ({state})"
             labels.append(
                 {
                     "text": text,
@@ -357,7 +359,6 @@ def timeseries_figure(
     boundaries: dict[str, list[dict[str, Any]]],
     host_order: list[str],
     epoch_rows: list[dict[str, Any]] | None = None,
-    live: bool = True,
 ) -> dict[str, Any]:
     """Every ``TIME_CHARTS`` panel stacked in one figure on one shared (zoom-linked) time
     axis, the epochs shaded across all of them, like the profiling figures of the seed
@@ -416,7 +417,7 @@ def timeseries_figure(
     for trace in means:
         trace["xaxis"], trace["yaxis"] = throughput_axes()
         traces.append(trace)
-    shapes, labels = epoch_shading(boundaries, host_order, live)
+    shapes, labels = epoch_shading(boundaries, host_order)
     layout["shapes"] = shapes
     layout["annotations"] = [*panel_titles(), *annotations, *labels]
     return {"data": traces, "layout": layout}
@@ -917,4 +918,50 @@ def time_to_target_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     layout["barmode"] = "group"
     layout["hovermode"] = "closest"
     layout["xaxis"] = {"type": "category", "title": {"text": "GPUs"}}
+    return {"data": traces, "layout": layout}
+
+
+# --------------------------------------------------------------------------------------
+# inference: FP32 against INT8 per batch size (the study's Fig. 9)
+# --------------------------------------------------------------------------------------
+
+PRECISION_COLOURS = {"fp32": "#1f77b4", "int8": "#ff7f0e"}
+
+
+def inference_figure(report: dict[str, Any]) -> dict[str, Any]:
+    """Grouped bars: batch sizes along x, FP32 and INT8 images/s side by side, each INT8 bar
+    labelled with its speed-up over FP32 (``collector.inference``'s values and formats)."""
+    from collector.inference import format_speedup
+
+    title = "Inference throughput, FP32 vs INT8 (label: INT8 speed-up)"
+    rows = report["comparisons"]
+    if not rows:
+        return empty_figure(title, "no inference measurements in this run")
+    x = [f"batch {row['batch_size']}" for row in rows]
+    traces = []
+    for precision in ("fp32", "int8"):
+        values = [row[f"{precision}_images_per_second"] for row in rows]
+        if all(value is None for value in values):
+            continue
+        trace: dict[str, Any] = {
+            "type": "bar",
+            "name": precision.upper(),
+            "x": x,
+            "y": values,
+            "marker": {"color": PRECISION_COLOURS[precision]},
+            "hovertemplate": f"%{{x}}: %{{y:,.1f}} images/s<extra>{precision.upper()}</extra>",
+        }
+        if precision == "int8":
+            trace["text"] = [
+                "" if row["int8_speedup"] is None else format_speedup(row["int8_speedup"])
+                for row in rows
+            ]
+            trace["textposition"] = "outside"
+            trace["cliponaxis"] = False
+        traces.append(trace)
+    layout = _base_layout(title, "images/s", height=360)
+    layout["barmode"] = "group"
+    layout["hovermode"] = "closest"
+    layout["xaxis"] = {"type": "category"}
+    layout["legend"] = {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"}
     return {"data": traces, "layout": layout}

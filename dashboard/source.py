@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -34,7 +33,6 @@ from collector.store_api import (
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_POINTS = 500
-FINISHED_RUNS_KEPT = 16  # ~100 kB of chart data each
 
 
 @dataclass(frozen=True)
@@ -163,10 +161,8 @@ class DataSource:
         self.store = RequestScopedStore(store)
         self.max_points = max_points
         self.complete_ahead = complete_ahead
-        # charts of finished runs, which no longer change (the query layer keeps their
-        # summaries, epoch tables and findings the same way)
-        self._finished: OrderedDict[tuple[str, int | None, int], Timeseries] = OrderedDict()
-        self._computing: dict[tuple[str, int | None, int], threading.Lock] = {}
+        # (what is kept about finished runs, their charts included, is the query layer's
+        # cache of this store: collector.query.RunCache; nothing is kept here)
         self._background: set[threading.Thread] = set()
         self._lock = threading.Lock()
         self.prepared: frozenset[str] = frozenset()  # run ids the preparing thread has done
@@ -231,14 +227,12 @@ class DataSource:
             stop.wait(every_s)
 
     def forget(self, timeout: float = 60.0) -> None:
-        """Drop the kept charts of finished runs (and the query layer's cache), once any
+        """Drop what the query layer keeps about this store's finished runs, once any
         background completion has ended: the benchmark's cold opens."""
         with self._lock:
             background = list(self._background)
         for thread in background:
             thread.join(timeout)
-        with self._lock:
-            self._finished.clear()
         query.clear_cache(self.store)
 
     def run_info(self, run_id: str) -> RunInfo | None:
@@ -253,39 +247,18 @@ class DataSource:
     # -- one run ---------------------------------------------------------------------------
     def timeseries(self, run_id: str, live: bool) -> Timeseries:
         """The run's charts data, down-sampled on the server to ``max_points`` buckets.
-        A finished run's are kept; two threads asking for them at once compute them once."""
+        A finished run's are kept by the query layer; two threads asking for them at once
+        compute them once."""
         info = self.run_info(run_id)
-        if live or info is None or is_live(info.state):
-            return self._timeseries(run_id, live)
-        key = self._key(info)
-        with self._lock:
-            kept = self._finished.get(key)
-            if kept is not None:
-                return kept
-            computing = self._computing.setdefault(key, threading.Lock())
-        with computing:
-            with self._lock:
-                kept = self._finished.get(key)
-            if kept is None:
-                kept = self._timeseries(run_id, live)
-                with self._lock:
-                    self._finished[key] = kept
-                    while len(self._finished) > FINISHED_RUNS_KEPT:
-                        self._finished.popitem(last=False)
-            with self._lock:
-                self._computing.pop(key, None)
-        return kept
+        return self._timeseries(run_id, live or info is None or is_live(info.state))
 
     def kept_timeseries(self, run_id: str) -> Timeseries | None:
         """A finished run's charts if they are computed already, else None."""
         info = self.run_info(run_id)
         if info is None or is_live(info.state):
             return None
-        with self._lock:
-            return self._finished.get(self._key(info))
-
-    def _key(self, info: RunInfo) -> tuple[str, int | None, int]:
-        return (info.run_id, info.end_ns, self.max_points)
+        kept = query.kept_timeseries(self.store, run_id, max_points=self.max_points)
+        return None if kept is None else _charts(kept)
 
     def complete_in_background(self, run_id: str) -> None:
         """With ``complete_ahead``: compute a finished run's charts, then its findings, in a
@@ -314,23 +287,19 @@ class DataSource:
         thread.start()
 
     def _timeseries(self, run_id: str, live: bool) -> Timeseries:
-        hosts = self._series(run_id, max_points=self.max_points)
-        buckets = {series["bucket_ns"] for series in hosts.values()}
+        charts = _charts(query.run_timeseries(self.store, run_id, max_points=self.max_points))
+        buckets = {series["bucket_ns"] for series in charts.hosts.values()}
         if live and len(buckets) > 1:
             # hosts' spans differ a little (clock skew): redo with one bucket for all, so
             # every host's updates arrive on the same grid
-            hosts = self._series(run_id, bucket_ns=max(buckets))
-            buckets = {max(buckets)}
-        return Timeseries(bucket_ns=max(buckets, default=0), hosts=hosts)
+            bucket = max(buckets)
+            charts = _charts(query.run_timeseries(self.store, run_id, bucket_ns=bucket), bucket)
+        return charts
 
     def timeseries_since(self, run_id: str, since: dict[str, int], bucket_ns: int) -> Timeseries:
         """Only the buckets completed after ``since`` (per host), on the same grid."""
-        hosts = self._series(run_id, since_ns=since, bucket_ns=bucket_ns)
-        return Timeseries(bucket_ns=bucket_ns, hosts=hosts)
-
-    def _series(self, run_id: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
-        result = query.run_timeseries(self.store, run_id, **kwargs)
-        return {host: series.to_dict() for host, series in sorted(result.items())}
+        result = query.run_timeseries(self.store, run_id, since_ns=since, bucket_ns=bucket_ns)
+        return _charts(result, bucket_ns)
 
     def boundaries(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
         return query.epoch_boundaries(self.store, run_id)
@@ -362,6 +331,28 @@ class DataSource:
     # -- all runs --------------------------------------------------------------------------
     def scaling(self) -> list[dict[str, Any]]:
         return query.scaling_table(self.store)
+
+    # -- inference runs (`workloads infer`) -------------------------------------------------
+    def inference_runs(self) -> list[dict[str, Any]]:
+        """Inference runs, newest first."""
+        from collector.inference import inference_runs
+
+        return [{"run_id": run.run_id, "state": run.state} for run in inference_runs(self.store)]
+
+    def inference(self, run_id: str) -> dict[str, Any] | None:
+        """``collector.inference``'s report of the run (its JSON), None for no such run."""
+        from collector.inference import inference_report
+
+        report = inference_report(self.store, run_id)
+        return None if report is None else report.to_json()
+
+
+def _charts(series: dict[str, query.HostSeries], bucket_ns: int | None = None) -> Timeseries:
+    """The query layer's series as the charts take them (the lists shared, not copied)."""
+    hosts = {host: s.to_dict() for host, s in sorted(series.items())}
+    if bucket_ns is None:
+        bucket_ns = max((s["bucket_ns"] for s in hosts.values()), default=0)
+    return Timeseries(bucket_ns=bucket_ns, hosts=hosts)
 
 
 def digest(data: Any) -> str:

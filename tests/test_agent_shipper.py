@@ -23,9 +23,10 @@ import pytest
 
 from agent.point import Point
 from agent.samplers.agent import AgentStats
-from agent.shipper import Shipper, lazy_package, line_number_in, reexports
+from agent.shipper import Shipper, lazy_package, line_number_in, lines_rejected_in, reexports
 from agent.spool import Spool
 from tests.loopback import free_port
+from tests.test_collector_ingest_server import start_server, stored
 
 
 class Endpoint:
@@ -267,6 +268,51 @@ def test_rejected_segment_is_dropped_with_line_number_and_the_rest_arrive(
     assert "rejected 3 points with HTTP 400 at line 2 of 00000000000000000002.lp" in rejected[0]
     # The batch of 4 segments was refused once, then resent one segment at a time.
     assert [request["status"] for request in endpoint.requests] == [400, 204, 400, 204, 204]
+
+
+def test_one_refused_line_counts_one_dropped_point_against_a_real_collector(
+    tmp_path, caplog, repo_env
+):
+    """The collector stores a body's valid lines and answers 400 naming the bad ones (a
+    partial write). Before, the shipper counted the whole segment (3 points, 2 of them
+    stored) as dropped; now it counts the one refused line, and logs it once."""
+    collector = start_server(tmp_path, repo_env)
+    try:
+        shipper = Shipper(
+            collector.url, None, "o", "b", tmp_path / "spool", backoff_max_seconds=0.2
+        )
+        shipper.submit(points_for(0))
+        # One segment of three lines, the second one malformed (as a damaged file or a
+        # buggy encoder would leave it), then more good ticks.
+        shipper.spool.append(
+            b"disk,device=sdx,host=n1 reads=7i 5000000000\n"
+            b"disk,device=sdy,host=n1 reads=oops 5000000001\n"
+            b"disk,device=sdz,host=n1 reads=9i 5000000002\n",
+            3,
+        )
+        for tick in (6, 7):
+            shipper.submit(points_for(tick))
+        with caplog.at_level(logging.INFO):
+            shipper.start()
+            assert shipper.flush(30)
+        shipper.close()
+        assert shipper.spool.points_dropped == 1
+        assert shipper.spool.points == 0
+        devices = stored(collector.db, "disk", "reads", "n1")
+        assert devices[("n1", (("device", "sdx"),))] == ([5 * 10**9], [7.0])
+        assert devices[("n1", (("device", "sdz"),))] == ([5 * 10**9 + 2], [9.0])
+        assert ("n1", (("device", "sdy"),)) not in devices
+        assert devices[("n1", (("device", "sd0"),))][0] == [0, 6 * 10**9, 7 * 10**9]
+        refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert len(refused) == 1, refused
+        assert "refused 1 of 12 lines" in refused[0] and "line 5" in refused[0]
+    finally:
+        collector.stop()
+
+
+def test_lines_rejected_in_partial_write_messages():
+    assert lines_rejected_in("partial write: 8 points written, 1 line(s) rejected: line 5: x") == 1
+    assert lines_rejected_in("unable to parse points: line 2: invalid field format") is None
 
 
 def test_401_keeps_points_spooled_and_the_token_never_reaches_the_log(endpoint, tmp_path, caplog):

@@ -274,6 +274,7 @@ def test_agent_unit_is_hardened_but_keeps_gpu_proc_and_sys(rendered):
         "DevicePolicy=closed",
         "DeviceAllow=char-nvidia* rw",
         "CapabilityBoundingSet=",
+        "LimitNOFILE=65536",
     ):
         assert line in settings
     assert not any(
@@ -295,6 +296,9 @@ def test_collector_units_run_serve_and_dashboard(rendered):
     assert "EnvironmentFile=/etc/epochscope/epochscope-dashboard.env" in dashboard
     assert "secret" not in dashboard
     assert "EnvironmentFile" not in collector
+    # every client connection is a descriptor: far above the default soft limit of 1024
+    for unit in (collector, dashboard):
+        assert "LimitNOFILE=65536" in unit.splitlines()
 
 
 @pytest.mark.skipif(

@@ -60,7 +60,8 @@ def run_checked(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
-def skip_unless_possible() -> None:
+def skip_unless_possible(horovod: bool = True) -> None:
+    """Skip unless namespaces, sshd and (``horovod``) Horovod TensorFlow are here."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     for tool in ("ip", "unshare"):
@@ -71,7 +72,8 @@ def skip_unless_possible() -> None:
     from workloads import frameworks
 
     try:
-        frameworks.check("tensorflow", 2)
+        if horovod:
+            frameworks.check("tensorflow", 2)
     except frameworks.FrameworkError as error:
         pytest.skip(f"no Horovod TensorFlow here: {error}")
     probe = f"esprobe{secrets.token_hex(3)}"

@@ -335,10 +335,12 @@ def test_the_throughput_panel_with_epoch_means_has_no_no_samples_note(paper):
     assert len(notes) == len(figures.TIME_CHARTS) - 1  # every other panel is empty here
 
 
-def test_an_unfinished_epoch_is_running_while_live_and_interrupted_after():
+def test_an_unfinished_epoch_is_labelled_with_the_collectors_state():
+    """The state comes from collector.epochs.epoch_state (tests/test_interrupted_epoch.py
+    checks the views agree); the label writes it."""
     window = {"epoch": 3, "start_ns": 10**18, "end_ns": 10**18 + 10**9, "complete": False}
-    boundaries = {"node1": [window]}
-    _, live_labels = figures.epoch_shading(boundaries, ["node1"], live=True)
-    _, ended_labels = figures.epoch_shading(boundaries, ["node1"], live=False)
-    assert [label["text"] for label in live_labels] == ["epoch 3 (running)"]
-    assert [label["text"] for label in ended_labels] == ["epoch 3 (interrupted)"]
+    labels = {}
+    for state in ("running", "interrupted"):
+        _, drawn = figures.epoch_shading({"node1": [{**window, "state": state}]}, ["node1"])
+        labels[state] = [label["text"] for label in drawn]
+    assert labels == {"running": ["epoch 3 (running)"], "interrupted": ["epoch 3 (interrupted)"]}

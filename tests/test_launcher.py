@@ -6,11 +6,13 @@
   line), and is removed after the run.
 - SIGINT/SIGTERM to ``workloads run`` stop every process it started, ranks first, and
   the run is marked failed: with a stand-in tool (fast, real processes and signals) and
-  with a real two-rank Horovod + TensorFlow run (``frameworks``, ``slow``).
+  with a real two-rank Horovod + TensorFlow run stopped by SIGINT (``frameworks``,
+  ``slow``), whose epoch is then said to be interrupted in every view.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -234,7 +236,7 @@ def test_a_signal_stops_every_process_of_the_run_ranks_first(tmp_path, repo_env,
     assert (tmp_path / "rank.run_end").read_text() == "SIGTERM"
 
 
-# --- a real run: Horovod + TensorFlow, two ranks, killed while training ---
+# --- a real run: Horovod + TensorFlow, two ranks, stopped by Ctrl-C while training ---
 
 MARK_ENV = "EPOCHSCOPE_TEST_RUN_MARK"
 
@@ -264,7 +266,12 @@ def _needs_horovod_tensorflow():
 @pytest.mark.slow
 @pytest.mark.frameworks
 @pytest.mark.timeout(900)
-def test_sigterm_during_training_leaves_no_process_and_a_failed_run(tmp_path, repo_env):
+def test_ctrl_c_during_training_leaves_no_process_a_failed_run_and_an_interrupted_epoch(
+    tmp_path, repo_env
+):
+    """SIGINT, as Ctrl-C at the terminal sends it, at step 3 of epoch 1's 5: every process
+    goes, the run is failed, and epoch 1 is said to be interrupted by `collector report`
+    (table and JSON), the --profile summary the launcher printed, and the dashboard."""
     _needs_horovod_tensorflow()
     mark = f"{os.getpid()}-{time.monotonic_ns()}"
     env = dict(repo_env, **{MARK_ENV: mark})
@@ -286,16 +293,17 @@ def test_sigterm_during_training_leaves_no_process_and_a_failed_run(tmp_path, re
             assert time.monotonic() < deadline, log.read_text()[-4000:]
             time.sleep(0.5)
         assert len(processes_with_mark(mark)) >= 4  # launcher, horovodrun, 2 ranks, ...
-        launcher.send_signal(signal.SIGTERM)
+        launcher.send_signal(signal.SIGINT)
         status = launcher.wait(180)
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
     output = log.read_text(errors="replace")
-    assert status == 128 + signal.SIGTERM, output[-4000:]
+    assert status == 128 + signal.SIGINT, output[-4000:]
     assert processes_with_mark(mark) == [], output[-4000:]
-    assert f"run {run_id} stopped by SIGTERM: marked failed" in output
+    assert f"run {run_id} stopped by SIGINT: marked failed" in output
+    assert "Epoch 1 interrupted: the run stopped in it" in output  # the --profile summary
     store = SqliteStore(runs / f"{run_id}.sqlite")
     try:
         (run,) = [run for run in store.runs() if run.run_id == run_id]
@@ -306,6 +314,20 @@ def test_sigterm_during_training_leaves_no_process_and_a_failed_run(tmp_path, re
     assert sorted(event.rank for event in ends) == [0, 1]
     assert all(event.fields[Workload.STATE] == RunState.FAILED for event in ends)
     assert not (runs / run_id / "collector.token").exists()
+    report = [sys.executable, "-m", "collector", "report", run_id]
+    report += ["--db", str(runs / f"{run_id}.sqlite")]
+    as_json = subprocess.run([*report, "--format", "json"], env=repo_env, capture_output=True)
+    rows = json.loads(as_json.stdout)
+    assert [(r["epoch"], r["state"]) for r in rows if r["host"] != "*"] == [(1, "interrupted")]
+    table = subprocess.run(report, env=repo_env, capture_output=True, text=True).stdout
+    assert "interrupted" in table and "Epoch 1 interrupted" in table
+    from collector import query
+    from dashboard import figures
+
+    with SqliteStore(runs / f"{run_id}.sqlite") as store:
+        boundaries = query.epoch_boundaries(store, run_id)
+    _, labels = figures.epoch_shading(boundaries, sorted(boundaries))
+    assert [label["text"] for label in labels] == ["epoch 1 (interrupted)"]
 
 
 def test_step_sampling_follows_the_run_size(tmp_path, no_framework_checks):

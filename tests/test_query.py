@@ -125,9 +125,10 @@ def test_run_timeseries_and_epoch_boundaries_per_host_clock(make_store):
     assert sorted(both) == ["a", "b"]
     assert both["b"].times_ns[0] == T0_NS - 2 * NS
     boundaries = query.epoch_boundaries(store, "two")
+    done = {"complete": True, "state": "complete"}
     assert boundaries["b"] == [
-        {"epoch": 1, "start_ns": T0_NS - 2 * NS, "end_ns": T0_NS + 28 * NS, "complete": True},
-        {"epoch": 2, "start_ns": T0_NS + 28 * NS, "end_ns": T0_NS + 48 * NS, "complete": True},
+        {"epoch": 1, "start_ns": T0_NS - 2 * NS, "end_ns": T0_NS + 28 * NS, **done},
+        {"epoch": 2, "start_ns": T0_NS + 28 * NS, "end_ns": T0_NS + 48 * NS, **done},
     ]
     assert query.host_timeseries(store, "two", "nowhere") is None
 

@@ -24,6 +24,10 @@ def test_agent_stats_is_the_agreed_dataclass():
         ("points_dropped", "int", 0),
         ("spool_error", "int", 0),
         ("memory_points", "int", 0),
+        ("gpus_hung", "int | None", None),
+        ("gpus_failing", "int | None", None),
+        ("gpus_lost", "int | None", None),
+        ("gpu_reading_age_seconds", "float | None", None),
     ]
 
 
@@ -39,7 +43,14 @@ def test_fields_types_and_defaults():
     sampler = AgentSampler(Roots())
     [point] = sampler.sample(123)
     assert (point.measurement, point.tags, point.time_ns) == ("agent", {}, 123)
-    assert set(point.fields) == set(AgentSelf.fields())
+    # The gpu fields are reported only where the gpu sampler runs (tests/test_sampler_gpu.py).
+    gpu_fields = {
+        AgentSelf.GPUS_HUNG,
+        AgentSelf.GPUS_FAILING,
+        AgentSelf.GPUS_LOST,
+        AgentSelf.GPU_READING_AGE_SECONDS,
+    }
+    assert set(point.fields) == set(AgentSelf.fields()) - gpu_fields
     for name, value in point.fields.items():
         spec = AgentSelf.fields()[name]
         # cpu_seconds is a float counter, like the cpu measurement's seconds.

@@ -1,76 +1,34 @@
-"""The gpu sampler with a fake NVML.
+"""The gpu sampler with a fake NVML (tests/fake_nvml.py).
 
-This machine has no GPU and no NVML library, so NVML is faked: the ``pynvml`` functions
-the sampler calls are monkeypatched to answer what real GPUs answered, read by hand from
-/work/shared/fixtures/gpu/:
-  - ``h100-80gb-hbm3.capture.txt``: an H100 80GB HBM3, driver 590.48.01, in its
-    ``load :: query (-q)`` section (gpu-burn + 2 memhogs) and its ``idle`` section;
-  - ``a100-sxm4-80gb-mig.nvidia-smi.xml``: an A100-SXM4-80GB in MIG mode, driver 535,
-    where utilization reads ``N/A`` (NVML answers NOT_SUPPORTED).
-NVML speaks raw units (bytes, milliwatts, KB/s); nvidia-smi prints MiB and W, so the fake
-is fed nvidia-smi's numbers turned back into NVML units (MiB x 2**20, W x 1000).
-Neither capture holds a total-energy reading, so the fake answers NOT_SUPPORTED for it
-there, and a separate test feeds a made-up energy value.
-The real, unpatched NVML is used by the no-NVML test.
+This machine has no GPU and no NVML library, so NVML is mocked: the ``pynvml`` functions
+the sampler calls are monkeypatched to answer what real GPUs answered (an H100 under load
+and idle, an A100 in MIG mode, captured in /work/shared/fixtures/gpu/; see
+tests/fake_nvml.py). Values no capture holds (energy, PCIe byte counters, utilisation
+samples, processes, MIG devices' ids) are made up, and say so where used.
+The real, unpatched NVML is used by the no-NVML tests.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 from types import SimpleNamespace
 
 import pynvml
 import pytest
 
 import agent.samplers.gpu as gpu_module
-from agent.point import encode_lines
+from agent.point import Point, encode_lines
 from agent.samplers import make_sampler
+from agent.samplers.agent import AgentSampler, AgentStats
 from agent.samplers.base import Roots
-from agent.samplers.gpu import GpuReadings, gpu_fields
+from agent.samplers.gpu import GpuReadings, gpu_fields, samples_mean
+from tests.fake_nvml import A100_MIG, H100_IDLE, H100_LOAD, MIB, NOT_SUPPORTED, FakeNvml
+from tests.test_agent_shipper import wait_until
 
 NOW = 1_700_000_000_000_000_000
-MIB = 2**20
-NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
-
-# H100 under load, "load :: query (-q)" section of the capture.
-H100_LOAD = {
-    "name": "NVIDIA H100 80GB HBM3",  # Product Name
-    "uuid": "GPU-00000000-0000-0000-0000-000000000000",  # GPU UUID (masked in the capture)
-    "utilization": (100, 11),  # Utilization: GPU 100 %, Memory 11 %
-    "memory": (81559 * MIB, 19818 * MIB),  # FB Memory Usage: Total 81559, Used 19818 MiB
-    # nvmlDeviceGetPowerUsage is the 1 s average on Hopper: "Average Power Draw 629.45 W".
-    "power_mw": 629450,
-    "energy_mj": NOT_SUPPORTED,
-    "temperature": 59,  # GPU Current Temp 59 C
-    "sm_clock": 1980,  # Clocks: SM 1980 MHz
-    "pcie_kbs": (6346, 3092),  # Rx Throughput 6346 KB/s, Tx Throughput 3092 KB/s
-    "reasons": 0x0,  # Clocks Event Reasons all "Not Active"; csv active 0x0000000000000000
-}
-# The same H100 idle ("idle :: query (-q)").
-H100_IDLE = {
-    **H100_LOAD,
-    "utilization": (0, 0),
-    "memory": (81559 * MIB, 0),  # Used 0 MiB
-    "power_mw": 69850,  # Average Power Draw 69.85 W
-    "temperature": 41,
-    "sm_clock": 345,
-    "pcie_kbs": (329, 352),  # Rx 329 KB/s, Tx 352 KB/s
-    "reasons": 0x1,  # Idle: Active; csv clocks_event_reasons.active 0x0000000000000001
-}
-# A100 in MIG mode (XML): <gpu_util>N/A</gpu_util>, <memory_util>N/A</memory_util>.
-A100_MIG = {
-    "name": "NVIDIA A100-SXM4-80GB",  # <product_name>
-    "uuid": "GPU-513536b6-7d19-9063-b049-1e69664bb298",  # <uuid>
-    "utilization": NOT_SUPPORTED,
-    "memory": (81920 * MIB, 50 * MIB),  # <fb_memory_usage> total 81920, used 50 MiB
-    "power_mw": 67030,  # <power_draw>67.03 W</power_draw>
-    "energy_mj": NOT_SUPPORTED,
-    "temperature": 27,  # <gpu_temp>27 C</gpu_temp>
-    "sm_clock": 1275,  # <clocks><sm_clock>1275 MHz
-    "pcie_kbs": (0, 4000),  # <rx_util>0 KB/s</rx_util>, <tx_util>4000 KB/s</tx_util>
-    "reasons": 0x0,  # every clocks_event_reason "Not Active"
-}
 
 H100_LOAD_FIELDS = {
     "utilization_percent": 100.0,
@@ -86,110 +44,49 @@ H100_LOAD_FIELDS = {
 }
 
 
-class FakeNvml:
-    """Answers the pynvml calls the sampler makes, from a list of GPU descriptions."""
-
-    def __init__(self, gpus: list[dict], event_reasons_symbol: bool = True) -> None:
-        self.gpus = [dict(gpu) for gpu in gpus]
-        self.event_reasons_symbol = event_reasons_symbol
-        self.init_calls = 0
-        self.shutdown_calls = 0
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
-        for name in (
-            "nvmlInit",
-            "nvmlShutdown",
-            "nvmlDeviceGetCount",
-            "nvmlDeviceGetHandleByIndex",
-            "nvmlDeviceGetName",
-            "nvmlDeviceGetUUID",
-            "nvmlDeviceGetUtilizationRates",
-            "nvmlDeviceGetMemoryInfo",
-            "nvmlDeviceGetPowerUsage",
-            "nvmlDeviceGetTotalEnergyConsumption",
-            "nvmlDeviceGetTemperature",
-            "nvmlDeviceGetClockInfo",
-            "nvmlDeviceGetPcieThroughput",
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            "nvmlDeviceGetCurrentClocksThrottleReasons",
-        ):
-            monkeypatch.setattr(pynvml, name, getattr(self, name))
-        # the fake stands in for the driver, so its library counts as present
-        monkeypatch.setattr(gpu_module, "nvml_library_loadable", lambda: True)
-        return self
-
-    @staticmethod
-    def _answer(value):
-        if isinstance(value, int) and value == NOT_SUPPORTED:
-            raise pynvml.NVMLError(NOT_SUPPORTED)
-        if isinstance(value, pynvml.NVMLError):
-            raise value
-        return value
-
-    def _gpu(self, handle) -> dict:
-        gpu = self.gpus[handle]
-        if gpu.get("lost"):
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        return gpu
-
-    def nvmlInit(self):
-        self.init_calls += 1
-
-    def nvmlShutdown(self):
-        self.shutdown_calls += 1
-
-    def nvmlDeviceGetCount(self):
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return index
-
-    def nvmlDeviceGetName(self, handle):
-        return self._gpu(handle)["name"]
-
-    def nvmlDeviceGetUUID(self, handle):
-        return self._gpu(handle)["uuid"]
-
-    def nvmlDeviceGetUtilizationRates(self, handle):
-        value = self._answer(self._gpu(handle)["utilization"])
-        return SimpleNamespace(gpu=value[0], memory=value[1])
-
-    def nvmlDeviceGetMemoryInfo(self, handle):
-        total, used = self._answer(self._gpu(handle)["memory"])
-        return SimpleNamespace(total=total, used=used, free=total - used)
-
-    def nvmlDeviceGetPowerUsage(self, handle):
-        return self._answer(self._gpu(handle)["power_mw"])
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
-        return self._answer(self._gpu(handle)["energy_mj"])
-
-    def nvmlDeviceGetTemperature(self, handle, sensor):
-        assert sensor == pynvml.NVML_TEMPERATURE_GPU
-        return self._answer(self._gpu(handle)["temperature"])
-
-    def nvmlDeviceGetClockInfo(self, handle, clock):
-        assert clock == pynvml.NVML_CLOCK_SM
-        return self._answer(self._gpu(handle)["sm_clock"])
-
-    def nvmlDeviceGetPcieThroughput(self, handle, counter):
-        rx, tx = self._answer(self._gpu(handle)["pcie_kbs"])
-        return {pynvml.NVML_PCIE_UTIL_RX_BYTES: rx, pynvml.NVML_PCIE_UTIL_TX_BYTES: tx}[counter]
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
-        if not self.event_reasons_symbol:  # what a driver older than 535 answers
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-        return self._answer(self._gpu(handle)["reasons"])
-
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle):
-        return self._answer(self._gpu(handle)["reasons"])
-
-
-def start(fake: FakeNvml, monkeypatch) -> tuple:
+def start(fake: FakeNvml, monkeypatch, **settings) -> tuple:
     fake.install(monkeypatch)
     sampler = make_sampler("gpu", Roots())
+    for name, value in settings.items():
+        setattr(sampler, name, value)
     assert sampler.available()
     return sampler, fake
+
+
+@pytest.fixture(autouse=True)
+def _close_samplers(monkeypatch):
+    """Every sampler started here is closed, so no reader thread outlives its test."""
+    made = []
+    original = gpu_module.GpuSampler.available
+
+    def tracked(self):
+        made.append(self)
+        return original(self)
+
+    monkeypatch.setattr(gpu_module.GpuSampler, "available", tracked)
+    yield
+    for sampler in made:
+        sampler.close()
+
+
+def fields_of(point: Point) -> dict:
+    """The point's fields without the reading's age (which depends on the clock)."""
+    fields = dict(point.fields)
+    assert fields.pop("reading_age_seconds") >= 0.0
+    return fields
+
+
+def fresh(sampler, now_ns: int = NOW) -> list[Point]:
+    """A sample whose readings all started after this call (readers read in threads)."""
+    readers = sampler.readers
+    sampler.sample(now_ns)
+    assert wait_until(lambda: not any(r.busy for r in readers))
+    done = [r.readings_done for r in readers]
+    sampler.sample(now_ns)  # asks every reader for its next reading, now
+    assert wait_until(
+        lambda: all(r.lost or r.readings_done > d for r, d in zip(readers, done, strict=True))
+    )
+    return sampler.sample(now_ns)
 
 
 def test_h100_under_load(monkeypatch):
@@ -197,14 +94,17 @@ def test_h100_under_load(monkeypatch):
     points = sampler.sample(NOW)
     assert len(points) == 1
     point = points[0]
-    assert point.measurement == "gpu" and point.time_ns == NOW
+    # stamped with the reading's own time (halfway through it), not the tick's
+    assert point.measurement == "gpu"
+    assert point.time_ns == sampler.readers[0].latest.time_ns
     assert point.tags == {
         "gpu": "0",
         "uuid": "GPU-00000000-0000-0000-0000-000000000000",
         "name": "NVIDIA H100 80GB HBM3",
     }
-    # No energy field: the fake has no captured energy value (NOT_SUPPORTED).
-    assert point.fields == H100_LOAD_FIELDS
+    # No energy field: the capture has no energy value (NOT_SUPPORTED); no PCIe byte
+    # counters (field values NOT_SUPPORTED): the 20 ms throughput gauges instead.
+    assert fields_of(point) == H100_LOAD_FIELDS
     assert encode_lines(points).startswith(
         "gpu,gpu=0,name=NVIDIA\\ H100\\ 80GB\\ HBM3,uuid=GPU-00000000-0000-0000-0000-000000000000 "
         "utilization_percent=100.0,memory_utilization_percent=11.0,"
@@ -213,7 +113,7 @@ def test_h100_under_load(monkeypatch):
 
 def test_h100_idle_has_idle_clock_reason(monkeypatch):
     sampler, _ = start(FakeNvml([H100_IDLE]), monkeypatch)
-    assert sampler.sample(NOW)[0].fields == {
+    assert fields_of(sampler.sample(NOW)[0]) == {
         "utilization_percent": 0.0,
         "memory_utilization_percent": 0.0,
         "memory_used_bytes": 0.0,
@@ -238,7 +138,7 @@ def test_a100_mig_has_no_utilization(monkeypatch):
         "name": "NVIDIA A100-SXM4-80GB",
     }
     # Utilization is N/A under MIG: both utilization fields are absent, not 0.
-    assert a100.fields == {
+    assert fields_of(a100) == {
         "memory_used_bytes": 52_428_800.0,  # 50 x 1048576
         "memory_total_bytes": 85_899_345_920.0,  # 81920 x 1048576
         "power_watts": 67.03,  # 67030 mW / 1000
@@ -250,13 +150,178 @@ def test_a100_mig_has_no_utilization(monkeypatch):
     }
 
 
+# Made-up MIG devices on the captured A100 (the XML lists no instances): two 3g.40gb
+# devices, each with one training process.
+A100_WITH_MIG_DEVICES = {
+    **A100_MIG,
+    "migs": [
+        {
+            "uuid": "MIG-11111111-1111-1111-1111-111111111111",
+            "name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+            "gi": 1,
+            "ci": 0,
+            "memory": (40192 * MIB, 30000 * MIB),
+            "processes": [(4242, 29000 * MIB)],
+        },
+        {
+            "uuid": "MIG-22222222-2222-2222-2222-222222222222",
+            "name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+            "gi": 2,
+            "ci": 0,
+            "memory": (40192 * MIB, 1000 * MIB),
+            "processes": [(4343, 900 * MIB)],
+        },
+    ],
+}
+
+
+def test_mig_devices_are_points_of_their_own_tagged_mig(monkeypatch):
+    sampler, fake = start(FakeNvml([H100_LOAD, A100_WITH_MIG_DEVICES]), monkeypatch)
+    points = sampler.sample(NOW)
+    gpus = [p for p in points if p.measurement == "gpu"]
+    assert [(p.tags["gpu"], p.tags.get("mig"), p.tags["uuid"]) for p in gpus] == [
+        ("0", None, "GPU-00000000-0000-0000-0000-000000000000"),
+        ("1", None, "GPU-513536b6-7d19-9063-b049-1e69664bb298"),
+        ("1", "1/0", "MIG-11111111-1111-1111-1111-111111111111"),
+        ("1", "2/0", "MIG-22222222-2222-2222-2222-222222222222"),
+    ]
+    # A MIG device has its memory; power, clocks, PCIe are the whole GPU's (parent only).
+    assert fields_of(gpus[2]) == {
+        "memory_used_bytes": 30000.0 * MIB,
+        "memory_total_bytes": 40192.0 * MIB,
+    }
+    assert gpus[2].tags["name"] == "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
+    assert fields_of(gpus[1])["power_watts"] == 67.03
+    processes = [p for p in points if p.measurement == "gpu_process"]
+    assert [(p.tags, p.fields) for p in processes] == [
+        (
+            {"gpu": "1", "uuid": "MIG-11111111-1111-1111-1111-111111111111", "mig": "1/0"}
+            | {"pid": "4242"},
+            {"memory_used_bytes": 29000.0 * MIB},
+        ),
+        (
+            {"gpu": "1", "uuid": "MIG-22222222-2222-2222-2222-222222222222", "mig": "2/0"}
+            | {"pid": "4343"},
+            {"memory_used_bytes": 900.0 * MIB},
+        ),
+    ]
+    # Under MIG the parent's process list is not asked (its processes are the devices').
+    assert ("processes", 1) not in fake.calls
+
+
+def test_mig_reconfigured_while_running(monkeypatch):
+    """MIG turned on, then off again (made-up sequence on the captured H100's values)."""
+    sampler, fake = start(FakeNvml([H100_LOAD]), monkeypatch)
+    assert fields_of(sampler.sample(NOW)[0])["utilization_percent"] == 100.0
+    gpu = fake.gpus[0]
+    gpu["migs"] = A100_WITH_MIG_DEVICES["migs"][:1]
+    gpu["utilization"] = NOT_SUPPORTED  # what NVML answers for a GPU in MIG mode
+    points = fresh(sampler)
+    assert [p.tags.get("mig") for p in points if p.measurement == "gpu"] == [None, "1/0"]
+    assert "utilization_percent" not in points[0].fields
+    del gpu["migs"]
+    gpu["utilization"] = H100_LOAD["utilization"]
+    points = fresh(sampler)
+    # utilisation is asked again once MIG is off: it was only unsupported under MIG
+    assert [p.tags.get("mig") for p in points if p.measurement == "gpu"] == [None]
+    assert fields_of(points[0])["utilization_percent"] == 100.0
+
+
+def test_pcie_byte_counters_from_field_values_replace_the_throughput_calls(monkeypatch):
+    # Made-up counters: the capture's driver did not report field values.
+    gpu = {**H100_LOAD, "pcie_bytes": (7_000_000_000, 3_000_000_000)}
+    sampler, fake = start(FakeNvml([gpu]), monkeypatch)
+    fields = fields_of(sampler.sample(NOW)[0])
+    assert fields["pcie_rx_bytes"] == 7_000_000_000
+    assert fields["pcie_tx_bytes"] == 3_000_000_000
+    assert type(fields["pcie_rx_bytes"]) is int  # a byte counter is an integer
+    assert "pcie_rx_bytes_per_second" not in fields
+    assert ("pcie_throughput", 0) not in fake.calls
+
+
+def test_field_values_unsupported_fall_back_to_throughput_and_are_not_asked_again(monkeypatch):
+    sampler, fake = start(FakeNvml([H100_LOAD]), monkeypatch)  # pcie_bytes NOT_SUPPORTED
+    fields = fields_of(fresh(sampler)[0])
+    assert fields["pcie_rx_bytes_per_second"] == 6_498_304.0
+    assert "pcie_rx_bytes" not in fields
+    assert fake.calls.count(("field_values", 0)) == 1  # decided once per GPU
+    assert fake.calls.count(("pcie_throughput", 0)) >= 4  # rx + tx, every reading
+
+
+def test_utilization_is_the_mean_of_the_samples_since_the_last_reading(monkeypatch):
+    # Made-up samples (microsecond timestamps): a burst of 100% between two gauges of 0%.
+    gpu = {
+        **H100_IDLE,
+        "utilization_samples": [(1_000_000, 0), (1_166_000, 100), (1_333_000, 100)],
+        "memory_utilization_samples": [(1_000_000, 10), (1_166_000, 20), (1_333_000, 30)],
+    }
+    sampler, fake = start(FakeNvml([gpu]), monkeypatch)
+    fields = fields_of(sampler.sample(NOW)[0])
+    assert fields["utilization_percent"] == pytest.approx(200 / 3)  # the gauge says 0
+    assert fields["memory_utilization_percent"] == pytest.approx(20.0)
+    # Two new samples; the reading takes only those newer than the last one it saw.
+    fake.gpus[0]["utilization_samples"] += [(1_500_000, 40), (1_666_000, 60)]
+    fake.gpus[0]["memory_utilization_samples"] += [(1_500_000, 0)]
+    fields = fields_of(fresh(sampler)[0])
+    assert fields["utilization_percent"] == pytest.approx(50.0)
+    assert fields["memory_utilization_percent"] == pytest.approx(0.0)
+    # No sample newer than the last: NVML answers NOT_FOUND, the 1 s gauge is used.
+    fields = fields_of(fresh(sampler)[0])
+    assert fields["utilization_percent"] == 0.0
+
+
+def test_samples_mean_is_pure():
+    assert samples_mean([(10, 50.0), (20, 70.0), (30, 90.0)], after_us=10) == (80.0, 30)
+    assert samples_mean([(10, 50.0)], after_us=10) == (None, 10)
+    assert samples_mean([], after_us=5) == (None, 5)
+
+
+def test_processes_tagged_by_pid_with_memory_and_utilization(monkeypatch):
+    # Made-up processes: two ranks of a training on one GPU, sampled by NVML three times.
+    gpu = {
+        **H100_LOAD,
+        "processes": [(1001, 10_000 * MIB), (1002, 9_000 * MIB)],
+        "process_samples": [
+            (1001, 1_000_000, 60, 10),
+            (1002, 1_000_000, 30, 5),
+            (1001, 1_166_000, 80, 20),
+        ],
+    }
+    sampler, _ = start(FakeNvml([gpu]), monkeypatch)
+    processes = [p for p in sampler.sample(NOW) if p.measurement == "gpu_process"]
+    assert [(p.tags, p.fields) for p in processes] == [
+        (
+            {"gpu": "0", "uuid": "GPU-00000000-0000-0000-0000-000000000000", "pid": "1001"},
+            {
+                "memory_used_bytes": 10_000.0 * MIB,
+                "sm_utilization_percent": 70.0,  # mean of 60 and 80
+                "memory_utilization_percent": 15.0,
+            },
+        ),
+        (
+            {"gpu": "0", "uuid": "GPU-00000000-0000-0000-0000-000000000000", "pid": "1002"},
+            {
+                "memory_used_bytes": 9_000.0 * MIB,
+                "sm_utilization_percent": 30.0,
+                "memory_utilization_percent": 5.0,
+            },
+        ),
+    ]
+    # No new process sample: memory only (utilisation unknown, not 0).
+    processes = [p for p in fresh(sampler) if p.measurement == "gpu_process"]
+    assert [p.fields for p in processes] == [
+        {"memory_used_bytes": 10_000.0 * MIB},
+        {"memory_used_bytes": 9_000.0 * MIB},
+    ]
+
+
 def test_energy_counter_is_in_joules_and_u64_overflow_is_a_gap(monkeypatch):
     # Made-up energy values: no capture holds one.
     sampler, fake = start(FakeNvml([{**H100_LOAD, "energy_mj": 123_456_789_012}]), monkeypatch)
     fields = sampler.sample(NOW)[0].fields
     assert fields["energy_joules"] == 123_456_789.012  # NVML's millijoules / 1000
     fake.gpus[0]["energy_mj"] = 2**64 - 1  # does not fit a signed 64-bit integer
-    assert "energy_joules" not in sampler.sample(NOW)[0].fields
+    assert "energy_joules" not in fresh(sampler)[0].fields
 
 
 def test_throttle_reasons_fallback_on_older_driver(monkeypatch):
@@ -264,17 +329,162 @@ def test_throttle_reasons_fallback_on_older_driver(monkeypatch):
     assert sampler.sample(NOW)[0].fields["throttle_reasons"] == 1.0
 
 
-def test_lost_gpu_drops_out_without_crashing(monkeypatch, caplog):
-    sampler, fake = start(FakeNvml([H100_LOAD, A100_MIG]), monkeypatch)
+def eight_slow_gpus(delay: float) -> list[dict]:
+    """Eight H100s whose PCIe calls each take ``delay`` seconds (NVML's 20 ms window,
+    stretched so that the difference is far above a loaded machine's noise)."""
+    return [{**H100_LOAD, "uuid": f"GPU-{index}", "pcie_delay": delay} for index in range(8)]
+
+
+def test_slow_gpus_never_hold_up_the_tick(monkeypatch):
+    """Eight GPUs at 0.25 s per PCIe call: two such calls per GPU (field values are not
+    supported, so the throughput calls are made) are 4 s per round read in the tick,
+    0.5 s read in parallel threads, and the tick itself makes no NVML call at all."""
+    sampler, fake = start(FakeNvml(eight_slow_gpus(0.25)), monkeypatch)
+    calling_threads = set()
+    original = fake._gpu
+
+    def recording(handle, function=""):
+        calling_threads.add(threading.current_thread().name)
+        return original(handle, function)
+
+    monkeypatch.setattr(fake, "_gpu", recording)
+    assert len(sampler.sample(time.time_ns())) == 8  # the first readings, waited for once
+    calling_threads.clear()
+    durations = []
+    for _ in range(5):
+        time.sleep(1.0)  # one tick a second; each GPU's reading takes 0.5 s, in its thread
+        started = time.monotonic()
+        points = sampler.sample(time.time_ns())
+        durations.append(time.monotonic() - started)
+        assert [p.tags["gpu"] for p in points] == [str(i) for i in range(8)]
+    assert threading.current_thread().name not in calling_threads
+    assert calling_threads <= {f"gpu-{i}" for i in range(8)}
+    assert max(durations) < 1.0  # generous: a tick that read the GPUs would take 4 s
+
+
+def test_a_reading_is_sent_once(monkeypatch):
+    """A tick with no new reading of a GPU sends nothing for it: a reading is never sent
+    twice, nor under a time that is not its own."""
+    sampler, _ = start(FakeNvml([H100_LOAD]), monkeypatch)
+    reader = sampler.readers[0]
+    [first] = sampler.sample(time.time_ns())  # asks for the next reading
+    assert wait_until(lambda: reader.latest.time_ns > first.time_ns and not reader.busy)
+    monkeypatch.setattr(reader, "request", lambda due: None)  # no reading after this one
+    [second] = sampler.sample(time.time_ns())
+    assert second.time_ns > first.time_ns
+    assert sampler.sample(time.time_ns()) == []
+
+
+def test_each_reading_says_how_old_it_is(monkeypatch):
+    stats = AgentStats()
+    sampler, _ = start(FakeNvml([H100_LOAD]), monkeypatch, stats=stats)
+    sampler.sample(time.time_ns())
+    time.sleep(0.3)  # no tick meanwhile: the reading made after the first one ages
+    now = time.time_ns()
+    [point] = sampler.sample(now)
+    reading = sampler.readers[0].latest
+    assert point.fields["reading_age_seconds"] == pytest.approx((now - reading.time_ns) / 1e9)
+    assert point.fields["reading_age_seconds"] >= 0.2
+    assert stats.gpu_reading_age_seconds == point.fields["reading_age_seconds"]
+    assert (stats.gpus_hung, stats.gpus_failing, stats.gpus_lost) == (0, 0, 0)
+
+
+def gpu_records(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "agent.samplers.gpu"]
+
+
+def test_a_hanging_call_marks_its_gpu_hung_once_and_it_recovers(monkeypatch, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="agent.samplers.gpu")
+    hang = tmp_path / "hang"
+    gpus = [dict(H100_LOAD, uuid=f"GPU-{i}") for i in range(3)]
+    gpus[1]["hang_while"] = str(hang)
+    stats = AgentStats()
+    sampler, _ = start(FakeNvml(gpus), monkeypatch, stats=stats, call_timeout_seconds=0.3)
+    assert len(sampler.sample(time.time_ns())) == 3
+    hang.touch()  # GPU 1's next call does not return
+    assert wait_until(lambda: bool(sampler.sample(time.time_ns())) and stats.gpus_hung == 1)
+    reported = []
+    for _ in range(5):  # the others are read and reported meanwhile, GPU 1 never
+        time.sleep(0.2)
+        reported += [p.tags["gpu"] for p in sampler.sample(time.time_ns())]
+    assert set(reported) == {"0", "2"}
+    assert reported.count("0") >= 3
+    # reported through the agent's own measurement too
+    [agent_point] = AgentSampler(Roots(), stats).sample(0)
+    assert agent_point.fields["gpus_hung"] == 1.0
+    hung_lines = [m for m in gpu_records(caplog) if "hung" in m]
+    assert len(hung_lines) == 1
+    assert hung_lines[0].startswith("gpu 1 (GPU-1) hung: nvmlDevice")
+    hang.unlink()  # the call answers
+    assert wait_until(lambda: len(sampler.sample(time.time_ns())) == 3 and stats.gpus_hung == 0)
+    assert len([m for m in gpu_records(caplog) if "answers again" in m]) == 1
+    assert len([m for m in gpu_records(caplog) if "hung" in m]) == 1
+
+
+def test_a_lost_gpu_is_reported_once_and_the_others_go_on(monkeypatch, caplog):
+    stats = AgentStats()
+    sampler, fake = start(FakeNvml([H100_LOAD, A100_MIG]), monkeypatch, stats=stats)
     assert len(sampler.sample(NOW)) == 2
     caplog.set_level(logging.WARNING, logger="agent.samplers.gpu")
-    fake.gpus[1]["lost"] = True  # the A100 fell off the bus
+    fake.gpus[1]["lost"] = True  # the A100 fell off the bus (Xid 79)
     for _ in range(3):
-        points = sampler.sample(NOW)
+        points = fresh(sampler)
         assert [p.tags["gpu"] for p in points] == ["0"]
-        assert points[0].fields == H100_LOAD_FIELDS
+        assert fields_of(points[0]) == H100_LOAD_FIELDS
+    assert stats.gpus_lost == 1
     assert len(caplog.records) == 1
-    assert "lost" in caplog.records[0].getMessage()
+    assert "gpu 1 (GPU-513536b6-7d19-9063-b049-1e69664bb298) lost" in caplog.records[0].getMessage()
+
+
+def test_an_erroring_call_leaves_its_field_out_and_is_logged_once(monkeypatch, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="agent.samplers.gpu")
+    failing = tmp_path / "failing"
+    failing.touch()
+    stats = AgentStats()
+    sampler, _ = start(
+        FakeNvml([H100_LOAD, {**H100_IDLE, "error_while": str(failing)}]),
+        monkeypatch,
+        stats=stats,
+    )
+    for _ in range(3):
+        points = fresh(sampler)
+        assert "power_watts" not in points[1].fields  # NVML_ERROR_UNKNOWN: left out
+        assert points[1].fields["temperature_celsius"] == 41.0  # the rest is there
+        assert stats.gpus_failing == 1
+    messages = gpu_records(caplog)
+    assert len(messages) == 1
+    assert messages[0].startswith("gpu 1 (GPU-00000000-0000-0000-0000-000000000000): ")
+    assert "nvmlDeviceGetPowerUsage failed" in messages[0]
+    failing.unlink()
+    points = fresh(sampler)
+    assert points[1].fields["power_watts"] == 69.85
+    assert stats.gpus_failing == 0
+    assert gpu_records(caplog)[1:] == [
+        "gpu 1 (GPU-00000000-0000-0000-0000-000000000000) reads without errors again"
+    ]
+
+
+def test_an_answer_the_sampler_cannot_read_is_logged_once_and_counted(monkeypatch, caplog):
+    """An NVML answer of an unexpected shape (a binding that changed): the GPU's reading
+    fails, its thread goes on, the GPU counts as failing; the other GPU is unaffected."""
+    caplog.set_level(logging.INFO, logger="agent.samplers.gpu")
+    stats = AgentStats()
+    sampler, fake = start(FakeNvml([H100_LOAD, H100_IDLE]), monkeypatch, stats=stats)
+    original = fake.nvmlDeviceGetMemoryInfo
+    monkeypatch.setattr(
+        fake.nvml, "nvmlDeviceGetMemoryInfo", lambda h: 42 if h == 1 else original(h)
+    )
+    for _ in range(3):
+        points = fresh(sampler)
+        assert [p.tags["gpu"] for p in points] == ["0"]
+        assert stats.gpus_failing == 1
+    assert [r.getMessage() for r in caplog.records] == ["reading gpu 1 failed"]
+    monkeypatch.setattr(fake.nvml, "nvmlDeviceGetMemoryInfo", original)
+    assert [p.tags["gpu"] for p in fresh(sampler)] == ["0", "1"]
+    assert stats.gpus_failing == 0
+    assert caplog.records[-1].getMessage() == (
+        "gpu 1 (GPU-00000000-0000-0000-0000-000000000000) reads without errors again"
+    )
 
 
 def test_nvml_initialised_once_and_shut_down_on_close(monkeypatch):
@@ -283,9 +493,11 @@ def test_nvml_initialised_once_and_shut_down_on_close(monkeypatch):
     sampler.sample(NOW)
     sampler.sample(NOW)
     assert fake.init_calls == 1
+    threads = [reader.thread for reader in sampler.readers]
     sampler.close()
     sampler.close()
     assert fake.shutdown_calls == 1
+    assert not any(thread.is_alive() for thread in threads)
     assert sampler.sample(NOW) == []
 
 
@@ -352,3 +564,20 @@ def test_gpu_fields_is_pure():
         "pcie_rx_bytes_per_second": 2048.0,
     }
     assert gpu_fields(GpuReadings()) == {}
+    # utilisation samples win over the gauge; a u64 PCIe counter past 2**63 is a gap
+    readings = GpuReadings(
+        utilization=SimpleNamespace(gpu=0, memory=0),
+        utilization_samples_percent=55.5,
+        pcie_rx_bytes=2**64 - 1,
+        pcie_tx_bytes=12,
+    )
+    assert gpu_fields(readings) == {
+        "utilization_percent": 55.5,
+        "memory_utilization_percent": 0.0,
+        "pcie_tx_bytes": 12,
+    }
+
+
+def test_not_supported_marker_is_what_the_fake_raises():
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        FakeNvml([])._answer(NOT_SUPPORTED)

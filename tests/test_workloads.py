@@ -379,6 +379,14 @@ def test_profile_table_shows_the_input_columns_per_epoch():
     assert "NFS server" in lines[0]
     assert [cells(line)[1] for line in lines[1:]] == ["n1", "n2", "*"]
     assert cells(lines[1])[7] == "2.5 MB"
+    # the training's own reads (/proc/<pid>/io of its ranks), where the ranks sent them
+    own = [
+        dict(row, training_read_bytes=value)
+        for row, value in zip(rows, (9_600_000, 9_600_000, 0, 0), strict=True)
+    ]
+    lines = format_profile_table(own).splitlines()
+    assert cells(lines[0])[7] == "own read"
+    assert [cells(line)[7] for line in lines[1:]] == ["9.6 MB", "0 B"]
     assert format_findings([]) == "No findings."
 
 

@@ -1,11 +1,14 @@
 """Where the node's agent pushes: for ``workloads run --profile --collector URL``.
 
 With an external collector, the run's node metrics come from the agent already running on
-the node (its /metrics on ``--agent-port``, 9711 by default). If that agent pushes to
-another collector, or nowhere, the run trains and its per-epoch table has no node metrics:
-the launcher warns before training. The agent is found the way ``ss -ltnp`` finds it: the
-listening socket's inode in /proc/net/tcp{,6}, the process holding it, its command line
-(``--config``) and environment, read through the agent's own config loader.
+each node (its /metrics on ``--agent-port``, 9711 by default). If that agent pushes to
+another collector, or nowhere, the run trains and its per-epoch table has no node metrics
+for that node: the launcher warns before training, for every host of the run (a remote
+host answers ``workloads check-collector --agent-port P`` over SSH, which looks there).
+The agent is found the way ``ss -ltnp`` finds it: the listening socket's inode in
+/proc/net/tcp{,6} (the network namespace of the process that reads it), the process
+holding it, its command line (``--config``) and environment, read through the agent's own
+config loader.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 LISTEN_STATE = "0A"
+WARNING_PREFIX = "workloads: warning: "  # how `check-collector` writes it on stderr
 
 
 @dataclass(frozen=True)

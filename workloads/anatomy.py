@@ -39,8 +39,10 @@ on wait), so the sum over the live tree grows monotonically.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -116,6 +118,46 @@ def split_step(start: float, end: float, marks: StepMarks) -> StepAnatomy | None
         other=(requested - start) + (end - communicated),
         overlap=covered(marks.communication, ready, computed) if marks.communication else None,
     )
+
+
+# --------------------------------------------------------------------------------------
+# PyTorch DistributedDataParallel: the all-reduce timed by a communication hook
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class TimedAllreduce:
+    """The state of a DDP communication hook (``timed_allreduce_hook``) that runs the
+    all-reduce (``inner_hook``, default: DDP's own, sum then divide by the world size) and
+    notes each bucket's launch and completion on ``recorder`` (``now()`` and
+    ``add_communication(start, end)``, the clock of the step's marks).
+
+    DDP calls the hook when a bucket's gradients are all computed, so the last launch of a
+    step is the end of its backward compute (``compute_done``); the futures' intervals
+    before it ran hidden behind backward (the overlap). Torch is imported by the hook only.
+    """
+
+    recorder: Any
+    inner_state: object = None
+    inner_hook: Callable | None = None  # a hook the script registered itself, kept working
+    last_launch: float | None = None
+
+
+def timed_allreduce_hook(state: TimedAllreduce, bucket):
+    """The hook DDP calls (it needs a function, with ``state`` as its first argument)."""
+    launched = state.last_launch = state.recorder.now()
+    if state.inner_hook is not None:
+        future = state.inner_hook(state.inner_state, bucket)
+    else:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        future = default_hooks.allreduce_hook(None, bucket)  # None: the default group
+
+    def finished(done):
+        state.recorder.add_communication(launched, state.recorder.now())
+        return done.value()
+
+    return future.then(finished)
 
 
 # --------------------------------------------------------------------------------------

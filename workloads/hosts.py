@@ -87,6 +87,7 @@ class HostReport:
     agent_answers: bool = False
     agent_embedded: bool = False  # --profile starts one for the run
     cache: dict = field(default_factory=dict)  # workloads cache --json output
+    warnings: list[str] = field(default_factory=list)  # printed before training
 
     def describe(self) -> str:
         if self.agent_embedded:

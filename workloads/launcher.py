@@ -38,7 +38,13 @@ from pathlib import Path
 
 from agent.schema import Event, RunState, Tag, Workload
 from workloads import frameworks
-from workloads.datasets import DatasetError, DatasetInfo, check_format_for, describe
+from workloads.datasets import (
+    DatasetError,
+    DatasetInfo,
+    check_format_for,
+    describe,
+    verify_files,
+)
 from workloads.events import AGENT_PORT_ENV, DEFAULT_AGENT_PORT
 from workloads.hosts import (
     HostError,
@@ -171,6 +177,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     if args.data_dir is not None:
         dataset = describe(args.data_dir.resolve())
         check_format_for(args.framework, dataset)
+        verify_files(dataset)  # a truncated or damaged file is named now, not mid-run
     frameworks.check(args.framework, args.np)
     check_precision(args.framework, args.precision)
     warmup_steps, step_every = step_sampling(args, dataset)
@@ -207,6 +214,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         validate=not args.no_validate,
         anatomy=not args.no_anatomy,
         resend_token_file=str(args.token_file.resolve()) if args.token_file else None,
+        checkpoint_dir=str(runs_dir / run_id),
     )
     if not args.collector and not args.profile:
         spec.events_dir = str(runs_dir / run_id / "events")
@@ -217,6 +225,10 @@ def plan_run(args: argparse.Namespace) -> Plan:
 
 
 def prepare(plan: Plan, args: argparse.Namespace) -> None:
+    """Every host: RAM, CPUs, page cache, agent, the token file; with ``--collector`` the
+    collector checked from it, and with ``--profile`` a warning when its agent pushes
+    elsewhere (the run's node metrics come from the agent already on each node)."""
+    agent_check = args.profile and args.collector
     data_paths = None
     if plan.dataset is not None:
         data_paths = plan.dataset.paths("train") + plan.dataset.paths("val")
@@ -226,6 +238,10 @@ def prepare(plan: Plan, args: argparse.Namespace) -> None:
             if plan.token and plan.token_file:
                 write_private(plan.token_file, plan.token)
                 plan.token_written_on.append(host)
+            if agent_check:
+                from workloads.agent_target import push_warning
+
+                report.warnings += filter(None, [push_warning(args.agent_port, args.collector)])
         else:
             remote = RemoteHost(host.name, args.ssh_user, args.ssh_port, args.ssh_key)
             try:
@@ -237,22 +253,38 @@ def prepare(plan: Plan, args: argparse.Namespace) -> None:
                     remote.put_private(plan.token, str(plan.token_file), remote_python())
                     plan.token_written_on.append(host)
                 if args.collector:
-                    check_collector_on(remote, plan, args.collector)
+                    agent_port = args.agent_port if agent_check else None
+                    report.warnings += check_collector_on(remote, plan, args.collector, agent_port)
             finally:
                 remote.close()
         report.agent_embedded = host.is_local and args.profile and not args.collector
         plan.reports.append(report)
         print(f"host {report.describe()}", flush=True)
+        for warning in report.warnings:
+            print(f"workloads: warning: {report.name}: {warning}", file=sys.stderr, flush=True)
 
 
-def check_collector_on(remote: RemoteHost, plan: Plan, url: str) -> None:
-    """``workloads check-collector`` on a remote host, with the token file its ranks read."""
+def check_collector_on(
+    remote: RemoteHost, plan: Plan, url: str, agent_port: int | None = None
+) -> list[str]:
+    """``workloads check-collector`` on a remote host, with the token file its ranks read;
+    with ``agent_port``, also where the agent on that port there pushes. Returns the
+    warnings it gave (the agent pushes elsewhere, or nowhere)."""
+    from workloads.agent_target import WARNING_PREFIX
+
     argv = [remote_python(), "-m", "workloads", "check-collector", "--collector", url]
     if plan.token_file is not None:
         argv += ["--token-file", str(plan.token_file)]
+    if agent_port is not None:
+        argv += ["--agent-port", str(agent_port)]
     status, _, err = remote.run(argv, timeout=60)
     if status != 0:
         raise HostError(f"{remote.name}: {err.strip().removeprefix('workloads: ')}")
+    return [
+        line.removeprefix(WARNING_PREFIX)
+        for line in err.splitlines()
+        if line.startswith(WARNING_PREFIX)
+    ]
 
 
 def remove_tokens(plan: Plan, args: argparse.Namespace) -> None:
@@ -449,12 +481,6 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_run(args)
         if args.collector:  # reachable, and the token accepted, before anything starts
             check_collector(args.collector, plan.token, token_source(args), socket.gethostname())
-            if args.profile:  # the node metrics come from the agent already on this node
-                from workloads.agent_target import push_warning
-
-                warning = push_warning(args.agent_port, args.collector)
-                if warning:
-                    print(f"workloads: warning: {warning}", file=sys.stderr, flush=True)
     except (
         DatasetError,
         frameworks.FrameworkError,

@@ -15,7 +15,7 @@ from pathlib import Path
 from agent.point import Point
 from agent.schema import Event, Tag, Workload
 from agent.throughput import TimedWork, images_per_second
-from collector.columns import BY_NAME, format_cell
+from collector.columns import BY_NAME, COMPLETE, format_cell, unfinished_epochs_note
 from workloads.events import read_events_file
 
 ALL_HOSTS = "(all)"
@@ -124,18 +124,22 @@ def print_epoch_table(events_dir: Path) -> None:
 # --- the per-epoch table of a profiled run (`collector report --format json` rows) ---
 
 # the report's columns (collector.columns) that tell where a profiled run's input came from;
-# NFS only where a host read over NFS
+# NFS only where a host read over NFS, the training's own reads only where its ranks sent them
 PROFILE_COLUMNS = (
+    "state",  # only when an epoch did not end
     "seconds",
     "images",
     "images_per_second",
     "disk_read_bytes",
     "disk_read_mbps",
     "nfs_server_read_bytes",
+    "training_read_bytes",
     "page_cache_delta_bytes",
     "cpu_util_percent",
     "iowait_percent",
 )
+
+
 REPORT_ALL_HOSTS = "*"  # collector.epochs.ALL_HOSTS: the run's row of an epoch
 
 
@@ -145,11 +149,13 @@ def format_profile_table(rows: list[dict]) -> str:
     as ``collector report`` writes them."""
     hosts = {row["host"] for row in rows if row["host"] != REPORT_ALL_HOSTS}
     shown = [row for row in rows if len(hosts) > 1 or row["host"] != REPORT_ALL_HOSTS]
-    columns = [
-        BY_NAME[name]
-        for name in PROFILE_COLUMNS
-        if name != "nfs_server_read_bytes" or any(row.get(name) for row in rows)
-    ]
+    optional = {
+        "nfs_server_read_bytes": any(row.get("nfs_server_read_bytes") for row in rows),
+        # ranks that sent their /proc/<pid>/io (0 is a reading)
+        "training_read_bytes": any(row.get("training_read_bytes") is not None for row in rows),
+        "state": any(row.get("state", COMPLETE) != COMPLETE for row in rows),
+    }
+    columns = [BY_NAME[name] for name in PROFILE_COLUMNS if optional.get(name, True)]
     host_width = max([4, *(len(row["host"]) for row in shown)])
     widths = [
         max([len(c.heading), 7, *(len(format_cell(c, row.get(c.name))) for row in shown)])
@@ -165,6 +171,9 @@ def format_profile_table(rows: list[dict]) -> str:
             for c, width in zip(columns, widths, strict=True)
         ]
         lines.append("  ".join(cells))
+    note = unfinished_epochs_note(rows)
+    if note:
+        lines.append(note)
     return "\n".join(lines)
 
 

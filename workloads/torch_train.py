@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from workloads.datasets import jpeg_files
+from workloads.anatomy import TimedAllreduce, timed_allreduce_hook
+from workloads.datasets import DatasetError, jpeg_files
 from workloads.spec import RunSpec
 from workloads.worker import Placement, cpu_threads_per_rank, steps_per_epoch
 
@@ -83,9 +84,15 @@ class JpegFolder:
         return len(self.items)
 
     def __getitem__(self, index: int):
+        path, label = self.items[index]
+        try:
+            return self._load(path, label)
+        except (OSError, ValueError, SyntaxError) as error:  # PIL's errors for a bad file
+            raise DatasetError(f"{path}: cannot decode this picture: {error}") from error
+
+    def _load(self, path: Path, label: int):
         from PIL import Image
 
-        path, label = self.items[index]
         with Image.open(path) as image:
             image = image.convert("RGB")
             if self.train:
@@ -160,31 +167,14 @@ def evaluate(torch, model, loader, device, autocast) -> tuple[float, float]:
     return correct1 / seen, correct5 / seen
 
 
-class TimedAllreduce:
-    """A DDP communication hook: the default all-reduce (sum, then divide by the world
-    size), with each bucket's launch and completion noted on the recorder.
+def _save_checkpoint(spec: RunSpec, model, epoch: int, top1: float | None) -> None:
+    """``<checkpoint_dir>/checkpoint.pt``: what ``workloads infer --checkpoint`` reads."""
+    from workloads.checkpoint import CHECKPOINT_NAME, Architecture, save_checkpoint
 
-    DDP calls the hook when a bucket's gradients are all computed, so the last launch of a
-    step is the end of its backward compute; the futures' intervals before it ran hidden
-    behind backward (the overlap)."""
-
-    def __init__(self, recorder) -> None:
-        self.recorder = recorder
-        self.last_launch: float | None = None
-
-
-def timed_allreduce_hook(state: TimedAllreduce, bucket):
-    """The hook DDP calls (it needs a function, with ``state`` as its first argument)."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    launched = state.last_launch = state.recorder.now()
-    future = default_hooks.allreduce_hook(None, bucket)  # None: the default group
-
-    def finished(done):
-        state.recorder.add_communication(launched, state.recorder.now())
-        return done.value()
-
-    return future.then(finished)
+    architecture = Architecture(
+        model=spec.model, num_classes=spec.num_classes, image_size=spec.image_size
+    )
+    save_checkpoint(Path(spec.checkpoint_dir) / CHECKPOINT_NAME, model, architecture, epoch, top1)
 
 
 def run(spec: RunSpec, start_recorder):
@@ -290,6 +280,8 @@ def run(spec: RunSpec, start_recorder):
         if val_loader is not None:
             top1, top5 = evaluate(torch, model, val_loader, device, autocast)
         recorder.epoch_end(loss=loss_sum / max(1, loss_count), top1=top1, top5=top5)
+        if spec.checkpoint_dir and placement.rank == 0:  # after the epoch's events: untimed
+            _save_checkpoint(spec, model, epoch, top1)
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return recorder

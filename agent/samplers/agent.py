@@ -13,6 +13,10 @@ spool_points             gauge    count    ``AgentStats``: points waiting in the
 points_dropped           counter  count    ``AgentStats``: points lost to a full spool
 spool_error              gauge    1        ``AgentStats``: 1 while the spool cannot be used
 memory_points            gauge    count    ``AgentStats``: points held in memory meanwhile
+gpus_hung                gauge    count    gpu sampler: GPUs with an NVML call past its timeout
+gpus_failing             gauge    count    gpu sampler: GPUs whose last reading met an error
+gpus_lost                gauge    count    gpu sampler: GPUs NVML declared lost
+gpu_reading_age_seconds  gauge    seconds  gpu sampler: age of the oldest GPU reading
 =======================  =======  =======  ==============================================
 
 ``cpu_seconds`` stays a float for the same reason as the ``cpu`` measurement: whole
@@ -20,7 +24,9 @@ seconds would quantise a small per-second cost to zero. It covers this process o
 (threads included, children not). The last six fields are copied from the
 :class:`AgentStats` in the ``stats`` attribute, which the daemon replaces with the one
 its shipper updates; until then they read zero. Always available: it reads the live
-process, never the ``--proc-root`` tree.
+process, never the ``--proc-root`` tree. The four ``gpu*`` fields are written by the gpu
+sampler into the same ``AgentStats`` and reported only on a host where it runs (the age
+only once a GPU reading was reported).
 """
 
 from __future__ import annotations
@@ -43,6 +49,11 @@ class AgentStats:
     points_dropped: int = 0
     spool_error: int = 0
     memory_points: int = 0
+    # Set by the gpu sampler; None (not reported) on a host where it does not run.
+    gpus_hung: int | None = None
+    gpus_failing: int | None = None
+    gpus_lost: int | None = None
+    gpu_reading_age_seconds: float | None = None
 
 
 class AgentSampler:
@@ -67,6 +78,12 @@ class AgentSampler:
             AgentSelf.SPOOL_ERROR: float(stats.spool_error),
             AgentSelf.MEMORY_POINTS: float(stats.memory_points),
         }
+        if stats.gpus_hung is not None:
+            fields[AgentSelf.GPUS_HUNG] = float(stats.gpus_hung)
+            fields[AgentSelf.GPUS_FAILING] = float(stats.gpus_failing or 0)
+            fields[AgentSelf.GPUS_LOST] = float(stats.gpus_lost or 0)
+        if stats.gpu_reading_age_seconds is not None:
+            fields[AgentSelf.GPU_READING_AGE_SECONDS] = stats.gpu_reading_age_seconds
         return [Point(AgentSelf.NAME, {}, fields, now_ns)]
 
 

@@ -1,75 +1,92 @@
 """NVIDIA GPU readings through NVML (the ``nvidia-ml-py`` package, ``import pynvml``).
 
-Measurement ``gpu`` (schema ``Gpu``), one point per GPU.
+Measurements ``gpu`` (schema ``Gpu``: one point per GPU and per MIG device) and
+``gpu_process`` (schema ``GpuProcess``: one point per compute process on a GPU or MIG
+device). The design, every NVML call and its caveats are in docs/gpu.md; in short:
 
-Tags:
-  - ``gpu``: the NVML device index (``0``, ``1``, ...)
-  - ``uuid``: ``GPU-...`` from ``nvmlDeviceGetUUID``
-  - ``name``: the product name from ``nvmlDeviceGetName`` (``NVIDIA H100 80GB HBM3``)
+Reading in the background, never in the tick:
+  - One worker thread per physical GPU reads it (the GPU's MIG devices too) at the
+    agent's interval, timed to finish just before the tick; ``sample()`` takes each
+    GPU's latest complete reading and never calls NVML. ``nvmlDeviceGetPcieThroughput``
+    alone blocks ~20 ms per call, so eight GPUs read in the tick would cost ~320 ms.
+  - A reading's points carry the reading's own time (halfway through it), so a counter
+    is exact at its timestamp, and say how old the reading was at the tick that sent it
+    (``reading_age_seconds``; the oldest is the ``agent`` measurement's
+    ``gpu_reading_age_seconds``). Each reading is sent once: a tick that finds no new
+    reading of a GPU sends nothing for it.
+  - An NVML call that has not answered after ``call_timeout_seconds`` marks its GPU hung:
+    the GPU gives no point (its last values would be stale), ``gpus_hung`` counts it and
+    one warning says which call; its thread stays in the call (a thread cannot be
+    interrupted inside a C call) and the GPU is reported again, with one info line, when
+    the call answers. The other GPUs and samplers are not delayed.
+  - ``GPU_IS_LOST`` (the GPU fell off the bus; the kernel logs an Xid 79): one warning, the
+    GPU is no longer read, ``gpus_lost`` counts it. Any other NVML error on a call that
+    should work (``UNKNOWN``, ``TIMEOUT``...) leaves that field out, logs once per GPU,
+    call and error, and counts the GPU in ``gpus_failing`` until a reading is clean.
 
-Fields:
-  - ``utilization_percent`` (float, %): ``nvmlDeviceGetUtilizationRates().gpu``, the share
-    of the last sample period in which a kernel ran.
-  - ``memory_utilization_percent`` (float, %): ``.memory`` of the same call, the share of
-    time device memory was read or written.
-  - ``memory_used_bytes``, ``memory_total_bytes`` (float, bytes):
-    ``nvmlDeviceGetMemoryInfo`` (v1: ``used`` includes memory the driver reserves).
-  - ``power_watts`` (float, W): ``nvmlDeviceGetPowerUsage`` milliwatts / 1000. NVML
-    returns a 1-second average on Ampere (except A100) and newer, an instantaneous
-    reading on A100 and older.
-  - ``energy_joules`` (float, J, cumulative): ``nvmlDeviceGetTotalEnergyConsumption``
-    millijoules / 1000, since the driver was loaded (Volta and newer).
-  - ``temperature_celsius`` (float, °C): ``nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)``.
-  - ``sm_clock_mhz`` (float, MHz): ``nvmlDeviceGetClockInfo(NVML_CLOCK_SM)``.
-  - ``pcie_rx_bytes_per_second``, ``pcie_tx_bytes_per_second`` (float, bytes/s):
-    ``nvmlDeviceGetPcieThroughput`` KB/s x 1024 (NVML's "KB" is taken as KiB, as in the
-    rest of nvidia-smi's memory units).
-  - ``throttle_reasons`` (float, bitmask): ``nvmlDeviceGetCurrentClocksEventReasons``
-    (``...ClocksThrottleReasons`` on drivers without it): 0x1 idle, 0x4 software power
-    cap, 0x8 hardware slowdown, 0x20 software thermal, 0x40 hardware thermal,
-    0x80 power brake...
+Counters where NVML has them:
+  - PCIe bytes: ``nvmlDeviceGetFieldValues`` with ``NVML_FI_DEV_PCIE_COUNT_RX_BYTES`` /
+    ``TX_BYTES`` (cumulative, ``pcie_rx_bytes``/``pcie_tx_bytes``); a driver or GPU that
+    does not support them gets ``nvmlDeviceGetPcieThroughput`` (a 20 ms window, KB/s x
+    1024, ``pcie_*_bytes_per_second``), decided once per GPU.
+  - Energy: ``nvmlDeviceGetTotalEnergyConsumption`` mJ / 1000, cumulative since driver
+    load (Volta+).
+  - Utilisation: the mean of ``nvmlDeviceGetSamples(GPU_UTILIZATION_SAMPLES)`` (and
+    ``MEMORY_UTILIZATION_SAMPLES``) newer than the last reading, so a burst between two
+    readings counts; ``nvmlDeviceGetUtilizationRates`` (NVML's last sample period) when
+    samples are not supported or none is new.
 
-Caveats:
-  - Any NVML call that raises (``NotSupported``: utilization of a GPU in MIG mode, energy
-    before Volta; ``NoPermission``...) just leaves its field out.
-  - A GPU that raises ``GPU_IS_LOST`` (fell off the bus) is dropped with one warning and
-    not sampled again; the other GPUs go on.
-  - No ``nvidia-ml-py``, no NVML library, no driver or no GPU: ``available()`` is False
-    and says why in one log line. NVML is initialised once, in ``available()``, and shut
-    down by ``close()``.
-  - ``nvmlDeviceGetPcieThroughput`` measures over about 20 ms per call, so the two PCIe
-    calls cost about 40 ms per GPU and sample.
-  - MIG instances are not sampled separately; the parent GPU's point carries what NVML
-    reports for the whole GPU.
+Per process: ``nvmlDeviceGetComputeRunningProcesses`` (pid, memory) and
+``nvmlDeviceGetProcessUtilization`` (SM and memory share per pid, mean of the samples
+since the last reading), tagged ``pid``; on a GPU in MIG mode, per MIG device.
+
+MIG: a GPU with MIG enabled gives its own point (power, energy, PCIe, temperature:
+whole-GPU values; utilisation is not supported under MIG) and one point per MIG device,
+tagged ``mig="<GPU instance>/<compute instance>"`` with the device's ``MIG-...`` uuid and
+its memory. Totals over a node count the points without ``mig``.
+
+No ``nvidia-ml-py``, no NVML library, no driver or no GPU: ``available()`` is False and
+says why in one log line. NVML is initialised once, in ``available()``, and shut down by
+``close()``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agent.point import Point
+from agent.samplers.agent import AgentStats
 from agent.samplers.base import Roots
-from agent.schema import Gpu, Tag
+from agent.schema import Gpu, GpuProcess, Tag
 
 log = logging.getLogger(__name__)
 
 INT64_MAX = 2**63 - 1
 KIB = 1024
+CALL_TIMEOUT_SECONDS = 5.0
+FIRST_READING_WAIT_SECONDS = 2.0  # sample() waits this long, once, for a first reading
+MIN_PERIOD_SECONDS = 0.05
 
 
 @dataclass
 class GpuReadings:
-    """Raw NVML answers for one GPU; None where the call failed."""
+    """Raw NVML answers for one GPU or MIG device; None where the call failed."""
 
     utilization: Any = None  # nvmlUtilization_t: .gpu, .memory (percent)
+    utilization_samples_percent: float | None = None  # mean of GPU_UTILIZATION_SAMPLES
+    memory_utilization_samples_percent: float | None = None
     memory: Any = None  # nvmlMemory_t: .total, .used (bytes)
     power_milliwatts: int | None = None
     energy_millijoules: int | None = None
     temperature_celsius: int | None = None
     sm_clock_mhz: int | None = None
+    pcie_rx_bytes: int | None = None  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+    pcie_tx_bytes: int | None = None
     pcie_rx_kilobytes_per_second: int | None = None
     pcie_tx_kilobytes_per_second: int | None = None
     clock_event_reasons: int | None = None
@@ -78,8 +95,13 @@ class GpuReadings:
 def gpu_fields(readings: GpuReadings) -> dict[str, int | float]:
     """The ``gpu`` fields in schema units from NVML's raw answers."""
     fields: dict[str, int | float] = {}
-    if readings.utilization is not None:
+    if readings.utilization_samples_percent is not None:
+        fields[Gpu.UTILIZATION_PERCENT] = readings.utilization_samples_percent
+    elif readings.utilization is not None:
         fields[Gpu.UTILIZATION_PERCENT] = float(readings.utilization.gpu)
+    if readings.memory_utilization_samples_percent is not None:
+        fields[Gpu.MEMORY_UTILIZATION_PERCENT] = readings.memory_utilization_samples_percent
+    elif readings.utilization is not None:
         fields[Gpu.MEMORY_UTILIZATION_PERCENT] = float(readings.utilization.memory)
     if readings.memory is not None:
         fields[Gpu.MEMORY_USED_BYTES] = float(readings.memory.used)
@@ -94,6 +116,10 @@ def gpu_fields(readings: GpuReadings) -> dict[str, int | float]:
         fields[Gpu.TEMPERATURE_CELSIUS] = float(readings.temperature_celsius)
     if readings.sm_clock_mhz is not None:
         fields[Gpu.SM_CLOCK_MHZ] = float(readings.sm_clock_mhz)
+    if readings.pcie_rx_bytes is not None and readings.pcie_rx_bytes <= INT64_MAX:
+        fields[Gpu.PCIE_RX_BYTES] = int(readings.pcie_rx_bytes)
+    if readings.pcie_tx_bytes is not None and readings.pcie_tx_bytes <= INT64_MAX:
+        fields[Gpu.PCIE_TX_BYTES] = int(readings.pcie_tx_bytes)
     if readings.pcie_rx_kilobytes_per_second is not None:
         fields[Gpu.PCIE_RX_BYTES_PER_SECOND] = float(readings.pcie_rx_kilobytes_per_second * KIB)
     if readings.pcie_tx_kilobytes_per_second is not None:
@@ -101,6 +127,58 @@ def gpu_fields(readings: GpuReadings) -> dict[str, int | float]:
     if readings.clock_event_reasons is not None:
         fields[Gpu.THROTTLE_REASONS] = float(readings.clock_event_reasons)
     return fields
+
+
+def samples_mean(samples: Sequence[tuple[int, float]], after_us: int) -> tuple[float | None, int]:
+    """(mean of the sample values newer than ``after_us``, the newest timestamp seen).
+
+    ``samples`` are (timestamp in microseconds, value) as ``nvmlDeviceGetSamples`` gives
+    them; NVML may return samples at or before the timestamp asked for, which are left out.
+    """
+    newer = [value for stamp, value in samples if stamp > after_us]
+    newest = max((stamp for stamp, _ in samples), default=after_us)
+    return (sum(newer) / len(newer) if newer else None), max(newest, after_us)
+
+
+@dataclass
+class ProcessReading:
+    """One compute process on one GPU or MIG device."""
+
+    pid: int
+    memory_used_bytes: int | None = None
+    sm_utilization_percent: float | None = None
+    memory_utilization_percent: float | None = None
+
+
+def process_fields(process: ProcessReading) -> dict[str, int | float]:
+    fields: dict[str, int | float] = {}
+    if process.memory_used_bytes is not None:
+        fields[GpuProcess.MEMORY_USED_BYTES] = float(process.memory_used_bytes)
+    if process.sm_utilization_percent is not None:
+        fields[GpuProcess.SM_UTILIZATION_PERCENT] = process.sm_utilization_percent
+    if process.memory_utilization_percent is not None:
+        fields[GpuProcess.MEMORY_UTILIZATION_PERCENT] = process.memory_utilization_percent
+    return fields
+
+
+def process_utilization(
+    samples: Sequence[Any], after_us: int
+) -> tuple[dict[int, tuple[float, float]], int]:
+    """Per pid (mean SM %, mean memory %) over ``nvmlDeviceGetProcessUtilization`` samples
+    newer than ``after_us``, and the newest timestamp seen."""
+    by_pid: dict[int, list[tuple[float, float]]] = {}
+    newest = after_us
+    for sample in samples:
+        newest = max(newest, int(sample.timeStamp))
+        if sample.timeStamp > after_us:
+            by_pid.setdefault(int(sample.pid), []).append(
+                (float(sample.smUtil), float(sample.memUtil))
+            )
+    means = {
+        pid: (sum(s for s, _ in values) / len(values), sum(m for _, m in values) / len(values))
+        for pid, values in by_pid.items()
+    }
+    return means, newest
 
 
 class GpuLostError(Exception):
@@ -113,10 +191,339 @@ class _Device:
     handle: Any
     uuid: str
     name: str
+    mig: str = ""  # "<gi>/<ci>" for a MIG device
+
+
+@dataclass
+class Reading:
+    """One complete reading of a GPU (and its MIG devices), as points without a time."""
+
+    time_ns: int  # wall clock halfway through the reading: the values' own time
+    gpus: list[tuple[dict[str, str], dict[str, int | float]]]
+    processes: list[tuple[dict[str, str], dict[str, int | float]]]
+    failing: bool  # an NVML call failed with something other than "not supported"
 
 
 def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _union_value(value_type: int, value: Any, nvml: Any) -> float | int | None:
+    """The member of an ``nvmlValue_t`` union that ``value_type`` names."""
+    member = {
+        nvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+        nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+        nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    }.get(value_type)
+    return None if member is None else getattr(value, member)
+
+
+class GpuReader:
+    """Reads one physical GPU (and its MIG devices) in its own thread.
+
+    The sampler asks for a reading with ``request(due)``; the latest complete one is in
+    ``latest``. ``call_in_progress()`` names the NVML call the thread is in and since when.
+    """
+
+    def __init__(self, nvml: Any, device: _Device) -> None:
+        self.nvml = nvml
+        self.device = device
+        self.latest: Reading | None = None
+        self.emitted: Reading | None = None  # the reading the sampler last sent
+        self.lost = False
+        self.last_duration = 0.0
+        self.busy = False  # a reading is under way
+        self.readings_done = 0
+        self.first_done = threading.Event()
+        self._condition = threading.Condition()
+        self._due: float | None = None
+        self._stop = False
+        self._call: tuple[str, float] | None = None
+        self._unsupported: set[str] = set()  # calls this GPU answered NOT_SUPPORTED to
+        self._mig_enabled = False
+        self._errors_logged: set[tuple[str, str, int]] = set()
+        self._failing_now = False
+        self._last_sample_us: dict[tuple[str, str], int] = {}
+        self.thread = threading.Thread(target=self._run, name=f"gpu-{device.index}", daemon=True)
+
+    # -- the sampler's side ----------------------------------------------------------
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def request(self, due_monotonic: float) -> None:
+        with self._condition:
+            self._due = due_monotonic
+            self._condition.notify()
+
+    def stop(self) -> None:
+        with self._condition:
+            self._stop = True
+            self._condition.notify()
+
+    def call_in_progress(self) -> tuple[str, float] | None:
+        return self._call
+
+    # -- the thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._stop:
+                    now = time.monotonic()
+                    if self._due is not None and now >= self._due:
+                        break
+                    self._condition.wait(None if self._due is None else self._due - now)
+                if self._stop:
+                    return
+                self._due = None
+                self.busy = True
+            started = time.monotonic()
+            try:
+                reading = self._read()
+            except GpuLostError as error:
+                self.lost, self.busy = True, False
+                log.warning(
+                    "gpu %d (%s) lost, no longer sampled (fell off the bus? see the "
+                    "kernel log for an Xid): %s",
+                    self.device.index,
+                    self.device.uuid,
+                    error,
+                )
+                self.first_done.set()
+                return
+            except Exception:  # a bug must not end the GPU's thread: logged once
+                if ("*", "bug", 0) not in self._errors_logged:
+                    self._errors_logged.add(("*", "bug", 0))
+                    log.exception("reading gpu %d failed", self.device.index)
+                # nothing to send, and the GPU counts as failing until a reading works
+                reading = Reading(time.time_ns(), [], [], failing=True)
+            finally:
+                self._call = None
+            self.last_duration = time.monotonic() - started
+            self.latest = reading
+            self.readings_done += 1
+            self.busy = False
+            self.first_done.set()
+
+    def _nvml_call(self, function_name: str, *args: Any, device: _Device | None = None) -> Any:
+        """``pynvml.<function_name>(*args)``, or None when NVML cannot answer.
+
+        Raises GpuLostError if the GPU left. An answer other than "not supported" is
+        logged once per (device, call, error) and marks the reading as failing.
+        """
+        nvml = self.nvml
+        device = device or self.device
+        key = f"{device.uuid}:{function_name}"
+        if key in self._unsupported:
+            return None
+        function = getattr(nvml, function_name, None)
+        if function is None:  # an older nvidia-ml-py without the binding
+            self._unsupported.add(key)
+            return None
+        self._call = (function_name, time.monotonic())
+        try:
+            return function(*args)
+        except nvml.NVMLError as error:
+            value = getattr(error, "value", None)
+            if value == nvml.NVML_ERROR_GPU_IS_LOST:
+                raise GpuLostError(str(error)) from error
+            if value in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                self._unsupported.add(key)
+            elif value not in (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_NO_PERMISSION):
+                self._failing_now = True
+                logged = (device.uuid, function_name, value)
+                if logged not in self._errors_logged:
+                    self._errors_logged.add(logged)
+                    log.warning(
+                        "gpu %d%s (%s): %s failed: %s; the field is left out (logged once)",
+                        device.index,
+                        f" mig {device.mig}" if device.mig else "",
+                        device.uuid,
+                        function_name,
+                        error,
+                    )
+            return None
+        finally:
+            self._call = None
+
+    def _clock_event_reasons(self, handle: Any) -> int | None:
+        # The "event reasons" call replaced "throttle reasons" (driver 535); a library or
+        # driver without it raises FunctionNotFound (or the binding lacks it): remembered.
+        value = self._nvml_call("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if value is None:
+            value = self._nvml_call("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        return value
+
+    def _samples_mean(self, device: _Device, sampling_type: int) -> float | None:
+        key = (device.uuid, str(sampling_type))
+        after = self._last_sample_us.get(key, 0)
+        answer = self._nvml_call(
+            "nvmlDeviceGetSamples", device.handle, sampling_type, after, device=device
+        )
+        if answer is None:
+            return None
+        value_type, samples = answer
+        pairs = [
+            (int(s.timeStamp), _union_value(value_type, s.sampleValue, self.nvml)) for s in samples
+        ]
+        mean, self._last_sample_us[key] = samples_mean(
+            [(stamp, value) for stamp, value in pairs if value is not None], after
+        )
+        return mean
+
+    def _pcie_counters(self, handle: Any) -> tuple[int | None, int | None]:
+        nvml = self.nvml
+        key = f"{self.device.uuid}:pcie_field_values"
+        # An nvidia-ml-py older than these field ids has no counters to ask for.
+        field_ids = [
+            getattr(nvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", None),
+            getattr(nvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", None),
+        ]
+        if key in self._unsupported or None in field_ids:
+            return None, None
+        values = self._nvml_call("nvmlDeviceGetFieldValues", handle, field_ids)
+        answers = [
+            _union_value(v.valueType, v.value, nvml) if v.nvmlReturn == nvml.NVML_SUCCESS else None
+            for v in values or []
+        ]
+        if len(answers) != 2 or None in answers:
+            self._unsupported.add(key)  # this driver or GPU: the throughput calls instead
+            return None, None
+        return int(answers[0]), int(answers[1])
+
+    def _device_readings(self, device: _Device, whole_gpu: bool) -> GpuReadings:
+        nvml = self.nvml
+        call = self._nvml_call
+        handle = device.handle
+        readings = GpuReadings(
+            utilization_samples_percent=self._samples_mean(
+                device, nvml.NVML_GPU_UTILIZATION_SAMPLES
+            ),
+            memory_utilization_samples_percent=self._samples_mean(
+                device, nvml.NVML_MEMORY_UTILIZATION_SAMPLES
+            ),
+            memory=call("nvmlDeviceGetMemoryInfo", handle, device=device),
+        )
+        if (
+            readings.utilization_samples_percent is None
+            or readings.memory_utilization_samples_percent is None
+        ):
+            readings.utilization = call("nvmlDeviceGetUtilizationRates", handle, device=device)
+        if not whole_gpu:
+            return readings  # power, clocks, PCIe, energy are the parent GPU's
+        readings.power_milliwatts = call("nvmlDeviceGetPowerUsage", handle)
+        readings.energy_millijoules = call("nvmlDeviceGetTotalEnergyConsumption", handle)
+        readings.temperature_celsius = call(
+            "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU
+        )
+        readings.sm_clock_mhz = call("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM)
+        readings.pcie_rx_bytes, readings.pcie_tx_bytes = self._pcie_counters(handle)
+        if readings.pcie_rx_bytes is None:
+            readings.pcie_rx_kilobytes_per_second = call(
+                "nvmlDeviceGetPcieThroughput", handle, nvml.NVML_PCIE_UTIL_RX_BYTES
+            )
+            readings.pcie_tx_kilobytes_per_second = call(
+                "nvmlDeviceGetPcieThroughput", handle, nvml.NVML_PCIE_UTIL_TX_BYTES
+            )
+        readings.clock_event_reasons = self._clock_event_reasons(handle)
+        return readings
+
+    def _mig_devices(self) -> list[_Device]:
+        """The GPU's MIG devices, looked up at every reading (MIG can be reconfigured)."""
+        nvml = self.nvml
+        parent = self.device
+        mode = self._nvml_call("nvmlDeviceGetMigMode", parent.handle)
+        enabled = mode is not None and mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        if enabled != self._mig_enabled:
+            # What a GPU supports changes with MIG (utilisation is not supported under
+            # MIG): ask every call again. The first reading starts from nothing anyway.
+            self._mig_enabled = enabled
+            self._unsupported = {
+                k for k in self._unsupported if k.endswith(":nvmlDeviceGetMigMode")
+            }
+        if not enabled:
+            return []
+        devices = []
+        for slot in range(self._nvml_call("nvmlDeviceGetMaxMigDeviceCount", parent.handle) or 0):
+            handle = self._nvml_call("nvmlDeviceGetMigDeviceHandleByIndex", parent.handle, slot)
+            if handle is None:  # NOT_FOUND: an empty slot
+                continue
+            gpu_instance = self._nvml_call("nvmlDeviceGetGpuInstanceId", handle)
+            compute_instance = self._nvml_call("nvmlDeviceGetComputeInstanceId", handle)
+            devices.append(
+                _Device(
+                    parent.index,
+                    handle,
+                    _text(self._nvml_call("nvmlDeviceGetUUID", handle) or ""),
+                    _text(self._nvml_call("nvmlDeviceGetName", handle) or parent.name),
+                    mig=f"{gpu_instance}/{compute_instance}",
+                )
+            )
+        return devices
+
+    def _processes(self, device: _Device) -> list[ProcessReading]:
+        running = self._nvml_call(
+            "nvmlDeviceGetComputeRunningProcesses", device.handle, device=device
+        )
+        if not running:
+            return []
+        key = (device.uuid, "processes")
+        after = self._last_sample_us.get(key, 0)
+        samples = self._nvml_call(
+            "nvmlDeviceGetProcessUtilization", device.handle, after, device=device
+        )
+        utilization, self._last_sample_us[key] = process_utilization(samples or [], after)
+        processes = []
+        for process in running:
+            pid = int(process.pid)
+            sm, memory = utilization.get(pid, (None, None))
+            processes.append(ProcessReading(pid, process.usedGpuMemory, sm, memory))
+        return processes
+
+    def _tags(self, device: _Device) -> dict[str, str]:
+        tags = {Tag.GPU: str(device.index), Tag.UUID: device.uuid, Tag.NAME: device.name}
+        if device.mig:
+            tags[Tag.MIG] = device.mig
+        return tags
+
+    def _read(self) -> Reading:
+        started_ns = time.time_ns()
+        self._failing_now = False
+        migs = self._mig_devices()
+        gpus = []
+        processes = []
+        for device in [self.device, *migs]:
+            whole_gpu = device is self.device
+            fields = gpu_fields(self._device_readings(device, whole_gpu))
+            if fields:
+                gpus.append((self._tags(device), fields))
+            if whole_gpu and migs:
+                continue  # under MIG, processes belong to the MIG devices
+            for process in self._processes(device):
+                tags = {
+                    Tag.GPU: str(device.index),
+                    Tag.UUID: device.uuid,
+                    Tag.PID: str(process.pid),
+                }
+                if device.mig:
+                    tags[Tag.MIG] = device.mig
+                fields = process_fields(process)
+                if fields:
+                    processes.append((tags, fields))
+        middle_ns = (started_ns + time.time_ns()) // 2
+        return Reading(middle_ns, gpus, processes, self._failing_now)
+
+
+@dataclass
+class _Condition:
+    """What has been logged about one GPU, so that each condition is logged once."""
+
+    hung_since: float | None = None
+    failing: bool = False
+    lost_counted: bool = False
 
 
 class GpuSampler:
@@ -125,58 +532,13 @@ class GpuSampler:
     def __init__(self, roots: Roots) -> None:
         del roots  # NVML finds the GPUs itself
         self._nvml: Any = None
-        self._devices: list[_Device] = []
-
-    def _call(self, function: Callable[..., Any], *args: Any) -> Any:
-        """``function(*args)``, or None when NVML cannot answer; GpuLostError if the GPU left."""
-        try:
-            return function(*args)
-        except self._nvml.NVMLError as error:
-            if getattr(error, "value", None) == self._nvml.NVML_ERROR_GPU_IS_LOST:
-                raise GpuLostError(str(error)) from error
-            return None
-
-    def _clock_event_reasons(self, handle: Any) -> int | None:
-        nvml = self._nvml
-        # The "event reasons" call replaced "throttle reasons" (driver 535); a library or
-        # driver without it raises FunctionNotFound (or the binding lacks it).
-        for name in (
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            "nvmlDeviceGetCurrentClocksThrottleReasons",
-        ):
-            function = getattr(nvml, name, None)
-            if function is None:
-                continue
-            try:
-                return function(handle)
-            except nvml.NVMLError as error:
-                value = getattr(error, "value", None)
-                if value == nvml.NVML_ERROR_GPU_IS_LOST:
-                    raise GpuLostError(str(error)) from error
-                if value != nvml.NVML_ERROR_FUNCTION_NOT_FOUND:
-                    return None
-        return None
-
-    def _readings(self, handle: Any) -> GpuReadings:
-        nvml = self._nvml
-        call = self._call
-        return GpuReadings(
-            utilization=call(nvml.nvmlDeviceGetUtilizationRates, handle),
-            memory=call(nvml.nvmlDeviceGetMemoryInfo, handle),
-            power_milliwatts=call(nvml.nvmlDeviceGetPowerUsage, handle),
-            energy_millijoules=call(nvml.nvmlDeviceGetTotalEnergyConsumption, handle),
-            temperature_celsius=call(
-                nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
-            ),
-            sm_clock_mhz=call(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
-            pcie_rx_kilobytes_per_second=call(
-                nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_RX_BYTES
-            ),
-            pcie_tx_kilobytes_per_second=call(
-                nvml.nvmlDeviceGetPcieThroughput, handle, nvml.NVML_PCIE_UTIL_TX_BYTES
-            ),
-            clock_event_reasons=self._clock_event_reasons(handle),
-        )
+        self.readers: list[GpuReader] = []
+        self._conditions: dict[int, _Condition] = {}
+        self._last_tick: float | None = None
+        self._waited_first = False
+        self.call_timeout_seconds = CALL_TIMEOUT_SECONDS
+        self.first_reading_wait_seconds = FIRST_READING_WAIT_SECONDS
+        self.stats = AgentStats()  # the daemon gives the one its self sampler reports
 
     def _enumerate(self) -> list[_Device]:
         nvml = self._nvml
@@ -184,9 +546,9 @@ class GpuSampler:
         for index in range(nvml.nvmlDeviceGetCount()):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                uuid = _text(self._call(nvml.nvmlDeviceGetUUID, handle) or "")
-                name = _text(self._call(nvml.nvmlDeviceGetName, handle) or "")
-            except (nvml.NVMLError, GpuLostError) as error:
+                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                name = _text(nvml.nvmlDeviceGetName(handle))
+            except nvml.NVMLError as error:
                 log.warning("gpu %d skipped: %s", index, error)
                 continue
             devices.append(_Device(index, handle, uuid, name))
@@ -194,7 +556,7 @@ class GpuSampler:
 
     def available(self) -> bool:
         if self._nvml is not None:
-            return bool(self._devices)
+            return bool(self.readers)
         if not nvml_library_loadable():
             log.info("gpu sampler off: no NVML driver library (%s)", NVML_LIBRARY)
             return False
@@ -210,42 +572,134 @@ class GpuSampler:
             return False
         self._nvml = pynvml
         try:
-            self._devices = self._enumerate()
+            devices = self._enumerate()
         except pynvml.NVMLError as error:
             self.close()
             log.info("gpu sampler off: NVML could not list GPUs (%s)", error)
             return False
-        if not self._devices:
+        if not devices:
             self.close()
             log.info("gpu sampler off: NVML found no GPU")
             return False
+        self.readers = [GpuReader(pynvml, device) for device in devices]
+        now = time.monotonic()
+        for reader in self.readers:
+            self._conditions[reader.device.index] = _Condition()
+            reader.start()
+            reader.request(now)  # the first reading starts now, ready for the first tick
         return True
 
+    def _schedule(self) -> None:
+        """Ask every reader for its next reading, timed to end just before the next tick."""
+        now = time.monotonic()
+        period = None if self._last_tick is None else now - self._last_tick
+        self._last_tick = now
+        for reader in self.readers:
+            if period is None or period < MIN_PERIOD_SECONDS:
+                reader.request(now)
+                continue
+            # a reading that takes longer than the period starts at once
+            lead = min(2 * reader.last_duration + 0.05, period)
+            reader.request(now + period - lead)
+
+    def _hung(self, reader: GpuReader, now: float) -> tuple[str, float] | None:
+        call = reader.call_in_progress()
+        if call is not None and now - call[1] > self.call_timeout_seconds:
+            return call
+        return None
+
+    def _note_conditions(self, reader: GpuReader, hung: tuple[str, float] | None) -> None:
+        """One log line when a GPU starts or stops hanging or failing."""
+        device = reader.device
+        condition = self._conditions[device.index]
+        if hung is not None and condition.hung_since is None:
+            condition.hung_since = hung[1]
+            log.warning(
+                "gpu %d (%s) hung: %s has not answered for %.1f s; not reported until it "
+                "answers, the other GPUs go on",
+                device.index,
+                device.uuid,
+                hung[0],
+                time.monotonic() - hung[1],
+            )
+        elif hung is None and condition.hung_since is not None:
+            log.info(
+                "gpu %d (%s) answers again after %.1f s",
+                device.index,
+                device.uuid,
+                time.monotonic() - condition.hung_since,
+            )
+            condition.hung_since = None
+        failing = reader.latest is not None and reader.latest.failing
+        if failing != condition.failing and not failing:
+            log.info("gpu %d (%s) reads without errors again", device.index, device.uuid)
+        condition.failing = failing
+
+    def _wait_for_first_readings(self) -> None:
+        if self._waited_first:
+            return
+        self._waited_first = True
+        deadline = time.monotonic() + self.first_reading_wait_seconds
+        for reader in self.readers:
+            reader.first_done.wait(max(0.0, deadline - time.monotonic()))
+
     def sample(self, now_ns: int) -> list[Point]:
-        points = []
-        for device in list(self._devices):
-            try:
-                fields = gpu_fields(self._readings(device.handle))
-            except GpuLostError as error:
-                log.warning(
-                    "gpu %d (%s) lost, no longer sampled: %s", device.index, device.uuid, error
-                )
-                self._devices.remove(device)
+        if self._nvml is None:
+            return []
+        self._wait_for_first_readings()
+        now = time.monotonic()
+        points: list[Point] = []
+        hung = lost = failing = 0
+        oldest_age: float | None = None
+        for reader in self.readers:
+            if reader.lost:
+                lost += 1
                 continue
-            if not fields:
+            hung_call = self._hung(reader, now)
+            self._note_conditions(reader, hung_call)
+            reading = reader.latest
+            if hung_call is not None:
+                hung += 1
                 continue
-            tags = {Tag.GPU: str(device.index), Tag.UUID: device.uuid, Tag.NAME: device.name}
-            points.append(Point(Gpu.NAME, tags, fields, now_ns))
+            if reading is None:
+                continue
+            failing += reading.failing
+            if reading is reader.emitted:
+                continue  # no new reading since the last tick: nothing is sent twice
+            reader.emitted = reading
+            age = max(0.0, (now_ns - reading.time_ns) / 1e9)
+            oldest_age = age if oldest_age is None else max(oldest_age, age)
+            for tags, fields in reading.gpus:
+                fields = {**fields, Gpu.READING_AGE_SECONDS: age}
+                points.append(Point(Gpu.NAME, dict(tags), fields, reading.time_ns))
+            for tags, fields in reading.processes:
+                points.append(Point(GpuProcess.NAME, dict(tags), dict(fields), reading.time_ns))
+        self._schedule()
+        stats = self.stats
+        stats.gpus_hung, stats.gpus_failing, stats.gpus_lost = hung, failing, lost
+        stats.gpu_reading_age_seconds = oldest_age
         return points
 
     def close(self) -> None:
-        """Shut NVML down (once); the sampler then reports nothing."""
-        nvml, self._nvml, self._devices = self._nvml, None, []
-        if nvml is not None:
-            try:
-                nvml.nvmlShutdown()
-            except nvml.NVMLError as error:
-                log.debug("nvmlShutdown failed: %s", error)
+        """Stop the readers and shut NVML down (once); the sampler then reports nothing."""
+        nvml, self._nvml = self._nvml, None
+        readers, self.readers = self.readers, []
+        for reader in readers:
+            reader.stop()
+        stuck = False
+        deadline = time.monotonic() + 1.0  # one second for all: a hung thread never ends
+        for reader in readers:
+            reader.thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            stuck |= reader.thread.is_alive()
+        if nvml is None:
+            return
+        if stuck:  # a thread inside NVML: shutting NVML down under it is not safe
+            log.debug("nvmlShutdown skipped: a GPU thread is still in an NVML call")
+            return
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError as error:
+            log.debug("nvmlShutdown failed: %s", error)
 
 
 NVML_LIBRARY = "libnvidia-ml.so.1"

@@ -1,6 +1,7 @@
 """Screenshots of every dashboard page, from headless Chromium, for the docs.
 
     python bench/dashboard/screenshots.py [--out docs/screenshots]
+    python bench/dashboard/screenshots.py --db runs/RUN.sqlite --pages run --prefix demo-
 
 Builds a demo store through the real SQLite store's write path, serves the dashboard on
 127.0.0.1 and saves runs.png, run.png, scaling.png and findings.png.
@@ -11,6 +12,10 @@ InfiniBand. Epoch 1 (450 s) reads it from the server at about 320 MB/s per node 
 cache fills, with iowait and uneven steps; the four later 300-s epochs read nothing from the
 server and run 1.5x faster. Three more runs of the same group (1 GPU, 4 GPUs on one node,
 8 GPUs on two nodes) fill the scaling page; all reach top-1 0.749 in their fifth epoch.
+Every run splits its steps as a GPU cluster's would: the same 827 ms of forward and
+backward per 256-image step everywhere, the all-reduce growing with the GPUs (0 on one
+GPU, 150 ms on 16), and in the 16-GPU run's epoch 1 a third of each step waiting for input
+from NFS.
 """
 
 from __future__ import annotations
@@ -45,6 +50,17 @@ PAGES = {
 }
 
 
+COMPUTE_SECONDS = 0.827  # forward + backward of one 256-image ResNet-50 step on a V100
+
+
+def step_shares(step_seconds: float, communication_seconds: float) -> tuple[float, float, float]:
+    """(input wait, compute, communication) shares of a step: compute the same on every GPU,
+    2% of the step for the rest (update, callbacks), the remainder waiting for input."""
+    compute = COMPUTE_SECONDS / step_seconds
+    communication = communication_seconds / step_seconds
+    return (1.0 - compute - communication - 0.02, compute, communication)
+
+
 def demo_run() -> RunBuilder:
     hosts = ("node1", "node2", "node3", "node4")
     builder = RunBuilder(
@@ -65,6 +81,7 @@ def demo_run() -> RunBuilder:
         per_rank,
         step_pattern=(1.0, 1.6, 0.7, 1.3, 0.8, 1.9),
         top1=TOP1[0],
+        shares=step_shares(450 / 300, 0.150),
         nfs_server_read=nfs,
         nfs_app_read=nfs,
         ib_rcv={host: 150e6 + rate for host, rate in nfs.items()},
@@ -81,6 +98,7 @@ def demo_run() -> RunBuilder:
             300,
             per_rank,
             top1=top1,
+            shares=step_shares(300 / 300, 0.150),
             nfs_app_read=480e6,
             ib_rcv=150e6,
             ib_xmit=150e6,
@@ -96,19 +114,30 @@ def demo_run() -> RunBuilder:
 def scaling_runs() -> list[RunBuilder]:
     """The same group on fewer GPUs: events only (no samples), 5 epochs each."""
     out = []
-    shapes = (("hvd-1gpu", 1, 1, 300.0), ("hvd-4gpu", 1, 4, 1140.0), ("hvd-8gpu", 2, 4, 2208.0))
-    for index, (run_id, nodes, ranks, rate) in enumerate(shapes):
+    shapes = (
+        ("hvd-1gpu", 1, 1, 300.0, 0.0),
+        ("hvd-4gpu", 1, 4, 1140.0, 0.045),
+        ("hvd-8gpu", 2, 4, 2208.0, 0.080),
+    )
+    for index, (run_id, nodes, ranks, rate, all_reduce) in enumerate(shapes):
         builder = RunBuilder(
             run_id,
             hosts=tuple(f"node{n + 1}" for n in range(nodes)),
             ranks_per_host=ranks,
             t0_ns=T0_NS - (3 - index) * 24 * HOURS,
             batch_size=256,
+            steps_per_epoch=IMAGES_PER_EPOCH // (nodes * ranks * 256),
             target_top1=0.749,
             write_samples=False,
         )
+        step_seconds = 256 / (rate / (nodes * ranks))
         for top1 in TOP1:
-            builder.epoch(IMAGES_PER_EPOCH / rate, IMAGES_PER_EPOCH // (nodes * ranks), top1=top1)
+            builder.epoch(
+                IMAGES_PER_EPOCH / rate,
+                IMAGES_PER_EPOCH // (nodes * ranks),
+                top1=top1,
+                shares=step_shares(step_seconds, all_reduce),
+            )
         out.append(builder)
     return out
 
@@ -120,26 +149,53 @@ def build_demo_store(path: Path) -> SqliteStore:
     return store
 
 
-def full_page(driver, path: Path) -> None:
-    height = driver.execute_script(
+def page_height(driver) -> int:
+    """Down to the end of the page's content (not the window's, which may be taller)."""
+    return driver.execute_script(
         "const page = document.getElementById('page').getBoundingClientRect();"
-        "return Math.ceil(Math.max(document.documentElement.scrollHeight,"
-        " page.bottom + window.scrollY + 24));"
+        "return Math.ceil(page.bottom + window.scrollY + 24);"
     )
-    driver.set_window_size(1400, min(max(height, 800), 6000))
-    time.sleep(0.8)  # plotly relayout after the resize
+
+
+def full_page(driver, path: Path) -> None:
+    """The whole page in one picture: the window is grown to the page's height until that
+    stops changing (plotly lays its figures out again after each resize, and a page can
+    grow when it does)."""
+    height = 0
+    for _ in range(5):
+        wanted = min(max(page_height(driver), 400), 6000)
+        if wanted == height:
+            break
+        height = wanted
+        driver.set_window_size(1400, height)
+        time.sleep(0.8)  # plotly relayout after the resize
     driver.save_screenshot(str(path))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    parser.add_argument(
+        "--db",
+        type=Path,
+        help="screenshot this store (e.g. make demo's runs/RUN.sqlite) instead of the modelled one",
+    )
+    parser.add_argument("--run", help="the run of the run and findings pages (default: newest)")
+    parser.add_argument(
+        "--pages", default=",".join(PAGES), help="which pages (default: %(default)s)"
+    )
+    parser.add_argument("--prefix", default="", help="file names: PREFIX<page>.png")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        store = build_demo_store(Path(tmp) / "epochscope.sqlite")
+        if args.db is not None:
+            store = SqliteStore(args.db)
+        else:
+            store = build_demo_store(Path(tmp) / "epochscope.sqlite")
+        newest = max(store.runs(), key=lambda run: run.start_ns).run_id
+        run_id = args.run or (DEMO_RUN if args.db is None else newest)
         source = DataSource(store)
-        source.prepare(DEMO_RUN)  # the run page comes whole, as a computed run's does
+        source.prepare(run_id)  # the run page comes whole, as a computed run's does
         app = create_app(source)
         server = make_server("127.0.0.1", 0, app.server, threaded=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -150,15 +206,18 @@ def main() -> int:
             from selenium.webdriver.support import expected_conditions as ec
             from selenium.webdriver.support.ui import WebDriverWait
 
-            for name, (url, ready) in PAGES.items():
+            for name in args.pages.split(","):
+                url, ready = PAGES[name]
+                url = url.replace(DEMO_RUN, run_id)
                 driver.set_window_size(1400, 1000)
                 driver.get(base + url)
                 WebDriverWait(driver, 30).until(
                     ec.presence_of_element_located((By.CSS_SELECTOR, ready))
                 )
                 time.sleep(1.0)
-                full_page(driver, args.out / f"{name}.png")
-                print(f"saved {args.out / f'{name}.png'}")
+                path = args.out / f"{args.prefix}{name}.png"
+                full_page(driver, path)
+                print(f"saved {path}")
             errors = driver.get_log("browser")
             if errors:
                 print("browser console errors:", errors, file=sys.stderr)

@@ -34,6 +34,18 @@ def _torch_tensor(module: ModuleType) -> None:
     torch_hooks.patch_backward(module)
 
 
+def _torch_ddp(module: ModuleType) -> None:
+    from workloads.autoprofile import torch_hooks
+
+    torch_hooks.patch_distributed_data_parallel(module)
+
+
+def _lightning_trainer(module: ModuleType) -> None:
+    from workloads.autoprofile import lightning_hooks
+
+    lightning_hooks.patch_trainer(module)
+
+
 def _keras_training(module: ModuleType) -> None:
     from workloads.autoprofile import keras_hooks
 
@@ -44,6 +56,9 @@ PATCHES: dict[str, Patch] = {
     "torch.utils.data.dataloader": _torch_dataloader,
     "torch.optim.optimizer": _torch_optimizer,
     "torch._tensor": _torch_tensor,
+    "torch.nn.parallel.distributed": _torch_ddp,
+    "lightning.pytorch.trainer.trainer": _lightning_trainer,  # Lightning 2.x
+    "pytorch_lightning.trainer.trainer": _lightning_trainer,
     "keras.src.engine.training": _keras_training,  # Keras 2.13-2.15 (TF 2.13-2.15)
     "keras.engine.training": _keras_training,  # Keras 2.6-2.12
     "tf_keras.src.engine.training": _keras_training,  # Keras 2 beside TF >= 2.16

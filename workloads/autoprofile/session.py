@@ -8,6 +8,13 @@ with ``time_ns``), not the time it was learnt. The run ends at interpreter exit:
 ``failed`` after an uncaught exception or a non-zero ``sys.exit``, else ``finished``.
 
 Every image of an epoch is counted (no warm-up steps: ``timed_images == images``).
+
+A step's time runs from the previous step's end (or the epoch's start) on the
+``perf_counter`` clock. Given the step's marks (``workloads.anatomy.StepMarks``) it is split
+into input wait, compute, communication and the rest exactly as the bundled workloads split
+theirs (``split_step``); ``epoch_end`` carries their sums, and the rank's own reads over the
+epoch (``ProcessTreeIo``: ``/proc/<pid>/io`` of the rank and its data-loading children),
+with the same fields (``workloads.timing``).
 """
 
 from __future__ import annotations
@@ -20,6 +27,15 @@ import threading
 import time
 from dataclasses import dataclass
 
+from workloads.anatomy import (
+    ZERO,
+    ProcessIo,
+    ProcessTreeIo,
+    StepAnatomy,
+    StepMarks,
+    add,
+    split_step,
+)
 from workloads.autoprofile.config import ProfileConfig
 
 DELIVERY_TIMEOUT_SECONDS = 60.0
@@ -89,7 +105,8 @@ class Epoch:
     images: int = 0
     seconds: float = 0.0
     input_wait: float = 0.0
-    compute: float | None = 0.0  # None once a step came without it
+    anatomy: StepAnatomy | None = ZERO  # the steps' parts summed; None once a step had none
+    io_at_start: ProcessIo | None = None  # the rank's reads when the epoch began
     loss_sum: object = None  # a float, or a framework scalar summed without a device sync
     losses: int = 0
     end_ns: int | None = None  # the latest time the epoch is known to have run to
@@ -99,22 +116,33 @@ class Epoch:
 
 
 class Session:
-    def __init__(self, config: ProfileConfig, clock_ns=time.time_ns) -> None:
+    def __init__(
+        self, config: ProfileConfig, clock_ns=time.time_ns, clock=time.perf_counter
+    ) -> None:
         self.config = config
         self.clock_ns = clock_ns
+        self.clock = clock  # steps' durations and the anatomy's marks
         self.writer = None
         self.placement: Placement | None = None
         self.epoch: Epoch | None = None
         self.epochs_done = 0
         self.global_step = 0
         self.failed = False
-        self.explicit = False  # the script calls workloads.track: recognition stands aside
-        self._mark_ns = 0
+        # who names the epochs and steps instead of the recognition of PyTorch loops: the
+        # script itself (workloads.track: "track") or Lightning's callbacks ("lightning")
+        self.driver: str | None = None
+        self._read_io: ProcessTreeIo | None = None
+        self._mark = 0.0
         self._lock = threading.RLock()
 
     @property
     def started(self) -> bool:
         return self.writer is not None
+
+    @property
+    def explicit(self) -> bool:
+        """Something other than the recognition of PyTorch loops names the epochs."""
+        return self.driver is not None
 
     # --- the run -------------------------------------------------------------------
     def start(
@@ -151,47 +179,72 @@ class Session:
             atexit.register(self.finish)
 
     # --- epochs and steps ----------------------------------------------------------
-    def epoch_start(self, start_ns: int | None = None) -> Epoch:
-        """A new epoch from ``start_ns`` (default now); ends the open one first."""
+    def epoch_start(
+        self,
+        start_ns: int | None = None,
+        start: float | None = None,
+        io: ProcessIo | None = None,
+    ) -> Epoch:
+        """A new epoch from ``start_ns`` (default now; ``start``: the same instant on
+        ``clock``), with the rank's reads ``io`` at that instant (default: read now); ends
+        the open one first."""
         from agent.schema import Event, Workload
 
         with self._lock:
             self.epoch_end()
             start_ns = start_ns or self.clock_ns()
             self.epochs_done += 1
-            self.epoch = Epoch(self.epochs_done, start_ns)
-            self._mark_ns = start_ns
+            io_now = io if io is not None else self.process_io()
+            self.epoch = Epoch(self.epochs_done, start_ns, io_at_start=io_now)
+            self._mark = self.clock() if start is None else start
             self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: self.epoch.number}, start_ns)
             return self.epoch
+
+    @property
+    def step_start(self) -> float:
+        """When the step under way began (the previous one's end), on ``clock``."""
+        return self._mark
+
+    def process_io(self) -> ProcessIo | None:
+        """The reads so far of this process and the data loaders below it (None where
+        ``/proc/<pid>/io`` cannot be read); asked before the process is known to train too,
+        at the start of each DataLoader pass, for an epoch recognised only later."""
+        if self._read_io is None or self._read_io.pid != os.getpid():  # a fork's own
+            self._read_io = ProcessTreeIo()
+        return self._read_io()
 
     def step(
         self,
         images: int,
         input_wait: float | None = None,
         loss: object = None,
-        compute: float | None = None,
+        marks: StepMarks | None = None,
+        end: tuple[int, float] | None = None,
     ) -> None:
-        """One training step ended now, on ``images`` images; its time runs from the
-        previous step's end (or the epoch's start), so waiting for input counts.
+        """One training step ended now (or at ``end``: ``clock_ns`` and ``clock`` readings),
+        on ``images`` images; its time runs from the previous step's end (or the epoch's
+        start), so waiting for input counts.
 
-        ``compute``: its forward and backward, given only by a process that trains alone
-        (no all-reduce inside its backward): the step's anatomy is then input wait +
-        compute + the rest (optimizer update, the loop's own work), communication 0."""
+        ``marks`` (on ``clock``): where the step's time went, split by ``split_step`` into
+        the four parts of the anatomy (its input wait then replaces ``input_wait``)."""
         from agent.schema import Event, Workload
+        from workloads.timing import anatomy_fields
 
         with self._lock:
             epoch = self.epoch or self.epoch_start()
-            now = self.clock_ns()
-            seconds = max(0.0, (now - self._mark_ns) / 1e9)
-            self._mark_ns = epoch.end_ns = now
+            now_ns, now = end if end is not None else (self.clock_ns(), self.clock())
+            parts = split_step(self._mark, now, marks) if marks is not None else None
+            seconds = max(0.0, now - self._mark)
+            self._mark, epoch.end_ns = now, now_ns
+            if parts is not None:
+                input_wait = parts.input_wait
             self.global_step += 1
             epoch.steps += 1
             epoch.images += images
             epoch.seconds += seconds
             epoch.input_wait += input_wait or 0.0
-            parts = anatomy(seconds, input_wait, compute)
-            epoch.compute = None if epoch.compute is None or compute is None else (
-                epoch.compute + parts[Workload.COMPUTE_SECONDS]
+            epoch.anatomy = None if epoch.anatomy is None or parts is None else (
+                add(epoch.anatomy, parts)
             )  # fmt: skip
             if loss is not None:
                 epoch.loss_sum = loss if epoch.loss_sum is None else epoch.loss_sum + loss
@@ -204,8 +257,8 @@ class Session:
                     Workload.SECONDS: seconds,
                     Workload.INPUT_WAIT_SECONDS: input_wait,
                     Workload.LOSS: scalar(loss),
-                    **parts,
-                }, now)  # fmt: skip
+                    **anatomy_fields(parts),
+                }, now_ns)  # fmt: skip
 
     def extend_epoch(self, end_ns: int | None = None) -> None:
         """The open epoch ran until ``end_ns`` (validation after its steps)."""
@@ -216,11 +269,16 @@ class Session:
     def epoch_end(self, end_ns: int | None = None) -> None:
         """``epoch_end`` of the open epoch, at ``end_ns`` or the latest time it ran to."""
         from agent.schema import Event, Workload
+        from workloads.timing import anatomy_fields, io_fields
 
         with self._lock:
             epoch, self.epoch = self.epoch, None
             if epoch is None:
                 return
+            io_now = self.process_io()
+            reads = None
+            if io_now is not None and epoch.io_at_start is not None:
+                reads = io_now - epoch.io_at_start
             loss = epoch.loss
             if loss is None and epoch.losses:
                 loss = scalar(epoch.loss_sum) / epoch.losses
@@ -232,7 +290,8 @@ class Session:
                 Workload.TIMED_IMAGES: epoch.images,
                 Workload.TIMED_SECONDS: epoch.seconds,
                 Workload.INPUT_WAIT_SECONDS: epoch.input_wait,
-                **anatomy(epoch.seconds, epoch.input_wait, epoch.compute if epoch.steps else None),
+                **anatomy_fields(epoch.anatomy if epoch.steps else None),
+                **io_fields(reads),
                 Workload.LOSS: loss,
                 Workload.TOP1: epoch.top1,
                 Workload.TOP5: epoch.top5,
@@ -255,21 +314,6 @@ class Session:
             print(f"epochscope: events not yet delivered stay in {spool}; send them with: "
                   f"workloads resend --spool {spool} --collector {self.config.collector_url}",
                   file=sys.stderr)  # fmt: skip
-
-
-def anatomy(seconds: float, input_wait: float | None, compute: float | None) -> dict:
-    """The anatomy fields of a step or an epoch of a lone process (none without compute):
-    input wait + compute + other = seconds, communication 0."""
-    from agent.schema import Workload
-
-    if compute is None or input_wait is None:
-        return {}
-    compute = min(max(0.0, compute), max(0.0, seconds - input_wait))
-    return {
-        Workload.COMPUTE_SECONDS: compute,
-        Workload.COMMUNICATION_SECONDS: 0.0,
-        Workload.OTHER_STEP_SECONDS: max(0.0, seconds - input_wait - compute),
-    }
 
 
 def scalar(value: object) -> float | None:

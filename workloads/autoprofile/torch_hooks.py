@@ -14,14 +14,26 @@
   and read at the epoch's end (and in sampled step events).
 - The model's name is the class of the first module called on a training batch's inputs
   (the model inside ``DistributedDataParallel``).
+- The step's anatomy (``workloads.anatomy``): input wait from the time the step asked for
+  its first batch (the pass's start for a pass's first step, so starting the loader's
+  workers counts, as in the bundled runs) until it arrived, plus the waits for any further
+  batches of the step (gradient accumulation); compute until the end of ``backward``; the
+  rest until the optimizer step ended. A ``DistributedDataParallel`` model gets the bundled
+  workload's timed all-reduce (``TimedAllreduce``) as its communication hook when it is
+  made: compute then ends at the step's last bucket launch, communication at the end of
+  ``backward`` (which waits for every all-reduce), and all-reduce hidden behind backward
+  is the overlap. A hook the script registers itself runs inside the timed one. A
+  distributed rank whose all-reduce is not seen (no DDP) reports input wait only.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 import weakref
 from types import ModuleType
 
+from workloads.anatomy import StepMarks, TimedAllreduce, timed_allreduce_hook
 from workloads.autoprofile import session as sessions
 
 TRAIN, OTHER = "train", "other"
@@ -29,11 +41,15 @@ TOP5_CLASSES = 5
 
 
 class Pass:
-    def __init__(self, loader: object) -> None:
+    def __init__(self, loader: object, io: object = None) -> None:
         self.loader = weakref.ref(loader)
         self.start_ns = time.time_ns()
+        self.start = time.perf_counter()
+        self.io = io  # the process's reads when the pass began
+        self.batches = 0
         self.images = 0  # drawn since the last optimizer step
         self.input_wait = 0.0
+        self.requested: float | None = None  # perf_counter: the step asked for its batch
         self.ready: float | None = None  # perf_counter when the step's first batch arrived
         self.later_wait = 0.0  # input wait after that (gradient accumulation)
         self.inputs_shape: tuple | None = None
@@ -41,10 +57,33 @@ class Pass:
         self.outermost: object = None  # the last-returning module called on the inputs
 
 
+class Communication:
+    """The all-reduce intervals of the step under way, as ``TimedAllreduce`` notes them."""
+
+    def __init__(self) -> None:
+        self.intervals: list[tuple[float, float]] = []
+        self.reductions: weakref.WeakSet = weakref.WeakSet()  # one per DDP model
+
+    now = staticmethod(time.perf_counter)
+
+    def add_communication(self, start: float, end: float) -> None:
+        self.intervals.append((start, end))
+
+    def take(self) -> tuple[float | None, list[tuple[float, float]]]:
+        """(the step's last bucket launch, its all-reduce intervals), then forget them."""
+        launches = [r.last_launch for r in self.reductions if r.last_launch is not None]
+        for reduction in self.reductions:
+            reduction.last_launch = None
+        intervals, self.intervals = self.intervals, []
+        return (max(launches) if launches else None), intervals
+
+
 class Tracker:
     """What the hooks saw, turned into the session's epochs and steps."""
 
     def __init__(self) -> None:
+        self.communication = Communication()
+        self.waited: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loader: s
         self.roles: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.last: Pass | None = None  # the pass whose batch came last
         self.model: str | None = None
@@ -55,28 +94,33 @@ class Tracker:
         self._scored = 0
         self._classes = 0
 
-    # DataLoader.__iter__
+    # DataLoader.__iter__, before its workers start
     def pass_started(self, loader: object) -> Pass:
-        current = Pass(loader)
         session = sessions.current()
-        if session is not None and session.explicit:
-            return current
+        if session is None or session.explicit:
+            return Pass(loader)
+        current = Pass(loader, session.process_io())
         role = self.roles.get(loader)
-        if session is not None and session.started:
+        if session.started:
             if role == TRAIN:
-                session.epoch_start(current.start_ns)
+                session.epoch_start(current.start_ns, current.start, current.io)
             elif session.epoch is not None:
                 self._watch_forward(current)
         elif role is None and self.model is None:
             self._watch_forward(current)  # to learn the model's name at its first batch
         return current
 
-    # _BaseDataLoaderIter.__next__ returned a batch
-    def batch(self, current: Pass, batch: object, wait: float) -> None:
+    # _BaseDataLoaderIter.__next__ returned a batch (asked for at ``began``)
+    def batch(self, current: Pass, batch: object, began: float, wait: float) -> None:
+        loader = current.loader()
+        if loader is not None:
+            self.waited[loader] = self.waited.get(loader, 0.0) + wait
+        current.batches += 1
         current.images += batch_size(batch)
         current.input_wait += wait
         if current.ready is None:
-            current.ready = time.perf_counter()
+            current.requested = current.start if current.batches == 1 else began
+            current.ready = began + wait
         else:
             current.later_wait += wait
         self.last = current
@@ -102,6 +146,7 @@ class Tracker:
 
     # the global optimizer step post hook
     def optimizer_stepped(self) -> None:
+        end = time.time_ns(), time.perf_counter()  # before the session's own start-up
         current = self.last
         session = sessions.current()
         if current is None or session is None or session.explicit or current.images == 0:
@@ -116,16 +161,42 @@ class Tracker:
             batch = getattr(loader, "batch_size", None)
             # a nanosecond before the epoch it starts with: first in time order, as it was sent
             session.start("pytorch", self.model, batch, current.start_ns - 1)
-            session.epoch_start(current.start_ns)
+            session.epoch_start(current.start_ns, current.start, current.io)
             self._stop_watching()
         loss, self.loss = self.loss, None
-        compute = None
-        alone = session.placement is not None and session.placement.world_size == 1
-        if alone and current.ready is not None and self.backward_done is not None:
-            compute = self.backward_done - current.ready - current.later_wait
-        session.step(current.images, current.input_wait, loss, compute)
+        marks = self._marks(current, session)
+        session.step(current.images, current.input_wait, loss, marks, end)
         current.images, current.input_wait = 0, 0.0
-        current.ready, current.later_wait, self.backward_done = None, 0.0, None
+        current.requested, current.ready, current.later_wait = None, None, 0.0
+
+    def _marks(self, current: Pass, session: sessions.Session) -> StepMarks | None:
+        if current.ready is None:
+            self.step_marks(session, 0.0, 0.0)  # forget the step's all-reduce and backward
+            return None
+        # the waits for the step's further batches count as input wait, not compute
+        return self.step_marks(session, current.requested, current.ready + current.later_wait)
+
+    def step_marks(
+        self, session: sessions.Session, requested: float | None, ready: float
+    ) -> StepMarks | None:
+        """The marks of the step now ending, whose batch was asked for at ``requested`` and
+        was in hand at ``ready``; None where its parts cannot be told apart. Forgets the
+        step's end of backward and all-reduce either way."""
+        last_launch, intervals = self.communication.take()
+        backward_done, self.backward_done = self.backward_done, None
+        if backward_done is None:
+            return None
+        alone = session.placement is not None and session.placement.world_size == 1
+        if not alone and last_launch is None:
+            return None  # an all-reduce epochscope does not see may run inside backward
+        marks = StepMarks(input_requested=requested, input_ready=ready)
+        if last_launch is None:
+            marks.compute_done = backward_done
+        else:  # DDP: backward returns once every bucket is all-reduced
+            marks.compute_done = last_launch
+            marks.communication_done = backward_done
+            marks.communication = intervals
+        return marks
 
     # torch.Tensor.backward
     def backward(self, tensor: object) -> None:
@@ -239,8 +310,9 @@ def patch_dataloader(module: ModuleType) -> None:
     original_next = iterator_class.__next__
 
     def __iter__(self):
+        current = TRACKER.pass_started(self)
         iterator = original_iter(self)
-        iterator._epochscope_pass = TRACKER.pass_started(self)
+        iterator._epochscope_pass = current
         return iterator
 
     def __next__(self):
@@ -253,7 +325,7 @@ def patch_dataloader(module: ModuleType) -> None:
         except StopIteration:
             TRACKER.pass_ended(current)
             raise
-        TRACKER.batch(current, batch, time.perf_counter() - began)
+        TRACKER.batch(current, batch, began, time.perf_counter() - began)
         return batch
 
     loader_class.__iter__ = __iter__
@@ -279,3 +351,53 @@ def patch_backward(module: ModuleType) -> None:
             TRACKER.backward_ended()
 
     tensor_class.backward = backward
+
+
+def patch_distributed_data_parallel(module: ModuleType) -> None:
+    """Every ``DistributedDataParallel`` made gets the timed all-reduce as its hook; a hook
+    the script registers afterwards (``register_comm_hook``, or a built-in one by type) is
+    run by it instead of DDP's default all-reduce, so the script's training is unchanged."""
+    ddp_class = module.DistributedDataParallel
+    original_init = ddp_class.__init__
+    original_register = ddp_class.register_comm_hook
+    original_builtin = ddp_class._register_builtin_comm_hook
+
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        session = sessions.current()
+        if session is None or session.driver == "track":
+            return
+        try:  # whatever happens here, the script's model stays as it made it
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            reduction = TimedAllreduce(TRACKER.communication, self.process_group,
+                                       default_hooks.allreduce_hook)  # fmt: skip
+            original_register(self, reduction, timed_allreduce_hook)
+        except Exception as error:  # e.g. sparse gradients: no anatomy for this model
+            print(f"epochscope: all-reduce not timed: {error!r}", file=sys.stderr)
+            return
+        self._epochscope_reduction = reduction
+        TRACKER.communication.reductions.add(reduction)
+
+    def register_comm_hook(self, state, hook):
+        reduction = getattr(self, "_epochscope_reduction", None)
+        if reduction is None:
+            return original_register(self, state, hook)
+        reduction.inner_state, reduction.inner_hook = state, hook
+        return None
+
+    def _register_builtin_comm_hook(self, comm_hook_type):
+        reduction = getattr(self, "_epochscope_reduction", None)
+        if reduction is None:
+            return original_builtin(self, comm_hook_type)
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        hooks = {"ALLREDUCE": default_hooks.allreduce_hook,
+                 "FP16_COMPRESS": default_hooks.fp16_compress_hook}  # fmt: skip
+        reduction.inner_state = self.process_group
+        reduction.inner_hook = hooks[comm_hook_type.name]
+        return None
+
+    ddp_class.__init__ = __init__
+    ddp_class.register_comm_hook = register_comm_hook
+    ddp_class._register_builtin_comm_hook = _register_builtin_comm_hook
