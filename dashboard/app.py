@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, unquote
 from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
+from agent.schema import INFERENCE_FRAMEWORK
 from dashboard import figures, pages
 from dashboard.auth import Credentials, require_basic_auth
 from dashboard.source import DataSource, Timeseries, digest, is_live
@@ -157,6 +158,11 @@ class Callbacks:
             Input("findings-run", "value"),
             prevent_initial_call=True,
         )(self.select_findings_run)
+        app.callback(
+            Output("inference-body", "children"),
+            Input("inference-run", "value"),
+            prevent_initial_call=True,
+        )(self.select_inference_run)
 
     # -- routing ---------------------------------------------------------------------------
     def route(self, pathname: str | None, search: str | None) -> tuple[Any, Any, None]:
@@ -179,12 +185,21 @@ class Callbacks:
             run_id = wanted or (runs[0]["run_id"] if runs else None)
             found = self.source.findings(run_id) if run_id else []
             return pages.findings_page(runs, run_id, found), nav
+        if pathname.rstrip("/") == "/inference":
+            runs = self.source.inference_runs()
+            wanted = parse_qs((search or "").lstrip("?")).get("run", [None])[0]
+            run_id = wanted or (runs[0]["run_id"] if runs else None)
+            report = self.source.inference(run_id) if run_id else None
+            return pages.inference_page(runs, run_id, report), nav
         return pages.not_found(f"No page at {pathname}."), nav
 
     def run_page(self, run_id: str) -> html.Div:
         run = self.source.run(run_id)
         if run is None:
             return pages.waiting_for_run(run_id, self.poll_ms)
+        if run.get("framework") == INFERENCE_FRAMEWORK:  # no epochs: its own page
+            runs = self.source.inference_runs()
+            return pages.inference_page(runs, run_id, self.source.inference(run_id))
         live = is_live(run["state"])
         # a finished run whose charts are not computed yet gets them by their own callback
         # (load_pending_timeseries), computed while the browser draws the rest of the page
@@ -362,3 +377,10 @@ class Callbacks:
         with self.source.request():
             found = self.source.findings(run_id)
         return pages.findings_list(found, run_id, same_page=False)
+
+    def select_inference_run(self, run_id: str | None) -> Any:
+        if not run_id:
+            raise PreventUpdate
+        with self.source.request():
+            report = self.source.inference(run_id)
+        return pages.inference_body(report)

@@ -878,3 +878,49 @@ def time_to_target_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     layout["hovermode"] = "closest"
     layout["xaxis"] = {"type": "category", "title": {"text": "GPUs"}}
     return {"data": traces, "layout": layout}
+
+
+# --------------------------------------------------------------------------------------
+# inference: FP32 against INT8 per batch size (the study's Fig. 9)
+# --------------------------------------------------------------------------------------
+
+PRECISION_COLOURS = {"fp32": "#1f77b4", "int8": "#ff7f0e"}
+
+
+def inference_figure(report: dict[str, Any]) -> dict[str, Any]:
+    """Grouped bars: batch sizes along x, FP32 and INT8 images/s side by side, each INT8 bar
+    labelled with its speed-up over FP32 (``collector.inference``'s values and formats)."""
+    from collector.inference import format_speedup
+
+    title = "Inference throughput, FP32 vs INT8 (label: INT8 speed-up)"
+    rows = report["comparisons"]
+    if not rows:
+        return empty_figure(title, "no inference measurements in this run")
+    x = [f"batch {row['batch_size']}" for row in rows]
+    traces = []
+    for precision in ("fp32", "int8"):
+        values = [row[f"{precision}_images_per_second"] for row in rows]
+        if all(value is None for value in values):
+            continue
+        trace: dict[str, Any] = {
+            "type": "bar",
+            "name": precision.upper(),
+            "x": x,
+            "y": values,
+            "marker": {"color": PRECISION_COLOURS[precision]},
+            "hovertemplate": f"%{{x}}: %{{y:,.1f}} images/s<extra>{precision.upper()}</extra>",
+        }
+        if precision == "int8":
+            trace["text"] = [
+                "" if row["int8_speedup"] is None else format_speedup(row["int8_speedup"])
+                for row in rows
+            ]
+            trace["textposition"] = "outside"
+            trace["cliponaxis"] = False
+        traces.append(trace)
+    layout = _base_layout(title, "images/s", height=360)
+    layout["barmode"] = "group"
+    layout["hovermode"] = "closest"
+    layout["xaxis"] = {"type": "category"}
+    layout["legend"] = {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"}
+    return {"data": traces, "layout": layout}

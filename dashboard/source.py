@@ -322,6 +322,20 @@ class DataSource:
     def scaling(self) -> list[dict[str, Any]]:
         return query.scaling_table(self.store)
 
+    # -- inference runs (`workloads infer`) -------------------------------------------------
+    def inference_runs(self) -> list[dict[str, Any]]:
+        """Inference runs, newest first."""
+        from collector.inference import inference_runs
+
+        return [{"run_id": run.run_id, "state": run.state} for run in inference_runs(self.store)]
+
+    def inference(self, run_id: str) -> dict[str, Any] | None:
+        """``collector.inference``'s report of the run (its JSON), None for no such run."""
+        from collector.inference import inference_report
+
+        report = inference_report(self.store, run_id)
+        return None if report is None else report.to_json()
+
 
 def _charts(series: dict[str, query.HostSeries], bucket_ns: int | None = None) -> Timeseries:
     """The query layer's series as the charts take them (the lists shared, not copied)."""

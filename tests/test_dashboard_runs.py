@@ -254,7 +254,7 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     step_reads = dict(counting.step_reads)
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
     callbacks.load_run_findings({"run_id": PAPER_RUN})
-    # finished: the query layer keeps its tables, the dashboard its charts, in the page now
+    # finished: the query layer keeps its tables and its charts, in the page now
     assert counting.event_reads == reads
     assert counting.step_reads == step_reads
     assert find(page, "run-pending").data is None

@@ -21,6 +21,7 @@ from agent.schema import Workload
 from collector.epochs import build_report
 from collector.store import SqliteStore
 from workloads import frameworks
+from workloads.checkpoint import load_checkpoint
 from workloads.datasets import make_dataset
 from workloads.profile import start_collector, stop
 
@@ -271,6 +272,11 @@ def test_profile_starts_its_own_collector_and_agent(datasets, repo_env, tmp_path
     table = result.stdout[result.stdout.index("epoch  host") :].splitlines()
     assert "disk read" in table[0] and "cache Δ" in table[0]
     assert [line.split()[0] for line in table[1:3]] == ["1", "2"]  # one host: no "*" rows
+    # rank 0 left the last epoch's checkpoint for `workloads infer --checkpoint runs/RUN`
+    checkpoint = load_checkpoint(tmp_path / "runs" / "pt-prof")
+    assert checkpoint.epoch == 2 and checkpoint.architecture.image_size == SIZE
+    assert checkpoint.architecture.num_classes == CLASSES
+    checkpoint.architecture.build().load_state_dict(checkpoint.state_dict)
 
 
 def test_missing_framework_error_is_clear_before_training(repo_env, tmp_path):

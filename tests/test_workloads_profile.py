@@ -390,7 +390,8 @@ def user_python() -> str:
     if not python.exists():
         pytest.skip(f"{USER_VENV} is missing: `make user-torch-env` makes it")
     check = subprocess.run(
-        [str(python), "-c", "import workloads, torchvision; print(workloads.__file__)"],
+        # -I: not this checkout from the working directory, but what the venv has installed
+        [str(python), "-I", "-c", "import workloads, torchvision; print(workloads.__file__)"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     if check.returncode != 0 or not check.stdout.startswith(str(REPO_ROOT)):

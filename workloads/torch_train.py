@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from workloads.anatomy import TimedAllreduce, timed_allreduce_hook
-from workloads.datasets import jpeg_files
+from workloads.datasets import DatasetError, jpeg_files
 from workloads.spec import RunSpec
 from workloads.worker import Placement, cpu_threads_per_rank, steps_per_epoch
 
@@ -64,9 +64,15 @@ class JpegFolder:
         return len(self.items)
 
     def __getitem__(self, index: int):
+        path, label = self.items[index]
+        try:
+            return self._load(path, label)
+        except (OSError, ValueError, SyntaxError) as error:  # PIL's errors for a bad file
+            raise DatasetError(f"{path}: cannot decode this picture: {error}") from error
+
+    def _load(self, path: Path, label: int):
         from PIL import Image
 
-        path, label = self.items[index]
         with Image.open(path) as image:
             image = image.convert("RGB")
             if self.train:
@@ -139,6 +145,16 @@ def evaluate(torch, model, loader, device, autocast) -> tuple[float, float]:
     if seen == 0:
         return math.nan, math.nan
     return correct1 / seen, correct5 / seen
+
+
+def _save_checkpoint(spec: RunSpec, model, epoch: int, top1: float | None) -> None:
+    """``<checkpoint_dir>/checkpoint.pt``: what ``workloads infer --checkpoint`` reads."""
+    from workloads.checkpoint import CHECKPOINT_NAME, Architecture, save_checkpoint
+
+    architecture = Architecture(
+        model=spec.model, num_classes=spec.num_classes, image_size=spec.image_size
+    )
+    save_checkpoint(Path(spec.checkpoint_dir) / CHECKPOINT_NAME, model, architecture, epoch, top1)
 
 
 def run(spec: RunSpec, start_recorder):
@@ -243,6 +259,8 @@ def run(spec: RunSpec, start_recorder):
         if val_loader is not None:
             top1, top5 = evaluate(torch, model, val_loader, device, autocast)
         recorder.epoch_end(loss=loss_sum / max(1, loss_count), top1=top1, top5=top5)
+        if spec.checkpoint_dir and placement.rank == 0:  # after the epoch's events: untimed
+            _save_checkpoint(spec, model, epoch, top1)
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return recorder
