@@ -25,6 +25,7 @@ Behaviours a GPU description can ask for (each also reachable from the JSON file
   - ``"hang_while": path``: every NVML call on that GPU blocks while the file exists;
   - ``"lost_while": path`` or ``"lost": True``: every call raises GPU_IS_LOST;
   - ``"error_while": path``: ``nvmlDeviceGetPowerUsage`` raises NVML_ERROR_UNKNOWN;
+  - ``"field_error_while": path``: every field value answers NVML_ERROR_UNKNOWN;
   - ``"energy_rate_mw": mW``, ``"pcie_bytes_per_second": (rx, tx)``: counters that grow
     with the wall clock (value = rate x time.time()), for per-epoch amounts;
   - ``NOT_SUPPORTED`` as a value: that call raises NVML_ERROR_NOT_SUPPORTED.
@@ -260,6 +261,10 @@ class FakeNvml:
                 nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: counters[1],
             }
         unsupported = nvml.NVML_ERROR_NOT_SUPPORTED
+        failing = gpu.get("field_error_while")
+        if failing and os.path.exists(failing):  # each value answers NVML_ERROR_UNKNOWN
+            unsupported = nvml.NVML_ERROR_UNKNOWN
+            by_id = {}
         # The call itself succeeds; each value carries its own return code, as in NVML.
         return [
             SimpleNamespace(

@@ -248,6 +248,29 @@ def test_field_values_unsupported_fall_back_to_throughput_and_are_not_asked_agai
     assert fake.calls.count(("pcie_throughput", 0)) >= 4  # rx + tx, every reading
 
 
+def test_a_field_value_error_falls_back_for_that_reading_only(monkeypatch, tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="agent.samplers.gpu")
+    failing = tmp_path / "failing"
+    failing.touch()
+    # Made-up counters: the capture's driver did not report field values.
+    gpu = {**H100_LOAD, "pcie_bytes": (7_000_000_000, 3_000_000_000)}
+    gpu["field_error_while"] = str(failing)
+    stats = AgentStats()
+    sampler, _ = start(FakeNvml([gpu]), monkeypatch, stats=stats)
+    fields = fields_of(sampler.sample(NOW)[0])
+    assert fields["pcie_rx_bytes_per_second"] == 6_498_304.0  # this reading: the fallback
+    assert "pcie_rx_bytes" not in fields
+    assert stats.gpus_failing == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "gpu 0 (GPU-00000000-0000-0000-0000-000000000000): nvmlDeviceGetFieldValues failed: "
+        "Unknown Error; the field is left out (logged once)"
+    ]
+    failing.unlink()
+    fields = fields_of(fresh(sampler)[0])  # an error is not "not supported": asked again
+    assert fields["pcie_rx_bytes"] == 7_000_000_000
+    assert "pcie_rx_bytes_per_second" not in fields
+
+
 def test_utilization_is_the_mean_of_the_samples_since_the_last_reading(monkeypatch):
     # Made-up samples (microsecond timestamps): a burst of 100% between two gauges of 0%.
     gpu = {

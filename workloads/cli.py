@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--loader-workers", type=_positive, default=2, help="input workers/rank")
     run.add_argument("--no-validate", action="store_true", help="skip validation per epoch")
     run.add_argument(
+        "--skip-data-check",
+        action="store_true",
+        help="do not check the data set's files before the run (framing, JPEG markers): "
+        "about 0.1 ms per TFRecord record and 0.3 ms per JPEG file on a local disk",
+    )
+    run.add_argument(
         "--no-anatomy",
         action="store_true",
         help="leave out the step anatomy (input wait/compute/all-reduce): for overhead checks",

@@ -20,6 +20,7 @@ ILSVRC2012 copy) is described by scanning it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -394,6 +395,7 @@ RECORDIO_MAGIC = 0xCED7230A
 JPEG_TAIL_BYTES = 4096  # where a complete JPEG's end-of-image marker must be
 OTHER_PICTURE_SIGNATURES = (b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")  # PIL reads them
 VERIFY_PROGRESS_FILES = 2000  # a progress bar from this many files on
+VERIFY_SAMPLE_FILES = 100  # files whose page-cache residency says cold or warm
 
 
 def _crc32c_table() -> list[int]:
@@ -424,15 +426,31 @@ def _no_readahead(handle) -> None:
     os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
 
 
-def check_tfrecord_file(path: Path) -> int:
+def _opened(path: Path, evict_after: bool):
+    """``path`` opened for a check without readahead; with ``evict_after`` its pages leave
+    the page cache when it is closed (the data set was cold: keep it so)."""
+    handle = path.open("rb")
+    _no_readahead(handle)
+    if evict_after:
+        original_close = handle.close
+
+        def close() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            original_close()
+
+        handle.close = close
+    return handle
+
+
+def check_tfrecord_file(path: Path, evict_after: bool = False) -> int:
     """Walk a TFRecord file's framing: every length header with its checksum, every record
     ending inside the file, the file ending on a record boundary; the records counted. The
     records' contents are not read (TensorFlow checks their CRCs as it reads them)."""
     size = path.stat().st_size
     count = 0
     offset = 0
-    with path.open("rb") as handle:
-        _no_readahead(handle)
+    with _opened(path, evict_after) as handle:
         while offset < size:
             header = handle.read(12)
             if len(header) < 12:
@@ -457,13 +475,12 @@ def check_tfrecord_file(path: Path) -> int:
     return count
 
 
-def check_picture_file(path: Path) -> None:
+def check_picture_file(path: Path, evict_after: bool = False) -> None:
     """A cheap look at one picture: a JPEG must start with its start-of-image marker and
     end with its end-of-image marker (a cut file has none in its tail: inside compressed
     data 0xFF is always followed by 0x00 or a restart marker); PNG, GIF and BMP pass on
     their signature (ImageNet holds a few such files named .JPEG)."""
-    with path.open("rb") as handle:
-        _no_readahead(handle)
+    with _opened(path, evict_after) as handle:
         start = handle.read(8)
         size = handle.seek(0, os.SEEK_END)
         handle.seek(max(0, size - JPEG_TAIL_BYTES))
@@ -479,13 +496,12 @@ def check_picture_file(path: Path) -> None:
     )
 
 
-def check_recordio_file(rec: Path) -> None:
+def check_recordio_file(rec: Path, evict_after: bool = False) -> None:
     """Every offset of the .idx points at a record header inside the .rec (magic number,
     length within the file)."""
     index = rec.with_suffix(".idx")
     size = rec.stat().st_size
-    with index.open("rb") as lines, rec.open("rb") as handle:
-        _no_readahead(handle)
+    with index.open("rb") as lines, _opened(rec, evict_after) as handle:
         for number, line in enumerate(lines, 1):
             fields = line.split()
             if not fields:
@@ -516,24 +532,30 @@ def verify_files(info: DatasetInfo, progress: bool = True) -> None:
     (DatasetError): TFRecord framing and length checksums, JPEG start and end markers,
     RecordIO index offsets. With many files, a progress bar.
 
-    The page cache is left as it was for every file that had nothing cached: the few pages
-    read (without readahead) are evicted again, so a cold data set stays cold for epoch 1."""
-    from workloads.pagecache import evict, file_resident_bytes
+    Reads go without readahead (a few pages per file). When the data set is cold (under 1 %
+    of a sample of its files in the page cache) each file is evicted again after its check,
+    so epoch 1 still reads it from storage; a warm data set keeps what it had, plus those
+    few pages."""
+    from workloads.pagecache import residency
 
     paths = info.paths("train") + info.paths("val")
+    if not paths:
+        return
     check = {
         "tfrecord": check_tfrecord_file,
         "jpeg": check_picture_file,
         "recordio": check_recordio_file,
     }[info.format]
+    sample = paths[:: max(1, len(paths) // VERIFY_SAMPLE_FILES)]
+    try:
+        cold = residency(sample).fraction < 0.01
+    except OSError as error:
+        raise DatasetError(f"{info.root}: cannot read its files: {error}") from None
     shown = progress and len(paths) >= VERIFY_PROGRESS_FILES
     items = _progress(iter(paths), len(paths), "checking files", shown)
     for path in items:
         try:
-            cold = file_resident_bytes(path) == 0
-            check(path)
-            if cold:
-                evict([path])
+            check(path, evict_after=cold)
         except FileNotFoundError:
             raise DatasetError(f"{path}: listed in the data set but missing") from None
         except OSError as error:

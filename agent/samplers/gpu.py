@@ -333,21 +333,25 @@ class GpuReader:
             if value in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
                 self._unsupported.add(key)
             elif value not in (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_NO_PERMISSION):
-                self._failing_now = True
-                logged = (device.uuid, function_name, value)
-                if logged not in self._errors_logged:
-                    self._errors_logged.add(logged)
-                    log.warning(
-                        "gpu %d%s (%s): %s failed: %s; the field is left out (logged once)",
-                        device.index,
-                        f" mig {device.mig}" if device.mig else "",
-                        device.uuid,
-                        function_name,
-                        error,
-                    )
+                self._note_error(device, function_name, value, str(error))
             return None
         finally:
             self._call = None
+
+    def _note_error(self, device: _Device, function_name: str, value: Any, text: str) -> None:
+        """An NVML error other than "not supported": the reading fails, logged once."""
+        self._failing_now = True
+        logged = (device.uuid, function_name, value)
+        if logged not in self._errors_logged:
+            self._errors_logged.add(logged)
+            log.warning(
+                "gpu %d%s (%s): %s failed: %s; the field is left out (logged once)",
+                device.index,
+                f" mig {device.mig}" if device.mig else "",
+                device.uuid,
+                function_name,
+                text,
+            )
 
     def _clock_event_reasons(self, handle: Any) -> int | None:
         # The "event reasons" call replaced "throttle reasons" (driver 535); a library or
@@ -385,14 +389,18 @@ class GpuReader:
         if key in self._unsupported or None in field_ids:
             return None, None
         values = self._nvml_call("nvmlDeviceGetFieldValues", handle, field_ids)
-        answers = [
-            _union_value(v.valueType, v.value, nvml) if v.nvmlReturn == nvml.NVML_SUCCESS else None
-            for v in values or []
-        ]
-        if len(answers) != 2 or None in answers:
-            self._unsupported.add(key)  # this driver or GPU: the throughput calls instead
+        if values is None:  # the call failed (logged if it was not "not supported")
             return None, None
-        return int(answers[0]), int(answers[1])
+        returns = [v.nvmlReturn for v in values]
+        if any(r == nvml.NVML_ERROR_NOT_SUPPORTED for r in returns):
+            self._unsupported.add(key)  # this driver or GPU: the throughput calls instead
+        for code in set(returns) - {nvml.NVML_SUCCESS, nvml.NVML_ERROR_NOT_SUPPORTED}:
+            text = str(nvml.NVMLError(code)) if isinstance(code, int) else repr(code)
+            self._note_error(self.device, "nvmlDeviceGetFieldValues", code, text)
+        if len(values) != 2 or any(r != nvml.NVML_SUCCESS for r in returns):
+            return None, None  # this reading uses the throughput calls
+        rx, tx = (_union_value(v.valueType, v.value, nvml) for v in values)
+        return (None, None) if rx is None or tx is None else (int(rx), int(tx))
 
     def _device_readings(self, device: _Device, whole_gpu: bool) -> GpuReadings:
         nvml = self.nvml
