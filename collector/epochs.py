@@ -577,8 +577,7 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
 
         def share(key: str) -> np.ndarray:
             """A part's share of the ranks' step seconds, in percent."""
-            positive = np.where(step_seconds > 0, step_seconds, np.nan)
-            return 100.0 * column(key) / positive
+            return anatomy.share_percent(column(key), step_seconds)
 
         steps = column(anatomy.STEPS)
         seconds_per_step = step_seconds / np.where(steps > 0, steps, np.nan)
