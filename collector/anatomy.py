@@ -132,8 +132,8 @@ def rank_epochs(events: Iterable[WorkloadEvent]) -> list[RankEpoch]:
 
 
 def epoch_amounts(ranks: Iterable[RankEpoch]) -> dict[tuple[str, int], dict[str, float]]:
-    """Additive amounts per (host, epoch): the parts, step seconds, overlap (when every
-    rank measured it) and the training's reads (when every rank read /proc)."""
+    """Additive amounts per (host, epoch): the parts, step seconds and overlap (when every
+    rank measured it); the training's reads are ``epoch_reads``."""
     groups: dict[tuple[str, int], list[RankEpoch]] = defaultdict(list)
     for rank in ranks:
         groups[(rank.host, rank.epoch)].append(rank)
@@ -150,10 +150,27 @@ def epoch_amounts(ranks: Iterable[RankEpoch]) -> dict[tuple[str, int], dict[str,
             values[STEPS] = float(sum(r.steps for r in members))
         if all(r.overlap is not None for r in members):
             values[OVERLAP] = sum(r.overlap or 0.0 for r in members)
-        if all(r.read_bytes is not None and r.rchar is not None for r in members):
-            values[PROCESS_READ] = sum(r.read_bytes or 0.0 for r in members)
-            values[PROCESS_RCHAR] = sum(r.rchar or 0.0 for r in members)
         out[key] = values
+    return out
+
+
+def epoch_reads(events: Iterable[WorkloadEvent]) -> dict[tuple[str, int], dict[str, float]]:
+    """The training's own reads per (host, epoch): the sums of its ranks' ``epoch_end``
+    ``/proc/<pid>/io`` fields, when every rank of the host's epoch sent them, with or
+    without the step anatomy (a Keras or ``workloads.track`` rank sends its reads only)."""
+    groups: dict[tuple[str, int], list[tuple[float | None, float | None]]] = defaultdict(list)
+    for event in events:
+        epoch = event_number(event, Workload.EPOCH) if event.event == Event.EPOCH_END else None
+        if epoch is not None:
+            groups[(event.host, int(epoch))].append((
+                event_number(event, Workload.PROCESS_READ_BYTES),
+                event_number(event, Workload.PROCESS_RCHAR_BYTES),
+            ))  # fmt: skip
+    out = {}
+    for key, reads in groups.items():
+        if all(read is not None and rchar is not None for read, rchar in reads):
+            out[key] = {PROCESS_READ: sum(read or 0.0 for read, _ in reads),
+                        PROCESS_RCHAR: sum(rchar or 0.0 for _, rchar in reads)}  # fmt: skip
     return out
 
 
