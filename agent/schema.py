@@ -382,7 +382,7 @@ class Gpu(Measurement):
     READING_AGE_SECONDS = gauge(
         "reading_age_seconds",
         "seconds",
-        "Age of this NVML reading at the sample's time (GPUs are read in their own threads)",
+        "How old this NVML reading was at the tick that sent it (GPUs are read in threads)",
     )
 
 
@@ -432,7 +432,7 @@ class AgentSelf(Measurement):
     )
     GPUS_LOST = gauge("gpus_lost", "count", "GPUs NVML declared lost (fell off the bus)")
     GPU_READING_AGE_SECONDS = gauge(
-        "gpu_reading_age_seconds", "seconds", "Age of the oldest GPU reading in the last sample"
+        "gpu_reading_age_seconds", "seconds", "Age of the oldest GPU reading the last tick sent"
     )
 
 

@@ -415,8 +415,13 @@ def epoch_figures(
         ),
         figures.fabric_bars_figure(rows, host_order),
         figures.step_anatomy_figure(rows, host_order, rank_parts),
-        figures.step_shares_figure(rows, host_order),
     ]
+
+
+def last_step_ns(step_shares: dict[str, list[dict[str, Any]]] | None) -> int | None:
+    """The latest step among the shares shown (a live page asks for steps after it)."""
+    points = (p["time_ns"] for host in (step_shares or {}).values() for p in host)
+    return max(points, default=None)
 
 
 EPOCH_CHARTS = (
@@ -424,8 +429,8 @@ EPOCH_CHARTS = (
     "epoch-nfs",
     "epoch-fabric-graph",
     "epoch-step-anatomy",
-    "epoch-step-shares",
 )
+STEP_SHARES_GRAPH = "step-shares"
 TIMESERIES_GRAPH = "timeseries"
 
 
@@ -448,13 +453,18 @@ def run_page(
     poll_ms: int,
     live_state: dict[str, Any],
     rank_parts: list[dict[str, Any]] | None = None,
+    step_shares: dict[str, list[dict[str, Any]]] | None = None,
 ) -> html.Div:
     """The run page. Its findings arrive by a callback of their own once the page is up,
     and again whenever ``run-epochs`` says an epoch started or ended. Without ``ts`` (a
     finished run whose charts are not computed yet: decoding its step events is most of
     the cost) the time series come by a callback of their own too (``run-pending``)."""
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
-    disk, nfs, fabric, anatomy, shares = epoch_figures(rows, order, rank_parts)
+    disk, nfs, fabric, anatomy = epoch_figures(rows, order, rank_parts)
+    if step_shares is None:  # read with the time series (``run-pending``)
+        shares = figures.step_shares_placeholder()
+    else:
+        shares = figures.step_shares_figure(step_shares, order)
     if ts is not None:
         time_figure = timeseries_figure(ts, boundaries, rows)
         note = bucket_note(ts, boundaries)
@@ -489,7 +499,7 @@ def run_page(
                 className="lead",
             ),
             html.Div(graph(EPOCH_CHARTS[3], anatomy), className="panel"),
-            html.Div(graph(EPOCH_CHARTS[4], shares), className="panel"),
+            html.Div(graph(STEP_SHARES_GRAPH, shares), className="panel"),
             html.H2("Over time", id=TIMESERIES_ANCHOR),
             html.P(note, className="lead", id="bucket-note"),
             host_legend(order),

@@ -45,7 +45,7 @@ def main() -> int:
         assert sampler.available()
         sampler.sample(time.time_ns())  # the first readings, waited for once
 
-        in_tick, threaded, ages = [], [], []
+        in_tick, threaded, ages, complete = [], [], [], 0
         for tick in range(args.ticks):
             # the old design: every GPU read, one after the other, inside the tick
             started = time.perf_counter()
@@ -59,6 +59,7 @@ def main() -> int:
             threaded.append(time.perf_counter() - started)
             if tick >= 2:  # the first ticks learn the interval (their readings are older)
                 ages += [p.fields["reading_age_seconds"] for p in points]
+                complete += len(points) == args.gpus
             time.sleep(args.interval)
         sampler.close()
 
@@ -69,6 +70,7 @@ def main() -> int:
     print(f"read in the tick:      {ms(in_tick)}")
     print(f"reader threads (tick): {ms(threaded)}")
     print(f"reading age:           {ms(ages)} (after the first 2 ticks)")
+    print(f"ticks with a new reading of every GPU: {complete} of {args.ticks - 2}")
     return 0
 
 
