@@ -39,7 +39,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-# The workloads' ML frameworks (extras tensorflow, mxnet, pytorch) and Horovod 0.28.1,
+# The workloads' ML frameworks (extras tensorflow, mxnet, pytorch, infer) and Horovod 0.28.1,
 # compiled here against TensorFlow 2.15 and MXNet 1.9.1 with gloo (no MPI, no PyTorch:
 # PyTorch runs use torch.distributed). The compiled wheel is cached outside the checkout,
 # keyed by the framework versions, so a second set-up installs it in seconds; a build
@@ -53,7 +53,7 @@ HOROVOD_ENV := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI
 frameworks: $(VENV)/.frameworks
 
 $(VENV)/.frameworks: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install -q -e '.[dev,tensorflow,mxnet,pytorch]'
+	$(PY) -m pip install -q -e '.[dev,tensorflow,mxnet,pytorch,infer]'
 	@command -v cmake >/dev/null && command -v g++ >/dev/null || \
 		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q cmake g++; }
 	@if ! ls $(HOROVOD_WHEELS)/horovod-$(HOROVOD_VERSION)-*.whl >/dev/null 2>&1; then \
@@ -67,7 +67,7 @@ $(VENV)/.frameworks: $(VENV)/.installed pyproject.toml
 		rm -rf $(HOROVOD_WHEELS) && mv $(HOROVOD_WHEELS).tmp $(HOROVOD_WHEELS); \
 	fi
 	$(PY) -m pip install -q $(HOROVOD_WHEELS)/horovod-$(HOROVOD_VERSION)-*.whl
-	$(PY) -c 'import tensorflow, mxnet, torch, horovod.tensorflow'
+	$(PY) -c 'import tensorflow, mxnet, torch, horovod.tensorflow, onnx, onnxruntime'
 	touch $@
 
 # A user's own PyTorch environment, where `workloads profile` is tested with torchvision
@@ -90,7 +90,7 @@ user-torch-env: $(VENV)/.installed
 	fi
 	@$(USER_PY) -c 'import lightning' 2>/dev/null || \
 		$(USER_PY) -m pip install -q lightning==$(USER_LIGHTNING)
-	@$(USER_PY) -c 'import sys, workloads; sys.exit(not workloads.__file__.startswith("$(CURDIR)/"))' \
+	@$(USER_PY) -I -c 'import sys, workloads; sys.exit(not workloads.__file__.startswith("$(CURDIR)/"))' \
 		2>/dev/null || $(USER_PY) -m pip install -q -e '.[profile]'
 	$(USER_PY) -c 'import torch, torchvision, lightning; assert torch.__version__.startswith("$(USER_TORCH)"), torch.__version__'
 

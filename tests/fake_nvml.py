@@ -25,6 +25,9 @@ Behaviours a GPU description can ask for (each also reachable from the JSON file
   - ``"hang_while": path``: every NVML call on that GPU blocks while the file exists;
   - ``"lost_while": path`` or ``"lost": True``: every call raises GPU_IS_LOST;
   - ``"error_while": path``: ``nvmlDeviceGetPowerUsage`` raises NVML_ERROR_UNKNOWN;
+  - ``"field_error_while": path``: every field value answers NVML_ERROR_UNKNOWN;
+  - ``"energy_rate_mw": mW``, ``"pcie_bytes_per_second": (rx, tx)``: counters that grow
+    with the wall clock (value = rate x time.time()), for per-epoch amounts;
   - ``NOT_SUPPORTED`` as a value: that call raises NVML_ERROR_NOT_SUPPORTED.
 """
 
@@ -206,10 +209,11 @@ class FakeNvml:
         newer = [(stamp, value) for stamp, value in samples if stamp > after_us]
         if not newer:  # what NVML answers when no sample is newer than the timestamp
             raise self._error(nvml.NVML_ERROR_NOT_FOUND)
-        return nvml.NVML_VALUE_TYPE_UNSIGNED_INT, [
-            SimpleNamespace(timeStamp=stamp, sampleValue=SimpleNamespace(uiVal=value))
-            for stamp, value in newer
-        ]
+        structures = (nvml.c_nvmlSample_t * len(newer))()
+        for structure, (stamp, value) in zip(structures, newer, strict=True):
+            structure.timeStamp = stamp
+            structure.sampleValue.uiVal = value
+        return nvml.NVML_VALUE_TYPE_UNSIGNED_INT, structures[0 : len(newer)]
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any) -> SimpleNamespace:
         total, used = self._answer(self._gpu(handle, "memory")["memory"])
@@ -223,7 +227,10 @@ class FakeNvml:
         return self._answer(gpu.get("power_mw", NOT_SUPPORTED))
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
-        return self._answer(self._gpu(handle, "energy").get("energy_mj", NOT_SUPPORTED))
+        gpu = self._gpu(handle, "energy")
+        if "energy_rate_mw" in gpu:  # a counter growing with the wall clock
+            return round(gpu["energy_rate_mw"] * time.time())
+        return self._answer(gpu.get("energy_mj", NOT_SUPPORTED))
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         assert sensor == self.nvml.NVML_TEMPERATURE_GPU
@@ -245,6 +252,9 @@ class FakeNvml:
         gpu = self._gpu(handle, "field_values")
         self._pcie_wait(gpu)
         counters = gpu.get("pcie_bytes", NOT_SUPPORTED)
+        if "pcie_bytes_per_second" in gpu:  # counters growing with the wall clock
+            now = time.time()
+            counters = [round(rate * now) for rate in gpu["pcie_bytes_per_second"]]
         by_id: dict[int, int] = {}
         if counters != NOT_SUPPORTED:
             by_id = {
@@ -252,16 +262,19 @@ class FakeNvml:
                 nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: counters[1],
             }
         unsupported = nvml.NVML_ERROR_NOT_SUPPORTED
-        # The call itself succeeds; each value carries its own return code, as in NVML.
-        return [
-            SimpleNamespace(
-                fieldId=field_id,
-                nvmlReturn=nvml.NVML_SUCCESS if field_id in by_id else unsupported,
-                valueType=nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
-                value=SimpleNamespace(ullVal=by_id.get(field_id, 0)),
-            )
-            for field_id in field_ids
-        ]
+        failing = gpu.get("field_error_while")
+        if failing and os.path.exists(failing):  # each value answers NVML_ERROR_UNKNOWN
+            unsupported = nvml.NVML_ERROR_UNKNOWN
+            by_id = {}
+        # The call itself succeeds; each value carries its own return code, as in NVML, in
+        # the binding's own ctypes structures.
+        values = (nvml.c_nvmlFieldValue_t * len(field_ids))()
+        for value, field_id in zip(values, field_ids, strict=True):
+            value.fieldId = field_id
+            value.nvmlReturn = nvml.NVML_SUCCESS if field_id in by_id else unsupported
+            value.valueType = nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            value.value.ullVal = by_id.get(field_id, 0)
+        return values
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
         if not self.event_reasons_symbol:  # what a driver older than 535 answers
@@ -280,10 +293,11 @@ class FakeNvml:
         newer = [s for s in samples if s[1] > after_us]
         if not newer:
             raise self._error(self.nvml.NVML_ERROR_NOT_FOUND)
-        return [
-            SimpleNamespace(pid=pid, timeStamp=stamp, smUtil=sm, memUtil=mem, encUtil=0, decUtil=0)
-            for pid, stamp, sm, mem in newer
-        ]
+        structures = (self.nvml.c_nvmlProcessUtilizationSample_t * len(newer))()
+        for structure, (pid, stamp, sm, mem) in zip(structures, newer, strict=True):
+            structure.pid, structure.timeStamp = pid, stamp
+            structure.smUtil, structure.memUtil = sm, mem
+        return structures[0 : len(newer)]
 
     def nvmlDeviceGetMigMode(self, handle: Any) -> tuple[int, int]:
         gpu = self._gpu(handle, "mig_mode")

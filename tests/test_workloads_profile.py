@@ -359,6 +359,11 @@ def test_keras_fit_on_tf_data_recognised_unmodified(data, runs):
     printed = printed_accuracies(result.stdout, r"(\d\.\d{6})")
     assert [e.fields[Workload.TOP1] for e in ends] == pytest.approx(printed, abs=1e-5)
     assert all(e.fields[Workload.LOSS] > 0 for e in ends)
+    # the rank's own reads (/proc/<pid>/io), in the table though Keras gives no anatomy
+    assert all(e.fields[Workload.PROCESS_RCHAR_BYTES] > 0 for e in ends)
+    rows = report_rows(sys.executable, runs, "keras")
+    assert all(row["training_read_bytes"] is not None for row in rows), rows
+    assert "own read" in result.stdout
 
 
 @pytest.mark.slow
@@ -390,7 +395,8 @@ def user_python() -> str:
     if not python.exists():
         pytest.skip(f"{USER_VENV} is missing: `make user-torch-env` makes it")
     check = subprocess.run(
-        [str(python), "-c", "import workloads, torchvision; print(workloads.__file__)"],
+        # -I: not this checkout from the working directory, but what the venv has installed
+        [str(python), "-I", "-c", "import workloads, torchvision; print(workloads.__file__)"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     if check.returncode != 0 or not check.stdout.startswith(str(REPO_ROOT)):

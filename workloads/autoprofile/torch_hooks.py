@@ -62,7 +62,7 @@ class Communication:
 
     def __init__(self) -> None:
         self.intervals: list[tuple[float, float]] = []
-        self.reductions: weakref.WeakSet = weakref.WeakSet()  # one per DDP model
+        self.reductions: list[TimedAllreduce] = []  # one per DDP model made
 
     now = staticmethod(time.perf_counter)
 
@@ -71,6 +71,8 @@ class Communication:
 
     def take(self) -> tuple[float | None, list[tuple[float, float]]]:
         """(the step's last bucket launch, its all-reduce intervals), then forget them."""
+        if not self.reductions:
+            return None, []
         launches = [r.last_launch for r in self.reductions if r.last_launch is not None]
         for reduction in self.reductions:
             reduction.last_launch = None
@@ -332,11 +334,13 @@ def patch_dataloader(module: ModuleType) -> None:
     iterator_class.__next__ = __next__
 
 
-def patch_optimizer(module: ModuleType) -> None:
+def patch_optimizer(module: ModuleType) -> object:
+    """The global optimizer step post hook; returns its handle (``remove()``)."""
+
     def stepped(optimizer: object, args: object, kwargs: object) -> None:
         TRACKER.optimizer_stepped()
 
-    module.register_optimizer_step_post_hook(stepped)
+    return module.register_optimizer_step_post_hook(stepped)
 
 
 def patch_backward(module: ModuleType) -> None:
@@ -377,7 +381,7 @@ def patch_distributed_data_parallel(module: ModuleType) -> None:
             print(f"epochscope: all-reduce not timed: {error!r}", file=sys.stderr)
             return
         self._epochscope_reduction = reduction
-        TRACKER.communication.reductions.add(reduction)
+        TRACKER.communication.reductions.append(reduction)
 
     def register_comm_hook(self, state, hook):
         reduction = getattr(self, "_epochscope_reduction", None)
