@@ -2,10 +2,11 @@
 the real command, its embedded collector and agent, the scripts' own launchers
 (python, torch.multiprocessing.spawn, torchrun), read back from the run's SQLite store.
 
-PyTorch with torchvision runs in a user-like environment (CUDA torch 2.14.1 +
-torchvision 0.29.1 on CPU, epochscope[profile] installed into it, made once by
-``make user-torch-env``): torchvision does not load beside the project's CPU torch
-2.13.0. A PIL-only PyTorch script and Keras run in the project's own environment.
+PyTorch with torchvision (and PyTorch Lightning) runs in a user-like environment (CUDA
+torch 2.14.1 + torchvision 0.29.1 on CPU, Lightning 2.6.6, epochscope[profile] installed
+into it, made once by ``make user-torch-env``): torchvision does not load beside the
+project's CPU torch 2.13.0. A PIL-only PyTorch script and Keras run in the project's own
+environment.
 """
 
 from __future__ import annotations
