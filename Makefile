@@ -39,7 +39,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-# The workloads' ML frameworks (extras tensorflow, mxnet, pytorch) and Horovod 0.28.1,
+# The workloads' ML frameworks (extras tensorflow, mxnet, pytorch, infer) and Horovod 0.28.1,
 # compiled here against TensorFlow 2.15 and MXNet 1.9.1 with gloo (no MPI, no PyTorch:
 # PyTorch runs use torch.distributed). The compiled wheel is cached outside the checkout,
 # keyed by the framework versions, so a second set-up installs it in seconds; a build
@@ -53,7 +53,7 @@ HOROVOD_ENV := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI
 frameworks: $(VENV)/.frameworks
 
 $(VENV)/.frameworks: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install -q -e '.[dev,tensorflow,mxnet,pytorch]'
+	$(PY) -m pip install -q -e '.[dev,tensorflow,mxnet,pytorch,infer]'
 	@command -v cmake >/dev/null && command -v g++ >/dev/null || \
 		{ $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q cmake g++; }
 	@if ! ls $(HOROVOD_WHEELS)/horovod-$(HOROVOD_VERSION)-*.whl >/dev/null 2>&1; then \
@@ -67,16 +67,17 @@ $(VENV)/.frameworks: $(VENV)/.installed pyproject.toml
 		rm -rf $(HOROVOD_WHEELS) && mv $(HOROVOD_WHEELS).tmp $(HOROVOD_WHEELS); \
 	fi
 	$(PY) -m pip install -q $(HOROVOD_WHEELS)/horovod-$(HOROVOD_VERSION)-*.whl
-	$(PY) -c 'import tensorflow, mxnet, torch, horovod.tensorflow'
+	$(PY) -c 'import tensorflow, mxnet, torch, horovod.tensorflow, onnx, onnxruntime'
 	touch $@
 
 # A user's own PyTorch environment, where `workloads profile` is tested with torchvision
 # (which does not load beside the project's CPU torch 2.13.0): CUDA torch 2.14.1 and
-# torchvision 0.29.1 (they run on CPU), made once outside the checkout like the Horovod
-# wheel. This checkout goes into it the way a user installs epochscope (the `profile`
+# torchvision 0.29.1 (they run on CPU), and PyTorch Lightning (added to a venv made before
+# it), made once outside the checkout like the Horovod wheel. This checkout goes into it the way a user installs epochscope (the `profile`
 # extra, no framework pin); the check after it fails if that replaced the user's torch.
 USER_TORCH := 2.14.1
 USER_TORCHVISION := 0.29.1
+USER_LIGHTNING := 2.6.6
 USER_TORCH_VENV := $(HOME)/.cache/epochscope/venvs/torch$(USER_TORCH)-tv$(USER_TORCHVISION)-py311
 USER_PY := $(USER_TORCH_VENV)/bin/python
 
@@ -87,9 +88,11 @@ user-torch-env: $(VENV)/.installed
 		$(USER_PY) -m pip install -q torch==$(USER_TORCH) torchvision==$(USER_TORCHVISION) && \
 		touch $(USER_TORCH_VENV)/.frameworks; \
 	fi
-	@$(USER_PY) -c 'import sys, workloads; sys.exit(not workloads.__file__.startswith("$(CURDIR)/"))' \
+	@$(USER_PY) -c 'import lightning' 2>/dev/null || \
+		$(USER_PY) -m pip install -q lightning==$(USER_LIGHTNING)
+	@$(USER_PY) -I -c 'import sys, workloads; sys.exit(not workloads.__file__.startswith("$(CURDIR)/"))' \
 		2>/dev/null || $(USER_PY) -m pip install -q -e '.[profile]'
-	$(USER_PY) -c 'import torch, torchvision; assert torch.__version__.startswith("$(USER_TORCH)"), torch.__version__'
+	$(USER_PY) -c 'import torch, torchvision, lightning; assert torch.__version__.startswith("$(USER_TORCH)"), torch.__version__'
 
 # Debian packages the tests drive for real. Services are kept from starting on install
 # (policy-rc.d): each test starts its own on loopback.

@@ -240,21 +240,31 @@ def _read_token_file(path: Path) -> Secret:
     return Secret(token)
 
 
-def _check_url(url: str) -> None:
-    """A push URL that can be connected to: a host, a valid port, no spaces."""
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a write endpoint to connect to (no http(s) scheme, no host, a
+    bad port, spaces, a query), or None when it can. Shared by the agent's ``push.url``
+    and ``workloads run --collector``."""
     if any(ch.isspace() or ord(ch) < 32 for ch in url):
-        raise ConfigError(
-            "push.url", f"must not contain spaces or control characters (got {url!r})"
-        )
+        return f"must not contain spaces or control characters (got {url!r})"
     parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        return f"must start with http:// or https:// (got {url!r})"
     if not parts.hostname:
-        raise ConfigError("push.url", f"names no host (got {url!r})")
+        return f"names no host (got {url!r})"
     try:
         parts.port  # noqa: B018  (raises ValueError for a bad port)
     except ValueError:
-        raise ConfigError("push.url", f"has a port that is not 0..65535 (got {url!r})") from None
+        return f"has a port that is not 0..65535 (got {url!r})"
     if parts.query or parts.fragment:
-        raise ConfigError("push.url", f"must not have a query or fragment (got {url!r})")
+        return f"must not have a query or fragment (got {url!r})"
+    return None
+
+
+def _check_url(url: str) -> None:
+    """A push URL that can be connected to: a host, a valid port, no spaces."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise ConfigError("push.url", problem)
 
 
 def check_host(host: str) -> str:

@@ -382,7 +382,7 @@ class Gpu(Measurement):
     READING_AGE_SECONDS = gauge(
         "reading_age_seconds",
         "seconds",
-        "Age of this NVML reading at the sample's time (GPUs are read in their own threads)",
+        "How old this NVML reading was at the tick that sent it (GPUs are read in threads)",
     )
 
 
@@ -432,7 +432,7 @@ class AgentSelf(Measurement):
     )
     GPUS_LOST = gauge("gpus_lost", "count", "GPUs NVML declared lost (fell off the bus)")
     GPU_READING_AGE_SECONDS = gauge(
-        "gpu_reading_age_seconds", "seconds", "Age of the oldest GPU reading in the last sample"
+        "gpu_reading_age_seconds", "seconds", "Age of the oldest GPU reading the last tick sent"
     )
 
 
@@ -444,7 +444,20 @@ class Event:
     EPOCH_END = "epoch_end"
     STEP = "step"
     RUN_END = "run_end"
-    ALL = (RUN_START, EPOCH_START, EPOCH_END, STEP, RUN_END)
+    # `workloads infer`: one per precision and batch size, between run_start and run_end
+    INFERENCE = "inference"
+    ALL = (RUN_START, EPOCH_START, EPOCH_END, STEP, RUN_END, INFERENCE)
+
+
+INFERENCE_FRAMEWORK = "onnxruntime"  # the framework tag of `workloads infer` runs
+
+
+class InferencePrecision:
+    """Values of ``precision`` on ``inference`` events (``workloads infer``)."""
+
+    FP32 = "fp32"
+    INT8 = "int8"
+    ALL = (FP32, INT8)
 
 
 class Workload(Measurement):
@@ -502,7 +515,7 @@ class Workload(Measurement):
     BATCH_SIZE = gauge("batch_size", "count", "Batch size per rank")
     WORLD_SIZE = gauge("world_size", "count", "Ranks (GPUs or processes) in the run")
     LOCAL_SIZE = gauge("local_size", "count", "Ranks on this host")
-    PRECISION = text("precision", "fp32 | fp16 | bf16")
+    PRECISION = text("precision", "fp32 | fp16 | bf16 (training); fp32 | int8 (inference)")
     DATA_FORMAT = text("data_format", "tfrecord | recordio | jpeg | synthetic")
     DATASET_IMAGES = gauge("dataset_images", "count", "Training images in the data set")
     DATASET_BYTES = gauge("dataset_bytes", "bytes", "Bytes of the training data set")
@@ -510,6 +523,20 @@ class Workload(Measurement):
     HOST_MEMORY_BYTES = gauge("host_memory_bytes", "bytes", "RAM of this host")
     WARMUP_STEPS = gauge("warmup_steps", "count", "Steps excluded from throughput")
     TARGET_TOP1 = gauge("target_top1", "fraction", "Top-1 the run aims for, if any")
+    # inference events (``workloads infer``): precision, batch_size, timed_images and
+    # timed_seconds (the timed batches: images/s is agent.throughput's rule), top1 on the
+    # validation split, and these:
+    LATENCY_P50_SECONDS = gauge("latency_p50_seconds", "seconds", "Median batch latency")
+    LATENCY_P90_SECONDS = gauge("latency_p90_seconds", "seconds", "90th percentile latency")
+    LATENCY_P99_SECONDS = gauge("latency_p99_seconds", "seconds", "99th percentile latency")
+    WARMUP_BATCHES = gauge("warmup_batches", "count", "Untimed batches before the timed ones")
+    VALIDATION_IMAGES = gauge("validation_images", "count", "Images top-1 was measured on")
+    CALIBRATION_IMAGES = gauge(
+        "calibration_images", "count", "Training images the INT8 ranges were calibrated on"
+    )
+    EXECUTION_PROVIDER = text("execution_provider", "ONNX Runtime provider, e.g. CPU")
+    INT8_FORMAT = text("int8_format", "qdq | qoperator: how the INT8 model was quantised")
+    WEIGHTS = text("weights", "The checkpoint the model came from, or 'initialised'")
 
 
 class RunState:

@@ -8,6 +8,9 @@ for how the trainers measure them.
 Per (host, epoch) and for all hosts (``*``) the *shares* are pooled over ranks: the sum of
 a part over the ranks divided by the sum of their step seconds. Amounts are kept additive
 (``AMOUNT_KEYS``) so the per-epoch report adds hosts up the way it adds every other amount.
+Per step (``step_shares``: the ranks' sampled ``step`` events carry the same four parts)
+the shares are pooled the same way over the host's ranks that sampled that step.
+``share_percent`` is the one definition of a share, for both.
 
 The training's reads: ``process_read_bytes`` is what the kernel fetched from storage for the
 ranks (it also counts pages of mapped files, libraries included, faulted in while
@@ -21,9 +24,13 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from agent.schema import Event, Workload
-from collector.store_api import WorkloadEvent, event_number
+from collector.columns import BY_NAME
+from collector.store_api import StepTable, WorkloadEvent, event_number
 
 # additive amounts per (host, epoch), summed over the host's ranks
 INPUT_WAIT = "anatomy_input_wait"
@@ -155,3 +162,86 @@ def cache_read_bytes(rchar: float, read_bytes: float) -> float:
     if math.isnan(rchar) or math.isnan(read_bytes):
         return math.nan
     return max(0.0, rchar - read_bytes)
+
+
+def share_percent(part: Any, seconds: Any) -> np.ndarray:
+    """A part's share of step seconds, in percent: ``part`` and ``seconds`` summed over the
+    same steps (a host's ranks' epoch, or one step of each of them). NaN where there are no
+    seconds to share or the part was not measured."""
+    seconds = np.asarray(seconds, dtype=np.float64)
+    positive = np.where(seconds > 0, seconds, np.nan)
+    return 100.0 * np.asarray(part, dtype=np.float64) / positive
+
+
+# the three shares shown over time (column name, StepTable column); the rest is "other"
+SHARE_COLUMNS = (
+    ("input_wait_percent", "input_wait"),
+    ("compute_percent", "compute"),
+    ("communication_percent", "communication"),
+)
+
+
+def _rounded(values: np.ndarray, column: str) -> list[float | None]:
+    digits = BY_NAME[column].digits
+    return [None if math.isnan(v) else round(v, digits) for v in values.tolist()]
+
+
+def step_shares(steps: StepTable) -> dict[str, list[dict[str, Any]]]:
+    """The three shares of each sampled step, per host, in time order: one point per step
+    number (the ranks sample the same steps), pooled over the host's ranks that sampled it
+    (``share_percent`` of their summed parts and seconds, as the per-epoch shares pool),
+    with each rank's own shares under ``ranks``. A step event without a step number is a
+    point of its own. Steps without the anatomy (or without seconds) are left out.
+
+    A point: ``time_ns`` (the last of its ranks' step ends), ``epoch`` and ``step`` (None
+    where not known), the ``SHARE_COLUMNS`` in percent (None: a part not measured), and
+    ``ranks``: ``[{"rank": r, <share columns>}, ...]`` sorted by rank."""
+    parts = [getattr(steps, name) for _, name in SHARE_COLUMNS]
+    keep = (steps.seconds > 0) & ~np.all([np.isnan(p) for p in parts], axis=0)
+    if not np.any(keep):
+        return {}
+    rows = np.flatnonzero(keep)
+    step = steps.step[rows]
+    # the group of each row: (host, step number); a row without a step number on its own
+    numbered = ~np.isnan(step)
+    alone = np.arange(rows.size, dtype=np.float64)
+    keys = np.stack(
+        [steps.host_index[rows], ~numbered, np.where(numbered, step, alone)], axis=1
+    ).astype(np.float64)
+    groups, group_of = np.unique(keys, axis=0, return_inverse=True)
+    group_of = group_of.reshape(-1)
+    count = len(groups)
+    seconds = np.bincount(group_of, weights=steps.seconds[rows], minlength=count)
+    pooled = {
+        column: share_percent(
+            np.bincount(group_of, weights=getattr(steps, name)[rows], minlength=count), seconds
+        )
+        for column, name in SHARE_COLUMNS
+    }
+    own = {
+        column: share_percent(getattr(steps, name)[rows], steps.seconds[rows])
+        for column, name in SHARE_COLUMNS
+    }
+    last_ns = np.full(count, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last_ns, group_of, steps.time_ns[rows])
+    epoch = np.full(count, np.nan)
+    np.fmax.at(epoch, group_of, steps.epoch[rows])
+    pooled_values = {column: _rounded(values, column) for column, values in pooled.items()}
+    own_values = {column: _rounded(values, column) for column, values in own.items()}
+    ranks: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+    rank_of = steps.rank[rows].tolist()
+    for row, group in enumerate(group_of.tolist()):
+        ranks[group].append({"rank": rank_of[row], **{c: own_values[c][row] for c in own_values}})
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for group in np.argsort(last_ns, kind="stable").tolist():
+        host_index, unnumbered, number = groups[group]
+        out[steps.hosts[int(host_index)]].append(
+            {
+                "time_ns": int(last_ns[group]),
+                "epoch": None if math.isnan(epoch[group]) else int(epoch[group]),
+                "step": None if unnumbered else int(number),
+                **{column: values[group] for column, values in pooled_values.items()},
+                "ranks": sorted(ranks[group], key=lambda r: r["rank"]),
+            }
+        )
+    return dict(out)

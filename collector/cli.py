@@ -1,4 +1,4 @@
-"""``collector`` command line: serve, report, runs, scaling.
+"""``collector`` command line: serve, report, runs, scaling, inference.
 
 Each subcommand lives in its own module with a ``run(args) -> int`` function; this file only
 parses arguments and dispatches, so ``collector runs`` never imports the HTTP server.
@@ -12,6 +12,8 @@ import math
 import os
 import sys
 
+from collector.connections import Limits
+
 DEFAULT_DB = os.environ.get("EPOCHSCOPE_DB", "runs/epochscope.sqlite")
 DEFAULT_LISTEN = "127.0.0.1:8086"
 
@@ -21,6 +23,7 @@ HANDLERS = {
     "report": "collector.reports_cli",
     "runs": "collector.reports_cli",
     "scaling": "collector.reports_cli",
+    "inference": "collector.reports_cli",
 }
 
 
@@ -48,6 +51,26 @@ def retention_days(text: str) -> float:
             " everything)"
         )
     return days
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return seconds
 
 
 def _add_store_arguments(parser: argparse.ArgumentParser, backend_help: str) -> None:
@@ -81,6 +104,33 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-body-bytes", type=int, default=64 * 1024 * 1024, help="larger bodies get 413"
     )
+    limits = Limits()
+    serve.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=limits.max_connections,
+        help="open connections at most (default %(default)s, and never more than the "
+        "open-file limit allows); beyond it the longest-waiting idle or slow connection is "
+        "closed, or, when all are busy, the new one gets 503 with Retry-After",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=positive_seconds,
+        default=limits.header_timeout,
+        help="seconds for a request's head to arrive (default %(default)s); then 408 or close",
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=positive_seconds,
+        default=limits.idle_timeout,
+        help="seconds a kept-alive connection may wait for its next request (default %(default)s)",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=positive_seconds,
+        default=limits.body_timeout,
+        help="seconds for a body to arrive, plus one per KiB received (default %(default)s)",
+    )
 
     report = sub.add_parser("report", help="per-epoch, per-host table of a run")
     report.add_argument("run_id")
@@ -111,6 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_argument("--gpus-per-node", type=int, default=None)
     scaling.add_argument("--format", choices=("table", "json", "csv"), default="table")
     _add_remote_arguments(scaling)
+
+    inference = sub.add_parser(
+        "inference", help="FP32 vs INT8 inference per batch size (`workloads infer` runs)"
+    )
+    inference.add_argument("run_id", nargs="?", help="default: the newest inference run")
+    _add_store_arguments(inference, BACKEND_HELP["read"])
+    inference.add_argument("--format", choices=("table", "json"), default="table")
+    _add_remote_arguments(inference)
     return parser
 
 

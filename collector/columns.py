@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # units: how a value is written
-TEXT, TIME, SECONDS, COUNT, RATE, BYTES, MBPS, PERCENT, RATIO = (
+TEXT, TIME, SECONDS, COUNT, RATE, BYTES, MBPS, PERCENT, RATIO, JOULES = (
     "text",
     "time",
     "s",
@@ -28,6 +28,7 @@ TEXT, TIME, SECONDS, COUNT, RATE, BYTES, MBPS, PERCENT, RATIO = (
     "MB/s",
     "%",
     "ratio",
+    "J",
 )
 
 # named groups for ``collector report --columns``
@@ -127,7 +128,16 @@ SPEC: tuple[ReportColumn, ...] = (
     _column("iowait_percent", "iowait %", "iowait %", PERCENT, 2,
             "Share of all CPU time spent waiting on I/O", "cpu", default=True),
     _column("gpu_util_percent", "GPU %", "GPU %", PERCENT, 2,
-            "Time-weighted mean utilisation over the host's GPUs", "gpu", default=True),
+            "Time-weighted mean utilisation over the host's GPUs (whole GPUs, one each; "
+            "MIG devices are part of theirs)", "gpu", default=True),
+    _column("gpu_energy_joules", "GPU J", "GPU energy (J)", JOULES, 1,
+            "Energy the host's GPUs used, summed (NVML's cumulative counter, Volta and newer)",
+            "gpu"),
+    _column("gpu_pcie_rx_bytes", "PCIe rx", "GPU PCIe received", BYTES, None,
+            "Bytes the host's GPUs received over PCIe, summed (NVML's PCIe byte counters, "
+            "where the driver has them)", "gpu"),
+    _column("gpu_pcie_tx_bytes", "PCIe tx", "GPU PCIe sent", BYTES, None,
+            "Bytes the host's GPUs sent over PCIe, summed (NVML's PCIe byte counters)", "gpu"),
     _column("seconds_per_step", "s/step", "Seconds per step", RATIO, 4,
             "Mean wall time of one training step on the host's ranks", "steps"),
     _column("input_wait_percent", "input %", "Input wait %", PERCENT, 2,

@@ -36,6 +36,11 @@ major_faults               ``memory.pgmajfault`` growth
 cpu_util_percent           share of all CPU time that is neither idle nor iowait
 iowait_percent             share of all CPU time in iowait
 gpu_util_percent           time-weighted mean utilisation over the host's GPUs
+gpu_energy_joules          energy the host's GPUs used (NVML's counter), summed over GPUs
+gpu_pcie_rx/tx_bytes       PCIe bytes the host's GPUs received/sent (NVML field-value
+                           counters; absent where the driver only has the 20 ms gauge).
+                           GPU columns count whole GPUs: a MIG device's point (tag ``mig``)
+                           is part of its parent GPU's and is left out
 seconds_per_step           the ranks' mean step wall time (their step seconds over their steps)
 input_wait_percent,        the ranks' step time split (``collector.anatomy``): each part's
 compute_percent,           sum over the host's ranks over the sum of their step seconds;
@@ -64,7 +69,9 @@ The ``*`` row of an epoch adds up the hosts that ran it:
   Rates (images/s, MB/s) are the summed amounts over these seconds;
 - ``start``/``end`` are the earliest start and latest end over hosts: indicative only,
   as they mix clocks;
-- CPU percentages pool all hosts' CPU seconds; GPU utilisation averages all GPUs;
+- CPU percentages pool all hosts' CPU seconds; GPU utilisation averages all GPUs (each
+  GPU's time-weighted mean counts once, whatever its host); GPU energy and PCIe bytes are
+  sums;
   the cache-hit ratio is computed from the summed NFS bytes.
 
 A value that cannot be measured (no such device on the host, no samples in the window) is
@@ -360,6 +367,11 @@ def _any(info: SeriesInfo) -> bool:
     return True
 
 
+def _whole_gpu(info: SeriesInfo) -> bool:
+    """A GPU's own series, not one of its MIG devices' (whose amounts are part of it)."""
+    return not info.tags.get(Tag.MIG)
+
+
 COUNTER, GAUGE_DELTA, GAUGE_MEAN = "counter", "gauge_delta", "gauge_mean"
 
 
@@ -374,6 +386,10 @@ class HostTotal:
     keep: Callable[[SeriesInfo], bool] = _any
 
 
+# Utilisation per whole GPU; the per-epoch column and the run page's chart divide the sum
+# of the GPUs' means by their count.
+GPU_UTIL = HostTotal("gpu_util", Gpu.NAME, Gpu.UTILIZATION_PERCENT, GAUGE_MEAN, _whole_gpu)
+
 HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal("disk_read", Disk.NAME, Disk.READ_BYTES, COUNTER, _is_disk),
     HostTotal("disk_write", Disk.NAME, Disk.WRITE_BYTES, COUNTER, _is_disk),
@@ -386,7 +402,10 @@ HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal("page_cache_delta", Memory.NAME, Memory.CACHED_BYTES, GAUGE_DELTA),
     HostTotal("major_faults", Memory.NAME, Memory.PGMAJFAULT, COUNTER),
     *(HostTotal(f"cpu_{f}", Cpu.NAME, f, COUNTER) for f in CPU_ALL_FIELDS),
-    HostTotal("gpu_util", Gpu.NAME, Gpu.UTILIZATION_PERCENT, GAUGE_MEAN),
+    GPU_UTIL,
+    HostTotal("gpu_energy", Gpu.NAME, Gpu.ENERGY_JOULES, COUNTER, _whole_gpu),
+    HostTotal("gpu_pcie_rx", Gpu.NAME, Gpu.PCIE_RX_BYTES, COUNTER, _whole_gpu),
+    HostTotal("gpu_pcie_tx", Gpu.NAME, Gpu.PCIE_TX_BYTES, COUNTER, _whole_gpu),
 )
 
 
@@ -485,6 +504,9 @@ class EpochRow:
     cpu_util_percent: float | None
     iowait_percent: float | None
     gpu_util_percent: float | None
+    gpu_energy_joules: float | None
+    gpu_pcie_rx_bytes: int | None
+    gpu_pcie_tx_bytes: int | None
     seconds_per_step: float | None
     input_wait_percent: float | None
     compute_percent: float | None
@@ -555,8 +577,7 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
 
         def share(key: str) -> np.ndarray:
             """A part's share of the ranks' step seconds, in percent."""
-            positive = np.where(step_seconds > 0, step_seconds, np.nan)
-            return 100.0 * column(key) / positive
+            return anatomy.share_percent(column(key), step_seconds)
 
         steps = column(anatomy.STEPS)
         seconds_per_step = step_seconds / np.where(steps > 0, steps, np.nan)
@@ -583,6 +604,9 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             "cpu_util_percent": 100.0 * cpu_busy / cpu_total,
             "iowait_percent": 100.0 * column("cpu_iowait_seconds") / cpu_total,
             "gpu_util_percent": gpu_util,
+            "gpu_energy_joules": column("gpu_energy"),
+            "gpu_pcie_rx_bytes": column("gpu_pcie_rx"),
+            "gpu_pcie_tx_bytes": column("gpu_pcie_tx"),
             "seconds_per_step": seconds_per_step,
             "input_wait_percent": share(anatomy.INPUT_WAIT),
             "compute_percent": share(anatomy.COMPUTE),

@@ -83,7 +83,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from agent.schema import Event, Gpu, Memory, RunState, Workload
+from agent.schema import Event, Memory, RunState, Workload
 from collector import anatomy, columns
 from collector.counters import NS_PER_SECOND
 from collector.epochs import (
@@ -94,6 +94,7 @@ from collector.epochs import (
     CPU_BUSY_FIELDS,
     EPOCH_KINDS,
     GAUGE_MEAN,
+    GPU_UTIL,
     HOST_TOTALS,
     EpochAmounts,
     EpochReport,
@@ -151,7 +152,7 @@ _RATE_OF = {
     "net_tx_mbps": "net_tx",
 }
 _PAGE_CACHE = HostTotal("page_cache", Memory.NAME, Memory.CACHED_BYTES, GAUGE_MEAN)
-_GPU = HostTotal("gpu_util", Gpu.NAME, Gpu.UTILIZATION_PERCENT, GAUGE_MEAN)
+_GPU = GPU_UTIL
 _SERIES_TOTALS: tuple[HostTotal, ...] = (
     *(t for t in HOST_TOTALS if t.key in _RATE_OF.values() or t.key.startswith("cpu_")),
     _PAGE_CACHE,
@@ -567,6 +568,17 @@ def rank_step_parts(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
         ]
 
     return _cached(store, run, "rank_parts", compute)
+
+
+def step_shares(store: ReadStore, run_id: str) -> dict[str, list[dict[str, Any]]]:
+    """The three shares of each sampled step per host, pooled over its ranks, with each
+    rank's own (``collector.anatomy.step_shares``): the run page's shares over time."""
+    run = _run(store, run_id)
+
+    def compute() -> dict[str, list[dict[str, Any]]]:
+        return anatomy.step_shares(_KeptRun(store, run).steps(run_id))
+
+    return _cached(store, run, "step_shares", compute)
 
 
 def findings(store: ReadStore, run_id: str) -> list[dict[str, Any]]:

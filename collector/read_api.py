@@ -6,6 +6,7 @@ writes)::
     GET /api/v1/runs?format=json
     GET /api/v1/report?run_id=RUN&format=json&findings=true
     GET /api/v1/scaling?format=json
+    GET /api/v1/inference?run_id=RUN&format=json   (run_id optional: the newest)
 
 A query parameter is the long option of the command line without its dashes (``true``
 for a flag); ``format`` defaults to ``json``. The answer is what ``collector VIEW ...``
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 
 PREFIX = "/api/v1/"
-VIEWS = ("runs", "report", "scaling")
+VIEWS = ("runs", "report", "scaling", "inference")
 # options of the local commands that name the local store or the remote one: never sent
 LOCAL_ONLY = frozenset({"command", "db", "backend", "collector", "token_file", "throughput"})
 CONTENT_TYPES = {"json": "application/json; charset=utf-8", "csv": "text/csv; charset=utf-8"}
@@ -59,6 +60,8 @@ def command_argv(view: str, query: dict[str, list[str]]) -> list[str]:
         if not run_id:
             raise ValueError("report needs ?run_id=RUN")
         argv.append(run_id)
+    if view == "inference" and options.get("run_id"):  # optional: the newest run without
+        argv.append(options.pop("run_id"))
     options.setdefault("format", "json")
     for name, value in sorted(options.items()):
         if name in LOCAL_ONLY or name == "run_id" or not name.replace("_", "").isalnum():

@@ -105,10 +105,18 @@ def run(args: argparse.Namespace) -> int:
             return print_runs(store, args, out)
         if args.command == "scaling":
             return print_stored_scaling(store, args, out)
+        if args.command == "inference":
+            return _print_inference(store, args, out)
         raise CliError(f"unknown command {args.command}", 2)
     except CliError as error:
         print(f"collector {args.command}: {error}", file=sys.stderr)
         return error.status
+
+
+def _print_inference(store: ReadStore, args: argparse.Namespace, out) -> int:
+    from collector.inference import print_inference
+
+    return print_inference(store, args, out)
 
 
 def _remote(args: argparse.Namespace, out) -> int:
@@ -511,7 +519,11 @@ def render(args: argparse.Namespace, store: ReadStore | None = None) -> str:
         print_throughput_scaling(args, buffer)
     else:
         store = store if store is not None else open_store(args)
-        {"report": print_report, "runs": print_runs, "scaling": print_stored_scaling}[args.command](
-            store, args, buffer
-        )
+        printers = {
+            "report": print_report,
+            "runs": print_runs,
+            "scaling": print_stored_scaling,
+            "inference": _print_inference,
+        }
+        printers[args.command](store, args, buffer)
     return buffer.getvalue()

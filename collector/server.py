@@ -21,11 +21,14 @@ Token (``--token-file``): ``Authorization: Token <t>`` (or ``Bearer``); on ``/wr
 Basic auth or ``?p=`` with the token as password. Without a token file, writes are open
 (the default listen address is loopback). The token is never logged, nor is a query string.
 
-Each request runs in its own thread. Bodies over ``PARALLEL_PARSE_BYTES`` are parsed in a
-pool of worker processes (parsing is CPU-bound Python, and the GIL would otherwise keep it on
-one core); the store keeps one writer connection behind a lock. Background maintenance
-folds new points into blocks (and merges a finished window's blocks once) every
-``COMPACT_SECONDS`` and applies ``--retention-days``.
+Connections (collector.connections): one asyncio loop reads and writes every socket, with
+header, idle and body timeouts and a connection cap (503 with ``Retry-After`` beyond it);
+complete requests are handled in a bounded pool of threads. Bodies over
+``PARALLEL_PARSE_BYTES`` are parsed in a pool of worker processes (parsing is CPU-bound
+Python, and the GIL would otherwise keep it on one core); the store keeps one writer
+connection behind a lock. Background maintenance folds new points into blocks (and merges
+a finished window's blocks once) every ``COMPACT_SECONDS`` and applies
+``--retention-days``.
 """
 
 from __future__ import annotations
@@ -48,12 +51,23 @@ import time
 import zlib
 from datetime import UTC, datetime
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from collector import lineprotocol, read_api
 from collector.backends import forwarding_url
+from collector.connections import (
+    WRITE_PATHS,
+    Head,
+    HttpFront,
+    Limits,
+    buffered_request,
+    connection_cap,
+    listening_socket,
+    query_of,
+    raise_descriptor_limit,
+)
 from collector.lineprotocol import ParsedBody, PrecisionError
 from collector.refusals import RefusalLog
 from collector.store import SqliteStore
@@ -192,10 +206,10 @@ class ParsePool:
 CLIENT_GONE = (ConnectionError, TimeoutError)
 
 
-class CollectorServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
+class CollectorServer:
+    """The write and read API on one listening socket: connections are read and written by
+    an event loop, complete requests handled by ``WriteHandler`` in a bounded pool of
+    threads (collector.connections says why and what the limits are)."""
 
     def __init__(
         self,
@@ -204,8 +218,10 @@ class CollectorServer(ThreadingHTTPServer):
         token: str | None = None,
         max_body_bytes: int = 64 * 1024 * 1024,
         parse_pool: ParsePool | None = None,
+        limits: Limits | None = None,
     ) -> None:
-        super().__init__(address, WriteHandler)
+        self.socket = listening_socket(*address)  # OSError: collector.server.cannot_listen
+        self.server_address = self.socket.getsockname()
         self.sink = sink
         self.token = token
         self.max_body_bytes = max_body_bytes
@@ -214,22 +230,68 @@ class CollectorServer(ThreadingHTTPServer):
         self.started_monotonic = time.monotonic()
         self.read_store = sink.store  # what the read API reads (run() may give a backend's)
         self.refusals = RefusalLog(log)
+        self.limits = limits or Limits()
+        self.front = HttpFront(
+            self.socket,
+            self.handle,
+            self.limits,
+            max_body_bytes,
+            self.body_wanted,
+            self.refusals.refused,
+        )
 
-    def handle_error(self, request: object, client_address: tuple) -> None:
-        """One debug line for a client that left before its reply (the default prints a
-        36-line traceback to stderr: thousands of them stall the writers); a server bug
-        is logged with its traceback."""
-        error = sys.exc_info()[1]
-        if isinstance(error, CLIENT_GONE):
-            log.debug("client %s left before its reply (%s)", client_address[0], error)
-        else:
-            log.exception("request from %s failed", client_address[0])
+    def handle(self, raw: bytes, peer: tuple) -> tuple[bytes, bool]:
+        """One complete request (in a worker thread): response bytes, close or not."""
+        return buffered_request(WriteHandler, self, raw, peer)
+
+    def body_wanted(self, head: Head) -> bool:
+        """Read this request's body? Only for a write the token allows: anything else is
+        answered from its head (404, 401) without taking the body in."""
+        path, query = query_of(head.target)
+        if head.method != "POST" or path not in WRITE_PATHS:
+            return False
+        return authorized(self.token, head.one("authorization") or "", query, path == "/write")
+
+    def serve_forever(self) -> None:
+        self.front.serve_forever()
+
+    def shutdown(self) -> None:
+        self.front.shutdown()
+
+    def server_close(self) -> None:
+        self.socket.close()
+
+
+def authorized(
+    token: str | None, authorization: str, query: dict[str, list[str]], v1: bool
+) -> bool:
+    """Does the request carry ``token``: ``Authorization: Token|Bearer <t>``; on ``/write``
+    (``v1``) also Basic auth or ``?p=`` with the token as password. No token: open."""
+    if token is None:
+        return True
+    offered: list[str] = []
+    scheme, _, credentials = authorization.strip().partition(" ")
+    if scheme.lower() in ("token", "bearer"):
+        offered.append(credentials.strip())
+    elif v1 and scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
+            offered.append(decoded.partition(":")[2])
+        except (binascii.Error, UnicodeDecodeError):
+            pass
+    if v1:
+        offered.extend(query.get("p", []))
+    expected = token.encode("utf-8")
+    return any(hmac.compare_digest(expected, given.encode("utf-8")) for given in offered)
 
 
 class WriteHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "epochscope-collector"
     server: CollectorServer
+
+    def handle_expect_100(self) -> bool:
+        return True  # the connection's loop sent 100 Continue before it read the body
 
     # ---------------------------------------------------------------- dispatch
 
@@ -351,24 +413,7 @@ class WriteHandler(BaseHTTPRequestHandler):
     # ---------------------------------------------------------------- request parts
 
     def _authorize(self, query: dict[str, list[str]], v1: bool) -> None:
-        token = self.server.token
-        if token is None:
-            return
-        offered: list[str] = []
-        header = self.headers.get("Authorization", "")
-        scheme, _, credentials = header.strip().partition(" ")
-        if scheme.lower() in ("token", "bearer"):
-            offered.append(credentials.strip())
-        elif v1 and scheme.lower() == "basic":
-            try:
-                decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
-                offered.append(decoded.partition(":")[2])
-            except (binascii.Error, UnicodeDecodeError):
-                pass
-        if v1:
-            offered.extend(query.get("p", []))
-        expected = token.encode("utf-8")
-        if not any(hmac.compare_digest(expected, given.encode("utf-8")) for given in offered):
+        if not authorized(self.server.token, self.headers.get("Authorization", ""), query, v1):
             raise HttpError(
                 HTTPStatus.UNAUTHORIZED, "unauthorized", "unauthorized access", close=True
             )
@@ -680,6 +725,22 @@ def run(args) -> int:
     forwarder = Forwarder(forward_to) if forward_to else None
     workers = min(os.cpu_count() or 1, 8)
     pool = ParsePool(workers)
+    descriptors = raise_descriptor_limit()
+    max_connections = connection_cap(args.max_connections, descriptors)
+    if max_connections < args.max_connections:
+        log.warning(
+            "--max-connections %d lowered to %d: the open-file limit is %d "
+            "(raise it: LimitNOFILE= in the systemd unit, ulimit -n)",
+            args.max_connections,
+            max_connections,
+            descriptors,
+        )
+    limits = Limits(
+        max_connections=max_connections,
+        header_timeout=args.header_timeout,
+        idle_timeout=args.idle_timeout,
+        body_timeout=args.body_timeout,
+    )
     try:
         server = CollectorServer(
             (host, port),
@@ -687,6 +748,7 @@ def run(args) -> int:
             token=token,
             max_body_bytes=args.max_body_bytes,
             parse_pool=pool,
+            limits=limits,
         )
     except OSError as error:
         pool.close()
@@ -709,15 +771,16 @@ def run(args) -> int:
     bound_host, bound_port = server.server_address[:2]
     where = f"backend {args.backend.partition('=')[0]}" if args.backend else f"db {args.db}"
     log.info(
-        "listening on http://%s:%d (%s, token %s)",
+        "listening on http://%s:%d (%s, token %s, at most %d connections)",
         bound_host,
         bound_port,
         where,
         "required" if token else "not required",
+        max_connections,
     )
     sys.stderr.flush()
     try:
-        server.serve_forever(poll_interval=0.2)
+        server.serve_forever()
     finally:
         maintenance.stopping.set()
         server.server_close()

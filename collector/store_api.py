@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -103,9 +103,13 @@ class StepTable:
     ``images``      float64: ``Workload.IMAGES``, the images the rank processed in the step
     ``seconds``     float64: ``Workload.SECONDS``, the step's duration
     ``epoch``       float64: ``Workload.EPOCH``
+    ``step``        float64: ``Workload.STEP``, the rank's global step number
+    ``input_wait``, ``compute``, ``communication``, ``other``
+                    float64: the step's anatomy (``Workload.INPUT_WAIT_SECONDS`` ...), the
+                    four parts its ``seconds`` split into (``workloads/anatomy.py``)
 
-    ``images``, ``seconds`` and ``epoch`` are NaN where the step lacks the field or its
-    value is not a number (text, a bool). Arrays are read-only; selections make new tables.
+    The float columns are NaN where the step lacks the field or its value is not a number
+    (text, a bool). Arrays are read-only; selections make new tables.
     """
 
     hosts: tuple[str, ...]
@@ -115,8 +119,24 @@ class StepTable:
     images: np.ndarray
     seconds: np.ndarray
     epoch: np.ndarray
+    step: np.ndarray
+    input_wait: np.ndarray
+    compute: np.ndarray
+    communication: np.ndarray
+    other: np.ndarray
 
-    COLUMNS = ("host_index", "rank", "time_ns", "images", "seconds", "epoch")
+    # the number columns and the event field each is read from
+    FIELDS: ClassVar[dict[str, str]] = {
+        "images": Workload.IMAGES,
+        "seconds": Workload.SECONDS,
+        "epoch": Workload.EPOCH,
+        "step": Workload.STEP,
+        "input_wait": Workload.INPUT_WAIT_SECONDS,
+        "compute": Workload.COMPUTE_SECONDS,
+        "communication": Workload.COMMUNICATION_SECONDS,
+        "other": Workload.OTHER_STEP_SECONDS,
+    }
+    COLUMNS = ("host_index", "rank", "time_ns", *FIELDS)
 
     @classmethod
     def empty(cls) -> StepTable:
@@ -131,18 +151,25 @@ class StepTable:
         images: Sequence[float | None] | np.ndarray,
         seconds: Sequence[float | None] | np.ndarray,
         epoch: Sequence[float | None] | np.ndarray,
+        **numbers: Sequence[float | None] | np.ndarray,
     ) -> StepTable:
         """A table from one value per row in each column (host names rather than indices;
-        None reads as NaN)."""
+        None reads as NaN). ``numbers``: the other ``FIELDS`` columns, NaN where not given."""
+        unknown = set(numbers) - set(cls.FIELDS)
+        if unknown:
+            raise TypeError(f"no such step columns: {sorted(unknown)}")
         hosts, index = np.unique(np.array(host, dtype=str), return_inverse=True)
+        rows = len(index)
+        given = {"images": images, "seconds": seconds, "epoch": epoch, **numbers}
         return cls(
             hosts=tuple(hosts.tolist()),
             host_index=_column(index, np.int64),
             rank=_column(rank, np.int64),
             time_ns=_column(time_ns, np.int64),
-            images=_column(images, np.float64),
-            seconds=_column(seconds, np.float64),
-            epoch=_column(epoch, np.float64),
+            **{
+                name: _column(given[name] if name in given else [math.nan] * rows, np.float64)
+                for name in cls.FIELDS
+            },
         )
 
     @classmethod
@@ -150,13 +177,15 @@ class StepTable:
         """The ``step`` events among ``events``, in their order (the reference for what a
         store's ``steps()`` returns)."""
         steps = [e for e in events if e.event == Event.STEP]
+        numbers = {
+            name: [step_number(e.fields.get(field_name)) for e in steps]
+            for name, field_name in cls.FIELDS.items()
+        }
         return cls.from_columns(
             [e.host for e in steps],
             [e.rank for e in steps],
             [e.time_ns for e in steps],
-            [step_number(e.fields.get(Workload.IMAGES)) for e in steps],
-            [step_number(e.fields.get(Workload.SECONDS)) for e in steps],
-            [step_number(e.fields.get(Workload.EPOCH)) for e in steps],
+            **numbers,
         )
 
     def __len__(self) -> int:
@@ -197,7 +226,7 @@ class StepTable:
             np.array_equal(
                 getattr(self, name),
                 getattr(other, name),
-                equal_nan=name in ("images", "seconds", "epoch"),
+                equal_nan=name in self.FIELDS,
             )
             for name in self.COLUMNS
         )

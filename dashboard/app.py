@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, unquote
 from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
+from agent.schema import INFERENCE_FRAMEWORK
 from dashboard import figures, pages
 from dashboard.auth import Credentials, require_basic_auth
 from dashboard.source import DataSource, Timeseries, digest, is_live
@@ -117,6 +118,7 @@ class Callbacks:
         app.callback(
             Output(pages.TIMESERIES_GRAPH, "figure"),
             *[Output(chart_id, "figure") for chart_id in pages.EPOCH_CHARTS],
+            Output(pages.STEP_SHARES_GRAPH, "figure"),
             Output("epoch-table-container", "children"),
             Output("run-epochs", "data"),
             Output("run-header", "children"),
@@ -141,6 +143,7 @@ class Callbacks:
         app.callback(
             Output(pages.TIMESERIES_GRAPH, "figure", allow_duplicate=True),
             Output("bucket-note", "children", allow_duplicate=True),
+            Output(pages.STEP_SHARES_GRAPH, "figure", allow_duplicate=True),
             Input("run-pending", "data"),
             prevent_initial_call="initial_duplicate",  # called when the page comes
         )(self.load_pending_timeseries)
@@ -157,6 +160,11 @@ class Callbacks:
             Input("findings-run", "value"),
             prevent_initial_call=True,
         )(self.select_findings_run)
+        app.callback(
+            Output("inference-body", "children"),
+            Input("inference-run", "value"),
+            prevent_initial_call=True,
+        )(self.select_inference_run)
 
     # -- routing ---------------------------------------------------------------------------
     def route(self, pathname: str | None, search: str | None) -> tuple[Any, Any, None]:
@@ -179,17 +187,30 @@ class Callbacks:
             run_id = wanted or (runs[0]["run_id"] if runs else None)
             found = self.source.findings(run_id) if run_id else []
             return pages.findings_page(runs, run_id, found), nav
+        if pathname.rstrip("/") == "/inference":
+            runs = self.source.inference_runs()
+            wanted = parse_qs((search or "").lstrip("?")).get("run", [None])[0]
+            run_id = wanted or (runs[0]["run_id"] if runs else None)
+            report = self.source.inference(run_id) if run_id else None
+            return pages.inference_page(runs, run_id, report), nav
         return pages.not_found(f"No page at {pathname}."), nav
 
     def run_page(self, run_id: str) -> html.Div:
         run = self.source.run(run_id)
         if run is None:
             return pages.waiting_for_run(run_id, self.poll_ms)
+        if run.get("framework") == INFERENCE_FRAMEWORK:  # no epochs: its own page
+            runs = self.source.inference_runs()
+            return pages.inference_page(runs, run_id, self.source.inference(run_id))
         live = is_live(run["state"])
         # a finished run whose charts are not computed yet gets them by their own callback
         # (load_pending_timeseries), computed while the browser draws the rest of the page
         ts = self.source.timeseries(run_id, live) if live else self.source.kept_timeseries(run_id)
         boundaries = self.source.boundaries(run_id)
+        # the steps' shares come with the time series (both read the steps)
+        shares = self.source.step_shares(run_id) if ts is not None else None
+        live_state = self._live_state(run_id, ts, boundaries)
+        live_state["last_step_ns"] = pages.last_step_ns(shares)
         page = pages.run_page(
             run,
             ts,
@@ -197,8 +218,9 @@ class Callbacks:
             self.source.epochs(run_id),
             live,
             self.poll_ms,
-            self._live_state(run_id, ts, boundaries),
+            live_state,
             self.source.rank_parts(run_id),
+            shares,
         )
         if ts is None:
             self.source.complete_in_background(run_id)
@@ -227,8 +249,9 @@ class Callbacks:
             "epochs": digest(boundaries),
         }
 
-    def load_pending_timeseries(self, pending: dict[str, Any] | None) -> tuple[Any, str]:
-        """The time series of a run page drawn without them (``run-pending``)."""
+    def load_pending_timeseries(self, pending: dict[str, Any] | None) -> tuple[Any, str, Any]:
+        """The time series and step shares of a run page drawn without them
+        (``run-pending``)."""
         if not pending:
             raise PreventUpdate
         run_id = pending["run_id"]
@@ -236,8 +259,10 @@ class Callbacks:
             ts = self.source.timeseries(run_id, live=False)
             boundaries = self.source.boundaries(run_id)
             rows = self.source.epochs(run_id)
+            shares = self.source.step_shares(run_id)
         figure = pages.timeseries_figure(ts, boundaries, rows)
-        return figure, pages.bucket_note(ts, boundaries)
+        shares_figure = figures.step_shares_figure(shares, list(ts.hosts))
+        return figure, pages.bucket_note(ts, boundaries), shares_figure
 
     # -- runs page -------------------------------------------------------------------------
     def refresh_runs(self, _tick: int, known: str | None) -> tuple[Any, str]:
@@ -291,6 +316,16 @@ class Callbacks:
                 "epochs": digest(boundaries),
             }
 
+        # the shares of each sampled step: redrawn with the epochs, and whenever a live
+        # run's ranks sent steps since the last poll
+        shares_figure: Any = no_update
+        last_step_ns = state.get("last_step_ns")
+        if rows is not None or self.source.steps_after(run_id, last_step_ns):
+            shares = self.source.step_shares(run_id)
+            shares_figure = figures.step_shares_figure(shares, new_state["hosts"])
+            last_step_ns = pages.last_step_ns(shares)
+        new_state = {**new_state, "last_step_ns": last_step_ns}
+
         if rows is not None:
             epoch_figures: list[Any] = pages.epoch_figures(
                 rows, new_state["hosts"], self.source.rank_parts(run_id)
@@ -305,6 +340,7 @@ class Callbacks:
         return (
             time_figure,
             *epoch_figures,
+            shares_figure,
             table,
             epochs_key,
             header,
@@ -362,3 +398,10 @@ class Callbacks:
         with self.source.request():
             found = self.source.findings(run_id)
         return pages.findings_list(found, run_id, same_page=False)
+
+    def select_inference_run(self, run_id: str | None) -> Any:
+        if not run_id:
+            raise PreventUpdate
+        with self.source.request():
+            report = self.source.inference(run_id)
+        return pages.inference_body(report)

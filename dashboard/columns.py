@@ -39,6 +39,7 @@ KIND_OF_UNIT = {
     report_columns.BYTES: "bytes",
     report_columns.PERCENT: "percent",
     report_columns.RATIO: "ratio",
+    report_columns.JOULES: "rate",  # a number with one decimal, grouped: 12,345.6
 }
 
 
@@ -72,6 +73,7 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
             "cpu_util_percent",
             "iowait_percent",
             "gpu_util_percent",
+            "gpu_energy_joules",
             "seconds_per_step",
             "input_wait_percent",
             "compute_percent",

@@ -660,34 +660,75 @@ def step_anatomy_figure(
     return {"data": traces, "layout": layout}
 
 
-def step_shares_figure(rows: list[dict[str, Any]], host_order: list[str]) -> dict[str, Any]:
-    """The three shares of step time over the run, one point per epoch (at its end) for
-    each host: line style by part, colour by host."""
-    title = "Shares of step time over the run (per epoch)"
-    host_rows = [r for r in _host_rows(rows) if r.get("input_wait_percent") is not None]
-    if not host_rows:
+def step_share_hover(point: dict[str, Any]) -> str:
+    """A step's ranks: input wait / compute / all-reduce % of each (the hover of every
+    part's point)."""
+
+    def percent(value: float | None) -> str:
+        return "–" if value is None else f"{value:.1f}"
+
+    lines = [
+        f"rank {r['rank']}: " + " / ".join(percent(r.get(column)) for column, _, _ in STEP_PARTS)
+        for r in point["ranks"]
+    ]
+    where = " · ".join(
+        text
+        for text in (
+            f"epoch {point['epoch']}" if point.get("epoch") is not None else "",
+            f"step {point['step']}" if point.get("step") is not None else "",
+        )
+        if text
+    )
+    return f"{where}<br>% input / compute / all-reduce:<br>" + "<br>".join(lines)
+
+
+STEP_SHARES_TITLE = "Shares of step time over the run (per sampled step)"
+STEP_SHARES_HEIGHT = 280
+
+
+def step_shares_placeholder() -> dict[str, Any]:
+    """What stands in for ``step_shares_figure`` until it comes (the steps are read with the
+    time series)."""
+    figure = empty_figure(STEP_SHARES_TITLE, "reading the run's steps…")
+    figure["layout"]["height"] = STEP_SHARES_HEIGHT
+    return figure
+
+
+def step_shares_figure(
+    shares: dict[str, list[dict[str, Any]]], host_order: list[str]
+) -> dict[str, Any]:
+    """The three shares of step time over the run, one point per sampled step and host
+    (``collector.anatomy.step_shares``: pooled over the host's ranks): line style by part,
+    colour by host; the hover lists each rank's shares of that step."""
+    title = STEP_SHARES_TITLE
+    if not any(shares.values()):
         return empty_figure(title, "no step anatomy for this run")
+    order = [*host_order, *sorted(set(shares) - set(host_order))]
     traces = []
-    for host_index, host in enumerate(host_order):
-        mine = sorted((r for r in host_rows if r["host"] == host), key=lambda r: r["epoch"])
-        if not mine:
+    for host_index, host in enumerate(order):
+        points = shares.get(host) or []
+        if not points:
             continue
+        x = [iso_ms(point["time_ns"]) for point in points]
+        hover = [step_share_hover(point) for point in points]
         for (column, label, _), dash in zip(STEP_PARTS, PART_DASHES, strict=True):
             traces.append(
                 {
                     "type": "scatter",
                     "mode": "lines+markers",
                     "name": f"{host} {label}",
-                    "x": [row["end"] for row in mine],
-                    "y": [row.get(column) for row in mine],
-                    "text": [f"epoch {row['epoch']}" for row in mine],
-                    "line": {"color": host_colour(host_index), "dash": dash},
-                    "hovertemplate": f"{label} %{{y:.1f}}% (%{{text}})<extra>{host}</extra>",
+                    "x": x,
+                    "y": [point.get(column) for point in points],
+                    "text": hover,
+                    "marker": {"size": 4},
+                    "line": {"color": host_colour(host_index), "dash": dash, "width": 1.5},
+                    "hovertemplate": f"{label} %{{y:.1f}}% · %{{text}}<extra>{host}</extra>",
                 }
             )
-    layout = _base_layout(title, "% of step time", height=280)
+    layout = _base_layout(title, "% of step time", height=STEP_SHARES_HEIGHT)
     layout["yaxis"]["range"] = [0, 100]
     layout["xaxis"] = {**layout.get("xaxis", {}), "type": "date"}
+    layout["hovermode"] = "closest"
     layout["annotations"] = [
         _note("solid: input wait · dotted: compute · dashed: all-reduce", y=1.08)
     ]
@@ -877,4 +918,50 @@ def time_to_target_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     layout["barmode"] = "group"
     layout["hovermode"] = "closest"
     layout["xaxis"] = {"type": "category", "title": {"text": "GPUs"}}
+    return {"data": traces, "layout": layout}
+
+
+# --------------------------------------------------------------------------------------
+# inference: FP32 against INT8 per batch size (the study's Fig. 9)
+# --------------------------------------------------------------------------------------
+
+PRECISION_COLOURS = {"fp32": "#1f77b4", "int8": "#ff7f0e"}
+
+
+def inference_figure(report: dict[str, Any]) -> dict[str, Any]:
+    """Grouped bars: batch sizes along x, FP32 and INT8 images/s side by side, each INT8 bar
+    labelled with its speed-up over FP32 (``collector.inference``'s values and formats)."""
+    from collector.inference import format_speedup
+
+    title = "Inference throughput, FP32 vs INT8 (label: INT8 speed-up)"
+    rows = report["comparisons"]
+    if not rows:
+        return empty_figure(title, "no inference measurements in this run")
+    x = [f"batch {row['batch_size']}" for row in rows]
+    traces = []
+    for precision in ("fp32", "int8"):
+        values = [row[f"{precision}_images_per_second"] for row in rows]
+        if all(value is None for value in values):
+            continue
+        trace: dict[str, Any] = {
+            "type": "bar",
+            "name": precision.upper(),
+            "x": x,
+            "y": values,
+            "marker": {"color": PRECISION_COLOURS[precision]},
+            "hovertemplate": f"%{{x}}: %{{y:,.1f}} images/s<extra>{precision.upper()}</extra>",
+        }
+        if precision == "int8":
+            trace["text"] = [
+                "" if row["int8_speedup"] is None else format_speedup(row["int8_speedup"])
+                for row in rows
+            ]
+            trace["textposition"] = "outside"
+            trace["cliponaxis"] = False
+        traces.append(trace)
+    layout = _base_layout(title, "images/s", height=360)
+    layout["barmode"] = "group"
+    layout["hovermode"] = "closest"
+    layout["xaxis"] = {"type": "category"}
+    layout["legend"] = {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"}
     return {"data": traces, "layout": layout}

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from dash import dash_table, dcc, html
 
+from agent.schema import INFERENCE_FRAMEWORK
 from collector.columns import COMPLETE, INTERRUPTED
 from collector.evidence import evidence_items
 from dashboard import figures
@@ -68,7 +69,12 @@ def chart_anchor(chart: str) -> str:
 
 
 def navigation(pathname: str) -> html.Nav:
-    links = [("Runs", "/"), ("Scaling", "/scaling"), ("Findings", "/findings")]
+    links = [
+        ("Runs", "/"),
+        ("Scaling", "/scaling"),
+        ("Findings", "/findings"),
+        ("Inference", "/inference"),
+    ]
 
     def active(href: str) -> bool:
         if href == "/":
@@ -140,8 +146,9 @@ def runs_table(runs: list[dict[str, Any]]) -> html.Table | html.P:
         cells = []
         for column in RUN_COLUMNS:
             if column.key == "run_id":
-                link = dcc.Link(run["run_id"], href=run_href(run["run_id"]))
-                cells.append(html.Td(link, className="col-run_id"))
+                inference = run.get("framework") == INFERENCE_FRAMEWORK
+                href = (inference_href if inference else run_href)(run["run_id"])
+                cells.append(html.Td(dcc.Link(run["run_id"], href=href), className="col-run_id"))
             elif column.key == "state":
                 cells.append(html.Td(state_badge(run["state"])))
             elif column.key == "hosts":
@@ -408,8 +415,13 @@ def epoch_figures(
         ),
         figures.fabric_bars_figure(rows, host_order),
         figures.step_anatomy_figure(rows, host_order, rank_parts),
-        figures.step_shares_figure(rows, host_order),
     ]
+
+
+def last_step_ns(step_shares: dict[str, list[dict[str, Any]]] | None) -> int | None:
+    """The latest step among the shares shown (a live page asks for steps after it)."""
+    points = (p["time_ns"] for host in (step_shares or {}).values() for p in host)
+    return max(points, default=None)
 
 
 EPOCH_CHARTS = (
@@ -417,8 +429,8 @@ EPOCH_CHARTS = (
     "epoch-nfs",
     "epoch-fabric-graph",
     "epoch-step-anatomy",
-    "epoch-step-shares",
 )
+STEP_SHARES_GRAPH = "step-shares"
 TIMESERIES_GRAPH = "timeseries"
 
 
@@ -441,13 +453,18 @@ def run_page(
     poll_ms: int,
     live_state: dict[str, Any],
     rank_parts: list[dict[str, Any]] | None = None,
+    step_shares: dict[str, list[dict[str, Any]]] | None = None,
 ) -> html.Div:
     """The run page. Its findings arrive by a callback of their own once the page is up,
     and again whenever ``run-epochs`` says an epoch started or ended. Without ``ts`` (a
     finished run whose charts are not computed yet: decoding its step events is most of
     the cost) the time series come by a callback of their own too (``run-pending``)."""
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
-    disk, nfs, fabric, anatomy, shares = epoch_figures(rows, order, rank_parts)
+    disk, nfs, fabric, anatomy = epoch_figures(rows, order, rank_parts)
+    if step_shares is None:  # read with the time series (``run-pending``)
+        shares = figures.step_shares_placeholder()
+    else:
+        shares = figures.step_shares_figure(step_shares, order)
     if ts is not None:
         time_figure = timeseries_figure(ts, boundaries, rows)
         note = bucket_note(ts, boundaries)
@@ -482,7 +499,7 @@ def run_page(
                 className="lead",
             ),
             html.Div(graph(EPOCH_CHARTS[3], anatomy), className="panel"),
-            html.Div(graph(EPOCH_CHARTS[4], shares), className="panel"),
+            html.Div(graph(STEP_SHARES_GRAPH, shares), className="panel"),
             html.H2("Over time", id=TIMESERIES_ANCHOR),
             html.P(note, className="lead", id="bucket-note"),
             host_legend(order),
@@ -581,5 +598,121 @@ def findings_page(
                 findings_list(findings, run_id, same_page=False) if run_id else None,
                 id="findings-body",
             ),
+        ]
+    )
+
+
+def inference_href(run_id: str) -> str:
+    return "/inference?run=" + quote(run_id, safe="")
+
+
+def inference_table(report: dict[str, Any]) -> html.Table:
+    """Per batch size: FP32 and INT8 images/s, the INT8 speed-up and the latencies, in the
+    formats of ``collector inference``'s table (the same functions)."""
+    from collector.inference import format_milliseconds, format_rate, format_speedup
+
+    latency = {(m["batch_size"], m["precision"]): m for m in report["measurements"]}
+
+    def p50(batch_size: int, precision: str) -> str:
+        measured = latency.get((batch_size, precision))
+        return format_milliseconds(measured["latency_p50_seconds"] if measured else None)
+
+    def p99(batch_size: int, precision: str) -> str:
+        measured = latency.get((batch_size, precision))
+        return format_milliseconds(measured["latency_p99_seconds"] if measured else None)
+
+    headings = [
+        "batch",
+        "FP32 images/s",
+        "INT8 images/s",
+        "INT8 speed-up",
+        "FP32 p50 / p99 ms",
+        "INT8 p50 / p99 ms",
+    ]
+    body = [
+        html.Tr(
+            [
+                html.Td(str(row["batch_size"])),
+                html.Td(format_rate(row["fp32_images_per_second"])),
+                html.Td(format_rate(row["int8_images_per_second"])),
+                html.Td(format_speedup(row["int8_speedup"]), className="speedup"),
+                html.Td(f"{p50(row['batch_size'], 'fp32')} / {p99(row['batch_size'], 'fp32')}"),
+                html.Td(f"{p50(row['batch_size'], 'int8')} / {p99(row['batch_size'], 'int8')}"),
+            ]
+        )
+        for row in report["comparisons"]
+    ]
+    return html.Table(
+        [html.Thead(html.Tr([html.Th(h) for h in headings])), html.Tbody(body)],
+        id="inference-table",
+        className="data-table",
+    )
+
+
+def inference_accuracy(report: dict[str, Any]) -> html.P:
+    from collector.inference import format_points, format_top1
+
+    top1 = report["top1"]
+    return html.P(
+        [
+            f"Top-1 on {report['validation_images'] or '?'} validation images: FP32 ",
+            html.B(format_top1(top1.get("fp32"))),
+            ", INT8 ",
+            html.B(format_top1(top1.get("int8"))),
+            "; INT8 − FP32 ",
+            html.B(format_points(report["top1_difference"]), id="inference-top1-difference"),
+            ".",
+        ],
+        id="inference-accuracy",
+    )
+
+
+def inference_body(report: dict[str, Any] | None) -> html.Div:
+    if report is None:
+        return html.Div(html.P("No such inference run.", className="empty"))
+    setup = (
+        f"{report['model']} at {report['image_size'] or '?'} px on "
+        f"{report['execution_provider'] or 'an unknown provider'}; INT8 by static "
+        f"quantisation ({report['int8_format'] or '-'}) calibrated on "
+        f"{report['calibration_images'] or 0} training images; weights: {report['weights']}"
+    )
+    return html.Div(
+        [
+            html.P(setup, className="run-meta", id="inference-setup"),
+            graph("inference-graph", figures.inference_figure(report)),
+            inference_table(report),
+            inference_accuracy(report),
+            html.H2("Findings"),
+            findings_list(list(report["findings"]), report["run_id"], same_page=True),
+        ]
+    )
+
+
+def inference_page(
+    runs: list[dict[str, Any]], run_id: str | None, report: dict[str, Any] | None
+) -> html.Div:
+    """`workloads infer` runs: FP32 against INT8 per batch size, as the study's Fig. 9."""
+    options = [{"label": f"{r['run_id']} ({r['state']})", "value": r["run_id"]} for r in runs]
+    return html.Div(
+        [
+            html.H1("Inference"),
+            html.P(
+                "Images/s per batch size in FP32 and INT8 (ONNX Runtime, static quantisation) "
+                "and the top-1 each keeps on the validation images: the speed-up bought with "
+                "reduced precision, and what it costs in accuracy.",
+                className="lead",
+            ),
+            dcc.Dropdown(
+                id="inference-run",
+                options=options,
+                value=run_id,
+                clearable=False,
+                searchable=True,
+            )
+            if runs
+            else html.P(
+                "No inference runs yet: make one with `workloads infer`.", className="empty"
+            ),
+            html.Div(inference_body(report) if run_id else None, id="inference-body"),
         ]
     )

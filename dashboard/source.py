@@ -193,6 +193,7 @@ class DataSource:
                 return False
             self.run(run_id)
             self.timeseries(run_id, live=False)
+            self.step_shares(run_id)
             self.boundaries(run_id)
             self.epochs(run_id)
             self.findings(run_id)
@@ -271,6 +272,7 @@ class DataSource:
             try:
                 with self.request():
                     self.timeseries(run_id, live=False)
+                    self.step_shares(run_id)
                     self.findings(run_id)
             except Exception:  # the callbacks will compute (and report) it themselves
                 log.exception("computing run %s in the background failed", run_id)
@@ -310,6 +312,14 @@ class DataSource:
         """Each rank's milliseconds per step by part, per epoch."""
         return query.rank_step_parts(self.store, run_id)
 
+    def steps_after(self, run_id: str, since_ns: int | None) -> int:
+        """How many of the run's step events came after ``since_ns`` (all for None)."""
+        return len(self.store.steps(run_id, since_ns))
+
+    def step_shares(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
+        """Each host's sampled steps: input wait, compute and all-reduce %, and each rank's."""
+        return query.step_shares(self.store, run_id)
+
     def findings(self, run_id: str) -> list[dict[str, Any]]:
         return query.findings(self.store, run_id)
 
@@ -321,6 +331,20 @@ class DataSource:
     # -- all runs --------------------------------------------------------------------------
     def scaling(self) -> list[dict[str, Any]]:
         return query.scaling_table(self.store)
+
+    # -- inference runs (`workloads infer`) -------------------------------------------------
+    def inference_runs(self) -> list[dict[str, Any]]:
+        """Inference runs, newest first."""
+        from collector.inference import inference_runs
+
+        return [{"run_id": run.run_id, "state": run.state} for run in inference_runs(self.store)]
+
+    def inference(self, run_id: str) -> dict[str, Any] | None:
+        """``collector.inference``'s report of the run (its JSON), None for no such run."""
+        from collector.inference import inference_report
+
+        report = inference_report(self.store, run_id)
+        return None if report is None else report.to_json()
 
 
 def _charts(series: dict[str, query.HostSeries], bucket_ns: int | None = None) -> Timeseries:

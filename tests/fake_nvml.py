@@ -25,6 +25,9 @@ Behaviours a GPU description can ask for (each also reachable from the JSON file
   - ``"hang_while": path``: every NVML call on that GPU blocks while the file exists;
   - ``"lost_while": path`` or ``"lost": True``: every call raises GPU_IS_LOST;
   - ``"error_while": path``: ``nvmlDeviceGetPowerUsage`` raises NVML_ERROR_UNKNOWN;
+  - ``"field_error_while": path``: every field value answers NVML_ERROR_UNKNOWN;
+  - ``"energy_rate_mw": mW``, ``"pcie_bytes_per_second": (rx, tx)``: counters that grow
+    with the wall clock (value = rate x time.time()), for per-epoch amounts;
   - ``NOT_SUPPORTED`` as a value: that call raises NVML_ERROR_NOT_SUPPORTED.
 """
 
@@ -223,7 +226,10 @@ class FakeNvml:
         return self._answer(gpu.get("power_mw", NOT_SUPPORTED))
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
-        return self._answer(self._gpu(handle, "energy").get("energy_mj", NOT_SUPPORTED))
+        gpu = self._gpu(handle, "energy")
+        if "energy_rate_mw" in gpu:  # a counter growing with the wall clock
+            return round(gpu["energy_rate_mw"] * time.time())
+        return self._answer(gpu.get("energy_mj", NOT_SUPPORTED))
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         assert sensor == self.nvml.NVML_TEMPERATURE_GPU
@@ -245,6 +251,9 @@ class FakeNvml:
         gpu = self._gpu(handle, "field_values")
         self._pcie_wait(gpu)
         counters = gpu.get("pcie_bytes", NOT_SUPPORTED)
+        if "pcie_bytes_per_second" in gpu:  # counters growing with the wall clock
+            now = time.time()
+            counters = [round(rate * now) for rate in gpu["pcie_bytes_per_second"]]
         by_id: dict[int, int] = {}
         if counters != NOT_SUPPORTED:
             by_id = {
@@ -252,6 +261,10 @@ class FakeNvml:
                 nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: counters[1],
             }
         unsupported = nvml.NVML_ERROR_NOT_SUPPORTED
+        failing = gpu.get("field_error_while")
+        if failing and os.path.exists(failing):  # each value answers NVML_ERROR_UNKNOWN
+            unsupported = nvml.NVML_ERROR_UNKNOWN
+            by_id = {}
         # The call itself succeeds; each value carries its own return code, as in NVML.
         return [
             SimpleNamespace(

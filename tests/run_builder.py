@@ -258,6 +258,7 @@ class RunBuilder:
                                     Workload.STEP: step_number,
                                     Workload.IMAGES: images,
                                     Workload.SECONDS: step_seconds,
+                                    **self._step_parts(spec, host, rank, step_seconds),
                                 },
                             )
                         )
@@ -282,20 +283,27 @@ class RunBuilder:
                     )
         return out
 
+    @staticmethod
+    def _step_parts(spec: EpochSpec, host: str, rank: int, seconds: float) -> dict[str, float]:
+        """The four parts of ``seconds`` at the epoch's shares for this rank (none without)."""
+        if spec.shares is None:
+            return {}
+        shares = spec.shares(host, rank) if callable(spec.shares) else spec.shares
+        wait, compute, communication = (share * seconds for share in shares)
+        return {
+            Workload.INPUT_WAIT_SECONDS: wait,
+            Workload.COMPUTE_SECONDS: compute,
+            Workload.COMMUNICATION_SECONDS: communication,
+            Workload.OTHER_STEP_SECONDS: seconds - wait - compute - communication,
+        }
+
     def _anatomy_fields(
         self, spec: EpochSpec, host: str, rank: int, step_number: int
     ) -> dict[str, object]:
         fields: dict[str, object] = {}
         if spec.shares is not None:
-            shares = spec.shares(host, rank) if callable(spec.shares) else spec.shares
-            wait, compute, communication = (share * spec.seconds for share in shares)
-            fields |= {
-                Workload.STEP: step_number,
-                Workload.INPUT_WAIT_SECONDS: wait,
-                Workload.COMPUTE_SECONDS: compute,
-                Workload.COMMUNICATION_SECONDS: communication,
-                Workload.OTHER_STEP_SECONDS: spec.seconds - wait - compute - communication,
-            }
+            fields[Workload.STEP] = step_number
+            fields |= self._step_parts(spec, host, rank, spec.seconds)
         if spec.reads is not None:
             fields[Workload.PROCESS_READ_BYTES] = spec.reads[0]
             fields[Workload.PROCESS_RCHAR_BYTES] = spec.reads[1]

@@ -288,11 +288,57 @@ def test_stacked_step_time_and_shares_charts(make_store):
     hovered = figures.step_anatomy_figure(rows, ["n1", "n2"], ranks)
     rest_text = hovered["data"][3]["text"][0]
     assert "rank 0: 6,000 / 10,000 / 2,000 / 2,000" in rest_text and "rank 1:" in rest_text
-    shares = figures.step_shares_figure(rows, ["n1", "n2"])
-    go.Figure(shares)
-    assert len(shares["data"]) == 6  # 2 hosts x 3 parts
-    assert shares["data"][0]["y"] == [30.0, 0.0]
     empty = figures.step_anatomy_figure(
         [dict(row, seconds_per_step=None) for row in rows], ["n1", "n2"]
     )
     assert "no step anatomy" in str(empty)
+
+
+def test_shares_of_each_step_pooled_per_host_with_each_ranks(make_store):
+    import plotly.graph_objects as go
+
+    from collector.query import epoch_table, step_shares
+    from dashboard import figures
+
+    run = RunBuilder("steps", hosts=("n1", "n2"), ranks_per_host=2, steps_per_epoch=2)
+    # rank 0 waits 40% for input, rank 1 20%: n1's steps pool to 30%; n2's ranks 10%
+    waits = {0: 0.40, 1: 0.20, 2: 0.10, 3: 0.10}
+    run.epoch(20, 640, shares=lambda host, rank: (waits[rank], 0.50, 0.25))
+    # epoch 2's steps take 2:1 of its 30 s; every rank all-reduces 40% of each
+    run.epoch(30, 640, step_pattern=(2.0, 1.0), shares=(0.0, 0.55, 0.40))
+    store = make_store(run.points())
+    shares = step_shares(store, "steps")
+    assert set(shares) == {"n1", "n2"}
+    n1 = shares["n1"]
+    assert [(p["epoch"], p["step"]) for p in n1] == [(1, 1), (1, 2), (2, 3), (2, 4)]
+    assert [p["input_wait_percent"] for p in n1] == [30.0, 30.0, 0.0, 0.0]
+    assert [p["communication_percent"] for p in n1] == [25.0, 25.0, 40.0, 40.0]
+    assert n1[0]["ranks"] == [
+        {"rank": 0, "input_wait_percent": 40.0, "compute_percent": 50.0,
+         "communication_percent": 25.0},
+        {"rank": 1, "input_wait_percent": 20.0, "compute_percent": 50.0,
+         "communication_percent": 25.0},
+    ]  # fmt: skip
+    assert n1[0]["time_ns"] == T0_NS + 10 * NS  # the first step ends half way into epoch 1
+    assert [p["input_wait_percent"] for p in shares["n2"]] == [10.0, 10.0, 0.0, 0.0]
+    # one definition: a host's steps of an epoch, pooled, give the epoch's share
+    rows = {(r["host"], r["epoch"]): r for r in epoch_table(store, "steps")}
+    assert rows[("n1", 1)]["input_wait_percent"] == 30.0
+    assert rows[("n1", 2)]["communication_percent"] == 40.0
+
+    figure = figures.step_shares_figure(shares, ["n1", "n2"])
+    go.Figure(figure)  # plotly knows every attribute
+    assert len(figure["data"]) == 6  # 2 hosts x 3 parts
+    assert [t["name"] for t in figure["data"][:3]] == [
+        "n1 input wait", "n1 compute", "n1 all-reduce"
+    ]  # fmt: skip
+    assert figure["data"][0]["y"] == [30.0, 30.0, 0.0, 0.0]
+    assert figure["data"][0]["x"][0] == "2023-11-14 22:13:30.000"
+    hover = figure["data"][0]["text"][0]
+    assert "epoch 1 · step 1" in hover
+    assert "rank 0: 40.0 / 50.0 / 25.0" in hover and "rank 1: 20.0 / 50.0 / 25.0" in hover
+    # a run whose steps carry no anatomy
+    plain = RunBuilder("plain").epoch(10, 64)
+    store = make_store(plain.points())
+    assert step_shares(store, "plain") == {}
+    assert "no step anatomy" in str(figures.step_shares_figure({}, ["node1"]))

@@ -58,7 +58,9 @@ class Served:
                 self.process.wait(timeout=10)
 
 
-def start_server(tmp_path: Path, env: dict, *args: str, db: Path | None = None) -> Served:
+def start_server(
+    tmp_path: Path, env: dict, *args: str, db: Path | None = None, preexec_fn=None
+) -> Served:
     db = db or tmp_path / "collector.sqlite"
     log = tmp_path / f"serve-{time.monotonic_ns()}.log"
     env = dict(env, EPOCHSCOPE_LOG_LEVEL="DEBUG")
@@ -68,6 +70,7 @@ def start_server(tmp_path: Path, env: dict, *args: str, db: Path | None = None) 
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env=env,
+            preexec_fn=preexec_fn,
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

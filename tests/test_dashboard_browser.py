@@ -29,6 +29,7 @@ from dashboard.source import DataSource
 from tests.test_dashboard_runs import (
     BASELINE_RUN,
     DAY_NS,
+    HOSTS,
     LIVE_RUN,
     PAPER_RUN,
     T0_NS,
@@ -296,4 +297,69 @@ def test_a_run_page_opened_before_the_run_exists_switches_to_it_when_it_arrives(
     wait_for(lambda: text_of(dash_duo, "#run-waiting") is None, what="the run page")
     dash_duo.wait_for_element("#timeseries .main-svg", timeout=60)
     assert text_of(dash_duo, "#run-status").startswith("live: updating every 0.4 s")
+    assert dash_duo.get_logs() == []
+
+
+def test_shares_of_each_step_over_time_with_each_rank_on_hover(dash_duo, store):
+    """A live run whose ranks split their steps (two hosts, two ranks each): one point per
+    sampled step and host, pooled over its ranks; hovering a point lists each rank's
+    shares; steps that arrive mid-epoch are drawn at the next poll."""
+    from agent.schema import Event, Workload
+    from tests.run_builder import RunBuilder
+
+    waits = {0: 0.40, 1: 0.20, 2: 0.10, 3: 0.10}  # input wait share of each rank's steps
+
+    def anatomy_run(epochs: int) -> RunBuilder:
+        run = RunBuilder("anatomy-live", hosts=HOSTS, ranks_per_host=2, pad_s=0.0,
+                         t0_ns=T0_NS + 4 * DAY_NS, state=RunState.LIVE)  # fmt: skip
+        run.epoch(40, 3_000, shares=lambda host, rank: (waits[rank], 0.50, 0.25), cpu_busy=0.4)
+        if epochs > 1:
+            run.epoch(40, 3_000, shares=(0.0, 0.55, 0.40), cpu_busy=0.4)
+        return run
+
+    one = anatomy_run(1)
+    store.write_points(one.points())
+    open_page(dash_duo, "/runs/anatomy-live", "#step-shares .main-svg")
+
+    def shares() -> dict[str, dict]:
+        return {t["name"]: t for t in figure_data(dash_duo.driver, "step-shares") or []}
+
+    wait_for(lambda: "node1 input wait" in shares(), what="the step shares chart")
+    traces = shares()
+    assert list(traces) == [f"{host} {part}" for host in HOSTS
+                            for part in ("input wait", "compute", "all-reduce")]  # fmt: skip
+    # node1's ranks wait 40% and 20%: 30% pooled, at each of the epoch's 4 steps
+    assert traces["node1 input wait"]["y"] == [30.0] * 4
+    assert traces["node2 input wait"]["y"] == [10.0] * 4
+    assert traces["node1 all-reduce"]["y"] == [25.0] * 4
+
+    # hover node1's first input-wait point: each of its ranks' shares of that step
+    def hover_text() -> str:  # (SVG: the lines are <tspan>s, the host the box's name)
+        return dash_duo.driver.execute_script(
+            "return Array.from(document.querySelectorAll("
+            "'#step-shares .hovertext tspan, #step-shares .hovertext text.name'))"
+            ".map(t => t.textContent).join('\\n');"
+        )
+
+    point = dash_duo.find_elements("#step-shares .scatterlayer .trace:first-child .point")[0]
+    ActionChains(dash_duo.driver).move_to_element(point).perform()
+    wait_for(lambda: "rank 0: 40.0 / 50.0 / 25.0" in hover_text(), what="each rank on hover")
+    hover = hover_text()
+    assert "input wait 30.0%" in hover and "epoch 1 · step 1" in hover
+    assert "rank 1: 20.0 / 50.0 / 25.0" in hover and "node1" in hover
+
+    # the next epoch's steps arrive (no epoch edge yet): the chart grows at the next poll
+    later = [p for p in anatomy_run(2).points() if p.time_ns > one.end_true_ns()]
+    steps = [p for p in later if p.fields.get(Workload.EVENT) == Event.STEP]
+    store.write_points(steps)
+    wait_for(
+        lambda: len(shares().get("node1 all-reduce", {}).get("y", [])) == 8,
+        what="the new steps on the shares chart",
+    )
+    assert shares()["node1 all-reduce"]["y"][4:] == [40.0] * 4
+    store.write_points(run_end_points(anatomy_run(2)))
+    wait_for(
+        lambda: text_of(dash_duo, "#run-status") == "finished: not updating",
+        what="the page to notice the run ended",
+    )
     assert dash_duo.get_logs() == []

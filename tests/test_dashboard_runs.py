@@ -254,7 +254,7 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     step_reads = dict(counting.step_reads)
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
     callbacks.load_run_findings({"run_id": PAPER_RUN})
-    # finished: the query layer keeps its tables, the dashboard its charts, in the page now
+    # finished: the query layer keeps its tables and its charts, in the page now
     assert counting.event_reads == reads
     assert counting.step_reads == step_reads
     assert find(page, "run-pending").data is None
@@ -300,11 +300,13 @@ def test_a_run_page_drawn_without_time_series_gets_them_by_their_own_callback(so
     placeholder = find(page, "timeseries").figure
     assert placeholder["data"] == []
     assert placeholder["layout"]["height"] == figures.timeseries_height()  # no jump
-    figure, note = callbacks.load_pending_timeseries(find(page, "run-pending").data)
-    # the same figure and note as the page of the run once computed
+    assert find(page, "step-shares").figure["data"] == []  # the steps come with them
+    figure, note, shares = callbacks.load_pending_timeseries(find(page, "run-pending").data)
+    # the same figures and note as the page of the run once computed
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
     assert figure == find(page, "timeseries").figure
     assert note == find(page, "bucket-note").children
+    assert shares == find(page, "step-shares").figure
     assert note.startswith("Each host's metrics averaged over 1-second buckets")
     # 8 steps per epoch and rank of 3,000 images, 4 ranks per host: 12,000 images a step,
     # spread over the step's own seconds. Epoch 1's steps follow the pattern 1 : 1.8 : 0.6 :

@@ -94,7 +94,9 @@ def test_h100_under_load(monkeypatch):
     points = sampler.sample(NOW)
     assert len(points) == 1
     point = points[0]
-    assert point.measurement == "gpu" and point.time_ns == NOW
+    # stamped with the reading's own time (halfway through it), not the tick's
+    assert point.measurement == "gpu"
+    assert point.time_ns == sampler.readers[0].latest.time_ns
     assert point.tags == {
         "gpu": "0",
         "uuid": "GPU-00000000-0000-0000-0000-000000000000",
@@ -207,6 +209,24 @@ def test_mig_devices_are_points_of_their_own_tagged_mig(monkeypatch):
     assert ("processes", 1) not in fake.calls
 
 
+def test_mig_reconfigured_while_running(monkeypatch):
+    """MIG turned on, then off again (made-up sequence on the captured H100's values)."""
+    sampler, fake = start(FakeNvml([H100_LOAD]), monkeypatch)
+    assert fields_of(sampler.sample(NOW)[0])["utilization_percent"] == 100.0
+    gpu = fake.gpus[0]
+    gpu["migs"] = A100_WITH_MIG_DEVICES["migs"][:1]
+    gpu["utilization"] = NOT_SUPPORTED  # what NVML answers for a GPU in MIG mode
+    points = fresh(sampler)
+    assert [p.tags.get("mig") for p in points if p.measurement == "gpu"] == [None, "1/0"]
+    assert "utilization_percent" not in points[0].fields
+    del gpu["migs"]
+    gpu["utilization"] = H100_LOAD["utilization"]
+    points = fresh(sampler)
+    # utilisation is asked again once MIG is off: it was only unsupported under MIG
+    assert [p.tags.get("mig") for p in points if p.measurement == "gpu"] == [None]
+    assert fields_of(points[0])["utilization_percent"] == 100.0
+
+
 def test_pcie_byte_counters_from_field_values_replace_the_throughput_calls(monkeypatch):
     # Made-up counters: the capture's driver did not report field values.
     gpu = {**H100_LOAD, "pcie_bytes": (7_000_000_000, 3_000_000_000)}
@@ -226,6 +246,29 @@ def test_field_values_unsupported_fall_back_to_throughput_and_are_not_asked_agai
     assert "pcie_rx_bytes" not in fields
     assert fake.calls.count(("field_values", 0)) == 1  # decided once per GPU
     assert fake.calls.count(("pcie_throughput", 0)) >= 4  # rx + tx, every reading
+
+
+def test_a_field_value_error_falls_back_for_that_reading_only(monkeypatch, tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="agent.samplers.gpu")
+    failing = tmp_path / "failing"
+    failing.touch()
+    # Made-up counters: the capture's driver did not report field values.
+    gpu = {**H100_LOAD, "pcie_bytes": (7_000_000_000, 3_000_000_000)}
+    gpu["field_error_while"] = str(failing)
+    stats = AgentStats()
+    sampler, _ = start(FakeNvml([gpu]), monkeypatch, stats=stats)
+    fields = fields_of(sampler.sample(NOW)[0])
+    assert fields["pcie_rx_bytes_per_second"] == 6_498_304.0  # this reading: the fallback
+    assert "pcie_rx_bytes" not in fields
+    assert stats.gpus_failing == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "gpu 0 (GPU-00000000-0000-0000-0000-000000000000): nvmlDeviceGetFieldValues failed: "
+        "Unknown Error; the field is left out (logged once)"
+    ]
+    failing.unlink()
+    fields = fields_of(fresh(sampler)[0])  # an error is not "not supported": asked again
+    assert fields["pcie_rx_bytes"] == 7_000_000_000
+    assert "pcie_rx_bytes_per_second" not in fields
 
 
 def test_utilization_is_the_mean_of_the_samples_since_the_last_reading(monkeypatch):
@@ -332,14 +375,27 @@ def test_slow_gpus_never_hold_up_the_tick(monkeypatch):
     calling_threads.clear()
     durations = []
     for _ in range(5):
+        time.sleep(1.0)  # one tick a second; each GPU's reading takes 0.5 s, in its thread
         started = time.monotonic()
         points = sampler.sample(time.time_ns())
         durations.append(time.monotonic() - started)
         assert [p.tags["gpu"] for p in points] == [str(i) for i in range(8)]
-        time.sleep(0.3)
     assert threading.current_thread().name not in calling_threads
     assert calling_threads <= {f"gpu-{i}" for i in range(8)}
     assert max(durations) < 1.0  # generous: a tick that read the GPUs would take 4 s
+
+
+def test_a_reading_is_sent_once(monkeypatch):
+    """A tick with no new reading of a GPU sends nothing for it: a reading is never sent
+    twice, nor under a time that is not its own."""
+    sampler, _ = start(FakeNvml([H100_LOAD]), monkeypatch)
+    reader = sampler.readers[0]
+    [first] = sampler.sample(time.time_ns())  # asks for the next reading
+    assert wait_until(lambda: reader.latest.time_ns > first.time_ns and not reader.busy)
+    monkeypatch.setattr(reader, "request", lambda due: None)  # no reading after this one
+    [second] = sampler.sample(time.time_ns())
+    assert second.time_ns > first.time_ns
+    assert sampler.sample(time.time_ns()) == []
 
 
 def test_each_reading_says_how_old_it_is(monkeypatch):
@@ -350,7 +406,7 @@ def test_each_reading_says_how_old_it_is(monkeypatch):
     now = time.time_ns()
     [point] = sampler.sample(now)
     reading = sampler.readers[0].latest
-    assert point.fields["reading_age_seconds"] == pytest.approx((now - reading.done_ns) / 1e9)
+    assert point.fields["reading_age_seconds"] == pytest.approx((now - reading.time_ns) / 1e9)
     assert point.fields["reading_age_seconds"] >= 0.2
     assert stats.gpu_reading_age_seconds == point.fields["reading_age_seconds"]
     assert (stats.gpus_hung, stats.gpus_failing, stats.gpus_lost) == (0, 0, 0)
@@ -370,10 +426,12 @@ def test_a_hanging_call_marks_its_gpu_hung_once_and_it_recovers(monkeypatch, tmp
     assert len(sampler.sample(time.time_ns())) == 3
     hang.touch()  # GPU 1's next call does not return
     assert wait_until(lambda: bool(sampler.sample(time.time_ns())) and stats.gpus_hung == 1)
-    for _ in range(5):  # the others are read and reported every tick meanwhile
-        points = sampler.sample(time.time_ns())
-        assert [p.tags["gpu"] for p in points] == ["0", "2"]
-        time.sleep(0.05)
+    reported = []
+    for _ in range(5):  # the others are read and reported meanwhile, GPU 1 never
+        time.sleep(0.2)
+        reported += [p.tags["gpu"] for p in sampler.sample(time.time_ns())]
+    assert set(reported) == {"0", "2"}
+    assert reported.count("0") >= 3
     # reported through the agent's own measurement too
     [agent_point] = AgentSampler(Roots(), stats).sample(0)
     assert agent_point.fields["gpus_hung"] == 1.0
@@ -427,6 +485,29 @@ def test_an_erroring_call_leaves_its_field_out_and_is_logged_once(monkeypatch, t
     assert gpu_records(caplog)[1:] == [
         "gpu 1 (GPU-00000000-0000-0000-0000-000000000000) reads without errors again"
     ]
+
+
+def test_an_answer_the_sampler_cannot_read_is_logged_once_and_counted(monkeypatch, caplog):
+    """An NVML answer of an unexpected shape (a binding that changed): the GPU's reading
+    fails, its thread goes on, the GPU counts as failing; the other GPU is unaffected."""
+    caplog.set_level(logging.INFO, logger="agent.samplers.gpu")
+    stats = AgentStats()
+    sampler, fake = start(FakeNvml([H100_LOAD, H100_IDLE]), monkeypatch, stats=stats)
+    original = fake.nvmlDeviceGetMemoryInfo
+    monkeypatch.setattr(
+        fake.nvml, "nvmlDeviceGetMemoryInfo", lambda h: 42 if h == 1 else original(h)
+    )
+    for _ in range(3):
+        points = fresh(sampler)
+        assert [p.tags["gpu"] for p in points] == ["0"]
+        assert stats.gpus_failing == 1
+    assert [r.getMessage() for r in caplog.records] == ["reading gpu 1 failed"]
+    monkeypatch.setattr(fake.nvml, "nvmlDeviceGetMemoryInfo", original)
+    assert [p.tags["gpu"] for p in fresh(sampler)] == ["0", "1"]
+    assert stats.gpus_failing == 0
+    assert caplog.records[-1].getMessage() == (
+        "gpu 1 (GPU-00000000-0000-0000-0000-000000000000) reads without errors again"
+    )
 
 
 def test_nvml_initialised_once_and_shut_down_on_close(monkeypatch):

@@ -72,6 +72,8 @@ def test_steps_from_sql_hold_each_fields_number_or_nan(store):
     assert nan_list(table.images) == [12.5, None, 256.0, None, None, float(2**60)]
     assert nan_list(table.seconds) == [2.25, None, 0.5, None, 1.0, 1e-3]
     assert nan_list(table.epoch) == [None, None, 1.0, None, 2.0, 3.0]
+    assert nan_list(table.step) == [None, None, None, 7.0, None, None]
+    assert nan_list(table.compute) == [None] * 6  # no anatomy in these steps
     assert table.images.dtype == np.float64 and table.time_ns.dtype == np.int64
     assert table == reference(store)
 
@@ -89,6 +91,22 @@ def test_steps_since_a_time_and_for_a_host(store):
     assert len(table.for_host("node9")) == 0
     assert store.steps("r", since_ns=T0 + 4 * S) == StepTable.empty()
     assert store.steps("no such run") == StepTable.empty()
+
+
+def test_steps_carry_their_anatomy(store):
+    store.write_points(
+        [
+            step("a", 0, 1, **step_fields(None, 2.0, None, 12, 0.25, 1.25, 0.5, 0)),
+            step("a", 1, 1, **step_fields(None, 2.0, None, 12, 0.5)),  # a part only
+        ]
+    )
+    table = store.steps("r")
+    assert nan_list(table.step) == [12.0, 12.0]
+    assert nan_list(table.input_wait) == [0.25, 0.5]
+    assert nan_list(table.compute) == [1.25, None]
+    assert nan_list(table.communication) == [0.5, None]
+    assert nan_list(table.other) == [0.0, None]
+    assert table == reference(store)
 
 
 def test_tables_are_read_only(store):
@@ -129,24 +147,22 @@ steps_strategy = st.lists(
         st.sampled_from(["a", "b", "node-1"]),
         st.integers(min_value=-1, max_value=3),
         st.integers(min_value=0, max_value=40),
-        field_values,
-        field_values,
-        field_values,
+        st.tuples(*[field_values] * len(StepTable.FIELDS)),
     ),
     max_size=30,
 )
 
 
-def step_fields(images: Any, seconds: Any, epoch: Any) -> dict[str, Any]:
-    """A step event's fields, leaving out those given as None."""
-    fields = {Workload.IMAGES: images, Workload.SECONDS: seconds, Workload.EPOCH: epoch}
+def step_fields(*values: Any) -> dict[str, Any]:
+    """A step event's fields, the first ``len(values)`` of ``StepTable.FIELDS`` (images,
+    seconds, epoch, ...), leaving out those given as None."""
+    fields = dict(zip(StepTable.FIELDS.values(), values, strict=False))
     return {name: value for name, value in fields.items() if value is not None}
 
 
 def points_of(steps: list[tuple]) -> list[Point]:
     return [
-        step(host, rank, time_s, **step_fields(images, seconds, epoch))
-        for host, rank, time_s, images, seconds, epoch in steps
+        step(host, rank, time_s, **step_fields(*values)) for host, rank, time_s, values in steps
     ]
 
 

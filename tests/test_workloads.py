@@ -426,3 +426,32 @@ def test_drop_caches_takes_dataset_by_default_and_node_when_asked():
     assert parsed("--drop-caches").drop_caches == "dataset"
     assert parsed("--drop-caches", "--epochs", "2").drop_caches == "dataset"
     assert parsed("--drop-caches", "node").drop_caches == "node"
+
+
+def test_pytorch_ranks_make_openmp_threads_sleep_unless_the_user_chose():
+    """torch's OpenMP threads wait passively (bench/anatomy/openmp_wait.py: spinning made a
+    1-process step 10x slower on a shared machine); a policy the user set is kept, and once
+    torch is loaded the policy can no longer change, so nothing is claimed. (A real rank's
+    libgomp reports the policy in tests/test_workloads_frameworks.py.)"""
+    from workloads.torch_train import openmp_threads_sleep
+
+    chosen = {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert not openmp_threads_sleep(chosen)
+    assert chosen == {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert openmp_threads_sleep({"OMP_WAIT_POLICY": "passive"})
+    script = (
+        "import sys, os\n"
+        "from workloads.torch_train import openmp_threads_sleep\n"
+        "env = {}\n"
+        "sys.modules.setdefault('torch', None) if sys.argv[1] == 'loaded' else None\n"
+        "print(openmp_threads_sleep(env), env)\n"
+    )
+    for state, expected in (
+        ("fresh", "True {'OMP_WAIT_POLICY': 'PASSIVE'}"),
+        ("loaded", "False {}"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-c", script, state], capture_output=True, text=True, check=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )  # fmt: skip
+        assert result.stdout.strip() == expected

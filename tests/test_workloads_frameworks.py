@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -19,10 +22,14 @@ import pytest
 
 from agent.schema import Workload
 from collector.epochs import build_report
+from collector.findings import run_findings
 from collector.store import SqliteStore
 from workloads import frameworks
+from workloads.checkpoint import load_checkpoint
 from workloads.datasets import make_dataset
-from workloads.profile import start_collector, stop
+from workloads.profile import EmbeddedProfile, start_collector, stop
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.timeout(600)]
 
@@ -233,16 +240,81 @@ def test_mxnet_horovodrun_two_processes(datasets, collector, repo_env):
     check_stored_run(repo_env, collector, "mx-2", ranks=2)
 
 
+@pytest.fixture(scope="module")
+def pytorch_runs(datasets, tmp_path_factory):
+    """pt-1 (one process) and pt-2 (torchrun, two) trained with ``--profile`` into one
+    collector, an agent beside it pushing this host's samples, as a user compares runs.
+    libgomp prints its settings at start (OMP_DISPLAY_ENV): the ranks' threads must sleep
+    while they wait (GOMP_SPINCOUNT 0, ``torch_train.openmp_threads_sleep``)."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip(f"torch is not installed: {frameworks.install_hint('pytorch')}")
+    profile = EmbeddedProfile("pytorch-runs", tmp_path_factory.mktemp("pytorch")).start()
+    env = dict(os.environ, OMP_DISPLAY_ENV="VERBOSE")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    collector = (profile.url, profile.db)
+    outputs = {}
+    try:
+        agent = ("--profile", "--agent-port", str(profile.agent_port))
+        for run_id, processes in (("pt-1", "1"), ("pt-2", "2")):
+            result = train(env, collector, "pytorch", datasets("jpeg"), run_id, "--np", processes,
+                           *agent)  # fmt: skip
+            outputs[run_id] = result.stdout + result.stderr
+        time.sleep(2)  # the agent's last samples
+    finally:
+        profile.stop()
+    return collector, outputs
+
+
+def rank_spin_counts(output: str) -> list[str]:
+    return re.findall(r"GOMP_SPINCOUNT = '(\d+)'", output)
+
+
 @needs("pytorch")
-def test_pytorch_two_epochs(datasets, collector, repo_env):
-    train(repo_env, collector, "pytorch", datasets("jpeg"), "pt-1")
+def test_pytorch_two_epochs(pytorch_runs, repo_env):
+    collector, outputs = pytorch_runs
     check_stored_run(repo_env, collector, "pt-1", ranks=1)
+    assert rank_spin_counts(outputs["pt-1"]) == ["0"]  # the rank runs in the launcher
 
 
 @needs("pytorch")
-def test_pytorch_torchrun_two_processes(datasets, collector, repo_env):
-    train(repo_env, collector, "pytorch", datasets("jpeg"), "pt-2", "--np", "2")
+def test_pytorch_torchrun_two_processes(pytorch_runs, repo_env):
+    collector, outputs = pytorch_runs
     check_stored_run(repo_env, collector, "pt-2", ranks=2)
+    # torchrun itself loads torch with the default (it computes nothing); each rank: 0
+    assert sorted(rank_spin_counts(outputs["pt-2"])) == ["0", "0", "300000"]
+
+
+@needs("pytorch")
+def test_pytorch_scaling_loss_is_attributed_on_real_runs(pytorch_runs):
+    """The issue's real-run check: two processes on this host's two cores all-reduce
+    (communication > 0) and each trains fewer images/s than the one process, which the
+    scaling-loss finding attributes to the parts that grew."""
+    (_, db), _ = pytorch_runs
+    store = SqliteStore(db)
+    try:
+        found = {f.rule: f for f in run_findings(store, "pt-2")}
+        rows = {r.host: r for r in build_report(store, "pt-2").rows if r.epoch == 2}
+    finally:
+        store.close()
+    assert rows["*"].communication_percent > 0
+    finding = found["scaling_loss_attributed"]
+    evidence = finding.evidence
+    assert (evidence["reference_run"], evidence["reference_ranks"], evidence["ranks"]) == (
+        "pt-1", 1, 2
+    )  # fmt: skip
+    assert (
+        evidence["images_per_second_per_rank"]
+        < 0.95 * evidence["reference_images_per_second_per_rank"]
+    )
+    parts = {p["part"]: p for p in evidence["parts"]}
+    assert parts["communication"]["reference_seconds"] == 0.0  # one process: no all-reduce
+    assert parts["communication"]["run_seconds"] > 0.0
+    assert parts["communication"]["lost_images_per_second"] > 0.0
+    # the parts' shares add up to the loss
+    assert sum(p["lost_images_per_second"] for p in parts.values()) == pytest.approx(
+        evidence["lost_images_per_second"], rel=1e-6
+    )
+    assert "images/s lost to scaling" in finding.title
 
 
 @needs("pytorch")
@@ -271,6 +343,11 @@ def test_profile_starts_its_own_collector_and_agent(datasets, repo_env, tmp_path
     table = result.stdout[result.stdout.index("epoch  host") :].splitlines()
     assert "disk read" in table[0] and "cache Δ" in table[0]
     assert [line.split()[0] for line in table[1:3]] == ["1", "2"]  # one host: no "*" rows
+    # rank 0 left the last epoch's checkpoint for `workloads infer --checkpoint runs/RUN`
+    checkpoint = load_checkpoint(tmp_path / "runs" / "pt-prof")
+    assert checkpoint.epoch == 2 and checkpoint.architecture.image_size == SIZE
+    assert checkpoint.architecture.num_classes == CLASSES
+    checkpoint.architecture.build().load_state_dict(checkpoint.state_dict)
 
 
 def test_missing_framework_error_is_clear_before_training(repo_env, tmp_path):

@@ -390,7 +390,8 @@ def user_python() -> str:
     if not python.exists():
         pytest.skip(f"{USER_VENV} is missing: `make user-torch-env` makes it")
     check = subprocess.run(
-        [str(python), "-c", "import workloads, torchvision; print(workloads.__file__)"],
+        # -I: not this checkout from the working directory, but what the venv has installed
+        [str(python), "-I", "-c", "import workloads, torchvision; print(workloads.__file__)"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     if check.returncode != 0 or not check.stdout.startswith(str(REPO_ROOT)):
@@ -435,6 +436,37 @@ def test_imagenet_example_one_process_reads_the_data_set_in_epoch_1_only(data, r
     assert own[0] >= 0.8 * BIG_TRAIN * 100_000 and max(own[1:]) < own[0] / 10, own
     assert all(row["training_cache_read_bytes"] >= 0.8 * BIG_TRAIN * 100_000 for row in rows[1:])
     assert "own read" in result.stdout  # in the table printed at the end
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_lightning_example_recognised_unmodified(data, runs):
+    python = user_python()
+    if subprocess.run([python, "-c", "import lightning"], timeout=120).returncode != 0:
+        pytest.skip(f"lightning is not in {USER_VENV}: make user-torch-env")
+    jpeg = data("jpeg")
+    result = profile(python, runs, "lit", python, str(SCRIPTS / "lightning_train.py"), str(jpeg),
+                     "--batch-size", str(BATCH), options=("--data-dir", str(jpeg)),
+                     env=user_env())  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    (rank,) = by_rank(events(runs, "lit")).values()
+    # Trainer(max_epochs=2): its sanity-check validation is in no epoch
+    ends = check_epochs(rank, epochs=2, images=TRAIN, steps=TRAIN // BATCH)
+    start = rank[0].fields
+    assert start[Workload.MODEL] == "LitClassifier" and start[Workload.BATCH_SIZE] == BATCH
+    assert start[Workload.WORLD_SIZE] == 1 and rank[0].framework == "pytorch"
+    # the module's self.log("val_acc", ...) is the epoch's top-1, as the script printed it
+    printed = printed_accuracies(result.stdout, r"val_acc (\d\.\d+)")
+    assert [e.fields[Workload.TOP1] for e in ends] == pytest.approx(printed, abs=1e-4)
+    assert all(e.fields[Workload.LOSS] > 0 for e in ends)
+    for event in ends + [e for e in rank if e.event == Event.STEP]:
+        assert_parts_add_up(event)
+        assert event.fields[Workload.COMPUTE_SECONDS] > 0
+        assert event.fields[Workload.COMMUNICATION_SECONDS] == 0  # one process
+    assert all(e.fields[Workload.PROCESS_RCHAR_BYTES] > 0 for e in ends)
+    rows = report_rows(python, runs, "lit")
+    assert [row["images"] for row in rows] == [TRAIN, TRAIN]
+    assert all(row["training_read_bytes"] is not None for row in rows)
 
 
 def spawn_port() -> int:

@@ -20,6 +20,7 @@ ILSVRC2012 copy) is described by scanning it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -386,3 +387,176 @@ def check_format_for(framework: str, info: DatasetInfo) -> None:
         )
     if info.train.images == 0:
         raise DatasetError(f"{info.root} holds no training images")
+
+
+# --- checking the files before a run ------------------------------------------------------
+
+RECORDIO_MAGIC = 0xCED7230A
+JPEG_TAIL_BYTES = 4096  # where a complete JPEG's end-of-image marker must be
+OTHER_PICTURE_SIGNATURES = (b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")  # PIL reads them
+VERIFY_PROGRESS_FILES = 2000  # a progress bar from this many files on
+VERIFY_SAMPLE_FILES = 100  # files whose page-cache residency says cold or warm
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's checksum: CRC-32C (Castagnoli), rotated and offset ("masked")."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _no_readahead(handle) -> None:
+    """Read only the pages asked for: readahead would pull whole pictures and records into
+    the page cache, and epoch 1 would then not read them from storage."""
+    os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+
+
+def _opened(path: Path, evict_after: bool):
+    """``path`` opened for a check without readahead; with ``evict_after`` its pages leave
+    the page cache when it is closed (the data set was cold: keep it so)."""
+    handle = path.open("rb")
+    _no_readahead(handle)
+    if evict_after:
+        original_close = handle.close
+
+        def close() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            original_close()
+
+        handle.close = close
+    return handle
+
+
+def check_tfrecord_file(path: Path, evict_after: bool = False) -> int:
+    """Walk a TFRecord file's framing: every length header with its checksum, every record
+    ending inside the file, the file ending on a record boundary; the records counted. The
+    records' contents are not read (TensorFlow checks their CRCs as it reads them)."""
+    size = path.stat().st_size
+    count = 0
+    offset = 0
+    with _opened(path, evict_after) as handle:
+        while offset < size:
+            header = handle.read(12)
+            if len(header) < 12:
+                raise DatasetError(
+                    f"{path}: truncated: record {count + 1} header cut at byte {offset} of {size}"
+                )
+            length, crc = struct.unpack("<QI", header)
+            if masked_crc32c(header[:8]) != crc:
+                raise DatasetError(
+                    f"{path}: damaged: record {count + 1} at byte {offset} has a bad length "
+                    "checksum (not a TFRecord file, or overwritten)"
+                )
+            end = offset + 12 + length + 4
+            if end > size:
+                raise DatasetError(
+                    f"{path}: truncated: record {count + 1} at byte {offset} needs {end} bytes, "
+                    f"the file has {size}"
+                )
+            offset = end
+            handle.seek(offset)
+            count += 1
+    return count
+
+
+def check_picture_file(path: Path, evict_after: bool = False) -> None:
+    """A cheap look at one picture: a JPEG must start with its start-of-image marker and
+    end with its end-of-image marker (a cut file has none in its tail: inside compressed
+    data 0xFF is always followed by 0x00 or a restart marker); PNG, GIF and BMP pass on
+    their signature (ImageNet holds a few such files named .JPEG)."""
+    with _opened(path, evict_after) as handle:
+        start = handle.read(8)
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, size - JPEG_TAIL_BYTES))
+        tail = handle.read()
+    if start.startswith(b"\xff\xd8\xff"):
+        if b"\xff\xd9" not in tail:
+            raise DatasetError(f"{path}: truncated JPEG: no end-of-image marker ({size} bytes)")
+        return
+    if start.startswith(OTHER_PICTURE_SIGNATURES):
+        return
+    raise DatasetError(
+        f"{path}: not a picture: it starts with {start[:4].hex(' ')}, not a JPEG's ff d8 ff"
+    )
+
+
+def check_recordio_file(rec: Path, evict_after: bool = False) -> None:
+    """Every offset of the .idx points at a record header inside the .rec (magic number,
+    length within the file)."""
+    index = rec.with_suffix(".idx")
+    size = rec.stat().st_size
+    with index.open("rb") as lines, _opened(rec, evict_after) as handle:
+        for number, line in enumerate(lines, 1):
+            fields = line.split()
+            if not fields:
+                continue
+            try:
+                offset = int(fields[-1])
+            except ValueError:
+                raise DatasetError(f"{index}: line {number} is not 'INDEX OFFSET'") from None
+            handle.seek(offset)
+            header = handle.read(8)
+            if len(header) < 8:
+                raise DatasetError(f"{rec}: truncated: record at byte {offset} is cut")
+            magic, packed = struct.unpack("<II", header)
+            length = packed & ((1 << 29) - 1)
+            if magic != RECORDIO_MAGIC:
+                raise DatasetError(
+                    f"{rec}: damaged: no record at byte {offset} ({index.name} line {number})"
+                )
+            if offset + 8 + length > size:
+                raise DatasetError(
+                    f"{rec}: truncated: record at byte {offset} needs {offset + 8 + length} "
+                    f"bytes, the file has {size}"
+                )
+
+
+def verify_files(info: DatasetInfo, progress: bool = True) -> None:
+    """Check every file of the data set cheaply before a run, naming the first bad one
+    (DatasetError): TFRecord framing and length checksums, JPEG start and end markers,
+    RecordIO index offsets. With many files, a progress bar.
+
+    Reads go without readahead (a few pages per file). When the data set is cold (under 1 %
+    of a sample of its files in the page cache) each file is evicted again after its check,
+    so epoch 1 still reads it from storage; a warm data set keeps what it had, plus those
+    few pages."""
+    from workloads.pagecache import residency
+
+    paths = info.paths("train") + info.paths("val")
+    if not paths:
+        return
+    check = {
+        "tfrecord": check_tfrecord_file,
+        "jpeg": check_picture_file,
+        "recordio": check_recordio_file,
+    }[info.format]
+    sample = paths[:: max(1, len(paths) // VERIFY_SAMPLE_FILES)]
+    try:
+        cold = residency(sample).fraction < 0.01
+    except OSError as error:
+        raise DatasetError(f"{info.root}: cannot read its files: {error}") from None
+    shown = progress and len(paths) >= VERIFY_PROGRESS_FILES
+    items = _progress(iter(paths), len(paths), "checking files", shown)
+    for path in items:
+        try:
+            check(path, evict_after=cold)
+        except FileNotFoundError:
+            raise DatasetError(f"{path}: listed in the data set but missing") from None
+        except OSError as error:
+            raise DatasetError(f"{path}: cannot be read: {error.strerror}") from None

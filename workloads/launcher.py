@@ -38,7 +38,13 @@ from pathlib import Path
 
 from agent.schema import Event, RunState, Tag, Workload
 from workloads import frameworks
-from workloads.datasets import DatasetError, DatasetInfo, check_format_for, describe
+from workloads.datasets import (
+    DatasetError,
+    DatasetInfo,
+    check_format_for,
+    describe,
+    verify_files,
+)
 from workloads.events import AGENT_PORT_ENV, DEFAULT_AGENT_PORT
 from workloads.hosts import (
     HostError,
@@ -171,6 +177,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
     if args.data_dir is not None:
         dataset = describe(args.data_dir.resolve())
         check_format_for(args.framework, dataset)
+        if not getattr(args, "skip_data_check", False):
+            verify_files(dataset)  # a truncated or damaged file is named now, not mid-run
     frameworks.check(args.framework, args.np)
     check_precision(args.framework, args.precision)
     warmup_steps, step_every = step_sampling(args, dataset)
@@ -207,6 +215,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         validate=not args.no_validate,
         anatomy=not args.no_anatomy,
         resend_token_file=str(args.token_file.resolve()) if args.token_file else None,
+        checkpoint_dir=str(runs_dir / run_id),
     )
     if not args.collector and not args.profile:
         spec.events_dir = str(runs_dir / run_id / "events")

@@ -11,6 +11,7 @@ another may not).
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import urllib.error
 import urllib.request
@@ -29,6 +30,19 @@ class CollectorUnusable(RuntimeError):
 
 class CollectorUnreachable(CollectorUnusable):
     """Nothing answered at the URL (down, starting, or the wrong address)."""
+
+
+def collector_url(text: str) -> str:
+    """``--collector`` (an argparse type): an http(s) URL with a host and a valid port,
+    refused before anything starts (``notaurl``, ``http://``, ``http://:8086``, ``h:99999``)."""
+    from agent.config import url_problem
+
+    problem = url_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(
+            f"{problem}; give the collector's URL, e.g. http://HEAD:8086"
+        )
+    return text
 
 
 def check_collector(
@@ -69,7 +83,7 @@ def check_collector(
         raise CollectorUnusable(
             f"the collector at {url} answered {status} to a test write (from {host})"
         ) from None
-    except (urllib.error.URLError, OSError) as error:
+    except (urllib.error.URLError, OSError, ValueError) as error:  # ValueError: not a URL
         reason = getattr(error, "reason", error)
         raise CollectorUnreachable(
             f"cannot reach the collector at {url} from {host} ({reason}): start it "

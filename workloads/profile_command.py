@@ -20,6 +20,7 @@ from pathlib import Path
 from agent.schema import Event
 from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
 from workloads.events import AGENT_PORT_ENV
+from workloads.preflight import collector_url
 from workloads.profile import EmbeddedProfile, ProfileError, child_env
 from workloads.spec import DEFAULT_SPOOL_ROOT, TOKEN_ENV, TOKEN_FILE_ENV, run_id_arg
 
@@ -37,7 +38,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "profile", help="profile your own training: workloads profile [options] -- COMMAND",
         description=__doc__.splitlines()[0],
     )  # fmt: skip
-    profile.add_argument("--collector", help="collector URL (default: one started here)")
+    profile.add_argument("--collector", type=collector_url,
+                         help="collector URL (default: one started here)")  # fmt: skip
     profile.add_argument("--token-file", type=Path, help="file holding the collector token")
     profile.add_argument("--run-id", type=run_id_arg, help="default: profile-<UTC time>")
     profile.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default ./runs")

@@ -49,6 +49,7 @@ class RunSpec:
     validate: bool = True
     anatomy: bool = True  # time each step's input wait, compute and all-reduce
     resend_token_file: str | None = None  # the user's --token-file, for `workloads resend`
+    checkpoint_dir: str | None = None  # PyTorch: rank 0 writes checkpoint.pt here per epoch
 
     @property
     def synthetic(self) -> bool:

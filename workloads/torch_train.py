@@ -13,12 +13,14 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 
 import numpy as np
 
 from workloads.anatomy import TimedAllreduce, timed_allreduce_hook
-from workloads.datasets import jpeg_files
+from workloads.datasets import DatasetError, jpeg_files
 from workloads.spec import RunSpec
 from workloads.worker import Placement, cpu_threads_per_rank, steps_per_epoch
 
@@ -26,6 +28,24 @@ MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 CENTRAL_CROP = 0.875
 DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
+OPENMP_WAIT_POLICY = "OMP_WAIT_POLICY"
+
+
+def openmp_threads_sleep(environ: MutableMapping[str, str] = os.environ) -> bool:
+    """Make torch's OpenMP threads sleep, not spin, while they wait for each other, unless
+    the user chose (``OMP_WAIT_POLICY`` already set). True when the policy is passive.
+
+    A rank computes with one OpenMP thread per core it owns (every core for one process).
+    By default libgomp *spins* at the end of each parallel region until every thread
+    arrives, and ResNet-50's step is thousands of regions. When the threads cannot all
+    run at once (the rank's DataLoader workers, the agent or other jobs share the cores),
+    the first thread spins through its whole time slice while the other waits for a core:
+    a 1-process run here took 14-19 s per step against 2 s for each single-threaded rank
+    of a 2-process run (bench/anatomy/openmp_wait.py measures it). libgomp reads the
+    policy once, when torch loads it, so this must run before ``import torch``."""
+    if OPENMP_WAIT_POLICY not in environ and "torch" not in sys.modules:
+        environ[OPENMP_WAIT_POLICY] = "PASSIVE"
+    return environ.get(OPENMP_WAIT_POLICY, "").upper() == "PASSIVE"
 
 
 def random_resized_crop(width: int, height: int, rng: random.Random) -> tuple[int, int, int, int]:
@@ -64,9 +84,15 @@ class JpegFolder:
         return len(self.items)
 
     def __getitem__(self, index: int):
+        path, label = self.items[index]
+        try:
+            return self._load(path, label)
+        except (OSError, ValueError, SyntaxError) as error:  # PIL's errors for a bad file
+            raise DatasetError(f"{path}: cannot decode this picture: {error}") from error
+
+    def _load(self, path: Path, label: int):
         from PIL import Image
 
-        path, label = self.items[index]
         with Image.open(path) as image:
             image = image.convert("RGB")
             if self.train:
@@ -141,9 +167,20 @@ def evaluate(torch, model, loader, device, autocast) -> tuple[float, float]:
     return correct1 / seen, correct5 / seen
 
 
+def _save_checkpoint(spec: RunSpec, model, epoch: int, top1: float | None) -> None:
+    """``<checkpoint_dir>/checkpoint.pt``: what ``workloads infer --checkpoint`` reads."""
+    from workloads.checkpoint import CHECKPOINT_NAME, Architecture, save_checkpoint
+
+    architecture = Architecture(
+        model=spec.model, num_classes=spec.num_classes, image_size=spec.image_size
+    )
+    save_checkpoint(Path(spec.checkpoint_dir) / CHECKPOINT_NAME, model, architecture, epoch, top1)
+
+
 def run(spec: RunSpec, start_recorder):
     import contextlib
 
+    openmp_threads_sleep()  # before torch loads libgomp
     import torch
 
     from workloads.torch_resnet import ResNet50
@@ -243,6 +280,8 @@ def run(spec: RunSpec, start_recorder):
         if val_loader is not None:
             top1, top5 = evaluate(torch, model, val_loader, device, autocast)
         recorder.epoch_end(loss=loss_sum / max(1, loss_count), top1=top1, top5=top5)
+        if spec.checkpoint_dir and placement.rank == 0:  # after the epoch's events: untimed
+            _save_checkpoint(spec, model, epoch, top1)
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return recorder

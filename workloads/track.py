@@ -29,7 +29,7 @@ def _session(framework: str = "custom", model: str | None = None,
     session = sessions.current()
     if session is None:
         return None
-    session.explicit = True
+    session.driver = "track"
     session.start(framework, model, batch_size)
     return session
 

@@ -9,8 +9,11 @@ Reading in the background, never in the tick:
     agent's interval, timed to finish just before the tick; ``sample()`` takes each
     GPU's latest complete reading and never calls NVML. ``nvmlDeviceGetPcieThroughput``
     alone blocks ~20 ms per call, so eight GPUs read in the tick would cost ~320 ms.
-  - Each reading says how old it is (``reading_age_seconds``; the oldest is also the
-    ``agent`` measurement's ``gpu_reading_age_seconds``).
+  - A reading's points carry the reading's own time (halfway through it), so a counter
+    is exact at its timestamp, and say how old the reading was at the tick that sent it
+    (``reading_age_seconds``; the oldest is the ``agent`` measurement's
+    ``gpu_reading_age_seconds``). Each reading is sent once: a tick that finds no new
+    reading of a GPU sends nothing for it.
   - An NVML call that has not answered after ``call_timeout_seconds`` marks its GPU hung:
     the GPU gives no point (its last values would be stale), ``gpus_hung`` counts it and
     one warning says which call; its thread stays in the call (a thread cannot be
@@ -195,7 +198,7 @@ class _Device:
 class Reading:
     """One complete reading of a GPU (and its MIG devices), as points without a time."""
 
-    done_ns: int  # wall clock when the reading completed
+    time_ns: int  # wall clock halfway through the reading: the values' own time
     gpus: list[tuple[dict[str, str], dict[str, int | float]]]
     processes: list[tuple[dict[str, str], dict[str, int | float]]]
     failing: bool  # an NVML call failed with something other than "not supported"
@@ -228,6 +231,7 @@ class GpuReader:
         self.nvml = nvml
         self.device = device
         self.latest: Reading | None = None
+        self.emitted: Reading | None = None  # the reading the sampler last sent
         self.lost = False
         self.last_duration = 0.0
         self.busy = False  # a reading is under way
@@ -238,6 +242,7 @@ class GpuReader:
         self._stop = False
         self._call: tuple[str, float] | None = None
         self._unsupported: set[str] = set()  # calls this GPU answered NOT_SUPPORTED to
+        self._mig_enabled = False
         self._errors_logged: set[tuple[str, str, int]] = set()
         self._failing_now = False
         self._last_sample_us: dict[tuple[str, str], int] = {}
@@ -293,12 +298,12 @@ class GpuReader:
                 if ("*", "bug", 0) not in self._errors_logged:
                     self._errors_logged.add(("*", "bug", 0))
                     log.exception("reading gpu %d failed", self.device.index)
-                reading = None
+                # nothing to send, and the GPU counts as failing until a reading works
+                reading = Reading(time.time_ns(), [], [], failing=True)
             finally:
                 self._call = None
             self.last_duration = time.monotonic() - started
-            if reading is not None:
-                self.latest = reading
+            self.latest = reading
             self.readings_done += 1
             self.busy = False
             self.first_done.set()
@@ -328,21 +333,25 @@ class GpuReader:
             if value in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
                 self._unsupported.add(key)
             elif value not in (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_NO_PERMISSION):
-                self._failing_now = True
-                logged = (device.uuid, function_name, value)
-                if logged not in self._errors_logged:
-                    self._errors_logged.add(logged)
-                    log.warning(
-                        "gpu %d%s (%s): %s failed: %s; the field is left out (logged once)",
-                        device.index,
-                        f" mig {device.mig}" if device.mig else "",
-                        device.uuid,
-                        function_name,
-                        error,
-                    )
+                self._note_error(device, function_name, value, str(error))
             return None
         finally:
             self._call = None
+
+    def _note_error(self, device: _Device, function_name: str, value: Any, text: str) -> None:
+        """An NVML error other than "not supported": the reading fails, logged once."""
+        self._failing_now = True
+        logged = (device.uuid, function_name, value)
+        if logged not in self._errors_logged:
+            self._errors_logged.add(logged)
+            log.warning(
+                "gpu %d%s (%s): %s failed: %s; the field is left out (logged once)",
+                device.index,
+                f" mig {device.mig}" if device.mig else "",
+                device.uuid,
+                function_name,
+                text,
+            )
 
     def _clock_event_reasons(self, handle: Any) -> int | None:
         # The "event reasons" call replaced "throttle reasons" (driver 535); a library or
@@ -372,21 +381,26 @@ class GpuReader:
     def _pcie_counters(self, handle: Any) -> tuple[int | None, int | None]:
         nvml = self.nvml
         key = f"{self.device.uuid}:pcie_field_values"
-        if key in self._unsupported:
-            return None, None
-        values = self._nvml_call(
-            "nvmlDeviceGetFieldValues",
-            handle,
-            [nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES],
-        )
-        answers = [
-            _union_value(v.valueType, v.value, nvml) if v.nvmlReturn == nvml.NVML_SUCCESS else None
-            for v in values or []
+        # An nvidia-ml-py older than these field ids has no counters to ask for.
+        field_ids = [
+            getattr(nvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", None),
+            getattr(nvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", None),
         ]
-        if len(answers) != 2 or None in answers:
-            self._unsupported.add(key)  # this driver or GPU: the throughput calls instead
+        if key in self._unsupported or None in field_ids:
             return None, None
-        return int(answers[0]), int(answers[1])
+        values = self._nvml_call("nvmlDeviceGetFieldValues", handle, field_ids)
+        if values is None:  # the call failed (logged if it was not "not supported")
+            return None, None
+        returns = [v.nvmlReturn for v in values]
+        if any(r == nvml.NVML_ERROR_NOT_SUPPORTED for r in returns):
+            self._unsupported.add(key)  # this driver or GPU: the throughput calls instead
+        for code in set(returns) - {nvml.NVML_SUCCESS, nvml.NVML_ERROR_NOT_SUPPORTED}:
+            text = str(nvml.NVMLError(code)) if isinstance(code, int) else repr(code)
+            self._note_error(self.device, "nvmlDeviceGetFieldValues", code, text)
+        if len(values) != 2 or any(r != nvml.NVML_SUCCESS for r in returns):
+            return None, None  # this reading uses the throughput calls
+        rx, tx = (_union_value(v.valueType, v.value, nvml) for v in values)
+        return (None, None) if rx is None or tx is None else (int(rx), int(tx))
 
     def _device_readings(self, device: _Device, whole_gpu: bool) -> GpuReadings:
         nvml = self.nvml
@@ -430,7 +444,15 @@ class GpuReader:
         nvml = self.nvml
         parent = self.device
         mode = self._nvml_call("nvmlDeviceGetMigMode", parent.handle)
-        if mode is None or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
+        enabled = mode is not None and mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        if enabled != self._mig_enabled:
+            # What a GPU supports changes with MIG (utilisation is not supported under
+            # MIG): ask every call again. The first reading starts from nothing anyway.
+            self._mig_enabled = enabled
+            self._unsupported = {
+                k for k in self._unsupported if k.endswith(":nvmlDeviceGetMigMode")
+            }
+        if not enabled:
             return []
         devices = []
         for slot in range(self._nvml_call("nvmlDeviceGetMaxMigDeviceCount", parent.handle) or 0):
@@ -476,6 +498,7 @@ class GpuReader:
         return tags
 
     def _read(self) -> Reading:
+        started_ns = time.time_ns()
         self._failing_now = False
         migs = self._mig_devices()
         gpus = []
@@ -498,7 +521,8 @@ class GpuReader:
                 fields = process_fields(process)
                 if fields:
                     processes.append((tags, fields))
-        return Reading(time.time_ns(), gpus, processes, self._failing_now)
+        middle_ns = (started_ns + time.time_ns()) // 2
+        return Reading(middle_ns, gpus, processes, self._failing_now)
 
 
 @dataclass
@@ -582,7 +606,8 @@ class GpuSampler:
             if period is None or period < MIN_PERIOD_SECONDS:
                 reader.request(now)
                 continue
-            lead = min(1.5 * reader.last_duration + 0.01, period / 2)
+            # a reading that takes longer than the period starts at once
+            lead = min(2 * reader.last_duration + 0.05, period)
             reader.request(now + period - lead)
 
     def _hung(self, reader: GpuReader, now: float) -> tuple[str, float] | None:
@@ -647,14 +672,16 @@ class GpuSampler:
             if reading is None:
                 continue
             failing += reading.failing
-            age = max(0.0, (now_ns - reading.done_ns) / 1e9)
+            if reading is reader.emitted:
+                continue  # no new reading since the last tick: nothing is sent twice
+            reader.emitted = reading
+            age = max(0.0, (now_ns - reading.time_ns) / 1e9)
             oldest_age = age if oldest_age is None else max(oldest_age, age)
             for tags, fields in reading.gpus:
-                points.append(
-                    Point(Gpu.NAME, dict(tags), {**fields, Gpu.READING_AGE_SECONDS: age}, now_ns)
-                )
+                fields = {**fields, Gpu.READING_AGE_SECONDS: age}
+                points.append(Point(Gpu.NAME, dict(tags), fields, reading.time_ns))
             for tags, fields in reading.processes:
-                points.append(Point(GpuProcess.NAME, dict(tags), dict(fields), now_ns))
+                points.append(Point(GpuProcess.NAME, dict(tags), dict(fields), reading.time_ns))
         self._schedule()
         stats = self.stats
         stats.gpus_hung, stats.gpus_failing, stats.gpus_lost = hung, failing, lost
@@ -668,8 +695,9 @@ class GpuSampler:
         for reader in readers:
             reader.stop()
         stuck = False
+        deadline = time.monotonic() + 1.0  # one second for all: a hung thread never ends
         for reader in readers:
-            reader.thread.join(timeout=1.0)
+            reader.thread.join(timeout=max(0.0, deadline - time.monotonic()))
             stuck |= reader.thread.is_alive()
         if nvml is None:
             return

@@ -171,8 +171,10 @@ class EventStore:
             return StepTable.from_events(self.events(run_id, since_ns, kinds=(Event.STEP,)))
         if not rows:
             return StepTable.empty()
-        host, rank, time_ns, images, seconds, epoch = zip(*rows, strict=True)
-        return StepTable.from_columns(host, rank, time_ns, images, seconds, epoch)
+        host, rank, time_ns, *numbers = zip(*rows, strict=True)
+        return StepTable.from_columns(
+            host, rank, time_ns, **dict(zip(StepTable.FIELDS, numbers, strict=True))
+        )
 
 
 def _json_number(name: str) -> str:
@@ -187,7 +189,7 @@ def _json_number(name: str) -> str:
 
 STEPS_SQL = (
     "SELECT host, rank, time_ns, "
-    + ", ".join(_json_number(name) for name in (Workload.IMAGES, Workload.SECONDS, Workload.EPOCH))
+    + ", ".join(_json_number(name) for name in StepTable.FIELDS.values())
     + " FROM events INDEXED BY events_by_run_kind WHERE run_id = ? AND event = ?"
 )
 

@@ -40,6 +40,12 @@ def _torch_ddp(module: ModuleType) -> None:
     torch_hooks.patch_distributed_data_parallel(module)
 
 
+def _lightning_trainer(module: ModuleType) -> None:
+    from workloads.autoprofile import lightning_hooks
+
+    lightning_hooks.patch_trainer(module)
+
+
 def _keras_training(module: ModuleType) -> None:
     from workloads.autoprofile import keras_hooks
 
@@ -51,6 +57,8 @@ PATCHES: dict[str, Patch] = {
     "torch.optim.optimizer": _torch_optimizer,
     "torch._tensor": _torch_tensor,
     "torch.nn.parallel.distributed": _torch_ddp,
+    "lightning.pytorch.trainer.trainer": _lightning_trainer,  # Lightning 2.x
+    "pytorch_lightning.trainer.trainer": _lightning_trainer,
     "keras.src.engine.training": _keras_training,  # Keras 2.13-2.15 (TF 2.13-2.15)
     "keras.engine.training": _keras_training,  # Keras 2.6-2.12
     "tf_keras.src.engine.training": _keras_training,  # Keras 2 beside TF >= 2.16

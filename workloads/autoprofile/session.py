@@ -128,9 +128,9 @@ class Session:
         self.epochs_done = 0
         self.global_step = 0
         self.failed = False
-        # the script calls workloads.track, or a framework's own callbacks (Lightning) name
-        # the epochs and steps: the recognition of PyTorch loops stands aside
-        self.explicit = False
+        # who names the epochs and steps instead of the recognition of PyTorch loops: the
+        # script itself (workloads.track: "track") or Lightning's callbacks ("lightning")
+        self.driver: str | None = None
         self._read_io: ProcessTreeIo | None = None
         self._mark = 0.0
         self._lock = threading.RLock()
@@ -138,6 +138,11 @@ class Session:
     @property
     def started(self) -> bool:
         return self.writer is not None
+
+    @property
+    def explicit(self) -> bool:
+        """Something other than the recognition of PyTorch loops names the epochs."""
+        return self.driver is not None
 
     # --- the run -------------------------------------------------------------------
     def start(
@@ -155,8 +160,8 @@ class Session:
 
             self.placement = placement_from(dict(os.environ), torch_distributed())
             rank = self.placement.rank
-            sink = make_sink(self.config.collector_url, token_from_env(),
-                             self.config.spool_dir(rank), None)  # fmt: skip
+            sink = BackgroundSink(make_sink(self.config.collector_url, token_from_env(),
+                                            self.config.spool_dir(rank), None))  # fmt: skip
             self.writer = EventWriter(sink, self.config.run_id, rank, framework,
                                       socket.gethostname(),
                                       edges=AgentEdges.from_environment())  # fmt: skip
@@ -194,6 +199,11 @@ class Session:
             self._mark = self.clock() if start is None else start
             self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: self.epoch.number}, start_ns)
             return self.epoch
+
+    @property
+    def step_start(self) -> float:
+        """When the step under way began (the previous one's end), on ``clock``."""
+        return self._mark
 
     def process_io(self) -> ProcessIo | None:
         """The reads so far of this process and the data loaders below it (None where
@@ -304,6 +314,37 @@ class Session:
             print(f"epochscope: events not yet delivered stay in {spool}; send them with: "
                   f"workloads resend --spool {spool} --collector {self.config.collector_url}",
                   file=sys.stderr)  # fmt: skip
+
+
+class BackgroundSink:
+    """Hands the events to ``sink`` (the spooling shipper) on a thread of its own: spooling
+    is durable (an ``fdatasync`` per event, ~10 ms on a busy disk), and the training's
+    thread must not wait for it. Each event keeps the time it happened; ``close`` spools
+    what is queued, then delivers as the sink does."""
+
+    def __init__(self, sink) -> None:
+        import queue
+
+        self.sink = sink
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="epochscope-events", daemon=True)
+        self._thread.start()
+
+    def submit(self, points: list) -> None:
+        self._queue.put(points)
+
+    def _run(self) -> None:
+        while (points := self._queue.get()) is not None:
+            try:
+                self.sink.submit(points)
+            except Exception as error:  # the shipper logs its own spool faults
+                print(f"epochscope: an event was not spooled: {error!r}", file=sys.stderr)
+
+    def close(self, timeout: float) -> bool:
+        began = time.monotonic()
+        self._queue.put(None)
+        self._thread.join(timeout)
+        return self.sink.close(max(1.0, timeout - (time.monotonic() - began)))
 
 
 def scalar(value: object) -> float | None:

@@ -62,7 +62,7 @@ class Communication:
 
     def __init__(self) -> None:
         self.intervals: list[tuple[float, float]] = []
-        self.reductions: weakref.WeakSet = weakref.WeakSet()  # one per DDP model
+        self.reductions: list[TimedAllreduce] = []  # one per DDP model made
 
     now = staticmethod(time.perf_counter)
 
@@ -71,6 +71,8 @@ class Communication:
 
     def take(self) -> tuple[float | None, list[tuple[float, float]]]:
         """(the step's last bucket launch, its all-reduce intervals), then forget them."""
+        if not self.reductions:
+            return None, []
         launches = [r.last_launch for r in self.reductions if r.last_launch is not None]
         for reduction in self.reductions:
             reduction.last_launch = None
@@ -168,24 +170,33 @@ class Tracker:
         session.step(current.images, current.input_wait, loss, marks, end)
         current.images, current.input_wait = 0, 0.0
         current.requested, current.ready, current.later_wait = None, None, 0.0
-        self.backward_done = None
 
     def _marks(self, current: Pass, session: sessions.Session) -> StepMarks | None:
-        """The step's anatomy marks; None where its parts cannot be told apart."""
+        if current.ready is None:
+            self.step_marks(session, 0.0, 0.0)  # forget the step's all-reduce and backward
+            return None
+        # the waits for the step's further batches count as input wait, not compute
+        return self.step_marks(session, current.requested, current.ready + current.later_wait)
+
+    def step_marks(
+        self, session: sessions.Session, requested: float | None, ready: float
+    ) -> StepMarks | None:
+        """The marks of the step now ending, whose batch was asked for at ``requested`` and
+        was in hand at ``ready``; None where its parts cannot be told apart. Forgets the
+        step's end of backward and all-reduce either way."""
         last_launch, intervals = self.communication.take()
-        if current.ready is None or self.backward_done is None:
+        backward_done, self.backward_done = self.backward_done, None
+        if backward_done is None:
             return None
         alone = session.placement is not None and session.placement.world_size == 1
         if not alone and last_launch is None:
             return None  # an all-reduce epochscope does not see may run inside backward
-        # the waits for the step's further batches count as input wait, not compute
-        marks = StepMarks(input_requested=current.requested,
-                          input_ready=current.ready + current.later_wait)  # fmt: skip
+        marks = StepMarks(input_requested=requested, input_ready=ready)
         if last_launch is None:
-            marks.compute_done = self.backward_done
+            marks.compute_done = backward_done
         else:  # DDP: backward returns once every bucket is all-reduced
             marks.compute_done = last_launch
-            marks.communication_done = self.backward_done
+            marks.communication_done = backward_done
             marks.communication = intervals
         return marks
 
@@ -323,11 +334,13 @@ def patch_dataloader(module: ModuleType) -> None:
     iterator_class.__next__ = __next__
 
 
-def patch_optimizer(module: ModuleType) -> None:
+def patch_optimizer(module: ModuleType) -> object:
+    """The global optimizer step post hook; returns its handle (``remove()``)."""
+
     def stepped(optimizer: object, args: object, kwargs: object) -> None:
         TRACKER.optimizer_stepped()
 
-    module.register_optimizer_step_post_hook(stepped)
+    return module.register_optimizer_step_post_hook(stepped)
 
 
 def patch_backward(module: ModuleType) -> None:
@@ -356,7 +369,7 @@ def patch_distributed_data_parallel(module: ModuleType) -> None:
     def __init__(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
         session = sessions.current()
-        if session is None or session.explicit:
+        if session is None or session.driver == "track":
             return
         try:  # whatever happens here, the script's model stays as it made it
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -368,7 +381,7 @@ def patch_distributed_data_parallel(module: ModuleType) -> None:
             print(f"epochscope: all-reduce not timed: {error!r}", file=sys.stderr)
             return
         self._epochscope_reduction = reduction
-        TRACKER.communication.reductions.add(reduction)
+        TRACKER.communication.reductions.append(reduction)
 
     def register_comm_hook(self, state, hook):
         reduction = getattr(self, "_epochscope_reduction", None)

@@ -1,0 +1,397 @@
+"""Inference runs (``workloads infer``): FP32 against INT8 per batch size, and its findings.
+
+One computation, every view: ``inference_report`` turns a run's ``inference`` events into
+an ``InferenceReport``; ``collector inference`` (table and JSON), the read API
+(``GET /api/v1/inference``) and the dashboard's inference page all show that object's
+values. The JSON keeps full precision; tables round.
+
+Definitions (each computed here and nowhere else):
+
+- images/s of a precision at a batch size: ``agent.throughput.rank_images_per_second`` of
+  the event's ``timed_images`` over ``timed_seconds`` (the timed batches; warm-up out), the
+  training rule;
+- INT8 speed-up at a batch size: INT8 images/s over FP32 images/s at that batch size;
+- top-1 kept: INT8 top-1 minus FP32 top-1 on the same validation pictures (negative: INT8
+  lost accuracy), a fraction (tables print it in percentage points).
+
+Findings:
+
+``int8_accuracy_loss``
+    INT8 top-1 is more than ``INT8_TOP1_LOSS_LIMIT`` below FP32's. One percentage point:
+    the study's TensorRT INT8 lost 0.02 to 0.18 points on seven ImageNet networks, so a
+    loss five times the worst of those says the calibration (too few or unlike pictures,
+    MinMax ranges stretched by outliers) or an operator's quantisation went wrong.
+``throughput_saturated``
+    For a precision, from some batch size on, no larger batch size measured gives more
+    than ``SATURATION_GAIN`` more images/s than it: the node's compute is full, larger
+    batches only add latency. Needs at least one larger batch size measured above it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from agent.schema import INFERENCE_FRAMEWORK, Event, InferencePrecision, Workload
+from agent.throughput import TimedWork, rank_images_per_second
+from collector.findings import INFO, WARNING, Finding
+from collector.store_api import ReadStore, RunInfo, WorkloadEvent, event_number
+
+INT8_TOP1_LOSS_LIMIT = 0.01  # a fraction: one percentage point of top-1
+SATURATION_GAIN = 0.10  # a larger batch giving < 10 % more images/s adds nothing
+PRECISIONS = InferencePrecision.ALL
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One precision at one batch size."""
+
+    precision: str
+    batch_size: int
+    images_per_second: float | None
+    timed_images: float
+    timed_seconds: float
+    latency_p50_seconds: float | None
+    latency_p90_seconds: float | None
+    latency_p99_seconds: float | None
+    top1: float | None
+
+
+@dataclass(frozen=True)
+class BatchComparison:
+    """FP32 and INT8 at one batch size."""
+
+    batch_size: int
+    fp32_images_per_second: float | None
+    int8_images_per_second: float | None
+    int8_speedup: float | None  # int8 / fp32 images/s
+
+
+@dataclass(frozen=True)
+class InferenceReport:
+    run_id: str
+    model: str
+    state: str
+    execution_provider: str
+    int8_format: str
+    weights: str
+    image_size: int | None
+    validation_images: int | None
+    calibration_images: int | None
+    measurements: tuple[Measurement, ...]
+    comparisons: tuple[BatchComparison, ...]
+    top1: dict[str, float | None]  # precision -> top-1 on the validation split
+    top1_difference: float | None  # int8 - fp32
+    findings: tuple[Finding, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["findings"] = [finding.to_dict() for finding in self.findings]
+        return data
+
+
+def int8_speedup(fp32: float | None, int8: float | None) -> float | None:
+    if fp32 is None or int8 is None or fp32 <= 0:
+        return None
+    return int8 / fp32
+
+
+def top1_difference(top1: dict[str, float | None]) -> float | None:
+    fp32, int8 = top1.get(InferencePrecision.FP32), top1.get(InferencePrecision.INT8)
+    if fp32 is None or int8 is None:
+        return None
+    return int8 - fp32
+
+
+def _text(event: WorkloadEvent, name: str) -> str:
+    value = event.fields.get(name)
+    return value if isinstance(value, str) else ""
+
+
+def measurement_of(event: WorkloadEvent) -> Measurement | None:
+    """An ``inference`` event as a measurement; None when it lacks precision or batch size."""
+    precision = _text(event, Workload.PRECISION)
+    batch_size = event_number(event, Workload.BATCH_SIZE)
+    if not precision or batch_size is None:
+        return None
+    images = event_number(event, Workload.TIMED_IMAGES) or 0.0
+    seconds = event_number(event, Workload.TIMED_SECONDS) or 0.0
+    return Measurement(
+        precision=precision,
+        batch_size=int(batch_size),
+        images_per_second=rank_images_per_second(TimedWork(images, seconds)),
+        timed_images=images,
+        timed_seconds=seconds,
+        latency_p50_seconds=event_number(event, Workload.LATENCY_P50_SECONDS),
+        latency_p90_seconds=event_number(event, Workload.LATENCY_P90_SECONDS),
+        latency_p99_seconds=event_number(event, Workload.LATENCY_P99_SECONDS),
+        top1=event_number(event, Workload.TOP1),
+    )
+
+
+def build_report(run: RunInfo, events: list[WorkloadEvent]) -> InferenceReport:
+    """The report of one inference run from its events (a later measurement of the same
+    precision and batch size replaces an earlier one)."""
+    latest: dict[tuple[str, int], Measurement] = {}
+    for event in events:
+        if event.event == Event.INFERENCE and (measured := measurement_of(event)) is not None:
+            latest[(measured.precision, measured.batch_size)] = measured
+    order = {precision: index for index, precision in enumerate(PRECISIONS)}
+    measurements = tuple(
+        sorted(latest.values(), key=lambda m: (m.batch_size, order.get(m.precision, 99)))
+    )
+    comparisons = []
+    for batch_size in sorted({m.batch_size for m in measurements}):
+        fp32 = latest.get((InferencePrecision.FP32, batch_size))
+        int8 = latest.get((InferencePrecision.INT8, batch_size))
+        fp32_rate = fp32.images_per_second if fp32 else None
+        int8_rate = int8.images_per_second if int8 else None
+        comparisons.append(
+            BatchComparison(batch_size, fp32_rate, int8_rate, int8_speedup(fp32_rate, int8_rate))
+        )
+    top1: dict[str, float | None] = {}
+    for measured in measurements:  # the same validation pass for every batch size
+        if measured.top1 is not None:
+            top1[measured.precision] = measured.top1
+    config = run.config
+
+    def config_number(name: str) -> int | None:
+        value = config.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            return None
+        return int(value)
+
+    def config_text(name: str) -> str:
+        value = config.get(name)
+        return value if isinstance(value, str) else ""
+
+    report = InferenceReport(
+        run_id=run.run_id,
+        model=run.model,
+        state=run.state,
+        execution_provider=config_text(Workload.EXECUTION_PROVIDER),
+        int8_format=config_text(Workload.INT8_FORMAT),
+        weights=config_text(Workload.WEIGHTS),
+        image_size=config_number(Workload.IMAGE_SIZE),
+        validation_images=config_number(Workload.VALIDATION_IMAGES),
+        calibration_images=config_number(Workload.CALIBRATION_IMAGES),
+        measurements=measurements,
+        comparisons=tuple(comparisons),
+        top1=top1,
+        top1_difference=top1_difference(top1),
+    )
+    return replace(report, findings=tuple(inference_findings(report)))
+
+
+def is_inference_run(run: RunInfo) -> bool:
+    return run.framework == INFERENCE_FRAMEWORK
+
+
+def inference_runs(store: ReadStore) -> list[RunInfo]:
+    """Inference runs, newest first."""
+    return [run for run in store.runs() if is_inference_run(run)]
+
+
+def inference_report(store: ReadStore, run_id: str) -> InferenceReport | None:
+    run = store.run(run_id)
+    if run is None or not is_inference_run(run):
+        return None
+    events = store.events(run_id, kinds=(Event.RUN_START, Event.INFERENCE, Event.RUN_END))
+    return build_report(run, events)
+
+
+# --------------------------------------------------------------------------------------
+# findings: detection on the report's values, then wording
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AccuracyLoss:
+    fp32_top1: float
+    int8_top1: float
+    loss: float  # fp32 - int8, a fraction
+
+
+@dataclass(frozen=True)
+class Saturation:
+    precision: str
+    batch_size: int  # from here on, larger batches gain < SATURATION_GAIN
+    images_per_second: float
+    largest_batch_size: int
+    largest_images_per_second: float
+
+
+def detect_accuracy_loss(report: InferenceReport) -> AccuracyLoss | None:
+    if report.top1_difference is None or -report.top1_difference <= INT8_TOP1_LOSS_LIMIT:
+        return None
+    fp32 = report.top1[InferencePrecision.FP32]
+    int8 = report.top1[InferencePrecision.INT8]
+    assert fp32 is not None and int8 is not None
+    return AccuracyLoss(fp32, int8, -report.top1_difference)
+
+
+def detect_saturation(report: InferenceReport) -> list[Saturation]:
+    found = []
+    for precision in PRECISIONS:
+        rates = [
+            (m.batch_size, m.images_per_second)
+            for m in report.measurements
+            if m.precision == precision and m.images_per_second is not None
+        ]
+        for index, (batch_size, rate) in enumerate(rates[:-1]):
+            larger = [r for _, r in rates[index + 1 :]]
+            if max(larger) < rate * (1 + SATURATION_GAIN):
+                last_batch, last_rate = rates[-1]
+                found.append(Saturation(precision, batch_size, rate, last_batch, last_rate))
+                break
+    return found
+
+
+def inference_findings(report: InferenceReport) -> list[Finding]:
+    findings = []
+    if (loss := detect_accuracy_loss(report)) is not None:
+        findings.append(
+            Finding(
+                rule="int8_accuracy_loss",
+                severity=WARNING,
+                title=f"INT8 loses {loss.loss * 100:.2f} points of top-1",
+                explanation=(
+                    f"Top-1 fell from {loss.fp32_top1:.2%} in FP32 to {loss.int8_top1:.2%} in "
+                    f"INT8, more than the {INT8_TOP1_LOSS_LIMIT * 100:g} point this check "
+                    "allows (the study's TensorRT INT8 lost at most 0.18). Calibrate on more "
+                    "training pictures, ones like those served, or keep the layers that "
+                    "lose most in FP32."
+                ),
+                evidence={
+                    "fp32_top1": loss.fp32_top1,
+                    "int8_top1": loss.int8_top1,
+                    "top1_loss": loss.loss,
+                },
+            )
+        )
+    for saturated in detect_saturation(report):
+        findings.append(
+            Finding(
+                rule="throughput_saturated",
+                severity=INFO,
+                title=(
+                    f"{saturated.precision.upper()} throughput stops growing at batch size "
+                    f"{saturated.batch_size}"
+                ),
+                explanation=(
+                    f"{saturated.precision.upper()} runs {saturated.images_per_second:.1f} "
+                    f"images/s at batch {saturated.batch_size} and "
+                    f"{saturated.largest_images_per_second:.1f} at batch "
+                    f"{saturated.largest_batch_size}: less than {SATURATION_GAIN:.0%} more. "
+                    "The node's compute is full; larger batches only add latency."
+                ),
+                evidence={
+                    "precision": saturated.precision,
+                    "batch_size": saturated.batch_size,
+                    "images_per_second": saturated.images_per_second,
+                    "largest_batch_size": saturated.largest_batch_size,
+                    "largest_images_per_second": saturated.largest_images_per_second,
+                },
+            )
+        )
+    return findings
+
+
+# --------------------------------------------------------------------------------------
+# views: table and JSON of the one report
+# --------------------------------------------------------------------------------------
+
+
+def _fixed(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_rate(value: float | None) -> str:
+    return _fixed(value, 1)
+
+
+def format_speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def format_top1(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.2f}%"
+
+
+def format_points(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.2f} points"
+
+
+def format_milliseconds(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def format_report(report: InferenceReport) -> str:
+    """The plain-text table ``collector inference`` prints."""
+    lines = [
+        f"run {report.run_id}: {report.model} inference ({report.state}), "
+        f"{report.execution_provider or 'provider unknown'}, INT8 as "
+        f"{report.int8_format or '-'}, {report.image_size or '?'} px, weights: "
+        f"{report.weights or '?'}",
+        "",
+        f"{'batch':>5}  {'FP32 img/s':>10}  {'INT8 img/s':>10}  {'INT8 speed-up':>13}",
+    ]
+    for row in report.comparisons:
+        lines.append(
+            f"{row.batch_size:>5}  {format_rate(row.fp32_images_per_second):>10}  "
+            f"{format_rate(row.int8_images_per_second):>10}  "
+            f"{format_speedup(row.int8_speedup):>13}"
+        )
+    lines += [
+        "",
+        f"{'batch':>5}  {'precision':<9}  {'p50 ms':>8}  {'p90 ms':>8}  {'p99 ms':>8}",
+    ]
+    for m in report.measurements:
+        lines.append(
+            f"{m.batch_size:>5}  {m.precision:<9}  {format_milliseconds(m.latency_p50_seconds):>8}"
+            f"  {format_milliseconds(m.latency_p90_seconds):>8}"
+            f"  {format_milliseconds(m.latency_p99_seconds):>8}"
+        )
+    lines += [
+        "",
+        f"top-1 on {report.validation_images or '?'} validation images: FP32 "
+        f"{format_top1(report.top1.get(InferencePrecision.FP32))}, INT8 "
+        f"{format_top1(report.top1.get(InferencePrecision.INT8))}, INT8 - FP32 "
+        f"{format_points(report.top1_difference)}",
+        "",
+    ]
+    if not report.findings:
+        lines.append("No findings.")
+    for finding in report.findings:
+        lines.append(f"{finding.severity.upper()} {finding.title}")
+        lines.append(f"  {finding.explanation}")
+    return "\n".join(lines) + "\n"
+
+
+def print_inference(store: ReadStore, args: argparse.Namespace, out) -> int:
+    """``collector inference [RUN] [--format table|json]``: the newest inference run when
+    no RUN is given."""
+    from collector.reports_cli import CliError
+
+    run_id = args.run_id
+    if run_id is None:
+        runs = inference_runs(store)
+        if not runs:
+            raise CliError("no inference run in the store (make one with `workloads infer`)")
+        run_id = runs[0].run_id
+    report = inference_report(store, run_id)
+    if report is None:
+        known = store.run(run_id) is not None
+        raise CliError(
+            f"run {run_id!r} is a training run, not an inference run (see `collector report`)"
+            if known
+            else f"no run {run_id!r} in the store (see `collector runs`)"
+        )
+    if args.format == "json":
+        out.write(json.dumps(report.to_json(), indent=2) + "\n")
+    else:
+        out.write(format_report(report))
+    return 0

@@ -1,0 +1,130 @@
+"""PyTorch Lightning ``Trainer.fit``: a callback added to every call (``lightning`` and
+``pytorch_lightning``, Lightning 2.x).
+
+- epochs: ``on_train_epoch_start`` .. ``on_train_epoch_end`` (Lightning runs the
+  validation of an epoch before ``on_train_epoch_end``: it is inside the epoch, as in the
+  bundled runs); the sanity check before training is in none;
+- steps: one per optimizer step (``trainer.global_step`` advanced at a training batch's
+  end), on the images of the batches since the previous one (gradient accumulation);
+- input wait: the time blocked in the ``__next__`` of the fit's training DataLoaders
+  (``torch_hooks`` times every loader) since the previous step; Lightning fetches one
+  batch ahead, so a step's wait is the wait for the batch after it, and an epoch's is
+  every wait of its training loaders;
+- the step's anatomy as for a plain PyTorch loop (``torch_hooks``): the input wait, then
+  compute until the end of ``backward`` (until the last all-reduce launch under DDP, whose
+  all-reduce is timed by the hook put on Lightning's ``DistributedDataParallel`` too), the
+  rest (optimizer update, Lightning's hooks) until the batch's end;
+- loss: the ``loss`` ``training_step`` returned; validation accuracy: ``val_acc`` or
+  ``val_accuracy`` (or Keras' names) as the module logged it, read when validation ends.
+
+While ``fit`` runs, the recognition of plain PyTorch loops stands aside
+(``Session.driver``): Lightning's own loop says what an epoch and a step are.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from workloads.autoprofile import session as sessions
+from workloads.autoprofile.keras_hooks import TOP1_KEYS, TOP5_KEYS, first_of
+
+# what a LightningModule logs with self.log(..., on_epoch=True) (and "_epoch" when it logs
+# on_step too)
+LIGHTNING_TOP1_KEYS = tuple(key + end for key in TOP1_KEYS for end in ("", "_epoch"))
+LIGHTNING_TOP5_KEYS = tuple(key + end for key in TOP5_KEYS for end in ("", "_epoch"))
+
+
+def training_loaders(trainer: object) -> list:
+    """The DataLoaders ``fit`` trains on (one, or a list/dict of them)."""
+    loaders = getattr(trainer, "train_dataloader", None)
+    if isinstance(loaders, dict):
+        return list(loaders.values())
+    if isinstance(loaders, list | tuple):
+        return list(loaders)
+    return [] if loaders is None else [loaders]
+
+
+def loss_of(outputs: object) -> object:
+    """The loss ``training_step`` returned (a tensor, or a dict holding ``loss``)."""
+    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+    detach = getattr(loss, "detach", None)
+    return detach() if callable(detach) else None
+
+
+def make_callback(callback_class: type) -> object:
+    from workloads.autoprofile import torch_hooks
+
+    waited = torch_hooks.TRACKER.waited
+
+    class EpochscopeCallback(callback_class):
+        """Hands ``fit``'s epochs and steps to this process's session."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.loaders: list = []
+            self.waited = 0.0  # the training loaders' input wait when the last step ended
+            self.global_step = 0
+            self.images = 0  # since the last optimizer step
+
+        def _waited(self) -> float:
+            return sum(waited.get(loader, 0.0) for loader in self.loaders)
+
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            session = sessions.current()
+            if session is None:
+                return
+            self.loaders = training_loaders(trainer)
+            if not session.started:
+                sizes = {getattr(loader, "batch_size", None) for loader in self.loaders}
+                batch_size = sizes.pop() if len(sizes) == 1 else None
+                session.start("pytorch", type(pl_module).__name__, batch_size)
+            session.epoch_start()
+            self.waited, self.global_step, self.images = self._waited(), trainer.global_step, 0
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            session = sessions.current()
+            if session is None or session.epoch is None:
+                return
+            self.images += torch_hooks.batch_size(batch)
+            if trainer.global_step == self.global_step:
+                return  # gradient accumulation: no optimizer step yet
+            self.global_step = trainer.global_step
+            now = self._waited()
+            wait, self.waited = now - self.waited, now
+            # the wait came first in the step (Lightning fetches before training_step)
+            marks = torch_hooks.TRACKER.step_marks(session, None, session.step_start + wait)
+            session.step(self.images, wait, loss_of(outputs), marks)
+            self.images = 0
+
+        def on_validation_end(self, trainer, pl_module) -> None:
+            session = sessions.current()
+            if session is None or session.epoch is None or trainer.sanity_checking:
+                return
+            metrics = dict(trainer.callback_metrics)
+            session.epoch.top1 = first_of(metrics, LIGHTNING_TOP1_KEYS)
+            session.epoch.top5 = first_of(metrics, LIGHTNING_TOP5_KEYS)
+
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            session = sessions.current()
+            if session is not None and session.epoch is not None:
+                session.epoch_end(session.clock_ns())
+
+    return EpochscopeCallback()
+
+
+def patch_trainer(module: ModuleType) -> None:
+    trainer_class = module.Trainer
+    original_fit = trainer_class.fit
+    package = module.__name__.rsplit(".trainer.trainer", 1)[0]
+    callbacks_module = __import__(package + ".callbacks", fromlist=["Callback"])
+
+    def fit(self, *args, **kwargs):
+        session = sessions.current()
+        if session is None or session.driver == "track":  # the script names its epochs
+            return original_fit(self, *args, **kwargs)
+        if not any(type(c).__name__ == "EpochscopeCallback" for c in self.callbacks):
+            self.callbacks.append(make_callback(callbacks_module.Callback))
+        session.driver = "lightning"  # Lightning's loop names the epochs and steps
+        return original_fit(self, *args, **kwargs)
+
+    trainer_class.fit = fit
