@@ -20,10 +20,13 @@ same bytes are served to every later scrape until the next tick: a scrape never 
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
+import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +37,7 @@ from agent.point import Point
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MAX_CONNECTIONS = 64  # open /metrics connections (threads) at most; see MetricsHTTPServer
 EDGE_PATH = "/edge"  # POST: an immediate sample for a run/epoch edge (loopback only)
 # Label sets seen; past this many (interfaces and devices that come and go by the
 # thousand) the cache is emptied and refilled rather than grown without bound.
@@ -204,6 +208,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         self.command, self.request_version = "", "HTTP/1.1"
+        self.server.mark_waiting(self.connection, True)
         try:
             line = self.rfile.readline(_MAX_LINE + 1)
         except TimeoutError:
@@ -229,6 +234,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(431, b"too many headers\n", "text/plain; charset=utf-8", close=True)
             return
         self.headers = headers  # type: ignore[assignment]
+        self.server.mark_waiting(self.connection, False)  # a request in hand: never evicted
         connection = headers.get("connection", "").lower()
         self.close_connection = connection == "close" or (
             self.request_version == "HTTP/1.0" and connection != "keep-alive"
@@ -277,17 +283,86 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``max_connections`` of them (a scraper needs one or
+    two). At the cap a new connection closes the one that has waited longest for a request
+    (idle, or sending its head slowly: a thread blocked in a read); when every connection
+    has a request in hand, the new one gets 503 with Retry-After. So idle or slow clients
+    cannot hold an unbounded number of threads and descriptors, or lock out Prometheus."""
+
     daemon_threads = True
+    request_queue_size = 64
     routes: dict[str, Callable[[], tuple[str, bytes]]]
     post_routes: dict[str, Callable[[], tuple[str, bytes]]]
+
+    def __init__(self, address: tuple[str, int], handler: type, max_connections: int) -> None:
+        super().__init__(address, handler)
+        self.max_connections = max_connections
+        self._open: dict[socket.socket, float | None] = {}  # socket -> waiting since
+        self._open_lock = threading.Lock()
+        self.refused = 0
+        self.evicted = 0
+
+    def mark_waiting(self, connection: socket.socket, waiting: bool) -> None:
+        with self._open_lock:
+            if connection in self._open:
+                self._open[connection] = time.monotonic() if waiting else None
+
+    def process_request(self, request, client_address) -> None:  # type: ignore[override]
+        with self._open_lock:
+            if len(self._open) >= self.max_connections and not self._evict_one():
+                self.refused += 1
+                refuse = True
+            else:
+                self._open[request] = time.monotonic()
+                refuse = False
+        if refuse:
+            _refuse(request)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def _evict_one(self) -> bool:
+        """(lock held) Close the longest-waiting connection's socket: its thread's read
+        returns at once and the thread ends."""
+        waiting = [(since, sock) for sock, since in self._open.items() if since is not None]
+        if not waiting:
+            return False
+        _, victim = min(waiting, key=lambda pair: pair[0])
+        del self._open[victim]
+        self.evicted += 1
+        with contextlib.suppress(OSError):
+            victim.shutdown(socket.SHUT_RDWR)
+        return True
+
+    def shutdown_request(self, request) -> None:  # type: ignore[override]
+        with self._open_lock:
+            self._open.pop(request, None)
+        super().shutdown_request(request)
+
+
+def _refuse(request: socket.socket) -> None:
+    """503 to a connection over the cap (what it sent is read first: closing over unread
+    data resets the connection, and the client could lose the answer)."""
+    body = b"too many connections: retry in 5 s\n"
+    with contextlib.suppress(OSError):
+        request.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            for _ in range(16):
+                if not request.recv(65536):
+                    break
+        request.send(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            + f"Content-Length: {len(body)}\r\nRetry-After: 5\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
 
 
 class MetricsServer:
     """/metrics over HTTP on ``address:port`` (port 0: any free port)."""
 
-    def __init__(self, address: str, port: int) -> None:
+    def __init__(self, address: str, port: int, max_connections: int = MAX_CONNECTIONS) -> None:
         self.latest = LatestSample()
-        self._server = MetricsHTTPServer((address, port), _Handler)
+        self._server = MetricsHTTPServer((address, port), _Handler, max_connections)
         self._server.routes = {"/metrics": lambda: (CONTENT_TYPE, self.latest.page())}
         self._server.post_routes = {}
         self.address, self.port = self._server.server_address[:2]

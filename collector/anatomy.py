@@ -132,8 +132,8 @@ def rank_epochs(events: Iterable[WorkloadEvent]) -> list[RankEpoch]:
 
 
 def epoch_amounts(ranks: Iterable[RankEpoch]) -> dict[tuple[str, int], dict[str, float]]:
-    """Additive amounts per (host, epoch): the parts, step seconds, overlap (when every
-    rank measured it) and the training's reads (when every rank read /proc)."""
+    """Additive amounts per (host, epoch): the parts, step seconds and overlap (when every
+    rank measured it); the training's reads are ``epoch_reads``."""
     groups: dict[tuple[str, int], list[RankEpoch]] = defaultdict(list)
     for rank in ranks:
         groups[(rank.host, rank.epoch)].append(rank)
@@ -150,10 +150,27 @@ def epoch_amounts(ranks: Iterable[RankEpoch]) -> dict[tuple[str, int], dict[str,
             values[STEPS] = float(sum(r.steps for r in members))
         if all(r.overlap is not None for r in members):
             values[OVERLAP] = sum(r.overlap or 0.0 for r in members)
-        if all(r.read_bytes is not None and r.rchar is not None for r in members):
-            values[PROCESS_READ] = sum(r.read_bytes or 0.0 for r in members)
-            values[PROCESS_RCHAR] = sum(r.rchar or 0.0 for r in members)
         out[key] = values
+    return out
+
+
+def epoch_reads(events: Iterable[WorkloadEvent]) -> dict[tuple[str, int], dict[str, float]]:
+    """The training's own reads per (host, epoch): the sums of its ranks' ``epoch_end``
+    ``/proc/<pid>/io`` fields, when every rank of the host's epoch sent them, with or
+    without the step anatomy (a Keras or ``workloads.track`` rank sends its reads only)."""
+    groups: dict[tuple[str, int], list[tuple[float | None, float | None]]] = defaultdict(list)
+    for event in events:
+        epoch = event_number(event, Workload.EPOCH) if event.event == Event.EPOCH_END else None
+        if epoch is not None:
+            groups[(event.host, int(epoch))].append((
+                event_number(event, Workload.PROCESS_READ_BYTES),
+                event_number(event, Workload.PROCESS_RCHAR_BYTES),
+            ))  # fmt: skip
+    out = {}
+    for key, reads in groups.items():
+        if all(read is not None and rchar is not None for read, rchar in reads):
+            out[key] = {PROCESS_READ: sum(read or 0.0 for read, _ in reads),
+                        PROCESS_RCHAR: sum(rchar or 0.0 for _, rchar in reads)}  # fmt: skip
     return out
 
 
@@ -186,62 +203,84 @@ def _rounded(values: np.ndarray, column: str) -> list[float | None]:
     return [None if math.isnan(v) else round(v, digits) for v in values.tolist()]
 
 
-def step_shares(steps: StepTable) -> dict[str, list[dict[str, Any]]]:
+def step_shares(steps: StepTable, max_points: int | None = None) -> dict[str, list[dict[str, Any]]]:
     """The three shares of each sampled step, per host, in time order: one point per step
     number (the ranks sample the same steps), pooled over the host's ranks that sampled it
     (``share_percent`` of their summed parts and seconds, as the per-epoch shares pool),
     with each rank's own shares under ``ranks``. A step event without a step number is a
-    point of its own. Steps without the anatomy (or without seconds) are left out.
+    point of its own. Steps without the anatomy (or without seconds) are left out. A host
+    with more than ``max_points`` steps gets ``max_points`` points, each pooling a run of
+    consecutive steps the same way.
 
-    A point: ``time_ns`` (the last of its ranks' step ends), ``epoch`` and ``step`` (None
-    where not known), the ``SHARE_COLUMNS`` in percent (None: a part not measured), and
-    ``ranks``: ``[{"rank": r, <share columns>}, ...]`` sorted by rank."""
+    A point: ``time_ns`` (the last of its ranks' step ends), ``epoch`` and ``step`` (the
+    last pooled; None where not known), ``steps`` (how many step numbers it pools), the
+    ``SHARE_COLUMNS`` in percent (None: a part not measured), and ``ranks``:
+    ``[{"rank": r, <share columns>}, ...]`` sorted by rank."""
     parts = [getattr(steps, name) for _, name in SHARE_COLUMNS]
     keep = (steps.seconds > 0) & ~np.all([np.isnan(p) for p in parts], axis=0)
-    if not np.any(keep):
-        return {}
     rows = np.flatnonzero(keep)
+    if rows.size == 0:
+        return {}
+    host = steps.host_index[rows]
     step = steps.step[rows]
-    # the group of each row: (host, step number); a row without a step number on its own
+    # each row's step: its number, or a key of its own (ordered after the numbered ones)
     numbered = ~np.isnan(step)
-    alone = np.arange(rows.size, dtype=np.float64)
-    keys = np.stack(
-        [steps.host_index[rows], ~numbered, np.where(numbered, step, alone)], axis=1
-    ).astype(np.float64)
-    groups, group_of = np.unique(keys, axis=0, return_inverse=True)
-    group_of = group_of.reshape(-1)
-    count = len(groups)
-    seconds = np.bincount(group_of, weights=steps.seconds[rows], minlength=count)
-    pooled = {
-        column: share_percent(
-            np.bincount(group_of, weights=getattr(steps, name)[rows], minlength=count), seconds
-        )
-        for column, name in SHARE_COLUMNS
-    }
-    own = {
-        column: share_percent(getattr(steps, name)[rows], steps.seconds[rows])
-        for column, name in SHARE_COLUMNS
-    }
-    last_ns = np.full(count, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(last_ns, group_of, steps.time_ns[rows])
-    epoch = np.full(count, np.nan)
-    np.fmax.at(epoch, group_of, steps.epoch[rows])
-    pooled_values = {column: _rounded(values, column) for column, values in pooled.items()}
-    own_values = {column: _rounded(values, column) for column, values in own.items()}
+    after = np.max(step[numbered], initial=0.0) + 1.0
+    key = np.where(numbered, step, after + np.arange(rows.size))
+    # the points: (host, step) pairs, consecutive ones pooled above max_points per host
+    pairs, pair_of = np.unique(np.stack([host, key], axis=1), axis=0, return_inverse=True)
+    pair_of = pair_of.reshape(-1)
+    bucket = np.zeros(len(pairs), dtype=np.int64)
+    for index in np.unique(pairs[:, 0]):
+        mine = np.flatnonzero(pairs[:, 0] == index)  # sorted by step
+        count = mine.size
+        if max_points is not None and count > max_points:
+            bucket[mine] = np.arange(count) * max_points // count
+        else:
+            bucket[mine] = np.arange(count)
+    points, point_of = np.unique(
+        np.stack([pairs[:, 0].astype(np.int64), bucket], axis=1), axis=0, return_inverse=True
+    )
+    group = point_of.reshape(-1)[pair_of]  # each row's point
+    count = len(points)
+
+    def pooled(group_of: np.ndarray, size: int) -> dict[str, list[float | None]]:
+        seconds = np.bincount(group_of, weights=steps.seconds[rows], minlength=size)
+        return {
+            column: _rounded(
+                share_percent(
+                    np.bincount(group_of, weights=getattr(steps, name)[rows], minlength=size),
+                    seconds,
+                ),
+                column,
+            )
+            for column, name in SHARE_COLUMNS
+        }
+
+    shares = pooled(group, count)
+    rank = steps.rank[rows]
+    ranks_of, rank_group = np.unique(np.stack([group, rank], axis=1), axis=0, return_inverse=True)
+    own = pooled(rank_group.reshape(-1), len(ranks_of))
     ranks: list[list[dict[str, Any]]] = [[] for _ in range(count)]
-    rank_of = steps.rank[rows].tolist()
-    for row, group in enumerate(group_of.tolist()):
-        ranks[group].append({"rank": rank_of[row], **{c: own_values[c][row] for c in own_values}})
+    for index, (point, rank_number) in enumerate(ranks_of.tolist()):  # sorted by rank
+        ranks[point].append({"rank": rank_number, **{c: own[c][index] for c in own}})
+    last_ns = np.full(count, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last_ns, group, steps.time_ns[rows])
+    epoch = np.full(count, np.nan)
+    np.fmax.at(epoch, group, steps.epoch[rows])
+    last_step = np.full(count, np.nan)
+    np.fmax.at(last_step, group, np.where(numbered, step, np.nan))
+    pooled_steps = np.bincount(point_of.reshape(-1), minlength=count)
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for group in np.argsort(last_ns, kind="stable").tolist():
-        host_index, unnumbered, number = groups[group]
-        out[steps.hosts[int(host_index)]].append(
+    for point in np.argsort(last_ns, kind="stable").tolist():
+        out[steps.hosts[int(points[point, 0])]].append(
             {
-                "time_ns": int(last_ns[group]),
-                "epoch": None if math.isnan(epoch[group]) else int(epoch[group]),
-                "step": None if unnumbered else int(number),
-                **{column: values[group] for column, values in pooled_values.items()},
-                "ranks": sorted(ranks[group], key=lambda r: r["rank"]),
+                "time_ns": int(last_ns[point]),
+                "epoch": None if math.isnan(epoch[point]) else int(epoch[point]),
+                "step": None if math.isnan(last_step[point]) else int(last_step[point]),
+                "steps": int(pooled_steps[point]),
+                **{column: values[point] for column, values in shares.items()},
+                "ranks": ranks[point],
             }
         )
     return dict(out)

@@ -768,11 +768,14 @@ def build_report(store: ReadStore, run_id: str) -> EpochReport:
     windows = epoch_windows(events, run_is_live(store.run(run_id)))
     amounts = epoch_amounts(store, windows)
     step_parts = anatomy.epoch_amounts(anatomy.rank_epochs(events))
+    training_reads = anatomy.epoch_reads(events)
     host_rates, epoch_rates = throughput.epoch_rates(
         throughput.rank_epoch_work(assign_epochs(events))
     )
     for host_amounts in amounts:
-        host_amounts.values.update(step_parts.get((host_amounts.host, host_amounts.epoch), {}))
+        key = (host_amounts.host, host_amounts.epoch)
+        host_amounts.values.update(step_parts.get(key, {}))
+        host_amounts.values.update(training_reads.get(key, {}))
         host_amounts.images_per_second = host_rates.get(
             (host_amounts.host, host_amounts.epoch), math.nan
         )

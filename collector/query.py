@@ -570,15 +570,18 @@ def rank_step_parts(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
     return _cached(store, run, "rank_parts", compute)
 
 
-def step_shares(store: ReadStore, run_id: str) -> dict[str, list[dict[str, Any]]]:
+def step_shares(
+    store: ReadStore, run_id: str, max_points: int = DEFAULT_MAX_POINTS
+) -> dict[str, list[dict[str, Any]]]:
     """The three shares of each sampled step per host, pooled over its ranks, with each
-    rank's own (``collector.anatomy.step_shares``): the run page's shares over time."""
+    rank's own (``collector.anatomy.step_shares``; at most ``max_points`` per host): the
+    run page's shares over time."""
     run = _run(store, run_id)
 
     def compute() -> dict[str, list[dict[str, Any]]]:
-        return anatomy.step_shares(_KeptRun(store, run).steps(run_id))
+        return anatomy.step_shares(_KeptRun(store, run).steps(run_id), max_points)
 
-    return _cached(store, run, "step_shares", compute)
+    return _cached(store, run, f"step_shares/{max_points}", compute)
 
 
 def findings(store: ReadStore, run_id: str) -> list[dict[str, Any]]:

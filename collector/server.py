@@ -202,7 +202,8 @@ class ParsePool:
                 self._executor = None
 
 
-# A client that hangs up, resets or stalls: its business, not a server fault.
+# A client that hangs up, resets or stalls is collector.connections' business (one debug
+# line); a handler reads bytes in memory, so only a backend can raise these inside it.
 CLIENT_GONE = (ConnectionError, TimeoutError)
 
 
@@ -307,7 +308,7 @@ class WriteHandler(BaseHTTPRequestHandler):
         except HttpError as error:
             self._send_error(error)
         except CLIENT_GONE:
-            raise  # the client left: CollectorServer.handle_error logs one debug line
+            raise  # not the client (its bytes are in memory): buffered_request answers 500
         except Exception:
             log.exception("write failed")
             self._send_error(

@@ -675,7 +675,11 @@ def step_share_hover(point: dict[str, Any]) -> str:
         text
         for text in (
             f"epoch {point['epoch']}" if point.get("epoch") is not None else "",
-            f"step {point['step']}" if point.get("step") is not None else "",
+            f"{point.get('steps', 1)} steps to step {point['step']}"
+            if point.get("steps", 1) > 1 and point.get("step") is not None
+            else f"step {point['step']}"
+            if point.get("step") is not None
+            else "",
         )
         if text
     )

@@ -285,8 +285,11 @@ def scaling_table(rows: list[dict[str, Any]]) -> html.Div:
 # --------------------------------------------------------------------------------------
 
 
-def finding_card(finding: dict[str, Any], run_id: str, same_page: bool) -> html.Div:
-    anchor = chart_anchor(finding.get("chart") or "")
+def finding_card(
+    finding: dict[str, Any], run_id: str, same_page: bool, anchor: str | None = None
+) -> html.Div:
+    """``anchor``: the element on this page that shows the finding (default: its chart's)."""
+    anchor = anchor or chart_anchor(finding.get("chart") or "")
     href = f"#{anchor}" if same_page else run_href(run_id, anchor)
     evidence = finding.get("evidence") or {}
     rows = [html.Tr([html.Th(label), html.Td(text)]) for label, text in evidence_items(evidence)]
@@ -320,10 +323,14 @@ def finding_card(finding: dict[str, Any], run_id: str, same_page: bool) -> html.
     )
 
 
-def findings_list(findings: list[dict[str, Any]], run_id: str, same_page: bool) -> html.Div:
+def findings_list(
+    findings: list[dict[str, Any]], run_id: str, same_page: bool, anchor: str | None = None
+) -> html.Div:
     if not findings:
         return html.Div(html.P("No findings for this run.", className="empty"))
-    return html.Div([finding_card(f, run_id, same_page) for f in findings], className="findings")
+    return html.Div(
+        [finding_card(f, run_id, same_page, anchor) for f in findings], className="findings"
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -645,7 +652,7 @@ def inference_table(report: dict[str, Any]) -> html.Table:
     return html.Table(
         [html.Thead(html.Tr([html.Th(h) for h in headings])), html.Tbody(body)],
         id="inference-table",
-        className="data-table",
+        className="table",
     )
 
 
@@ -683,7 +690,9 @@ def inference_body(report: dict[str, Any] | None) -> html.Div:
             inference_table(report),
             inference_accuracy(report),
             html.H2("Findings"),
-            findings_list(list(report["findings"]), report["run_id"], same_page=True),
+            findings_list(
+                list(report["findings"]), report["run_id"], same_page=True, anchor="inference-graph"
+            ),
         ]
     )
 

@@ -318,7 +318,7 @@ class DataSource:
 
     def step_shares(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
         """Each host's sampled steps: input wait, compute and all-reduce %, and each rank's."""
-        return query.step_shares(self.store, run_id)
+        return query.step_shares(self.store, run_id, self.max_points)
 
     def findings(self, run_id: str) -> list[dict[str, Any]]:
         return query.findings(self.store, run_id)

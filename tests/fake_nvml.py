@@ -209,10 +209,11 @@ class FakeNvml:
         newer = [(stamp, value) for stamp, value in samples if stamp > after_us]
         if not newer:  # what NVML answers when no sample is newer than the timestamp
             raise self._error(nvml.NVML_ERROR_NOT_FOUND)
-        return nvml.NVML_VALUE_TYPE_UNSIGNED_INT, [
-            SimpleNamespace(timeStamp=stamp, sampleValue=SimpleNamespace(uiVal=value))
-            for stamp, value in newer
-        ]
+        structures = (nvml.c_nvmlSample_t * len(newer))()
+        for structure, (stamp, value) in zip(structures, newer, strict=True):
+            structure.timeStamp = stamp
+            structure.sampleValue.uiVal = value
+        return nvml.NVML_VALUE_TYPE_UNSIGNED_INT, structures[0 : len(newer)]
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any) -> SimpleNamespace:
         total, used = self._answer(self._gpu(handle, "memory")["memory"])
@@ -265,16 +266,15 @@ class FakeNvml:
         if failing and os.path.exists(failing):  # each value answers NVML_ERROR_UNKNOWN
             unsupported = nvml.NVML_ERROR_UNKNOWN
             by_id = {}
-        # The call itself succeeds; each value carries its own return code, as in NVML.
-        return [
-            SimpleNamespace(
-                fieldId=field_id,
-                nvmlReturn=nvml.NVML_SUCCESS if field_id in by_id else unsupported,
-                valueType=nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
-                value=SimpleNamespace(ullVal=by_id.get(field_id, 0)),
-            )
-            for field_id in field_ids
-        ]
+        # The call itself succeeds; each value carries its own return code, as in NVML, in
+        # the binding's own ctypes structures.
+        values = (nvml.c_nvmlFieldValue_t * len(field_ids))()
+        for value, field_id in zip(values, field_ids, strict=True):
+            value.fieldId = field_id
+            value.nvmlReturn = nvml.NVML_SUCCESS if field_id in by_id else unsupported
+            value.valueType = nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            value.value.ullVal = by_id.get(field_id, 0)
+        return values
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
         if not self.event_reasons_symbol:  # what a driver older than 535 answers
@@ -293,10 +293,11 @@ class FakeNvml:
         newer = [s for s in samples if s[1] > after_us]
         if not newer:
             raise self._error(self.nvml.NVML_ERROR_NOT_FOUND)
-        return [
-            SimpleNamespace(pid=pid, timeStamp=stamp, smUtil=sm, memUtil=mem, encUtil=0, decUtil=0)
-            for pid, stamp, sm, mem in newer
-        ]
+        structures = (self.nvml.c_nvmlProcessUtilizationSample_t * len(newer))()
+        for structure, (pid, stamp, sm, mem) in zip(structures, newer, strict=True):
+            structure.pid, structure.timeStamp = pid, stamp
+            structure.smUtil, structure.memUtil = sm, mem
+        return structures[0 : len(newer)]
 
     def nvmlDeviceGetMigMode(self, handle: Any) -> tuple[int, int]:
         gpu = self._gpu(handle, "mig_mode")

@@ -104,6 +104,15 @@ def test_environment_overrides_file(tmp_path):
     assert loaded.host == "envhost"
 
 
+def test_gpu_call_timeout_from_the_file_and_the_environment(tmp_path):
+    assert config.load(None, environ={}).gpu_call_timeout_seconds == 5.0
+    path = tmp_path / "agent.toml"
+    path.write_text("gpu_call_timeout_seconds = 2.5\n")
+    assert config.load(path, environ={}).gpu_call_timeout_seconds == 2.5
+    environ = {"EPOCHSCOPE_GPU_CALL_TIMEOUT_SECONDS": "0.5"}
+    assert config.load(path, environ=environ).gpu_call_timeout_seconds == 0.5
+
+
 def test_push_can_come_from_the_environment_alone():
     loaded = config.load(
         None, environ={"EPOCHSCOPE_PUSH_URL": "https://c:8086", "EPOCHSCOPE_PUSH_ORG": "x"}
@@ -123,6 +132,9 @@ def test_push_can_come_from_the_environment_alone():
         ("interval_seconds = nan", {}, "interval_seconds", "must be >= 0.1"),
         ("interval_seconds = 1e9", {}, "interval_seconds", "<= 3600"),
         ("interval_seconds = inf", {}, "interval_seconds", "<= 3600"),
+        ("gpu_call_timeout_seconds = 0", {}, "gpu_call_timeout_seconds", "must be >= 0.01"),
+        ("gpu_call_timeout_seconds = nan", {}, "gpu_call_timeout_seconds", "must be >= 0.01"),
+        ("", {"EPOCHSCOPE_GPU_CALL_TIMEOUT_SECONDS": "x"}, "gpu_call_timeout_seconds", "number"),
         ("host = 'node\\\\'", {}, "host", "backslash"),
         ('host = "a\\tb"', {}, "host", "control characters"),
         ("host = ' '", {}, "host", "blank"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -209,4 +211,70 @@ def test_http_keep_alive_head_and_refusals():
                 data += chunk
             assert data.startswith(b"HTTP/1.1 200 OK\r\n") and data.endswith(pages[0])
     finally:
+        server.close()
+
+
+def test_idle_and_slow_connections_cannot_hold_threads_or_lock_out_a_scrape():
+    """300 connections to /metrics that send nothing or half a request line. Before: a
+    thread each (300 threads, and under a 1,024-descriptor limit a scraper locked out). Now
+    at most 64 are held; each new one (the scrape too) closes the longest-waiting one, and
+    when all have a request in hand a newcomer gets 503 + Retry-After."""
+    import socket
+
+    server = MetricsServer("127.0.0.1", 0, max_connections=64)
+    idle: list[socket.socket] = []
+    try:
+        server.publish(SAMPLE[:1])
+        baseline = threading.active_count()
+        for n in range(300):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            if n % 2:
+                sock.sendall(b"GET /metr")  # a request line that never ends
+            idle.append(sock)
+        time.sleep(1)
+        assert threading.active_count() - baseline <= 64
+        page = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10)
+        assert page.status == 200 and b"epochscope_disk_reads" in page.read()
+        assert server._server.evicted >= 300 - 64
+        assert threading.active_count() - baseline <= 64
+    finally:
+        for sock in idle:
+            sock.close()
+        server.close()
+
+
+def test_a_newcomer_at_the_cap_with_every_connection_busy_gets_503():
+    import socket
+
+    server = MetricsServer("127.0.0.1", 0, max_connections=2)
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow_edge() -> int:  # a request in hand that takes its time
+        started.set()
+        release.wait(10)
+        return 1
+
+    server.serve_edge_samples(slow_edge)
+    busy = []
+    try:
+        for _ in range(2):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sock.sendall(b"POST /edge HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            busy.append(sock)
+        assert started.wait(10)
+        time.sleep(0.5)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as extra:
+            reply = b""
+            while chunk := extra.recv(65536):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), reply[:100]
+        assert b"\r\nRetry-After: 5\r\n" in reply and b"too many connections" in reply
+        release.set()
+        for sock in busy:
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    finally:
+        release.set()
+        for sock in busy:
+            sock.close()
         server.close()

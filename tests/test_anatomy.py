@@ -237,3 +237,33 @@ def test_the_readers_own_proc_scans_are_not_counted():
     last = reader()
     assert first is not None and last is not None
     assert last.rchar - first.rchar < 5_000  # a scan of /proc would be ~100 kB each
+
+
+def test_step_shares_pool_a_hosts_ranks_per_step_number():
+    from collector.anatomy import step_shares
+    from collector.store_api import StepTable
+
+    nan = math.nan
+    table = StepTable.from_columns(
+        ["a", "a", "a", "b", "a"],
+        [0, 1, 0, 2, 1],
+        [10, 12, 20, 11, 30],
+        images=[8] * 5,
+        seconds=[1.0, 3.0, 2.0, 2.0, 0.0],
+        epoch=[1, 1, 1, 1, 1],
+        step=[5, 5, nan, 5, 6],  # no number: a point of its own; no seconds: left out
+        input_wait=[0.5, 0.5, 0.2, 1.0, 0.0],
+        compute=[0.5, 1.5, 1.8, 1.0, 0.0],
+        communication=[0.0, 1.0, nan, 0.0, 0.0],
+    )
+    shares = step_shares(table)
+    first, alone = shares["a"]
+    # step 5 on a: (0.5 + 0.5) / (1 + 3) input wait, (0.5 + 1.5) / 4 compute
+    assert (first["step"], first["time_ns"], first["steps"]) == (5, 12, 1)
+    assert (first["input_wait_percent"], first["compute_percent"]) == (25.0, 50.0)
+    assert first["communication_percent"] == 25.0
+    assert [r["rank"] for r in first["ranks"]] == [0, 1]
+    assert first["ranks"][0]["input_wait_percent"] == 50.0
+    assert alone["step"] is None and alone["input_wait_percent"] == 10.0
+    assert alone["communication_percent"] is None  # not measured: no number, never 0
+    assert shares["b"][0]["input_wait_percent"] == 50.0

@@ -337,6 +337,14 @@ def test_shares_of_each_step_pooled_per_host_with_each_ranks(make_store):
     hover = figure["data"][0]["text"][0]
     assert "epoch 1 · step 1" in hover
     assert "rank 0: 40.0 / 50.0 / 25.0" in hover and "rank 1: 20.0 / 50.0 / 25.0" in hover
+    # a cap on points per host pools consecutive steps the same way: epoch 2's two steps
+    # (20 s and 10 s, every rank 40% all-reduce) and epoch 1's two (30% input wait on n1)
+    capped = step_shares(store, "steps", max_points=2)
+    assert [(p["step"], p["steps"]) for p in capped["n1"]] == [(2, 2), (4, 2)]
+    assert [p["input_wait_percent"] for p in capped["n1"]] == [30.0, 0.0]
+    assert capped["n1"][1]["ranks"][0]["communication_percent"] == 40.0
+    hover = figures.step_share_hover(capped["n1"][1])
+    assert "2 steps to step 4" in hover
     # a run whose steps carry no anatomy
     plain = RunBuilder("plain").epoch(10, 64)
     store = make_store(plain.points())

@@ -241,6 +241,7 @@ def test_agent_toml_holds_exactly_the_inventory_values(rendered):
         "proc_root": "/proc",
         "sys_root": "/sys",
         "samplers": ["cpu", "net", "gpu"],
+        "gpu_call_timeout_seconds": 5.0,
         "push": {
             "url": "http://head01:8086",
             "token": 'a"b\\c é',

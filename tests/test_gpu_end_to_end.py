@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 
 from agent.point import encode_lines
+from collector.store import SqliteStore
 from tests.fake_nvml import A100_MIG, H100_LOAD, MIB, fake_nvml_env
 from tests.run_builder import RunBuilder
 from tests.test_agent_shipper import wait_until
@@ -49,6 +50,21 @@ A100 = {
 }
 
 
+def stored_energy(db, run: RunBuilder) -> str:
+    """The stored energy samples around the epoch (seconds from its start), to tell why."""
+    with SqliteStore(db) as store:
+        series = store.list_series("gpu", "energy_joules")
+        data = store.read_series(series, run.t0_ns - 3 * 10**9, run.end_true_ns() + 3 * 10**9)
+    return "\n".join(
+        f"{info.tags}: "
+        + " ".join(
+            f"{(t - run.t0_ns) / 1e9:.2f}:{v:.1f}"
+            for t, v in zip(d.times_ns, d.values, strict=True)
+        )
+        for info, d in zip(series, data, strict=True)
+    )
+
+
 @pytest.mark.slow
 def test_gpu_columns_from_agent_to_report(tmp_path, repo_env):
     collector = start_server(tmp_path, repo_env)
@@ -78,7 +94,10 @@ listen = ""
             stderr=subprocess.STDOUT,
         )
     try:
-        time.sleep(2.0)  # the agent's first ticks are pushed before the epoch starts
+        # The epoch starts once the agent ticks steadily: its start-up (imports, the first
+        # readings, learning the interval) takes seconds on a loaded machine.
+        assert wait_until(lambda: "agent started" in log_path.read_text(), 60)
+        time.sleep(2.0)
         run = RunBuilder(
             "r-gpu",
             hosts=("gpu-node",),
@@ -120,6 +139,8 @@ listen = ""
     # H100's 100% is the mean.
     assert row["gpu_util_percent"] == pytest.approx(100.0)
     # Counters grow linearly, so the edges' interpolation is exact up to rounding.
-    assert row["gpu_energy_joules"] == pytest.approx(400.0 * seconds, rel=0.01)
+    assert row["gpu_energy_joules"] == pytest.approx(400.0 * seconds, rel=0.01), stored_energy(
+        collector.db, run
+    )
     assert row["gpu_pcie_rx_bytes"] == pytest.approx(2.5e9 * seconds, rel=0.01)
     assert row["gpu_pcie_tx_bytes"] == pytest.approx(1.25e9 * seconds, rel=0.01)

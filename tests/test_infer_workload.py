@@ -188,6 +188,7 @@ def test_the_run_is_stored_with_its_configuration_and_node_samples(trained, prof
     assert start[Workload.CALIBRATION_IMAGES] == CALIBRATION
     assert start[Workload.VALIDATION_IMAGES] == VAL
     assert start[Workload.IMAGE_SIZE] == SIZE
+    assert report.model == "resnet[16x1,32x1,64x1]/16"  # the checkpoint's narrow network
     assert report.int8_format in ("qdq", "qoperator")
     assert report.execution_provider == "CPUExecutionProvider"
     assert cpu_series, "the embedded agent sampled the node beside the run"
@@ -210,7 +211,34 @@ def test_initialised_resnet50_without_a_checkpoint_says_so(data, tmp_path):
         ])  # fmt: skip
     assert status == 0, out.getvalue() + err.getvalue()
     assert "freshly initialised weights" in err.getvalue()
-    assert "weights: initialised" in out.getvalue()
+    assert "resnet50 inference" in out.getvalue() and "weights: initialised" in out.getvalue()
     assert (tmp_path / "r50" / "events" / "events-rank0.jsonl").is_file()
     speedup = out.getvalue().split("\n")[3].split()[-1]  # batch 2's INT8 speed-up
     assert speedup.endswith("x") and math.isfinite(float(speedup[:-1]))
+
+
+def test_collector_url_sends_the_events_and_prints_its_table(data, trained, tmp_path):
+    """`--collector URL`: the events go through the disk-spooled shipper to a real
+    `collector serve`, and the table printed is what its read API answers."""
+    from workloads import cli
+    from workloads.profile import start_collector, stop
+
+    db = tmp_path / "c.sqlite"
+    process, port = start_collector(db, tmp_path / "collector.log")
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            status = cli.main([
+                "infer", "--data-dir", str(data), "--checkpoint", str(trained[0]),
+                "--precision", "fp32", "--batch-sizes", "4", "--warmup-batches", "1",
+                "--timed-batches", "2", "--collector", f"http://127.0.0.1:{port}",
+                "--run-id", "infer-remote", "--runs-dir", str(tmp_path),
+            ])  # fmt: skip
+    finally:
+        stop(process)
+    assert status == 0, out.getvalue()
+    report, events, _ = stored(db, "infer-remote")
+    assert [(m.precision, m.batch_size) for m in report.measurements] == [("fp32", 4)]
+    assert report.comparisons[0].int8_speedup is None  # FP32 only: no speed-up claimed
+    assert [e.event for e in events][-1] == Event.RUN_END
+    assert "run infer-remote: resnet[16x1,32x1,64x1]/16 inference (finished)" in out.getvalue()

@@ -98,6 +98,8 @@ def test_picking_another_run_shows_its_findings(dash_duo):
     assert "FP32 throughput stops growing at batch size 8" in text_of(
         dash_duo, "#finding-throughput_saturated"
     )
+    link = dash_duo.find_element("#finding-throughput_saturated .chart-link")
+    assert link.get_attribute("href").endswith("#inference-graph")  # the bars above
     assert dash_duo.get_logs() == []
 
 

@@ -80,7 +80,8 @@ def test_the_route_list_is_what_the_server_routes():
     # update this list and docs/reliability.md to say whether it is open.
     assert methods == {"GET", "HEAD", "POST"}
     assert paths == {"/api/v2/write", "/write", "/ping", "/health", "/ready",
-                     "/api/v1/runs", "/api/v1/report", "/api/v1/scaling"}  # fmt: skip
+                     "/api/v1/runs", "/api/v1/report", "/api/v1/scaling",
+                     "/api/v1/inference"}  # fmt: skip
 
 
 CREDENTIALS = {
@@ -134,6 +135,7 @@ def test_the_routes_that_answer(routes):
         ("GET", "/api/v1/runs"): 400,
         ("GET", "/api/v1/report"): 400,
         ("GET", "/api/v1/scaling"): 400,
+        ("GET", "/api/v1/inference"): 400,
     }
 
 

@@ -2,10 +2,11 @@
 the real command, its embedded collector and agent, the scripts' own launchers
 (python, torch.multiprocessing.spawn, torchrun), read back from the run's SQLite store.
 
-PyTorch with torchvision runs in a user-like environment (CUDA torch 2.14.1 +
-torchvision 0.29.1 on CPU, epochscope[profile] installed into it, made once by
-``make user-torch-env``): torchvision does not load beside the project's CPU torch
-2.13.0. A PIL-only PyTorch script and Keras run in the project's own environment.
+PyTorch with torchvision (and PyTorch Lightning) runs in a user-like environment (CUDA
+torch 2.14.1 + torchvision 0.29.1 on CPU, Lightning 2.6.6, epochscope[profile] installed
+into it, made once by ``make user-torch-env``): torchvision does not load beside the
+project's CPU torch 2.13.0. A PIL-only PyTorch script and Keras run in the project's own
+environment.
 """
 
 from __future__ import annotations
@@ -359,6 +360,11 @@ def test_keras_fit_on_tf_data_recognised_unmodified(data, runs):
     printed = printed_accuracies(result.stdout, r"(\d\.\d{6})")
     assert [e.fields[Workload.TOP1] for e in ends] == pytest.approx(printed, abs=1e-5)
     assert all(e.fields[Workload.LOSS] > 0 for e in ends)
+    # the rank's own reads (/proc/<pid>/io), in the table though Keras gives no anatomy
+    assert all(e.fields[Workload.PROCESS_RCHAR_BYTES] > 0 for e in ends)
+    rows = report_rows(sys.executable, runs, "keras")
+    assert all(row["training_read_bytes"] is not None for row in rows), rows
+    assert "own read" in result.stdout
 
 
 @pytest.mark.slow

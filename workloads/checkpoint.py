@@ -29,6 +29,14 @@ class Architecture:
     stem_width: int = 64
     image_size: int = 224
 
+    @property
+    def name(self) -> str:
+        """``resnet50``, or for a narrowed network its shape (``resnet[16x1,32x1]/16``)."""
+        if self.stages == Architecture.stages and self.stem_width == Architecture.stem_width:
+            return self.model
+        shape = ",".join(f"{width}x{blocks}" for width, blocks, _ in self.stages)
+        return f"resnet[{shape}]/{self.stem_width}"
+
     def build(self):
         from workloads.torch_resnet import ResNet50
 

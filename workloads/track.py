@@ -51,7 +51,7 @@ def epoch() -> Iterator[None]:
     try:
         yield
     finally:
-        session.epoch_end(session.clock_ns())
+        session.epoch_end(now=True)
 
 
 def step(images: int, loss: float | None = None, input_wait: float | None = None) -> None:

@@ -9,11 +9,11 @@ Reading in the background, never in the tick:
     agent's interval, timed to finish just before the tick; ``sample()`` takes each
     GPU's latest complete reading and never calls NVML. ``nvmlDeviceGetPcieThroughput``
     alone blocks ~20 ms per call, so eight GPUs read in the tick would cost ~320 ms.
-  - A reading's points carry the reading's own time (halfway through it), so a counter
-    is exact at its timestamp, and say how old the reading was at the tick that sent it
-    (``reading_age_seconds``; the oldest is the ``agent`` measurement's
-    ``gpu_reading_age_seconds``). Each reading is sent once: a tick that finds no new
-    reading of a GPU sends nothing for it.
+  - A reading's points carry the reading's own time (when its counters were read, one
+    right after the other, first), so a counter is exact at its timestamp, and say how
+    old the reading was at the tick that sent it (``reading_age_seconds``; the oldest is
+    the ``agent`` measurement's ``gpu_reading_age_seconds``). Each reading is sent once:
+    a tick that finds no new reading of a GPU sends nothing for it.
   - An NVML call that has not answered after ``call_timeout_seconds`` marks its GPU hung:
     the GPU gives no point (its last values would be stale), ``gpus_hung`` counts it and
     one warning says which call; its thread stays in the call (a thread cannot be
@@ -198,7 +198,7 @@ class _Device:
 class Reading:
     """One complete reading of a GPU (and its MIG devices), as points without a time."""
 
-    time_ns: int  # wall clock halfway through the reading: the values' own time
+    time_ns: int  # wall clock when the GPU's counters were read: the values' own time
     gpus: list[tuple[dict[str, str], dict[str, int | float]]]
     processes: list[tuple[dict[str, str], dict[str, int | float]]]
     failing: bool  # an NVML call failed with something other than "not supported"
@@ -208,16 +208,22 @@ def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _union_value(value_type: int, value: Any, nvml: Any) -> float | int | None:
+# nvmlValueType_t (fixed by NVML's ABI) -> the member of the nvmlValue_t union it fills
+_UNION_MEMBER = {
+    0: "dVal",
+    1: "uiVal",
+    2: "ulVal",
+    3: "ullVal",
+    4: "sllVal",
+    5: "siVal",
+    6: "usVal",
+}
+
+
+def _union_value(value_type: int, value: Any) -> float | int | None:
     """The member of an ``nvmlValue_t`` union that ``value_type`` names."""
-    member = {
-        nvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-        nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    }.get(value_type)
-    return None if member is None else getattr(value, member)
+    member = _UNION_MEMBER.get(int(value_type))
+    return None if member is None else getattr(value, member, None)
 
 
 class GpuReader:
@@ -245,6 +251,7 @@ class GpuReader:
         self._mig_enabled = False
         self._errors_logged: set[tuple[str, str, int]] = set()
         self._failing_now = False
+        self._counters_ns = 0  # when the reading's counters were read (wall clock)
         self._last_sample_us: dict[tuple[str, str], int] = {}
         self.thread = threading.Thread(target=self._run, name=f"gpu-{device.index}", daemon=True)
 
@@ -370,9 +377,7 @@ class GpuReader:
         if answer is None:
             return None
         value_type, samples = answer
-        pairs = [
-            (int(s.timeStamp), _union_value(value_type, s.sampleValue, self.nvml)) for s in samples
-        ]
+        pairs = [(int(s.timeStamp), _union_value(value_type, s.sampleValue)) for s in samples]
         mean, self._last_sample_us[key] = samples_mean(
             [(stamp, value) for stamp, value in pairs if value is not None], after
         )
@@ -399,22 +404,28 @@ class GpuReader:
             self._note_error(self.device, "nvmlDeviceGetFieldValues", code, text)
         if len(values) != 2 or any(r != nvml.NVML_SUCCESS for r in returns):
             return None, None  # this reading uses the throughput calls
-        rx, tx = (_union_value(v.valueType, v.value, nvml) for v in values)
+        rx, tx = (_union_value(v.valueType, v.value) for v in values)
         return (None, None) if rx is None or tx is None else (int(rx), int(tx))
 
     def _device_readings(self, device: _Device, whole_gpu: bool) -> GpuReadings:
         nvml = self.nvml
         call = self._nvml_call
         handle = device.handle
-        readings = GpuReadings(
-            utilization_samples_percent=self._samples_mean(
-                device, nvml.NVML_GPU_UTILIZATION_SAMPLES
-            ),
-            memory_utilization_samples_percent=self._samples_mean(
-                device, nvml.NVML_MEMORY_UTILIZATION_SAMPLES
-            ),
-            memory=call("nvmlDeviceGetMemoryInfo", handle, device=device),
+        readings = GpuReadings()
+        if whole_gpu:
+            # The counters first, one right after the other: the reading's time is theirs,
+            # so that a counter is exact at its timestamp whatever the rest costs.
+            before_ns = time.time_ns()
+            readings.energy_millijoules = call("nvmlDeviceGetTotalEnergyConsumption", handle)
+            readings.pcie_rx_bytes, readings.pcie_tx_bytes = self._pcie_counters(handle)
+            self._counters_ns = (before_ns + time.time_ns()) // 2
+        readings.utilization_samples_percent = self._samples_mean(
+            device, nvml.NVML_GPU_UTILIZATION_SAMPLES
         )
+        readings.memory_utilization_samples_percent = self._samples_mean(
+            device, nvml.NVML_MEMORY_UTILIZATION_SAMPLES
+        )
+        readings.memory = call("nvmlDeviceGetMemoryInfo", handle, device=device)
         if (
             readings.utilization_samples_percent is None
             or readings.memory_utilization_samples_percent is None
@@ -423,12 +434,10 @@ class GpuReader:
         if not whole_gpu:
             return readings  # power, clocks, PCIe, energy are the parent GPU's
         readings.power_milliwatts = call("nvmlDeviceGetPowerUsage", handle)
-        readings.energy_millijoules = call("nvmlDeviceGetTotalEnergyConsumption", handle)
         readings.temperature_celsius = call(
             "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU
         )
         readings.sm_clock_mhz = call("nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM)
-        readings.pcie_rx_bytes, readings.pcie_tx_bytes = self._pcie_counters(handle)
         if readings.pcie_rx_bytes is None:
             readings.pcie_rx_kilobytes_per_second = call(
                 "nvmlDeviceGetPcieThroughput", handle, nvml.NVML_PCIE_UTIL_RX_BYTES
@@ -498,7 +507,6 @@ class GpuReader:
         return tags
 
     def _read(self) -> Reading:
-        started_ns = time.time_ns()
         self._failing_now = False
         migs = self._mig_devices()
         gpus = []
@@ -521,8 +529,7 @@ class GpuReader:
                 fields = process_fields(process)
                 if fields:
                     processes.append((tags, fields))
-        middle_ns = (started_ns + time.time_ns()) // 2
-        return Reading(middle_ns, gpus, processes, self._failing_now)
+        return Reading(self._counters_ns, gpus, processes, self._failing_now)
 
 
 @dataclass

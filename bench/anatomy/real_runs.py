@@ -1,5 +1,6 @@
 """The step anatomy on real trainings: a 1-process and a 2-process run of each framework
-into one collector, then each run's per-epoch shares and the anatomy findings.
+with ``--profile`` into one collector (an agent beside it pushing this host's samples),
+then each run's per-epoch shares and the anatomy findings.
 
 Tiny on purpose (64 pictures of 40 px trained at 32 px, batch 8, 2 epochs): the point is
 that the parts are measured and add up, that two processes all-reduce (communication > 0)
@@ -27,7 +28,7 @@ from collector.epochs import build_report  # noqa: E402
 from collector.findings import run_findings  # noqa: E402
 from collector.store import SqliteStore  # noqa: E402
 from workloads.datasets import make_dataset  # noqa: E402
-from workloads.profile import start_collector, stop  # noqa: E402
+from workloads.profile import EmbeddedProfile  # noqa: E402
 
 FORMATS = {"tensorflow": "tfrecord", "mxnet": "recordio", "pytorch": "jpeg"}
 ANATOMY_RULE_NAMES = {rule.__name__ for rule in ANATOMY_RULES}
@@ -50,12 +51,14 @@ def env() -> dict[str, str]:
     return environment
 
 
-def train(framework: str, data: Path, processes: int, url: str, run_id: str, args) -> float:
+def train(framework: str, data: Path, processes: int, profile: EmbeddedProfile, run_id: str,
+          args) -> float:  # fmt: skip
     command = [
         "nice", sys.executable, "-m", "workloads", "run", "--framework", framework,
         "--data-dir", str(data), "--epochs", str(args.epochs), "--batch-size", "8",
         "--image-size", "32", "--warmup-steps", "1", "--step-every", "1",
-        "--loader-workers", "1", "--np", str(processes), "--collector", url,
+        "--loader-workers", "1", "--np", str(processes), "--collector", profile.url,
+        "--profile", "--agent-port", str(profile.agent_port),
         "--run-id", run_id, "--no-validate", "--runs-dir", str(args.runs_dir),
     ]  # fmt: skip
     started = time.monotonic()
@@ -77,9 +80,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         args.runs_dir = work / "runs"
-        db = args.db or work / "anatomy.sqlite"
-        process, port = start_collector(db, work / "collector.log")
-        url = f"http://127.0.0.1:{port}"
+        # one collector for every run, and an agent beside it (--profile: node metrics)
+        kept = args.db.resolve() if args.db else work / "anatomy.sqlite"
+        profile = EmbeddedProfile(kept.stem, kept.parent)  # its store: kept
+        db = profile.db
+        profile.start()
         runs: dict[str, dict] = {}
         try:
             for framework in args.frameworks.split(","):
@@ -88,13 +93,13 @@ def main() -> None:
                              val_images=8, shards=4, progress=False)  # fmt: skip
                 for processes in (1, 2):
                     run_id = f"{framework}-{processes}p{args.suffix}"
-                    seconds = train(framework, data, processes, url, run_id, args)
+                    seconds = train(framework, data, processes, profile, run_id, args)
                     runs[run_id] = {"framework": framework, "processes": processes,
                                     "wall_seconds": round(seconds, 1)}  # fmt: skip
                     print(f"{run_id}: {seconds:.0f} s", flush=True)
-            time.sleep(2)  # the last events reach the store
+            time.sleep(2)  # the last events and samples reach the store
         finally:
-            stop(process)
+            profile.stop()
         store = SqliteStore(db)
         try:
             for run_id, facts in runs.items():
@@ -113,6 +118,13 @@ def main() -> None:
         finally:
             store.close()
     summary = {"load_average_at_end": os.getloadavg(), "runs": runs}
+    for run_id, facts in runs.items():  # what the README and docs quote
+        for row in facts["epochs"]:
+            print(f"{run_id} epoch {row['epoch']}: {row['images_per_second']} images/s, input "
+                  f"{row['input_wait_percent']}%, compute {row['compute_percent']}%, "
+                  f"comm {row['communication_percent']}%")  # fmt: skip
+        for finding in facts["findings"]:
+            print(f"{run_id} {finding['rule']}: {finding['title']}\n  {finding['explanation']}")
     text = json.dumps(summary, indent=1, default=str)
     print(text)
     if args.out:

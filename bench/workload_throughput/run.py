@@ -107,6 +107,16 @@ def ratio(medians: dict[str, float], top: str, bottom: str) -> float | None:
     return None
 
 
+def paired(results: dict[str, list[float]], top: str, bottom: str) -> dict[str, object] | None:
+    """``top`` / ``bottom`` within each round (the two ran back to back), their median and
+    spread."""
+    if top not in results or bottom not in results:
+        return None
+    ratios = [a / b for a, b in zip(results[top], results[bottom], strict=True)]
+    return {"ratios": ratios, "median": statistics.median(ratios), "min": min(ratios),
+            "max": max(ratios)}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--np", type=int, default=2)
@@ -127,9 +137,11 @@ def main() -> None:
 
     variants = args.variants.split(",")
     results: dict[str, list[float]] = {name: [] for name in variants}
+    loads: list[float] = []  # the 1-minute load average as each round starts
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for round_index in range(args.rounds):
+            loads.append(round(os.getloadavg()[0], 2))
             order = variants if round_index % 2 == 0 else variants[::-1]
             for name in order:
                 if name == "plain_horovod":
@@ -148,10 +160,16 @@ def main() -> None:
     summary = {
         "config": vars(args) | {"out": str(args.out) if args.out else None},
         "cpus": os.cpu_count(),
+        "load_average_per_round": loads,
         "load_average_at_end": os.getloadavg(),
         "wall_seconds": round(time.monotonic() - started, 1),
         "images_per_second": results,
         "median_images_per_second": medians,
+        "spread_images_per_second": {
+            name: [min(rates), max(rates)] for name, rates in results.items()
+        },
+        # each round's two runs side by side (the load they shared), then the median
+        "anatomy_vs_no_anatomy_per_round": paired(results, "workload", "workload_no_anatomy"),
         "workload_vs_plain": ratio(medians, "workload", "plain_horovod"),
         "profiled_vs_unprofiled": ratio(medians, "workload_profiled", "workload"),
         "anatomy_vs_no_anatomy": ratio(medians, "workload", "workload_no_anatomy"),

@@ -98,7 +98,7 @@ def make_callback(keras_callback: type, batch_size: int | None, counter: object)
             if logs.get("loss") is not None:
                 current.loss = float(logs["loss"])
             current.top1, current.top5 = first_of(logs, TOP1_KEYS), first_of(logs, TOP5_KEYS)
-            session.epoch_end(session.clock_ns())  # after validation, which fit ran
+            session.epoch_end(now=True)  # after validation, which fit ran
 
     return EpochscopeCallback()
 

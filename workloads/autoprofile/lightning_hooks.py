@@ -107,7 +107,7 @@ def make_callback(callback_class: type) -> object:
         def on_train_epoch_end(self, trainer, pl_module) -> None:
             session = sessions.current()
             if session is not None and session.epoch is not None:
-                session.epoch_end(session.clock_ns())
+                session.epoch_end(now=True)
 
     return EpochscopeCallback()
 

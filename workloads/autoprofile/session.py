@@ -185,19 +185,21 @@ class Session:
         start: float | None = None,
         io: ProcessIo | None = None,
     ) -> Epoch:
-        """A new epoch from ``start_ns`` (default now; ``start``: the same instant on
-        ``clock``), with the rank's reads ``io`` at that instant (default: read now); ends
-        the open one first."""
+        """A new epoch from ``start_ns`` (default: now, stamped with the local agent's edge
+        sample, as the bundled runs' edges are; ``start``: the same instant on ``clock``),
+        with the rank's reads ``io`` at that instant (default: read now); ends the open one
+        first."""
         from agent.schema import Event, Workload
 
         with self._lock:
             self.epoch_end()
-            start_ns = start_ns or self.clock_ns()
             self.epochs_done += 1
             io_now = io if io is not None else self.process_io()
-            self.epoch = Epoch(self.epochs_done, start_ns, io_at_start=io_now)
+            self.epoch = Epoch(self.epochs_done, start_ns or 0, io_at_start=io_now)
             self._mark = self.clock() if start is None else start
-            self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: self.epoch.number}, start_ns)
+            point = self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: self.epoch.number},
+                                     start_ns)  # fmt: skip
+            self.epoch.start_ns = point.time_ns
             return self.epoch
 
     @property
@@ -266,8 +268,9 @@ class Session:
             if self.epoch is not None:
                 self.epoch.end_ns = end_ns or self.clock_ns()
 
-    def epoch_end(self, end_ns: int | None = None) -> None:
-        """``epoch_end`` of the open epoch, at ``end_ns`` or the latest time it ran to."""
+    def epoch_end(self, end_ns: int | None = None, now: bool = False) -> None:
+        """``epoch_end`` of the open epoch, at ``end_ns`` or the latest time it ran to;
+        ``now``: it ends now (stamped with the agent's edge sample)."""
         from agent.schema import Event, Workload
         from workloads.timing import anatomy_fields, io_fields
 
@@ -295,7 +298,7 @@ class Session:
                 Workload.LOSS: loss,
                 Workload.TOP1: epoch.top1,
                 Workload.TOP5: epoch.top5,
-            }, end_ns or epoch.end_ns or self.clock_ns())  # fmt: skip
+            }, None if now else end_ns or epoch.end_ns or self.clock_ns())  # fmt: skip
 
     def finish(self) -> None:
         """The open epoch's end, ``run_end`` and delivery (at interpreter exit)."""

@@ -105,7 +105,7 @@ class Tracker:
         role = self.roles.get(loader)
         if session.started:
             if role == TRAIN:
-                session.epoch_start(current.start_ns, current.start, current.io)
+                session.epoch_start(None, current.start, current.io)  # now: an edge
             elif session.epoch is not None:
                 self._watch_forward(current)
         elif role is None and self.model is None:

@@ -123,6 +123,7 @@ class Prepared:
     image_size: int
     validation: object  # images.Images
     calibration_images: int
+    model_name: str  # resnet50, or a narrowed network's shape (a checkpoint's)
 
 
 def new_run_id() -> str:
@@ -152,11 +153,13 @@ def prepare(args: argparse.Namespace, workdir: Path) -> Prepared:
             )
         network = architecture.build()
         network.load_state_dict(checkpoint.state_dict)
+        model_name = architecture.name
         weights = f"{checkpoint.path} (epoch {checkpoint.epoch})"
         image_size = args.image_size or architecture.image_size
     else:
         torch.manual_seed(args.seed)
         network = Architecture(num_classes=info.classes).build()
+        model_name = args.model
         weights = INITIALISED
         image_size = args.image_size or info.image_size or Architecture.image_size
         _log(
@@ -193,7 +196,9 @@ def prepare(args: argparse.Namespace, workdir: Path) -> Prepared:
                 f"keeping {int8_format}"
             )
         paths[InferencePrecision.INT8] = candidates[int8_format]
-    return Prepared(paths, int8_format, trial, weights, image_size, validation, calibration_images)
+    return Prepared(
+        paths, int8_format, trial, weights, image_size, validation, calibration_images, model_name
+    )
 
 
 def _sink(args: argparse.Namespace, run_id: str, runs_dir: Path, profile):
@@ -269,7 +274,7 @@ def measure_and_emit(
     writer.emit(
         Event.RUN_START,
         {
-            Workload.MODEL: args.model,
+            Workload.MODEL: prepared.model_name,
             Workload.BATCH_SIZE: max(args.batch_sizes),
             Workload.WORLD_SIZE: 1,
             Workload.LOCAL_SIZE: 1,
