@@ -126,13 +126,59 @@ def mxnet_cost(blocks: int) -> dict[str, float]:
     return interleaved(plain, instrumented, blocks, 50)
 
 
+def pytorch_cost(blocks: int) -> dict[str, float]:
+    """DDP's default all-reduce against the timed hook (``torch_train.timed_allreduce_hook``)
+    over a 1-process gloo group: a small model in ResNet-50's number of buckets (DDP's
+    default 25 MB cap puts its 161 gradients, 98 MB, in ~4-5), so the step is mostly the
+    hook's own work."""
+    import torch
+    import torch.distributed as dist
+
+    from workloads.events import EventWriter, MemorySink
+    from workloads.torch_train import TimedAllreduce, timed_allreduce_hook
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    torch.manual_seed(0)
+
+    def model() -> torch.nn.Module:
+        layers = [torch.nn.Linear(64, 64) for _ in range(GRADIENTS // 2)]
+        return torch.nn.Sequential(*layers)
+
+    recorder = Recorder(
+        EventWriter(MemorySink(), "r", 0, "bench", host="h"),
+        batch_size=8, warmup_steps=0, step_every=10**9,
+    )  # fmt: skip
+    recorder.read_io = lambda: None
+    recorder.epoch_start(1)
+    # bucket_cap_mb: ~4.5 buckets over the 0.8 MB of gradients, as ResNet-50 has
+    plain = torch.nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.18)
+    timed = torch.nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.18)
+    timed.register_comm_hook(TimedAllreduce(recorder), timed_allreduce_hook)
+    x = torch.randn(8, 64)
+
+    def step(ddp) -> None:
+        ddp.zero_grad(set_to_none=True)
+        ddp(x).sum().backward()
+
+    step(plain), step(timed)  # buckets rebuilt on the first step
+    return interleaved(lambda: step(plain), lambda: step(timed), blocks, 20)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--blocks", type=int, default=10)
-    parser.add_argument("--parts", default="recorder,tensorflow,mxnet")
+    parser.add_argument("--parts", default="recorder,tensorflow,mxnet,pytorch")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    measures = {"recorder": recorder_cost, "tensorflow": tensorflow_cost, "mxnet": mxnet_cost}
+    measures = {
+        "recorder": recorder_cost,
+        "tensorflow": tensorflow_cost,
+        "mxnet": mxnet_cost,
+        "pytorch": pytorch_cost,
+    }
     results = {"load_average_at_start": os.getloadavg()}
     for part in args.parts.split(","):
         results[part] = measures[part](args.blocks)
