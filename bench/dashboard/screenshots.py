@@ -224,6 +224,19 @@ def full_page(driver, path: Path) -> None:
         height = wanted
         time.sleep(0.8)  # plotly relayout after the resize
     driver.save_screenshot(str(path))
+    small_png(path)
+
+
+def small_png(path: Path) -> None:
+    """256 colours, no dithering: the same picture (flat colours, anti-aliased text) in
+    about 40% of the bytes, for the repository."""
+    from PIL import Image
+
+    with Image.open(path) as picture:
+        flat = picture.convert("RGB").quantize(
+            colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
+        )
+    flat.save(path, optimize=True)
 
 
 def main() -> int:
