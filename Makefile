@@ -67,7 +67,7 @@ $(VENV)/.frameworks: $(VENV)/.installed pyproject.toml
 		rm -rf $(HOROVOD_WHEELS) && mv $(HOROVOD_WHEELS).tmp $(HOROVOD_WHEELS); \
 	fi
 	$(PY) -m pip install -q $(HOROVOD_WHEELS)/horovod-$(HOROVOD_VERSION)-*.whl
-	$(PY) -c 'import tensorflow, mxnet, torch, horovod.tensorflow, onnx, onnxruntime'
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -c 'import tensorflow, mxnet, torch, horovod.tensorflow, onnx, onnxruntime'
 	touch $@
 
 # A user's own PyTorch environment, where `workloads profile` is tested with torchvision

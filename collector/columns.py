@@ -217,8 +217,13 @@ def format_cell(column: ReportColumn, value: object) -> str:
     if column.unit == BYTES:
         return human_bytes(value)
     if column.unit == RATIO:
-        return f"{value:,.{min(column.digits or 3, 3)}f}"
-    return f"{value:,.1f}"
+        return _no_negative_zero(f"{value:,.{min(column.digits or 3, 3)}f}")
+    return _no_negative_zero(f"{value:,.1f}")
+
+
+def _no_negative_zero(text: str) -> str:
+    """ "-0.0" (a tiny negative rounded away) reads as a sign that is not there."""
+    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text
 
 
 def unfinished_epochs_note(rows: list[dict[str, Any]]) -> str:

@@ -31,7 +31,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agent.schema import Event, RunState, Workload
+from agent.schema import INFERENCE_FRAMEWORK, Event, RunState, Workload
 from collector.epochs import EPOCH_KINDS, assign_epochs, report_events, run_events
 from collector.store_api import ReadStore, RunInfo, WorkloadEvent, event_number
 from collector.throughput import RunThroughput, rank_epoch_work, run_throughput
@@ -287,9 +287,14 @@ def _choose_baseline(candidates: list[RunFacts]) -> RunFacts | None:
 def scaling_groups(
     store: ReadStore, facts: list[RunFacts] | None = None
 ) -> dict[GroupKey, list[RunScaling]]:
-    """Every stored run (failed ones left out) in its group, by GPUs then start time."""
+    """Every stored training run (failed ones left out; inference runs, which have their own
+    page, too) in its group, by GPUs then start time."""
     if facts is None:
-        facts = [run_facts(store, run) for run in store.runs() if run.state != RunState.FAILED]
+        facts = [
+            run_facts(store, run)
+            for run in store.runs()
+            if run.state != RunState.FAILED and run.framework != INFERENCE_FRAMEWORK
+        ]
     groups: dict[GroupKey, list[RunFacts]] = defaultdict(list)
     for fact in facts:
         groups[GroupKey.of(fact.run)].append(fact)

@@ -572,6 +572,8 @@ def fabric_bars_figure(rows: list[dict[str, Any]], host_order: list[str]) -> dic
     layout = _base_layout(title, "MB/s", height=320)
     layout["barmode"] = "group"
     layout["hovermode"] = "closest"
+    if not any(row.get(receive) or row.get(send) for row in host_rows):
+        layout["annotations"] = [_note("0 MB/s in every epoch, on every host")]
     return {"data": traces, "layout": layout}
 
 

@@ -266,7 +266,8 @@ def scaling_table(rows: list[dict[str, Any]]) -> html.Div:
             cells = []
             for column in columns:
                 if column.key == "run_id":
-                    cells.append(html.Td(dcc.Link(row["run_id"], href=run_href(row["run_id"]))))
+                    link = dcc.Link(row["run_id"], href=run_href(row["run_id"]))
+                    cells.append(html.Td(link, className="col-run_id"))
                 else:
                     cells.append(_cell(row, column))
             body.append(html.Tr(cells, className=f"scope-{row.get('scope') or 'none'}"))

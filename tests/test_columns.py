@@ -92,3 +92,9 @@ def test_dashboard_labels_and_tooltips_come_from_the_spec():
         spec = columns.BY_NAME[column.key]
         assert column.label == spec.label
         assert column.help.startswith(spec.help)
+
+
+def test_a_value_that_rounds_to_zero_has_no_sign():
+    """-0.004 MB/s of receive minus send on a host with no fabric traffic is "0.0"."""
+    column = columns.BY_NAME["rx_minus_tx_mbps"]
+    assert [columns.format_cell(column, v) for v in (-0.004, -0.0, -0.06)] == ["0.0", "0.0", "-0.1"]

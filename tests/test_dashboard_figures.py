@@ -176,6 +176,12 @@ def test_fabric_falls_back_to_nics_without_infiniband():
     assert figure["layout"]["title"]["text"].startswith("Network interfaces")
     assert figure["data"][0]["y"] == [25.0]
     assert figure["data"][1]["y"] == [5.0]
+    assert "annotations" not in figure["layout"]
+    # a lone host that sent nothing (make demo's): the empty-looking panel says why
+    quiet = [{**rows[0], "net_rx_mbps": 0.0, "net_tx_mbps": 0.0, "rx_minus_tx_mbps": 0.0}]
+    figure = valid(figures.fabric_bars_figure(quiet, ["a"]))
+    notes = [note["text"] for note in figure["layout"]["annotations"]]
+    assert notes == ["0 MB/s in every epoch, on every host"]
 
 
 def test_missing_columns_give_an_explained_empty_chart():

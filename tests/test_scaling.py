@@ -297,3 +297,15 @@ def test_target_never_reached():
     accuracy = time_to_accuracy(store.events("acc"), info.config)
     assert (accuracy.epochs_to_target, accuracy.seconds_to_target) == (None, None)
     assert accuracy.final_top1 == 0.5
+
+
+def test_inference_runs_are_not_scaling_rows(make_store):
+    """A `workloads infer` run has its own page: it is no group of the scaling table (it
+    showed as a 1-GPU "single-gpu" group of dashes there)."""
+    from collector.scaling import scaling_rows
+    from tests.test_inference_views import RATES, TOP1, inference_points
+
+    training = RunBuilder("train-1", steps_per_epoch=4)
+    training.epoch(10, 400)
+    store = make_store(training.points() + inference_points("infer-1", RATES, TOP1))
+    assert [row["run_id"] for row in scaling_rows(store)] == ["train-1"]
