@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from enum import StrEnum
 from typing import Any
 
 from collector.columns import BY_NAME, ReportColumn
@@ -125,10 +126,22 @@ def evidence_json(evidence: Any) -> Any:
 # --------------------------------------------------------------------------------------
 
 
+class StorageReads(StrEnum):
+    """Which storage reads a rule judged."""
+
+    # the training's own: its ranks' /proc/<pid>/io read_bytes (collector.anatomy.epoch_reads),
+    # judged when every rank of every host sent them in every epoch judged
+    TRAINING = "training"
+    # the hosts' disks and NFS servers: every process's reads, the training's among them
+    HOSTS = "hosts"
+
+
 @dataclass(frozen=True)
 class CacheWarmup:
-    """Storage reads high in epoch 1, then fallen: later epochs read from the page cache."""
+    """Storage reads high in epoch 1, then fallen: later epochs read from the page cache.
+    The ``*storage_read*`` fields are the reads named by ``reads_judged``."""
 
+    reads_judged: StorageReads = field(default=StorageReads.HOSTS, kw_only=True)
     first_epoch: int
     first_epoch_storage_read_bytes: float
     first_epoch_storage_read_mbps: float | None
@@ -139,6 +152,10 @@ class CacheWarmup:
     settled_to_first_ratio: float = field(metadata=digits(4))
     first_epoch_read_to_dataset_ratio: float | None = field(default=None, metadata=digits(3))
     storage_read_bytes_by_epoch: dict[int, float] = field(default_factory=dict)  # first 10
+    # the hosts' disk and NFS reads beside the training's own, when those were judged
+    hosts_storage_read_bytes_by_epoch: dict[int, float | None] | None = field(
+        default=None, metadata=IF_KNOWN
+    )
     first_epoch_page_cache_growth_bytes_per_host: float | None = field(
         default=None, metadata=digits(0)
     )

@@ -29,6 +29,7 @@ from collector.findings_evidence import (
     RateGrowth,
     ScalingLoss,
     StorageBound,
+    StorageReads,
     UtilisationGrowth,
     evidence_json,
 )
@@ -43,6 +44,7 @@ PAGE_CACHE_DELTA = BY_NAME["page_cache_delta_bytes"]
 RX_MINUS_TX = BY_NAME["rx_minus_tx_mbps"]
 IMAGES_PER_SECOND = BY_NAME["images_per_second"]
 CPU_UTIL = BY_NAME["cpu_util_percent"]
+TRAINING_READ = BY_NAME["training_read_bytes"]
 
 RESOURCE_LABELS = {
     "fabric_bytes_per_image": "network bytes per image",
@@ -86,15 +88,24 @@ def _plural(items: list) -> str:
 # --------------------------------------------------------------------------------------
 
 
+READS_TEXT = {
+    StorageReads.TRAINING: "the training's own reads (its ranks' /proc/<pid>/io read_bytes)",
+    StorageReads.HOSTS: "the hosts' storage reads (disks and NFS servers, every process)",
+}
+READS_CHART = {StorageReads.TRAINING: TRAINING_READ, StorageReads.HOSTS: DISK_READ}
+
+
 @words.register
 def _(found: CacheWarmup) -> Finding:
     dataset = found.dataset_bytes
     growth = found.first_epoch_page_cache_growth_bytes_per_host
     of_what = f"of the data set ({_gb(dataset)})" if dataset else "of that"
+    rate = found.first_epoch_storage_read_mbps
     explanation = (
-        f"Epoch {found.first_epoch} read {_gb(found.first_epoch_storage_read_bytes)} from "
-        f"storage (disk and NFS server) at {found.first_epoch_storage_read_mbps:,.1f} MB/s; "
-        f"by epoch {found.settled_from_epoch} reads had fallen below "
+        f"In epoch {found.first_epoch} {READS_TEXT[found.reads_judged]} took "
+        f"{_gb(found.first_epoch_storage_read_bytes)} from storage"
+        + (f" at {rate:,.1f} MB/s" if rate is not None else "")
+        + f"; by epoch {found.settled_from_epoch} they had fallen below "
         f"{SETTLED_READ_FRACTION:.0%} {of_what}, and the last epochs read "
         f"{_gb(found.settled_storage_read_bytes_mean)} on average. The data set is being "
         "served from the page cache after the first pass."
@@ -117,7 +128,7 @@ def _(found: CacheWarmup) -> Finding:
         title=f"Storage reads stop after epoch {found.first_epoch}: later epochs run from cache",
         explanation=explanation,
         evidence=evidence_json(found),
-        chart=DISK_READ,
+        chart=READS_CHART[found.reads_judged],
     )
 
 
