@@ -7,6 +7,7 @@ the ranks write them) and stored in both the SQLite store and the in-memory refe
 
 from __future__ import annotations
 
+from collector.epochs import build_report
 from collector.findings import Finding, run_findings
 from tests.run_builder import NS, T0_NS, RunBuilder
 
@@ -171,9 +172,15 @@ def test_cache_warmup_silent_while_later_epochs_keep_reading(make_store):
 # node the hosts' disks also carry other processes' reads
 
 
-def own_reads_run(own_mb: tuple[float, ...], host_mb: tuple[float, ...] | None) -> RunBuilder:
-    """A 45 MB data set on two hosts of two ranks, 20 s epochs: each rank read ``own_mb[e]``
-    / 4 in epoch e (``None``: the ranks sent no reads), each host's disk ``host_mb[e]`` / 2."""
+def own_reads_run(
+    own_mb: tuple[float | None, ...],
+    host_mb: tuple[float, ...],
+    first_seconds: float = 20,
+    shares: tuple[float, float, float] | None = None,
+) -> RunBuilder:
+    """A 45 MB data set on two hosts of two ranks, 20 s epochs (the first ``first_seconds``):
+    each rank read ``own_mb[e]`` / 4 in epoch e (``None``: the ranks sent no reads), each
+    host's disk ``host_mb[e]`` / 2."""
     run = RunBuilder(
         "own",
         hosts=("own-a", "own-b"),
@@ -182,13 +189,15 @@ def own_reads_run(own_mb: tuple[float, ...], host_mb: tuple[float, ...] | None) 
         dataset_images=256,
         host_memory_bytes=24 * 10**9,
     )
-    for own, host in zip(own_mb, host_mb, strict=True):
+    for index, (own, host) in enumerate(zip(own_mb, host_mb, strict=True)):
         per_rank = int(own / 4 * MB) if own is not None else None
+        seconds = first_seconds if index == 0 else 20
         run.epoch(
-            20,
+            seconds,
             64,
             reads=(per_rank, per_rank + int(MB)) if per_rank is not None else None,
-            disk_read=host / 2 / 20 * MB,
+            shares=shares,
+            disk_read=host / 2 / seconds * MB,
         )
     return run
 
@@ -237,6 +246,20 @@ def test_cache_warmup_judges_the_hosts_reads_unless_every_epoch_has_own_reads(ma
     run = own_reads_run((67.4, None, None), (64, 0, 0))
     (finding,) = findings_of(stored(make_store, run), "own", "cache_warmup")
     assert finding.evidence["reads_judged"] == "hosts"
+
+
+def test_the_rules_and_the_report_agree_on_the_trainings_own_reads(make_store):
+    # one definition (collector.anatomy.epoch_reads): the report's training_read_bytes, the
+    # cache warm-up's and the start-up's reads are the same numbers
+    run = own_reads_run((67.4, 0.016, 0.004), (300, 320, 310), 60, shares=(0.7, 0.2, 0.0))
+    store = stored(make_store, run)
+    totals = {r.epoch: r.training_read_bytes for r in build_report(store, "own").total_rows()}
+    (warm,) = findings_of(store, "own", "cache_warmup")
+    (startup,) = findings_of(store, "own", "startup")
+    assert totals == {1: 67_400_000, 2: 16_000, 3: 4_000}
+    assert warm.evidence["storage_read_bytes_by_epoch"] == totals
+    assert startup.evidence["first_read_bytes"] == totals[1]
+    assert startup.evidence["settled_read_bytes"] == (totals[2] + totals[3]) / 2
 
 
 def test_a_finding_points_at_a_declared_report_column():
