@@ -54,6 +54,9 @@ RESOURCE_CHANGE_RATIO = 1.25  # a per-image or per-node resource changed by 25% 
 UTILISATION_CHANGE_POINTS = 10.0
 # precision read demand
 PRECISION_READ_RATIO = 1.25  # study 003: FP16 read 550 MB/s where FP32 read 430 (1.28x)
+# inference (collector.inference)
+INT8_TOP1_LOSS_LIMIT = 0.01  # a fraction: one percentage point of top-1
+SATURATION_GAIN = 0.10  # a larger batch giving < 10 % more images/s adds nothing
 
 
 @dataclass(frozen=True)
@@ -332,3 +335,29 @@ class PrecisionReadDemand:
     nfs_read_most: bool = field(
         default=False, metadata=HIDDEN
     )  # NFS reads at least the local disks'
+
+
+# --------------------------------------------------------------------------------------
+# inference runs' evidence (detected by collector.inference on an InferenceReport)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Int8AccuracyLoss:
+    """INT8 top-1 more than ``INT8_TOP1_LOSS_LIMIT`` below FP32's (top-1 as fractions)."""
+
+    fp32_top1: float
+    int8_top1: float
+    top1_loss: float  # fp32 - int8
+
+
+@dataclass(frozen=True)
+class ThroughputSaturated:
+    """From ``batch_size`` on, no larger batch size of ``precision`` gave
+    ``SATURATION_GAIN`` more images/s."""
+
+    precision: str
+    batch_size: int
+    images_per_second: float
+    largest_batch_size: int
+    largest_images_per_second: float
