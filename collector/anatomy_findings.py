@@ -499,7 +499,7 @@ class Startup:
     first_seconds_per_step: float
     settled_seconds_per_step: float
     extra_seconds: float  # per rank, over epoch 1's steps
-    extra_by_part: dict[str, float]  # per rank, seconds
+    extra_seconds_by_part: dict[str, float]  # per rank, seconds
     cause: str  # build (graph building / compilation) | reads (first reads) | mixed
     first_read_bytes: float | None  # the training's storage reads in epoch 1 (all ranks)
     settled_read_bytes: float | None  # per settled epoch
@@ -538,7 +538,7 @@ def detect_startup(mine: list[RankEpoch], reads: Reads) -> Startup | None:
         first_seconds_per_step=first.seconds,
         settled_seconds_per_step=rest.seconds,
         extra_seconds=total,
-        extra_by_part=extra,
+        extra_seconds_by_part=extra,
         cause=cause,
         first_read_bytes=first_reads,
         settled_read_bytes=later_reads / later_epochs if later_reads is not None else None,
@@ -548,7 +548,7 @@ def detect_startup(mine: list[RankEpoch], reads: Reads) -> Startup | None:
 def word_startup(found: Startup) -> Finding:
     ratio = found.first_seconds_per_step / found.settled_seconds_per_step
     parts = ", ".join(
-        f"{PART_LABELS[p]} +{s:,.1f} s" for p, s in found.extra_by_part.items() if s > 0.05
+        f"{PART_LABELS[p]} +{s:,.1f} s" for p, s in found.extra_seconds_by_part.items() if s > 0.05
     )
     cause = {
         "build": "graph building, compilation and warm-up (compute and the rest of the "
