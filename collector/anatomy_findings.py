@@ -39,7 +39,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 
 from agent.schema import RunState
-from collector.anatomy import RankEpoch, rank_epochs
+from collector.anatomy import PROCESS_RCHAR, PROCESS_READ, RankEpoch, epoch_reads, rank_epochs
 from collector.epochs import ALL_HOSTS, EPOCH_KINDS, EpochRow, run_events
 from collector.findings import CRITICAL, INFO, WARNING, Finding, RunContext, _reference_run
 from collector.findings_words import words
@@ -132,6 +132,18 @@ def _fabric_bytes_per_step(report_rows: list[EpochRow], rows: list[RankEpoch]) -
     if not seen or steps <= 0 or nodes == 0:
         return None
     return total / steps / nodes
+
+
+Reads = dict[tuple[str, int], dict[str, float]]  # collector.anatomy.epoch_reads
+
+
+def training_reads(reads: Reads, rows: list[RankEpoch], key: str = PROCESS_READ) -> float | None:
+    """The training's own reads (``epoch_reads``: ``PROCESS_READ`` or ``PROCESS_RCHAR``) over
+    the (host, epoch)s of ``rows``; None unless every one of them has its ranks' reads."""
+    keys = {(r.host, r.epoch) for r in rows}
+    if not keys or any(k not in reads for k in keys):
+        return None
+    return sum(reads[k][key] for k in keys)
 
 
 # --------------------------------------------------------------------------------------
@@ -301,7 +313,9 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def detect_input_wait(context: RunContext, mine: list[RankEpoch]) -> list[InputWaitHost]:
+def detect_input_wait(
+    context: RunContext, mine: list[RankEpoch], reads: Reads
+) -> list[InputWaitHost]:
     rows = settled(mine)
     by_host: dict[str, list[RankEpoch]] = defaultdict(list)
     for r in rows:
@@ -322,10 +336,8 @@ def detect_input_wait(context: RunContext, mine: list[RankEpoch]) -> list[InputW
         cpu = _mean([r.cpu_util_percent for r in host_rows if r.cpu_util_percent is not None])
         iowait = _mean([r.iowait_percent for r in host_rows if r.iowait_percent is not None])
         storage = _mean([r.storage_read_mbps for r in host_rows if r.storage_read_mbps is not None])
-        reads = [r.read_bytes for r in members if r.read_bytes is not None]
-        rchar = [r.rchar for r in members if r.rchar is not None]
-        read_bytes = sum(reads) if reads else None
-        rchar_bytes = sum(rchar) if rchar else None
+        read_bytes = training_reads(reads, members)
+        rchar_bytes = training_reads(reads, members, PROCESS_RCHAR)
         from_storage = (
             read_bytes is not None
             and rchar_bytes
@@ -487,13 +499,13 @@ class Startup:
     first_seconds_per_step: float
     settled_seconds_per_step: float
     extra_seconds: float  # per rank, over epoch 1's steps
-    extra_by_part: dict[str, float]  # per rank, seconds
+    extra_seconds_by_part: dict[str, float]  # per rank, seconds
     cause: str  # build (graph building / compilation) | reads (first reads) | mixed
     first_read_bytes: float | None  # the training's storage reads in epoch 1 (all ranks)
     settled_read_bytes: float | None  # per settled epoch
 
 
-def detect_startup(mine: list[RankEpoch]) -> Startup | None:
+def detect_startup(mine: list[RankEpoch], reads: Reads) -> Startup | None:
     epochs = sorted({r.epoch for r in mine})
     if len(epochs) < 2:
         return None
@@ -519,24 +531,24 @@ def detect_startup(mine: list[RankEpoch]) -> Startup | None:
         cause = "build"
     else:
         cause = "mixed"
-    first_reads = [r.read_bytes for r in first_rows if r.read_bytes is not None]
-    later_reads = [r.read_bytes for r in later if r.read_bytes is not None]
+    first_reads = training_reads(reads, first_rows)
+    later_reads = training_reads(reads, later)
     later_epochs = len({r.epoch for r in later})
     return Startup(
         first_seconds_per_step=first.seconds,
         settled_seconds_per_step=rest.seconds,
         extra_seconds=total,
-        extra_by_part=extra,
+        extra_seconds_by_part=extra,
         cause=cause,
-        first_read_bytes=sum(first_reads) if first_reads else None,
-        settled_read_bytes=sum(later_reads) / later_epochs if later_reads else None,
+        first_read_bytes=first_reads,
+        settled_read_bytes=later_reads / later_epochs if later_reads is not None else None,
     )
 
 
 def word_startup(found: Startup) -> Finding:
     ratio = found.first_seconds_per_step / found.settled_seconds_per_step
     parts = ", ".join(
-        f"{PART_LABELS[p]} +{s:,.1f} s" for p, s in found.extra_by_part.items() if s > 0.05
+        f"{PART_LABELS[p]} +{s:,.1f} s" for p, s in found.extra_seconds_by_part.items() if s > 0.05
     )
     cause = {
         "build": "graph building, compilation and warm-up (compute and the rest of the "
@@ -578,7 +590,8 @@ def scaling_loss_attributed(context: RunContext) -> list[Finding]:
 
 def input_wait(context: RunContext) -> list[Finding]:
     rows = _complete(context, rank_epochs(context.events))
-    return [word_input_wait(found) for found in detect_input_wait(context, rows)]
+    reads = epoch_reads(context.events)
+    return [word_input_wait(found) for found in detect_input_wait(context, rows, reads)]
 
 
 def straggler(context: RunContext) -> list[Finding]:
@@ -587,7 +600,9 @@ def straggler(context: RunContext) -> list[Finding]:
 
 
 def startup(context: RunContext) -> list[Finding]:
-    found = detect_startup(_complete(context, rank_epochs(context.events)))
+    found = detect_startup(
+        _complete(context, rank_epochs(context.events)), epoch_reads(context.events)
+    )
     return [word_startup(found)] if found else []
 
 

@@ -2,9 +2,13 @@
 the CLI); the JSON keeps the raw evidence at full precision.
 
 The unit of a value is read from its key's suffix, the convention every rule follows
-(``_bytes``, ``_mbps``, ``_percent``, ``_ratio``, ``_seconds``, ``images_per_second``); a
-value that was not measured (``None``, an empty list or mapping) is left out rather than
-shown as ``None`` or 0.
+(``_bytes``, ``_mbps``, ``_percent``, ``_ratio``, ``_seconds``, ``images_per_second``, and
+per step or per rank: ``_seconds_per_step``, ``_bytes_per_step``,
+``images_per_second_per_rank``; ``_share``, a fraction, is shown in percent); a mapping
+keyed ``<unit key>_by_<what>`` (e.g. ``storage_read_bytes_by_epoch``,
+``extra_seconds_by_part``) shows each of its values in the unit of ``<unit key>``. A value
+that was not measured (``None``, an empty list or mapping) is left out rather than shown as
+``None`` or 0.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from collector.columns import human_bytes
 BYTES = "bytes"
 _SUFFIXES = (
     ("_bytes_per_image", " per image", " B"),
+    ("_bytes_per_step", " per step", BYTES),
+    ("_seconds_per_step", " time per step", " s"),
     ("_bytes_per_host", " per host", BYTES),
     ("_bytes_mean", " (mean)", BYTES),
     ("_bytes", "", BYTES),
@@ -30,6 +36,9 @@ _SUFFIXES = (
     ("_ratio", "", ""),
 )
 IMAGES_PER_SECOND = "images_per_second"
+IMAGES_PER_SECOND_PER_RANK = "images_per_second_per_rank"
+BY = "_by_"  # <unit key>_by_<what>: a mapping whose values are in <unit key>'s unit
+SHARE = "_share"  # a fraction of a whole, shown in percent
 
 
 def _suffix(key: str) -> tuple[str, str, str] | None:
@@ -57,8 +66,12 @@ def _number(value: float) -> str:
 
 
 def label_of(key: str) -> str:
-    """``first_epoch_storage_read_mbps`` -> ``first epoch storage read rate``."""
+    """``first_epoch_storage_read_mbps`` -> ``first epoch storage read rate``;
+    ``storage_read_bytes_by_epoch`` -> ``storage read by epoch``."""
     text = str(key)
+    if BY in text:
+        unit_key, _, what = text.rpartition(BY)
+        return f"{label_of(unit_key)} by {what.replace('_', ' ')}"
     found = _suffix(text)
     if found is not None and not text.endswith(IMAGES_PER_SECOND):
         text = text[: -len(found[0])] + found[1]
@@ -66,10 +79,14 @@ def label_of(key: str) -> str:
 
 
 def value_text(key: str, value: Any) -> str:
-    """A value with its unit, by its key's suffix; mappings and lists item by item."""
+    """A value with its unit, by its key's suffix; mappings and lists item by item (the
+    items of a ``<unit key>_by_<what>`` mapping in ``<unit key>``'s unit)."""
     if isinstance(value, dict):
+        unit_key = str(key).rpartition(BY)[0] if BY in str(key) else None
         return "; ".join(
-            f"{label_of(str(k))}: {value_text(str(k), v)}" for k, v in value.items() if _measured(v)
+            f"{label_of(str(k))}: {value_text(unit_key or str(k), v)}"
+            for k, v in value.items()
+            if _measured(v)
         )
     if isinstance(value, list | tuple):
         return ", ".join(value_text(key, v) for v in value if _measured(v))
@@ -78,6 +95,10 @@ def value_text(key: str, value: Any) -> str:
     key = str(key)
     if key.endswith(IMAGES_PER_SECOND):
         return f"{_number(value)} images/s"
+    if key.endswith(IMAGES_PER_SECOND_PER_RANK):
+        return f"{_number(value)} images/s per rank"
+    if key.endswith(SHARE):
+        return f"{_number(100 * value)} %"
     found = _suffix(key)
     if found is None:
         return _number(value)

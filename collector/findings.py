@@ -10,10 +10,12 @@ severity, and the declared report column that shows it), a pure function of the 
 encode what the published studies found by hand:
 
 ``cache_warmup``
-    Storage reads (disk plus NFS server) are high in epoch 1 and fall to at most
-    ``SETTLED_READ_FRACTION`` of that afterwards: later epochs are served from the page
-    cache. Warning when the data set is smaller than ``MLPERF_STORAGE_RAM_MULTIPLE`` x RAM,
-    since those later epochs then measure memory, not storage.
+    Storage reads are high in epoch 1 and fall to at most ``SETTLED_READ_FRACTION`` of that
+    afterwards: later epochs are served from the page cache. The reads judged are the
+    training's own (its ranks' ``/proc/<pid>/io``) when every rank sent them, else the
+    hosts' (disk plus NFS server, every process's). Warning when the data set is smaller
+    than ``MLPERF_STORAGE_RAM_MULTIPLE`` x RAM, since those later epochs then measure
+    memory, not storage.
 ``dataset_fits_in_memory``
     From the run's configuration alone: a data set below 5 x a host's RAM cannot measure
     storage past the first epoch (MLPerf Storage's rule); warning when it fits outright.
@@ -97,6 +99,7 @@ from collector.findings_evidence import (
     ResourceUse,
     ScalingLoss,
     StorageBound,
+    StorageReads,
     UnstableHostEpoch,
     UtilisationGrowth,
 )
@@ -180,12 +183,39 @@ def _memory_fit(config: dict[str, Any]) -> tuple[float | None, float | None, flo
     return dataset, memory, ratio
 
 
+def judged_reads(context: RunContext) -> StorageReads:
+    """The training's own storage reads (the report's ``training_read_bytes``, which is
+    ``collector.anatomy.epoch_reads``) when every host's ranks sent them in every complete
+    epoch, else the hosts' disk and NFS-server reads: on a busy node other processes' reads
+    hide the training's, which its own ``/proc/<pid>/io`` counts alone."""
+    rows = context.hosts_rows()
+    if rows and all(row.training_read_bytes is not None for row, _ in rows):
+        return StorageReads.TRAINING
+    return StorageReads.HOSTS
+
+
+def _read_bytes(row: EpochRow, reads: StorageReads) -> int | None:
+    if reads == StorageReads.TRAINING:
+        return row.training_read_bytes
+    return row.storage_read_bytes
+
+
+def _read_mbps(row: EpochRow, reads: StorageReads) -> float | None:
+    if reads == StorageReads.TRAINING:
+        return _mbps(row.training_read_bytes, row.seconds)
+    return row.storage_read_mbps
+
+
 def detect_cache_warmup(context: RunContext) -> CacheWarmup | None:
-    totals = [r for r in context.totals() if r.storage_read_bytes is not None]
+    """Epoch 1 read a large share of the data set from storage and later epochs little:
+    judged on the training's own reads when every rank sent them (``judged_reads``)."""
+    reads = judged_reads(context)
+    totals = [r for r in context.totals() if _read_bytes(r, reads) is not None]
     if len(totals) < 2:
         return None
+    by_epoch = {r.epoch: _read_bytes(r, reads) or 0 for r in totals}
     first, later = totals[0], totals[1:]
-    first_bytes = first.storage_read_bytes or 0
+    first_bytes = by_epoch[first.epoch]
     dataset, memory, ratio = _memory_fit(context.config)
     if dataset:
         if first_bytes <= 0 or first_bytes < FIRST_EPOCH_DATASET_SHARE * dataset:
@@ -196,20 +226,26 @@ def detect_cache_warmup(context: RunContext) -> CacheWarmup | None:
             return None
         settled_limit = SETTLED_READ_FRACTION * first_bytes
     settled = later[len(later) // 2 :]  # the second half of the later epochs
-    settled_mean = float(np.mean([r.storage_read_bytes for r in settled]))
+    settled_mean = float(np.mean([by_epoch[r.epoch] for r in settled]))
     if settled_mean > settled_limit:
         return None
     hosts = max(1, len(context.run.hosts))
     growth = first.page_cache_delta_bytes
     return CacheWarmup(
+        reads_judged=reads,
         first_epoch=first.epoch,
         first_epoch_storage_read_bytes=first_bytes,
-        first_epoch_storage_read_mbps=first.storage_read_mbps,
-        settled_from_epoch=next(r.epoch for r in later if r.storage_read_bytes <= settled_limit),
+        first_epoch_storage_read_mbps=_read_mbps(first, reads),
+        settled_from_epoch=next(r.epoch for r in later if by_epoch[r.epoch] <= settled_limit),
         settled_storage_read_bytes_mean=settled_mean,
         settled_to_first_ratio=settled_mean / first_bytes,
         first_epoch_read_to_dataset_ratio=first_bytes / dataset if dataset else None,
-        storage_read_bytes_by_epoch={r.epoch: r.storage_read_bytes for r in totals[:10]},
+        storage_read_bytes_by_epoch={r.epoch: by_epoch[r.epoch] for r in totals[:10]},
+        hosts_storage_read_bytes_by_epoch=(
+            {r.epoch: r.storage_read_bytes for r in totals[:10]}
+            if reads == StorageReads.TRAINING
+            else None
+        ),
         first_epoch_page_cache_growth_bytes_per_host=(
             growth / hosts if growth is not None else None
         ),

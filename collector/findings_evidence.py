@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from enum import StrEnum
 from typing import Any
 
 from collector.columns import BY_NAME, ReportColumn
@@ -53,6 +54,9 @@ RESOURCE_CHANGE_RATIO = 1.25  # a per-image or per-node resource changed by 25% 
 UTILISATION_CHANGE_POINTS = 10.0
 # precision read demand
 PRECISION_READ_RATIO = 1.25  # study 003: FP16 read 550 MB/s where FP32 read 430 (1.28x)
+# inference (collector.inference)
+INT8_TOP1_LOSS_LIMIT = 0.01  # a fraction: one percentage point of top-1
+SATURATION_GAIN = 0.10  # a larger batch giving < 10 % more images/s adds nothing
 
 
 @dataclass(frozen=True)
@@ -125,10 +129,22 @@ def evidence_json(evidence: Any) -> Any:
 # --------------------------------------------------------------------------------------
 
 
+class StorageReads(StrEnum):
+    """Which storage reads a rule judged."""
+
+    # the training's own: its ranks' /proc/<pid>/io read_bytes (collector.anatomy.epoch_reads),
+    # judged when every rank of every host sent them in every epoch judged
+    TRAINING = "training"
+    # the hosts' disks and NFS servers: every process's reads, the training's among them
+    HOSTS = "hosts"
+
+
 @dataclass(frozen=True)
 class CacheWarmup:
-    """Storage reads high in epoch 1, then fallen: later epochs read from the page cache."""
+    """Storage reads high in epoch 1, then fallen: later epochs read from the page cache.
+    The ``*storage_read*`` fields are the reads named by ``reads_judged``."""
 
+    reads_judged: StorageReads = field(default=StorageReads.HOSTS, kw_only=True)
     first_epoch: int
     first_epoch_storage_read_bytes: float
     first_epoch_storage_read_mbps: float | None
@@ -139,6 +155,10 @@ class CacheWarmup:
     settled_to_first_ratio: float = field(metadata=digits(4))
     first_epoch_read_to_dataset_ratio: float | None = field(default=None, metadata=digits(3))
     storage_read_bytes_by_epoch: dict[int, float] = field(default_factory=dict)  # first 10
+    # the hosts' disk and NFS reads beside the training's own, when those were judged
+    hosts_storage_read_bytes_by_epoch: dict[int, float | None] | None = field(
+        default=None, metadata=IF_KNOWN
+    )
     first_epoch_page_cache_growth_bytes_per_host: float | None = field(
         default=None, metadata=digits(0)
     )
@@ -315,3 +335,29 @@ class PrecisionReadDemand:
     nfs_read_most: bool = field(
         default=False, metadata=HIDDEN
     )  # NFS reads at least the local disks'
+
+
+# --------------------------------------------------------------------------------------
+# inference runs' evidence (detected by collector.inference on an InferenceReport)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Int8AccuracyLoss:
+    """INT8 top-1 more than ``INT8_TOP1_LOSS_LIMIT`` below FP32's (top-1 as fractions)."""
+
+    fp32_top1: float
+    int8_top1: float
+    top1_loss: float  # fp32 - int8
+
+
+@dataclass(frozen=True)
+class ThroughputSaturated:
+    """From ``batch_size`` on, no larger batch size of ``precision`` gave
+    ``SATURATION_GAIN`` more images/s."""
+
+    precision: str
+    batch_size: int
+    images_per_second: float
+    largest_batch_size: int
+    largest_images_per_second: float

@@ -5,6 +5,10 @@ Every function here is a pure function of the evidence (``collector.findings_evi
 and the rules' thresholds: the same evidence always reads the same. The finding's
 ``evidence`` mapping is ``evidence_json(evidence)``; ``chart`` is a declared report column
 (``collector.columns``), looked up when this module is imported.
+
+Inference runs (``collector.inference``) have no epochs, so no per-epoch report column can
+show their findings: their chart is ``NO_REPORT_COLUMN`` (""), and the dashboard's inference
+page points them at its images/s-by-batch-size figure, which shows both.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from collector.columns import BY_NAME
 from collector.findings_evidence import (
     CRITICAL,
     INFO,
+    INT8_TOP1_LOSS_LIMIT,
     MLPERF_STORAGE_RAM_MULTIPLE,
     RESOURCE_CHANGE_RATIO,
+    SATURATION_GAIN,
     SCALING_EFFICIENCY_CRITICAL,
     SETTLED_READ_FRACTION,
     WARNING,
@@ -25,10 +31,13 @@ from collector.findings_evidence import (
     FabricCarriesStorage,
     Finding,
     InputBound,
+    Int8AccuracyLoss,
     PrecisionReadDemand,
     RateGrowth,
     ScalingLoss,
     StorageBound,
+    StorageReads,
+    ThroughputSaturated,
     UtilisationGrowth,
     evidence_json,
 )
@@ -43,6 +52,8 @@ PAGE_CACHE_DELTA = BY_NAME["page_cache_delta_bytes"]
 RX_MINUS_TX = BY_NAME["rx_minus_tx_mbps"]
 IMAGES_PER_SECOND = BY_NAME["images_per_second"]
 CPU_UTIL = BY_NAME["cpu_util_percent"]
+NO_REPORT_COLUMN = ""  # inference findings: no per-epoch column (see the module's note)
+TRAINING_READ = BY_NAME["training_read_bytes"]
 
 RESOURCE_LABELS = {
     "fabric_bytes_per_image": "network bytes per image",
@@ -86,15 +97,24 @@ def _plural(items: list) -> str:
 # --------------------------------------------------------------------------------------
 
 
+READS_TEXT = {
+    StorageReads.TRAINING: "the training's own reads (its ranks' /proc/<pid>/io read_bytes)",
+    StorageReads.HOSTS: "the hosts' storage reads (disks and NFS servers, every process)",
+}
+READS_CHART = {StorageReads.TRAINING: TRAINING_READ, StorageReads.HOSTS: DISK_READ}
+
+
 @words.register
 def _(found: CacheWarmup) -> Finding:
     dataset = found.dataset_bytes
     growth = found.first_epoch_page_cache_growth_bytes_per_host
     of_what = f"of the data set ({_gb(dataset)})" if dataset else "of that"
+    rate = found.first_epoch_storage_read_mbps
     explanation = (
-        f"Epoch {found.first_epoch} read {_gb(found.first_epoch_storage_read_bytes)} from "
-        f"storage (disk and NFS server) at {found.first_epoch_storage_read_mbps:,.1f} MB/s; "
-        f"by epoch {found.settled_from_epoch} reads had fallen below "
+        f"In epoch {found.first_epoch} {READS_TEXT[found.reads_judged]} took "
+        f"{_gb(found.first_epoch_storage_read_bytes)} from storage"
+        + (f" at {rate:,.1f} MB/s" if rate is not None else "")
+        + f"; by epoch {found.settled_from_epoch} they had fallen below "
         f"{SETTLED_READ_FRACTION:.0%} {of_what}, and the last epochs read "
         f"{_gb(found.settled_storage_read_bytes_mean)} on average. The data set is being "
         "served from the page cache after the first pass."
@@ -117,7 +137,7 @@ def _(found: CacheWarmup) -> Finding:
         title=f"Storage reads stop after epoch {found.first_epoch}: later epochs run from cache",
         explanation=explanation,
         evidence=evidence_json(found),
-        chart=DISK_READ,
+        chart=READS_CHART[found.reads_judged],
     )
 
 
@@ -313,4 +333,45 @@ def _(found: PrecisionReadDemand) -> Finding:
         ),
         evidence=evidence_json(found),
         chart=NFS_SERVER_READ if found.nfs_read_most else DISK_READ,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# inference
+# --------------------------------------------------------------------------------------
+
+
+@words.register
+def _(found: Int8AccuracyLoss) -> Finding:
+    return Finding(
+        rule="int8_accuracy_loss",
+        severity=WARNING,
+        title=f"INT8 loses {found.top1_loss * 100:.2f} points of top-1",
+        explanation=(
+            f"Top-1 fell from {found.fp32_top1:.2%} in FP32 to {found.int8_top1:.2%} in "
+            f"INT8, more than the {INT8_TOP1_LOSS_LIMIT * 100:g} point this check "
+            "allows (the study's TensorRT INT8 lost at most 0.18). Calibrate on more "
+            "training pictures, ones like those served, or keep the layers that "
+            "lose most in FP32."
+        ),
+        evidence=evidence_json(found),
+        chart=NO_REPORT_COLUMN,
+    )
+
+
+@words.register
+def _(found: ThroughputSaturated) -> Finding:
+    precision = found.precision.upper()
+    return Finding(
+        rule="throughput_saturated",
+        severity=INFO,
+        title=f"{precision} throughput stops growing at batch size {found.batch_size}",
+        explanation=(
+            f"{precision} runs {found.images_per_second:.1f} images/s at batch "
+            f"{found.batch_size} and {found.largest_images_per_second:.1f} at batch "
+            f"{found.largest_batch_size}: less than {SATURATION_GAIN:.0%} more. "
+            "The node's compute is full; larger batches only add latency."
+        ),
+        evidence=evidence_json(found),
+        chart=NO_REPORT_COLUMN,
     )

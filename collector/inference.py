@@ -14,7 +14,10 @@ Definitions (each computed here and nowhere else):
 - top-1 kept: INT8 top-1 minus FP32 top-1 on the same validation pictures (negative: INT8
   lost accuracy), a fraction (tables print it in percentage points).
 
-Findings:
+Findings (each a detection returning typed evidence, ``collector.findings_evidence``,
+worded by ``collector.findings_words.words`` as the training rules are; an inference run
+has no epochs, so no per-epoch report column is their chart: the dashboard's inference page
+points them at its images/s-by-batch-size figure):
 
 ``int8_accuracy_loss``
     INT8 top-1 is more than ``INT8_TOP1_LOSS_LIMIT`` below FP32's. One percentage point:
@@ -32,16 +35,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from agent.schema import INFERENCE_FRAMEWORK, Event, InferencePrecision, Workload
 from agent.throughput import TimedWork, rank_images_per_second
-from collector.findings import INFO, WARNING, Finding
+from collector.findings_evidence import (
+    INT8_TOP1_LOSS_LIMIT,
+    SATURATION_GAIN,
+    Finding,
+    Int8AccuracyLoss,
+    ThroughputSaturated,
+)
+from collector.findings_words import words
 from collector.store_api import ReadStore, RunInfo, WorkloadEvent, event_number
 
-INT8_TOP1_LOSS_LIMIT = 0.01  # a fraction: one percentage point of top-1
-SATURATION_GAIN = 0.10  # a larger batch giving < 10 % more images/s adds nothing
 PRECISIONS = InferencePrecision.ALL
 
 
@@ -204,36 +213,21 @@ def inference_report(store: ReadStore, run_id: str) -> InferenceReport | None:
 
 
 # --------------------------------------------------------------------------------------
-# findings: detection on the report's values, then wording
+# findings: detection on the report's values (typed evidence), then wording
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AccuracyLoss:
-    fp32_top1: float
-    int8_top1: float
-    loss: float  # fp32 - int8, a fraction
-
-
-@dataclass(frozen=True)
-class Saturation:
-    precision: str
-    batch_size: int  # from here on, larger batches gain < SATURATION_GAIN
-    images_per_second: float
-    largest_batch_size: int
-    largest_images_per_second: float
-
-
-def detect_accuracy_loss(report: InferenceReport) -> AccuracyLoss | None:
+def detect_int8_accuracy_loss(report: InferenceReport) -> list[Int8AccuracyLoss]:
     if report.top1_difference is None or -report.top1_difference <= INT8_TOP1_LOSS_LIMIT:
-        return None
+        return []
     fp32 = report.top1[InferencePrecision.FP32]
     int8 = report.top1[InferencePrecision.INT8]
     assert fp32 is not None and int8 is not None
-    return AccuracyLoss(fp32, int8, -report.top1_difference)
+    return [Int8AccuracyLoss(fp32, int8, -report.top1_difference)]
 
 
-def detect_saturation(report: InferenceReport) -> list[Saturation]:
+def detect_throughput_saturated(report: InferenceReport) -> list[ThroughputSaturated]:
+    """One per precision that saturates, at the first batch size it does."""
     found = []
     for precision in PRECISIONS:
         rates = [
@@ -245,59 +239,23 @@ def detect_saturation(report: InferenceReport) -> list[Saturation]:
             larger = [r for _, r in rates[index + 1 :]]
             if max(larger) < rate * (1 + SATURATION_GAIN):
                 last_batch, last_rate = rates[-1]
-                found.append(Saturation(precision, batch_size, rate, last_batch, last_rate))
+                found.append(
+                    ThroughputSaturated(precision, batch_size, rate, last_batch, last_rate)
+                )
                 break
     return found
 
 
+InferenceDetector = Callable[[InferenceReport], list[Int8AccuracyLoss | ThroughputSaturated]]
+INFERENCE_DETECTORS: dict[str, InferenceDetector] = {
+    "int8_accuracy_loss": detect_int8_accuracy_loss,
+    "throughput_saturated": detect_throughput_saturated,
+}
+
+
 def inference_findings(report: InferenceReport) -> list[Finding]:
-    findings = []
-    if (loss := detect_accuracy_loss(report)) is not None:
-        findings.append(
-            Finding(
-                rule="int8_accuracy_loss",
-                severity=WARNING,
-                title=f"INT8 loses {loss.loss * 100:.2f} points of top-1",
-                explanation=(
-                    f"Top-1 fell from {loss.fp32_top1:.2%} in FP32 to {loss.int8_top1:.2%} in "
-                    f"INT8, more than the {INT8_TOP1_LOSS_LIMIT * 100:g} point this check "
-                    "allows (the study's TensorRT INT8 lost at most 0.18). Calibrate on more "
-                    "training pictures, ones like those served, or keep the layers that "
-                    "lose most in FP32."
-                ),
-                evidence={
-                    "fp32_top1": loss.fp32_top1,
-                    "int8_top1": loss.int8_top1,
-                    "top1_loss": loss.loss,
-                },
-            )
-        )
-    for saturated in detect_saturation(report):
-        findings.append(
-            Finding(
-                rule="throughput_saturated",
-                severity=INFO,
-                title=(
-                    f"{saturated.precision.upper()} throughput stops growing at batch size "
-                    f"{saturated.batch_size}"
-                ),
-                explanation=(
-                    f"{saturated.precision.upper()} runs {saturated.images_per_second:.1f} "
-                    f"images/s at batch {saturated.batch_size} and "
-                    f"{saturated.largest_images_per_second:.1f} at batch "
-                    f"{saturated.largest_batch_size}: less than {SATURATION_GAIN:.0%} more. "
-                    "The node's compute is full; larger batches only add latency."
-                ),
-                evidence={
-                    "precision": saturated.precision,
-                    "batch_size": saturated.batch_size,
-                    "images_per_second": saturated.images_per_second,
-                    "largest_batch_size": saturated.largest_batch_size,
-                    "largest_images_per_second": saturated.largest_images_per_second,
-                },
-            )
-        )
-    return findings
+    """Each rule's evidence worded (``collector.findings_words.words``), in rule order."""
+    return [words(found) for detect in INFERENCE_DETECTORS.values() for found in detect(report)]
 
 
 # --------------------------------------------------------------------------------------

@@ -258,16 +258,22 @@ def interpolated_edges_note(rows: list[EpochRow]) -> str:
 
 
 def print_findings(findings: list, console) -> None:
+    from rich.markup import escape
+
     colours = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
     if not findings:
         console.print("No findings.")
         return
     for finding in findings:
         colour = colours.get(finding.severity, "")
-        console.print(f"[{colour}]{finding.severity.upper()}[/] {finding.title}")
-        console.print(f"  {finding.explanation}", highlight=False)
+        console.print(f"[{colour}]{finding.severity.upper()}[/] {escape(finding.title)}")
+        # One line however long: a pipe or a file gets the explanation whole, not cut at
+        # the console's width; a terminal wraps it itself. Words are text, not markup.
+        console.print(f"  {finding.explanation}", highlight=False, markup=False, soft_wrap=True)
         for label, text in evidence_items(finding.evidence):
-            console.print(f"    {label}: {text}", style="dim", highlight=False, markup=False)
+            console.print(
+                f"    {label}: {text}", style="dim", highlight=False, markup=False, soft_wrap=True
+            )
         if finding.chart:
             console.print(f"  chart: {finding.chart}", style="dim")
 

@@ -232,8 +232,8 @@ def test_startup_from_graph_building(make_store):
     assert evidence["first_seconds_per_step"] == pytest.approx(60.0)
     assert evidence["settled_seconds_per_step"] == pytest.approx(20.0)
     # per rank over epoch 1: compute 90 - 90 = 0, other 204 - 8 = 196, input 6 - 2 = 4
-    assert evidence["extra_by_part"]["other"] == pytest.approx(196.0)
-    assert evidence["extra_by_part"]["input_wait"] == pytest.approx(4.0)
+    assert evidence["extra_seconds_by_part"]["other"] == pytest.approx(196.0)
+    assert evidence["extra_seconds_by_part"]["input_wait"] == pytest.approx(4.0)
     assert finding.chart == "compute_percent"
     assert "3.0x" in finding.title
 

@@ -7,6 +7,7 @@ the ranks write them) and stored in both the SQLite store and the in-memory refe
 
 from __future__ import annotations
 
+from collector.epochs import build_report
 from collector.findings import Finding, run_findings
 from tests.run_builder import NS, T0_NS, RunBuilder
 
@@ -165,6 +166,100 @@ def test_cache_warmup_silent_while_later_epochs_keep_reading(make_store):
     # a data set larger than the cache: every epoch reads it again
     store = stored(make_store, small_dataset_run(64, 40))
     assert findings_of(store, "small", "cache_warmup") == []
+
+
+# the training's own reads (ranks' /proc/<pid>/io) judged when every rank sent them: on a busy
+# node the hosts' disks also carry other processes' reads
+
+
+def own_reads_run(
+    own_mb: tuple[float | None, ...],
+    host_mb: tuple[float, ...],
+    first_seconds: float = 20,
+    shares: tuple[float, float, float] | None = None,
+) -> RunBuilder:
+    """A 45 MB data set on two hosts of two ranks, 20 s epochs (the first ``first_seconds``):
+    each rank read ``own_mb[e]`` / 4 in epoch e (``None``: the ranks sent no reads), each
+    host's disk ``host_mb[e]`` / 2."""
+    run = RunBuilder(
+        "own",
+        hosts=("own-a", "own-b"),
+        ranks_per_host=2,
+        dataset_bytes=45_000_000,
+        dataset_images=256,
+        host_memory_bytes=24 * 10**9,
+    )
+    for index, (own, host) in enumerate(zip(own_mb, host_mb, strict=True)):
+        per_rank = int(own / 4 * MB) if own is not None else None
+        seconds = first_seconds if index == 0 else 20
+        run.epoch(
+            seconds,
+            64,
+            reads=(per_rank, per_rank + int(MB)) if per_rank is not None else None,
+            shares=shares,
+            disk_read=host / 2 / seconds * MB,
+        )
+    return run
+
+
+def test_cache_warmup_judges_own_reads_while_the_hosts_reads_are_noisy(make_store):
+    # the demo: the training read 67.4 MB, then 16 kB and 4 kB; the hosts' disks read 300 MB
+    # in every epoch (other processes): their reads alone show no warm-up
+    run = own_reads_run((67.4, 0.016, 0.004), (300, 320, 310))
+    (finding,) = findings_of(stored(make_store, run), "own", "cache_warmup")
+    assert finding.evidence["reads_judged"] == "training"
+    assert finding.evidence["first_epoch_storage_read_bytes"] == 67_400_000
+    assert finding.evidence["storage_read_bytes_by_epoch"] == {1: 67_400_000, 2: 16_000, 3: 4_000}
+    assert finding.evidence["hosts_storage_read_bytes_by_epoch"] == {
+        1: 300_000_000,
+        2: 320_000_000,
+        3: 310_000_000,
+    }
+    assert finding.evidence["first_epoch_storage_read_mbps"] == 67.4 / 20
+    assert "the training's own reads" in finding.explanation
+    assert "hosts' storage reads" not in finding.explanation
+    assert finding.chart == "training_read_bytes"
+    # the same hosts without the ranks' reads: the hosts' reads are judged, and show nothing
+    host_only = own_reads_run((None, None, None), (300, 320, 310))
+    assert findings_of(stored(make_store, host_only), "own", "cache_warmup") == []
+
+
+def test_cache_warmup_without_own_reads_judges_the_hosts_reads(make_store):
+    run = own_reads_run((None, None, None), (64, 0, 0))
+    (finding,) = findings_of(stored(make_store, run), "own", "cache_warmup")
+    assert finding.evidence["reads_judged"] == "hosts"
+    assert finding.evidence["first_epoch_storage_read_bytes"] == 64_000_000
+    assert "hosts_storage_read_bytes_by_epoch" not in finding.evidence
+    assert "the hosts' storage reads" in finding.explanation
+    assert finding.chart == "disk_read_mbps"
+
+
+def test_cache_warmup_silent_when_own_reads_stay_flat(make_store):
+    # the training reads 40 MB in every epoch (a data set not kept in the cache), while the
+    # hosts' disks happen to read much in epoch 1 only: no warm-up
+    run = own_reads_run((40, 40, 40), (300, 0, 0))
+    assert findings_of(stored(make_store, run), "own", "cache_warmup") == []
+
+
+def test_cache_warmup_judges_the_hosts_reads_unless_every_epoch_has_own_reads(make_store):
+    # the ranks sent their reads in epoch 1 only: the hosts' reads are judged
+    run = own_reads_run((67.4, None, None), (64, 0, 0))
+    (finding,) = findings_of(stored(make_store, run), "own", "cache_warmup")
+    assert finding.evidence["reads_judged"] == "hosts"
+
+
+def test_the_rules_and_the_report_agree_on_the_trainings_own_reads(make_store):
+    # one definition (collector.anatomy.epoch_reads): the report's training_read_bytes, the
+    # cache warm-up's and the start-up's reads are the same numbers
+    run = own_reads_run((67.4, 0.016, 0.004), (300, 320, 310), 60, shares=(0.7, 0.2, 0.0))
+    store = stored(make_store, run)
+    totals = {r.epoch: r.training_read_bytes for r in build_report(store, "own").total_rows()}
+    (warm,) = findings_of(store, "own", "cache_warmup")
+    (startup,) = findings_of(store, "own", "startup")
+    assert totals == {1: 67_400_000, 2: 16_000, 3: 4_000}
+    assert warm.evidence["storage_read_bytes_by_epoch"] == totals
+    assert startup.evidence["first_read_bytes"] == totals[1]
+    assert startup.evidence["settled_read_bytes"] == (totals[2] + totals[3]) / 2
 
 
 def test_a_finding_points_at_a_declared_report_column():

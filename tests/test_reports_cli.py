@@ -80,6 +80,19 @@ def test_report_table_and_findings(make_store):
     assert "WARNING Storage reads stop after epoch 1" in text
 
 
+def test_a_long_finding_is_one_line_and_its_words_are_not_markup():
+    """A pipe gets each explanation whole (rich cut it at the console's 400 columns before),
+    and brackets in a finding's words are printed, not read as rich markup."""
+    from collector.findings_evidence import Finding
+    from collector.reports_cli import _console, print_findings
+
+    words = "the data set [bold]x[/bold] " + "is read again " * 40
+    out = io.StringIO()
+    print_findings([Finding("r", "warning", "title [1]", words.strip(), {}, "")], _console(out))
+    lines = out.getvalue().splitlines()
+    assert lines == ["WARNING title [1]", "  " + words.strip()]
+
+
 def test_report_json_with_findings_is_an_object(make_store):
     out = json.loads(
         cli(make_store(two_runs()), "report", "r-old", "--format", "json", "--findings")
