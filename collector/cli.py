@@ -12,7 +12,7 @@ import math
 import os
 import sys
 
-from collector.connections import Limits
+from collector.limits import Limits
 
 DEFAULT_DB = os.environ.get("EPOCHSCOPE_DB", "runs/epochscope.sqlite")
 DEFAULT_LISTEN = "127.0.0.1:8086"

@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from urllib.parse import parse_qs, urlsplit
 
+from collector.limits import Limits
+
 log = logging.getLogger("collector.server")
 
 RETRY_AFTER_SECONDS = 5
@@ -66,16 +68,6 @@ _CHUNK = 1 << 16
 STREAM_LIMIT = MAX_HEAD_BYTES + 1024  # longest line a connection's reader takes
 ACCEPT_BATCH = 16  # connections accepted per wake-up of the loop
 ACCEPT_ROOM = 32  # descriptors beyond the cap for refusals and evictions in flight
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_connections: int = 10_000
-    header_timeout: float = 10.0
-    idle_timeout: float = 75.0
-    body_timeout: float = 30.0
-    write_timeout: float = 30.0
-    workers: int = 16
 
 
 def raise_descriptor_limit() -> int:

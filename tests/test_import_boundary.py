@@ -38,3 +38,15 @@ def test_agent_collector_and_dashboard_import_no_framework(repo_env):
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert "collector.inference" in answer["imported"]  # the inference views are covered
     assert answer["heavy"] == []
+
+
+def test_the_collector_command_line_loads_no_server_event_loop(repo_env):
+    """`collector report|runs|scaling` start without the server's asyncio front (~70 ms of
+    imports on every report); only `collector serve` needs it."""
+    probe = "import sys, collector.cli; print('asyncio' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True, text=True, env=repo_env, cwd=REPO_ROOT, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "False"
