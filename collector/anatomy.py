@@ -174,11 +174,11 @@ def epoch_reads(events: Iterable[WorkloadEvent]) -> dict[tuple[str, int], dict[s
     return out
 
 
-def cache_read_bytes(rchar: float, read_bytes: float) -> float:
-    """Bytes the training's reads got from the page cache (see the module's note)."""
-    if math.isnan(rchar) or math.isnan(read_bytes):
-        return math.nan
-    return max(0.0, rchar - read_bytes)
+def cache_read_bytes(rchar: Any, read_bytes: Any) -> np.ndarray:
+    """Bytes the training's reads got from the page cache (see the module's note); NaN
+    where either was not measured."""
+    rchar = np.asarray(rchar, dtype=np.float64)
+    return np.maximum(rchar - np.asarray(read_bytes, dtype=np.float64), 0.0)
 
 
 def share_percent(part: Any, seconds: Any) -> np.ndarray:

@@ -582,7 +582,7 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
         steps = column(anatomy.STEPS)
         seconds_per_step = step_seconds / np.where(steps > 0, steps, np.nan)
         training_read = column(anatomy.PROCESS_READ)
-        cache_read = np.maximum(column(anatomy.PROCESS_RCHAR) - training_read, 0.0)
+        cache_read = anatomy.cache_read_bytes(column(anatomy.PROCESS_RCHAR), training_read)
         derived: dict[str, np.ndarray] = {
             "images_per_second": rate,
             "disk_read_bytes": column("disk_read"),
@@ -629,10 +629,6 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
         )
         for i, a in enumerate(amounts)
     ]
-
-
-def row_from_amounts(amounts: EpochAmounts) -> EpochRow:
-    return rows_from_amounts([amounts])[0]
 
 
 def all_hosts_amounts(epoch: int, hosts: list[EpochAmounts]) -> EpochAmounts:

@@ -265,12 +265,6 @@ def run_cache(store: ReadStore) -> RunCache | None:
         return cache
 
 
-def cached_stores() -> int:
-    """How many live stores have a cache (for tests)."""
-    with _BY_STORE_LOCK:
-        return len(_BY_STORE)
-
-
 def _key(run: RunInfo, kind: str) -> tuple:
     return (run.run_id, run.state, run.end_ns, kind)
 

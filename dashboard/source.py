@@ -323,11 +323,6 @@ class DataSource:
     def findings(self, run_id: str) -> list[dict[str, Any]]:
         return query.findings(self.store, run_id)
 
-    def epochs_digest(self, run_id: str) -> str:
-        """Changes whenever an epoch starts or ends on any host: the live pages refresh the
-        per-epoch table, bars and findings only then."""
-        return digest(self.boundaries(run_id))
-
     # -- all runs --------------------------------------------------------------------------
     def scaling(self) -> list[dict[str, Any]]:
         return query.scaling_table(self.store)
