@@ -200,6 +200,19 @@ def human_bytes(value: float) -> str:
 
 
 MISSING = "–"
+FRACTION_DIGITS = 1  # a fraction's percent: one decimal in every view
+POINTS_DIGITS = 2  # a difference of two fractions, in percentage points
+
+
+def format_fraction(value: float) -> str:
+    """A fraction of a whole (top-1, a share of the step, a lost fraction: 0..1) as every
+    view writes it, in percent: 0.7491 -> "74.9%". JSON keeps the fraction itself."""
+    return _no_negative_zero(f"{100 * value:,.{FRACTION_DIGITS}f}") + "%"
+
+
+def format_points(value: float) -> str:
+    """A difference of two fractions in percentage points: -0.0123 -> "-1.23 points"."""
+    return _no_negative_zero(f"{100 * value:+,.{POINTS_DIGITS}f}") + " points"
 
 
 def format_cell(column: ReportColumn, value: object) -> str:

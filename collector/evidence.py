@@ -6,7 +6,10 @@ The unit of a value is read from its key's suffix, the convention every rule fol
 per step or per rank: ``_seconds_per_step``, ``_bytes_per_step``,
 ``images_per_second_per_rank``; ``_share``, a fraction, is shown in percent); a mapping
 keyed ``<unit key>_by_<what>`` (e.g. ``storage_read_bytes_by_epoch``,
-``extra_seconds_by_part``) shows each of its values in the unit of ``<unit key>``. A value
+``extra_seconds_by_part``) shows each of its values in the unit of ``<unit key>``.
+Fractions of a whole (``_share``, ``_fraction``, top-1) are written in percent as every
+view writes them (``collector.columns.format_fraction``), a difference of two top-1s
+(``top1_loss``, ``top1_difference``) in percentage points; ``_percent`` values with a %. A value
 that was not measured (``None``, an empty list or mapping) is left out rather than shown as
 ``None`` or 0.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from collector.columns import human_bytes
+from collector.columns import format_fraction, format_points, human_bytes
 
 # key suffix -> (what replaces it in the label, the unit written after the value); bytes
 # are written as kB/MB/GB
@@ -30,15 +33,17 @@ _SUFFIXES = (
     ("_bytes", "", BYTES),
     ("_mbps_per_node", " rate per node", " MB/s"),
     ("_mbps", " rate", " MB/s"),
-    ("_percent_mean", " (mean)", " %"),
-    ("_percent", "", " %"),
+    ("_percent_mean", " (mean)", "%"),
+    ("_percent", "", "%"),
     ("_seconds", "", " s"),
     ("_ratio", "", ""),
 )
 IMAGES_PER_SECOND = "images_per_second"
 IMAGES_PER_SECOND_PER_RANK = "images_per_second_per_rank"
 BY = "_by_"  # <unit key>_by_<what>: a mapping whose values are in <unit key>'s unit
-SHARE = "_share"  # a fraction of a whole, shown in percent
+# a fraction of a whole, shown in percent
+FRACTIONS = ("_share", "_fraction", "_fraction_per_rank", "top1")
+POINTS = ("top1_loss", "top1_difference")  # a difference of two fractions: points
 
 
 def _suffix(key: str) -> tuple[str, str, str] | None:
@@ -97,8 +102,10 @@ def value_text(key: str, value: Any) -> str:
         return f"{_number(value)} images/s"
     if key.endswith(IMAGES_PER_SECOND_PER_RANK):
         return f"{_number(value)} images/s per rank"
-    if key.endswith(SHARE):
-        return f"{_number(100 * value)} %"
+    if key.endswith(POINTS):
+        return format_points(value)
+    if key.endswith(FRACTIONS):
+        return format_fraction(value)
     found = _suffix(key)
     if found is None:
         return _number(value)

@@ -26,19 +26,27 @@ encode what the published studies found by hand:
 ``storage_bound``
     Epochs with high iowait, unstable step throughput (coefficient of variation of the
     steps' images/s) and high storage reads at once: training waits on storage
-    (the Caffe2 behaviour while uncached).
+    (the Caffe2 behaviour while uncached). Storage reads judged as ``cache_warmup`` does.
 ``input_bound``
     CPU saturated while the GPUs are mostly idle: the input pipeline (decoding,
     augmentation) cannot feed the GPUs.
 ``scaling_loss``
     Scaling efficiency below ``SCALING_EFFICIENCY_FLOOR`` against the group's 1-GPU
-    baseline, with the resources that *grew* against a run on fewer nodes (else the 1-GPU
-    run): fabric bytes per image, storage reads per node, CPU and GPU utilisation.
+    baseline, or, when both this run and the reference run (a run on fewer nodes, else the
+    1-GPU run) have a step anatomy, each rank at least ``SCALING_LOSS_MIN_FRACTION`` slower
+    than the reference's. Explained by the step anatomy when both have one
+    (``collector.anatomy_findings.scaling_attribution``: the lost images/s split into more
+    all-reduce, more input wait, slower compute and the rest, with the fabric's bytes per
+    step), else by the resources that *grew* against the reference run: fabric bytes per
+    image, storage reads per node (judged as ``cache_warmup`` does, the same reads for
+    both runs), CPU and GPU utilisation. Runs compare only within one scaling group
+    (framework, model, precision, batch per rank, data format, image size).
 ``precision_read_demand``
     The run reads storage in its first epoch at least ``PRECISION_READ_RATIO`` times as
     fast as a like run at another precision (``like_for_precision``: model, framework,
     data set, batch per rank, image size, world size and nodes), whichever precision is
-    the faster reader (study 003: FP16 read 1.28x as fast as FP32).
+    the faster reader (study 003: FP16 read 1.28x as fast as FP32). The reads compared
+    are the training's own when both runs' ranks sent them, else the hosts'.
 
 Every finding carries ``evidence``, the numbers behind it (the evidence as JSON), and
 ``chart``, the report column (and dashboard chart) that shows it.
@@ -81,7 +89,7 @@ from collector.findings_evidence import (
     MLPERF_STORAGE_RAM_MULTIPLE,
     PRECISION_READ_RATIO,
     RESOURCE_CHANGE_RATIO,
-    SCALING_EFFICIENCY_FLOOR,
+    SCALING_LOSS_MIN_FRACTION,
     SETTLED_READ_FRACTION,
     SEVERITY_ORDER,
     STEP_CV_UNSTABLE,
@@ -160,8 +168,12 @@ class RunContext:
         ]
 
     def _complete_epochs(self) -> set[int]:
-        incomplete = {w.epoch for w in self.report.windows if not w.complete}
-        return {w.epoch for w in self.report.windows} - incomplete
+        return complete_epochs(self.report)
+
+
+def complete_epochs(report: EpochReport) -> set[int]:
+    incomplete = {w.epoch for w in report.windows if not w.complete}
+    return {w.epoch for w in report.windows} - incomplete
 
 
 def _config_number(config: dict[str, Any], name: str) -> float | None:
@@ -183,15 +195,19 @@ def _memory_fit(config: dict[str, Any]) -> tuple[float | None, float | None, flo
     return dataset, memory, ratio
 
 
-def judged_reads(context: RunContext) -> StorageReads:
-    """The training's own storage reads (the report's ``training_read_bytes``, which is
-    ``collector.anatomy.epoch_reads``) when every host's ranks sent them in every complete
-    epoch, else the hosts' disk and NFS-server reads: on a busy node other processes' reads
-    hide the training's, which its own ``/proc/<pid>/io`` counts alone."""
-    rows = context.hosts_rows()
-    if rows and all(row.training_read_bytes is not None for row, _ in rows):
-        return StorageReads.TRAINING
-    return StorageReads.HOSTS
+def judged_reads(*reports: EpochReport) -> StorageReads:
+    """Which storage reads the rules judge, decided here for all of them: the training's own
+    (the report's ``training_read_bytes``, which is ``collector.anatomy.epoch_reads``) when
+    every host's ranks sent them in every complete epoch of every report given (the run's,
+    and the run it is compared with), else the hosts' disk and NFS-server reads. On a busy
+    node other processes' reads hide the training's, which its own ``/proc/<pid>/io``
+    counts alone; two runs are compared on the same kind of reads."""
+    for report in reports:
+        complete = complete_epochs(report)
+        rows = [r for r in report.rows if r.host != ALL_HOSTS and r.epoch in complete]
+        if not rows or any(row.training_read_bytes is None for row in rows):
+            return StorageReads.HOSTS
+    return StorageReads.TRAINING if reports else StorageReads.HOSTS
 
 
 def _read_bytes(row: EpochRow, reads: StorageReads) -> int | None:
@@ -209,7 +225,7 @@ def _read_mbps(row: EpochRow, reads: StorageReads) -> float | None:
 def detect_cache_warmup(context: RunContext) -> CacheWarmup | None:
     """Epoch 1 read a large share of the data set from storage and later epochs little:
     judged on the training's own reads when every rank sent them (``judged_reads``)."""
-    reads = judged_reads(context)
+    reads = judged_reads(context.report)
     totals = [r for r in context.totals() if _read_bytes(r, reads) is not None]
     if len(totals) < 2:
         return None
@@ -388,17 +404,22 @@ def coefficient_of_variation(values: list[float]) -> float | None:
 
 
 def detect_storage_bound(context: RunContext) -> StorageBound | None:
+    """Storage reads (``judged_reads``) high, iowait high and step throughput unstable in the
+    same host-epochs."""
+    reads = judged_reads(context.report)
     rows = [row for row, _ in context.hosts_rows()]
-    storage = [r.storage_read_mbps for r in rows if r.storage_read_mbps is not None]
+    rates = {(r.host, r.epoch): _read_mbps(r, reads) for r in rows}
+    storage = [rate for rate in rates.values() if rate is not None]
     if not storage:
         return None
     peak = max(storage)
 
     def reading(row: EpochRow) -> bool:
+        rate = rates[(row.host, row.epoch)]
         return (
-            row.storage_read_mbps is not None
-            and row.storage_read_mbps >= MIN_STORAGE_MBPS
-            and row.storage_read_mbps >= STORAGE_HIGH_SHARE_OF_PEAK * peak
+            rate is not None
+            and rate >= MIN_STORAGE_MBPS
+            and rate >= STORAGE_HIGH_SHARE_OF_PEAK * peak
         )
 
     candidates = [
@@ -412,11 +433,11 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
         return None
     candidate_keys = {(row.host, row.epoch) for row in candidates}
     warmup = int(_config_number(context.config, Workload.WARMUP_STEPS) or 0)
-    rates = step_rates(context.steps(), context.events, warmup)
+    step_images = step_rates(context.steps(), context.events, warmup)
     bound: list[UnstableHostEpoch] = []
     calm: list[float] = []
     for row in rows:
-        cv = coefficient_of_variation(rates.get((row.host, row.epoch), []))
+        cv = coefficient_of_variation(step_images.get((row.host, row.epoch), []))
         if cv is None:
             continue
         if (row.host, row.epoch) in candidate_keys and cv >= STEP_CV_UNSTABLE:
@@ -426,7 +447,7 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
                     epoch=row.epoch,
                     iowait_percent=row.iowait_percent,
                     step_images_per_second_cv=cv,
-                    storage_read_mbps=row.storage_read_mbps,
+                    storage_read_mbps=rates[(row.host, row.epoch)],
                 )
             )
         elif not reading(row):
@@ -438,6 +459,7 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
         host_epochs=bound[:20],
         worst=max(bound, key=lambda b: b.step_images_per_second_cv),
         cv_without_storage_reads=float(np.mean(calm)) if calm else None,
+        reads_judged=reads,
     )
 
 
@@ -469,10 +491,10 @@ def detect_input_bound(context: RunContext) -> InputBound | None:
 # --------------------------------------------------------------------------------------
 
 
-def resource_use(report: EpochReport, nodes: int) -> ResourceUse:
-    complete = {w.epoch for w in report.windows} - {
-        w.epoch for w in report.windows if not w.complete
-    }
+def resource_use(report: EpochReport, nodes: int, reads: StorageReads) -> ResourceUse:
+    """A run's fabric bytes per image, storage reads per node (``reads``: the training's own
+    or the hosts'), CPU and GPU utilisation over its complete epochs."""
+    complete = complete_epochs(report)
     fabric_bytes = images = 0.0
     fabric_seen = False
     for row, amounts in zip(report.rows, report.amounts, strict=True):
@@ -487,7 +509,7 @@ def resource_use(report: EpochReport, nodes: int) -> ResourceUse:
                 fabric_seen = True
     totals = [r for r in report.total_rows() if r.epoch in complete]
     seconds = sum(r.seconds for r in totals)
-    storage = [r.storage_read_bytes for r in totals if r.storage_read_bytes is not None]
+    storage = [_read_bytes(r, reads) for r in totals if _read_bytes(r, reads) is not None]
 
     def weighted(column: str) -> float | None:
         pairs = [(getattr(r, column), r.seconds) for r in totals if getattr(r, column) is not None]
@@ -531,6 +553,8 @@ def grown(reference: ResourceUse, current: ResourceUse) -> list[RateGrowth | Uti
 
 
 def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
+    """Throughput lost to scaling, explained by the step anatomy when this run and its
+    reference run both have one, else by the resources that grew."""
     key = GroupKey.of(context.run)
     group_runs = [
         r for r in context.store.runs() if r.state != RunState.FAILED and GroupKey.of(r) == key
@@ -540,12 +564,9 @@ def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
     facts = {r.run_id: run_facts(context.store, r) for r in group_runs}
     table = scaling_groups(context.store, list(facts.values())).get(key, [])
     me = next((m for m in table if m.run_id == context.run.run_id), None)
-    if me is None or me.row.efficiency_percent is None or me.row.gpus <= 1:
-        return None
-    if me.row.efficiency_percent >= SCALING_EFFICIENCY_FLOOR:
+    if me is None or me.row.gpus <= 1 or not me.row.images_per_second:
         return None
     mine = facts[context.run.run_id]
-    mine_use = resource_use(context.report, mine.nodes)
     found = ScalingLoss(
         gpus=me.row.gpus,
         nodes=me.row.nodes,
@@ -553,21 +574,41 @@ def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
         ideal=me.row.ideal,
         efficiency_percent=me.row.efficiency_percent,
         scope=me.row.scope,
-        on_gpus=mine_use.gpu_util_percent is not None,
+        on_gpus=resource_use(context.report, mine.nodes, StorageReads.HOSTS).gpu_util_percent
+        is not None,
     )
     reference = _reference_run(mine, list(facts.values()))
+    attribution = None
+    if reference is not None:
+        from collector.anatomy_findings import scaling_attribution  # builds on this module
+
+        attribution = scaling_attribution(context, reference)
+    slower = attribution is not None and (
+        attribution.lost_fraction_per_rank >= SCALING_LOSS_MIN_FRACTION
+    )
+    if not found.below_floor and not slower:
+        return None
     if reference is None:
         return found
-    ref_use = resource_use(context.report_of(reference.run.run_id), reference.nodes)
-    return replace(
+    found = replace(
         found,
         reference_run=reference.run.run_id,
         reference_gpus=reference.gpus,
         reference_nodes=reference.nodes,
+        across_nodes=reference.nodes != mine.nodes,
+    )
+    if attribution is not None:  # measured: the resources' growth is no explanation beside it
+        return replace(found, attribution=attribution)
+    ref_report = context.report_of(reference.run.run_id)
+    reads = judged_reads(context.report, ref_report)
+    ref_use = resource_use(ref_report, reference.nodes, reads)
+    mine_use = resource_use(context.report, mine.nodes, reads)
+    return replace(
+        found,
+        reads_judged=reads,
         reference_resources=ref_use,
         run_resources=mine_use,
         changed=grown(ref_use, mine_use),
-        across_nodes=reference.nodes != mine.nodes,
     )
 
 
@@ -588,8 +629,12 @@ def _reference_run(mine: RunFacts, facts: list[RunFacts]) -> RunFacts | None:
 # --------------------------------------------------------------------------------------
 
 
-def _first_epoch_storage(report: EpochReport) -> EpochRow | None:
-    totals = [r for r in report.total_rows() if r.storage_read_mbps is not None]
+def _first_epoch_storage(report: EpochReport, reads: StorageReads) -> EpochRow | None:
+    """The first complete epoch's ``*`` row that has storage reads of the kind judged."""
+    complete = complete_epochs(report)
+    totals = [
+        r for r in report.total_rows() if r.epoch in complete and _read_mbps(r, reads) is not None
+    ]
     return totals[0] if totals else None
 
 
@@ -626,14 +671,19 @@ def detect_precision_read_demand(context: RunContext) -> PrecisionReadDemand | N
         and shape(r) == shape(mine)
         and GroupKey.of(r).precision not in ("", my_precision)
     ]
-    first = _first_epoch_storage(context.report)
-    if not others or first is None or first.storage_read_mbps < MIN_STORAGE_MBPS:
+    if not others:
         return None
     other = max(others, key=lambda r: r.start_ns)
-    their_first = _first_epoch_storage(context.report_of(other.run_id))
-    if their_first is None or not their_first.storage_read_mbps:
+    their_report = context.report_of(other.run_id)
+    reads = judged_reads(context.report, their_report)
+    first = _first_epoch_storage(context.report, reads)
+    their_first = _first_epoch_storage(their_report, reads)
+    if first is None or their_first is None:
         return None
-    ratio = first.storage_read_mbps / their_first.storage_read_mbps
+    mbps, their_mbps = _read_mbps(first, reads), _read_mbps(their_first, reads)
+    if mbps < MIN_STORAGE_MBPS or not their_mbps:
+        return None
+    ratio = mbps / their_mbps
     if ratio < PRECISION_READ_RATIO:
         return None
     return PrecisionReadDemand(
@@ -642,11 +692,12 @@ def detect_precision_read_demand(context: RunContext) -> PrecisionReadDemand | N
         other_precision=GroupKey.of(other).precision,
         batch_size=mine.config.get(Workload.BATCH_SIZE),
         other_batch_size=other.config.get(Workload.BATCH_SIZE),
-        storage_read_mbps=first.storage_read_mbps,
-        other_storage_read_mbps=their_first.storage_read_mbps,
+        storage_read_mbps=mbps,
+        other_storage_read_mbps=their_mbps,
         images_per_second=first.images_per_second,
         other_images_per_second=their_first.images_per_second,
         ratio=ratio,
+        reads_judged=reads,
         epoch=first.epoch,
         nfs_read_most=(first.nfs_server_read_mbps or 0) >= (first.disk_read_mbps or 0),
     )

@@ -52,6 +52,16 @@ SCALING_EFFICIENCY_FLOOR = 90
 SCALING_EFFICIENCY_CRITICAL = 75
 RESOURCE_CHANGE_RATIO = 1.25  # a per-image or per-node resource changed by 25% or more
 UTILISATION_CHANGE_POINTS = 10.0
+# scaling loss with the step anatomy (collector.anatomy_findings): a rank trains at least 5%
+# fewer images/s than in the reference run; 10% a warning, 25% critical
+SCALING_LOSS_MIN_FRACTION = 0.05
+SCALING_WARNING_FRACTION = 0.10
+SCALING_CRITICAL_FRACTION = 0.25
+# input wait, stragglers and start-up (collector.anatomy_findings)
+INPUT_WAIT_SHARE = 0.20
+STORAGE_READ_SHARE = 0.5  # read_bytes / rchar: the training's reads came from storage
+STRAGGLER_RATIO = 1.25
+STARTUP_RATIO = 1.5
 # precision read demand
 PRECISION_READ_RATIO = 1.25  # study 003: FP16 read 550 MB/s where FP32 read 430 (1.28x)
 # inference (collector.inference)
@@ -216,7 +226,8 @@ class UnstableHostEpoch:
 
 @dataclass(frozen=True)
 class StorageBound:
-    """Host-epochs with high iowait, high storage reads and unstable step throughput."""
+    """Host-epochs with high iowait, high storage reads and unstable step throughput. The
+    ``storage_read`` figures are the reads named by ``reads_judged``."""
 
     epochs: list[int]
     host_epochs: list[UnstableHostEpoch]  # the first 20
@@ -224,6 +235,7 @@ class StorageBound:
         default=None, metadata=HIDDEN
     )  # of all of them, the highest variation
     cv_without_storage_reads: float | None = field(default=None, metadata=digits(4))
+    reads_judged: StorageReads = StorageReads.HOSTS
     thresholds: dict[str, float] = field(
         default_factory=lambda: {
             "iowait_percent": IOWAIT_HIGH_PERCENT,
@@ -288,21 +300,75 @@ class UtilisationGrowth:
     change_points: float = field(metadata=digits(2))
 
 
+STEP_PARTS = ("communication", "input_wait", "compute", "other")  # collector.anatomy's four
+
+
+@dataclass(frozen=True)
+class PartChange:
+    """One part of the step (``STEP_PARTS``) in the reference run and in this run, mean
+    seconds per step, and its share of the images/s lost (negative: it shrank, offsetting)."""
+
+    part: str
+    reference_seconds: float  # per step
+    run_seconds: float
+    lost_images_per_second: float  # over the whole run
+
+
+@dataclass(frozen=True)
+class ScalingAttribution:
+    """The step anatomy of this run against the reference run's, over the settled epochs
+    (every epoch after the first when there are two or more): each rank's images/s, the
+    images/s lost over the run (ranks x the per-rank loss) and how the parts of the step
+    that grew share it, with the fabric's bytes per step per node beside them."""
+
+    reference_run: str
+    reference_ranks: int
+    ranks: int
+    reference_images_per_second_per_rank: float
+    images_per_second_per_rank: float
+    lost_images_per_second: float  # over the whole run: ranks x per-rank loss
+    lost_fraction_per_rank: float = field(metadata=digits(4))  # of the reference's per rank
+    reference_seconds_per_step: float
+    seconds_per_step: float
+    parts: list[PartChange]  # largest share of the loss first
+    reference_fabric_bytes_per_step: float | None
+    fabric_bytes_per_step: float | None
+
+    @property
+    def grown(self) -> list[PartChange]:
+        """The parts that took longer per step and so explain some of the loss (a change
+        below a millionth of the loss is rounding, not growth)."""
+        noise = 1e-6 * abs(self.lost_images_per_second)
+        return [p for p in self.parts if p.lost_images_per_second > noise]
+
+    @property
+    def shrunk(self) -> list[PartChange]:
+        noise = 1e-6 * abs(self.lost_images_per_second)
+        return [p for p in self.parts if p.lost_images_per_second < -noise]
+
+
 @dataclass(frozen=True)
 class ScalingLoss:
-    """Scaling efficiency below the floor, with the resources that grew against a run on
-    fewer nodes (or 1 GPU)."""
+    """A run that lost throughput to scaling: scaling efficiency below the floor against the
+    group's 1-GPU baseline, or, with the step anatomy, each rank at least
+    ``SCALING_LOSS_MIN_FRACTION`` slower than in the reference run (fewer nodes, else 1 GPU).
+    Explained by the step anatomy (``attribution``) when both runs have one, else by the
+    resources that grew against the reference run (``changed``)."""
 
     gpus: int  # ranks: GPUs, or CPU processes when ``on_gpus`` is False
     nodes: int
     images_per_second: float
-    ideal: float
-    efficiency_percent: float
+    ideal: float | None  # None: the group has no 1-GPU baseline
+    efficiency_percent: float | None
     scope: str
     # against the reference run, when the group has one
     reference_run: str | None = field(default=None, metadata=IF_KNOWN)
     reference_gpus: int | None = field(default=None, metadata=IF_KNOWN)
     reference_nodes: int | None = field(default=None, metadata=IF_KNOWN)
+    # the step anatomy's account of the loss, when both runs' ranks sent one
+    attribution: ScalingAttribution | None = field(default=None, metadata=IF_KNOWN)
+    # else the resources compared (their storage reads: ``reads_judged``)
+    reads_judged: StorageReads | None = field(default=None, metadata=IF_KNOWN)
     reference_resources: ResourceUse | None = field(default=None, metadata=IF_KNOWN)
     run_resources: ResourceUse | None = field(default=None, metadata=IF_KNOWN)
     changed: list[RateGrowth | UtilisationGrowth] | None = field(
@@ -314,6 +380,12 @@ class ScalingLoss:
     across_nodes: bool = field(
         default=False, metadata=HIDDEN
     )  # the reference run had another node count
+
+    @property
+    def below_floor(self) -> bool:
+        return self.efficiency_percent is not None and (
+            self.efficiency_percent < SCALING_EFFICIENCY_FLOOR
+        )
 
 
 @dataclass(frozen=True)
@@ -331,10 +403,67 @@ class PrecisionReadDemand:
     images_per_second: float | None
     other_images_per_second: float | None
     ratio: float = field(metadata=digits(3))
+    reads_judged: StorageReads = StorageReads.HOSTS  # the storage reads compared
     epoch: int = field(default=1, metadata=HIDDEN)  # this run's first epoch with storage reads
     nfs_read_most: bool = field(
         default=False, metadata=HIDDEN
     )  # NFS reads at least the local disks'
+
+
+# --------------------------------------------------------------------------------------
+# the step anatomy's rules (collector.anatomy_findings)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputWaitHost:
+    """A host whose ranks waited for input at least ``INPUT_WAIT_SHARE`` of their step time in
+    the settled epochs, with what tells storage from decoding."""
+
+    host: str
+    epochs: list[int]
+    input_wait_share: float
+    cause: str  # storage | decode | undetermined
+    cpu_util_percent: float | None
+    iowait_percent: float | None
+    training_read_bytes: float | None
+    training_rchar_bytes: float | None
+    storage_read_mbps: float | None
+    threshold_share: float = INPUT_WAIT_SHARE
+
+
+@dataclass(frozen=True)
+class StragglerEpoch:
+    epoch: int
+    host: str
+    rank: int
+    busy_seconds_per_step: float
+    others_median_seconds_per_step: float
+    slow_part: str  # input_wait | compute | other: what grew most against the others
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    """Epochs in which a rank's busy time per step was ``STRAGGLER_RATIO`` times the others'."""
+
+    epochs: list[StragglerEpoch]
+    same_rank: bool  # the same rank in every epoch it was found in
+    epochs_checked: int
+    threshold_ratio: float = STRAGGLER_RATIO
+
+
+@dataclass(frozen=True)
+class Startup:
+    """Epoch 1 took ``STARTUP_RATIO`` times as long per step as the settled epochs."""
+
+    first_seconds_per_step: float
+    settled_seconds_per_step: float
+    extra_seconds: float  # per rank, over epoch 1's steps
+    extra_seconds_by_part: dict[str, float]  # per rank, seconds
+    cause: str  # build (graph building / compilation) | reads (first reads) | mixed
+    first_read_bytes: float | None  # the training's storage reads in epoch 1 (all ranks)
+    settled_read_bytes: float | None  # per settled epoch
+    threshold_ratio: float = STARTUP_RATIO
 
 
 # --------------------------------------------------------------------------------------

@@ -15,28 +15,38 @@ from __future__ import annotations
 
 from functools import singledispatch
 
-from collector.columns import BY_NAME
+from collector.columns import BY_NAME, format_fraction, format_points
 from collector.findings_evidence import (
     CRITICAL,
     INFO,
+    INPUT_WAIT_SHARE,
     INT8_TOP1_LOSS_LIMIT,
     MLPERF_STORAGE_RAM_MULTIPLE,
     RESOURCE_CHANGE_RATIO,
     SATURATION_GAIN,
+    SCALING_CRITICAL_FRACTION,
     SCALING_EFFICIENCY_CRITICAL,
+    SCALING_LOSS_MIN_FRACTION,
+    SCALING_WARNING_FRACTION,
     SETTLED_READ_FRACTION,
+    SEVERITY_ORDER,
     WARNING,
     CacheWarmup,
     DatasetFitsInMemory,
     FabricCarriesStorage,
     Finding,
     InputBound,
+    InputWaitHost,
     Int8AccuracyLoss,
+    PartChange,
     PrecisionReadDemand,
     RateGrowth,
+    ScalingAttribution,
     ScalingLoss,
+    Startup,
     StorageBound,
     StorageReads,
+    Stragglers,
     ThroughputSaturated,
     UtilisationGrowth,
     evidence_json,
@@ -52,6 +62,9 @@ PAGE_CACHE_DELTA = BY_NAME["page_cache_delta_bytes"]
 RX_MINUS_TX = BY_NAME["rx_minus_tx_mbps"]
 IMAGES_PER_SECOND = BY_NAME["images_per_second"]
 CPU_UTIL = BY_NAME["cpu_util_percent"]
+INPUT_WAIT = BY_NAME["input_wait_percent"]
+COMPUTE = BY_NAME["compute_percent"]
+COMMUNICATION = BY_NAME["communication_percent"]
 NO_REPORT_COLUMN = ""  # inference findings: no per-epoch column (see the module's note)
 TRAINING_READ = BY_NAME["training_read_bytes"]
 
@@ -102,6 +115,7 @@ READS_TEXT = {
     StorageReads.HOSTS: "the hosts' storage reads (disks and NFS servers, every process)",
 }
 READS_CHART = {StorageReads.TRAINING: TRAINING_READ, StorageReads.HOSTS: DISK_READ}
+READER = {StorageReads.TRAINING: "the training", StorageReads.HOSTS: "the hosts"}
 
 
 @words.register
@@ -115,7 +129,7 @@ def _(found: CacheWarmup) -> Finding:
         f"{_gb(found.first_epoch_storage_read_bytes)} from storage"
         + (f" at {rate:,.1f} MB/s" if rate is not None else "")
         + f"; by epoch {found.settled_from_epoch} they had fallen below "
-        f"{SETTLED_READ_FRACTION:.0%} {of_what}, and the last epochs read "
+        f"{format_fraction(SETTLED_READ_FRACTION)} {of_what}, and the last epochs read "
         f"{_gb(found.settled_storage_read_bytes_mean)} on average. The data set is being "
         "served from the page cache after the first pass."
     )
@@ -186,7 +200,8 @@ def _(found: FabricCarriesStorage) -> Finding:
             f"On {found.host} in epoch {found.epoch}, {fabric} received "
             f"{found.rcv_mbps:,.0f} MB/s and sent {found.xmit_mbps:,.0f} MB/s. The "
             f"{found.rx_minus_tx_mbps:,.0f} MB/s surplus matches the NFS read rate of "
-            f"{found.nfs_server_read_mbps:,.0f} MB/s within {found.relative_difference:.0%}. "
+            f"{found.nfs_server_read_mbps:,.0f} MB/s within "
+            f"{format_fraction(found.relative_difference)}. "
             "Gradients are sent and received in equal amounts, so the surplus is the data "
             "set: storage traffic shares the fabric with the all-reduce "
             f"({found.matching_host_epochs} of {found.compared_host_epochs} host-epochs with "
@@ -210,7 +225,8 @@ def _(found: StorageBound) -> Finding:
         f"In epoch{_plural(found.epochs)} {epochs}, step throughput was unstable "
         f"(coefficient of variation up to {worst.step_images_per_second_cv:.2f} on "
         f"{worst.host}) while CPUs waited on I/O ({worst.iowait_percent:.0f}% iowait) and "
-        f"storage was read at {worst.storage_read_mbps:,.0f} MB/s: training waited on storage."
+        f"{READER[found.reads_judged]} read storage at {worst.storage_read_mbps:,.0f} MB/s "
+        f"({READS_TEXT[found.reads_judged]}): training waited on storage."
     )
     if found.cv_without_storage_reads is not None:
         explanation += (
@@ -273,39 +289,150 @@ def growth_text(change: RateGrowth | UtilisationGrowth) -> str:
     return f"{label}: {change.reference:,.0f} -> {change.run:,.0f} ({how})"
 
 
+PART_LABELS = {
+    "communication": "all-reduce (communication)",
+    "input_wait": "input wait",
+    "compute": "compute (forward + backward)",
+    "other": "the rest of the step (update, callbacks)",
+}
+CHART_BY_PART = {
+    "communication": COMMUNICATION,
+    "input_wait": INPUT_WAIT,
+    "compute": COMPUTE,
+    "other": COMPUTE,
+}
+
+
+def _mb(value: float | None) -> str:
+    return "not measured" if value is None else f"{value / 1e6:,.1f} MB"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f}"
+
+
+def part_change_text(change: PartChange) -> str:
+    return (
+        f"{PART_LABELS[change.part]} {_ms(change.reference_seconds)} -> "
+        f"{_ms(change.run_seconds)} ms/step: {abs(change.lost_images_per_second):,.1f} images/s"
+    )
+
+
+NOTHING_GREW = "no part of the step (input wait, compute, all-reduce, the rest) grew"
+
+
+def attribution_text(found: ScalingAttribution, against: str) -> str:
+    """The step anatomy's account of a scaling loss: where the lost images/s went."""
+    text = (
+        f" Against {against}, measured by the step anatomy over the epochs after the first, "
+        f"each of the {found.ranks} ranks trained "
+        f"{found.images_per_second_per_rank:,.1f} images/s against "
+        f"{found.reference_images_per_second_per_rank:,.1f} per rank "
+    )
+    if found.lost_images_per_second <= 0:
+        return text + (
+            f"(no fewer), a step taking {_ms(found.seconds_per_step)} ms against "
+            f"{_ms(found.reference_seconds_per_step)}: {NOTHING_GREW}; the images/s were "
+            "lost outside those steps (epoch 1's start-up), or were lost already in the "
+            "reference run."
+        )
+    text += (
+        f"({format_fraction(found.lost_fraction_per_rank)} fewer): "
+        f"{found.lost_images_per_second:,.1f} images/s lost over the run, a step taking "
+        f"{_ms(found.seconds_per_step)} ms instead of {_ms(found.reference_seconds_per_step)}."
+    )
+    if found.grown:
+        text += " Where the time went: " + "; ".join(map(part_change_text, found.grown)) + "."
+        if found.shrunk:
+            text += " Offset by: " + "; ".join(map(part_change_text, found.shrunk)) + "."
+    else:
+        text += f" But {NOTHING_GREW}: the images/s were lost outside the timed steps."
+    return text + (
+        f" Fabric traffic per step per node: {_mb(found.reference_fabric_bytes_per_step)} -> "
+        f"{_mb(found.fabric_bytes_per_step)}."
+    )
+
+
+def attribution_severity(found: ScalingAttribution) -> str:
+    fraction = found.lost_fraction_per_rank
+    if fraction >= SCALING_CRITICAL_FRACTION:
+        return CRITICAL
+    return WARNING if fraction >= SCALING_WARNING_FRACTION else INFO
+
+
 @words.register
 def _(found: ScalingLoss) -> Finding:
-    efficiency = format_efficiency(found.efficiency_percent)
     ranks = ranks_text(found.gpus, found.on_gpus)
-    explanation = (
-        f"{ranks} on {nodes_text(found.nodes)} reached {found.images_per_second:,.0f} "
-        f"images/s of an ideal {found.ideal:,.0f} (1 x {found.gpus}): {efficiency} efficiency."
+    efficiency = (
+        format_efficiency(found.efficiency_percent)
+        if found.efficiency_percent is not None
+        else None
     )
+    if efficiency is not None:
+        explanation = (
+            f"{ranks} on {nodes_text(found.nodes)} reached {found.images_per_second:,.0f} "
+            f"images/s of an ideal {found.ideal:,.0f} (1 x {found.gpus}): {efficiency} "
+            "efficiency."
+        )
+        title = f"Scaling efficiency {efficiency} on {ranks}"
+    else:
+        explanation = (
+            f"{ranks} on {nodes_text(found.nodes)} reached {found.images_per_second:,.0f} "
+            "images/s (no 1-GPU run of this training to give its efficiency)."
+        )
+        title = f"Scaling loss on {ranks}"
+    severities = []
+    if found.below_floor:
+        critical = found.efficiency_percent < SCALING_EFFICIENCY_CRITICAL
+        severities.append(CRITICAL if critical else WARNING)
+    against = (
+        f"{found.reference_run} ({ranks_text(found.reference_gpus or 0, found.on_gpus)} "
+        f"on {nodes_text(found.reference_nodes)})"
+    )
+    chart = ""
+    attribution = found.attribution
     changed = found.changed or []
-    if found.reference_run is not None:
-        against = (
-            f"{found.reference_run} ({ranks_text(found.reference_gpus or 0, found.on_gpus)} "
-            f"on {nodes_text(found.reference_nodes)})"
+    if attribution is not None:
+        explanation += attribution_text(attribution, against)
+        if attribution.lost_fraction_per_rank >= SCALING_LOSS_MIN_FRACTION:
+            severities.append(attribution_severity(attribution))
+        if attribution.lost_images_per_second > 0 and attribution.grown:
+            top = attribution.grown[0]
+            title += (
+                f": {attribution.lost_images_per_second:,.1f} images/s lost to scaling, "
+                f"mostly {PART_LABELS[top.part]}"
+            )
+            chart = CHART_BY_PART[top.part].name
+        else:
+            title += f": no part of the step grew against {found.reference_run}"
+    elif found.reference_run is not None:
+        storage_compared = any("storage" in c.resource for c in changed)
+        reads = (
+            f" (storage: {READS_TEXT[found.reads_judged]})"
+            if found.reads_judged and storage_compared
+            else ""
         )
         if changed:
             explanation += (
-                f" Grew against {against}: " + "; ".join(growth_text(c) for c in changed) + "."
+                f" Grew against {against}: "
+                + "; ".join(growth_text(c) for c in changed)
+                + f".{reads}"
             )
+            grew_with = "node count" if found.across_nodes else "rank count"
+            title += f": {RESOURCE_LABELS[changed[0].resource]} grew with {grew_with}"
+            chart = RX_MINUS_TX.name if "fabric" in changed[0].resource else ""
         else:
             explanation += (
-                f" No measured resource grew by {RESOURCE_CHANGE_RATIO:.2f}x against {against}."
+                f" No measured resource grew by {RESOURCE_CHANGE_RATIO:.2f}x against "
+                f"{against}{reads}."
             )
-    title = f"Scaling efficiency {efficiency} on {ranks}"
-    if changed:
-        grew_with = "node count" if found.across_nodes else "rank count"
-        title += f": {RESOURCE_LABELS[changed[0].resource]} grew with {grew_with}"
     return Finding(
         rule="scaling_loss",
-        severity=CRITICAL if found.efficiency_percent < SCALING_EFFICIENCY_CRITICAL else WARNING,
+        severity=min(severities, key=SEVERITY_ORDER.__getitem__) if severities else INFO,
         title=title,
         explanation=explanation,
         evidence=evidence_json(found),
-        chart=RX_MINUS_TX if changed and "fabric" in changed[0].resource else "",
+        chart=chart,
     )
 
 
@@ -323,7 +450,8 @@ def _(found: PrecisionReadDemand) -> Finding:
         title=f"{mine.upper()} reads storage {found.ratio:.1f}x as fast as {theirs.upper()}",
         explanation=(
             f"In epoch {found.epoch} this {mine} run read storage at "
-            f"{found.storage_read_mbps:,.1f} MB/s and trained "
+            f"{found.storage_read_mbps:,.1f} MB/s ({READS_TEXT[found.reads_judged]}, "
+            "in both runs) and trained "
             f"{_rate(found.images_per_second)} images/s; the {theirs} run "
             f"{found.other_run}, the same training otherwise (model, data set, batch per "
             f"rank, image size, ranks and nodes), read {found.other_storage_read_mbps:,.1f}"
@@ -332,7 +460,123 @@ def _(found: PrecisionReadDemand) -> Finding:
             "slower precision can hold the faster one back until the data set is cached."
         ),
         evidence=evidence_json(found),
-        chart=NFS_SERVER_READ if found.nfs_read_most else DISK_READ,
+        chart=(
+            TRAINING_READ
+            if found.reads_judged == StorageReads.TRAINING
+            else NFS_SERVER_READ
+            if found.nfs_read_most
+            else DISK_READ
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# the step anatomy's input wait, stragglers and start-up
+# --------------------------------------------------------------------------------------
+
+
+CAUSE_TEXT = {
+    "storage": "storage-bound: the training's reads came from storage"
+    " (or the CPUs sat in iowait); a faster file system, more read-ahead or caching the data"
+    " set would help",
+    "decode": "decode-bound: the CPUs were saturated decoding and augmenting; more or faster"
+    " cores, GPU decoding (DALI) or pre-processed records would help",
+    "undetermined": "neither storage nor the CPUs were saturated: more loader workers or a"
+    " deeper prefetch would help",
+}
+
+
+@words.register
+def _(found: InputWaitHost) -> Finding:
+    def number(value: float | None, unit: str, digits: int = 0) -> str:
+        return "not measured" if value is None else f"{value:,.{digits}f}{unit}"
+
+    return Finding(
+        rule="input_wait",
+        severity=WARNING if found.input_wait_share >= 2 * INPUT_WAIT_SHARE else INFO,
+        title=(
+            f"Input-bound on {found.host}: {format_fraction(found.input_wait_share)} of step time "
+            f"waiting for data ({found.cause})"
+        ),
+        explanation=(
+            f"In epoch{'s' if len(found.epochs) > 1 else ''} "
+            f"{', '.join(map(str, found.epochs))} the ranks on {found.host} waited for their "
+            f"next batch {format_fraction(found.input_wait_share)} of the step time. CPU "
+            f"{number(found.cpu_util_percent, '%')} busy, iowait "
+            f"{number(found.iowait_percent, '%', 1)}, storage "
+            f"{number(found.storage_read_mbps, ' MB/s', 1)}; the training itself read "
+            f"{_mb(found.training_read_bytes)} from storage of "
+            f"{_mb(found.training_rchar_bytes)} read in all. " + CAUSE_TEXT[found.cause] + "."
+        ),
+        evidence=evidence_json(found),
+        chart=INPUT_WAIT,
+    )
+
+
+@words.register
+def _(found: Stragglers) -> Finding:
+    first = found.epochs[0]
+    listing = "; ".join(
+        f"epoch {h.epoch}: rank {h.rank} on {h.host} busy {h.busy_seconds_per_step * 1000:,.0f}"
+        f" ms/step against {h.others_median_seconds_per_step * 1000:,.0f} (slower in "
+        f"{PART_LABELS[h.slow_part]})"
+        for h in found.epochs
+    )
+    if found.same_rank and len(found.epochs) > 1:
+        verdict = (
+            f"The same rank (rank {first.rank} on {first.host}) every time: a slow node, "
+            "device or its data path, not chance."
+        )
+    elif found.same_rank:
+        verdict = "Seen in one epoch only."
+    else:
+        verdict = (
+            "A different rank from epoch to epoch: a moving straggler, typical of data "
+            "loading (uneven shards, cache misses) or noisy neighbours rather than a slow node."
+        )
+    return Finding(
+        rule="straggler",
+        severity=WARNING if found.same_rank and len(found.epochs) > 1 else INFO,
+        title=(
+            f"Straggler: rank {first.rank} on {first.host}"
+            if found.same_rank
+            else "Stragglers move from rank to rank"
+        ),
+        explanation=(
+            "The other ranks wait for the slowest in every all-reduce, so one slow rank "
+            f"sets everyone's step time. {listing}. {verdict}"
+        ),
+        evidence=evidence_json(found),
+        chart=COMMUNICATION,
+    )
+
+
+@words.register
+def _(found: Startup) -> Finding:
+    ratio = found.first_seconds_per_step / found.settled_seconds_per_step
+    parts = ", ".join(
+        f"{PART_LABELS[p]} +{s:,.1f} s" for p, s in found.extra_seconds_by_part.items() if s > 0.05
+    )
+    cause = {
+        "build": "graph building, compilation and warm-up (compute and the rest of the "
+        "step), not storage",
+        "reads": "the first reads of the data set (input wait)",
+        "mixed": "both graph building/compilation and first reads",
+    }[found.cause]
+    return Finding(
+        rule="startup",
+        severity=INFO,
+        title=f"Epoch 1 took {ratio:.1f}x as long per step: {cause.split(' (')[0]}",
+        explanation=(
+            f"Epoch 1 ran {found.first_seconds_per_step * 1000:,.0f} ms per step against "
+            f"{found.settled_seconds_per_step * 1000:,.0f} later: {found.extra_seconds:,.1f} s "
+            f"extra per rank ({parts}). Mostly {cause}. The training read "
+            f"{_mb(found.first_read_bytes)} from storage in epoch 1 and "
+            f"{_mb(found.settled_read_bytes)} per later epoch. Throughput figures leave "
+            "the warm-up steps out for this reason."
+        ),
+        evidence=evidence_json(found),
+        chart=INPUT_WAIT if found.cause == "reads" else COMPUTE,
     )
 
 
@@ -346,10 +590,11 @@ def _(found: Int8AccuracyLoss) -> Finding:
     return Finding(
         rule="int8_accuracy_loss",
         severity=WARNING,
-        title=f"INT8 loses {found.top1_loss * 100:.2f} points of top-1",
+        title=f"INT8 loses {format_points(found.top1_loss).lstrip('+')} of top-1",
         explanation=(
-            f"Top-1 fell from {found.fp32_top1:.2%} in FP32 to {found.int8_top1:.2%} in "
-            f"INT8, more than the {INT8_TOP1_LOSS_LIMIT * 100:g} point this check "
+            f"Top-1 fell from {format_fraction(found.fp32_top1)} in FP32 to "
+            f"{format_fraction(found.int8_top1)} in INT8, more than the "
+            f"{format_points(INT8_TOP1_LOSS_LIMIT).lstrip('+')} this check "
             "allows (the study's TensorRT INT8 lost at most 0.18). Calibrate on more "
             "training pictures, ones like those served, or keep the layers that "
             "lose most in FP32."
@@ -369,7 +614,7 @@ def _(found: ThroughputSaturated) -> Finding:
         explanation=(
             f"{precision} runs {found.images_per_second:.1f} images/s at batch "
             f"{found.batch_size} and {found.largest_images_per_second:.1f} at batch "
-            f"{found.largest_batch_size}: less than {SATURATION_GAIN:.0%} more. "
+            f"{found.largest_batch_size}: less than {format_fraction(SATURATION_GAIN)} more. "
             "The node's compute is full; larger batches only add latency."
         ),
         evidence=evidence_json(found),

@@ -41,6 +41,8 @@ from typing import Any
 
 from agent.schema import INFERENCE_FRAMEWORK, Event, InferencePrecision, Workload
 from agent.throughput import TimedWork, rank_images_per_second
+from collector import columns
+from collector.columns import format_fraction
 from collector.findings_evidence import (
     INT8_TOP1_LOSS_LIMIT,
     SATURATION_GAIN,
@@ -276,11 +278,11 @@ def format_speedup(value: float | None) -> str:
 
 
 def format_top1(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.2f}%"
+    return "-" if value is None else format_fraction(value)
 
 
 def format_points(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:+.2f} points"
+    return "-" if value is None else columns.format_points(value)
 
 
 def format_milliseconds(value: float | None) -> str:

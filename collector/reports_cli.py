@@ -34,6 +34,7 @@ from collector.columns import (
     TEXT,
     ReportColumn,
     format_cell,
+    format_fraction,
     select,
     unfinished_epochs_note,
 )
@@ -431,6 +432,7 @@ SCALING_COLUMNS = (
     "precision",
     "batch_size",
     "data_format",
+    "image_size",
     "state",
     "gpus",
     "nodes",
@@ -464,7 +466,9 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
     if not rows:
         console.print("no runs with throughput yet")
         return 0
-    table = Table(title="scaling per group (framework, model, precision, batch/GPU, format)")
+    table = Table(
+        title="scaling per group (framework, model, precision, batch/GPU, format, image size)"
+    )
     headers = (
         "group",
         "run",
@@ -487,7 +491,7 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
             str(row[k])
             for k in ("framework", "model", "precision", "batch_size", "data_format")
             if row[k] not in (None, "")
-        )
+        ) + (f" {row['image_size']} px" if row.get("image_size") else "")
         if previous is not None and group != previous:
             table.add_section()
         table.add_row(
@@ -500,7 +504,7 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
             format_efficiency(row["efficiency_percent"]),
             "–" if row["speedup"] is None else f"{row['speedup']:.2f}x",
             row["scope"],
-            _number(row["final_top1"], 3),
+            "–" if row["final_top1"] is None else format_fraction(row["final_top1"]),
             "–" if row["epochs_to_target"] is None else str(row["epochs_to_target"]),
             _duration(row["seconds_to_target"]),
         )

@@ -206,21 +206,25 @@ class GroupKey:
     precision: str
     batch_size: int | None
     data_format: str
+    image_size: int | None = None  # pixels: a 32-px and a 224-px run do not compare
 
     @classmethod
     def of(cls, run: RunInfo) -> GroupKey:
         batch = run.config.get(Workload.BATCH_SIZE)
+        size = run.config.get(Workload.IMAGE_SIZE)
         return cls(
             framework=run.framework,
             model=str(run.config.get(Workload.MODEL, run.model) or ""),
             precision=str(run.config.get(Workload.PRECISION, "") or ""),
             batch_size=int(batch) if isinstance(batch, int | float) else None,
             data_format=str(run.config.get(Workload.DATA_FORMAT, "") or ""),
+            image_size=int(size) if isinstance(size, int | float) and size > 0 else None,
         )
 
     def label(self) -> str:
         parts = [self.framework, self.model, self.precision, f"batch {self.batch_size}/GPU"]
-        return " ".join(p for p in [*parts, self.data_format] if p)
+        size = f"{self.image_size} px" if self.image_size else ""
+        return " ".join(p for p in [*parts, self.data_format, size] if p)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 from dash.dash_table.Format import Format, Group, Scheme, Symbol
 
 from collector import columns as report_columns
+from collector.columns import FRACTION_DIGITS, format_fraction
 from collector.scaling import whole_percent
 
 MISSING = "–"
@@ -122,8 +123,8 @@ SCALING_COLUMNS: tuple[Column, ...] = (
         "efficiency_percent", "Efficiency %", "Images/s / ideal, whole percent", "whole_percent"
     ),
     Column("speedup", "Speed-up", "Images/s / baseline images/s", "ratio2"),
-    Column("final_top1", "Final top-1", "Last validation top-1 accuracy reported", "ratio"),
-    Column("target_top1", "Target top-1", "Top-1 accuracy the run aims for", "ratio"),
+    Column("final_top1", "Final top-1", "Last validation top-1 accuracy reported", "fraction"),
+    Column("target_top1", "Target top-1", "Top-1 accuracy the run aims for", "fraction"),
     Column("epochs_to_target", "Epochs to target", "Epochs until top-1 reached the target", "int"),
     Column(
         "seconds_to_target",
@@ -152,6 +153,8 @@ def format_value(value: Any, kind: str) -> str:
         return f"{value:,.1f}"
     if kind == "percent":
         return f"{value:.1f}"
+    if kind == "fraction":
+        return format_fraction(value)
     if kind == "ratio":
         return f"{value:.3f}"
     if kind == "ratio2":
@@ -177,6 +180,8 @@ def _number_format(kind: str) -> Format:
     if kind in fixed:
         grouped = Group.yes if kind in ("int", "seconds", "rate") else Group.no
         return Format(precision=fixed[kind], scheme=Scheme.fixed, group=grouped, nully=MISSING)
+    if kind == "fraction":  # 0.749 -> 74.9%, as format_fraction writes it
+        return Format(precision=FRACTION_DIGITS, scheme=Scheme.percentage, nully=MISSING)
     if kind == "bytes":  # 1.23GB: SI prefixes, 3 significant digits
         return (
             Format(precision=3, scheme=Scheme.decimal_si_prefix, nully=MISSING)

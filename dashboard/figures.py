@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from collector.columns import COMPLETE
+from collector.columns import COMPLETE, FRACTION_DIGITS
 from collector.scaling import format_efficiency
 from dashboard.columns import ALL_HOSTS
 
@@ -748,13 +748,14 @@ def step_shares_figure(
 
 def group_label(row: dict[str, Any]) -> str:
     """The scaling group of a row (collector.scaling groups runs by these fields)."""
-    batch = row.get("batch_size")
+    batch, size = row.get("batch_size"), row.get("image_size")
     parts = [
         row.get("framework"),
         row.get("model"),
         row.get("precision"),
         f"batch {batch}/GPU" if batch is not None else None,
         row.get("data_format"),
+        f"{size} px" if size else None,
     ]
     return " ".join(str(p) for p in parts if p)
 
@@ -916,7 +917,8 @@ def time_to_target_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "customdata": [[r["run_id"], r.get("target_top1")] for r in members],
                 "marker": {"color": host_colour(index)},
                 "hovertemplate": (
-                    "%{customdata[0]}: %{y:.2f} h to top-1 %{customdata[1]}<extra></extra>"
+                    "%{customdata[0]}: %{y:.2f} h to top-1 "
+                    f"%{{customdata[1]:.{FRACTION_DIGITS}%}}<extra></extra>"
                 ),
             }
         )

@@ -79,57 +79,158 @@ def test_runs_without_anatomy_show_no_share(make_store):
 
 
 # --------------------------------------------------------------------------------------
-# scaling loss attributed
+# the scaling loss, explained by the step anatomy: one finding (collector.findings'
+# scaling_loss) whose explanation is the anatomy's attribution when both runs have one
 # --------------------------------------------------------------------------------------
 
+STEPS = 5
 
-def scaling_pair(two_rank_seconds: float, comm_share: float) -> list[RunBuilder]:
-    """A 1-rank reference (20 s steps: input 1, compute 17, other 2) and a 2-rank run."""
-    one = RunBuilder("one", steps_per_epoch=5)
+
+def scaling_pair(
+    two_rank_seconds: float,
+    parts: tuple[float, float, float] = (1.0, 17.0, 0.0),
+    first_epoch_seconds: float | None = None,
+    **unlike,
+) -> list[RunBuilder]:
+    """A 1-rank reference (5 steps of 20 s per epoch: input 1, compute 17, all-reduce 0,
+    other 2; 100 images/s) and a 2-rank run whose steps take ``two_rank_seconds`` / 5 with
+    ``parts`` (input wait, compute, all-reduce seconds per step; the rest is other).
+    ``first_epoch_seconds``: the 2-rank run's epoch 1 (start-up) takes this long with the
+    reference's parts scaled; ``unlike``: RunBuilder settings of the 2-rank run alone."""
+    one = RunBuilder("one", steps_per_epoch=STEPS)
     for _ in range(2):
         one.epoch(100, 10_000, shares=(0.05, 0.85, 0.0), net_rx=0.1 * MB, net_tx=0.1 * MB)
-    two = RunBuilder("two", ranks_per_host=2, steps_per_epoch=5, t0_ns=T0_NS + DAY)
-    step = two_rank_seconds / 5
-    for _ in range(2):
+    two = RunBuilder("two", ranks_per_host=2, steps_per_epoch=STEPS, t0_ns=T0_NS + DAY, **unlike)
+    step = two_rank_seconds / STEPS
+    for epoch in range(2):
+        seconds = first_epoch_seconds if epoch == 0 and first_epoch_seconds else two_rank_seconds
         two.epoch(
-            two_rank_seconds,
+            seconds,
             10_000,
-            shares=(1.0 / step, 17.0 / step, comm_share),
+            shares=tuple(part / step for part in parts),
             net_rx=50 * MB,
             net_tx=50 * MB,
         )
     return [one, two]
 
 
-def test_scaling_loss_is_put_on_the_part_that_grew(make_store):
-    # two ranks: 25 s steps, 5 of them all-reduce -> 80 images/s per rank against 100
-    runs = scaling_pair(125.0, comm_share=0.2)
+def scaling_findings(make_store, runs: list[RunBuilder], run_id: str = "two") -> list[Finding]:
     store = make_store([p for run in runs for p in run.points()])
-    (finding,) = findings_of(store, "two", "scaling_loss_attributed")
+    found = run_findings(store, run_id)
+    # one finding about scaling, never a second one beside it
+    assert not any("scaling" in f.rule and f.rule != "scaling_loss" for f in found)
+    return [f for f in found if f.rule == "scaling_loss"]
+
+
+def test_scaling_loss_is_put_on_the_all_reduce_that_grew(make_store):
+    # two ranks: 25 s steps, 5 of them all-reduce -> 80 images/s per rank against 100
+    (finding,) = scaling_findings(make_store, scaling_pair(125.0, (1.0, 17.0, 5.0)))
     evidence = finding.evidence
     assert evidence["reference_run"] == "one"
-    assert evidence["images_per_second_per_rank"] == pytest.approx(80.0)
-    assert evidence["reference_images_per_second_per_rank"] == pytest.approx(100.0)
-    assert evidence["lost_images_per_second"] == pytest.approx(40.0)
-    parts = {p["part"]: p for p in evidence["parts"]}
+    assert evidence["efficiency_percent"] == pytest.approx(80.0)  # 160 of 2 x 100
+    anatomy = evidence["attribution"]
+    assert anatomy["images_per_second_per_rank"] == pytest.approx(80.0)
+    assert anatomy["reference_images_per_second_per_rank"] == pytest.approx(100.0)
+    assert anatomy["lost_images_per_second"] == pytest.approx(40.0)
+    assert anatomy["lost_fraction_per_rank"] == pytest.approx(0.2)
+    parts = {p["part"]: p for p in anatomy["parts"]}
     assert parts["communication"]["lost_images_per_second"] == pytest.approx(40.0)
     assert parts["communication"]["run_seconds"] == pytest.approx(5.0)
     assert parts["compute"]["lost_images_per_second"] == pytest.approx(0.0, abs=1e-9)
-    assert evidence["parts"][0]["part"] == "communication"
+    assert anatomy["parts"][0]["part"] == "communication"
     # fabric per step per node: 100 MB/s x 125 s / 5 steps against 0.2 MB/s x 100 s / 5
-    assert evidence["fabric_bytes_per_step"] == pytest.approx(2500 * MB)
-    assert evidence["reference_fabric_bytes_per_step"] == pytest.approx(4 * MB)
-    assert finding.severity == "warning"  # 20% per rank
-    assert "mostly all-reduce" in finding.title
+    assert anatomy["fabric_bytes_per_step"] == pytest.approx(2500 * MB)
+    assert anatomy["reference_fabric_bytes_per_step"] == pytest.approx(4 * MB)
+    # the measurement replaces the resources' growth: neither is in the finding
+    assert "changed" not in evidence and "run_resources" not in evidence
+    assert "No measured resource grew" not in finding.explanation
+    assert finding.severity == "warning"  # 80%: below the 90% floor
+    assert finding.title == (
+        "Scaling efficiency 80% on 2 GPUs: 40.0 images/s lost to scaling, "
+        "mostly all-reduce (communication)"
+    )
+    assert "all-reduce (communication) 0 -> 5,000 ms/step: 40.0 images/s" in finding.explanation
+    assert "compute (forward + backward) 17,000" not in finding.explanation  # did not grow
+    assert "20.0% fewer" in finding.explanation
+    assert "Fabric traffic per step per node: 4.0 MB -> 2,500.0 MB." in finding.explanation
     assert finding.chart == "communication_percent"
-    assert findings_of(store, "one", "scaling_loss_attributed") == []
 
 
-def test_scaling_loss_attributed_silent_when_ranks_keep_their_pace(make_store):
+def test_scaling_loss_is_put_on_input_wait_that_grew(make_store):
+    # input wait 1 -> 6 s per step: 25 s steps, 80 images/s per rank
+    (finding,) = scaling_findings(make_store, scaling_pair(125.0, (6.0, 17.0, 0.0)))
+    anatomy = finding.evidence["attribution"]
+    assert anatomy["parts"][0]["part"] == "input_wait"
+    parts = {p["part"]: p for p in anatomy["parts"]}
+    assert parts["input_wait"]["lost_images_per_second"] == pytest.approx(40.0)
+    assert parts["communication"]["lost_images_per_second"] == pytest.approx(0.0, abs=1e-9)
+    assert finding.title.endswith("mostly input wait")
+    assert finding.chart == "input_wait_percent"
+
+
+def test_scaling_loss_is_put_on_slower_compute_and_what_shrank_offsets(make_store):
+    # compute 17 -> 23 s per step while input wait falls 1 -> 0: 25 s steps (+5 s), so
+    # compute explains 6/5 of the loss and input wait gives 1/5 back
+    (finding,) = scaling_findings(make_store, scaling_pair(125.0, (0.0, 23.0, 0.0)))
+    parts = {p["part"]: p for p in finding.evidence["attribution"]["parts"]}
+    assert parts["compute"]["lost_images_per_second"] == pytest.approx(48.0)
+    assert parts["input_wait"]["lost_images_per_second"] == pytest.approx(-8.0)
+    assert finding.title.endswith("mostly compute (forward + backward)")
+    assert "Offset by: input wait 1,000 -> 0 ms/step: 8.0 images/s." in finding.explanation
+    assert finding.chart == "compute_percent"
+
+
+def test_scaling_loss_when_nothing_in_the_anatomy_grew_says_so(make_store):
+    # the later epoch keeps the reference's pace (20 s steps, the same parts): the 2-rank
+    # run's efficiency is lost in its slow epoch 1 (300 s), outside the settled steps
+    runs = scaling_pair(100.0, (1.0, 17.0, 0.0), first_epoch_seconds=300.0)
+    (finding,) = scaling_findings(make_store, runs)
+    evidence = finding.evidence
+    assert evidence["efficiency_percent"] == pytest.approx(50.0)  # 40,000 images in 400 s
+    assert evidence["attribution"]["lost_images_per_second"] == pytest.approx(0.0, abs=1e-9)
+    assert finding.severity == "critical"
+    assert finding.title == "Scaling efficiency 50% on 2 GPUs: no part of the step grew against one"
+    assert "no part of the step (input wait, compute, all-reduce, the rest) grew" in (
+        finding.explanation
+    )
+    assert "changed" not in evidence  # no resource growth offered instead
+
+
+def test_scaling_loss_silent_when_ranks_keep_their_pace(make_store):
     # 20 s steps on both: 100 images/s per rank, nothing lost
-    runs = scaling_pair(100.0, comm_share=0.0)
-    store = make_store([p for run in runs for p in run.points()])
-    assert findings_of(store, "two", "scaling_loss_attributed") == []
+    assert scaling_findings(make_store, scaling_pair(100.0)) == []
+    assert scaling_findings(make_store, scaling_pair(125.0, (1.0, 17.0, 5.0)), "one") == []
+
+
+@pytest.mark.parametrize(
+    "unlike",
+    [
+        {"model": "resnet101"},
+        {"image_size": 64},
+        {"batch_size": 128},
+        {"framework": "mxnet"},
+        {"precision": "fp16"},
+    ],
+    ids=lambda unlike: next(iter(unlike)),
+)
+def test_scaling_loss_never_compares_unlike_runs(make_store, unlike):
+    # the same all-reduce growth as above, but the 2-rank run trains another model, image
+    # size, batch per rank, framework or precision: nothing to compare it with
+    runs = scaling_pair(125.0, (1.0, 17.0, 5.0), **unlike)
+    assert scaling_findings(make_store, runs) == []
+
+
+def test_scaling_loss_without_an_anatomy_names_the_resources_that_grew(make_store):
+    # the same pair with no step anatomy: the finding compares resources instead
+    one = RunBuilder("one", steps_per_epoch=STEPS)
+    two = RunBuilder("two", ranks_per_host=2, steps_per_epoch=STEPS, t0_ns=T0_NS + DAY)
+    for _ in range(2):
+        one.epoch(100, 10_000, net_rx=0.1 * MB, net_tx=0.1 * MB)
+        two.epoch(125, 10_000, net_rx=50 * MB, net_tx=50 * MB)
+    (finding,) = scaling_findings(make_store, [one, two])
+    assert "attribution" not in finding.evidence
+    assert finding.evidence["changed"][0]["resource"] == "fabric_bytes_per_image"
+    assert "Grew against one" in finding.explanation
 
 
 # --------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ def test_units_from_the_keys_and_unmeasured_values_left_out():
         "images per second": "720 images/s",
         "fabric per image": "1,820 B",
         "settled from epoch": "2",
-        "run resources": "cpu util: 99.5 %",
+        "run resources": "cpu util: 99.5%",
     }
 
 
@@ -54,7 +54,7 @@ def test_per_step_per_rank_shares_and_mappings_by_something_carry_units():
         "first time per step": "21.26 s",
         "fabric per step": "2.5 MB",
         "images per second per rank": "52.04 images/s per rank",
-        "input wait share": "35.2 %",
+        "input wait share": "35.2%",
         "extra by part": "input wait: 0.352 s; other: 56.2 s",
         "storage read by epoch": "1: 67.4 MB; 2: 16.0 kB; 3: 4.0 kB",
     }
@@ -74,5 +74,5 @@ def test_the_anatomy_findings_evidence_in_units(make_store):
         startup["extra by part"] == "input wait: 28 s; compute: 8 s; communication: 0 s; other: 4 s"
     )
     assert startup["first read"] == "67.4 MB"
-    assert found["input_wait"]["input wait share"] == "70 %"
+    assert found["input_wait"]["input wait share"] == "70.0%"
     assert found["cache_warmup"]["storage read by epoch"] == "1: 67.4 MB; 2: 16.0 kB; 3: 4.0 kB"

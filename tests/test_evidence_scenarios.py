@@ -33,7 +33,7 @@ def test_scaling_loss_evidence_shows_only_what_was_measured(make_store):
         f for f in run_findings(stored(make_store, *runs), "many") if f.rule == "scaling_loss"
     ]
     items = dict(evidence_items(finding.evidence))
-    assert items["efficiency"] == "70.67 %"  # 800 of 4 x 283 images/s
+    assert items["efficiency"] == "70.67%"  # 800 of 4 x 283 images/s
     assert items["images per second"] == "800 images/s"
     assert "storage_read" not in items["changed"]
     assert "fabric" in items["changed"]

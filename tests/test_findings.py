@@ -150,8 +150,13 @@ def test_fabric_silent_when_storage_is_not_on_the_fabric(make_store):
 # --------------------------------------------------------------------------------------
 
 
-def storage_run(run_id: str, uncached_pattern: tuple[float, ...] | None) -> RunBuilder:
+def storage_run(
+    run_id: str, uncached_pattern: tuple[float, ...] | None, own: tuple[float, float] | None = None
+) -> RunBuilder:
+    """Two hosts of two ranks reading 200 MB/s from NFS with 20% iowait in epoch 1, cached
+    in epoch 2; ``own``: each rank's own storage reads in epoch 1 and 2 (bytes)."""
     run = RunBuilder(run_id, hosts=("n1", "n2"), ranks_per_host=2, steps_per_epoch=6)
+    reads = [(int(b), int(b + MB)) for b in own] if own is not None else [None, None]
     run.epoch(
         100,
         6_000,
@@ -160,8 +165,9 @@ def storage_run(run_id: str, uncached_pattern: tuple[float, ...] | None) -> RunB
         nfs_app_read=200 * MB,
         cpu_busy=0.3,
         cpu_iowait=0.2,
+        reads=reads[0],
     )
-    run.epoch(60, 6_000, nfs_app_read=200 * MB, cpu_busy=0.6)
+    run.epoch(60, 6_000, nfs_app_read=200 * MB, cpu_busy=0.6, reads=reads[1])
     return run
 
 

@@ -77,10 +77,17 @@ def test_precision_unlike_runs_never_compared(make_store):
 
 
 def scaling_pair(
-    hosts: int, ranks_per_host: int, images_per_rank: int, gpus: bool = True, **rates
+    hosts: int,
+    ranks_per_host: int,
+    images_per_rank: int,
+    gpus: bool = True,
+    reads: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None),
+    **rates,
 ) -> list[RunBuilder]:
+    """A 1-rank run (283 img/s) and one of ``hosts`` x ``ranks_per_host`` ranks; ``reads``:
+    each rank's own (read_bytes, rchar) in the epoch, of the one and of the other."""
     one = RunBuilder("one", hosts=("one-a",), steps_per_epoch=5, gpus=gpus)
-    one.epoch(100, 28_300, net_rx=1 * MB, net_tx=1 * MB, disk_read=6 * MB)  # 283 img/s
+    one.epoch(100, 28_300, net_rx=1 * MB, net_tx=1 * MB, disk_read=6 * MB, reads=reads[0])
     many = RunBuilder(
         "many",
         hosts=tuple(f"many-{i}" for i in range(hosts)),
@@ -89,7 +96,7 @@ def scaling_pair(
         t0_ns=T0_NS + DAY,
         gpus=gpus,
     )
-    many.epoch(100, images_per_rank, **rates)
+    many.epoch(100, images_per_rank, reads=reads[1], **rates)
     return [one, many]
 
 
@@ -129,6 +136,90 @@ def test_scaling_loss_calls_cpu_ranks_ranks(make_store):
 def test_scaling_loss_silent_when_efficient(make_store):
     runs = scaling_pair(1, 4, 27_475)  # 1099 img/s: 97%
     assert findings_of(stored(make_store, *runs), "many", "scaling_loss") == []
+
+
+# --------------------------------------------------------------------------------------
+# the storage reads judged: the training's own when every rank of both runs sent them, else
+# the hosts' (collector.findings.judged_reads, one decision for every rule)
+# --------------------------------------------------------------------------------------
+
+
+def test_storage_bound_judges_the_trainings_own_reads(make_store):
+    from tests.test_findings import storage_run
+
+    # each rank read 2,500 MB in the 100-s epoch 1: 50 MB/s per host of the hosts' 200
+    run = storage_run("own", (1, 3), own=(2_500 * MB, 0))
+    (finding,) = findings_of(stored(make_store, run), "own", "storage_bound")
+    assert finding.evidence["reads_judged"] == "training"
+    assert finding.evidence["host_epochs"][0]["storage_read_mbps"] == 50.0
+    assert "the training read storage at 50 MB/s" in finding.explanation
+    # the training itself read almost nothing (1 MB a rank): the hosts' 200 MB/s were
+    # other processes', and the steps' instability is not the training waiting on storage
+    quiet = storage_run("quiet", (1, 3), own=(1 * MB, 0))
+    assert findings_of(stored(make_store, quiet), "quiet", "storage_bound") == []
+    # no ranks' reads: the hosts' are judged, and said so
+    (hosts,) = findings_of(stored(make_store, storage_run("h", (1, 3))), "h", "storage_bound")
+    assert hosts.evidence["reads_judged"] == "hosts"
+    assert "the hosts read storage at 200 MB/s" in hosts.explanation
+
+
+def own_precision_pair(own_mbps: tuple[float, float], host_mbps: tuple[float, float]):
+    """precision_pair's fp32 and fp16 runs (two hosts of one rank, 100-s epochs) whose ranks
+    read ``own_mbps`` (fp32, fp16) per host in epoch 1 and whose hosts read ``host_mbps``."""
+    runs = []
+    for index, precision in enumerate(("fp32", "fp16")):
+        run = RunBuilder(
+            precision,
+            hosts=(f"{precision}-a", f"{precision}-b"),
+            precision=precision,
+            t0_ns=T0_NS + index * DAY,
+        )
+        own = own_mbps[index]
+        reads = (int(own * 100 * MB), int(own * 100 * MB) + int(MB)) if own is not None else None
+        run.epoch(100, 20_000, disk_read=host_mbps[index] * MB, reads=reads)
+        run.epoch(100, 20_000, reads=(0, int(MB)) if own is not None else None)
+        runs.append(run)
+    return runs
+
+
+def test_precision_read_demand_judges_the_trainings_own_reads(make_store):
+    # the hosts read alike (other processes' reads on top), the trainings 550 against 430
+    store = stored(make_store, *own_precision_pair((215, 275), (600, 600)))
+    (finding,) = findings_of(store, "fp16", "precision_read_demand")
+    assert finding.evidence["reads_judged"] == "training"
+    assert finding.evidence["storage_read_mbps"] == 550.0
+    assert finding.evidence["other_storage_read_mbps"] == 430.0
+    assert "the training's own reads" in finding.explanation
+    assert finding.chart == "training_read_bytes"
+    # the trainings read alike while the hosts' reads differ: nothing to say
+    store = stored(make_store, *own_precision_pair((250, 250), (430, 700)))
+    assert findings_of(store, "fp16", "precision_read_demand") == []
+    # one run's ranks sent no reads: both runs are judged on the hosts' reads
+    store = stored(make_store, *own_precision_pair((None, 250), (430, 700)))
+    (finding,) = findings_of(store, "fp16", "precision_read_demand")
+    assert finding.evidence["reads_judged"] == "hosts"
+    assert finding.evidence["storage_read_mbps"] == 1400.0  # two hosts of 700
+    assert "the hosts' storage reads" in finding.explanation
+
+
+def test_scaling_loss_resources_judge_the_trainings_own_reads(make_store):
+    # the ranks read 1 MB/s on one node, then 10 MB/s per rank on two nodes of two (20 per
+    # node) while the hosts' disks read 6 then 2 MB/s: the training's reads grew
+    one_rank, per_rank = (100 * int(MB), 101 * int(MB)), (1_000 * int(MB), 1_001 * int(MB))
+    runs = scaling_pair(2, 2, 20_000, reads=(one_rank, per_rank), disk_read=2 * MB, net_rx=30 * MB)
+    (finding,) = findings_of(stored(make_store, *runs), "many", "scaling_loss")
+    assert finding.evidence["reads_judged"] == "training"
+    storage = next(
+        c for c in finding.evidence["changed"] if c["resource"] == "storage_read_mbps_per_node"
+    )
+    assert (storage["reference"], storage["run"]) == (1.0, 20.0)
+    assert "(storage: the training's own reads" in finding.explanation
+    # only the many-rank run's ranks sent reads: the hosts' are compared, and they fell
+    runs = scaling_pair(2, 2, 20_000, reads=(None, per_rank), disk_read=2 * MB, net_rx=30 * MB)
+    (finding,) = findings_of(stored(make_store, *runs), "many", "scaling_loss")
+    assert finding.evidence["reads_judged"] == "hosts"
+    resources = [c["resource"] for c in finding.evidence["changed"]]
+    assert "storage_read_mbps_per_node" not in resources
 
 
 # --------------------------------------------------------------------------------------

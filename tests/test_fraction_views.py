@@ -1,0 +1,72 @@
+"""A fraction (top-1, a share of the step, a lost fraction: 0..1) prints the same in every
+view: ``collector.columns.format_fraction`` writes it in percent for people (the CLI's
+tables, a finding's words and evidence items, the dashboard's tables and hovers, the
+inference page), while JSON keeps the fraction itself."""
+
+from __future__ import annotations
+
+import json
+
+from collector.cli import build_parser
+from collector.columns import FRACTION_DIGITS, format_fraction, format_points
+from collector.evidence import evidence_items
+from collector.findings import run_findings
+from collector.inference import format_top1
+from collector.reports_cli import render
+from dashboard import columns as dashboard_columns
+from dashboard import figures
+from tests.run_builder import NS
+from tests.test_anatomy_findings import scaling_pair
+
+pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+
+DAY = 86_400 * NS
+
+
+def cli(store, *argv: str) -> str:
+    return render(build_parser().parse_args(list(argv)), store)
+
+
+def test_one_format_for_a_fraction():
+    assert format_fraction(0.7491) == "74.9%"
+    assert format_fraction(0.2) == "20.0%"
+    assert format_fraction(-0.00001) == "0.0%"  # no "-0.0%"
+    assert format_points(-0.0123) == "-1.23 points"
+    assert format_top1(0.7491) == format_fraction(0.7491)  # the inference views
+    assert format_top1(None) == "-"
+
+
+def test_top1_prints_the_same_in_every_view(make_store):
+    runs = scaling_pair(125.0, (1.0, 17.0, 5.0))
+    for run in runs:
+        run.target_top1 = 0.749
+        run.epochs[-1].top1 = 0.7491
+    store = make_store([p for run in runs for p in run.points()])
+    shown = format_fraction(0.7491)
+    # the CLI's scaling table in percent, its JSON the fraction itself
+    assert shown in cli(store, "scaling")
+    rows = json.loads(cli(store, "scaling", "--format", "json"))
+    assert {row["final_top1"] for row in rows} == {0.7491}
+    assert {row["target_top1"] for row in rows} == {0.749}
+    # the dashboard: its tables' cells and the browser's d3 format of the same column
+    assert dashboard_columns.format_value(0.7491, "fraction") == shown
+    column = next(c for c in dashboard_columns.SCALING_COLUMNS if c.key == "final_top1")
+    spec = dashboard_columns.table_column(column)["format"].to_plotly_json()
+    assert spec["specifier"] == f".{FRACTION_DIGITS}%"  # d3: 0.7491 -> "74.9%"
+    # the time-to-target chart's hover says the target in the same format
+    target = figures.time_to_target_figure(rows)
+    assert f"{{customdata[1]:.{FRACTION_DIGITS}%}}" in target["data"][0]["hovertemplate"]
+
+
+def test_a_findings_fraction_prints_the_same_in_words_evidence_and_cli(make_store):
+    runs = scaling_pair(125.0, (1.0, 17.0, 5.0))  # each rank 20% slower than the reference
+    store = make_store([p for run in runs for p in run.points()])
+    (finding,) = [f for f in run_findings(store, "two") if f.rule == "scaling_loss"]
+    assert finding.evidence["attribution"]["lost_fraction_per_rank"] == 0.2  # JSON: raw
+    shown = format_fraction(0.2)
+    assert f"({shown} fewer)" in finding.explanation
+    items = dict(evidence_items(finding.evidence["attribution"]))
+    assert items["lost fraction per rank"] == shown
+    report = cli(store, "report", "two", "--findings")
+    assert f"({shown} fewer)" in report
+    assert json.loads(cli(store, "report", "two", "--findings", "--format", "json"))
