@@ -31,7 +31,8 @@ from workloads.datasets import make_dataset  # noqa: E402
 from workloads.profile import EmbeddedProfile  # noqa: E402
 
 FORMATS = {"tensorflow": "tfrecord", "mxnet": "recordio", "pytorch": "jpeg"}
-ANATOMY_RULE_NAMES = {rule.__name__ for rule in ANATOMY_RULES}
+# the anatomy's own rules, and the scaling loss it explains
+ANATOMY_RULE_NAMES = {rule.__name__ for rule in ANATOMY_RULES} | {"scaling_loss"}
 SHARE_COLUMNS = (
     "images_per_second",
     "input_wait_percent",
