@@ -206,8 +206,13 @@ POINTS_DIGITS = 2  # a difference of two fractions, in percentage points
 
 def format_fraction(value: float) -> str:
     """A fraction of a whole (top-1, a share of the step, a lost fraction: 0..1) as every
-    view writes it, in percent: 0.7491 -> "74.9%". JSON keeps the fraction itself."""
-    return _no_negative_zero(f"{100 * value:,.{FRACTION_DIGITS}f}") + "%"
+    view writes it, in percent to ``FRACTION_DIGITS`` decimals, a trailing zero dropped
+    (d3's ``.1~%``, the dashboard's tables): 0.7491 -> "74.9%", 0.1 -> "10%". JSON keeps
+    the fraction itself."""
+    text = _no_negative_zero(f"{100 * value:,.{FRACTION_DIGITS}f}")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text + "%"
 
 
 def format_points(value: float) -> str:

@@ -115,7 +115,10 @@ READS_TEXT = {
     StorageReads.HOSTS: "the hosts' storage reads (disks and NFS servers, every process)",
 }
 READS_CHART = {StorageReads.TRAINING: TRAINING_READ, StorageReads.HOSTS: DISK_READ}
-READER = {StorageReads.TRAINING: "the training", StorageReads.HOSTS: "the hosts"}
+READER = {
+    StorageReads.TRAINING: "the training's own processes",
+    StorageReads.HOSTS: "the hosts (every process)",
+}
 
 
 @words.register
@@ -225,8 +228,8 @@ def _(found: StorageBound) -> Finding:
         f"In epoch{_plural(found.epochs)} {epochs}, step throughput was unstable "
         f"(coefficient of variation up to {worst.step_images_per_second_cv:.2f} on "
         f"{worst.host}) while CPUs waited on I/O ({worst.iowait_percent:.0f}% iowait) and "
-        f"{READER[found.reads_judged]} read storage at {worst.storage_read_mbps:,.0f} MB/s "
-        f"({READS_TEXT[found.reads_judged]}): training waited on storage."
+        f"{READER[found.reads_judged]} read storage at {worst.storage_read_mbps:,.0f} MB/s: "
+        "training waited on storage."
     )
     if found.cv_without_storage_reads is not None:
         explanation += (
@@ -551,6 +554,15 @@ def _(found: Stragglers) -> Finding:
     )
 
 
+def startup_reads_text(found: Startup) -> str:
+    if found.first_read_bytes is None and found.settled_read_bytes is None:
+        return "The training's own reads were not measured (its ranks sent none). "
+    return (
+        f"The training read {_mb(found.first_read_bytes)} from storage in epoch 1 and "
+        f"{_mb(found.settled_read_bytes)} per later epoch. "
+    )
+
+
 @words.register
 def _(found: Startup) -> Finding:
     ratio = found.first_seconds_per_step / found.settled_seconds_per_step
@@ -570,10 +582,8 @@ def _(found: Startup) -> Finding:
         explanation=(
             f"Epoch 1 ran {found.first_seconds_per_step * 1000:,.0f} ms per step against "
             f"{found.settled_seconds_per_step * 1000:,.0f} later: {found.extra_seconds:,.1f} s "
-            f"extra per rank ({parts}). Mostly {cause}. The training read "
-            f"{_mb(found.first_read_bytes)} from storage in epoch 1 and "
-            f"{_mb(found.settled_read_bytes)} per later epoch. Throughput figures leave "
-            "the warm-up steps out for this reason."
+            f"extra per rank ({parts}). Mostly {cause}. {startup_reads_text(found)}"
+            "Throughput figures leave the warm-up steps out for this reason."
         ),
         evidence=evidence_json(found),
         chart=INPUT_WAIT if found.cause == "reads" else COMPUTE,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dash.dash_table.Format import Format, Group, Scheme, Symbol
+from dash.dash_table.Format import Format, Group, Scheme, Symbol, Trim
 
 from collector import columns as report_columns
 from collector.columns import FRACTION_DIGITS, format_fraction
@@ -180,8 +180,10 @@ def _number_format(kind: str) -> Format:
     if kind in fixed:
         grouped = Group.yes if kind in ("int", "seconds", "rate") else Group.no
         return Format(precision=fixed[kind], scheme=Scheme.fixed, group=grouped, nully=MISSING)
-    if kind == "fraction":  # 0.749 -> 74.9%, as format_fraction writes it
-        return Format(precision=FRACTION_DIGITS, scheme=Scheme.percentage, nully=MISSING)
+    if kind == "fraction":  # 0.749 -> 74.9%, 0.75 -> 75%: as format_fraction writes it
+        return Format(
+            precision=FRACTION_DIGITS, scheme=Scheme.percentage, trim=Trim.yes, nully=MISSING
+        )
     if kind == "bytes":  # 1.23GB: SI prefixes, 3 significant digits
         return (
             Format(precision=3, scheme=Scheme.decimal_si_prefix, nully=MISSING)

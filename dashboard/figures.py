@@ -918,7 +918,7 @@ def time_to_target_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "marker": {"color": host_colour(index)},
                 "hovertemplate": (
                     "%{customdata[0]}: %{y:.2f} h to top-1 "
-                    f"%{{customdata[1]:.{FRACTION_DIGITS}%}}<extra></extra>"
+                    f"%{{customdata[1]:.{FRACTION_DIGITS}~%}}<extra></extra>"
                 ),
             }
         )

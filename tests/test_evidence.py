@@ -74,5 +74,5 @@ def test_the_anatomy_findings_evidence_in_units(make_store):
         startup["extra by part"] == "input wait: 28 s; compute: 8 s; communication: 0 s; other: 4 s"
     )
     assert startup["first read"] == "67.4 MB"
-    assert found["input_wait"]["input wait share"] == "70.0%"
+    assert found["input_wait"]["input wait share"] == "70%"
     assert found["cache_warmup"]["storage read by epoch"] == "1: 67.4 MB; 2: 16.0 kB; 3: 4.0 kB"

@@ -152,7 +152,7 @@ def test_storage_bound_judges_the_trainings_own_reads(make_store):
     (finding,) = findings_of(stored(make_store, run), "own", "storage_bound")
     assert finding.evidence["reads_judged"] == "training"
     assert finding.evidence["host_epochs"][0]["storage_read_mbps"] == 50.0
-    assert "the training read storage at 50 MB/s" in finding.explanation
+    assert "the training's own processes read storage at 50 MB/s" in finding.explanation
     # the training itself read almost nothing (1 MB a rank): the hosts' 200 MB/s were
     # other processes', and the steps' instability is not the training waiting on storage
     quiet = storage_run("quiet", (1, 3), own=(1 * MB, 0))
@@ -160,7 +160,7 @@ def test_storage_bound_judges_the_trainings_own_reads(make_store):
     # no ranks' reads: the hosts' are judged, and said so
     (hosts,) = findings_of(stored(make_store, storage_run("h", (1, 3))), "h", "storage_bound")
     assert hosts.evidence["reads_judged"] == "hosts"
-    assert "the hosts read storage at 200 MB/s" in hosts.explanation
+    assert "the hosts (every process) read storage at 200 MB/s" in hosts.explanation
 
 
 def own_precision_pair(own_mbps: tuple[float, float], host_mbps: tuple[float, float]):

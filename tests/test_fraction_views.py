@@ -29,8 +29,10 @@ def cli(store, *argv: str) -> str:
 
 def test_one_format_for_a_fraction():
     assert format_fraction(0.7491) == "74.9%"
-    assert format_fraction(0.2) == "20.0%"
-    assert format_fraction(-0.00001) == "0.0%"  # no "-0.0%"
+    assert format_fraction(0.2) == "20%"  # a trailing zero dropped, as d3's ".1~%" does
+    assert format_fraction(0.10004) == "10%"
+    assert format_fraction(1234.5) == "123,450%"
+    assert format_fraction(-0.00001) == "0%"  # no "-0%"
     assert format_points(-0.0123) == "-1.23 points"
     assert format_top1(0.7491) == format_fraction(0.7491)  # the inference views
     assert format_top1(None) == "-"
@@ -52,10 +54,10 @@ def test_top1_prints_the_same_in_every_view(make_store):
     assert dashboard_columns.format_value(0.7491, "fraction") == shown
     column = next(c for c in dashboard_columns.SCALING_COLUMNS if c.key == "final_top1")
     spec = dashboard_columns.table_column(column)["format"].to_plotly_json()
-    assert spec["specifier"] == f".{FRACTION_DIGITS}%"  # d3: 0.7491 -> "74.9%"
+    assert spec["specifier"] == f".{FRACTION_DIGITS}~%"  # d3: 0.7491 -> "74.9%", 0.2 "20%"
     # the time-to-target chart's hover says the target in the same format
     target = figures.time_to_target_figure(rows)
-    assert f"{{customdata[1]:.{FRACTION_DIGITS}%}}" in target["data"][0]["hovertemplate"]
+    assert f"{{customdata[1]:.{FRACTION_DIGITS}~%}}" in target["data"][0]["hovertemplate"]
 
 
 def test_a_findings_fraction_prints_the_same_in_words_evidence_and_cli(make_store):

@@ -68,11 +68,11 @@ def test_inference_wording_needs_no_store():
     loss = words(Int8AccuracyLoss(fp32_top1=0.8125, int8_top1=0.75, top1_loss=0.0625))
     assert (loss.rule, loss.severity) == ("int8_accuracy_loss", "warning")
     assert loss.title == "INT8 loses 6.25 points of top-1"
-    assert "from 81.2% in FP32 to 75.0% in INT8" in loss.explanation
+    assert "from 81.2% in FP32 to 75% in INT8" in loss.explanation
     assert loss.evidence == {"fp32_top1": 0.8125, "int8_top1": 0.75, "top1_loss": 0.0625}
     flat = words(ThroughputSaturated("int8", 8, 163.9012, 32, 170.5))
     assert (flat.rule, flat.severity) == ("throughput_saturated", "info")
     assert flat.title == "INT8 throughput stops growing at batch size 8"
-    assert "163.9 images/s at batch 8 and 170.5 at batch 32: less than 10.0% more" in (
+    assert "163.9 images/s at batch 8 and 170.5 at batch 32: less than 10% more" in (
         flat.explanation
     )

@@ -23,6 +23,7 @@ import pytest
 from agent.schema import Workload
 from collector.epochs import build_report
 from collector.findings import run_findings
+from collector.scaling import scaling_rows
 from collector.store import SqliteStore
 from workloads import frameworks
 from workloads.checkpoint import load_checkpoint
@@ -294,9 +295,17 @@ def test_pytorch_scaling_loss_is_attributed_on_real_runs(pytorch_runs):
     try:
         found = {f.rule: f for f in run_findings(store, "pt-2")}
         rows = {r.host: r for r in build_report(store, "pt-2").rows if r.epoch == 2}
+        scaling = {row["run_id"]: row for row in scaling_rows(store)}
     finally:
         store.close()
     assert rows["*"].communication_percent > 0
+    assert "scaling_loss" in found, (
+        [(f.rule, f.title) for f in found.values()],
+        {
+            run: (row["images_per_second"], row["efficiency_percent"])
+            for run, row in scaling.items()
+        },
+    )
     finding = found["scaling_loss"]  # explained by the step anatomy of both runs
     evidence = finding.evidence["attribution"]
     assert (evidence["reference_run"], evidence["reference_ranks"], evidence["ranks"]) == (
