@@ -310,6 +310,11 @@ def _mb(value: float | None) -> str:
     return "not measured" if value is None else f"{value / 1e6:,.1f} MB"
 
 
+def _images(rate: float) -> str:
+    """Images/s whole from 100 on, else to one decimal (a CPU run's 4.5 is not "4")."""
+    return f"{rate:,.0f}" if abs(rate) >= 100 else f"{rate:,.1f}"
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:,.0f}"
 
@@ -346,8 +351,9 @@ def attribution_text(found: ScalingAttribution, against: str) -> str:
     )
     if found.grown:
         text += " Where the time went: " + "; ".join(map(part_change_text, found.grown)) + "."
-        if found.shrunk:
-            text += " Offset by: " + "; ".join(map(part_change_text, found.shrunk)) + "."
+        offsets = [p for p in found.shrunk if -p.lost_images_per_second >= 0.05]  # shows as 0.1
+        if offsets:
+            text += " Offset by: " + "; ".join(map(part_change_text, offsets)) + "."
     else:
         text += f" But {NOTHING_GREW}: the images/s were lost outside the timed steps."
     return text + (
@@ -373,14 +379,14 @@ def _(found: ScalingLoss) -> Finding:
     )
     if efficiency is not None:
         explanation = (
-            f"{ranks} on {nodes_text(found.nodes)} reached {found.images_per_second:,.0f} "
-            f"images/s of an ideal {found.ideal:,.0f} (1 x {found.gpus}): {efficiency} "
+            f"{ranks} on {nodes_text(found.nodes)} reached {_images(found.images_per_second)} "
+            f"images/s of an ideal {_images(found.ideal)} (1 x {found.gpus}): {efficiency} "
             "efficiency."
         )
         title = f"Scaling efficiency {efficiency} on {ranks}"
     else:
         explanation = (
-            f"{ranks} on {nodes_text(found.nodes)} reached {found.images_per_second:,.0f} "
+            f"{ranks} on {nodes_text(found.nodes)} reached {_images(found.images_per_second)} "
             "images/s (no 1-GPU run of this training to give its efficiency)."
         )
         title = f"Scaling loss on {ranks}"
