@@ -160,6 +160,45 @@ def timed_allreduce_hook(state: TimedAllreduce, bucket):
     return future.then(finished)
 
 
+class BackwardMarks:
+    """The end of backward compute and of DDP's all-reduce, with no communication hook.
+
+    ``watch(loss)`` before ``loss.backward()`` puts a pre-hook on the loss's autograd node
+    (the graph's root, run first); the pre-hook queues a final callback of the autograd
+    engine, which runs once every node of the graph has run: every local gradient is
+    ready (``compute_done``). DDP queues its own final callback, which waits for every
+    bucket's all-reduce and writes the averaged gradients, when its last bucket is ready,
+    later than ours, so ours runs first; ``backward`` returns after DDP's
+    (``backward_returned``: ``communication_done``). Torch is imported by the hook only.
+    """
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.compute_done: float | None = None
+        self.communication_done: float | None = None
+        self._handle: Any = None
+
+    def watch(self, loss: Any) -> None:
+        self.compute_done = self.communication_done = None
+        node = getattr(loss, "grad_fn", None)
+        if node is not None and self._handle is None:
+            self._handle = node.register_prehook(self._backward_began)
+
+    def _backward_began(self, grad_outputs: object) -> None:
+        from torch.autograd import Variable
+
+        Variable._execution_engine.queue_callback(self._graph_done)
+
+    def _graph_done(self) -> None:
+        self.compute_done = self.clock()
+
+    def backward_returned(self) -> None:
+        self.communication_done = self.clock()
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+
 # --------------------------------------------------------------------------------------
 # The rank's own reads, /proc/<pid>/io
 # --------------------------------------------------------------------------------------
