@@ -21,7 +21,7 @@ parts that add up to it exactly::
 were ready (the *exposed* part). All-reduce that ran while backward was still computing is
 counted once, in *compute*, and reported beside the sum as ``overlap``: the union of the
 all-reduce intervals (``StepMarks.communication``) inside ``[input_ready, compute_done]``;
-None when the trainer could not time its all-reduces one by one (Horovod).
+None when the trainer could not time its all-reduces one by one (Horovod, PyTorch DDP).
 
 Marks out of order (a clock read late on another thread) are clamped into
 ``[start, end]`` and made monotonic, so the parts are never negative. A step without an
@@ -121,43 +121,8 @@ def split_step(start: float, end: float, marks: StepMarks) -> StepAnatomy | None
 
 
 # --------------------------------------------------------------------------------------
-# PyTorch DistributedDataParallel: the all-reduce timed by a communication hook
+# PyTorch DistributedDataParallel: the all-reduce timed around backward
 # --------------------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class TimedAllreduce:
-    """The state of a DDP communication hook (``timed_allreduce_hook``) that runs the
-    all-reduce (``inner_hook``, default: DDP's own, sum then divide by the world size) and
-    notes each bucket's launch and completion on ``recorder`` (``now()`` and
-    ``add_communication(start, end)``, the clock of the step's marks).
-
-    DDP calls the hook when a bucket's gradients are all computed, so the last launch of a
-    step is the end of its backward compute (``compute_done``); the futures' intervals
-    before it ran hidden behind backward (the overlap). Torch is imported by the hook only.
-    """
-
-    recorder: Any
-    inner_state: object = None
-    inner_hook: Callable | None = None  # a hook the script registered itself, kept working
-    last_launch: float | None = None
-
-
-def timed_allreduce_hook(state: TimedAllreduce, bucket):
-    """The hook DDP calls (it needs a function, with ``state`` as its first argument)."""
-    launched = state.last_launch = state.recorder.now()
-    if state.inner_hook is not None:
-        future = state.inner_hook(state.inner_state, bucket)
-    else:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        future = default_hooks.allreduce_hook(None, bucket)  # None: the default group
-
-    def finished(done):
-        state.recorder.add_communication(launched, state.recorder.now())
-        return done.value()
-
-    return future.then(finished)
 
 
 class BackwardMarks:

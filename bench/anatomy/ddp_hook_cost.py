@@ -6,8 +6,9 @@ round by round, so load changes hit every variant alike:
 
 - ``builtin``: DDP's own C++ all-reduce (no communication hook);
 - ``python_hook``: the stock Python hook ``default_hooks.allreduce_hook``;
-- ``timed_hook``: ``workloads.anatomy.timed_allreduce_hook`` with the recorder
-  ``workloads profile`` gives it (``torch_hooks.Communication``), read every step;
+- ``timed_hook``: the communication hook epochscope timed DDP's all-reduce with until
+  this measurement (``timed_allreduce_hook`` below, as it was in ``workloads.anatomy``:
+  every bucket's launch and completion noted, for the overlap), read every step;
 - ``backward_marks``: no hook (DDP's C++ all-reduce) and the end of backward compute
   noted by ``workloads.anatomy.BackwardMarks`` (a final callback of the autograd engine
   queued before DDP's own), the all-reduce's end when ``backward`` returns.
@@ -38,6 +39,32 @@ sys.path.insert(0, str(ROOT))
 VARIANTS = ("builtin", "python_hook", "timed_hook", "backward_marks")
 
 
+class TimedAllreduce:
+    """The state of ``timed_allreduce_hook``: each bucket's (launch, completion)."""
+
+    def __init__(self) -> None:
+        self.intervals: list[tuple[float, float]] = []
+        self.last_launch: float | None = None
+
+    def take(self) -> tuple[float | None, list[tuple[float, float]]]:
+        taken = self.last_launch, self.intervals
+        self.last_launch, self.intervals = None, []
+        return taken
+
+
+def timed_allreduce_hook(state: TimedAllreduce, bucket):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    launched = state.last_launch = time.perf_counter()
+    future = default_hooks.allreduce_hook(None, bucket)
+
+    def finished(done):
+        state.intervals.append((launched, time.perf_counter()))
+        return done.value()
+
+    return future.then(finished)
+
+
 def rank_main(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     import copy
 
@@ -45,8 +72,7 @@ def rank_main(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    from workloads.anatomy import BackwardMarks, TimedAllreduce, timed_allreduce_hook
-    from workloads.autoprofile.torch_hooks import Communication
+    from workloads.anatomy import BackwardMarks
     from workloads.torch_resnet import ResNet50
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -59,7 +85,7 @@ def rank_main(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     labels = torch.randint(0, 10, (args.batch,))
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    communication = Communication()
+    reduction = TimedAllreduce()
     marks = BackwardMarks(time.perf_counter)
     models, optimizers = {}, {}
     for name in VARIANTS:
@@ -67,8 +93,6 @@ def rank_main(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
         if name == "python_hook":
             model.register_comm_hook(None, default_hooks.allreduce_hook)
         elif name == "timed_hook":
-            reduction = TimedAllreduce(communication)
-            communication.reductions.append(reduction)
             model.register_comm_hook(reduction, timed_allreduce_hook)
         models[name] = model
         optimizers[name] = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -85,7 +109,7 @@ def rank_main(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
             marks.backward_returned()
             assert marks.compute_done is not None
         elif name == "timed_hook":
-            last_launch, intervals = communication.take()
+            last_launch, intervals = reduction.take()
             assert last_launch is not None and intervals
         optimizer.step()
         return (
@@ -115,17 +139,18 @@ def rank_main(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
 
 def bootstrap(values: list[float], draws: int = 2000) -> tuple[float, float]:
     rng = random.Random(1)
-    medians = sorted(
-        statistics.median(rng.choices(values, k=len(values))) for _ in range(draws)
-    )
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
     return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
 def summarise(ranks: list[list[list]], rounds: int) -> dict:
     # per step: wall = the slower rank's (they wait for each other), CPU = both ranks' sum
     per_round: dict[str, dict[str, list[list[float]]]] = {
-        v: {"wall": [[] for _ in range(rounds)], "cpu": [[] for _ in range(rounds)],
-            "thread": [[] for _ in range(rounds)]}  # fmt: skip
+        v: {
+            "wall": [[] for _ in range(rounds)],
+            "cpu": [[] for _ in range(rounds)],
+            "thread": [[] for _ in range(rounds)],
+        }
         for v in VARIANTS
     }
     for first, second in zip(*ranks, strict=True):
@@ -151,6 +176,20 @@ def summarise(ranks: list[list[list]], rounds: int) -> dict:
     return result
 
 
+def same_priority_across_sessions() -> str | None:
+    """With the kernel's autogroup scheduling on, a nice value weighs only against the
+    processes of its own session; the other sessions' jobs share the cores with this one
+    as equals whatever their nice. The session's group gets this process's nice (root
+    may lower it), so ``nice -n -10`` does what it says. Returns the group's line."""
+    path = Path("/proc/self/autogroup")
+    try:
+        if os.nice(0) < 0:
+            path.write_text(str(os.nice(0)))
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=24)
@@ -164,6 +203,7 @@ def main() -> None:
     import torch
     import torch.multiprocessing as mp
 
+    autogroup = same_priority_across_sessions()
     raw = args.out.with_suffix(".raw.json")
     load_start = os.getloadavg()
     started = time.time()
@@ -176,6 +216,7 @@ def main() -> None:
         "rounds": args.rounds,
         "timed_steps_per_block": args.steps,
         "nice": os.nice(0),
+        "autogroup": autogroup,
         "load_average_at_start": load_start,
         "load_average_at_end": os.getloadavg(),
         "minutes": (time.time() - started) / 60,
