@@ -39,9 +39,9 @@ from agent.throughput import TimedWork, images_per_second  # noqa: E402
 from bench.side_by_side import (  # noqa: E402
     interleaved,
     load_average,
-    nice_value,
     ratio_summary,
     spread,
+    take_priority,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -164,6 +164,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    priority = take_priority()
     args.ranks = 2 if args.script == "torchrun" else 1
 
     runs: dict[str, list[dict]] = {name: [] for name in VARIANTS}
@@ -188,7 +189,7 @@ def main() -> int:
     summary = {
         "config": vars(args) | {"out": str(args.out) if args.out else None},
         "cpus": os.cpu_count(),
-        "nice": nice_value(),
+        "priority": priority,
         "load_average": loads,
         "load_average_range": spread(loads["plain"] + loads["profiled"]),
         "wall_seconds": round(time.monotonic() - started, 1),

@@ -31,9 +31,9 @@ from agent.throughput import TimedWork, images_per_second  # noqa: E402
 from bench.side_by_side import (  # noqa: E402
     interleaved,
     load_average,
-    nice_value,
     ratio_summary,
     spread,
+    take_priority,
 )
 from workloads import frameworks  # noqa: E402
 
@@ -148,6 +148,7 @@ def main() -> None:
     )
     parser.add_argument("--framework", default="tensorflow", help="of the workload variants")
     args = parser.parse_args()
+    priority = take_priority()
 
     variants = args.variants.split(",")
     results: dict[str, list[float]] = {name: [] for name in variants}
@@ -176,7 +177,7 @@ def main() -> None:
     summary = {
         "config": vars(args) | {"out": str(args.out) if args.out else None},
         "cpus": os.cpu_count(),
-        "nice": nice_value(),
+        "priority": priority,
         "load_average": loads,
         "load_average_range": spread([v for values in loads.values() for v in values]),
         "wall_seconds": round(time.monotonic() - started, 1),
