@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -154,11 +155,14 @@ def main() -> None:
     results: dict[str, list[float]] = {name: [] for name in variants}
     seconds: dict[str, list[float]] = {name: [] for name in variants}  # each run's wall time
     loads: dict[str, list[float]] = {name: [] for name in variants}  # before each run
+    # CPU seconds of every process a run started (ranks, launcher, agent, collector)
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for round_index, name in interleaved(args.rounds, variants):
             loads[name].append(load_average())
             began = time.monotonic()
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
             if name == "plain_horovod":
                 rate = plain(args)
             else:
@@ -170,6 +174,10 @@ def main() -> None:
                     anatomy=name != "workload_no_anatomy",
                 )
             seconds[name].append(round(time.monotonic() - began, 1))
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name].append(
+                round(after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime, 2)
+            )
             results[name].append(rate)
             print(f"round {round_index + 1} {name}: {rate:.3f} images/s "
                   f"(load {loads[name][-1]})", flush=True)  # fmt: skip
@@ -182,6 +190,7 @@ def main() -> None:
         "load_average_range": spread([v for values in loads.values() for v in values]),
         "wall_seconds": round(time.monotonic() - started, 1),
         "run_wall_seconds": seconds,
+        "run_cpu_seconds": cpu,
         "images_per_second": results,
         "median_images_per_second": medians,
         "spread_images_per_second": {name: spread(rates) for name, rates in results.items()},
