@@ -27,7 +27,7 @@ from collector.store import SqliteStore
 from workloads import frameworks
 from workloads.checkpoint import load_checkpoint
 from workloads.datasets import make_dataset
-from workloads.profile import EmbeddedProfile, start_collector, stop
+from workloads.profile import EmbeddedProfile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,15 +64,6 @@ def datasets(tmp_path_factory):
         return made[data_format]
 
     return get
-
-
-@pytest.fixture(scope="module")
-def collector(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("collector")
-    db = workdir / "runs.sqlite"
-    process, port = start_collector(db, workdir / "collector.log")
-    yield f"http://127.0.0.1:{port}", db
-    stop(process)
 
 
 def run_workload(repo_env, *argv: str, timeout: float = 540) -> subprocess.CompletedProcess:
@@ -212,32 +203,117 @@ def test_jpeg_folders_read_by_the_pytorch_loader(datasets):
 # --- trainings --------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def horovod_runs(datasets, tmp_path_factory):
+    """The Horovod frameworks' pairs, trained on first use: ``<prefix>-1`` (one process)
+    and ``<prefix>-2`` (horovodrun, two) with ``--profile`` into one collector, an agent
+    beside it pushing this host's samples, as a user compares runs. Returns
+    ``pair(framework) -> ((url, db), {run_id: output})``."""
+    profile = EmbeddedProfile("horovod-runs", tmp_path_factory.mktemp("horovod")).start()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    collector = (profile.url, profile.db)
+    trained: dict[str, dict[str, str]] = {}
+
+    def pair(framework: str) -> tuple[tuple[str, Path], dict[str, str]]:
+        if framework not in trained:
+            prefix, data_format = HOROVOD_PAIRS[framework]
+            outputs = {}
+            agent = ("--profile", "--agent-port", str(profile.agent_port))
+            for processes in ("1", "2"):
+                run_id = f"{prefix}-{processes}"
+                result = train(env, collector, framework, datasets(data_format), run_id,
+                               "--np", processes, *agent)  # fmt: skip
+                outputs[run_id] = result.stdout + result.stderr
+            trained[framework] = outputs
+        return collector, trained[framework]
+
+    try:
+        yield pair
+    finally:
+        profile.stop()
+
+
+HOROVOD_PAIRS = {"tensorflow": ("tf", "tfrecord"), "mxnet": ("mx", "recordio")}
+
+
+def check_scaling_loss_attributed(db: Path, prefix: str) -> dict:
+    """The issue's real-run check, the same for every framework: the two processes on this
+    host's two cores all-reduce (communication > 0, none in one process) and each trains
+    fewer images/s than the one process; the scaling-loss finding compares the pair (same
+    framework, model, image size and batch per rank) and attributes the loss to the parts
+    that grew, all-reduce among them. Returns the finding's evidence."""
+    store = SqliteStore(db)
+    try:
+        one, two = f"{prefix}-1", f"{prefix}-2"
+        found = {f.rule: f for f in run_findings(store, two)}
+        rows = {
+            run_id: {(r.epoch, r.host): r for r in build_report(store, run_id).rows}
+            for run_id in (one, two)
+        }
+    finally:
+        store.close()
+    for epoch in (1, 2):
+        assert rows[one][(epoch, "*")].communication_percent == 0.0
+        assert rows[two][(epoch, "*")].communication_percent > 0.0
+    assert "scaling_loss_attributed" in found, [f.title for f in found.values()]
+    evidence = found["scaling_loss_attributed"].evidence
+    assert (evidence["reference_run"], evidence["reference_ranks"], evidence["ranks"]) == (
+        one, 1, 2
+    )  # fmt: skip
+    assert (
+        evidence["images_per_second_per_rank"]
+        < 0.95 * evidence["reference_images_per_second_per_rank"]
+    )
+    parts = {p["part"]: p for p in evidence["parts"]}
+    assert parts["communication"]["reference_seconds"] == 0.0  # one process: no all-reduce
+    assert parts["communication"]["run_seconds"] > 0.0
+    assert parts["communication"]["lost_images_per_second"] > 0.0
+    # the parts' shares add up to the loss
+    assert sum(p["lost_images_per_second"] for p in parts.values()) == pytest.approx(
+        evidence["lost_images_per_second"], rel=1e-6
+    )
+    return evidence
+
+
 @needs("tensorflow")
-def test_tensorflow_two_epochs(datasets, collector, repo_env):
-    train(repo_env, collector, "tensorflow", datasets("tfrecord"), "tf-1")
+def test_tensorflow_two_epochs(horovod_runs, repo_env):
+    collector, _ = horovod_runs("tensorflow")
     check_stored_run(repo_env, collector, "tf-1", ranks=1)
 
 
 @needs("tensorflow", processes=2)
-def test_tensorflow_horovodrun_two_processes(datasets, collector, repo_env):
-    result = train(repo_env, collector, "tensorflow", datasets("tfrecord"), "tf-2", "--np", "2")
-    output = result.stdout + result.stderr
+def test_tensorflow_horovodrun_two_processes(horovod_runs, repo_env):
+    collector, outputs = horovod_runs("tensorflow")
+    output = outputs["tf-2"]
     assert "[1]" in output  # horovodrun's rank prefix
     # each rank prints its own images/s; the run's line is their sum (agent.throughput)
     assert "rank 0: images/sec:" in output and "rank 1: images/sec:" in output
     check_stored_run(repo_env, collector, "tf-2", ranks=2)
 
 
+@needs("tensorflow", processes=2)
+def test_tensorflow_scaling_loss_is_attributed_on_real_runs(horovod_runs):
+    (_, db), _ = horovod_runs("tensorflow")
+    check_scaling_loss_attributed(db, "tf")
+
+
 @needs("mxnet")
-def test_mxnet_two_epochs(datasets, collector, repo_env):
-    train(repo_env, collector, "mxnet", datasets("recordio"), "mx-1")
+def test_mxnet_two_epochs(horovod_runs, repo_env):
+    collector, _ = horovod_runs("mxnet")
     check_stored_run(repo_env, collector, "mx-1", ranks=1)
 
 
 @needs("mxnet", processes=2)
-def test_mxnet_horovodrun_two_processes(datasets, collector, repo_env):
-    train(repo_env, collector, "mxnet", datasets("recordio"), "mx-2", "--np", "2")
+def test_mxnet_horovodrun_two_processes(horovod_runs, repo_env):
+    collector, _ = horovod_runs("mxnet")
     check_stored_run(repo_env, collector, "mx-2", ranks=2)
+
+
+@needs("mxnet", processes=2)
+def test_mxnet_scaling_loss_is_attributed_on_real_runs(horovod_runs):
+    (_, db), _ = horovod_runs("mxnet")
+    check_scaling_loss_attributed(db, "mx")
 
 
 @pytest.fixture(scope="module")
