@@ -317,6 +317,14 @@ def test_pytorch_loop_recognised_unmodified(data, runs):
         assert parts[1] > 0 and end.fields[Workload.COMMUNICATION_SECONDS] == 0
         assert sum(parts) == pytest.approx(end.fields[Workload.SECONDS])
     assert "run pt: per epoch" in result.stdout and "epoch  host" in result.stdout
+    # every edge exact: the agent sampled at the first pass's start (before the loader was
+    # known to train) and at each epoch's last pass end (validation), not only between ticks
+    rows = report_rows(sys.executable, runs, "pt")
+    assert [row["epoch"] for row in rows] == [1, 2]
+    assert [row["interpolated_edges"] for row in rows] == ["", ""], rows
+    assert "Interpolated edges" not in result.stdout
+    starts = [e for e in rank if e.event == Event.EPOCH_START]
+    assert starts[0].time_ns > rank[0].time_ns  # run_start just before epoch 1's start
 
 
 @pytest.mark.slow
@@ -354,13 +362,20 @@ def test_keras_fit_on_tf_data_recognised_unmodified(data, runs):
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     (rank,) = by_rank(events(runs, "keras")).values()
-    ends = check_epochs(rank, epochs=2, images=TRAIN, steps=TRAIN // BATCH, input_wait=False)
+    ends = check_epochs(rank, epochs=2, images=TRAIN, steps=TRAIN // BATCH)
     assert rank[0].framework == "tensorflow" and rank[0].fields[Workload.MODEL] == "small_cnn"
+    # the step's anatomy: the batch fetched outside the compiled step (input wait), the
+    # compiled step (compute), no all-reduce in one process
+    for event in ends + [e for e in rank if e.event == Event.STEP]:
+        assert_parts_add_up(event)
+        assert event.fields[Workload.INPUT_WAIT_SECONDS] > 0
+        assert event.fields[Workload.COMPUTE_SECONDS] > 0
+        assert event.fields[Workload.COMMUNICATION_SECONDS] == 0
     assert rank[0].fields[Workload.BATCH_SIZE] == BATCH
     printed = printed_accuracies(result.stdout, r"(\d\.\d{6})")
     assert [e.fields[Workload.TOP1] for e in ends] == pytest.approx(printed, abs=1e-5)
     assert all(e.fields[Workload.LOSS] > 0 for e in ends)
-    # the rank's own reads (/proc/<pid>/io), in the table though Keras gives no anatomy
+    # the rank's own reads (/proc/<pid>/io), in the table
     assert all(e.fields[Workload.PROCESS_RCHAR_BYTES] > 0 for e in ends)
     rows = report_rows(sys.executable, runs, "keras")
     assert all(row["training_read_bytes"] is not None for row in rows), rows
@@ -384,9 +399,14 @@ def test_horovodrun_keras_example_two_ranks(data, runs):
     assert sorted(ranks) == [0, 1]  # horovodrun itself (Python too) is no rank
     for rank in ranks.values():
         # the data set sharded by rank: half each, batches of 4
-        check_epochs(rank, epochs=2, images=TRAIN // 2, steps=TRAIN // 2 // 4, input_wait=False)
+        ends = check_epochs(rank, epochs=2, images=TRAIN // 2, steps=TRAIN // 2 // 4)
         assert rank[0].fields[Workload.WORLD_SIZE] == 2
         assert rank[0].fields[Workload.MODEL] == "hvd_cnn"
+        # Horovod's all-reduce split off by the stamps in the compiled step
+        for event in ends + [e for e in rank if e.event == Event.STEP]:
+            assert_parts_add_up(event)
+            assert event.fields[Workload.COMPUTE_SECONDS] > 0
+        assert all(e.fields[Workload.COMMUNICATION_SECONDS] > 0 for e in ends), ends
 
 
 # --- PyTorch + torchvision in a user's environment (make user-torch-env) -----------------

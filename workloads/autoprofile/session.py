@@ -4,8 +4,10 @@ A ``Session`` starts (``run_start``) at the first training step it is told of, s
 processes that train become ranks. Epoch edges may be learnt late (a DataLoader is known
 to be the training one only at its first optimizer step; an epoch ends after the
 validation that follows it): each event carries the time it happened (``EventWriter.emit``
-with ``time_ns``), not the time it was learnt. The run ends at interpreter exit:
-``failed`` after an uncaught exception or a non-zero ``sys.exit``, else ``finished``.
+with ``time_ns``), not the time it was learnt; a moment that may turn out to be an edge
+is stamped with an agent edge sample when it happens (``edge_ns``), so the edge is exact.
+The run ends at interpreter exit: ``failed`` after an uncaught exception or a non-zero
+``sys.exit``, else ``finished``.
 
 Every image of an epoch is counted (no warm-up steps: ``timed_images == images``).
 
@@ -132,6 +134,7 @@ class Session:
         # script itself (workloads.track: "track") or Lightning's callbacks ("lightning")
         self.driver: str | None = None
         self._read_io: ProcessTreeIo | None = None
+        self._agent_edges: object = False  # AgentEdges | None, once asked
         self._mark = 0.0
         self._lock = threading.RLock()
 
@@ -154,7 +157,7 @@ class Session:
             if self.started:
                 return
             from agent.schema import Event, Workload
-            from workloads.events import AgentEdges, EventWriter, make_sink
+            from workloads.events import EventWriter, make_sink
             from workloads.spec import token_from_env
             from workloads.worker import host_memory_bytes
 
@@ -163,8 +166,7 @@ class Session:
             sink = BackgroundSink(make_sink(self.config.collector_url, token_from_env(),
                                             self.config.spool_dir(rank), None))  # fmt: skip
             self.writer = EventWriter(sink, self.config.run_id, rank, framework,
-                                      socket.gethostname(),
-                                      edges=AgentEdges.from_environment())  # fmt: skip
+                                      socket.gethostname(), edges=self._edges)  # fmt: skip
             self.writer.emit(Event.RUN_START, {
                 Workload.MODEL: model or "unknown",
                 Workload.BATCH_SIZE: batch_size,
@@ -177,6 +179,25 @@ class Session:
                 Workload.WARMUP_STEPS: 0,
             }, at_ns)  # fmt: skip
             atexit.register(self.finish)
+
+    @property
+    def _edges(self):
+        """The local agent's edge samples (``workloads.events.AgentEdges``), one for the
+        process: an agent that did not answer once is not asked again."""
+        if self._agent_edges is False:
+            from workloads.events import AgentEdges
+
+            self._agent_edges = AgentEdges.from_environment()
+        return self._agent_edges
+
+    def edge_ns(self) -> int:
+        """Now, as an edge sample of the local agent stamps it (the node's counters are read
+        at this instant: an epoch edge placed here is exact), else the clock's now. Asked
+        where an edge may turn out to be one, before it is known to be (the first pass of
+        a DataLoader is known to be the training epoch only at its first optimizer step)."""
+        edges = self._edges
+        sampled = edges.sample() if edges is not None else None
+        return sampled or self.clock_ns()
 
     # --- epochs and steps ----------------------------------------------------------
     def epoch_start(
@@ -261,6 +282,11 @@ class Session:
                     Workload.LOSS: scalar(loss),
                     **anatomy_fields(parts),
                 }, now_ns)  # fmt: skip
+
+    def step_is_sent(self) -> bool:
+        """The next step will be sent as a ``step`` event (its loss is read then)."""
+        steps = self.epoch.steps if self.epoch is not None else 0
+        return (steps + 1) % self.config.step_every == 0
 
     def extend_epoch(self, end_ns: int | None = None) -> None:
         """The open epoch ran until ``end_ns`` (validation after its steps)."""

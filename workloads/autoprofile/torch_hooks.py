@@ -10,6 +10,14 @@
   ends. Its accuracy is recorded when it is recognisable: batches of (inputs, integer
   labels) and a module called on tensors shaped like the inputs that returns one row of
   class scores per input; top-1 and top-5 are then counted from those scores.
+- Edges are exact where they can be: the local agent is asked for an edge sample
+  (``Session.edge_ns``) at the start of every pass before training is seen (any of them
+  may turn out to be the first epoch's start: the one whose batches are followed by
+  optimizer steps keeps its sample) and at the end (``StopIteration``) of every pass
+  while an epoch is open (the training pass, then each validation pass: the last is the
+  epoch's end). Later epochs start at their pass's ``epoch_start``, sampled there. A
+  loop that leaves its loader before ``StopIteration`` ends its epoch at its last step,
+  an interpolated edge.
 - The loss is the scalar tensor ``backward`` was called on, summed without a device sync
   and read at the epoch's end (and in sampled step events).
 - The model's name is the class of the first module called on a training batch's inputs
@@ -41,9 +49,9 @@ TOP5_CLASSES = 5
 
 
 class Pass:
-    def __init__(self, loader: object, io: object = None) -> None:
+    def __init__(self, loader: object, io: object = None, start_ns: int | None = None) -> None:
         self.loader = weakref.ref(loader)
-        self.start_ns = time.time_ns()
+        self.start_ns = start_ns or time.time_ns()
         self.start = time.perf_counter()
         self.io = io  # the process's reads when the pass began
         self.batches = 0
@@ -101,8 +109,10 @@ class Tracker:
         session = sessions.current()
         if session is None or session.explicit:
             return Pass(loader)
-        current = Pass(loader, session.process_io())
         role = self.roles.get(loader)
+        # before training is seen, any pass may be the first epoch: its start is an edge
+        start_ns = None if session.started else session.edge_ns()
+        current = Pass(loader, session.process_io(), start_ns)
         if session.started:
             if role == TRAIN:
                 session.epoch_start(None, current.start, current.io)  # now: an edge
@@ -143,7 +153,8 @@ class Tracker:
             top1, top5 = self._accuracy()
             if top1 is not None:
                 session.epoch.top1, session.epoch.top5 = top1, top5
-        session.extend_epoch()
+        if session.epoch is not None:  # the epoch ran until now, and may end here: an edge
+            session.extend_epoch(session.edge_ns())
         self._stop_watching()
 
     # the global optimizer step post hook
