@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -67,10 +68,22 @@ def datasets(tmp_path_factory):
 
 
 def run_workload(repo_env, *argv: str, timeout: float = 540) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-m", "workloads", "run", *argv],
-        capture_output=True, text=True, env=repo_env, timeout=timeout,
+    """``workloads run ARGV``, asserted to succeed. Past ``timeout`` its whole process group
+    is killed (horovodrun and torchrun included: killing the launcher alone left them
+    training on, orphaned) and the test fails with the output so far."""
+    command = [sys.executable, "-m", "workloads", "run", *argv]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=repo_env,
+        start_new_session=True,
     )  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"{' '.join(argv)}: still running after {timeout:.0f} s\n"
+                    + stdout[-3000:] + stderr[-5000:])  # fmt: skip
+    result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return result
 
@@ -124,7 +137,8 @@ def check_stored_run(repo_env, collector, run_id: str, ranks: int) -> None:
 
 
 def check_anatomy(fields: dict, ranks: int, epoch_end: bool) -> None:
-    """The step's four parts are there and add up to its seconds; two ranks all-reduce."""
+    """The step's four parts are there and add up to its seconds; two ranks all-reduce,
+    one process has nothing to all-reduce (communication exactly 0)."""
     parts = [
         fields[Workload.INPUT_WAIT_SECONDS],
         fields[Workload.COMPUTE_SECONDS],
@@ -133,6 +147,8 @@ def check_anatomy(fields: dict, ranks: int, epoch_end: bool) -> None:
     ]
     assert min(parts) >= 0.0 and fields[Workload.COMPUTE_SECONDS] > 0.0
     assert sum(parts) == pytest.approx(fields[Workload.SECONDS], rel=1e-6, abs=1e-6)
+    if ranks == 1:
+        assert fields[Workload.COMMUNICATION_SECONDS] == 0.0
     if epoch_end:
         assert fields[Workload.PROCESS_RCHAR_BYTES] > 0  # it read its data set at least
         assert fields[Workload.PROCESS_READ_BYTES] >= 0
@@ -214,9 +230,13 @@ def horovod_runs(datasets, tmp_path_factory):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     collector = (profile.url, profile.db)
     trained: dict[str, dict[str, str]] = {}
+    failed: set[str] = set()
 
     def pair(framework: str) -> tuple[tuple[str, Path], dict[str, str]]:
+        if framework in failed:  # trained once only: the first test that asked says why
+            pytest.fail(f"the {framework} pair failed to train (see the first of its tests)")
         if framework not in trained:
+            failed.add(framework)
             prefix, data_format = HOROVOD_PAIRS[framework]
             outputs = {}
             agent = ("--profile", "--agent-port", str(profile.agent_port))
@@ -226,6 +246,7 @@ def horovod_runs(datasets, tmp_path_factory):
                                "--np", processes, *agent)  # fmt: skip
                 outputs[run_id] = result.stdout + result.stderr
             trained[framework] = outputs
+            failed.discard(framework)
         return collector, trained[framework]
 
     try:
