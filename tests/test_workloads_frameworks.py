@@ -391,35 +391,8 @@ def test_pytorch_torchrun_two_processes(pytorch_runs, repo_env):
 
 @needs("pytorch")
 def test_pytorch_scaling_loss_is_attributed_on_real_runs(pytorch_runs):
-    """The issue's real-run check: two processes on this host's two cores all-reduce
-    (communication > 0) and each trains fewer images/s than the one process, which the
-    scaling-loss finding attributes to the parts that grew."""
     (_, db), _ = pytorch_runs
-    store = SqliteStore(db)
-    try:
-        found = {f.rule: f for f in run_findings(store, "pt-2")}
-        rows = {r.host: r for r in build_report(store, "pt-2").rows if r.epoch == 2}
-    finally:
-        store.close()
-    assert rows["*"].communication_percent > 0
-    finding = found["scaling_loss_attributed"]
-    evidence = finding.evidence
-    assert (evidence["reference_run"], evidence["reference_ranks"], evidence["ranks"]) == (
-        "pt-1", 1, 2
-    )  # fmt: skip
-    assert (
-        evidence["images_per_second_per_rank"]
-        < 0.95 * evidence["reference_images_per_second_per_rank"]
-    )
-    parts = {p["part"]: p for p in evidence["parts"]}
-    assert parts["communication"]["reference_seconds"] == 0.0  # one process: no all-reduce
-    assert parts["communication"]["run_seconds"] > 0.0
-    assert parts["communication"]["lost_images_per_second"] > 0.0
-    # the parts' shares add up to the loss
-    assert sum(p["lost_images_per_second"] for p in parts.values()) == pytest.approx(
-        evidence["lost_images_per_second"], rel=1e-6
-    )
-    assert "images/s lost to scaling" in finding.title
+    check_scaling_loss_attributed(db, "pt")
 
 
 @needs("pytorch")
