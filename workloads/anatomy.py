@@ -21,7 +21,7 @@ parts that add up to it exactly::
 were ready (the *exposed* part). All-reduce that ran while backward was still computing is
 counted once, in *compute*, and reported beside the sum as ``overlap``: the union of the
 all-reduce intervals (``StepMarks.communication``) inside ``[input_ready, compute_done]``;
-None when the trainer could not time its all-reduces one by one (Horovod).
+None when the trainer could not time its all-reduces one by one (Horovod, PyTorch DDP).
 
 Marks out of order (a clock read late on another thread) are clamped into
 ``[start, end]`` and made monotonic, so the parts are never negative. A step without an
@@ -121,43 +121,47 @@ def split_step(start: float, end: float, marks: StepMarks) -> StepAnatomy | None
 
 
 # --------------------------------------------------------------------------------------
-# PyTorch DistributedDataParallel: the all-reduce timed by a communication hook
+# PyTorch DistributedDataParallel: the all-reduce timed around backward
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
-class TimedAllreduce:
-    """The state of a DDP communication hook (``timed_allreduce_hook``) that runs the
-    all-reduce (``inner_hook``, default: DDP's own, sum then divide by the world size) and
-    notes each bucket's launch and completion on ``recorder`` (``now()`` and
-    ``add_communication(start, end)``, the clock of the step's marks).
+class BackwardMarks:
+    """The end of backward compute and of DDP's all-reduce, with no communication hook.
 
-    DDP calls the hook when a bucket's gradients are all computed, so the last launch of a
-    step is the end of its backward compute (``compute_done``); the futures' intervals
-    before it ran hidden behind backward (the overlap). Torch is imported by the hook only.
+    ``watch(loss)`` before ``loss.backward()`` puts a pre-hook on the loss's autograd node
+    (the graph's root, run first); the pre-hook queues a final callback of the autograd
+    engine, which runs once every node of the graph has run: every local gradient is
+    ready (``compute_done``). DDP queues its own final callback, which waits for every
+    bucket's all-reduce and writes the averaged gradients, when its last bucket is ready,
+    later than ours, so ours runs first; ``backward`` returns after DDP's
+    (``backward_returned``: ``communication_done``). Torch is imported by the hook only.
     """
 
-    recorder: Any
-    inner_state: object = None
-    inner_hook: Callable | None = None  # a hook the script registered itself, kept working
-    last_launch: float | None = None
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.compute_done: float | None = None
+        self.communication_done: float | None = None
+        self._handle: Any = None
 
+    def watch(self, loss: Any) -> None:
+        self.compute_done = self.communication_done = None
+        node = getattr(loss, "grad_fn", None)
+        if node is not None and self._handle is None:
+            self._handle = node.register_prehook(self._backward_began)
 
-def timed_allreduce_hook(state: TimedAllreduce, bucket):
-    """The hook DDP calls (it needs a function, with ``state`` as its first argument)."""
-    launched = state.last_launch = state.recorder.now()
-    if state.inner_hook is not None:
-        future = state.inner_hook(state.inner_state, bucket)
-    else:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    def _backward_began(self, grad_outputs: object) -> None:
+        from torch.autograd import Variable
 
-        future = default_hooks.allreduce_hook(None, bucket)  # None: the default group
+        Variable._execution_engine.queue_callback(self._graph_done)
 
-    def finished(done):
-        state.recorder.add_communication(launched, state.recorder.now())
-        return done.value()
+    def _graph_done(self) -> None:
+        self.compute_done = self.clock()
 
-    return future.then(finished)
+    def backward_returned(self) -> None:
+        self.communication_done = self.clock()
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
 
 
 # --------------------------------------------------------------------------------------

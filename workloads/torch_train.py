@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workloads.anatomy import TimedAllreduce, timed_allreduce_hook
+from workloads.anatomy import BackwardMarks
 from workloads.datasets import DatasetError, jpeg_files
 from workloads.spec import RunSpec
 from workloads.worker import Placement, cpu_threads_per_rank, steps_per_epoch
@@ -195,14 +195,13 @@ def run(spec: RunSpec, start_recorder):
 
     recorder = start_recorder(placement)
     model = ResNet50(spec.num_classes).to(device).to(memory_format=torch.channels_last)
-    reductions = None
+    backward = None  # DDP's all-reduce (its own C++ one) timed around backward
     if placement.world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[placement.local_rank] if cuda else None
         )
-    if placement.world_size > 1 and spec.anatomy:
-        reductions = TimedAllreduce(recorder)
-        model.register_comm_hook(reductions, timed_allreduce_hook)
+        if spec.anatomy:
+            backward = BackwardMarks(recorder.now)
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=spec.learning_rate * placement.world_size,
@@ -260,13 +259,17 @@ def run(spec: RunSpec, start_recorder):
             optimizer.zero_grad(set_to_none=True)
             with autocast():
                 loss = loss_fn(model(images), labels)
-            scaler.scale(loss).backward()  # DDP: returns once every bucket is all-reduced
+            scaled = scaler.scale(loss)
+            if backward is not None:
+                backward.watch(scaled)
+            scaled.backward()  # DDP: returns once every bucket is all-reduced
             if spec.anatomy:
                 if cuda:
                     torch.cuda.synchronize(device)
-                if reductions is not None:
-                    recorder.compute_done(reductions.last_launch)
-                    recorder.communication_done()
+                if backward is not None:
+                    backward.backward_returned()
+                    recorder.compute_done(backward.compute_done)
+                    recorder.communication_done(backward.communication_done)
                 else:
                     recorder.compute_done()
             scaler.step(optimizer)

@@ -127,15 +127,16 @@ def mxnet_cost(blocks: int) -> dict[str, float]:
 
 
 def pytorch_cost(blocks: int) -> dict[str, float]:
-    """DDP's default all-reduce against the timed hook (``torch_train.timed_allreduce_hook``)
-    over a 1-process gloo group: a small model in ResNet-50's number of buckets (DDP's
-    default 25 MB cap puts its 161 gradients, 98 MB, in ~4-5), so the step is mostly the
-    hook's own work."""
+    """DDP's all-reduce untimed against timed as the PyTorch workload times it
+    (``anatomy.BackwardMarks`` around ``backward``) over a 1-process gloo group: a small
+    model in ResNet-50's number of buckets (DDP's default 25 MB cap puts its 161
+    gradients, 98 MB, in ~4-5), so the step is mostly DDP's own work. (The 2-rank
+    ResNet-50 side by side is ``ddp_hook_cost.py``.)"""
     import torch
     import torch.distributed as dist
 
+    from workloads.anatomy import BackwardMarks
     from workloads.events import EventWriter, MemorySink
-    from workloads.torch_train import TimedAllreduce, timed_allreduce_hook
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")
@@ -156,12 +157,19 @@ def pytorch_cost(blocks: int) -> dict[str, float]:
     # bucket_cap_mb: ~4.5 buckets over the 0.8 MB of gradients, as ResNet-50 has
     plain = torch.nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.18)
     timed = torch.nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=0.18)
-    timed.register_comm_hook(TimedAllreduce(recorder), timed_allreduce_hook)
+    marks = BackwardMarks(recorder.now)
     x = torch.randn(8, 64)
 
     def step(ddp) -> None:
         ddp.zero_grad(set_to_none=True)
-        ddp(x).sum().backward()
+        loss = ddp(x).sum()
+        if ddp is timed:
+            marks.watch(loss)
+        loss.backward()
+        if ddp is timed:
+            marks.backward_returned()
+            recorder.compute_done(marks.compute_done)
+            recorder.communication_done(marks.communication_done)
 
     step(plain), step(timed)  # buckets rebuilt on the first step
     return interleaved(lambda: step(plain), lambda: step(timed), blocks, 20)

@@ -11,8 +11,8 @@
   batch ahead, so a step's wait is the wait for the batch after it, and an epoch's is
   every wait of its training loaders;
 - the step's anatomy as for a plain PyTorch loop (``torch_hooks``): the input wait, then
-  compute until the end of ``backward`` (until the last all-reduce launch under DDP, whose
-  all-reduce is timed by the hook put on Lightning's ``DistributedDataParallel`` too), the
+  compute until the end of ``backward`` (under DDP, until backward's graph has run; the
+  all-reduce DDP still runs after it is communication, Lightning's DDP too), the
   rest (optimizer update, Lightning's hooks) until the batch's end;
 - loss: the ``loss`` ``training_step`` returned; validation accuracy: ``val_acc`` or
   ``val_accuracy`` (or Keras' names) as the module logged it, read when validation ends.

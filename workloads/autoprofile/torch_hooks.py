@@ -26,22 +26,22 @@
   its first batch (the pass's start for a pass's first step, so starting the loader's
   workers counts, as in the bundled runs) until it arrived, plus the waits for any further
   batches of the step (gradient accumulation); compute until the end of ``backward``; the
-  rest until the optimizer step ended. A ``DistributedDataParallel`` model gets the bundled
-  workload's timed all-reduce (``TimedAllreduce``) as its communication hook when it is
-  made: compute then ends at the step's last bucket launch, communication at the end of
-  ``backward`` (which waits for every all-reduce), and all-reduce hidden behind backward
-  is the overlap. A hook the script registers itself runs inside the timed one. A
-  distributed rank whose all-reduce is not seen (no DDP) reports input wait only.
+  rest until the optimizer step ended. Once a ``DistributedDataParallel`` model is made,
+  DDP's own all-reduce (its C++ one, or the hook the script registers) is left alone:
+  compute ends when the autograd engine has run the whole graph (``BackwardMarks``, a
+  final callback queued before DDP's), communication when ``backward`` returns (DDP's
+  final callback waits for every bucket's all-reduce); all-reduce hidden behind backward
+  is not seen (the overlap is None). A distributed rank whose all-reduce is not seen (no
+  DDP) reports input wait only.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 import weakref
 from types import ModuleType
 
-from workloads.anatomy import StepMarks, TimedAllreduce, timed_allreduce_hook
+from workloads.anatomy import BackwardMarks, StepMarks
 from workloads.autoprofile import session as sessions
 
 TRAIN, OTHER = "train", "other"
@@ -65,40 +65,19 @@ class Pass:
         self.outermost: object = None  # the last-returning module called on the inputs
 
 
-class Communication:
-    """The all-reduce intervals of the step under way, as ``TimedAllreduce`` notes them."""
-
-    def __init__(self) -> None:
-        self.intervals: list[tuple[float, float]] = []
-        self.reductions: list[TimedAllreduce] = []  # one per DDP model made
-
-    now = staticmethod(time.perf_counter)
-
-    def add_communication(self, start: float, end: float) -> None:
-        self.intervals.append((start, end))
-
-    def take(self) -> tuple[float | None, list[tuple[float, float]]]:
-        """(the step's last bucket launch, its all-reduce intervals), then forget them."""
-        if not self.reductions:
-            return None, []
-        launches = [r.last_launch for r in self.reductions if r.last_launch is not None]
-        for reduction in self.reductions:
-            reduction.last_launch = None
-        intervals, self.intervals = self.intervals, []
-        return (max(launches) if launches else None), intervals
-
-
 class Tracker:
     """What the hooks saw, turned into the session's epochs and steps."""
 
     def __init__(self) -> None:
-        self.communication = Communication()
+        self.ddp_models = 0  # DistributedDataParallel models made under the session
+        self.backward_marks = BackwardMarks(time.perf_counter)
         self.waited: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loader: s
         self.roles: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.last: Pass | None = None  # the pass whose batch came last
         self.model: str | None = None
         self.loss = None
-        self.backward_done: float | None = None
+        self.backward_done: float | None = None  # the last backward returned
+        self.graph_done: float | None = None  # ...having run its whole graph (DDP only)
         self._forward_hook = None
         self._correct = [None, None]  # top-1, top-5 tensors summed over a validation pass
         self._scored = 0
@@ -195,29 +174,31 @@ class Tracker:
         """The marks of the step now ending, whose batch was asked for at ``requested`` and
         was in hand at ``ready``; None where its parts cannot be told apart. Forgets the
         step's end of backward and all-reduce either way."""
-        last_launch, intervals = self.communication.take()
         backward_done, self.backward_done = self.backward_done, None
+        graph_done, self.graph_done = self.graph_done, None
         if backward_done is None:
             return None
         alone = session.placement is not None and session.placement.world_size == 1
-        if not alone and last_launch is None:
+        if alone:
+            return StepMarks(input_requested=requested, input_ready=ready,
+                             compute_done=backward_done)  # fmt: skip
+        if not self.ddp_models:
             return None  # an all-reduce epochscope does not see may run inside backward
-        marks = StepMarks(input_requested=requested, input_ready=ready)
-        if last_launch is None:
-            marks.compute_done = backward_done
-        else:  # DDP: backward returns once every bucket is all-reduced
-            marks.compute_done = last_launch
-            marks.communication_done = backward_done
-            marks.communication = intervals
-        return marks
+        # DDP: backward returns once every bucket is all-reduced
+        return StepMarks(input_requested=requested, input_ready=ready,
+                         compute_done=graph_done, communication_done=backward_done)  # fmt: skip
 
     # torch.Tensor.backward
     def backward(self, tensor: object) -> None:
         if getattr(tensor, "numel", lambda: 0)() == 1:
             self.loss = tensor.detach()
+        if self.ddp_models:
+            self.backward_marks.watch(tensor)
 
     def backward_ended(self) -> None:
-        self.backward_done = time.perf_counter()
+        marks = self.backward_marks
+        marks.backward_returned()
+        self.backward_done, self.graph_done = marks.communication_done, marks.compute_done
 
     # --- the model's forward: its name, validation accuracy ---------------------------
     def _watch_forward(self, current: Pass) -> None:
@@ -369,50 +350,15 @@ def patch_backward(module: ModuleType) -> None:
 
 
 def patch_distributed_data_parallel(module: ModuleType) -> None:
-    """Every ``DistributedDataParallel`` made gets the timed all-reduce as its hook; a hook
-    the script registers afterwards (``register_comm_hook``, or a built-in one by type) is
-    run by it instead of DDP's default all-reduce, so the script's training is unchanged."""
+    """Counts the ``DistributedDataParallel`` models made: their all-reduce (DDP's own, or
+    the script's hook) is timed around ``backward`` and nothing of DDP is replaced."""
     ddp_class = module.DistributedDataParallel
     original_init = ddp_class.__init__
-    original_register = ddp_class.register_comm_hook
-    original_builtin = ddp_class._register_builtin_comm_hook
 
     def __init__(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
         session = sessions.current()
-        if session is None or session.driver == "track":
-            return
-        try:  # whatever happens here, the script's model stays as it made it
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-            reduction = TimedAllreduce(TRACKER.communication, self.process_group,
-                                       default_hooks.allreduce_hook)  # fmt: skip
-            original_register(self, reduction, timed_allreduce_hook)
-        except Exception as error:  # e.g. sparse gradients: no anatomy for this model
-            print(f"epochscope: all-reduce not timed: {error!r}", file=sys.stderr)
-            return
-        self._epochscope_reduction = reduction
-        TRACKER.communication.reductions.append(reduction)
-
-    def register_comm_hook(self, state, hook):
-        reduction = getattr(self, "_epochscope_reduction", None)
-        if reduction is None:
-            return original_register(self, state, hook)
-        reduction.inner_state, reduction.inner_hook = state, hook
-        return None
-
-    def _register_builtin_comm_hook(self, comm_hook_type):
-        reduction = getattr(self, "_epochscope_reduction", None)
-        if reduction is None:
-            return original_builtin(self, comm_hook_type)
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        hooks = {"ALLREDUCE": default_hooks.allreduce_hook,
-                 "FP16_COMPRESS": default_hooks.fp16_compress_hook}  # fmt: skip
-        reduction.inner_state = self.process_group
-        reduction.inner_hook = hooks[comm_hook_type.name]
-        return None
+        if session is not None and session.driver != "track":
+            TRACKER.ddp_models += 1
 
     ddp_class.__init__ = __init__
-    ddp_class.register_comm_hook = register_comm_hook
-    ddp_class._register_builtin_comm_hook = _register_builtin_comm_hook
