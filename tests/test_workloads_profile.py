@@ -438,7 +438,7 @@ def user_python() -> str:
     check = subprocess.run(
         # -I: not this checkout from the working directory, but what the venv has installed
         [str(python), "-I", "-c", "import workloads, torchvision; print(workloads.__file__)"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=TIMEOUT,  # minutes on a loaded machine
     )  # fmt: skip
     if check.returncode != 0 or not check.stdout.startswith(str(REPO_ROOT)):
         pytest.skip(f"{USER_VENV} holds no epochscope from {REPO_ROOT}: make user-torch-env")
