@@ -252,7 +252,10 @@ class StepStamps:
         inputs = [tf.stack(probes)] if probes else []
         self.traced[key] = tf.py_function(lambda *_: time.time(), inputs, tf.float64)
 
-    def instrument(self, model, optimizer) -> None:
+    def instrument(self, model, optimizer, distributed: bool) -> None:
+        """``distributed``: more than one process, so Horovod all-reduces (with one, its
+        ``_allreduce`` is an identity behind a ``tf.cond``: no *computed* stamp, and the
+        step has no communication part)."""
         tf = self.tf
         begin_key, input_key, computed_key, reduced_key = self.KEYS
         train_step = model.train_step
@@ -268,7 +271,7 @@ class StepStamps:
         model.train_step = stamped_train_step
 
         allreduce = getattr(optimizer, "_allreduce", None)
-        if allreduce is not None:  # Horovod's DistributedOptimizer
+        if distributed and allreduce is not None:  # Horovod's DistributedOptimizer
 
             def stamped_allreduce(grads, variables):
                 self._stamp(computed_key, first_present(grads))
@@ -298,7 +301,7 @@ class StepStamps:
         recorder.input_requested(at(begin_key))
         recorder.input_ready(at(input_key))
         computed, reduced = at(computed_key), at(reduced_key)
-        if computed is None:  # one process without Horovod: no all-reduce
+        if computed is None:  # one process: no all-reduce
             recorder.compute_done(reduced)
             return
         recorder.compute_done(computed)
@@ -329,7 +332,7 @@ def run(spec: RunSpec, start_recorder):
     optimizer = hvd.DistributedOptimizer(optimizer)
     stamps = StepStamps(tf)
     if spec.anatomy:
-        stamps.instrument(model, optimizer)
+        stamps.instrument(model, optimizer, distributed=placement.world_size > 1)
     model.compile(
         optimizer=optimizer,
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
