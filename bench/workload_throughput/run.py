@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,7 +27,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.schema import Event, Workload  # noqa: E402
+from agent.schema import Event, Tag, Workload  # noqa: E402
+from agent.throughput import TimedWork, images_per_second  # noqa: E402
+from bench.side_by_side import (  # noqa: E402
+    interleaved,
+    load_average,
+    ratio_summary,
+    spread,
+    take_priority,
+)
 from workloads import frameworks  # noqa: E402
 
 PLAIN = Path(__file__).with_name("plain_horovod.py")
@@ -65,8 +74,16 @@ def agent_cpu_share(store) -> float:
     return float(data.values[-1] - data.values[0]) / seconds / (os.cpu_count() or 1)
 
 
-def rank_rates(ends: list[dict]) -> float:
-    return sum(e[Workload.TIMED_IMAGES] / e[Workload.TIMED_SECONDS] for e in ends)
+def rank_rates(ends: list[tuple[object, dict]]) -> float:
+    """The run's images/s by the one definition (``agent.throughput``): each rank's timed
+    images over its timed seconds (the steps after the warm-up, on the rank's own
+    ``perf_counter``), summed over ranks. The same ``Recorder`` stamps them with or without
+    ``--profile``; only where they are delivered differs (event files or the collector)."""
+    works = [
+        (rank, TimedWork(fields[Workload.TIMED_IMAGES], fields[Workload.TIMED_SECONDS]))
+        for rank, fields in ends
+    ]
+    return images_per_second(works)
 
 
 def workload(args, runs_dir: Path, profile: bool, index: int, anatomy: bool = True) -> float:
@@ -88,33 +105,31 @@ def workload(args, runs_dir: Path, profile: bool, index: int, anatomy: bool = Tr
         from collector.store import SqliteStore
 
         store = SqliteStore(runs_dir / f"{run_id}.sqlite")
-        ends = [e.fields for e in store.events(run_id) if e.event == Event.EPOCH_END]
+        ends = [(e.rank, e.fields) for e in store.events(run_id) if e.event == Event.EPOCH_END]
         AGENT_SHARES.append(agent_cpu_share(store))
         store.close()
     else:
         from workloads.summary import read_events_dir
 
         points = read_events_dir(runs_dir / run_id / "events")
-        ends = [p.fields for p in points if p.fields.get(Workload.EVENT) == Event.EPOCH_END]
+        ends = [
+            (p.tags[Tag.RANK], p.fields)
+            for p in points
+            if p.fields.get(Workload.EVENT) == Event.EPOCH_END
+        ]
     if len(ends) != args.np:
         raise RuntimeError(f"{run_id}: {len(ends)} epoch_end events for {args.np} ranks")
     return rank_rates(ends)
 
 
-def ratio(medians: dict[str, float], top: str, bottom: str) -> float | None:
-    if top in medians and bottom in medians:
-        return medians[top] / medians[bottom]
-    return None
-
-
-def paired(results: dict[str, list[float]], top: str, bottom: str) -> dict[str, object] | None:
-    """``top`` / ``bottom`` within each round (the two ran back to back), their median and
-    spread."""
-    if top not in results or bottom not in results:
-        return None
-    ratios = [a / b for a, b in zip(results[top], results[bottom], strict=True)]
-    return {"ratios": ratios, "median": statistics.median(ratios), "min": min(ratios),
-            "max": max(ratios)}  # fmt: skip
+RATIOS = {  # name: (top, bottom)
+    "workload_vs_plain": ("workload", "plain_horovod"),
+    "profiled_vs_unprofiled": ("workload_profiled", "workload"),
+    "anatomy_vs_no_anatomy": ("workload", "workload_no_anatomy"),
+    # everything --profile adds (anatomy, events to the collector, agent, collector)
+    # against the bare workload
+    "profiled_vs_bare": ("workload_profiled", "workload_no_anatomy"),
+}
 
 
 def main() -> None:
@@ -129,50 +144,61 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         default="plain_horovod,workload,workload_profiled",
-        help="of plain_horovod (TensorFlow only), workload, workload_profiled, "
+        help="of plain_horovod (TensorFlow only), workload, workload_profiled (--profile), "
         "workload_no_anatomy (the workload without its step anatomy)",
     )
     parser.add_argument("--framework", default="tensorflow", help="of the workload variants")
     args = parser.parse_args()
+    priority = take_priority()
 
     variants = args.variants.split(",")
     results: dict[str, list[float]] = {name: [] for name in variants}
-    loads: list[float] = []  # the 1-minute load average as each round starts
+    seconds: dict[str, list[float]] = {name: [] for name in variants}  # each run's wall time
+    loads: dict[str, list[float]] = {name: [] for name in variants}  # before each run
+    # CPU seconds of every process a run started (ranks, launcher, agent, collector)
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        for round_index in range(args.rounds):
-            loads.append(round(os.getloadavg()[0], 2))
-            order = variants if round_index % 2 == 0 else variants[::-1]
-            for name in order:
-                if name == "plain_horovod":
-                    rate = plain(args)
-                else:
-                    rate = workload(
-                        args,
-                        Path(tmp),
-                        name == "workload_profiled",
-                        round_index,
-                        anatomy=name != "workload_no_anatomy",
-                    )
-                results[name].append(rate)
-                print(f"round {round_index + 1} {name}: {rate:.2f} images/s", flush=True)
+        for round_index, name in interleaved(args.rounds, variants):
+            loads[name].append(load_average())
+            began = time.monotonic()
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if name == "plain_horovod":
+                rate = plain(args)
+            else:
+                rate = workload(
+                    args,
+                    Path(tmp),
+                    name == "workload_profiled",
+                    round_index,
+                    anatomy=name != "workload_no_anatomy",
+                )
+            seconds[name].append(round(time.monotonic() - began, 1))
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name].append(
+                round(after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime, 2)
+            )
+            results[name].append(rate)
+            print(f"round {round_index + 1} {name}: {rate:.3f} images/s "
+                  f"(load {loads[name][-1]})", flush=True)  # fmt: skip
     medians = {name: statistics.median(rates) for name, rates in results.items()}
     summary = {
         "config": vars(args) | {"out": str(args.out) if args.out else None},
         "cpus": os.cpu_count(),
-        "load_average_per_round": loads,
-        "load_average_at_end": os.getloadavg(),
+        "priority": priority,
+        "load_average": loads,
+        "load_average_range": spread([v for values in loads.values() for v in values]),
         "wall_seconds": round(time.monotonic() - started, 1),
+        "run_wall_seconds": seconds,
+        "run_cpu_seconds": cpu,
         "images_per_second": results,
         "median_images_per_second": medians,
-        "spread_images_per_second": {
-            name: [min(rates), max(rates)] for name, rates in results.items()
+        "spread_images_per_second": {name: spread(rates) for name, rates in results.items()},
+        **{
+            name: ratio_summary(results, top, bottom)
+            for name, (top, bottom) in RATIOS.items()
+            if top in results and bottom in results
         },
-        # each round's two runs side by side (the load they shared), then the median
-        "anatomy_vs_no_anatomy_per_round": paired(results, "workload", "workload_no_anatomy"),
-        "workload_vs_plain": ratio(medians, "workload", "plain_horovod"),
-        "profiled_vs_unprofiled": ratio(medians, "workload_profiled", "workload"),
-        "anatomy_vs_no_anatomy": ratio(medians, "workload", "workload_no_anatomy"),
         "agent_cpu_share_of_node": AGENT_SHARES,
     }
     print(json.dumps(summary, indent=1))
