@@ -11,6 +11,7 @@ environment.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -384,6 +385,25 @@ def test_keras_fit_on_tf_data_recognised_unmodified(data, runs):
 
 @pytest.mark.slow
 @pytest.mark.frameworks
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="make frameworks")
+def test_keras_fit_with_steps_per_execution_runs_as_it_is_without_anatomy(data, runs):
+    tfrecord = data("tfrecord")
+    result = profile(sys.executable, runs, "spe", sys.executable, str(SCRIPTS / "keras_fit.py"),
+                     str(tfrecord), "--epochs", "1", "--steps-per-execution", "2",
+                     "--steps-per-epoch", str(TRAIN // BATCH), "--validation-steps",
+                     str(VAL // BATCH), env=project_env())  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    said = "epochscope: Keras fit: no step anatomy (steps_per_execution is above 1)"
+    assert result.stderr.count(said) == 1, result.stderr[-4000:]
+    (rank,) = by_rank(events(runs, "spe")).values()
+    # one step per execution of 2 batches; every image counted
+    (end,) = check_epochs(rank, epochs=1, images=TRAIN, steps=TRAIN // BATCH // 2,
+                          input_wait=False)  # fmt: skip
+    assert Workload.COMPUTE_SECONDS not in end.fields
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
 def test_horovodrun_keras_example_two_ranks(data, runs):
     from workloads import frameworks
 
@@ -418,7 +438,7 @@ def user_python() -> str:
     check = subprocess.run(
         # -I: not this checkout from the working directory, but what the venv has installed
         [str(python), "-I", "-c", "import workloads, torchvision; print(workloads.__file__)"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=TIMEOUT,  # minutes on a loaded machine
     )  # fmt: skip
     if check.returncode != 0 or not check.stdout.startswith(str(REPO_ROOT)):
         pytest.skip(f"{USER_VENV} holds no epochscope from {REPO_ROOT}: make user-torch-env")
@@ -430,6 +450,19 @@ def user_env() -> dict[str, str]:
     env.pop("PYTHONPATH", None)  # nothing of the project's environment: epochscope as installed
     env["PATH"] = os.pathsep.join([str(USER_VENV / "bin"), env.get("PATH", "")])
     return env
+
+
+@functools.cache
+def has_lightning(python: str) -> bool:
+    # importing Lightning takes minutes on a loaded 2-core machine: asked once
+    return subprocess.run([python, "-c", "import lightning"], timeout=TIMEOUT).returncode == 0
+
+
+def lightning_python() -> str:
+    python = user_python()
+    if not has_lightning(python):
+        pytest.skip(f"lightning is not in {USER_VENV}: make user-torch-env")
+    return python
 
 
 BIG_TRAIN, BIG_SIZE = 96, 480  # 9.6 MB of JPEGs, so the data set's reads stand out
@@ -467,9 +500,7 @@ def test_imagenet_example_one_process_reads_the_data_set_in_epoch_1_only(data, r
 @pytest.mark.slow
 @pytest.mark.frameworks
 def test_lightning_example_recognised_unmodified(data, runs):
-    python = user_python()
-    if subprocess.run([python, "-c", "import lightning"], timeout=120).returncode != 0:
-        pytest.skip(f"lightning is not in {USER_VENV}: make user-torch-env")
+    python = lightning_python()
     jpeg = data("jpeg")
     result = profile(python, runs, "lit", python, str(SCRIPTS / "lightning_train.py"), str(jpeg),
                      "--batch-size", str(BATCH), options=("--data-dir", str(jpeg)),
@@ -493,6 +524,36 @@ def test_lightning_example_recognised_unmodified(data, runs):
     rows = report_rows(python, runs, "lit")
     assert [row["images"] for row in rows] == [TRAIN, TRAIN]
     assert all(row["training_read_bytes"] is not None for row in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_lightning_multi_process_strategies_each_rank_trains_its_share(data, runs, strategy):
+    """``Trainer(strategy="ddp", devices=2)`` starts rank 1 by running the script again;
+    ``ddp_spawn`` pickles the trainer, with epochscope's callback in it, into two spawned
+    processes (the one that called ``fit`` trains nothing and is no rank)."""
+    python = lightning_python()
+    jpeg = data("jpeg")
+    workers = "1" if strategy == "ddp" else "0"  # each spawned worker would import torch again
+    result = profile(python, runs, strategy, python, str(SCRIPTS / "lightning_train.py"),
+                     str(jpeg), "--batch-size", str(BATCH), "--strategy", strategy,
+                     "--devices", "2", "--workers", workers, env=user_env())  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    ranks = by_rank(events(runs, strategy))
+    assert sorted(ranks) == [0, 1]
+    for rank in ranks.values():
+        # Lightning's DistributedSampler: half the pictures each, 2 steps of 8 an epoch
+        ends = check_epochs(rank, epochs=2, images=TRAIN // 2, steps=TRAIN // 2 // BATCH)
+        start = rank[0].fields
+        assert start[Workload.MODEL] == "LitClassifier" and start[Workload.WORLD_SIZE] == 2
+        for event in ends + [e for e in rank if e.event == Event.STEP]:
+            assert_parts_add_up(event)
+            assert event.fields[Workload.COMPUTE_SECONDS] > 0
+        # the all-reduce of Lightning's DistributedDataParallel, timed by epochscope's hook
+        assert all(e.fields[Workload.COMMUNICATION_SECONDS] > 0 for e in ends), ends
+    rows = report_rows(python, runs, strategy)
+    assert [row["images"] for row in rows] == [TRAIN, TRAIN]
 
 
 def spawn_port() -> int:

@@ -20,6 +20,7 @@ bootstrap 95% interval over rounds.
 
     flock /work/bench.lock nice -n -10 .venv/bin/python bench/anatomy/ddp_hook_cost.py \
         --out bench/anatomy/results/ddp-hook-cost.json
+    .venv/bin/python bench/anatomy/ddp_hook_cost.py --pool RESULTS.json... --out POOLED.json
 """
 
 from __future__ import annotations
@@ -176,6 +177,26 @@ def summarise(ranks: list[list[list]], rounds: int) -> dict:
     return result
 
 
+def pooled(results: list[Path]) -> dict:
+    """The per-round ratios of several runs of this bench pooled: median, 95% interval."""
+    runs = [json.loads(path.read_text())["variants"] for path in results]
+    pool: dict = {}
+    for name in VARIANTS[1:]:
+        for measure in ("wall", "cpu", "thread"):
+            ratios = [
+                mine / base
+                for run in runs
+                for mine, base in zip(run[name][f"{measure}_round_medians"],
+                                      run["builtin"][f"{measure}_round_medians"], strict=True)
+            ]  # fmt: skip
+            pool[f"{name} {measure}"] = {
+                "rounds": len(ratios),
+                "ratio_to_builtin_median": statistics.median(ratios),
+                "ratio_to_builtin_ci95": bootstrap(ratios),
+            }
+    return pool
+
+
 def same_priority_across_sessions() -> str | None:
     """With the kernel's autogroup scheduling on, a nice value weighs only against the
     processes of its own session; the other sessions' jobs share the cores with this one
@@ -198,7 +219,15 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--port", type=int, default=29631)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--pool", type=Path, nargs="+", help="pool these results into --out")
     args = parser.parse_args()
+    if args.pool:
+        pool = pooled(args.pool)
+        args.out.write_text(json.dumps({"pooled": [str(p) for p in args.pool], **pool}, indent=1))
+        for key, entry in pool.items():
+            low, high = entry["ratio_to_builtin_ci95"]
+            print(f"{key:22s} x{entry['ratio_to_builtin_median']:.3f} [{low:.3f}, {high:.3f}]")
+        return
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before the ranks load libgomp
     import torch
     import torch.multiprocessing as mp

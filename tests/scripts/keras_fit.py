@@ -3,6 +3,7 @@ tutorials (TFRecordDataset -> map(parse) -> batch -> prefetch; compile; fit with
 validation_data). Nothing in it knows about epochscope.
 
 Usage: keras_fit.py DATA_DIR [--epochs N] [--batch-size B] [--image-size S]
+                    [--steps-per-execution K --steps-per-epoch S --validation-steps V]
 """
 
 import argparse
@@ -17,6 +18,9 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--batch-size", type=int, default=8)
 parser.add_argument("--image-size", type=int, default=32)
 parser.add_argument("--classes", type=int, default=4)
+parser.add_argument("--steps-per-execution", type=int, default=1)
+parser.add_argument("--steps-per-epoch", type=int)  # Keras needs them beside the above
+parser.add_argument("--validation-steps", type=int)
 args = parser.parse_args()
 
 FEATURES = {
@@ -56,8 +60,14 @@ model.compile(
     optimizer="sgd",
     loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     metrics=["accuracy"],
+    steps_per_execution=args.steps_per_execution,
 )
 history = model.fit(
-    dataset("train"), validation_data=dataset("validation"), epochs=args.epochs, verbose=2
+    dataset("train"),
+    validation_data=dataset("validation"),
+    epochs=args.epochs,
+    steps_per_epoch=args.steps_per_epoch,
+    validation_steps=args.validation_steps,
+    verbose=2,
 )
 print("val_accuracy", " ".join(f"{value:.6f}" for value in history.history["val_accuracy"]))

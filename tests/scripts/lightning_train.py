@@ -2,7 +2,10 @@
 ``training_step``/``validation_step``/``configure_optimizers``, ``self.log("val_acc", ...)``,
 ``Trainer(max_epochs=2, accelerator="cpu").fit``) over torchvision's ImageFolder:
 
-    python lightning_train.py DATA [--max-epochs 2] [--batch-size 8]
+    python lightning_train.py DATA [--max-epochs 2] [--batch-size 8] [--strategy ddp --devices 2]
+
+(``--strategy ddp``: Lightning starts the other ranks by running this script again;
+``ddp_spawn``: by ``torch.multiprocessing`` with the trainer pickled into them.)
 
 Nothing in it knows about epochscope: ``workloads profile`` must recognise it unmodified.
 """
@@ -62,6 +65,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--devices", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(1)
     transform = transforms.Compose([
@@ -75,8 +80,9 @@ def main():
     val_loader = DataLoader(val, batch_size=args.batch_size, num_workers=args.workers)
 
     model = LitClassifier(num_classes=len(train.classes))
-    trainer = L.Trainer(max_epochs=args.max_epochs, accelerator="cpu", devices=1,
-                        enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer = L.Trainer(max_epochs=args.max_epochs, accelerator="cpu", devices=args.devices,
+                        strategy=args.strategy, enable_progress_bar=False,
+                        enable_model_summary=False)  # fmt: skip
     trainer.fit(model, train_loader, val_loader)
 
 

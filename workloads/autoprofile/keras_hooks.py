@@ -2,7 +2,8 @@
 
 - epochs: ``on_epoch_begin`` .. ``on_epoch_end`` (validation, run by ``fit`` before
   ``on_epoch_end``, is inside the epoch, as in the bundled runs);
-- steps: ``on_train_batch_end``; a step's images are the batch size, and an epoch's
+- steps: ``on_train_batch_end``, once per execution of the train function (of
+  ``steps_per_execution`` batches); a step's images are its batches' size, and an epoch's
   images are counted exactly when ``x`` is a ``tf.data.Dataset``: ``fit`` then reads it
   through a ``map`` that adds each batch's first dimension to a variable;
 - loss and validation accuracy: the epoch's logs (``loss``; ``val_accuracy``, or
@@ -105,7 +106,8 @@ class TimedTrainFunction:
 
     def _compile(self, spec: object):
         tf, model, training = self.tf, self.model, self.training
-        stamps = horovod_stamps(tf, model.optimizer)
+        # no stamps (Python calls) inside an XLA-compiled step
+        stamps = HorovodStamps(tf, None if model.jit_compile else model.optimizer)
 
         def run_step(data):
             outputs = model.train_step(data)
@@ -150,10 +152,10 @@ class TimedTrainFunction:
         return marks
 
 
-class horovod_stamps:
+class HorovodStamps:
     """While a compiled step is traced: the stamps of Horovod's all-reduce (an optimizer
     with ``_allreduce``: ``horovod.tensorflow.keras.DistributedOptimizer``), placed as the
-    bundled TensorFlow workload places them; nothing for any other optimizer."""
+    bundled TensorFlow workload places them; nothing for any other optimizer (or None)."""
 
     def __init__(self, tf, optimizer: object) -> None:
         from workloads.tf_train import StepStamps
@@ -161,7 +163,7 @@ class horovod_stamps:
         self.optimizer = optimizer
         self.stamps = StepStamps(tf)
         self.traced: dict[str, object] = {}
-        self._saved: dict[str, object] = {}
+        self._saved: dict[str, object] | None = None  # while the stamps are placed
 
     def __enter__(self):
         optimizer = self.optimizer
@@ -190,11 +192,13 @@ class horovod_stamps:
         return self
 
     def __exit__(self, *error) -> None:
-        for name in ("_allreduce", "apply_gradients"):
-            if name in self._saved:
-                setattr(self.optimizer, name, self._saved[name])
-            else:
-                self.optimizer.__dict__.pop(name, None)
+        if self._saved is not None:  # the optimizer as it was
+            for name in ("_allreduce", "apply_gradients"):
+                if name in self._saved:
+                    setattr(self.optimizer, name, self._saved[name])
+                else:
+                    self.optimizer.__dict__.pop(name, None)
+            self._saved = None
         self.traced = dict(self.stamps.traced)
 
 
@@ -205,6 +209,7 @@ def make_callback(keras_callback: type, batch_size: int | None, counter: object)
         def __init__(self) -> None:
             super().__init__()
             self.counted_before = 0
+            self.last_batch = -1  # the index of the epoch's last batch trained so far
             # the logs as tensors: no conversion to numpy (a device sync) at every step
             self._supports_tf_logs = True
 
@@ -222,6 +227,7 @@ def make_callback(keras_callback: type, batch_size: int | None, counter: object)
             if session is not None and session.started:
                 session.epoch_start()
                 self.counted_before = int(counter.numpy()) if counter is not None else 0
+                self.last_batch = -1
 
         def on_train_batch_end(self, batch, logs=None) -> None:
             session = sessions.current()
@@ -236,7 +242,9 @@ def make_callback(keras_callback: type, batch_size: int | None, counter: object)
                 # an all-reduce inside the compiled step that no stamp shows: input wait only
                 wait, marks = marks.input_ready - marks.input_requested, None
             loss = (logs or {}).get("loss") if session.step_is_sent() else None
-            session.step(batch_size or 0, wait, loss, marks)
+            # ``batch``: the execution's last batch (steps_per_execution batches in one call)
+            batches, self.last_batch = batch - self.last_batch, batch
+            session.step((batch_size or 0) * batches, wait, loss, marks)
 
         def on_epoch_end(self, epoch, logs=None) -> None:
             session = sessions.current()

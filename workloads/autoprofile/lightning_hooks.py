@@ -19,6 +19,14 @@
 
 While ``fit`` runs, the recognition of plain PyTorch loops stands aside
 (``Session.driver``): Lightning's own loop says what an epoch and a step are.
+
+Multi-process strategies: under ``strategy="ddp"`` Lightning starts the other ranks by
+running the script again (each calls ``fit``, which is patched there too); under
+``ddp_spawn`` it pickles the trainer, callbacks included, into processes started by
+``torch.multiprocessing``, which never call ``fit``: the callback's class is therefore a
+module-level one (``callback_class``), and its ``setup`` makes Lightning the driver in
+the process that trains. Each rank's place comes from ``torch.distributed``, initialised
+before its first epoch.
 """
 
 from __future__ import annotations
@@ -51,79 +59,110 @@ def loss_of(outputs: object) -> object:
     return detach() if callable(detach) else None
 
 
-def make_callback(callback_class: type) -> object:
-    from workloads.autoprofile import torch_hooks
+# the callback class made for each Lightning package (``callback_class``), by its name here
+PACKAGES = {
+    "LightningCallback": "lightning.pytorch",
+    "PytorchLightningCallback": "pytorch_lightning",
+}
 
-    waited = torch_hooks.TRACKER.waited
 
-    class EpochscopeCallback(callback_class):
-        """Hands ``fit``'s epochs and steps to this process's session."""
+def callback_class(name: str) -> type:
+    """The callback class for one Lightning package, made on first use and kept as an
+    attribute of this module: a ``ddp_spawn`` strategy pickles the trainer (with this
+    callback in it) into fresh processes, which find the class here by its name."""
+    made = globals().get(name)
+    if made is None:
+        package = __import__(PACKAGES[name] + ".callbacks", fromlist=["Callback"])
+        made = globals()[name] = type(name, (EpochscopeCallback, package.Callback),
+                                      {"__module__": __name__, "__qualname__": name})  # fmt: skip
+    return made
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.loaders: list = []
-            self.waited = 0.0  # the training loaders' input wait when the last step ended
-            self.global_step = 0
-            self.images = 0  # since the last optimizer step
 
-        def _waited(self) -> float:
-            return sum(waited.get(loader, 0.0) for loader in self.loaders)
+def __getattr__(name: str) -> type:  # pickle looks the class up by name in a new process
+    if name in PACKAGES:
+        return callback_class(name)
+    raise AttributeError(name)
 
-        def on_train_epoch_start(self, trainer, pl_module) -> None:
-            session = sessions.current()
-            if session is None:
-                return
-            self.loaders = training_loaders(trainer)
-            if not session.started:
-                sizes = {getattr(loader, "batch_size", None) for loader in self.loaders}
-                batch_size = sizes.pop() if len(sizes) == 1 else None
-                session.start("pytorch", type(pl_module).__name__, batch_size)
-            session.epoch_start()
-            self.waited, self.global_step, self.images = self._waited(), trainer.global_step, 0
 
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            session = sessions.current()
-            if session is None or session.epoch is None:
-                return
-            self.images += torch_hooks.batch_size(batch)
-            if trainer.global_step == self.global_step:
-                return  # gradient accumulation: no optimizer step yet
-            self.global_step = trainer.global_step
-            now = self._waited()
-            wait, self.waited = now - self.waited, now
-            # the wait came first in the step (Lightning fetches before training_step)
-            marks = torch_hooks.TRACKER.step_marks(session, None, session.step_start + wait)
-            session.step(self.images, wait, loss_of(outputs), marks)
-            self.images = 0
+class EpochscopeCallback:
+    """Hands ``fit``'s epochs and steps to this process's session (mixed into the
+    Lightning package's ``Callback`` by ``callback_class``)."""
 
-        def on_validation_end(self, trainer, pl_module) -> None:
-            session = sessions.current()
-            if session is None or session.epoch is None or trainer.sanity_checking:
-                return
-            metrics = dict(trainer.callback_metrics)
-            session.epoch.top1 = first_of(metrics, LIGHTNING_TOP1_KEYS)
-            session.epoch.top5 = first_of(metrics, LIGHTNING_TOP5_KEYS)
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaders: list = []
+        self.waited = 0.0  # the training loaders' input wait when the last step ended
+        self.global_step = 0
+        self.images = 0  # since the last optimizer step
 
-        def on_train_epoch_end(self, trainer, pl_module) -> None:
-            session = sessions.current()
-            if session is not None and session.epoch is not None:
-                session.epoch_end(now=True)
+    def _waited(self) -> float:
+        from workloads.autoprofile import torch_hooks
 
-    return EpochscopeCallback()
+        waited = torch_hooks.TRACKER.waited
+        return sum(waited.get(loader, 0.0) for loader in self.loaders)
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        # in the process that trains (under ddp_spawn not the one that called fit):
+        # Lightning's loop names the epochs and steps, not the recognition of plain loops
+        session = sessions.current()
+        if session is not None and session.driver != "track":
+            session.driver = "lightning"
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        session = sessions.current()
+        if session is None:
+            return
+        self.loaders = training_loaders(trainer)
+        if not session.started:
+            sizes = {getattr(loader, "batch_size", None) for loader in self.loaders}
+            batch_size = sizes.pop() if len(sizes) == 1 else None
+            session.start("pytorch", type(pl_module).__name__, batch_size)
+        session.epoch_start()
+        self.waited, self.global_step, self.images = self._waited(), trainer.global_step, 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        from workloads.autoprofile import torch_hooks
+
+        session = sessions.current()
+        if session is None or session.epoch is None:
+            return
+        self.images += torch_hooks.batch_size(batch)
+        if trainer.global_step == self.global_step:
+            return  # gradient accumulation: no optimizer step yet
+        self.global_step = trainer.global_step
+        now = self._waited()
+        wait, self.waited = now - self.waited, now
+        # the wait came first in the step (Lightning fetches before training_step)
+        marks = torch_hooks.TRACKER.step_marks(session, None, session.step_start + wait)
+        session.step(self.images, wait, loss_of(outputs), marks)
+        self.images = 0
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        session = sessions.current()
+        if session is None or session.epoch is None or trainer.sanity_checking:
+            return
+        metrics = dict(trainer.callback_metrics)
+        session.epoch.top1 = first_of(metrics, LIGHTNING_TOP1_KEYS)
+        session.epoch.top5 = first_of(metrics, LIGHTNING_TOP5_KEYS)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        session = sessions.current()
+        if session is not None and session.epoch is not None:
+            session.epoch_end(now=True)
 
 
 def patch_trainer(module: ModuleType) -> None:
     trainer_class = module.Trainer
     original_fit = trainer_class.fit
     package = module.__name__.rsplit(".trainer.trainer", 1)[0]
-    callbacks_module = __import__(package + ".callbacks", fromlist=["Callback"])
+    name = next(key for key, value in PACKAGES.items() if value == package)
 
     def fit(self, *args, **kwargs):
         session = sessions.current()
         if session is None or session.driver == "track":  # the script names its epochs
             return original_fit(self, *args, **kwargs)
-        if not any(type(c).__name__ == "EpochscopeCallback" for c in self.callbacks):
-            self.callbacks.append(make_callback(callbacks_module.Callback))
+        if not any(isinstance(c, EpochscopeCallback) for c in self.callbacks):
+            self.callbacks.append(callback_class(name)())
         session.driver = "lightning"  # Lightning's loop names the epochs and steps
         return original_fit(self, *args, **kwargs)
 
