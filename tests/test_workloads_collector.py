@@ -16,7 +16,7 @@ import pytest
 
 from agent.schema import RunState
 from collector.store import SqliteStore
-from workloads.events import EventWriter, ShipperSink
+from workloads.events import BackgroundSink, EventWriter, ShipperSink, make_sink
 from workloads.profile import start_collector, stop
 from workloads.spec import RunSpec
 from workloads.timing import Recorder
@@ -39,7 +39,9 @@ def fake_training(url: str, spool, run_id: str, host: str, rank: int) -> None:
     """What a trainer does with its recorder: 2 epochs of 4 steps, batch 8, 1 warm-up."""
     spec = RunSpec(run_id=run_id, framework="pytorch", batch_size=8, warmup_steps=1,
                    image_size=32, epochs=2)  # fmt: skip
-    writer = EventWriter(ShipperSink(url, None, spool), run_id, rank, "pytorch", host=host)
+    sink = make_sink(url, None, spool, None)  # what a rank uses: spooled off its thread
+    assert isinstance(sink, BackgroundSink)
+    writer = EventWriter(sink, run_id, rank, "pytorch", host=host)
     clock = StepClock()
     recorder = Recorder(writer, batch_size=8, warmup_steps=1, step_every=2, clock=clock)
     recorder.run_start(run_start_fields(spec, Placement(rank, 2, 0, 1)))

@@ -19,8 +19,9 @@ event itself instead of interpolating across the tick that holds it. A rank with
 answering is told so once (connection refused on loopback: well under a millisecond) and
 stamps its events with its own clock from then on.
 
-Points go to a sink: the agent's ``Shipper`` (spooled to disk before ``submit`` returns, so
-a slow or absent collector loses nothing) or, with no collector, a JSON-lines file that
+Points go to a sink: the agent's ``Shipper`` (spooled to disk by a thread of the rank's
+own, ``BackgroundSink``, so a slow or absent collector loses nothing and the training's
+thread never waits for a disk sync) or, with no collector, a JSON-lines file that
 ``workloads resend`` can deliver later.
 """
 
@@ -31,7 +32,9 @@ import http.client
 import json
 import logging
 import os
+import queue
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Protocol
@@ -78,6 +81,36 @@ class ShipperSink:
         if delivered:
             remove_empty_spool(self.spool_dir)
         return delivered
+
+
+class BackgroundSink:
+    """Hands the events to ``sink`` (the spooling shipper) on a thread of its own: spooling
+    is durable (an ``fdatasync`` per event, ~10 ms on a busy disk), and the training's
+    thread must not wait for it. Each event keeps the time it happened; ``close`` spools
+    what is queued, then delivers as the sink does. A rank killed outright (SIGKILL) loses
+    the events still queued: the few milliseconds before they reach the spool."""
+
+    def __init__(self, sink) -> None:
+        self.sink = sink
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="epochscope-events", daemon=True)
+        self._thread.start()
+
+    def submit(self, points: list) -> None:
+        self._queue.put(points)
+
+    def _run(self) -> None:
+        while (points := self._queue.get()) is not None:
+            try:
+                self.sink.submit(points)
+            except Exception as error:  # the shipper logs its own spool faults
+                log.error("an event was not spooled: %r", error)
+
+    def close(self, timeout: float) -> bool:
+        began = time.monotonic()
+        self._queue.put(None)
+        self._thread.join(timeout)
+        return self.sink.close(max(1.0, timeout - (time.monotonic() - began)))
 
 
 def remove_empty_spool(spool_dir: Path) -> None:
@@ -262,7 +295,7 @@ def make_sink(
     events_file: Path | None,
 ) -> EventSink:
     if collector_url:
-        return ShipperSink(collector_url, token, spool_dir)
+        return BackgroundSink(ShipperSink(collector_url, token, spool_dir))
     if events_file is not None:
         return FileSink(events_file)
     return MemorySink()

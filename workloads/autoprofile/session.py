@@ -163,8 +163,8 @@ class Session:
 
             self.placement = placement_from(dict(os.environ), torch_distributed())
             rank = self.placement.rank
-            sink = BackgroundSink(make_sink(self.config.collector_url, token_from_env(),
-                                            self.config.spool_dir(rank), None))  # fmt: skip
+            sink = make_sink(self.config.collector_url, token_from_env(),
+                             self.config.spool_dir(rank), None)  # fmt: skip
             self.writer = EventWriter(sink, self.config.run_id, rank, framework,
                                       socket.gethostname(), edges=self._edges)  # fmt: skip
             self.writer.emit(Event.RUN_START, {
@@ -343,37 +343,6 @@ class Session:
             print(f"epochscope: events not yet delivered stay in {spool}; send them with: "
                   f"workloads resend --spool {spool} --collector {self.config.collector_url}",
                   file=sys.stderr)  # fmt: skip
-
-
-class BackgroundSink:
-    """Hands the events to ``sink`` (the spooling shipper) on a thread of its own: spooling
-    is durable (an ``fdatasync`` per event, ~10 ms on a busy disk), and the training's
-    thread must not wait for it. Each event keeps the time it happened; ``close`` spools
-    what is queued, then delivers as the sink does."""
-
-    def __init__(self, sink) -> None:
-        import queue
-
-        self.sink = sink
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="epochscope-events", daemon=True)
-        self._thread.start()
-
-    def submit(self, points: list) -> None:
-        self._queue.put(points)
-
-    def _run(self) -> None:
-        while (points := self._queue.get()) is not None:
-            try:
-                self.sink.submit(points)
-            except Exception as error:  # the shipper logs its own spool faults
-                print(f"epochscope: an event was not spooled: {error!r}", file=sys.stderr)
-
-    def close(self, timeout: float) -> bool:
-        began = time.monotonic()
-        self._queue.put(None)
-        self._thread.join(timeout)
-        return self.sink.close(max(1.0, timeout - (time.monotonic() - began)))
 
 
 def scalar(value: object) -> float | None:
