@@ -24,7 +24,10 @@ from workloads.summary import read_events_dir
 pytestmark = [pytest.mark.slow, pytest.mark.frameworks, pytest.mark.timeout(1800)]
 
 CLASSES, TRAIN, VAL, SIZE, BATCH = 4, 256, 128, 32, 16
-EPOCHS = {"pytorch": 1, "mxnet": 2, "tensorflow": 3}
+# TensorFlow's validation top-1 on this tiny set sits at exactly chance in some epochs and
+# leaves it in others (seen in 3 epochs: 0.25 0.672 0.25, 0.25 0.367 0.5, 0.25 0.328 0.25,
+# 0.25 0.25 0.539): 5 epochs give it more than one chance to show it learns
+EPOCHS = {"pytorch": 1, "mxnet": 2, "tensorflow": 5}
 CHANCE = 1 / CLASSES
 # 128 validation pictures: chance accuracy has a standard deviation of ~0.04
 MARGIN = 0.15
