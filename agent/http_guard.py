@@ -244,7 +244,7 @@ class ConnectionGuard:
         del self._connections[connection.sock]
         self._waiting.pop(connection.sock, None)
         note = None
-        if connection.partial:
+        if connection.partial or _bytes_waiting(connection.sock):
             if evicted:
                 status, reason = 503, "too many connections (evicted)"
                 answer = _answer(
@@ -268,6 +268,15 @@ class ConnectionGuard:
             if note is not None:
                 status, client, reason = note
                 self.refusals.refused(status, client, "-", reason)
+
+
+def _bytes_waiting(sock: socket.socket) -> bool:
+    """Whether the client has sent bytes its thread has not read yet (a thread slow to
+    start on a loaded machine has not marked its connection ``partial``)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:
+        return False
 
 
 def _refuse(sock: socket.socket, answer: bytes) -> None:

@@ -288,21 +288,22 @@ def refusal_lines(caplog) -> list[str]:
 
 
 def test_a_head_trickled_a_byte_at_a_time_is_cut_at_its_deadline_while_scrapes_go_on(caplog):
-    """Two clients send a head that never ends, a byte every 0.2 s (a timeout per read,
-    what the server had, never fires on them), one sends nothing. With a 1.5 s deadline for
+    """Two clients send a head that never ends, a byte every 0.5 s (a timeout per read,
+    what the server had, never fires on them), one sends nothing. With a 3 s deadline for
     the whole head, the tricklers get 408 and the silent one is closed, all after at least
-    1.5 s; scrapes are served all the while. Two 408s from one address: one log line."""
+    3 s; scrapes are served all the while. Two 408s from one address: one log line. (3 s,
+    not less: a scrape's own head must be read within it on a loaded machine.)"""
     from concurrent.futures import ThreadPoolExecutor
 
     from tests.slow_clients import silent_client, trickle_head
 
-    limits = ConnectionLimits(max_connections=8, header_timeout=1.5, idle_timeout=30.0)
+    limits = ConnectionLimits(max_connections=8, header_timeout=3.0, idle_timeout=30.0)
     server = MetricsServer("127.0.0.1", 0, limits)
     url = f"http://127.0.0.1:{server.port}/metrics"
     try:
         server.publish(SAMPLE[:1])
         with caplog.at_level("DEBUG", "agent.exposition"), ThreadPoolExecutor(3) as pool:
-            slow = [pool.submit(trickle_head, server.port, 0.2) for _ in range(2)]
+            slow = [pool.submit(trickle_head, server.port, 0.5) for _ in range(2)]
             silent = pool.submit(silent_client, server.port)
             scrapes = 0
             while not all(future.done() for future in [*slow, silent]):
@@ -314,9 +315,9 @@ def test_a_head_trickled_a_byte_at_a_time_is_cut_at_its_deadline_while_scrapes_g
                 reply, seconds = future.result()
                 assert reply.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), reply[:80]
                 assert b"request head not received in time" in reply
-                assert 1.4 <= seconds < 30
+                assert 2.9 <= seconds < 60
             reply, seconds = silent.result()
-            assert reply == b"" and 1.4 <= seconds < 30
+            assert reply == b"" and 2.9 <= seconds < 60
         assert scrapes >= 3
         assert server._server.guard.timed_out == 3
         lines = refusal_lines(caplog)
@@ -329,26 +330,26 @@ def test_a_head_trickled_a_byte_at_a_time_is_cut_at_its_deadline_while_scrapes_g
 
 
 def test_a_kept_alive_connection_gets_the_idle_timeout_and_a_fresh_head_deadline():
-    """A later request's head deadline counts from its first byte (a scrape 1.5 s after
-    the last one, with a 1 s head deadline, is served); with no request the connection
+    """A later request's head deadline counts from its first byte (a scrape 3 s after
+    the last one, with a 2 s head deadline, is served); with no request the connection
     is closed after the idle timeout."""
     import http.client
 
-    limits = ConnectionLimits(max_connections=8, header_timeout=1.0, idle_timeout=4.0)
+    limits = ConnectionLimits(max_connections=8, header_timeout=2.0, idle_timeout=6.0)
     server = MetricsServer("127.0.0.1", 0, limits)
     try:
         server.publish(SAMPLE[:1])
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         connection.request("GET", "/metrics")
         assert connection.getresponse().read()
-        time.sleep(1.5)
+        time.sleep(3.0)
         connection.request("GET", "/metrics")
         reply = connection.getresponse()
         assert reply.status == 200 and reply.read()
         answered = time.monotonic()
         assert connection.sock is not None
         assert connection.sock.recv(1) == b""  # closed by the server, nothing sent
-        assert 3.9 <= time.monotonic() - answered < 30
+        assert 5.9 <= time.monotonic() - answered < 60
         connection.close()
     finally:
         server.close()
