@@ -28,6 +28,7 @@ from agent.schema import Event, RunState, Workload
 from collector.store import SqliteStore
 from tests.conftest import REPO_ROOT
 from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
+from workloads.autoprofile.keras_hooks import STEPS_PER_EXECUTION
 from workloads.autoprofile.session import Placement, placement_from
 from workloads.datasets import make_dataset
 
@@ -393,7 +394,7 @@ def test_keras_fit_with_steps_per_execution_runs_as_it_is_without_anatomy(data, 
                      "--steps-per-epoch", str(TRAIN // BATCH), "--validation-steps",
                      str(VAL // BATCH), env=project_env())  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    said = "epochscope: Keras fit: no step anatomy (steps_per_execution is above 1)"
+    said = f"epochscope: Keras fit: no step anatomy ({STEPS_PER_EXECUTION})"
     assert result.stderr.count(said) == 1, result.stderr[-4000:]
     (rank,) = by_rank(events(runs, "spe")).values()
     # one step per execution of 2 batches; every image counted

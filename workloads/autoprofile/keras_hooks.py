@@ -83,11 +83,22 @@ def counted(dataset: object):
 COMPUTED, REDUCED = "computed", "reduced"
 
 
+# Keras runs an execution's batches in one compiled loop (``next`` inside it); timing each
+# batch's wait apart from its step would take the host once per batch, in the loop (a
+# ``py_function`` stamp) or around it (a fetch in Python): the round trips that
+# steps_per_execution exists to save (docs/anatomy.md).
+STEPS_PER_EXECUTION = (
+    "steps_per_execution is above 1: an execution reads its batches inside one compiled "
+    "loop, and telling its input wait from compute needs the host once per batch, the round "
+    "trips steps_per_execution exists to save; a step is one execution"
+)
+
+
 def why_not_timed(model: object, tf) -> str | None:
     """Why ``model``'s train function cannot be split into fetch and compiled step."""
     steps = getattr(model, "_steps_per_execution", None)
     if (steps is not None and int(steps.numpy()) != 1) or model.autotune_steps_per_execution:
-        return "steps_per_execution is above 1"
+        return STEPS_PER_EXECUTION
     if model.run_eagerly:
         return "the model runs eagerly"
     if getattr(model, "_cluster_coordinator", None) is not None:
