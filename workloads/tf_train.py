@@ -212,8 +212,8 @@ def horovod_allreduces(optimizer: object) -> bool:
     optimizer's process set and the set holds more than one process. Otherwise (one
     process) ``_allreduce`` is an identity behind a ``tf.cond``: a stamp at its entry would
     time the executor's gap behind that ``tf.cond`` as "communication" (0.07% of a
-    1-process ResNet-50 step, 5-10% of a small CNN's), so the step has no communication
-    part."""
+    1-process ResNet-50 epoch; 10% of a small CNN's second epoch, 5 ms steps), so the step
+    has no communication part."""
     if getattr(optimizer, "_allreduce", None) is None:
         return False
     process_set = getattr(optimizer, "process_set", None)
