@@ -6,13 +6,15 @@ started as ``workloads profile`` starts them (``workloads.profile.EmbeddedProfil
         --out bench/profile_overhead/results-edge-cost.json
 
 Rounds alternate (``bench/side_by_side.py`` ``interleaved``) between ``idle`` (the agent
-only ticks, 1 Hz, for ``--seconds``) and ``edges`` (the same time, with an edge sample
-asked every ``--every`` seconds from this process's main thread, as a rank's training
-thread asks). Per request: the wall time the calling thread was blocked in ``sample()``
-and its own CPU time (``time.thread_time``); per round: the agent's and the collector's
-CPU seconds (``/proc/<pid>/stat`` utime + stime). The agent's (and collector's) CPU per
-edge sample is (CPU of an ``edges`` round - CPU of the ``idle`` round beside it) /
-requests, the ticks' own CPU cancelling out.
+only ticks, 1 Hz, for ``--seconds``), ``kept`` (the same time, with an edge sample asked
+every ``--every`` seconds from this process's main thread, as a rank's training thread
+asks, on the one kept connection ``AgentEdges`` holds) and ``fresh`` (the same, with a new
+connection per request, as ``AgentEdges`` did before it kept one). The rank's time budget
+is lifted (every request is made). Per request: the wall time the calling thread was
+blocked in ``sample()`` and its own CPU time (``time.thread_time``); per round: the agent's
+and the collector's CPU seconds (``/proc/<pid>/stat`` utime + stime). The agent's (and
+collector's) CPU per edge sample is (CPU of a round with requests - CPU of the ``idle``
+round beside it) / requests, the ticks' own CPU cancelling out.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def one_round(profile: EmbeddedProfile, asking: bool, seconds: float, every: float) -> dict:
-    edges = AgentEdges(profile.agent_port)
+def one_round(profile: EmbeddedProfile, variant: str, seconds: float, every: float) -> dict:
+    edges = AgentEdges(profile.agent_port, budget_share=1.0, budget_allowance=float("inf"))
+    asking = variant != "idle"
     agent_pid, collector_pid = profile.agent.pid, profile.collector.pid
     agent_cpu, collector_cpu = cpu_seconds(agent_pid), cpu_seconds(collector_pid)
     blocked, thread_cpu, answered = [], [], 0
@@ -58,6 +61,8 @@ def one_round(profile: EmbeddedProfile, asking: bool, seconds: float, every: flo
         if asking:
             wall, cpu = time.perf_counter(), time.thread_time()
             answered += edges.sample() is not None
+            if variant == "fresh":
+                edges._close()  # the next request connects anew
             thread_cpu.append(time.thread_time() - cpu)
             blocked.append(time.perf_counter() - wall)
         next_at += every
@@ -73,6 +78,31 @@ def one_round(profile: EmbeddedProfile, asking: bool, seconds: float, every: flo
     }
 
 
+def summarise(asked: list[dict], idle: list[dict]) -> dict:
+    blocked = [b for r in asked for b in r["blocked_ms"]]
+    client_cpu = [c for r in asked for c in r["client_cpu_ms"]]
+
+    def per_edge(process: str) -> list[float]:
+        return [
+            (a[f"{process}_cpu_s"] - i[f"{process}_cpu_s"]) / a["requests"] * 1e3
+            for a, i in zip(asked, idle, strict=True)
+        ]
+
+    return {
+        "requests": len(blocked),
+        "answered": sum(r["answered"] for r in asked),
+        "blocked_ms": {
+            "median": statistics.median(blocked),
+            "p90": percentile(blocked, 0.9),
+            "p99": percentile(blocked, 0.99),
+            "max": max(blocked),
+        },
+        "client_cpu_ms_median": statistics.median(client_cpu),
+        "agent_cpu_ms_per_edge": spread(per_edge("agent")),
+        "collector_cpu_ms_per_edge": spread(per_edge("collector")),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4)
@@ -82,44 +112,20 @@ def main() -> int:
     args = parser.parse_args()
     priority = take_priority()
     loads = [load_average()]
-    rounds: dict[str, list[dict]] = {"idle": [], "edges": []}
+    rounds: dict[str, list[dict]] = {"idle": [], "kept": [], "fresh": []}
     with tempfile.TemporaryDirectory(dir=Path.home()) as scratch:
         profile = EmbeddedProfile("edge-cost", Path(scratch)).start()
         try:
             time.sleep(2.0)  # the agent's first ticks
             for _, variant in interleaved(args.rounds, list(rounds)):
-                rounds[variant].append(
-                    one_round(profile, variant == "edges", args.seconds, args.every)
-                )
+                rounds[variant].append(one_round(profile, variant, args.seconds, args.every))
                 loads.append(load_average())
             agent_log = (profile.workdir / "agent.log").read_text(errors="replace")
         finally:
             profile.stop()
-    blocked = [b for r in rounds["edges"] for b in r["blocked_ms"]]
-    client_cpu = [c for r in rounds["edges"] for c in r["client_cpu_ms"]]
-    agent_per_edge = [
-        (edges["agent_cpu_s"] - idle["agent_cpu_s"]) / edges["requests"] * 1e3
-        for edges, idle in zip(rounds["edges"], rounds["idle"], strict=True)
-    ]
-    collector_per_edge = [
-        (edges["collector_cpu_s"] - idle["collector_cpu_s"]) / edges["requests"] * 1e3
-        for edges, idle in zip(rounds["edges"], rounds["idle"], strict=True)
-    ]
-    summary = {
-        "requests": len(blocked),
-        "answered": sum(r["answered"] for r in rounds["edges"]),
-        "blocked_ms": {
-            "median": statistics.median(blocked),
-            "p90": percentile(blocked, 0.9),
-            "p99": percentile(blocked, 0.99),
-            "max": max(blocked),
-        },
-        "client_cpu_ms_median": statistics.median(client_cpu),
-        "agent_cpu_ms_per_edge": spread(agent_per_edge),
-        "collector_cpu_ms_per_edge": spread(collector_per_edge),
-        "agent_cpu_s_per_idle_round": spread([r["agent_cpu_s"] for r in rounds["idle"]]),
-        "load_average_range": spread(loads),
-    }
+    summary = {variant: summarise(rounds[variant], rounds["idle"]) for variant in ("kept", "fresh")}
+    summary["agent_cpu_s_per_idle_round"] = spread([r["agent_cpu_s"] for r in rounds["idle"]])
+    summary["load_average_range"] = spread(loads)
     print(json.dumps(summary, indent=2))
     if args.out:
         result = {
