@@ -84,7 +84,23 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--samplers", type=_sampler_list, help="comma-separated sampler names")
     sample.add_argument("--host", help="the host tag (default: this machine's hostname)")
 
-    run = commands.add_parser("run", help="the daemon: sample, serve /metrics, push")
+    limits = agent_config.METRICS_LIMITS
+    run = commands.add_parser(
+        "run",
+        help="the daemon: sample, serve /metrics, push",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"""/metrics limits against slow or many clients ([metrics] keys of --config):
+  max_connections = {limits.max_connections}
+      connections open at once; at the cap a new one closes the connection that has
+      waited longest for a request (503 + Retry-After if it had sent part of one); when
+      every one has a request in hand, the new one gets 503 + Retry-After
+  header_timeout_seconds = {limits.header_timeout:g}
+      a request's whole head must arrive within it (from the accept, or from the first
+      byte of a later request): nothing sent: closed; part of a head: 408
+  idle_timeout_seconds = {limits.idle_timeout:g}
+      a kept-alive connection with no new request is closed
+Refusals are logged once a minute per kind and client (docs/reliability.md).""",
+    )
     run.add_argument("--config", type=Path, help="TOML configuration file")
 
     for command in (sample, run):
@@ -208,7 +224,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from agent.exposition import MetricsServer
 
         try:
-            metrics_server = MetricsServer(config.metrics.address, config.metrics.port)
+            metrics_server = MetricsServer(
+                config.metrics.address, config.metrics.port, config.metrics.limits
+            )
         except OSError as error:
             listen = f"{config.metrics.address}:{config.metrics.port}"
             raise ConfigError(

@@ -7,11 +7,11 @@ per step or per rank: ``_seconds_per_step``, ``_bytes_per_step``,
 ``images_per_second_per_rank``; ``_share``, a fraction, is shown in percent); a mapping
 keyed ``<unit key>_by_<what>`` (e.g. ``storage_read_bytes_by_epoch``,
 ``extra_seconds_by_part``) shows each of its values in the unit of ``<unit key>``.
-Fractions of a whole (``_share``, ``_fraction``, top-1) are written in percent as every
-view writes them (``collector.columns.format_fraction``), a difference of two top-1s
-(``top1_loss``, ``top1_difference``) in percentage points; ``_percent`` values with a %. A value
-that was not measured (``None``, an empty list or mapping) is left out rather than shown as
-``None`` or 0.
+Fractions (``_share``, ``_share_of_peak``, ``_fraction``, ``relative_difference``, top-1)
+are written in percent as every view writes them (``collector.columns.format_fraction``), a
+difference of two top-1s (``top1_loss``, ``top1_difference``) in percentage points;
+``_percent`` values with a %. A value that was not measured (``None``, an empty list or
+mapping) is left out rather than shown as ``None`` or 0.
 """
 
 from __future__ import annotations
@@ -41,8 +41,16 @@ _SUFFIXES = (
 IMAGES_PER_SECOND = "images_per_second"
 IMAGES_PER_SECOND_PER_RANK = "images_per_second_per_rank"
 BY = "_by_"  # <unit key>_by_<what>: a mapping whose values are in <unit key>'s unit
-# a fraction of a whole, shown in percent
-FRACTIONS = ("_share", "_fraction", "_fraction_per_rank", "top1")
+# a fraction, shown in percent: of a whole, of a peak (``storage_share_of_peak``), or a
+# relative difference (|a - b| / b)
+FRACTIONS = (
+    "_share",
+    "_share_of_peak",
+    "_fraction",
+    "_fraction_per_rank",
+    "relative_difference",
+    "top1",
+)
 POINTS = ("top1_loss", "top1_difference")  # a difference of two fractions: points
 
 

@@ -9,9 +9,10 @@ finding's ``evidence`` mapping (JSON, the read API), rounded where a field decla
 ``digits``.
 
 Units are declared once, by a field's name: its suffix (``_bytes``, ``_mbps``,
-``_percent``, ``_ratio``, ``_seconds``, ``images_per_second``) is what
-``collector.evidence`` turns into the unit shown beside the value; a field without one is
-a count, an epoch, a host or a name.
+``_percent``, ``_ratio``, ``_seconds``, ``images_per_second``; a fraction's ``_share``,
+``_fraction``, ``relative_difference``) is what ``collector.evidence`` turns into the unit
+shown beside the value (a fraction in percent); a field without one is a count, an epoch, a
+host or a name.
 """
 
 from __future__ import annotations

@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from collector.cli import build_parser
 from collector.columns import FRACTION_DIGITS, format_fraction, format_points
 from collector.evidence import evidence_items
 from collector.findings import run_findings
+from collector.findings_evidence import STORAGE_HIGH_SHARE_OF_PEAK
 from collector.inference import format_top1
 from collector.reports_cli import render
 from dashboard import columns as dashboard_columns
 from dashboard import figures
-from tests.run_builder import NS
+from dashboard.pages import finding_card
+from tests.run_builder import NS, RunBuilder
 from tests.test_anatomy_findings import scaling_pair
+from tests.test_findings import MB, storage_run
 
 pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
 
@@ -72,3 +77,51 @@ def test_a_findings_fraction_prints_the_same_in_words_evidence_and_cli(make_stor
     report = cli(store, "report", "two", "--findings")
     assert f"({shown} fewer)" in report
     assert json.loads(cli(store, "report", "two", "--findings", "--format", "json"))
+
+
+def test_the_fabric_findings_relative_difference_prints_the_same_in_every_view(make_store):
+    run = RunBuilder("fabric", hosts=("n1", "n2"))
+    # n2: 505 - 200 = 305 MB/s received beyond what it sent, against 320 MB/s from NFS
+    run.epoch(
+        100,
+        10_000,
+        nfs_server_read={"n1": 300 * MB, "n2": 320 * MB},
+        nfs_app_read=320 * MB,
+        ib_rcv={"n1": 500 * MB, "n2": 505 * MB},
+        ib_xmit=200 * MB,
+    )
+    store = make_store(run.points())
+    (finding,) = [f for f in run_findings(store, "fabric") if f.rule == "fabric_carries_storage"]
+    difference = finding.evidence["relative_difference"]
+    assert difference == pytest.approx(15 / 320, abs=1e-4)  # JSON: the fraction itself
+    shown = format_fraction(difference)
+    assert shown == "4.7%"
+    assert f"within {shown}." in finding.explanation
+    # the CLI's and the dashboard's evidence items (one function writes both)
+    assert dict(evidence_items(finding.evidence))["relative difference"] == shown
+    card = str(finding_card(finding.to_dict(), "fabric", same_page=True))
+    assert shown in card and str(difference) not in card
+    report = cli(store, "report", "fabric", "--findings")
+    assert f"within {shown}." in report and f"relative difference: {shown}" in report
+    (stored,) = [
+        f
+        for f in json.loads(cli(store, "report", "fabric", "--findings", "--format", "json"))[
+            "findings"
+        ]
+        if f["rule"] == "fabric_carries_storage"
+    ]
+    assert stored["evidence"]["relative_difference"] == difference
+
+
+def test_the_storage_bound_thresholds_share_of_peak_prints_as_a_fraction(make_store):
+    store = make_store(storage_run("unstable", (1, 3)).points())
+    (finding,) = [f for f in run_findings(store, "unstable") if f.rule == "storage_bound"]
+    thresholds = finding.evidence["thresholds"]
+    assert thresholds["storage_share_of_peak"] == STORAGE_HIGH_SHARE_OF_PEAK  # JSON: raw
+    shown = format_fraction(STORAGE_HIGH_SHARE_OF_PEAK)
+    assert shown == "25%"
+    items = dict(evidence_items(finding.evidence))
+    assert f"storage share of peak: {shown}" in items["thresholds"]
+    assert "iowait: 5%" in items["thresholds"]  # a percent stays a percent
+    report = cli(store, "report", "unstable", "--findings")
+    assert f"storage share of peak: {shown}" in report

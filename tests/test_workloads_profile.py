@@ -28,6 +28,7 @@ from agent.schema import AgentSelf, Event, RunState, Workload
 from collector.store import SqliteStore
 from tests.conftest import REPO_ROOT
 from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
+from workloads.autoprofile.keras_hooks import STEPS_PER_EXECUTION
 from workloads.autoprofile.session import Placement, placement_from
 from workloads.datasets import make_dataset
 
@@ -424,7 +425,7 @@ def test_keras_fit_with_steps_per_execution_runs_as_it_is_without_anatomy(data, 
                      "--steps-per-epoch", str(TRAIN // BATCH), "--validation-steps",
                      str(VAL // BATCH), env=project_env())  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    said = "epochscope: Keras fit: no step anatomy (steps_per_execution is above 1)"
+    said = f"epochscope: Keras fit: no step anatomy ({STEPS_PER_EXECUTION})"
     assert result.stderr.count(said) == 1, result.stderr[-4000:]
     (rank,) = by_rank(events(runs, "spe")).values()
     # one step per execution of 2 batches; every image counted
@@ -433,31 +434,7 @@ def test_keras_fit_with_steps_per_execution_runs_as_it_is_without_anatomy(data, 
     assert Workload.COMPUTE_SECONDS not in end.fields
 
 
-@pytest.mark.slow
-@pytest.mark.frameworks
-def test_horovodrun_keras_example_two_ranks(data, runs):
-    from workloads import frameworks
-
-    if not frameworks.horovod_supports("tensorflow"):
-        pytest.skip("horovod with TensorFlow is not installed: `make frameworks` builds it")
-    tfrecord = data("tfrecord")
-    result = profile(sys.executable, runs, "hvd", frameworks.horovodrun(), "-np", "2",
-                     "-H", "localhost:2", "--gloo", sys.executable,
-                     str(SCRIPTS / "keras_horovod_fit.py"), str(tfrecord),
-                     env=project_env())  # fmt: skip
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    ranks = by_rank(events(runs, "hvd"))
-    assert sorted(ranks) == [0, 1]  # horovodrun itself (Python too) is no rank
-    for rank in ranks.values():
-        # the data set sharded by rank: half each, batches of 4
-        ends = check_epochs(rank, epochs=2, images=TRAIN // 2, steps=TRAIN // 2 // 4)
-        assert rank[0].fields[Workload.WORLD_SIZE] == 2
-        assert rank[0].fields[Workload.MODEL] == "hvd_cnn"
-        # Horovod's all-reduce split off by the stamps in the compiled step
-        for event in ends + [e for e in rank if e.event == Event.STEP]:
-            assert_parts_add_up(event)
-            assert event.fields[Workload.COMPUTE_SECONDS] > 0
-        assert all(e.fields[Workload.COMMUNICATION_SECONDS] > 0 for e in ends), ends
+# Horovod's Keras example on 1 and 2 processes: tests/test_keras_horovod_profile.py
 
 
 # --- PyTorch + torchvision in a user's environment (make user-torch-env) -----------------

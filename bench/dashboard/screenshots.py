@@ -2,6 +2,7 @@
 
     python bench/dashboard/screenshots.py [--out docs/screenshots]
     python bench/dashboard/screenshots.py --db runs/RUN.sqlite --pages run --prefix demo-
+    python bench/dashboard/screenshots.py --db runs/infer-pt-small.sqlite --pages inference
 
 Builds a demo store through the real SQLite store's write path, serves the dashboard on
 127.0.0.1 and saves runs.png, run.png, scaling.png, findings.png and inference-v100.png.
@@ -44,14 +45,18 @@ INFERENCE_RUN = "resnet50-trt-v100"
 IMAGES_PER_EPOCH = 1_280_000
 TOP1 = (0.36, 0.55, 0.66, 0.72, 0.752)
 HOURS = 3600 * NS
+# page -> (its address, {run}: the run pictured; what must be drawn before the picture)
 PAGES = {
     "runs": ("/", "#runs-list"),
-    "run": (f"/runs/{DEMO_RUN}", "#run-findings .finding"),
+    "run": ("/runs/{run}", "#run-findings .finding"),
     "scaling": ("/scaling", "#scaling-graph .main-svg"),
-    "findings": (f"/findings?run={DEMO_RUN}", ".finding"),
-    # inference.png in the README is a real CPU run's page; this is the modelled V100's
+    "findings": ("/findings?run={run}", ".finding"),
+    # the modelled V100's; inference.png in the README is a real CPU run's page (--db its
+    # store --pages inference)
     "inference-v100": (f"/inference?run={INFERENCE_RUN}", "#inference-graph .main-svg"),
+    "inference": ("/inference?run={run}", "#inference-graph .main-svg"),
 }
+MODELLED_PAGES = ("runs", "run", "scaling", "findings", "inference-v100")
 
 
 COMPUTE_SECONDS = 0.827  # forward + backward of one 256-image ResNet-50 step on a V100
@@ -249,7 +254,9 @@ def main() -> int:
     )
     parser.add_argument("--run", help="the run of the run and findings pages (default: newest)")
     parser.add_argument(
-        "--pages", default=",".join(PAGES), help="which pages (default: %(default)s)"
+        "--pages",
+        default=",".join(MODELLED_PAGES),
+        help=f"which of {', '.join(PAGES)} (default: %(default)s)",
     )
     parser.add_argument("--prefix", default="", help="file names: PREFIX<page>.png")
     args = parser.parse_args()
@@ -275,8 +282,7 @@ def main() -> int:
 
             for name in args.pages.split(","):
                 url, ready = PAGES[name]
-                if name != "inference-v100":
-                    url = url.replace(DEMO_RUN, run_id)
+                url = url.format(run=run_id)
                 driver.set_window_size(1400, 1000)
                 driver.get(base + url)
                 WebDriverWait(driver, 30).until(
