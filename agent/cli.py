@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -31,6 +32,7 @@ from agent.samplers import SAMPLER_NAMES, Roots
 log = logging.getLogger("agent")
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # as a shell reports a command killed by SIGPIPE
 FLUSH_SECONDS_AT_STOP = 5.0
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
@@ -265,6 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sample":
             return cmd_sample(args)
         return cmd_run(args)
+    except BrokenPipeError:
+        # `agent sample ... | head`: the reader left; no traceback, and nothing more written
+        # to the closed pipe when Python flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except ConfigError as error:
         log.error("bad configuration: %s", error)
         return EXIT_USAGE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import subprocess
 import sys
@@ -283,3 +284,18 @@ def test_agent_run_refuses_a_spool_smaller_than_one_tick(tmp_path, repo_env):
     assert "push.spool_max_bytes: must hold at least one tick" in result.stderr
     assert "(got 100)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_agent_sample_into_a_pipe_closed_early_ends_without_a_traceback(repo_env):
+    """`agent sample --once --format json | head -c 100`: the reader is gone before the
+    sample is written."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agent", "sample", "--once", "--format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=repo_env,
+    )
+    process.stdout.close()  # before the agent has sampled anything, so its writes fail
+    _, stderr = process.communicate(timeout=60)
+    assert "Traceback" not in stderr.decode(), stderr.decode()
+    assert process.returncode == 128 + signal.SIGPIPE
