@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -31,6 +32,7 @@ from agent.samplers import SAMPLER_NAMES, Roots
 log = logging.getLogger("agent")
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # as a shell reports a command killed by SIGPIPE
 FLUSH_SECONDS_AT_STOP = 5.0
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
@@ -84,7 +86,23 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--samplers", type=_sampler_list, help="comma-separated sampler names")
     sample.add_argument("--host", help="the host tag (default: this machine's hostname)")
 
-    run = commands.add_parser("run", help="the daemon: sample, serve /metrics, push")
+    limits = agent_config.METRICS_LIMITS
+    run = commands.add_parser(
+        "run",
+        help="the daemon: sample, serve /metrics, push",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"""/metrics limits against slow or many clients ([metrics] keys of --config):
+  max_connections = {limits.max_connections}
+      connections open at once; at the cap a new one closes the connection that has
+      waited longest for a request (503 + Retry-After if it had sent part of one); when
+      every one has a request in hand, the new one gets 503 + Retry-After
+  header_timeout_seconds = {limits.header_timeout:g}
+      a request's whole head must arrive within it (from the accept, or from the first
+      byte of a later request): nothing sent: closed; part of a head: 408
+  idle_timeout_seconds = {limits.idle_timeout:g}
+      a kept-alive connection with no new request is closed
+Refusals are logged once a minute per kind and client (docs/reliability.md).""",
+    )
     run.add_argument("--config", type=Path, help="TOML configuration file")
 
     for command in (sample, run):
@@ -208,7 +226,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from agent.exposition import MetricsServer
 
         try:
-            metrics_server = MetricsServer(config.metrics.address, config.metrics.port)
+            metrics_server = MetricsServer(
+                config.metrics.address, config.metrics.port, config.metrics.limits
+            )
         except OSError as error:
             listen = f"{config.metrics.address}:{config.metrics.port}"
             raise ConfigError(
@@ -247,6 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sample":
             return cmd_sample(args)
         return cmd_run(args)
+    except BrokenPipeError:
+        # `agent sample ... | head`: the reader left; no traceback, and nothing more written
+        # to the closed pipe when Python flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except ConfigError as error:
         log.error("bad configuration: %s", error)
         return EXIT_USAGE

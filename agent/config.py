@@ -20,6 +20,9 @@ Keys (all optional)::
 
     [metrics]
     listen = "127.0.0.1:9711"     # Prometheus /metrics; "" turns it off
+    max_connections = 64          # open at once; at the cap the longest-waiting one is closed
+    header_timeout_seconds = 10   # a request's whole head must arrive within this
+    idle_timeout_seconds = 75     # a kept-alive connection with no request is closed
 
 Every key can be overridden from the environment: ``EPOCHSCOPE_<KEY>`` for a top-level
 key and ``EPOCHSCOPE_<SECTION>_<KEY>`` for a key in a section (``EPOCHSCOPE_PUSH_TOKEN``,
@@ -31,6 +34,7 @@ is held in a ``Secret`` whose repr and str never show it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -42,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.exposition import LIMITS as METRICS_LIMITS
+from agent.http_guard import ConnectionLimits
 from agent.samplers import SAMPLER_NAMES
 
 log = logging.getLogger(__name__)
@@ -106,6 +112,7 @@ class PushConfig:
 class MetricsListen:
     address: str
     port: int
+    limits: ConnectionLimits = METRICS_LIMITS  # see agent.http_guard
 
 
 @dataclass(frozen=True)
@@ -142,7 +149,12 @@ _KEYS: dict[str, dict[str, str]] = {
         "spool_max_bytes": _INT,
         "batch_seconds": _NUMBER,
     },
-    "metrics": {"listen": _STR},
+    "metrics": {
+        "listen": _STR,
+        "max_connections": _INT,
+        "header_timeout_seconds": _NUMBER,
+        "idle_timeout_seconds": _NUMBER,
+    },
 }
 _SECRET_KEYS = {"push.token"}
 
@@ -227,6 +239,33 @@ def parse_listen(text: str) -> MetricsListen | None:
     if not 0 <= port <= 65535:
         raise ConfigError("metrics.listen", f"port must be 0..65535 (got {port})")
     return MetricsListen(address.strip("[]") or "0.0.0.0", port)
+
+
+def _metrics_config(table: Mapping[str, Any]) -> MetricsListen | None:
+    listen = parse_listen(table.get("listen", DEFAULT_METRICS_LISTEN))
+    if listen is None:
+        return None
+    max_connections = table.get("max_connections", METRICS_LIMITS.max_connections)
+    if max_connections < 1:
+        raise ConfigError("metrics.max_connections", f"must be at least 1 (got {max_connections})")
+    timeouts = {}
+    for key, default in (
+        ("header_timeout_seconds", METRICS_LIMITS.header_timeout),
+        ("idle_timeout_seconds", METRICS_LIMITS.idle_timeout),
+    ):
+        timeouts[key] = float(table.get(key, default))
+        if not 0 < timeouts[key] <= MAX_INTERVAL_SECONDS:
+            raise ConfigError(
+                f"metrics.{key}",
+                f"must be > 0 and <= {MAX_INTERVAL_SECONDS:g} (got {timeouts[key]})",
+            )
+    limits = dataclasses.replace(
+        METRICS_LIMITS,
+        max_connections=max_connections,
+        header_timeout=timeouts["header_timeout_seconds"],
+        idle_timeout=timeouts["idle_timeout_seconds"],
+    )
+    return dataclasses.replace(listen, limits=limits)
 
 
 def _read_token_file(path: Path) -> Secret:
@@ -349,7 +388,7 @@ def build(raw: Mapping[str, Any]) -> AgentConfig:
         sys_root=Path(raw.get("sys_root", "/sys")),
         samplers=samplers,
         push=_push_config(raw.get("push", {})),
-        metrics=parse_listen(metrics_table.get("listen", DEFAULT_METRICS_LISTEN)),
+        metrics=_metrics_config(metrics_table),
         gpu_call_timeout_seconds=gpu_timeout,
     )
 

@@ -20,24 +20,24 @@ same bytes are served to every later scrape until the next tick: a scrape never 
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import logging
-import socket
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from agent import schema
+from agent.http_guard import ConnectionGuard, ConnectionLimits, GuardedThreadingMixIn
 from agent.point import Point
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-MAX_CONNECTIONS = 64  # open /metrics connections (threads) at most; see MetricsHTTPServer
+# /metrics connections: 64 open at most (threads), the collector's head and idle timeouts;
+# [metrics] keys of the agent's configuration (see MetricsHTTPServer)
+LIMITS = ConnectionLimits(max_connections=64, header_timeout=10.0, idle_timeout=75.0)
 EDGE_PATH = "/edge"  # POST: an immediate sample for a run/epoch edge (loopback only)
 # Label sets seen; past this many (interfaces and devices that come and go by the
 # thousand) the cache is emptied and refilled rather than grown without bound.
@@ -203,38 +203,41 @@ class _Handler(BaseHTTPRequestHandler):
     """
 
     protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection
-    timeout = 60  # an idle keep-alive connection is closed after a minute
+    timeout = None  # the guard's deadlines, then its write_timeout (agent.http_guard)
     server: MetricsHTTPServer
 
     def handle_one_request(self) -> None:
         self.command, self.request_version = "", "HTTP/1.1"
-        self.server.mark_waiting(self.connection, True)
-        try:
-            line = self.rfile.readline(_MAX_LINE + 1)
-        except TimeoutError:
+        guard = self.server.guard
+        if not guard.wait_for_request(self.connection, self.rfile):
             self.close_connection = True
             return
-        if not line:
-            self.close_connection = True
-            return
+        line = self.rfile.readline(_MAX_LINE + 1)
         words = line.decode("iso-8859-1").split()
-        if len(line) > _MAX_LINE or len(words) != 3 or not words[2].startswith("HTTP/1."):
+        bad = len(line) > _MAX_LINE or len(words) != 3 or not words[2].startswith("HTTP/1.")
+        headers = _Headers()
+        too_many = False
+        if not bad:
+            self.command, self.path, self.request_version = words
+            for _ in range(_MAX_HEADERS + 1):
+                header = self.rfile.readline(_MAX_LINE + 1)
+                if header in (b"\r\n", b"\n", b""):
+                    break
+                name, colon, value = header.decode("iso-8859-1").partition(":")
+                if colon:
+                    headers[name.strip().lower()] = value.strip()
+            else:
+                too_many = True
+        if not guard.request_in_hand(self.connection):  # cut at its deadline, or evicted
+            self.close_connection = True
+            return
+        if bad:
             self._reply(400, b"bad request\n", "text/plain; charset=utf-8", close=True)
             return
-        self.command, self.path, self.request_version = words
-        headers = _Headers()
-        for _ in range(_MAX_HEADERS + 1):
-            header = self.rfile.readline(_MAX_LINE + 1)
-            if header in (b"\r\n", b"\n", b""):
-                break
-            name, colon, value = header.decode("iso-8859-1").partition(":")
-            if colon:
-                headers[name.strip().lower()] = value.strip()
-        else:
+        if too_many:
             self._reply(431, b"too many headers\n", "text/plain; charset=utf-8", close=True)
             return
         self.headers = headers  # type: ignore[assignment]
-        self.server.mark_waiting(self.connection, False)  # a request in hand: never evicted
         connection = headers.get("connection", "").lower()
         self.close_connection = connection == "close" or (
             self.request_version == "HTTP/1.0" and connection != "keep-alive"
@@ -282,87 +285,33 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(head if self.command == "HEAD" else head + body)
 
 
-class MetricsHTTPServer(ThreadingHTTPServer):
-    """A thread per connection, at most ``max_connections`` of them (a scraper needs one or
-    two). At the cap a new connection closes the one that has waited longest for a request
-    (idle, or sending its head slowly: a thread blocked in a read); when every connection
-    has a request in hand, the new one gets 503 with Retry-After. So idle or slow clients
-    cannot hold an unbounded number of threads and descriptors, or lock out Prometheus."""
+class MetricsHTTPServer(GuardedThreadingMixIn, ThreadingHTTPServer):
+    """A thread per connection, within ``agent.http_guard``'s limits (a scraper needs one
+    or two connections): at most ``max_connections`` (64) open; at the cap a new one
+    closes the connection that has waited longest for a request, and when every one has
+    a request in hand the new one gets 503 with Retry-After. A request's whole head must
+    arrive within ``header_timeout`` (10 s; 408 when part of it came), and a kept-alive
+    connection with no request is closed after ``idle_timeout`` (75 s: longer than
+    Prometheus's default 1-minute scrape interval, so its connection is reused). So idle
+    or slow clients cannot hold an unbounded number of threads, nor one thread for long,
+    nor lock out Prometheus."""
 
     daemon_threads = True
     request_queue_size = 64
     routes: dict[str, Callable[[], tuple[str, bytes]]]
     post_routes: dict[str, Callable[[], tuple[str, bytes]]]
 
-    def __init__(self, address: tuple[str, int], handler: type, max_connections: int) -> None:
+    def __init__(self, address: tuple[str, int], handler: type, limits: ConnectionLimits) -> None:
         super().__init__(address, handler)
-        self.max_connections = max_connections
-        self._open: dict[socket.socket, float | None] = {}  # socket -> waiting since
-        self._open_lock = threading.Lock()
-        self.refused = 0
-        self.evicted = 0
-
-    def mark_waiting(self, connection: socket.socket, waiting: bool) -> None:
-        with self._open_lock:
-            if connection in self._open:
-                self._open[connection] = time.monotonic() if waiting else None
-
-    def process_request(self, request, client_address) -> None:  # type: ignore[override]
-        with self._open_lock:
-            if len(self._open) >= self.max_connections and not self._evict_one():
-                self.refused += 1
-                refuse = True
-            else:
-                self._open[request] = time.monotonic()
-                refuse = False
-        if refuse:
-            _refuse(request)
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def _evict_one(self) -> bool:
-        """(lock held) Close the longest-waiting connection's socket: its thread's read
-        returns at once and the thread ends."""
-        waiting = [(since, sock) for sock, since in self._open.items() if since is not None]
-        if not waiting:
-            return False
-        _, victim = min(waiting, key=lambda pair: pair[0])
-        del self._open[victim]
-        self.evicted += 1
-        with contextlib.suppress(OSError):
-            victim.shutdown(socket.SHUT_RDWR)
-        return True
-
-    def shutdown_request(self, request) -> None:  # type: ignore[override]
-        with self._open_lock:
-            self._open.pop(request, None)
-        super().shutdown_request(request)
-
-
-def _refuse(request: socket.socket) -> None:
-    """503 to a connection over the cap (what it sent is read first: closing over unread
-    data resets the connection, and the client could lose the answer)."""
-    body = b"too many connections: retry in 5 s\n"
-    with contextlib.suppress(OSError):
-        request.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            for _ in range(16):
-                if not request.recv(65536):
-                    break
-        request.send(
-            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            + f"Content-Length: {len(body)}\r\nRetry-After: 5\r\nConnection: close\r\n\r\n".encode()
-            + body
-        )
+        self.guard = ConnectionGuard(limits, log, "metrics-http")
 
 
 class MetricsServer:
     """/metrics over HTTP on ``address:port`` (port 0: any free port)."""
 
-    def __init__(self, address: str, port: int, max_connections: int = MAX_CONNECTIONS) -> None:
+    def __init__(self, address: str, port: int, limits: ConnectionLimits = LIMITS) -> None:
         self.latest = LatestSample()
-        self._server = MetricsHTTPServer((address, port), _Handler, max_connections)
+        self._server = MetricsHTTPServer((address, port), _Handler, limits)
         self._server.routes = {"/metrics": lambda: (CONTENT_TYPE, self.latest.page())}
         self._server.post_routes = {}
         self.address, self.port = self._server.server_address[:2]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import singledispatch
 
-from collector.columns import BY_NAME, format_fraction, format_points
+from collector.columns import BY_NAME, format_fraction, format_points, human_bytes
 from collector.findings_evidence import (
     CRITICAL,
     INFO,
@@ -53,8 +53,6 @@ from collector.findings_evidence import (
 )
 from collector.scaling import format_efficiency
 
-GB = 1e9
-
 # the report columns the findings point at (a misspelt name fails here, on import)
 DISK_READ = BY_NAME["disk_read_mbps"]
 NFS_SERVER_READ = BY_NAME["nfs_server_read_mbps"]
@@ -82,13 +80,14 @@ def words(evidence: object) -> Finding:
     raise TypeError(f"no wording for {type(evidence).__name__}")
 
 
-def _gb(value: float | None) -> str:
-    """Bytes as GB, or as MB below 1 GB (a small data set is not "0.0 GB")."""
-    if value is None:
-        return "n/a"
-    if abs(value) < GB:
-        return f"{value / 1e6:,.1f} MB"
-    return f"{value / GB:,.1f} GB"
+def _bytes(value: float | None, missing: str = "n/a") -> str:
+    """Bytes as the evidence and the tables write them (``human_bytes``: 45.0 MB, 4.1 kB;
+    a small data set is not "0.0 GB", a few kB read are not "0.0 MB")."""
+    return missing if value is None else human_bytes(value)
+
+
+def _measured_bytes(value: float | None) -> str:
+    return _bytes(value, missing="not measured")
 
 
 def _rate(value: float | None) -> str:
@@ -125,25 +124,25 @@ READER = {
 def _(found: CacheWarmup) -> Finding:
     dataset = found.dataset_bytes
     growth = found.first_epoch_page_cache_growth_bytes_per_host
-    of_what = f"of the data set ({_gb(dataset)})" if dataset else "of that"
+    of_what = f"of the data set ({_bytes(dataset)})" if dataset else "of that"
     rate = found.first_epoch_storage_read_mbps
     explanation = (
         f"In epoch {found.first_epoch} {READS_TEXT[found.reads_judged]} took "
-        f"{_gb(found.first_epoch_storage_read_bytes)} from storage"
+        f"{_bytes(found.first_epoch_storage_read_bytes)} from storage"
         + (f" at {rate:,.1f} MB/s" if rate is not None else "")
         + f"; by epoch {found.settled_from_epoch} they had fallen below "
         f"{format_fraction(SETTLED_READ_FRACTION)} {of_what}, and the last epochs read "
-        f"{_gb(found.settled_storage_read_bytes_mean)} on average. The data set is being "
+        f"{_bytes(found.settled_storage_read_bytes_mean)} on average. The data set is being "
         "served from the page cache after the first pass."
     )
     if growth is not None and growth > 0:
         explanation += (
-            f" The page cache grew by {_gb(growth)} per host during epoch "
-            f"{found.first_epoch}" + (f" (data set: {_gb(dataset)})." if dataset else ".")
+            f" The page cache grew by {_bytes(growth)} per host during epoch "
+            f"{found.first_epoch}" + (f" (data set: {_bytes(dataset)})." if dataset else ".")
         )
     if found.measures_memory:
         explanation += (
-            f" With a {_gb(dataset)} data set and {_gb(found.host_memory_bytes)} of RAM per "
+            f" With a {_bytes(dataset)} data set and {_bytes(found.host_memory_bytes)} of RAM per "
             "host, the epochs after the first measure memory, not storage: to measure storage "
             f"the data set must be at least {MLPERF_STORAGE_RAM_MULTIPLE}x RAM (MLPerf "
             "Storage), or the caches must be dropped before every epoch."
@@ -166,8 +165,8 @@ def _(found: DatasetFitsInMemory) -> Finding:
         else f"The data set is less than {MLPERF_STORAGE_RAM_MULTIPLE}x a host's RAM"
     )
     explanation = (
-        f"The data set is {_gb(found.dataset_bytes)} and each host has "
-        f"{_gb(found.host_memory_bytes)} of RAM ({found.dataset_to_memory_ratio:.2g}x). "
+        f"The data set is {_bytes(found.dataset_bytes)} and each host has "
+        f"{_bytes(found.host_memory_bytes)} of RAM ({found.dataset_to_memory_ratio:.2g}x). "
         + (
             "After the first epoch the page cache can hold all of it, so throughput measures "
             "memory, not storage. "
@@ -306,10 +305,6 @@ CHART_BY_PART = {
 }
 
 
-def _mb(value: float | None) -> str:
-    return "not measured" if value is None else f"{value / 1e6:,.1f} MB"
-
-
 def _images(rate: float) -> str:
     """Images/s whole from 100 on, else to one decimal (a CPU run's 4.5 is not "4")."""
     return f"{rate:,.0f}" if abs(rate) >= 100 else f"{rate:,.1f}"
@@ -356,9 +351,10 @@ def attribution_text(found: ScalingAttribution, against: str) -> str:
             text += " Offset by: " + "; ".join(map(part_change_text, offsets)) + "."
     else:
         text += f" But {NOTHING_GREW}: the images/s were lost outside the timed steps."
+    reference, run = found.reference_fabric_bytes_per_step, found.fabric_bytes_per_step
     return text + (
-        f" Fabric traffic per step per node: {_mb(found.reference_fabric_bytes_per_step)} -> "
-        f"{_mb(found.fabric_bytes_per_step)}."
+        f" Fabric traffic per step per node: {_measured_bytes(reference)} -> "
+        f"{_measured_bytes(run)}."
     )
 
 
@@ -514,8 +510,10 @@ def _(found: InputWaitHost) -> Finding:
             f"{number(found.cpu_util_percent, '%')} busy, iowait "
             f"{number(found.iowait_percent, '%', 1)}, storage "
             f"{number(found.storage_read_mbps, ' MB/s', 1)}; the training itself read "
-            f"{_mb(found.training_read_bytes)} from storage of "
-            f"{_mb(found.training_rchar_bytes)} read in all. " + CAUSE_TEXT[found.cause] + "."
+            f"{_measured_bytes(found.training_read_bytes)} from storage of "
+            f"{_measured_bytes(found.training_rchar_bytes)} read in all. "
+            + CAUSE_TEXT[found.cause]
+            + "."
         ),
         evidence=evidence_json(found),
         chart=INPUT_WAIT,
@@ -564,8 +562,8 @@ def startup_reads_text(found: Startup) -> str:
     if found.first_read_bytes is None and found.settled_read_bytes is None:
         return "The training's own reads were not measured (its ranks sent none). "
     return (
-        f"The training read {_mb(found.first_read_bytes)} from storage in epoch 1 and "
-        f"{_mb(found.settled_read_bytes)} per later epoch. "
+        f"The training read {_measured_bytes(found.first_read_bytes)} from storage in epoch 1 and "
+        f"{_measured_bytes(found.settled_read_bytes)} per later epoch. "
     )
 
 

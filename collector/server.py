@@ -55,6 +55,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from agent.refusals import RefusalLog
 from collector import lineprotocol, read_api
 from collector.backends import forwarding_url
 from collector.connections import (
@@ -69,7 +70,6 @@ from collector.connections import (
     raise_descriptor_limit,
 )
 from collector.lineprotocol import ParsedBody, PrecisionError
-from collector.refusals import RefusalLog
 from collector.store import SqliteStore
 from collector.victoriametrics import BackendError, Forwarder
 

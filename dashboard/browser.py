@@ -61,3 +61,38 @@ def figure_data(driver: Any, graph_id: str) -> list[dict[str, Any]]:
         """,
         graph_id,
     )
+
+
+def server_runner(limits: Any = None) -> Any:
+    """A dash[testing] runner (for ``DashComposite(server=...)``) that serves the app as
+    ``dashboard serve`` does: ``dashboard.server``'s guarded werkzeug server (``limits``:
+    its ``ConnectionLimits``, default the command's), on a free loopback port, in a thread."""
+    import threading
+
+    from dash.testing.application_runners import BaseDashRunner
+
+    from dashboard.server import LIMITS, make_dashboard_server
+
+    class ServerRunner(BaseDashRunner):
+        def __init__(self) -> None:
+            super().__init__(keep_open=False, stop_timeout=3, host="127.0.0.1")
+            self.server: Any = None
+            self.thread: threading.Thread | None = None
+
+        def start(self, app: Any, start_timeout: float = 3, **_kwargs: Any) -> None:
+            self.server = make_dashboard_server("127.0.0.1", 0, app.server, limits or LIMITS)
+            self.port = self.server.port
+            self.thread = threading.Thread(
+                target=self.server.serve_forever, name="dashboard-http", daemon=True
+            )
+            self.thread.start()
+            self.started = True
+
+        def stop(self) -> None:
+            if self.server is not None:
+                self.server.shutdown()
+                self.server.server_close()
+            if self.thread is not None:
+                self.thread.join(timeout=10)
+
+    return ServerRunner()

@@ -2,7 +2,7 @@
 
     dashboard serve [--db PATH | --collector URL] [--host 127.0.0.1] [--port 8050]
                     [--auth USER:PASSWORD] [--poll-seconds 2] [--max-points 500]
-                    [--prepare-runs 4]
+                    [--prepare-runs 4] [--max-connections 128] [--header-timeout 10]
 
 ``--db`` is the collector's SQLite file (default: ``$EPOCHSCOPE_DB`` or
 ``runs/epochscope.sqlite``, as for ``collector``). ``--collector victoriametrics=URL`` (or a
@@ -11,6 +11,8 @@ bare URL) or ``--collector prometheus=URL`` reads samples from the collector's `
 file (``--db``).
 Listening on anything but loopback needs ``--auth`` (HTTP basic); the credentials can also
 come from ``$EPOCHSCOPE_DASHBOARD_AUTH`` so that they stay out of the process list.
+Slow or many clients are bounded by ``--max-connections`` and ``--header-timeout``
+(``dashboard.server``; the collector's options of the same names mean the same).
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from agent.http_guard import ConnectionLimits
 from collector.store_api import ReadStore
 from dashboard.auth import AuthError, Credentials, check_bind, parse_credentials
+from dashboard.server import LIMITS
 from dashboard.source import DEFAULT_MAX_POINTS
 
 DEFAULT_DB = os.environ.get("EPOCHSCOPE_DB", "runs/epochscope.sqlite")
@@ -72,6 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="keep the N newest finished runs computed in the background, so that they "
         "open at once (%(default)s; 0: off)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=LIMITS.max_connections,
+        metavar="N",
+        help="connections (threads) open at once; at the cap a new one closes the connection "
+        "that has waited longest for its request, or, when every one has a request in "
+        "hand, gets 503 with Retry-After (%(default)s)",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=LIMITS.header_timeout,
+        metavar="SECONDS",
+        help="a request's whole head must arrive within this many seconds of the accept; "
+        "a client that sent part of one gets 408, one that sent nothing is closed "
+        "(%(default)s)",
     )
     serve.add_argument(
         "--max-points",
@@ -127,17 +149,24 @@ def serve(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from None
     if args.poll_seconds <= 0 or args.max_points < 10 or args.prepare_runs < 0:
         raise CliError("--poll-seconds must be > 0, --max-points at least 10, --prepare-runs >= 0")
-
-    from werkzeug.serving import make_server
+    if args.max_connections < 1 or not args.header_timeout > 0:
+        raise CliError("--max-connections must be at least 1 and --header-timeout > 0")
+    limits = ConnectionLimits(
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        idle_timeout=LIMITS.idle_timeout,
+        write_timeout=LIMITS.write_timeout,
+    )
 
     from dashboard.app import create_app
+    from dashboard.server import make_dashboard_server
     from dashboard.source import DataSource
 
     store = open_store(args)
     source = DataSource(store, max_points=args.max_points)
     app = create_app(source, poll_seconds=args.poll_seconds, credentials=credentials)
     try:
-        server = make_server(args.host, args.port, app.server, threaded=True)
+        server = make_dashboard_server(args.host, args.port, app.server, limits)
     except OSError as error:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {error}", status=1) from None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import subprocess
 import sys
@@ -113,6 +114,17 @@ def test_gpu_call_timeout_from_the_file_and_the_environment(tmp_path):
     assert config.load(path, environ=environ).gpu_call_timeout_seconds == 0.5
 
 
+def test_metrics_limits_from_the_file_and_the_environment(tmp_path):
+    defaults = config.load(None, environ={}).metrics
+    assert defaults is not None
+    assert (defaults.limits.max_connections, defaults.limits.header_timeout) == (64, 10.0)
+    assert defaults.limits.idle_timeout == 75.0
+    path = write(tmp_path, "[metrics]\nmax_connections = 8\nheader_timeout_seconds = 2.5\n")
+    environ = {"EPOCHSCOPE_METRICS_IDLE_TIMEOUT_SECONDS": "30"}
+    limits = config.load(path, environ=environ).metrics.limits
+    assert (limits.max_connections, limits.header_timeout, limits.idle_timeout) == (8, 2.5, 30.0)
+
+
 def test_push_can_come_from_the_environment_alone():
     loaded = config.load(
         None, environ={"EPOCHSCOPE_PUSH_URL": "https://c:8086", "EPOCHSCOPE_PUSH_ORG": "x"}
@@ -155,6 +167,10 @@ def test_push_can_come_from_the_environment_alone():
         ("push = 1", {}, "push", "must be a table"),
         ("[metrics]\nlisten = '127.0.0.1'", {}, "metrics.listen", "ADDRESS:PORT"),
         ("[metrics]\nlisten = '127.0.0.1:70000'", {}, "metrics.listen", "0..65535"),
+        ("[metrics]\nmax_connections = 0", {}, "metrics.max_connections", "at least 1"),
+        ("[metrics]\nmax_connections = 2.5", {}, "metrics.max_connections", "integer"),
+        ("[metrics]\nheader_timeout_seconds = 0", {}, "metrics.header_timeout_seconds", "> 0"),
+        ("[metrics]\nidle_timeout_seconds = nan", {}, "metrics.idle_timeout_seconds", "> 0"),
         ("", {"EPOCHSCOPE_INTERVAL_SECONDS": "soon"}, "interval_seconds", "from the environment"),
         ("", {"EPOCHSCOPE_PUSH_SPOOL_MAX_BYTES": "1e3"}, "push.spool_max_bytes", "integer"),
     ],
@@ -268,3 +284,18 @@ def test_agent_run_refuses_a_spool_smaller_than_one_tick(tmp_path, repo_env):
     assert "push.spool_max_bytes: must hold at least one tick" in result.stderr
     assert "(got 100)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_agent_sample_into_a_pipe_closed_early_ends_without_a_traceback(repo_env):
+    """`agent sample --once --format json | head -c 100`: the reader is gone before the
+    sample is written."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agent", "sample", "--once", "--format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=repo_env,
+    )
+    process.stdout.close()  # before the agent has sampled anything, so its writes fail
+    _, stderr = process.communicate(timeout=60)
+    assert "Traceback" not in stderr.decode(), stderr.decode()
+    assert process.returncode == 128 + signal.SIGPIPE

@@ -10,6 +10,7 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.exposition import LatestSample, MetricsServer, render
+from agent.http_guard import ConnectionLimits
 from agent.point import Point
 
 
@@ -214,14 +215,14 @@ def test_http_keep_alive_head_and_refusals():
         server.close()
 
 
-def test_idle_and_slow_connections_cannot_hold_threads_or_lock_out_a_scrape():
+def test_idle_and_slow_connections_cannot_hold_threads_or_lock_out_a_scrape(caplog):
     """300 connections to /metrics that send nothing or half a request line. Before: a
     thread each (300 threads, and under a 1,024-descriptor limit a scraper locked out). Now
     at most 64 are held; each new one (the scrape too) closes the longest-waiting one, and
     when all have a request in hand a newcomer gets 503 + Retry-After."""
     import socket
 
-    server = MetricsServer("127.0.0.1", 0, max_connections=64)
+    server = MetricsServer("127.0.0.1", 0, ConnectionLimits(max_connections=64))
     idle: list[socket.socket] = []
     try:
         server.publish(SAMPLE[:1])
@@ -235,8 +236,10 @@ def test_idle_and_slow_connections_cannot_hold_threads_or_lock_out_a_scrape():
         assert threading.active_count() - baseline <= 64
         page = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10)
         assert page.status == 200 and b"epochscope_disk_reads" in page.read()
-        assert server._server.evicted >= 300 - 64
+        assert server._server.guard.evicted >= 300 - 64
         assert threading.active_count() - baseline <= 64
+        # 150 half requests evicted with a 503: one log line (once a minute per client)
+        assert len(refusal_lines(caplog)) == 1
     finally:
         for sock in idle:
             sock.close()
@@ -246,7 +249,7 @@ def test_idle_and_slow_connections_cannot_hold_threads_or_lock_out_a_scrape():
 def test_a_newcomer_at_the_cap_with_every_connection_busy_gets_503():
     import socket
 
-    server = MetricsServer("127.0.0.1", 0, max_connections=2)
+    server = MetricsServer("127.0.0.1", 0, ConnectionLimits(max_connections=2))
     started = threading.Event()
     release = threading.Event()
 
@@ -277,4 +280,76 @@ def test_a_newcomer_at_the_cap_with_every_connection_busy_gets_503():
         release.set()
         for sock in busy:
             sock.close()
+        server.close()
+
+
+def refusal_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused ")]
+
+
+def test_a_head_trickled_a_byte_at_a_time_is_cut_at_its_deadline_while_scrapes_go_on(caplog):
+    """Two clients send a head that never ends, a byte every 0.5 s (a timeout per read,
+    what the server had, never fires on them), one sends nothing. With a 3 s deadline for
+    the whole head, the tricklers get 408 and the silent one is closed, all after at least
+    3 s; scrapes are served all the while. Two 408s from one address: one log line. (3 s,
+    not less: a scrape's own head must be read within it on a loaded machine.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.slow_clients import silent_client, trickle_head
+
+    limits = ConnectionLimits(max_connections=8, header_timeout=3.0, idle_timeout=30.0)
+    server = MetricsServer("127.0.0.1", 0, limits)
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    try:
+        server.publish(SAMPLE[:1])
+        with caplog.at_level("DEBUG", "agent.exposition"), ThreadPoolExecutor(3) as pool:
+            slow = [pool.submit(trickle_head, server.port, 0.5) for _ in range(2)]
+            silent = pool.submit(silent_client, server.port)
+            scrapes = 0
+            while not all(future.done() for future in [*slow, silent]):
+                with urllib.request.urlopen(url, timeout=30) as page:
+                    assert page.status == 200 and b"epochscope_disk_reads" in page.read()
+                scrapes += 1
+                time.sleep(0.1)
+            for future in slow:
+                reply, seconds = future.result()
+                assert reply.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), reply[:80]
+                assert b"request head not received in time" in reply
+                assert 2.9 <= seconds < 60
+            reply, seconds = silent.result()
+            assert reply == b"" and 2.9 <= seconds < 60
+        assert scrapes >= 3
+        assert server._server.guard.timed_out == 3
+        lines = refusal_lines(caplog)
+        assert len(lines) == 1, lines
+        assert "408 request head not received in time" in lines[0]
+        warnings = [r for r in caplog.records if r.levelname not in ("DEBUG",)]
+        assert len(warnings) == 1, [r.getMessage() for r in warnings]  # no traceback, no more
+    finally:
+        server.close()
+
+
+def test_a_kept_alive_connection_gets_the_idle_timeout_and_a_fresh_head_deadline():
+    """A later request's head deadline counts from its first byte (a scrape 3 s after
+    the last one, with a 2 s head deadline, is served); with no request the connection
+    is closed after the idle timeout."""
+    import http.client
+
+    limits = ConnectionLimits(max_connections=8, header_timeout=2.0, idle_timeout=6.0)
+    server = MetricsServer("127.0.0.1", 0, limits)
+    try:
+        server.publish(SAMPLE[:1])
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        connection.request("GET", "/metrics")
+        assert connection.getresponse().read()
+        time.sleep(3.0)
+        connection.request("GET", "/metrics")
+        reply = connection.getresponse()
+        assert reply.status == 200 and reply.read()
+        answered = time.monotonic()
+        assert connection.sock is not None
+        assert connection.sock.recv(1) == b""  # closed by the server, nothing sent
+        assert 5.9 <= time.monotonic() - answered < 60
+        connection.close()
+    finally:
         server.close()

@@ -152,7 +152,7 @@ def test_scaling_loss_is_put_on_the_all_reduce_that_grew(make_store):
     assert "all-reduce (communication) 0 -> 5,000 ms/step: 40.0 images/s" in finding.explanation
     assert "compute (forward + backward) 17,000" not in finding.explanation  # did not grow
     assert "20% fewer" in finding.explanation
-    assert "Fabric traffic per step per node: 4.0 MB -> 2,500.0 MB." in finding.explanation
+    assert "Fabric traffic per step per node: 4.0 MB -> 2.5 GB." in finding.explanation
     assert finding.chart == "communication_percent"
 
 

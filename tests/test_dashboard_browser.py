@@ -12,13 +12,12 @@ import time
 
 import pytest
 
-from dashboard.browser import chrome_options, chromium_available, figure_data
+from dashboard.browser import chrome_options, chromium_available, figure_data, server_runner
 
 pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
 if not chromium_available():
     pytest.skip("needs Debian's chromium and chromium-driver", allow_module_level=True)
 
-from dash.testing.application_runners import ThreadedRunner
 from dash.testing.composite import DashComposite
 from selenium.webdriver.common.action_chains import ActionChains
 
@@ -54,7 +53,7 @@ def store(tmp_path_factory):
 def dash_duo(store, tmp_path_factory):
     app = create_app(DataSource(store), poll_seconds=POLL_SECONDS)
     with (
-        ThreadedRunner() as runner,
+        server_runner() as runner,  # the server `dashboard serve` runs, its limits
         DashComposite(
             server=runner,
             browser="Chrome",

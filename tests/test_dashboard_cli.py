@@ -253,3 +253,26 @@ def test_serve_stops_cleanly_on_sigterm(repo_env, empty_db):
     with serving(["--db", str(empty_db)], repo_env, exit_codes) as (url, _lines):
         assert get(url + "/")[0] == 200
     assert exit_codes == [0]
+
+
+@pytest.mark.parametrize(
+    "flags", [["--max-connections", "0"], ["--header-timeout", "0"], ["--header-timeout", "nan"]]
+)
+def test_connection_limits_must_be_positive(repo_env, tmp_path, flags):
+    result = run_cli(["serve", "--db", str(tmp_path / "none.sqlite"), *flags], repo_env)
+    assert result.returncode == 2
+    assert "--max-connections must be at least 1 and --header-timeout > 0" in result.stderr
+
+
+@needs_store
+def test_header_timeout_cuts_a_head_sent_a_byte_at_a_time(repo_env, empty_db):
+    """The flags reach the server (its behaviour is tested in test_dashboard_server.py)."""
+    from tests.slow_clients import trickle_head
+
+    with serving(["--db", str(empty_db), "--header-timeout", "3"], repo_env) as (url, lines):
+        reply, seconds = trickle_head(int(url.rsplit(":", 1)[1]), 0.5)
+        assert reply.startswith(b"HTTP/1.1 408 Request Timeout\r\n") and 2.9 <= seconds < 60
+        assert get(url + "/")[0] == 200
+    refused = [line for line in lines if "refused" in line]
+    assert len(refused) == 1 and "408 request head not received in time" in refused[0]
+    assert "Traceback" not in "".join(lines)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.browser import chrome_options, chromium_available, figure_data
+from dashboard.browser import chrome_options, chromium_available, figure_data, server_runner
 
 if not chromium_available():
     pytest.skip("needs Debian's chromium and chromium-driver", allow_module_level=True)
 
-from dash.testing.application_runners import ThreadedRunner
 from dash.testing.composite import DashComposite
 
 from collector.inference import format_points, format_rate, format_speedup, inference_report
@@ -44,7 +43,7 @@ def store(tmp_path_factory):
 def dash_duo(store, tmp_path_factory):
     app = create_app(DataSource(store), poll_seconds=0.4)
     with (
-        ThreadedRunner() as runner,
+        server_runner() as runner,  # the server `dashboard serve` runs, its limits
         DashComposite(
             server=runner,
             browser="Chrome",

@@ -16,9 +16,9 @@ import urllib.request
 
 import pytest
 
+from agent.refusals import RefusalLog
 from bench.reliability import harness
 from collector.read_api import command_argv, query_of
-from collector.refusals import RefusalLog
 from workloads.events import EventWriter, ShipperSink
 from workloads.timing import Recorder
 

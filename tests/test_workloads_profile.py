@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.schema import Event, RunState, Workload
+from agent.schema import AgentSelf, Event, RunState, Workload
 from collector.store import SqliteStore
 from tests.conftest import REPO_ROOT
 from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
+from workloads.autoprofile.keras_hooks import STEPS_PER_EXECUTION
 from workloads.autoprofile.session import Placement, placement_from
 from workloads.datasets import make_dataset
 
@@ -345,6 +346,37 @@ def test_a_crashing_training_keeps_its_status_and_is_marked_failed(data, runs):
     assert [e.fields[Workload.IMAGES] for e in ends] == [TRAIN, 0]
 
 
+def agent_edge_samples(runs: Path, run_id: str) -> int:
+    """Edge samples the run's embedded agent took (its ``edge_samples`` counter)."""
+    store = SqliteStore(runs / f"{run_id}.sqlite")
+    try:
+        infos = store.list_series(AgentSelf.NAME, AgentSelf.EDGE_SAMPLES)
+        series = store.read_series(infos, -(2**62), 2**62)
+    finally:
+        store.close()
+    return int(max(value for data in series for value in data.values))
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@needs_torch
+def test_evaluation_every_few_steps_asks_the_agent_only_where_an_epoch_may_end(runs):
+    result = profile(sys.executable, runs, "evals", sys.executable,
+                     str(SCRIPTS / "torch_eval_every.py"), env=project_env())  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert re.findall(r"evaluation passes: (\d+)", result.stdout) == ["16"]  # 8 an epoch
+    (rank,) = by_rank(events(runs, "evals")).values()
+    check_epochs(rank, epochs=2, images=64, steps=16)
+    # the epoch edges stay exact: real readings at the start and at validation's end
+    rows = report_rows(sys.executable, runs, "evals")
+    assert [row["interpolated_edges"] for row in rows] == ["", ""], rows
+    # asked at: the first pass's start; epoch 1's first evaluation's end (the training
+    # pass went on after it: evaluations run inside epochs, not asked again), its training
+    # pass's end and validation's end; epoch 2's start, training pass's end, validation's
+    # end; run_end. Asking at every pass's end took 23.
+    assert agent_edge_samples(runs, "evals") == 8
+
+
 # --- Keras fit on tf.data ----------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.frameworks
@@ -393,7 +425,7 @@ def test_keras_fit_with_steps_per_execution_runs_as_it_is_without_anatomy(data, 
                      "--steps-per-epoch", str(TRAIN // BATCH), "--validation-steps",
                      str(VAL // BATCH), env=project_env())  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    said = "epochscope: Keras fit: no step anatomy (steps_per_execution is above 1)"
+    said = f"epochscope: Keras fit: no step anatomy ({STEPS_PER_EXECUTION})"
     assert result.stderr.count(said) == 1, result.stderr[-4000:]
     (rank,) = by_rank(events(runs, "spe")).values()
     # one step per execution of 2 batches; every image counted
@@ -402,31 +434,7 @@ def test_keras_fit_with_steps_per_execution_runs_as_it_is_without_anatomy(data, 
     assert Workload.COMPUTE_SECONDS not in end.fields
 
 
-@pytest.mark.slow
-@pytest.mark.frameworks
-def test_horovodrun_keras_example_two_ranks(data, runs):
-    from workloads import frameworks
-
-    if not frameworks.horovod_supports("tensorflow"):
-        pytest.skip("horovod with TensorFlow is not installed: `make frameworks` builds it")
-    tfrecord = data("tfrecord")
-    result = profile(sys.executable, runs, "hvd", frameworks.horovodrun(), "-np", "2",
-                     "-H", "localhost:2", "--gloo", sys.executable,
-                     str(SCRIPTS / "keras_horovod_fit.py"), str(tfrecord),
-                     env=project_env())  # fmt: skip
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    ranks = by_rank(events(runs, "hvd"))
-    assert sorted(ranks) == [0, 1]  # horovodrun itself (Python too) is no rank
-    for rank in ranks.values():
-        # the data set sharded by rank: half each, batches of 4
-        ends = check_epochs(rank, epochs=2, images=TRAIN // 2, steps=TRAIN // 2 // 4)
-        assert rank[0].fields[Workload.WORLD_SIZE] == 2
-        assert rank[0].fields[Workload.MODEL] == "hvd_cnn"
-        # Horovod's all-reduce split off by the stamps in the compiled step
-        for event in ends + [e for e in rank if e.event == Event.STEP]:
-            assert_parts_add_up(event)
-            assert event.fields[Workload.COMPUTE_SECONDS] > 0
-        assert all(e.fields[Workload.COMMUNICATION_SECONDS] > 0 for e in ends), ends
+# Horovod's Keras example on 1 and 2 processes: tests/test_keras_horovod_profile.py
 
 
 # --- PyTorch + torchvision in a user's environment (make user-torch-env) -----------------

@@ -17,11 +17,13 @@
   ``make_train_function`` builds it: the same counter, XLA when the model asks for it,
   the iterator's own element spec as its signature, so it is traced once). Its time is
   *compute*; the rest of the step (callbacks, Keras' loop) is *other*. Under Horovod's
-  ``DistributedOptimizer`` two stamps placed in the compiled step, as the bundled
-  TensorFlow workload places them (``workloads.tf_train.StepStamps``), split off the
-  all-reduce: *compute* ends when the first layer's gradient exists (backward computes it
-  last), *communication* when every all-reduced gradient does; all-reduce that ran while
-  backward computed stays in compute (its overlap is not measured).
+  ``DistributedOptimizer`` with more than one process (``tf_train.horovod_allreduces``:
+  with one, there is no all-reduce and communication is 0) two stamps placed in the
+  compiled step, as the bundled TensorFlow workload places them
+  (``workloads.tf_train.StepStamps``), split off the all-reduce: *compute* ends when the
+  first layer's gradient exists (backward computes it last), *communication* when every
+  all-reduced gradient does; all-reduce that ran while backward computed stays in compute
+  (its overlap is not measured).
   Where this cannot be done the same way (``steps_per_execution`` above 1, a distribution
   strategy, a parameter-server coordinator, ``run_eagerly``) ``fit`` runs as it is, with
   one line on stderr, and its steps carry no anatomy (nor do those of a model class that
@@ -81,11 +83,22 @@ def counted(dataset: object):
 COMPUTED, REDUCED = "computed", "reduced"
 
 
+# Keras runs an execution's batches in one compiled loop (``next`` inside it); timing each
+# batch's wait apart from its step would take the host once per batch, in the loop (a
+# ``py_function`` stamp) or around it (a fetch in Python): the round trips that
+# steps_per_execution exists to save (docs/anatomy.md).
+STEPS_PER_EXECUTION = (
+    "steps_per_execution is above 1: an execution reads its batches inside one compiled "
+    "loop, and telling its input wait from compute needs the host once per batch, the round "
+    "trips steps_per_execution exists to save; a step is one execution"
+)
+
+
 def why_not_timed(model: object, tf) -> str | None:
     """Why ``model``'s train function cannot be split into fetch and compiled step."""
     steps = getattr(model, "_steps_per_execution", None)
     if (steps is not None and int(steps.numpy()) != 1) or model.autotune_steps_per_execution:
-        return "steps_per_execution is above 1"
+        return STEPS_PER_EXECUTION
     if model.run_eagerly:
         return "the model runs eagerly"
     if getattr(model, "_cluster_coordinator", None) is not None:
@@ -155,7 +168,8 @@ class TimedTrainFunction:
 class HorovodStamps:
     """While a compiled step is traced: the stamps of Horovod's all-reduce (an optimizer
     with ``_allreduce``: ``horovod.tensorflow.keras.DistributedOptimizer``), placed as the
-    bundled TensorFlow workload places them; nothing for any other optimizer (or None)."""
+    bundled TensorFlow workload places them, where it all-reduces (``horovod_allreduces``:
+    more than one process); nothing for one process or any other optimizer (or None)."""
 
     def __init__(self, tf, optimizer: object) -> None:
         from workloads.tf_train import StepStamps
@@ -166,13 +180,13 @@ class HorovodStamps:
         self._saved: dict[str, object] | None = None  # while the stamps are placed
 
     def __enter__(self):
-        optimizer = self.optimizer
-        allreduce = getattr(optimizer, "_allreduce", None)
-        self.stamps.traced.clear()
-        if allreduce is None:
-            return self
-        from workloads.tf_train import first_present
+        from workloads.tf_train import first_present, horovod_allreduces
 
+        optimizer = self.optimizer
+        self.stamps.traced.clear()
+        if not horovod_allreduces(optimizer):
+            return self
+        allreduce = optimizer._allreduce
         apply_gradients = optimizer.apply_gradients
         stamp = self.stamps._stamp
 

@@ -1,4 +1,5 @@
-"""Refused requests in the collector's log: one line per kind of refusal per minute.
+"""Refused requests in a server's log (the collector, the agent's /metrics, the dashboard):
+one line per kind of refusal per minute.
 
 A client with a wrong token retries every batch; logging each 401 would flood the log,
 logging none left the operator blind (a run delivered nothing and the collector said
