@@ -13,7 +13,9 @@ sampling, read by the ``agent`` self sampler at the next tick.
 Edge samples: ``edge_sample()`` (``POST /edge`` on loopback) samples now, outside the tick
 grid, so that a run or epoch edge has a real reading at its own instant instead of one
 interpolated between two ticks (a rank asks at each run/epoch event and uses the returned
-timestamp as the event's). The points are shipped like a tick's but not published to
+timestamp as the event's). The points are shipped like a tick's, handed to the shipper
+with the next tick's (``ship_edge_samples``: the reply does not wait for the spool's
+``fdatasync``, which is what a rank waiting on it would pay), and not published to
 /metrics (scrapes keep their regular grid); slow samplers (GPU: NVML) are left out. One
 lock serialises ticks and edge samples: samplers keep /proc files open and are not
 thread-safe.
@@ -141,20 +143,23 @@ class Daemon:
         self.skipped_ticks = 0
         self.edge_samples = 0
         self._sampling = threading.Lock()
+        self._edge_points: list[Point] = []  # sampled at edges, not yet shipped (lock held)
 
     def tick(self) -> list[Point]:
         with self._sampling:
             started = time.perf_counter()
             points = self.sample_round(self.clock_ns())
             self.stats.sample_duration_seconds = time.perf_counter() - started
+            edge_points, self._edge_points = self._edge_points, []
         for publisher in self.publishers:
             publisher.publish(points)
-        self._submit(points)
+        self._submit(edge_points + points)  # one spool write for both
         self.ticks += 1
         return points
 
     def edge_sample(self) -> int:
-        """Sample now (every sampler but the slow ones) and ship it; the sample's time.
+        """Sample now (every sampler but the slow ones); the sample's time. Its points
+        are shipped with the next tick's (``ship_edge_samples``), not while a rank waits.
 
         Waits for a tick in progress at most ``EDGE_LOCK_WAIT_SECONDS`` (a tick that
         samples NVML can take longer), then raises ``EdgeBusy``: a rank is never held up
@@ -162,13 +167,21 @@ class Daemon:
         if not self._sampling.acquire(timeout=EDGE_LOCK_WAIT_SECONDS):
             raise EdgeBusy("a tick is sampling")
         try:
-            now_ns = self.clock_ns()
-            points = self.sample_round(now_ns, skip=EDGE_SKIPPED_SAMPLERS)
             self.edge_samples += 1
+            self.stats.edge_samples = self.edge_samples  # the sample's own agent point counts it
+            now_ns = self.clock_ns()
+            self._edge_points.extend(self.sample_round(now_ns, skip=EDGE_SKIPPED_SAMPLERS))
         finally:
             self._sampling.release()
-        self._submit(points)
         return now_ns
+
+    def ship_edge_samples(self) -> None:
+        """Hand the edge samples taken since the last tick to the shipper now (each tick
+        does; the loop does when it stops)."""
+        with self._sampling:
+            edge_points, self._edge_points = self._edge_points, []
+        if edge_points:
+            self._submit(edge_points)
 
     def _submit(self, points: list[Point]) -> None:
         for submitter in self.submitters:
@@ -185,6 +198,7 @@ class Daemon:
             if next_ns - now_ns > self.interval_ns:  # the clock was stepped back
                 next_ns = next_tick_ns(now_ns, self.interval_ns)
             if wait(max(0, next_ns - now_ns) / 1e9):
+                self.ship_edge_samples()
                 return
             if self.clock_ns() < next_ns:
                 continue  # woken early: wait for the rest

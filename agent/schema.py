@@ -423,6 +423,9 @@ class AgentSelf(Measurement):
     MEMORY_POINTS = gauge(
         "memory_points", "count", "Points held in memory while the spool cannot take them"
     )
+    EDGE_SAMPLES = counter(
+        "edge_samples", "count", "Edge samples taken for ranks' run and epoch events (POST /edge)"
+    )
     # Only on a host where the gpu sampler runs:
     GPUS_HUNG = gauge(
         "gpus_hung", "count", "GPUs with an NVML call outstanding past its timeout (not reported)"

@@ -72,12 +72,25 @@ def make_daemon(*names: str, clock_ns=time.time_ns):
 
 
 def test_an_edge_sample_is_shipped_at_its_own_time_without_gpu_or_metrics_page():
-    daemon, (memory, gpu), sink = make_daemon("memory", "gpu", clock_ns=lambda: 1_400_000_000)
+    clock = iter([1_400_000_000, 2_000_000_000])
+    daemon, (memory, gpu), sink = make_daemon("memory", "gpu", clock_ns=lambda: next(clock))
     assert daemon.edge_sample() == 1_400_000_000
     assert memory.calls == 1 and gpu.calls == 0  # NVML is too slow to wait for
-    assert [(p.time_ns, p.tags["host"]) for p in sink.points] == [(1_400_000_000, "n1")]
-    assert sink.published == []  # /metrics keeps its regular tick grid
+    assert sink.points == []  # not spooled while the rank waits for the answer
     assert daemon.ticks == 0 and daemon.edge_samples == 1
+    daemon.tick()  # shipped with the next tick's points, in one spool write
+    assert [(p.time_ns, p.tags["host"]) for p in sink.points] == [
+        (1_400_000_000, "n1"), (2_000_000_000, "n1"), (2_000_000_000, "n1")]  # fmt: skip
+    assert [p.time_ns for p in sink.published] == [2_000_000_000] * 2  # the tick's only
+    daemon.ship_edge_samples()  # nothing left over
+    assert len(sink.points) == 3
+
+
+def test_edge_samples_left_when_the_loop_stops_are_shipped():
+    daemon, _, sink = make_daemon("memory")
+    edge_ns = daemon.edge_sample()
+    daemon.run(lambda seconds: True)  # a stop asked for at once
+    assert [p.time_ns for p in sink.points] == [edge_ns] and daemon.ticks == 0
 
 
 def test_edge_samples_never_run_a_sampler_while_a_tick_does():
@@ -98,6 +111,7 @@ def test_post_edge_answers_loopback_with_the_sample_time():
         status, body = http_request(server.port, "POST", "/edge", b"")
         assert status == 200
         time_ns = json.loads(body)["time_ns"]
+        daemon.ship_edge_samples()
         assert [p.time_ns for p in sink.points] == [time_ns]
         assert http_request(server.port, "GET", "/edge")[0] == 404  # POST only
         assert http_request(server.port, "POST", "/metrics", b"")[0] == 405
@@ -219,3 +233,68 @@ def test_the_table_notes_interpolated_edges_under_it():
     assert note in report_table("r", rows).plain
     exact = [dataclasses.replace(row, interpolated_edges="") for row in rows]
     assert interpolated_edges_note(exact) == ""
+
+
+class SlowAgentClock:
+    """A clock the rank reads and a sampler advances: each edge sample "takes" ``cost``
+    seconds of the rank's time (a loaded node), without waiting for real."""
+
+    def __init__(self, cost: float) -> None:
+        self.now = 0.0
+        self.cost = cost
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ChargingSampler(CountingSampler):
+    def __init__(self, clock: SlowAgentClock) -> None:
+        super().__init__("memory")
+        self.clock = clock
+
+    def sample(self, now_ns: int) -> list[Point]:
+        self.clock.now += self.clock.cost
+        return super().sample(now_ns)
+
+
+def test_a_rank_stops_asking_past_its_time_budget_and_asks_again_once_under():
+    clock = SlowAgentClock(cost=1.0)
+    sampler = ChargingSampler(clock)
+    daemon = Daemon(AgentConfig(host="n1"), [sampler], AgentStats(), [], [Collect()])
+    server = MetricsServer("127.0.0.1", 0)
+    server.serve_edge_samples(daemon.edge_sample)
+    try:
+        edges = AgentEdges(server.port, budget_share=0.25, budget_allowance=1.0, clock=clock)
+        # allowed: 1 s + 25% of the time since the first request; each request takes 1 s
+        answered = [edges.sample() is not None for _ in range(4)]
+        assert answered == [True, True, False, False]  # waited 2 s of 2 s: over 1.5 s
+        assert (edges.asked, edges.waited, edges.skipped_over_budget) == (2, 2.0, 2)
+        clock.now += 6.0  # the training runs on: 2 s waited of 1 + 0.25 x 8 s allowed
+        answered = [edges.sample() is not None for _ in range(3)]
+        assert answered == [True, True, False]  # then 4 s waited of 3.5 s at 10 s
+        assert daemon.edge_samples == edges.asked == 4  # skipped ones never reach the agent
+        assert edges.answering is True  # over budget is not "no agent"
+    finally:
+        server.close()
+
+
+def test_a_rank_keeps_one_connection_and_reconnects_to_a_restarted_agent():
+    daemon, _, _ = make_daemon("memory")
+    server = MetricsServer("127.0.0.1", 0)
+    server.serve_edge_samples(daemon.edge_sample)
+    port = server.port
+    edges = AgentEdges(port)
+    try:
+        assert edges.sample() is not None
+        kept = edges._connection.sock
+        assert edges.sample() is not None and edges._connection.sock is kept  # no new connect
+    finally:
+        server.close()  # the agent restarts: its side of the kept connection is gone
+    kept.getpeername()  # still open on the rank's side
+    server = MetricsServer("127.0.0.1", port)
+    server.serve_edge_samples(daemon.edge_sample)
+    try:
+        assert edges.sample() is not None and edges.answering is True
+        assert daemon.edge_samples == 3
+    finally:
+        server.close()

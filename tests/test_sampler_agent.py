@@ -24,6 +24,7 @@ def test_agent_stats_is_the_agreed_dataclass():
         ("points_dropped", "int", 0),
         ("spool_error", "int", 0),
         ("memory_points", "int", 0),
+        ("edge_samples", "int", 0),
         ("gpus_hung", "int | None", None),
         ("gpus_failing", "int | None", None),
         ("gpus_lost", "int | None", None),

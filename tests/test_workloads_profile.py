@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.schema import Event, RunState, Workload
+from agent.schema import AgentSelf, Event, RunState, Workload
 from collector.store import SqliteStore
 from tests.conftest import REPO_ROOT
 from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
@@ -344,6 +344,37 @@ def test_a_crashing_training_keeps_its_status_and_is_marked_failed(data, runs):
     assert rank[-1].event == Event.RUN_END and rank[-1].fields[Workload.STATE] == RunState.FAILED
     ends = [e for e in rank if e.event == Event.EPOCH_END]
     assert [e.fields[Workload.IMAGES] for e in ends] == [TRAIN, 0]
+
+
+def agent_edge_samples(runs: Path, run_id: str) -> int:
+    """Edge samples the run's embedded agent took (its ``edge_samples`` counter)."""
+    store = SqliteStore(runs / f"{run_id}.sqlite")
+    try:
+        infos = store.list_series(AgentSelf.NAME, AgentSelf.EDGE_SAMPLES)
+        series = store.read_series(infos, -(2**62), 2**62)
+    finally:
+        store.close()
+    return int(max(value for data in series for value in data.values))
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@needs_torch
+def test_evaluation_every_few_steps_asks_the_agent_only_where_an_epoch_may_end(runs):
+    result = profile(sys.executable, runs, "evals", sys.executable,
+                     str(SCRIPTS / "torch_eval_every.py"), env=project_env())  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert re.findall(r"evaluation passes: (\d+)", result.stdout) == ["16"]  # 8 an epoch
+    (rank,) = by_rank(events(runs, "evals")).values()
+    check_epochs(rank, epochs=2, images=64, steps=16)
+    # the epoch edges stay exact: real readings at the start and at validation's end
+    rows = report_rows(sys.executable, runs, "evals")
+    assert [row["interpolated_edges"] for row in rows] == ["", ""], rows
+    # asked at: the first pass's start; epoch 1's first evaluation's end (the training
+    # pass went on after it: evaluations run inside epochs, not asked again), its training
+    # pass's end and validation's end; epoch 2's start, training pass's end, validation's
+    # end; run_end. Asking at every pass's end took 23.
+    assert agent_edge_samples(runs, "evals") == 8
 
 
 # --- Keras fit on tf.data ----------------------------------------------------------------

@@ -41,6 +41,7 @@ from typing import Protocol
 
 from agent.point import Point
 from agent.schema import Event, Kind, Tag, Workload, field_spec
+from agent.thread_names import name_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,15 @@ class EventSink(Protocol):
         ...
 
 
+EVENT_BATCH_SECONDS = 1.0
+
+
 class ShipperSink:
-    """Through the agent's disk-spooled shipper to an InfluxDB v2 write endpoint."""
+    """Through the agent's disk-spooled shipper to an InfluxDB v2 write endpoint. Once
+    caught up, the shipper sends at most every ``EVENT_BATCH_SECONDS``: the events of that
+    second go in one request (a rank's step events come every step where epochs are short,
+    and each request costs the rank ~3 ms of CPU and the collector as much: one request a
+    second bounds that whatever the step rate), a second late at most on the dashboard."""
 
     def __init__(self, url: str, token: str | None, spool_dir: Path) -> None:
         from agent.shipper import Shipper  # the one place a workload builds a Shipper
@@ -66,7 +74,12 @@ class ShipperSink:
         spool_dir.mkdir(parents=True, exist_ok=True)
         self.spool_dir = spool_dir
         self._shipper = Shipper(
-            url=url, token=token, org=DEFAULT_ORG, bucket=DEFAULT_BUCKET, spool_dir=spool_dir
+            url=url,
+            token=token,
+            org=DEFAULT_ORG,
+            bucket=DEFAULT_BUCKET,
+            spool_dir=spool_dir,
+            batch_seconds=EVENT_BATCH_SECONDS,
         )
         self._shipper.start()
 
@@ -83,6 +96,9 @@ class ShipperSink:
         return delivered
 
 
+EVENTS_THREAD = "es-events"  # the kernel keeps 15 bytes of a thread's name
+
+
 class BackgroundSink:
     """Hands the events to ``sink`` (the spooling shipper) on a thread of its own: spooling
     is durable (an ``fdatasync`` per event, ~10 ms on a busy disk), and the training's
@@ -93,13 +109,14 @@ class BackgroundSink:
     def __init__(self, sink) -> None:
         self.sink = sink
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="epochscope-events", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=EVENTS_THREAD, daemon=True)
         self._thread.start()
 
     def submit(self, points: list) -> None:
         self._queue.put(points)
 
     def _run(self) -> None:
+        name_this_thread(EVENTS_THREAD)
         while (points := self._queue.get()) is not None:
             try:
                 self.sink.submit(points)
@@ -193,6 +210,14 @@ AGENT_PORT_ENV = "EPOCHSCOPE_AGENT_PORT"
 DEFAULT_AGENT_PORT = 9711
 
 
+# A rank spends at most this share of its time waiting for edge samples, after an
+# allowance for its first edges (bench/profile_overhead/README.md: one costs ~1-8 ms on a
+# loaded node); past it an edge is stamped with the rank's own clock (interpolated, and
+# the report says so) until the share is back under.
+EDGE_BUDGET_SHARE = 0.002
+EDGE_BUDGET_ALLOWANCE_SECONDS = 1.0
+
+
 class AgentEdges:
     """Asks the local agent (``POST /edge`` on 127.0.0.1) to sample now; its timestamp.
 
@@ -200,12 +225,36 @@ class AgentEdges:
     after the first failure it never asks again, so a rank without an agent is not slowed.
     A slow answer (over ``timeout`` seconds: the agent is wedged) counts as a failure too;
     a 503 (the agent was busy sampling a tick for longer than it waits) only for that edge.
+
+    Bounded: one keep-alive connection per process (no connect, and no new agent thread,
+    per edge); and once the calling threads have waited more than ``budget_share`` of the
+    time since the first request plus ``budget_allowance`` seconds in all, an edge is not
+    asked for (None: the caller's clock) until the share is back under
+    (``skipped_over_budget`` counts them), so a loop that makes many short DataLoader
+    passes cannot spend a noticeable share of its steps here.
     """
 
-    def __init__(self, port: int, timeout: float = 1.0) -> None:
+    def __init__(
+        self,
+        port: int,
+        timeout: float = 1.0,
+        budget_share: float = EDGE_BUDGET_SHARE,
+        budget_allowance: float = EDGE_BUDGET_ALLOWANCE_SECONDS,
+        clock=time.perf_counter,
+    ) -> None:
         self.port = port
         self.timeout = timeout
         self.answering: bool | None = None  # None: not asked yet
+        self.budget_share = budget_share
+        self.budget_allowance = budget_allowance
+        self.asked = 0  # requests sent
+        self.waited = 0.0  # seconds the callers spent in those requests
+        self.skipped_over_budget = 0
+        self._clock = clock
+        self._since: float | None = None  # the first request
+        self._connection: http.client.HTTPConnection | None = None
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # one connection: one request at a time
 
     @classmethod
     def from_environment(cls) -> AgentEdges | None:
@@ -215,21 +264,46 @@ class AgentEdges:
             return None
         return cls(int(text)) if text.isdigit() else None
 
+    def within_budget(self) -> bool:
+        if self._since is None:
+            return True
+        elapsed = self._clock() - self._since
+        return self.waited <= self.budget_allowance + self.budget_share * elapsed
+
     def sample(self) -> int | None:
         if self.answering is False:
             return None
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+        with self._lock:
+            if not self.within_budget():
+                if self.skipped_over_budget == 0:
+                    log.info(
+                        "agent edge samples have taken %.3f s of this process's time: edges "
+                        "past %.1f%% of it are interpolated between the agent's ticks",
+                        self.waited,
+                        self.budget_share * 100,
+                    )
+                self.skipped_over_budget += 1
+                return None
+            began = self._clock()
+            if self._since is None:
+                self._since = began
+            try:
+                return self._ask()
+            finally:
+                self.asked += 1
+                self.waited += self._clock() - began
+
+    def _ask(self) -> int | None:
         try:
-            connection.request("POST", "/edge", body=b"")
-            response = connection.getresponse()
-            body = response.read()
-            if response.status == 503:  # busy for this one edge: ask again next time
+            status, body = self._post()
+            if status == 503:  # busy for this one edge: ask again next time
                 log.debug("the agent was busy: this edge is interpolated")
                 return None
-            if response.status != 200:
-                raise OSError(f"HTTP {response.status}")
+            if status != 200:
+                raise OSError(f"HTTP {status}")
             time_ns = int(json.loads(body)["time_ns"])
         except (OSError, ValueError, KeyError, http.client.HTTPException) as error:
+            self._close()
             if self.answering is None:
                 log.info(
                     "no agent edge samples on 127.0.0.1:%d (%s): epoch edges will be "
@@ -239,10 +313,40 @@ class AgentEdges:
                 )
             self.answering = False
             return None
-        finally:
-            connection.close()
         self.answering = True
         return time_ns
+
+    def _post(self) -> tuple[int, bytes]:
+        """``POST /edge`` on the kept connection; once more on a new one if the kept one
+        was closed meanwhile (the agent closes idle ones after a minute)."""
+        if self._pid != os.getpid():  # a forked child: the parent's socket is not ours
+            self._connection, self._pid = None, os.getpid()
+        reused = self._connection is not None
+        try:
+            return self._exchange()
+        except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine):
+            if not reused:
+                raise
+            self._close()
+            return self._exchange()
+
+    def _exchange(self) -> tuple[int, bytes]:
+        if self._connection is None:
+            self._connection = http.client.HTTPConnection(
+                "127.0.0.1", self.port, timeout=self.timeout
+            )
+        self._connection.request("POST", "/edge", body=b"")
+        response = self._connection.getresponse()
+        body = response.read()
+        if response.will_close:
+            self._close()
+        return response.status, body
+
+    def _close(self) -> None:
+        if self._connection is not None:
+            with contextlib.suppress(OSError):
+                self._connection.close()
+            self._connection = None
 
 
 class EventWriter:

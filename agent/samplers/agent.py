@@ -13,6 +13,7 @@ spool_points             gauge    count    ``AgentStats``: points waiting in the
 points_dropped           counter  count    ``AgentStats``: points lost to a full spool
 spool_error              gauge    1        ``AgentStats``: 1 while the spool cannot be used
 memory_points            gauge    count    ``AgentStats``: points held in memory meanwhile
+edge_samples             counter  count    ``AgentStats``: edge samples taken (``POST /edge``)
 gpus_hung                gauge    count    gpu sampler: GPUs with an NVML call past its timeout
 gpus_failing             gauge    count    gpu sampler: GPUs whose last reading met an error
 gpus_lost                gauge    count    gpu sampler: GPUs NVML declared lost
@@ -21,7 +22,7 @@ gpu_reading_age_seconds  gauge    seconds  gpu sampler: age of the oldest GPU re
 
 ``cpu_seconds`` stays a float for the same reason as the ``cpu`` measurement: whole
 seconds would quantise a small per-second cost to zero. It covers this process only
-(threads included, children not). The last six fields are copied from the
+(threads included, children not). The last seven fields are copied from the
 :class:`AgentStats` in the ``stats`` attribute, which the daemon replaces with the one
 its shipper updates; until then they read zero. Always available: it reads the live
 process, never the ``--proc-root`` tree. The four ``gpu*`` fields are written by the gpu
@@ -49,6 +50,7 @@ class AgentStats:
     points_dropped: int = 0
     spool_error: int = 0
     memory_points: int = 0
+    edge_samples: int = 0  # counted by the daemon, this sample's own included
     # Set by the gpu sampler; None (not reported) on a host where it does not run.
     gpus_hung: int | None = None
     gpus_failing: int | None = None
@@ -77,6 +79,7 @@ class AgentSampler:
             AgentSelf.POINTS_DROPPED: int(stats.points_dropped),
             AgentSelf.SPOOL_ERROR: float(stats.spool_error),
             AgentSelf.MEMORY_POINTS: float(stats.memory_points),
+            AgentSelf.EDGE_SAMPLES: int(stats.edge_samples),
         }
         if stats.gpus_hung is not None:
             fields[AgentSelf.GPUS_HUNG] = float(stats.gpus_hung)

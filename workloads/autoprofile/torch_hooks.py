@@ -11,13 +11,23 @@
   labels) and a module called on tensors shaped like the inputs that returns one row of
   class scores per input; top-1 and top-5 are then counted from those scores.
 - Edges are exact where they can be: the local agent is asked for an edge sample
-  (``Session.edge_ns``) at the start of every pass before training is seen (any of them
-  may turn out to be the first epoch's start: the one whose batches are followed by
-  optimizer steps keeps its sample) and at the end (``StopIteration``) of every pass
-  while an epoch is open (the training pass, then each validation pass: the last is the
-  epoch's end). Later epochs start at their pass's ``epoch_start``, sampled there. A
-  loop that leaves its loader before ``StopIteration`` ends its epoch at its last step,
-  an interpolated edge.
+  (``Session.edge_ns``) where a pass may turn out to be an epoch's edge, before it is
+  known to be one:
+  - at the start of a pass before training is seen (the one whose batches are followed
+    by optimizer steps keeps its sample as the first epoch's start), except a pass of a
+    loader that has already run a whole pass with no optimizer step (evaluation before
+    training, or no training at all);
+  - at the end (``StopIteration``) of a pass while an epoch is open: the training pass,
+    then each validation pass after it (the last one is the epoch's end). A pass of
+    another loader that ends while the training pass goes on (evaluation every N steps)
+    is asked for once: when a step of that same training pass follows, such passes are
+    known to run inside epochs, and their ends are stamped with the process's clock from
+    then on (a loop that also leaves its training loader early then has that epoch's end
+    interpolated, and the report says so).
+  Later epochs start at their pass's ``epoch_start``, sampled there. A loop that leaves
+  its loader before ``StopIteration`` ends its epoch at its last step, an interpolated
+  edge. Each request is bounded in time (``workloads.events.AgentEdges``: a kept
+  connection, and a budget of the process's time past which edges are interpolated).
 - The loss is the scalar tensor ``backward`` was called on, summed without a device sync
   and read at the epoch's end (and in sampled step events).
 - The model's name is the class of the first module called on a training batch's inputs
@@ -63,6 +73,7 @@ class Pass:
         self.inputs_shape: tuple | None = None
         self.labels = None
         self.outermost: object = None  # the last-returning module called on the inputs
+        self.ended = False  # StopIteration reached
 
 
 class Tracker:
@@ -74,6 +85,13 @@ class Tracker:
         self.waited: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loader: s
         self.roles: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.last: Pass | None = None  # the pass whose batch came last
+        self.training: Pass | None = None  # the open epoch's training pass
+        # loaders that ran a whole pass before training was seen, with no optimizer step
+        self.untrained: weakref.WeakSet = weakref.WeakSet()
+        # learnt: another loader's passes end inside training passes (evaluation every N
+        # steps), so their ends are no epoch edges
+        self.evaluates_inside_epochs = False
+        self._inside_edge_asked = False  # an edge asked at such an end, since the last step
         self.model: str | None = None
         self.loss = None
         self.backward_done: float | None = None  # the last backward returned
@@ -89,12 +107,13 @@ class Tracker:
         if session is None or session.explicit:
             return Pass(loader)
         role = self.roles.get(loader)
-        # before training is seen, any pass may be the first epoch: its start is an edge
-        start_ns = None if session.started else session.edge_ns()
-        current = Pass(loader, session.process_io(), start_ns)
+        # before training is seen, a pass may be the first epoch: its start is an edge
+        maybe_first = not session.started and loader not in self.untrained
+        current = Pass(loader, session.process_io(), session.edge_ns() if maybe_first else None)
         if session.started:
             if role == TRAIN:
                 session.epoch_start(None, current.start, current.io)  # now: an edge
+                self.training, self._inside_edge_asked = current, False
             elif session.epoch is not None:
                 self._watch_forward(current)
         elif role is None and self.model is None:
@@ -121,9 +140,12 @@ class Tracker:
 
     # _BaseDataLoaderIter.__next__ raised StopIteration
     def pass_ended(self, current: Pass) -> None:
+        current.ended = True
         session = sessions.current()
         loader = current.loader()
-        if loader is None or session is None or not session.started:
+        if loader is None or session is None or not session.started or session.explicit:
+            if loader is not None and session is not None and not session.started:
+                self.untrained.add(loader)  # a whole pass and no optimizer step
             self._stop_watching()
             return
         if self.roles.get(loader) is None:
@@ -133,7 +155,13 @@ class Tracker:
             if top1 is not None:
                 session.epoch.top1, session.epoch.top5 = top1, top5
         if session.epoch is not None:  # the epoch ran until now, and may end here: an edge
-            session.extend_epoch(session.edge_ns())
+            training = self.training
+            inside = self.roles[loader] == OTHER and training is not None and not training.ended
+            if inside and self.evaluates_inside_epochs:
+                session.extend_epoch()  # the training pass goes on: not the epoch's end
+            else:
+                session.extend_epoch(session.edge_ns())
+                self._inside_edge_asked = inside
         self._stop_watching()
 
     # the global optimizer step post hook
@@ -154,7 +182,11 @@ class Tracker:
             # a nanosecond before the epoch it starts with: first in time order, as it was sent
             session.start("pytorch", self.model, batch, current.start_ns - 1)
             session.epoch_start(current.start_ns, current.start, current.io)
+            self.training = current
             self._stop_watching()
+        elif self._inside_edge_asked and current is self.training:
+            self.evaluates_inside_epochs = True  # that pass's end was not the epoch's end
+        self._inside_edge_asked = False
         loss, self.loss = self.loss, None
         marks = self._marks(current, session)
         session.step(current.images, current.input_wait, loss, marks, end)
