@@ -56,12 +56,14 @@ from typing import TYPE_CHECKING, Any
 
 from agent.point import Point, encode_line
 from agent.spool import DEFAULT_SEGMENT_MAX_BYTES, Segment, Spool
+from agent.thread_names import name_this_thread
 
 if TYPE_CHECKING:
     from agent.samplers.agent import AgentStats
 
 log = logging.getLogger(__name__)
 
+SHIPPER_THREAD = "es-shipper"  # its kernel name too (agent.thread_names)
 BACKOFF_START_SECONDS = 0.5
 BATCH_MAX_BYTES = 1 << 20
 BATCH_MAX_SEGMENTS = 64
@@ -341,7 +343,7 @@ class Shipper:
         if self._thread is not None:
             return
         self._writer = InfluxWriter(self.url, self._token, self._org, self._bucket)
-        self._thread = threading.Thread(target=self._run, name="shipper", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=SHIPPER_THREAD, daemon=True)
         self._thread.start()
 
     def submit(self, points: Sequence[Point]) -> None:
@@ -481,6 +483,7 @@ class Shipper:
             self._new_data = self._flush_asked = False
 
     def _run(self) -> None:
+        name_this_thread(SHIPPER_THREAD)
         backoff = BACKOFF_START_SECONDS
         while not self._stopping:
             try:

@@ -87,6 +87,20 @@ def bootstrap_ratio_of_medians(
     return ratios[int(tail * resamples)], ratios[min(int((1.0 - tail) * resamples), resamples - 1)]
 
 
+def bootstrap_median(
+    values: list[float], resamples: int = 20000, level: float = 0.95
+) -> tuple[float, float]:
+    """A percentile bootstrap interval of the median of ``values`` (e.g. paired ratios,
+    one per round)."""
+    generator = random.Random(0)
+    medians = sorted(
+        statistics.median(generator.choices(values, k=len(values))) for _ in range(resamples)
+    )
+    tail = (1.0 - level) / 2.0
+    high = min(int((1.0 - tail) * resamples), resamples - 1)
+    return medians[int(tail * resamples)], medians[high]
+
+
 def ratio_summary(results: dict[str, list[float]], top: str, bottom: str) -> dict[str, object]:
     """``top`` / ``bottom``: the ratio of the medians, its 95% bootstrap interval, the
     per-round ratios with their median and range."""

@@ -180,8 +180,9 @@ def scaling_attribution(context: RunContext, reference: RunFacts) -> ScalingAttr
         return None
     ref_report = context.report_of(reference.run.run_id)
     ref_events = run_events(context.store, reference.run.run_id, EPOCH_KINDS)
-    ref_rows = settled(_complete_in(ref_report, rank_epochs(ref_events)))
-    run_rows = settled(mine)
+    ref_all = _complete_in(ref_report, rank_epochs(ref_events))
+    ref_rows, run_rows = settled(ref_all), settled(mine)
+    one_epoch = any(len({r.epoch for r in rows}) < 2 for rows in (ref_all, mine))
     ref_profile, run_profile = step_profile(ref_rows), step_profile(run_rows)
     if ref_profile is None or run_profile is None:
         return None
@@ -205,6 +206,7 @@ def scaling_attribution(context: RunContext, reference: RunFacts) -> ScalingAttr
         parts=parts,
         reference_fabric_bytes_per_step=_fabric_bytes_per_step(ref_report.rows, ref_rows),
         fabric_bytes_per_step=_fabric_bytes_per_step(context.report.rows, run_rows),
+        start_up_included=one_epoch,
     )
 
 

@@ -106,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     limits = Limits()
     serve.add_argument(
+        "--parse-workers",
+        type=positive_int,
+        default=None,
+        help="processes that parse large write bodies (default: one per CPU, at most 8); 1 "
+        "parses every body in the server (a collector for one run: `workloads run "
+        "--profile`)",
+    )
+    serve.add_argument(
         "--max-connections",
         type=positive_int,
         default=limits.max_connections,

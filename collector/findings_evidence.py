@@ -334,6 +334,8 @@ class ScalingAttribution:
     parts: list[PartChange]  # largest share of the loss first
     reference_fabric_bytes_per_step: float | None
     fabric_bytes_per_step: float | None
+    # a run with one epoch has no settled epochs: its epoch 1, start-up included, is compared
+    start_up_included: bool = False
 
     @property
     def grown(self) -> list[PartChange]:

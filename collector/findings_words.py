@@ -326,8 +326,13 @@ NOTHING_GREW = "no part of the step (input wait, compute, all-reduce, the rest) 
 
 def attribution_text(found: ScalingAttribution, against: str) -> str:
     """The step anatomy's account of a scaling loss: where the lost images/s went."""
+    over = (
+        "with epoch 1's start-up included (a run of one epoch has no later epoch to compare)"
+        if found.start_up_included
+        else "over the epochs after the first"
+    )
     text = (
-        f" Against {against}, measured by the step anatomy over the epochs after the first, "
+        f" Against {against}, measured by the step anatomy {over}, "
         f"each of the {found.ranks} ranks trained "
         f"{found.images_per_second_per_rank:,.1f} images/s against "
         f"{found.reference_images_per_second_per_rank:,.1f} per rank "

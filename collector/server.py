@@ -724,7 +724,7 @@ def run(args) -> int:
     store = SqliteStore(args.db, check_integrity=True)  # StoreError: one line (collector.cli)
     forward_to = forwarding_url(args.backend)  # None: store here (prometheus=URL too)
     forwarder = Forwarder(forward_to) if forward_to else None
-    workers = min(os.cpu_count() or 1, 8)
+    workers = args.parse_workers or min(os.cpu_count() or 1, 8)
     pool = ParsePool(workers)
     descriptors = raise_descriptor_limit()
     max_connections = connection_cap(args.max_connections, descriptors)

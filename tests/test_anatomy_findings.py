@@ -90,6 +90,7 @@ def scaling_pair(
     two_rank_seconds: float,
     parts: tuple[float, float, float] = (1.0, 17.0, 0.0),
     first_epoch_seconds: float | None = None,
+    epochs: int = 2,
     **unlike,
 ) -> list[RunBuilder]:
     """A 1-rank reference (5 steps of 20 s per epoch: input 1, compute 17, all-reduce 0,
@@ -98,11 +99,11 @@ def scaling_pair(
     ``first_epoch_seconds``: the 2-rank run's epoch 1 (start-up) takes this long with the
     reference's parts scaled; ``unlike``: RunBuilder settings of the 2-rank run alone."""
     one = RunBuilder("one", steps_per_epoch=STEPS)
-    for _ in range(2):
+    for _ in range(epochs):
         one.epoch(100, 10_000, shares=(0.05, 0.85, 0.0), net_rx=0.1 * MB, net_tx=0.1 * MB)
     two = RunBuilder("two", ranks_per_host=2, steps_per_epoch=STEPS, t0_ns=T0_NS + DAY, **unlike)
     step = two_rank_seconds / STEPS
-    for epoch in range(2):
+    for epoch in range(epochs):
         seconds = first_epoch_seconds if epoch == 0 and first_epoch_seconds else two_rank_seconds
         two.epoch(
             seconds,
@@ -451,3 +452,18 @@ def test_shares_of_each_step_pooled_per_host_with_each_ranks(make_store):
     store = make_store(plain.points())
     assert step_shares(store, "plain") == {}
     assert "no step anatomy" in str(figures.step_shares_figure({}, ["node1"]))
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_the_scaling_loss_says_when_epoch_1s_start_up_is_in_the_comparison(make_store, epochs):
+    """With one epoch there are no settled epochs: the anatomy compares epoch 1, start-up
+    included, and the words must not claim "the epochs after the first"."""
+    (finding,) = [
+        f
+        for f in scaling_findings(make_store, scaling_pair(125.0, epochs=epochs))
+        if f.rule == "scaling_loss"
+    ]
+    included = finding.evidence["attribution"]["start_up_included"]
+    assert included is (epochs == 1)
+    assert ("the epochs after the first" in finding.explanation) is (epochs == 2)
+    assert ("with epoch 1's start-up included" in finding.explanation) is (epochs == 1)

@@ -81,11 +81,13 @@ def stop(process: subprocess.Popen | None) -> None:
 
 
 def start_collector(db: Path, log: Path) -> tuple[subprocess.Popen, int]:
-    """``collector serve`` on a free loopback port, once it listens: (process, port)."""
+    """``collector serve`` on a free loopback port, once it listens: (process, port). One
+    run's agent and ranks send small bodies: no parse worker processes beside the
+    training."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "collector", "serve", "--db", str(db),
-         "--listen", f"127.0.0.1:{port}"],
+         "--listen", f"127.0.0.1:{port}", "--parse-workers", "1"],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, env=child_env(),
         start_new_session=True,
     )  # fmt: skip
