@@ -370,11 +370,12 @@ def test_evaluation_every_few_steps_asks_the_agent_only_where_an_epoch_may_end(r
     # the epoch edges stay exact: real readings at the start and at validation's end
     rows = report_rows(sys.executable, runs, "evals")
     assert [row["interpolated_edges"] for row in rows] == ["", ""], rows
-    # asked at: the first pass's start; epoch 1's first evaluation's end (the training
-    # pass went on after it: evaluations run inside epochs, not asked again), its training
-    # pass's end and validation's end; epoch 2's start, training pass's end, validation's
-    # end; run_end. Asking at every pass's end took 23.
-    assert agent_edge_samples(runs, "evals") == 8
+    # asked at: the first untrained validation's start (not the second's: that loader ran
+    # a whole pass with no optimizer step), the training pass's start; epoch 1's first
+    # evaluation's end (the training pass went on after it: evaluations run inside epochs,
+    # not asked again), its training pass's end and validation's end; epoch 2's start,
+    # training pass's end, validation's end; run_end. Asking at every pass took 25.
+    assert agent_edge_samples(runs, "evals") == 9
 
 
 # --- Keras fit on tf.data ----------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""A PyTorch loop that evaluates every few steps on a small held-out loader (many short
-DataLoader passes inside each epoch), then validates at the epoch's end: what ``workloads
-profile`` must recognise unmodified without asking the agent for an edge sample at each
-short pass. In-memory tensors (no files). Usage: torch_eval_every.py [--epochs N]
-[--eval-every S]; prints ``evaluation passes: N`` at the end."""
+"""A PyTorch loop that measures its untrained accuracy twice, then evaluates every few
+steps on a small held-out loader (many short DataLoader passes inside each epoch) and
+validates at each epoch's end: what ``workloads profile`` must recognise unmodified
+without asking the agent for an edge sample at each short pass. In-memory tensors (no
+files). Usage: torch_eval_every.py [--epochs N] [--eval-every S]; prints ``evaluation
+passes: N`` at the end."""
 
 import argparse
 
@@ -51,6 +52,8 @@ def main():
     model = TinyNet(features, classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     criterion = nn.CrossEntropyLoss()
+    for _ in range(2):
+        print(f"untrained: acc {evaluate(val_loader, model):.3f}")
     passes = 0
     for epoch in range(args.epochs):
         for step, (inputs, labels) in enumerate(train_loader, 1):
