@@ -55,6 +55,7 @@ from bench.side_by_side import (  # noqa: E402
     spread,
     take_priority,
 )
+from bench.workload_throughput.run import add_size_arguments, env, workload_argv  # noqa: E402
 
 CHILD_SHARES = 1024
 VARIANTS = {  # name: the arguments of ``workloads run`` that make it
@@ -82,24 +83,10 @@ def child_cgroups() -> tuple[Path, Path]:
     return cgroups
 
 
-def env() -> dict[str, str]:
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(ROOT), environment.get("PYTHONPATH")])
-    )
-    environment["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    return environment
-
-
 def command(args, runs_dir: Path, run_id: str, variant: str) -> list[str]:
-    return [
-        sys.executable, "-m", "workloads", "run", "--framework", args.framework, "--synthetic",
-        "--np", str(args.np), "--batch-size", str(args.batch_size),
-        "--image-size", str(args.image_size), "--warmup-steps", str(args.warmup),
-        "--steps-per-epoch", str(args.steps_per_epoch), "--epochs", str(args.epochs),
-        "--run-id", run_id, "--runs-dir", str(runs_dir),
-        *VARIANTS[variant],
-    ]  # fmt: skip
+    return workload_argv(
+        args, runs_dir, run_id, args.steps_per_epoch, args.epochs, *VARIANTS[variant]
+    )
 
 
 def start_in(cgroup: Path, argv: list[str], log: Path) -> subprocess.Popen:
@@ -299,11 +286,7 @@ def one_round(args, cgroups: tuple[Path, Path], round_index: int, tmp: Path) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--framework", default="pytorch")
-    parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--warmup", type=int, default=3)
+    add_size_arguments(parser, framework="pytorch")
     parser.add_argument("--steps-per-epoch", type=int, default=10)
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=6)

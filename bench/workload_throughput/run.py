@@ -52,6 +52,28 @@ def env() -> dict[str, str]:
     return environment
 
 
+def workload_argv(
+    args, runs_dir: Path, run_id: str, steps_per_epoch: int, epochs: int, *extra: str
+) -> list[str]:
+    """``workloads run`` of the synthetic bundled workload at ``args``' sizes
+    (``--framework --np --batch-size --image-size --warmup``, see ``add_size_arguments``)."""
+    return [
+        sys.executable, "-m", "workloads", "run", "--framework", args.framework, "--synthetic",
+        "--np", str(args.np), "--batch-size", str(args.batch_size),
+        "--image-size", str(args.image_size), "--warmup-steps", str(args.warmup),
+        "--steps-per-epoch", str(steps_per_epoch), "--epochs", str(epochs),
+        "--run-id", run_id, "--runs-dir", str(runs_dir), *extra,
+    ]  # fmt: skip
+
+
+def add_size_arguments(parser: argparse.ArgumentParser, framework: str = "tensorflow") -> None:
+    parser.add_argument("--framework", default=framework)
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=3)
+
+
 def plain(args) -> float:
     command = [
         frameworks.horovodrun(), "-np", str(args.np), "-H", f"localhost:{args.np}", "--gloo",
@@ -89,17 +111,8 @@ def rank_rates(ends: list[tuple[object, dict]]) -> float:
 def workload(args, runs_dir: Path, profile: bool, index: int, anatomy: bool = True) -> float:
     kind = "profiled" if profile else "plain" if anatomy else "no-anatomy"
     run_id = f"bench-{kind}-{index}"
-    command = [
-        sys.executable, "-m", "workloads", "run", "--framework", args.framework, "--synthetic",
-        "--np", str(args.np), "--batch-size", str(args.batch_size),
-        "--image-size", str(args.image_size), "--warmup-steps", str(args.warmup),
-        "--steps-per-epoch", str(args.warmup + args.steps), "--epochs", "1",
-        "--run-id", run_id, "--runs-dir", str(runs_dir),
-    ]  # fmt: skip
-    if profile:
-        command.append("--profile")
-    if not anatomy:
-        command.append("--no-anatomy")
+    extra = (["--profile"] if profile else []) + ([] if anatomy else ["--no-anatomy"])
+    command = workload_argv(args, runs_dir, run_id, args.warmup + args.steps, 1, *extra)
     subprocess.run(command, capture_output=True, text=True, env=env(), check=True, cwd=ROOT)
     if profile:
         from collector.store import SqliteStore
@@ -134,10 +147,8 @@ RATIOS = {  # name: (top, bottom)
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--warmup", type=int, default=3)
+    add_size_arguments(parser)
+    parser.set_defaults(batch_size=16)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path)
@@ -147,7 +158,6 @@ def main() -> None:
         help="of plain_horovod (TensorFlow only), workload, workload_profiled (--profile), "
         "workload_no_anatomy (the workload without its step anatomy)",
     )
-    parser.add_argument("--framework", default="tensorflow", help="of the workload variants")
     args = parser.parse_args()
     priority = take_priority()
 

@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 from agent.schema import Event, Workload  # noqa: E402
 from agent.shipper import SHIPPER_THREAD  # noqa: E402
 from bench.side_by_side import load_average, take_priority  # noqa: E402
+from bench.workload_throughput.run import add_size_arguments, env, workload_argv  # noqa: E402
 from workloads.events import EVENTS_THREAD  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -176,14 +177,8 @@ def window_of(db: Path, run_id: str) -> tuple[int, int]:
 
 
 def workload_command(args, tmp: Path, run_id: str) -> list[str]:
-    return [
-        sys.executable, "-m", "workloads", "run", "--framework", args.framework, "--synthetic",
-        "--np", str(args.np), "--batch-size", str(args.batch_size),
-        "--image-size", str(args.image_size), "--warmup-steps", str(args.warmup),
-        "--steps-per-epoch", str(args.steps_per_epoch), "--epochs", str(args.epochs),
-        "--run-id", run_id, "--runs-dir", str(tmp), "--profile",
-        *(["--step-every", str(args.step_every)] if args.step_every else []),
-    ]  # fmt: skip
+    every = ["--step-every", str(args.step_every)] if args.step_every else []
+    return workload_argv(args, tmp, run_id, args.steps_per_epoch, args.epochs, "--profile", *every)
 
 
 def user_script_command(args, tmp: Path, run_id: str) -> list[str]:
@@ -208,11 +203,7 @@ def one_run(args, tmp: Path, index: int) -> dict:
         command = user_script_command(args, tmp, run_id)
     else:
         command = workload_command(args, tmp, run_id)
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
-    )
-    environment["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    environment = env()
     load = load_average()
     log = tmp / f"{run_id}.log"
     process = subprocess.Popen(
@@ -242,11 +233,7 @@ def one_run(args, tmp: Path, index: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--framework", default="pytorch")
-    parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--warmup", type=int, default=3)
+    add_size_arguments(parser, framework="pytorch")
     parser.add_argument("--steps-per-epoch", type=int, default=20)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument(
