@@ -56,6 +56,7 @@ from bench.side_by_side import (  # noqa: E402
     take_priority,
 )
 from bench.workload_throughput.run import add_size_arguments, env, workload_argv  # noqa: E402
+from bench.workload_throughput.side_cpu import descendants  # noqa: E402
 
 CHILD_SHARES = 1024
 VARIANTS = {  # name: the arguments of ``workloads run`` that make it
@@ -116,19 +117,6 @@ def local_rank_of(pid: int) -> int | None:
             if entry.startswith(variable):
                 return int(entry[len(variable) :])
     return None
-
-
-def descendants(pid: int) -> list[int]:
-    found, queue = [], [pid]
-    while queue:
-        parent = queue.pop()
-        try:
-            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-        except OSError:
-            continue
-        found.extend(int(child) for child in children)
-        queue.extend(int(child) for child in children)
-    return found
 
 
 def pin_ranks(roots: list[int], until: float) -> dict[int, int]:
