@@ -404,11 +404,12 @@ class HttpFront:
                 raise ClientGone from None
             if connection.partial:
                 self.note_refusal(408, connection.peer[0], "-", "request not received in time")
-                connection.send_and_close(
+                await self._answer_and_close(
+                    connection,
                     response_bytes(
                         HTTPStatus.REQUEST_TIMEOUT,
                         {"code": "timeout", "message": "request not received in time"},
-                    )
+                    ),
                 )
             raise ClientGone from None
 
@@ -436,7 +437,8 @@ class HttpFront:
                     else HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
                 )
                 self.note_refusal(status, connection.peer[0], "-", HTTPStatus(status).phrase)
-                connection.send_and_close(
+                await self._answer_and_close(
+                    connection,
                     response_bytes(
                         status,
                         {
@@ -444,7 +446,7 @@ class HttpFront:
                             "message": f"request head over {MAX_HEAD_BYTES} bytes or "
                             f"{MAX_HEADER_LINES} headers",
                         },
-                    )
+                    ),
                 )
                 return None
             if not line:  # the client closed mid-head
@@ -546,6 +548,15 @@ class HttpFront:
         expect = (head.one("expect") or "").strip().lower()
         if expect == "100-continue" and head.version == "HTTP/1.1":
             connection.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    async def _answer_and_close(self, connection: Connection, answer: bytes) -> None:
+        """Answer a request that will not be read to its end (408, 431), then close the
+        way every answer closes: a client still sending must get the answer, not a reset."""
+        if connection.writer.is_closing():
+            return
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            connection.writer.write(answer)
+        await self._lingering_close(connection)
 
     async def _lingering_close(self, connection: Connection) -> None:
         """Close after the answer has gone out, reading and dropping what the client still

@@ -315,3 +315,28 @@ def test_expect_100_continue_gets_continue_then_the_answer(tmp_path, env):
         assert stored(server.db, "cont", "v", "e") == {("e", ()): ([1], [2.0])}
     finally:
         server.stop()
+
+
+def test_a_client_still_sending_when_its_deadline_passes_gets_the_408_not_a_reset(tmp_path, env):
+    """A head sent a byte every 50 ms runs past a 1 s deadline; the client reads only after
+    sending for 2 s. The server must answer, then read and drop what keeps coming until the
+    client closes: closing over unread bytes sends a reset, and a client that reads after it
+    gets ECONNRESET (CI saw this once, at random, in the test above)."""
+    server = start_server(tmp_path, env, "--header-timeout", "1")
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as client:
+            started = time.monotonic()
+            sent = 0
+            while time.monotonic() - started < 2.0:
+                try:
+                    client.sendall(HEAD[sent : sent + 1])
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+                sent += 1
+                time.sleep(0.05)
+            reply = read_until_closed(client)  # raises ConnectionResetError on a reset
+        assert sent >= 30, f"reset after {sent} bytes: the server closed over unread data"
+        assert reply.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), reply[:200]
+        assert b"request not received in time" in reply
+    finally:
+        server.stop()
