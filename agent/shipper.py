@@ -1,18 +1,19 @@
 """Push points to an InfluxDB v2 write endpoint, through a disk spool.
 
 ``submit`` writes the batch to the spool (durable before it returns, never waits on the
-network); a background thread sends the spool oldest-first with influxdb-client's
-synchronous write API (line protocol, precision ns, the client's own retries off) and
-deletes a segment only after a 2xx. Once caught up it waits ``batch_seconds`` before the
-next request, so that one request carries several ticks (each HTTP request costs the
-agent about a millisecond of CPU; a flush or a stop cuts the wait short). Any InfluxDB v2
-write endpoint works: the epochscope collector, InfluxDB 2/3, VictoriaMetrics 1.79
-(influxdb-client posts to ``/api/v2/write``, which VictoriaMetrics accepts).
+network); a background thread sends the spool oldest-first over one kept-alive HTTP
+connection (``HttpWriter``: line protocol, precision ns) and deletes a segment only after
+a 2xx. Once caught up it waits ``batch_seconds`` before the next request, so that one
+request carries several ticks (a flush or a stop cuts the wait short). Any InfluxDB v2
+write endpoint works: the epochscope collector, InfluxDB 2/3, VictoriaMetrics (all take
+``POST /api/v2/write``). The standard library's ``http.client`` replaced influxdb-client
+here: a request costs a fraction of the CPU, and the agent ~10 MB less memory
+(bench/agent_overhead/README.md).
 
 What happens on each answer:
 
 - 2xx: the segments are deleted.
-- connection refused, timeout, 5xx, 401, 429: the segments stay; retry after a backoff
+- connection refused, timeout, 3xx, 5xx, 401, 408, 429: the segments stay; retry after a backoff
   that doubles from 0.5 s up to ``backoff_max_seconds`` (429/503 ``Retry-After`` is
   honoured up to that cap); logged once per outage.
 - a 400 that says it was a partial write (the epochscope collector's ``partial write: N
@@ -40,14 +41,14 @@ fails) and ``memory_points``.
 from __future__ import annotations
 
 import errno
-import importlib
-import importlib.util
+import http.client
 import json
 import logging
 import re
-import sys
+import ssl
 import threading
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ BACKOFF_START_SECONDS = 0.5
 BATCH_MAX_BYTES = 1 << 20
 BATCH_MAX_SEGMENTS = 64
 HTTP_TIMEOUT_SECONDS = 10.0
+USER_AGENT = "epochscope-shipper"
 SPOOL_LOG_REPEAT_SECONDS = 300.0
 MEMORY_MAX_BYTES = 16 << 20  # points held in memory while the spool cannot take them
 _LINE_NUMBER = re.compile(r"\bline[s()]*\s*:?\s*(\d+)", re.IGNORECASE)
@@ -83,123 +85,6 @@ class Outcome:
     status: int | None = None
     message: str = ""
     retry_after: float | None = None
-
-
-# influxdb-client's package __init__ files re-export ~700 generated API models and
-# services by importing every one of them; the write path needs a few dozen.
-_INFLUXDB_CLIENT_EAGER_PACKAGES = (
-    "influxdb_client",
-    "influxdb_client.domain",
-    "influxdb_client.service",
-)
-
-
-def import_influxdb_client() -> Any:
-    """Import influxdb-client for writing, at about half its usual resident memory.
-
-    Two trims, measured with ``python -X importtime`` and VmRSS (see
-    bench/agent_overhead/README.md):
-
-    - numpy is hidden while influxdb-client loads: it imports numpy when it can, only to
-      serialise pandas DataFrames, which the agent never sends (~17 MB when numpy is
-      installed beside the agent). numpy is importable again afterwards.
-    - its package ``__init__`` files, which only re-export names, are replaced by lazy
-      ones (``lazy_package``) that import a name's module when the name is first used,
-      as SPEC 1 lazy loading does (~6 MB). Every name stays reachable.
-
-    Already imported (by anything): the module as it is.
-    """
-    if "influxdb_client" in sys.modules:
-        return sys.modules["influxdb_client"]
-    hide_numpy = "numpy" not in sys.modules
-    if hide_numpy:
-        sys.modules["numpy"] = None  # type: ignore[assignment]  # import raises ModuleNotFoundError
-    try:
-        for package in _INFLUXDB_CLIENT_EAGER_PACKAGES:
-            lazy_package(package)
-        import influxdb_client
-        import influxdb_client.client.influxdb_client
-        import influxdb_client.client.write_api  # loaded while numpy is hidden
-    finally:
-        if hide_numpy:
-            del sys.modules["numpy"]
-    return influxdb_client
-
-
-_FROM_IMPORT = re.compile(r"from ([A-Za-z_][\w.]*) import (\w+(?: as \w+)?(?:, \w+(?: as \w+)?)*)")
-_ALIAS = re.compile(r"(\w+) = (\w+)")
-
-
-def reexports(source: str) -> dict[str, tuple[str, str]] | None:
-    """``{name: (module, name there)}`` of an ``__init__`` that only re-exports names.
-
-    Such a file holds comments, one docstring, one-line absolute ``from module import
-    a, b as c`` statements and ``alias = name`` lines. Anything else: None. Read line by
-    line rather than with ``ast``: parsing ~800 lines into a tree leaves ~0.7 MB of
-    freed-but-held memory behind in a process that wants to stay small.
-    """
-    sources: dict[str, tuple[str, str]] = {}
-    in_docstring = seen_docstring = False
-    for raw in source.splitlines():
-        line = raw.strip()
-        if in_docstring:
-            in_docstring = not line.endswith('"""')
-            continue
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith('"""') and not seen_docstring and not sources:
-            seen_docstring = True
-            in_docstring = not (len(line) >= 6 and line.endswith('"""'))
-            continue
-        if line.startswith("from __future__ import "):
-            continue
-        if match := _FROM_IMPORT.fullmatch(line):
-            for item in match[2].split(", "):
-                original, _, alias = item.partition(" as ")
-                sources[alias or original] = (match[1], original)
-            continue
-        if (match := _ALIAS.fullmatch(line)) and match[2] in sources:
-            sources[match[1]] = sources[match[2]]
-            continue
-        return None
-    return sources
-
-
-def lazy_package(name: str) -> bool:
-    """Put ``name`` in sys.modules without running its ``__init__``, resolving lazily.
-
-    Only for a package whose ``__init__`` just re-exports names (``reexports``); any
-    other is left to import normally (False).
-    """
-    if name in sys.modules:
-        return False
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None or not spec.submodule_search_locations:
-        return False
-    try:
-        sources = reexports(Path(spec.origin).read_text())
-    except (OSError, ValueError):
-        return False
-    if sources is None:
-        return False
-    module = importlib.util.module_from_spec(spec)
-
-    def __getattr__(attribute: str) -> Any:
-        try:
-            source, original = sources[attribute]
-        except KeyError:
-            raise AttributeError(f"module {name!r} has no attribute {attribute!r}") from None
-        value = getattr(importlib.import_module(source), original)
-        setattr(module, attribute, value)
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(vars(module)) | set(sources))
-
-    module.__getattr__ = __getattr__  # type: ignore[method-assign]
-    module.__dir__ = __dir__  # type: ignore[method-assign]
-    sys.modules[name] = module
-    return True
 
 
 def line_number_in(message: str) -> int | None:
@@ -229,56 +114,75 @@ def _server_message(body: Any) -> str:
     return text[:500]
 
 
-class InfluxWriter:
-    """One InfluxDB v2 write endpoint through influxdb-client; never raises."""
+class HttpWriter:
+    """One InfluxDB v2 write endpoint over one kept-alive ``http.client`` connection;
+    never raises.
+
+    A request is the endpoint's own: ``POST {url}/api/v2/write?org=&bucket=&precision=ns``
+    with the token in ``Authorization: Token ...``. A kept connection the server has since
+    closed (its idle timeout) is found out on the next request, which is then sent once
+    more on a new connection, as urllib3 does; any other failure is the endpoint's outage.
+    """
 
     def __init__(self, url: str, token: str | None, org: str, bucket: str) -> None:
-        import_influxdb_client()
-        from influxdb_client.client.influxdb_client import InfluxDBClient
-        from influxdb_client.client.write_api import SYNCHRONOUS
-        from influxdb_client.domain.write_precision import WritePrecision
-        from influxdb_client.rest import ApiException
-
-        self._bucket = bucket
-        self._org = org
-        self._precision = WritePrecision.NS
-        self._client = InfluxDBClient(
-            url=url,
-            token=token,
-            org=org,
-            timeout=int(HTTP_TIMEOUT_SECONDS * 1000),
-            retries=False,
-            enable_gzip=False,
-        )
-        self._write_api = self._client.write_api(write_options=SYNCHRONOUS)
-        self._api_exception = ApiException
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"push url {url!r}: want http://HOST[:PORT] or https://...")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        query = urllib.parse.urlencode({"org": org, "bucket": bucket, "precision": "ns"})
+        self._target = f"{parts.path.rstrip('/')}/api/v2/write?{query}"
+        self._headers = {
+            "Content-Type": "text/plain; charset=utf-8",
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+        }
+        if token:
+            self._headers["Authorization"] = f"Token {token}"
+        self._connection: http.client.HTTPConnection | None = None
+        self._reused = False
 
     def write(self, body: bytes) -> Outcome:
         try:
-            self._write_api.write(
-                bucket=self._bucket, org=self._org, record=body, write_precision=self._precision
-            )
-        except self._api_exception as error:
-            status = int(error.status or 0)
-            message = _server_message(error.body) or str(error.reason or "")
-            retry_after = _retry_after(error.headers)
-            retry = status in (401, 408, 429) or status >= 500 or status == 0
-            return Outcome(False, retry, status, message, retry_after)
-        except Exception as error:  # refused, reset, timeout: the endpoint is not there
-            return Outcome(False, True, None, f"{type(error).__name__}: {_short(error)}")
-        return Outcome(True, False, 204)
+            try:
+                status, headers, text = self._post(body)
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                if not self._reused:
+                    raise
+                self.close()  # the kept connection had been closed by the server
+                status, headers, text = self._post(body)
+        except (OSError, http.client.HTTPException) as error:  # refused, reset, timeout
+            self.close()
+            return Outcome(False, True, None, f"{type(error).__name__}: {str(error)[:300]}")
+        if 200 <= status < 300:
+            return Outcome(True, False, status)
+        retry = status in (401, 408, 429) or not 400 <= status < 500
+        return Outcome(False, retry, status, _server_message(text), _retry_after(headers))
+
+    def _post(self, body: bytes) -> tuple[int, http.client.HTTPMessage, bytes]:
+        self._reused = self._connection is not None
+        if self._connection is None:
+            self._connection = self._connect()
+        self._connection.request("POST", self._target, body=body, headers=self._headers)
+        response = self._connection.getresponse()
+        text = response.read()  # read whole: the connection is then free for the next one
+        if response.will_close:
+            self.close()
+        return response.status, response.headers, text
+
+    def _connect(self) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(
+                self._host, self._port, timeout=HTTP_TIMEOUT_SECONDS,
+                context=ssl.create_default_context(),
+            )  # fmt: skip
+        return http.client.HTTPConnection(self._host, self._port, timeout=HTTP_TIMEOUT_SECONDS)
 
     def close(self) -> None:
-        try:
-            self._client.close()
-        except Exception:  # closing a pool of dead connections must not stop a shutdown
-            log.debug("closing the InfluxDB client failed", exc_info=True)
-
-
-def _short(error: Exception) -> str:
-    # urllib3 wraps the cause several times over; the innermost reason says it best.
-    reason = getattr(error, "reason", None)
-    return str(reason if reason is not None else error)[:300]
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -316,7 +220,7 @@ class Shipper:
         self.batch_seconds = batch_seconds
         self.backoff_max_seconds = backoff_max_seconds
         self.spool = Spool(Path(spool_dir), spool_max_bytes, segment_max_bytes)
-        self._writer: InfluxWriter | None = None
+        self._writer: HttpWriter | None = None
         self._wake = threading.Condition()
         self._new_data = False  # set by submit: wakes an idle sender
         self._flush_asked = False  # set by flush: also cuts a backoff short
@@ -342,7 +246,7 @@ class Shipper:
     def start(self) -> None:
         if self._thread is not None:
             return
-        self._writer = InfluxWriter(self.url, self._token, self._org, self._bucket)
+        self._writer = HttpWriter(self.url, self._token, self._org, self._bucket)
         self._thread = threading.Thread(target=self._run, name=SHIPPER_THREAD, daemon=True)
         self._thread.start()
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import ssl
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -23,7 +23,7 @@ import pytest
 
 from agent.point import Point
 from agent.samplers.agent import AgentStats
-from agent.shipper import Shipper, lazy_package, line_number_in, lines_rejected_in, reexports
+from agent.shipper import HttpWriter, Shipper, line_number_in, lines_rejected_in
 from agent.spool import Spool
 from tests.loopback import free_port
 from tests.test_collector_ingest_server import start_server, stored
@@ -32,8 +32,16 @@ from tests.test_collector_ingest_server import start_server, stored
 class Endpoint:
     """Records accepted write bodies; answers ``status`` (204 unless told otherwise)."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        keep_alive: bool = False,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.port = port or free_port()
+        self.keep_alive = keep_alive  # HTTP/1.1 connections kept open (else 1.0: one request)
+        self.tls = tls
         self.status = 204
         self.decide: Callable[[bytes], int] | None = None  # status from the body
         self.error_body = b""
@@ -44,12 +52,14 @@ class Endpoint:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if self.keep_alive else "HTTP/1.0"
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = self.rfile.read(length)
@@ -60,6 +70,7 @@ class Endpoint:
                         "path": parsed.path,
                         "query": urllib.parse.parse_qs(parsed.query),
                         "authorization": self.headers.get("Authorization"),
+                        "client_port": self.client_address[1],
                         "status": status,
                     }
                 )
@@ -78,6 +89,8 @@ class Endpoint:
 
         ThreadingHTTPServer.allow_reuse_address = True
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        if self.tls:
+            self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
@@ -122,7 +135,7 @@ def wait_until(condition, timeout: float = 10.0) -> bool:
     return condition()
 
 
-def test_points_arrive_through_influxdb_client_with_token_bucket_org(endpoint, tmp_path):
+def test_points_arrive_with_token_bucket_org_precision(endpoint, tmp_path):
     shipper = Shipper(endpoint.url, "s3cret", "my-org", "my-bucket", tmp_path / "spool")
     shipper.start()
     shipper.submit(points_for(1))
@@ -134,6 +147,100 @@ def test_points_arrive_through_influxdb_client_with_token_bucket_org(endpoint, t
     assert request["query"] == {"org": ["my-org"], "bucket": ["my-bucket"], "precision": ["ns"]}
     assert request["authorization"] == "Token s3cret"
     assert list((tmp_path / "spool").iterdir()) == []
+
+
+def test_writes_go_over_one_kept_connection_to_a_path_prefix(tmp_path):
+    """Several batches, one TCP connection (each new connection costs the sender a
+    handshake); a URL with a path (a reverse proxy's prefix) keeps its path."""
+    server = Endpoint(keep_alive=True)
+    try:
+        shipper = Shipper(f"{server.url}/influx/", "t", "o", "b", tmp_path / "spool")
+        shipper.start()
+        for tick in range(3):
+            shipper.submit(points_for(tick))
+            assert shipper.flush(10)
+        shipper.close()
+        assert endpoint_paths(server) == ["/influx/api/v2/write"] * 3
+        assert len({request["client_port"] for request in server.requests}) == 1
+        assert server.lines() == expected_lines(range(3))
+    finally:
+        server.stop()
+
+
+def endpoint_paths(server: Endpoint) -> list[str]:
+    return [request["path"] for request in server.requests]
+
+
+def test_a_kept_connection_the_collector_closed_when_idle_is_replaced_unnoticed(
+    tmp_path, repo_env, caplog
+):
+    """``collector serve --idle-timeout 1`` closes a kept connection after 1 s idle; the
+    next write finds it closed, sends again on a new connection and is delivered: no
+    outage, no retry after a backoff."""
+    collector = start_server(tmp_path, repo_env, "--idle-timeout", "1")
+    try:
+        writer = HttpWriter(collector.url, None, "o", "b")
+        first = writer.write(b"idle,host=n1 v=1i 1000000000\n")
+        time.sleep(2.5)  # the collector closes the idle connection
+        with caplog.at_level(logging.DEBUG):
+            second = writer.write(b"idle,host=n1 v=2i 2000000000\n")
+        writer.close()
+        assert (first.delivered, second.delivered) == (True, True), second
+        assert stored(collector.db, "idle", "v", "n1") == {
+            ("n1", ()): ([10**9, 2 * 10**9], [1.0, 2.0])
+        }
+    finally:
+        collector.stop()
+
+
+def test_https_is_verified_against_the_trusted_certificates(tmp_path, monkeypatch):
+    """An https endpoint with a self-signed certificate: refused (and retried, the data
+    kept) until that certificate is trusted, then delivered."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server = Endpoint(tls=context)
+    try:
+        writer = HttpWriter(server.url, "s3cret", "o", "b")
+        refused = writer.write(b"tls,host=n1 v=1i 1\n")
+        assert not refused.delivered and refused.retry
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.message
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # read when the next context is made
+        delivered = writer.write(b"tls,host=n1 v=1i 1\n")
+        writer.close()
+        assert delivered.delivered, delivered
+        assert server.lines() == ["tls,host=n1 v=1i 1"]
+        assert server.requests[-1]["authorization"] == "Token s3cret"
+    finally:
+        server.stop()
+
+
+def test_the_token_is_never_in_the_log_whatever_the_answer(endpoint, tmp_path, caplog):
+    shipper = Shipper(
+        endpoint.url, "s3cret-token", "o", "b", tmp_path / "spool", backoff_max_seconds=0.2
+    )
+    with caplog.at_level(logging.DEBUG):
+        shipper.start()
+        endpoint.status = 401
+        endpoint.error_body = b'{"code": "unauthorized", "message": "unauthorized access"}'
+        shipper.submit(points_for(1))
+        assert wait_until(lambda: len(endpoint.requests) >= 2)
+        endpoint.stop()  # refused
+        time.sleep(0.5)
+        endpoint.start()
+        endpoint.status = 204
+        assert shipper.flush(10)
+        shipper.close()
+    text = "\n".join(record.getMessage() for record in caplog.records)
+    assert "401" in text and "unauthorized access" in text  # the outage was logged ...
+    assert "s3cret" not in text  # ... without the token
+    assert endpoint.lines() == expected_lines(range(1, 2))
 
 
 def test_outage_refused_then_503_then_back_every_point_once_in_order(endpoint, tmp_path):
@@ -406,72 +513,6 @@ def test_line_number_in_server_messages():
         == 12
     )
     assert line_number_in("partial write: field type conflict") is None
-
-
-def test_influxdb_client_import_is_trimmed_yet_complete(repo_env):
-    # In a fresh interpreter: numpy stays out, the generated models load only when used,
-    # and every name the package exports is still there.
-    code = """
-import sys
-from agent.shipper import import_influxdb_client
-client = import_influxdb_client()
-print("numpy" in sys.modules)
-print(len([m for m in sys.modules if m.startswith("influxdb_client.domain.")]))
-from influxdb_client import Point, WriteApi, BucketRetentionRules
-print(client.__version__ == client.version.VERSION)
-print("BucketRetentionRules" in dir(client))
-import numpy
-print(numpy.__name__)
-"""
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=repo_env, check=True
-    )
-    numpy_loaded, domain_modules, version_ok, in_dir, numpy_later = result.stdout.split()
-    assert numpy_loaded == "False"
-    # The write path needs a few dozen of the 320 model modules the eager __init__ loads.
-    assert 0 < int(domain_modules) < 100
-    assert version_ok == "True" and in_dir == "True"
-    assert numpy_later == "numpy"  # importable again once influxdb-client is loaded
-
-
-def test_reexports_reads_only_pure_reexport_inits():
-    source = """# coding: utf-8
-# flake8: noqa
-\"\"\"
-Docstring with from x import y inside.
-\"\"\"
-from __future__ import absolute_import
-
-from pkg.a import A
-from pkg.b import B, C as D
-VERSION_ALIAS = A
-"""
-    assert reexports(source) == {
-        "A": ("pkg.a", "A"),
-        "B": ("pkg.b", "B"),
-        "D": ("pkg.b", "C"),
-        "VERSION_ALIAS": ("pkg.a", "A"),
-    }
-    assert reexports('"""One line."""\nfrom m import x\n') == {"x": ("m", "x")}
-    for not_pure in (
-        "from m import x\nCONSTANT = 3\n",  # a value computed here
-        "from m import (\n    x,\n)\n",  # a multi-line import
-        "from . import x\n",  # relative
-        "from m import *\n",
-        "import os\n",
-        "from m import x\nif x:\n    pass\n",
-        "y = x\n",  # an alias of a name not imported
-    ):
-        assert reexports(not_pure) is None, not_pure
-
-
-def test_lazy_package_refuses_an_init_it_cannot_model(tmp_path, monkeypatch):
-    package = tmp_path / "oddpkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("from os import path\nCONSTANT = 3\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert lazy_package("oddpkg") is False
-    assert "oddpkg" not in sys.modules
 
 
 VICTORIA_METRICS = Path("/usr/bin/victoria-metrics")

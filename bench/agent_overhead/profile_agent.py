@@ -81,7 +81,6 @@ def child(config: Path, stats_out: Path) -> int:
     import agent.shipper
     from agent.cli import main
 
-    agent.shipper.import_influxdb_client()
     for name in agent.samplers.SAMPLER_NAMES:
         with contextlib.suppress(ImportError):
             __import__(f"agent.samplers.{name}")
