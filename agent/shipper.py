@@ -14,8 +14,9 @@ What happens on each answer:
 
 - 2xx: the segments are deleted.
 - connection refused, timeout, 3xx, 5xx, 401, 408, 429: the segments stay; retry after a backoff
-  that doubles from 0.5 s up to ``backoff_max_seconds`` (429/503 ``Retry-After`` is
-  honoured up to that cap); logged once per outage.
+  that doubles from 0.5 s up to ``backoff_max_seconds`` (a ``Retry-After`` in seconds is
+  honoured up to that cap; its HTTP-date form is ignored); logged once per outage. A token
+  that no HTTP header can carry is retried the same way, the log saying so without it.
 - a 400 that says it was a partial write (the epochscope collector's ``partial write: N
   points written, K line(s) rejected: line 3: ...``): the valid lines are stored, so the
   batch is done; the K refused lines are counted in ``points_dropped`` and logged once
@@ -70,6 +71,9 @@ BATCH_MAX_BYTES = 1 << 20
 BATCH_MAX_SEGMENTS = 64
 HTTP_TIMEOUT_SECONDS = 10.0
 USER_AGENT = "epochscope-shipper"
+TOKEN_NOT_A_HEADER = (
+    "the token cannot be sent in an HTTP header (a line break or a non-latin-1 character)"
+)
 SPOOL_LOG_REPEAT_SECONDS = 300.0
 MEMORY_MAX_BYTES = 16 << 20  # points held in memory while the spool cannot take them
 _LINE_NUMBER = re.compile(r"\bline[s()]*\s*:?\s*(\d+)", re.IGNORECASE)
@@ -155,6 +159,9 @@ class HttpWriter:
         except (OSError, http.client.HTTPException) as error:  # refused, reset, timeout
             self.close()
             return Outcome(False, True, None, f"{type(error).__name__}: {str(error)[:300]}")
+        except ValueError:  # http.client refused a header value; its text quotes the token
+            self.close()
+            return Outcome(False, True, None, TOKEN_NOT_A_HEADER)
         if 200 <= status < 300:
             return Outcome(True, False, status)
         retry = status in (401, 408, 429) or not 400 <= status < 500

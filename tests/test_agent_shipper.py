@@ -243,6 +243,23 @@ def test_the_token_is_never_in_the_log_whatever_the_answer(endpoint, tmp_path, c
     assert endpoint.lines() == expected_lines(range(1, 2))
 
 
+@pytest.mark.parametrize("token", ["s3cret\nX-Injected: 1", "s3cret-caf\u00e9-\u2026"])
+def test_a_token_no_header_can_carry_keeps_points_and_is_never_logged(
+    endpoint, tmp_path, caplog, token
+):
+    """http.client refuses such a header value with the value in its error text; the
+    writer answers a retryable outcome that names the problem, never the token."""
+    shipper = Shipper(endpoint.url, token, "o", "b", tmp_path / "spool", backoff_max_seconds=0.1)
+    with caplog.at_level(logging.DEBUG):
+        shipper.start()
+        shipper.submit(points_for(1))
+        assert wait_until(lambda: "cannot be sent in an HTTP header" in caplog.text)
+        shipper.close(timeout=0.2)
+    assert "s3cret" not in caplog.text  # formatted records, tracebacks included
+    assert endpoint.requests == []
+    assert shipper.spool.points == 3  # kept, for a corrected token
+
+
 def test_outage_refused_then_503_then_back_every_point_once_in_order(endpoint, tmp_path):
     from agent.samplers.agent import AgentStats
 
