@@ -145,14 +145,14 @@ class HttpWriter:
         if token:
             self._headers["Authorization"] = f"Token {token}"
         self._connection: http.client.HTTPConnection | None = None
-        self._reused = False
 
     def write(self, body: bytes) -> Outcome:
+        reused = self._connection is not None
         try:
             try:
                 status, headers, text = self._post(body)
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                if not self._reused:
+                if not reused:
                     raise
                 self.close()  # the kept connection had been closed by the server
                 status, headers, text = self._post(body)
@@ -168,7 +168,6 @@ class HttpWriter:
         return Outcome(False, retry, status, _server_message(text), _retry_after(headers))
 
     def _post(self, body: bytes) -> tuple[int, http.client.HTTPMessage, bytes]:
-        self._reused = self._connection is not None
         if self._connection is None:
             self._connection = self._connect()
         self._connection.request("POST", self._target, body=body, headers=self._headers)
