@@ -26,8 +26,8 @@ from typing import Any
 
 from agent import config as agent_config
 from agent.config import AgentConfig, ConfigError
-from agent.point import encode_line, encode_lines
 from agent.samplers import SAMPLER_NAMES, Roots
+from contract.point import encode_line, encode_lines
 
 log = logging.getLogger("agent")
 

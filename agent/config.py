@@ -38,7 +38,6 @@ import dataclasses
 import logging
 import os
 import socket
-import stat
 import tomllib
 import urllib.parse
 from collections.abc import Mapping
@@ -47,8 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.exposition import LIMITS as METRICS_LIMITS
-from agent.http_guard import ConnectionLimits
 from agent.samplers import SAMPLER_NAMES
+from netserve.http_guard import ConnectionLimits
+from netserve.tokens import TokenFileError, read_token_file, warn_if_readable_by_others
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class PushConfig:
 class MetricsListen:
     address: str
     port: int
-    limits: ConnectionLimits = METRICS_LIMITS  # see agent.http_guard
+    limits: ConnectionLimits = METRICS_LIMITS  # see netserve.http_guard
 
 
 @dataclass(frozen=True)
@@ -270,13 +270,9 @@ def _metrics_config(table: Mapping[str, Any]) -> MetricsListen | None:
 
 def _read_token_file(path: Path) -> Secret:
     try:
-        token = path.read_text().strip()
-    except OSError as error:
-        raise ConfigError("push.token_file", f"cannot read {path}: {error.strerror}") from None
-    if not token:
-        raise ConfigError("push.token_file", f"{path} is empty")
-    warn_if_readable_by_others(path, "push token file")
-    return Secret(token)
+        return Secret(read_token_file(path, "push token file"))
+    except TokenFileError as error:
+        raise ConfigError("push.token_file", str(error)) from None
 
 
 def url_problem(url: str) -> str | None:
@@ -391,21 +387,6 @@ def build(raw: Mapping[str, Any]) -> AgentConfig:
         metrics=_metrics_config(metrics_table),
         gpu_call_timeout_seconds=gpu_timeout,
     )
-
-
-def warn_if_readable_by_others(path: Path, what: str) -> None:
-    """One warning when a file holding a secret can be read by group or others."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning(
-            "%s %s is readable by group/others (mode %o): chmod 600 it",
-            what,
-            path,
-            stat.S_IMODE(mode),
-        )
 
 
 def read_toml(path: Path) -> dict[str, Any]:

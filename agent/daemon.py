@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agent.config import AgentConfig
-from agent.point import Point
 from agent.samplers import SAMPLER_NAMES, Roots, Sampler, make_sampler
 from agent.samplers.agent import AgentStats
-from agent.schema import Tag
+from contract.point import Point
+from contract.schema import Tag
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from agent import schema
-from agent.http_guard import ConnectionGuard, ConnectionLimits, GuardedThreadingMixIn
-from agent.point import Point
+from contract import schema
+from contract.point import Point
+from netserve.http_guard import ConnectionGuard, ConnectionLimits, GuardedThreadingMixIn
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def _exposed(measurement: str, field: str) -> _Exposed | None:
     spec = schema.field_spec(measurement, field)
     exposed = None
     if spec is None:
-        log.warning("field %s.%s is not in agent/schema.py: not exposed", measurement, field)
+        log.warning("field %s.%s is not in contract/schema.py: not exposed", measurement, field)
     elif spec.kind is not schema.Kind.TEXT:
         name = schema.prometheus_name(measurement, spec)
         kind = "counter" if spec.is_counter else "gauge"
@@ -203,7 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
     """
 
     protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection
-    timeout = None  # the guard's deadlines, then its write_timeout (agent.http_guard)
+    timeout = None  # the guard's deadlines, then its write_timeout (netserve.http_guard)
     server: MetricsHTTPServer
 
     def handle_one_request(self) -> None:
@@ -286,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsHTTPServer(GuardedThreadingMixIn, ThreadingHTTPServer):
-    """A thread per connection, within ``agent.http_guard``'s limits (a scraper needs one
+    """A thread per connection, within ``netserve.http_guard``'s limits (a scraper needs one
     or two connections): at most ``max_connections`` (64) open; at the cap a new one
     closes the connection that has waited longest for a request, and when every one has
     a request in hand the new one gets 503 with Retry-After. A request's whole head must

@@ -56,9 +56,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.point import Point, encode_line
 from agent.spool import DEFAULT_SEGMENT_MAX_BYTES, Segment, Spool
 from agent.thread_names import name_this_thread
+from contract.point import Point, encode_line
 
 if TYPE_CHECKING:
     from agent.samplers.agent import AgentStats

@@ -9,21 +9,20 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
-import os
 import sys
 
-from collector.limits import Limits
+from collector.store.database import DEFAULT_DB
+from netserve.limits import Limits
 
-DEFAULT_DB = os.environ.get("EPOCHSCOPE_DB", "runs/epochscope.sqlite")
 DEFAULT_LISTEN = "127.0.0.1:8086"
 
 # subcommand -> module whose run(args) handles it
 HANDLERS = {
-    "serve": "collector.server",
-    "report": "collector.reports_cli",
-    "runs": "collector.reports_cli",
-    "scaling": "collector.reports_cli",
-    "inference": "collector.reports_cli",
+    "serve": "collector.ingest.server",
+    "report": "collector.commands",
+    "runs": "collector.commands",
+    "scaling": "collector.commands",
+    "inference": "collector.commands",
 }
 
 

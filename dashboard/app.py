@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, unquote
 from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from agent.schema import INFERENCE_FRAMEWORK
+from contract.schema import INFERENCE_FRAMEWORK
 from dashboard import figures, pages
 from dashboard.auth import Credentials, require_basic_auth
 from dashboard.source import DataSource, Timeseries, digest, is_live

@@ -7,7 +7,7 @@
 ``--db`` is the collector's SQLite file (default: ``$EPOCHSCOPE_DB`` or
 ``runs/epochscope.sqlite``, as for ``collector``). ``--collector victoriametrics=URL`` (or a
 bare URL) or ``--collector prometheus=URL`` reads samples from the collector's ``--backend``
-(``collector.backends``); the runs and their events still come from the collector's SQLite
+(``collector.store.backends``); the runs and their events still come from the collector's SQLite
 file (``--db``).
 Listening on anything but loopback needs ``--auth`` (HTTP basic); the credentials can also
 come from ``$EPOCHSCOPE_DASHBOARD_AUTH`` so that they stay out of the process list.
@@ -25,13 +25,13 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from agent.http_guard import ConnectionLimits
-from collector.store_api import ReadStore
+from collector.store.api import ReadStore
+from collector.store.database import DEFAULT_DB
 from dashboard.auth import AuthError, Credentials, check_bind, parse_credentials
 from dashboard.server import LIMITS
 from dashboard.source import DEFAULT_MAX_POINTS
+from netserve.http_guard import ConnectionLimits
 
-DEFAULT_DB = os.environ.get("EPOCHSCOPE_DB", "runs/epochscope.sqlite")
 AUTH_ENV = "EPOCHSCOPE_DASHBOARD_AUTH"
 log = logging.getLogger("dashboard")
 
@@ -112,7 +112,7 @@ def open_store(args: argparse.Namespace) -> ReadStore:
             status=1,
         )
     if args.collector:
-        from collector.backends import (
+        from collector.store.backends import (
             VICTORIAMETRICS,
             BackendSpecError,
             open_backend_store,

@@ -1,7 +1,7 @@
 """What each column shown by the dashboard means, and how its numbers are written.
 
 The per-epoch table shows a subset of the report's columns; each header's label and tooltip
-come from their one declaration in ``collector.columns``.
+come from their one declaration in ``contract.columns``.
 MB is 10^6 bytes and GB 10^9 bytes, as in the collector's reports. A value the collector
 could not measure is ``None`` and shows as "–", never as 0.
 """
@@ -13,9 +13,9 @@ from typing import Any
 
 from dash.dash_table.Format import Format, Group, Scheme, Symbol, Trim
 
-from collector import columns as report_columns
-from collector.columns import FRACTION_DIGITS, format_fraction
-from collector.scaling import whole_percent
+from collector.analysis.scaling import whole_percent
+from contract import columns as report_columns
+from contract.columns import FRACTION_DIGITS, format_fraction
 
 MISSING = "–"
 ALL_HOSTS = "*"  # the report's row that adds up every host of an epoch
@@ -29,7 +29,7 @@ class Column:
     kind: str  # how to write the number: see format_value
 
 
-# how the dashboard writes each unit of collector.columns
+# how the dashboard writes each unit of contract.columns
 KIND_OF_UNIT = {
     report_columns.TEXT: "text",
     report_columns.TIME: "text",
@@ -45,7 +45,7 @@ KIND_OF_UNIT = {
 
 
 def _epoch_column(name: str, more: str = "") -> Column:
-    """A per-epoch table column as ``collector.columns`` declares it."""
+    """A per-epoch table column as ``contract.columns`` declares it."""
     spec = report_columns.BY_NAME[name]
     return Column(name, spec.label, spec.help + more, KIND_OF_UNIT[spec.unit])
 

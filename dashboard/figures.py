@@ -1,4 +1,4 @@
-"""Plotly figures, as plain dicts, from what ``collector.query`` returns.
+"""Plotly figures, as plain dicts, from what ``collector.views.query`` returns.
 
 Every function here is pure: query-layer output in, a ``{"data": [...], "layout": {...}}``
 dict out (plotly.js takes it as is; ``plotly.graph_objects.Figure(d)`` validates it, which
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from collector.columns import COMPLETE, FRACTION_DIGITS
-from collector.scaling import format_efficiency
+from collector.analysis.scaling import format_efficiency
+from contract.columns import COMPLETE, FRACTION_DIGITS
 from dashboard.columns import ALL_HOSTS
 
 NS_PER_MS = 1_000_000
@@ -216,7 +216,7 @@ def epoch_shading(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Shapes and labels for the epochs of the first host that has any. An epoch that
     did not end is labelled with its state as the collector defines it
-    (``collector.epochs.epoch_state``: "running" while the run is live, "interrupted" when
+    (``collector.analysis.epochs.epoch_state``: "running" while the run is live, "interrupted" when
     the run was stopped in it: its time and images are only what was done before the stop).
 
     Every host runs the same epochs in lock step (ranks synchronise each step), so one host's
@@ -704,7 +704,7 @@ def step_shares_figure(
     shares: dict[str, list[dict[str, Any]]], host_order: list[str]
 ) -> dict[str, Any]:
     """The three shares of step time over the run, one point per sampled step and host
-    (``collector.anatomy.step_shares``: pooled over the host's ranks): line style by part,
+    (``collector.analysis.anatomy.step_shares``: pooled over the host's ranks): line style by part,
     colour by host; the hover lists each rank's shares of that step."""
     title = STEP_SHARES_TITLE
     if not any(shares.values()):
@@ -747,7 +747,7 @@ def step_shares_figure(
 
 
 def group_label(row: dict[str, Any]) -> str:
-    """The scaling group of a row (collector.scaling groups runs by these fields)."""
+    """The scaling group of a row (collector.analysis.scaling groups runs by these fields)."""
     batch, size = row.get("batch_size"), row.get("image_size")
     parts = [
         row.get("framework"),
@@ -938,8 +938,8 @@ PRECISION_COLOURS = {"fp32": "#1f77b4", "int8": "#ff7f0e"}
 
 def inference_figure(report: dict[str, Any]) -> dict[str, Any]:
     """Grouped bars: batch sizes along x, FP32 and INT8 images/s side by side, each INT8 bar
-    labelled with its speed-up over FP32 (``collector.inference``'s values and formats)."""
-    from collector.inference import format_speedup
+    labelled with its speed-up over FP32 (``collector.analysis.inference``'s values and formats)."""
+    from collector.views.inference import format_speedup
 
     title = "Inference throughput, FP32 vs INT8 (label: INT8 speed-up)"
     rows = report["comparisons"]

@@ -11,9 +11,9 @@ from urllib.parse import quote
 
 from dash import dash_table, dcc, html
 
-from agent.schema import INFERENCE_FRAMEWORK
-from collector.columns import COMPLETE, INTERRUPTED
-from collector.evidence import evidence_items
+from collector.views.evidence import evidence_items
+from contract.columns import COMPLETE, INTERRUPTED
+from contract.schema import INFERENCE_FRAMEWORK
 from dashboard import figures
 from dashboard.columns import (
     ALL_HOSTS,
@@ -617,7 +617,7 @@ def inference_href(run_id: str) -> str:
 def inference_table(report: dict[str, Any]) -> html.Table:
     """Per batch size: FP32 and INT8 images/s, the INT8 speed-up and the latencies, in the
     formats of ``collector inference``'s table (the same functions)."""
-    from collector.inference import format_milliseconds, format_rate, format_speedup
+    from collector.views.inference import format_milliseconds, format_rate, format_speedup
 
     latency = {(m["batch_size"], m["precision"]): m for m in report["measurements"]}
 
@@ -658,7 +658,7 @@ def inference_table(report: dict[str, Any]) -> html.Table:
 
 
 def inference_accuracy(report: dict[str, Any]) -> html.P:
-    from collector.inference import format_points, format_top1
+    from collector.views.inference import format_points, format_top1
 
     top1 = report["top1"]
     return html.P(

@@ -1,4 +1,4 @@
-"""The dashboard's HTTP server: werkzeug's threaded server within ``agent.http_guard``'s
+"""The dashboard's HTTP server: werkzeug's threaded server within ``netserve.http_guard``'s
 limits.
 
 Plain ``werkzeug.serving.make_server(..., threaded=True)`` starts a thread for every
@@ -23,7 +23,7 @@ from typing import Any
 
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 
-from agent.http_guard import ConnectionGuard, ConnectionLimits, GuardedThreadingMixIn
+from netserve.http_guard import ConnectionGuard, ConnectionLimits, GuardedThreadingMixIn
 
 log = logging.getLogger("dashboard")
 

@@ -1,4 +1,4 @@
-"""The dashboard's only door to the data: ``collector.query`` and the ``ReadStore``.
+"""The dashboard's only door to the data: ``collector.views.query`` and the ``ReadStore``.
 
 Nothing here computes a metric or speaks SQL. ``DataSource`` calls the query layer, picks the
 down-sampling bucket for a run's charts, and answers two cheap questions the live pages ask
@@ -19,9 +19,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from agent.schema import RunState
-from collector import query
-from collector.store_api import (
+from collector.store.api import (
     ReadStore,
     RunInfo,
     SeriesData,
@@ -29,6 +27,8 @@ from collector.store_api import (
     StepTable,
     WorkloadEvent,
 )
+from collector.views import query
+from contract.schema import RunState
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ DEFAULT_MAX_POINTS = 500
 class Timeseries:
     """Down-sampled metrics of a run's hosts, as the charts need them.
 
-    ``hosts[host]`` is ``collector.query.HostSeries.to_dict()``; every host shares
+    ``hosts[host]`` is ``collector.views.query.HostSeries.to_dict()``; every host shares
     ``bucket_ns`` when the run is live, so later updates line up with what is drawn.
     """
 
@@ -162,7 +162,7 @@ class DataSource:
         self.max_points = max_points
         self.complete_ahead = complete_ahead
         # (what is kept about finished runs, their charts included, is the query layer's
-        # cache of this store: collector.query.RunCache; nothing is kept here)
+        # cache of this store: collector.views.query.RunCache; nothing is kept here)
         self._background: set[threading.Thread] = set()
         self._lock = threading.Lock()
         self.prepared: frozenset[str] = frozenset()  # run ids the preparing thread has done
@@ -174,7 +174,7 @@ class DataSource:
 
     # -- runs ------------------------------------------------------------------------------
     def runs(self) -> list[dict[str, Any]]:
-        """Every run, newest first (``collector.query.RunSummary`` as dicts)."""
+        """Every run, newest first (``collector.views.query.RunSummary`` as dicts)."""
         return [summary.to_dict() for summary in query.runs_summary(self.store)]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
@@ -305,7 +305,7 @@ class DataSource:
         return query.epoch_boundaries(self.store, run_id)
 
     def epochs(self, run_id: str) -> list[dict[str, Any]]:
-        """The per-epoch report rows (``collector.query.TABLE_COLUMNS``)."""
+        """The per-epoch report rows (``collector.views.query.TABLE_COLUMNS``)."""
         return query.epoch_table(self.store, run_id)
 
     def rank_parts(self, run_id: str) -> list[dict[str, Any]]:
@@ -330,13 +330,13 @@ class DataSource:
     # -- inference runs (`workloads infer`) -------------------------------------------------
     def inference_runs(self) -> list[dict[str, Any]]:
         """Inference runs, newest first."""
-        from collector.inference import inference_runs
+        from collector.analysis.inference import inference_runs
 
         return [{"run_id": run.run_id, "state": run.state} for run in inference_runs(self.store)]
 
     def inference(self, run_id: str) -> dict[str, Any] | None:
-        """``collector.inference``'s report of the run (its JSON), None for no such run."""
-        from collector.inference import inference_report
+        """``collector.analysis.inference``'s report of the run (its JSON), None for no such run."""
+        from collector.views.inference import inference_report
 
         report = inference_report(self.store, run_id)
         return None if report is None else report.to_json()

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from agent.config import AgentConfig
 from agent.daemon import Daemon, SampleRound, build_samplers, next_tick_ns
-from agent.point import Point
 from agent.samplers import Roots
 from agent.samplers.agent import AgentStats
+from contract.point import Point
 
 SECOND = 10**9
 

@@ -10,8 +10,8 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.exposition import LatestSample, MetricsServer, render
-from agent.http_guard import ConnectionLimits
-from agent.point import Point
+from contract.point import Point
+from netserve.http_guard import ConnectionLimits
 
 
 def families_by_name(text: str) -> dict:
@@ -295,7 +295,7 @@ def test_a_head_trickled_a_byte_at_a_time_is_cut_at_its_deadline_while_scrapes_g
     not less: a scrape's own head must be read within it on a loaded machine.)"""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tests.slow_clients import silent_client, trickle_head
+    from tests.support.slow_clients import silent_client, trickle_head
 
     limits = ConnectionLimits(max_connections=8, header_timeout=3.0, idle_timeout=30.0)
     server = MetricsServer("127.0.0.1", 0, limits)

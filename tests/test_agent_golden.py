@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.point import Point, encode_lines
 from agent.samplers import SAMPLER_NAMES
+from contract.point import Point, encode_lines
 from tests.conftest import FIXTURE_ROOTS, fixture_root
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"

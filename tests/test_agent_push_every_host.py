@@ -40,7 +40,7 @@ COLLECTOR_PORT = 8086
 PREPARE = """\
 import json, sys
 from workloads.cli import build_parser
-from workloads.launcher import plan_run, prepare, remove_tokens
+from workloads.launch.launcher import plan_run, prepare, remove_tokens
 args = build_parser().parse_args(sys.argv[1:])
 plan = plan_run(args)
 try:

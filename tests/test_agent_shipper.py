@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.point import Point
 from agent.samplers.agent import AgentStats
 from agent.shipper import HttpWriter, Shipper, line_number_in, lines_rejected_in
 from agent.spool import Spool
-from tests.loopback import free_port
+from contract.point import Point
+from tests.support.loopback import free_port
 from tests.test_collector_ingest_server import start_server, stored
 
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.schema import Workload
-from workloads.anatomy import (
+from contract.schema import Workload
+from workloads.record.anatomy import (
     ProcessIo,
     ProcessTreeIo,
     StepMarks,
@@ -25,8 +25,8 @@ from workloads.anatomy import (
     parse_proc_io,
     split_step,
 )
-from workloads.events import EventWriter, MemorySink
-from workloads.timing import Recorder
+from workloads.record.events import EventWriter, MemorySink
+from workloads.record.timing import Recorder
 
 PARTS = (
     Workload.INPUT_WAIT_SECONDS,
@@ -240,8 +240,8 @@ def test_the_readers_own_proc_scans_are_not_counted():
 
 
 def test_step_shares_pool_a_hosts_ranks_per_step_number():
-    from collector.anatomy import step_shares
-    from collector.store_api import StepTable
+    from collector.analysis.anatomy import step_shares
+    from collector.store.api import StepTable
 
     nan = math.nan
     table = StepTable.from_columns(

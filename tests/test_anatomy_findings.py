@@ -8,13 +8,13 @@ import json
 
 import pytest
 
+from collector.analysis.epochs import build_report
 from collector.cli import build_parser
-from collector.epochs import build_report
-from collector.findings import Finding, run_findings
-from collector.reports_cli import render
-from tests.run_builder import NS, T0_NS, RunBuilder
+from collector.findings.engine import Finding, run_findings
+from collector.views.reports import render
+from tests.support.run_builder import NS, T0_NS, RunBuilder
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 MB = 1e6
 DAY = 86_400 * NS
@@ -79,7 +79,7 @@ def test_runs_without_anatomy_show_no_share(make_store):
 
 
 # --------------------------------------------------------------------------------------
-# the scaling loss, explained by the step anatomy: one finding (collector.findings'
+# the scaling loss, explained by the step anatomy: one finding (collector.findings.engine'
 # scaling_loss) whose explanation is the anatomy's attribution when both runs have one
 # --------------------------------------------------------------------------------------
 
@@ -364,7 +364,7 @@ def test_no_startup_when_epoch_1_keeps_pace(make_store):
 def test_stacked_step_time_and_shares_charts(make_store):
     import plotly.graph_objects as go
 
-    from collector.query import epoch_table
+    from collector.views.query import epoch_table
     from dashboard import figures
 
     store = make_store(two_host_run().points())
@@ -378,7 +378,7 @@ def test_stacked_step_time_and_shares_charts(make_store):
     assert stacked["data"][0]["x"][0][0] == "n1" and stacked["data"][0]["y"][0] == 6000.0
     assert stacked["data"][3]["y"][0] == pytest.approx(2000.0)
     # hovering a host's bar lists its ranks' parts in ms per step
-    from collector.query import rank_step_parts
+    from collector.views.query import rank_step_parts
 
     ranks = rank_step_parts(store, "cols")
     assert {(r["host"], r["rank"], r["epoch"]) for r in ranks} == {
@@ -399,7 +399,7 @@ def test_stacked_step_time_and_shares_charts(make_store):
 def test_shares_of_each_step_pooled_per_host_with_each_ranks(make_store):
     import plotly.graph_objects as go
 
-    from collector.query import epoch_table, step_shares
+    from collector.views.query import epoch_table, step_shares
     from dashboard import figures
 
     run = RunBuilder("steps", hosts=("n1", "n2"), ranks_per_host=2, steps_per_epoch=2)

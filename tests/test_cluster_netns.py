@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from test_ansible_harness import REPO_ROOT, SSH_KEYGEN, SSHD, readable_base_dir
 
-from workloads.spec import DEFAULT_SPOOL_ROOT as SPOOL_ROOT
+from workloads.record.spec import DEFAULT_SPOOL_ROOT as SPOOL_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.frameworks, pytest.mark.timeout(900)]
 
@@ -69,7 +69,7 @@ def skip_unless_possible(horovod: bool = True) -> None:
             pytest.skip(f"{tool} is not installed (iproute2 / util-linux)")
     if not SSHD.exists():
         pytest.skip(f"{SSHD} is missing (openssh-server)")
-    from workloads import frameworks
+    from workloads.launch import frameworks
 
     try:
         if horovod:

@@ -4,7 +4,7 @@ Before (a thread per connection, no timeouts): about 1,010 idle connections unde
 1,024-descriptor limit locked every writer out and spun the server at 100 % CPU (accept
 failing with EMFILE on every pass); 2,000 slow ones were 2,000 threads; a connection that
 sent nothing, a head a byte at a time, or a body a byte at a time, stayed open for good.
-Now (collector.connections): one event loop with header, idle and body timeouts and a
+Now (collector.ingest.connections): one event loop with header, idle and body timeouts and a
 connection cap, complete requests handled by a bounded pool of threads.
 """
 

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.point import Point, encode_lines
-from collector.lineprotocol import (
+from collector.ingest.lineprotocol import (
     PrecisionError,
     parse_body,
     parse_body_bytes,
     parse_line_full,
     precision_factor,
 )
+from contract.point import Point, encode_lines
 
 NOW = 1_700_000_000_123_456_789
 

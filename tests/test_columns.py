@@ -1,4 +1,4 @@
-"""The per-epoch report's columns are declared once (``collector.columns``): the rows, the
+"""The per-epoch report's columns are declared once (``contract.columns``): the rows, the
 JSON keys, the text table, the dashboard's table and the README all come from that spec."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import json
 
 import pytest
 
-from collector import columns
+from collector.analysis.epochs import COLUMNS, EpochRow, build_report
 from collector.cli import build_parser
-from collector.epochs import COLUMNS, EpochRow, build_report
-from collector.reports_cli import render
+from collector.views.reports import render
+from contract import columns
 from dashboard.columns import EPOCH_COLUMNS
 from tests.conftest import REPO_ROOT
-from tests.run_builder import RunBuilder
+from tests.support.run_builder import RunBuilder
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 
 def cli(store, *argv: str) -> str:

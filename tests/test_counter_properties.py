@@ -1,4 +1,4 @@
-"""Property tests of the per-epoch counter arithmetic (``collector.counters``).
+"""Property tests of the per-epoch counter arithmetic (``collector.analysis.counters``).
 
 Hypothesis builds a true counter ``C(t)``: piecewise linear, rates 0..1 GB/s per segment,
 starting at a random large offset. It is sampled about once an interval with jittered
@@ -38,7 +38,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.counters import counter_increases
+from collector.analysis.counters import counter_increases
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S  # realistic epoch nanoseconds: beyond float64's exact integers

@@ -1,4 +1,4 @@
-"""Counter and gauge arithmetic (collector.counters), values worked out by hand."""
+"""Counter and gauge arithmetic (collector.analysis.counters), values worked out by hand."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.counters import (
+from collector.analysis.counters import (
     counter_increase,
     counter_increases,
     gauge_deltas,

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from dashboard.browser import chrome_options, chromium_available, figure_data, server_runner
+from tests.support.browser import chrome_options, chromium_available, figure_data, server_runner
 
 pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
 if not chromium_available():
@@ -21,8 +21,8 @@ if not chromium_available():
 from dash.testing.composite import DashComposite
 from selenium.webdriver.common.action_chains import ActionChains
 
-from agent.schema import RunState
-from collector.query import COLUMN_HELP
+from collector.views.query import COLUMN_HELP
+from contract.schema import RunState
 from dashboard.app import create_app
 from dashboard.source import DataSource
 from tests.test_dashboard_runs import (
@@ -283,7 +283,7 @@ def test_live_run_gets_new_epochs_and_stops_polling_when_it_ends(dash_duo, store
 def test_a_run_page_opened_before_the_run_exists_switches_to_it_when_it_arrives(dash_duo, store):
     """The user opens the run's URL as the launcher prints it, before any rank's run_start
     reached the collector: the page keeps looking and becomes the live run page."""
-    from tests.run_builder import RunBuilder
+    from tests.support.run_builder import RunBuilder
 
     open_page(dash_duo, "/runs/late-run", "#run-waiting")
     assert "No run 'late-run' in the store yet" in text_of(dash_duo, "#run-waiting")
@@ -303,8 +303,8 @@ def test_shares_of_each_step_over_time_with_each_rank_on_hover(dash_duo, store):
     """A live run whose ranks split their steps (two hosts, two ranks each): one point per
     sampled step and host, pooled over its ranks; hovering a point lists each rank's
     shares; steps that arrive mid-epoch are drawn at the next poll."""
-    from agent.schema import Event, Workload
-    from tests.run_builder import RunBuilder
+    from contract.schema import Event, Workload
+    from tests.support.run_builder import RunBuilder
 
     waits = {0: 0.40, 1: 0.20, 2: 0.10, 3: 0.10}  # input wait share of each rank's steps
 

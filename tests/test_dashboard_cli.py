@@ -267,7 +267,7 @@ def test_connection_limits_must_be_positive(repo_env, tmp_path, flags):
 @needs_store
 def test_header_timeout_cuts_a_head_sent_a_byte_at_a_time(repo_env, empty_db):
     """The flags reach the server (its behaviour is tested in test_dashboard_server.py)."""
-    from tests.slow_clients import trickle_head
+    from tests.support.slow_clients import trickle_head
 
     with serving(["--db", str(empty_db), "--header-timeout", "3"], repo_env) as (url, lines):
         reply, seconds = trickle_head(int(url.rsplit(":", 1)[1]), 0.5)

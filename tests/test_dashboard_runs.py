@@ -1,7 +1,7 @@
 """Stored fixture runs for the dashboard tests, and checks of the numbers the pages show.
 
 The runs are written through the real SQLite store's write path (``SqliteStore.write_points``)
-from ``tests.run_builder`` (rates constant within each epoch, so every number below is
+from ``tests.support.run_builder`` (rates constant within each epoch, so every number below is
 worked out by hand). No GPU, InfiniBand HCA or NFS client exists on the test machine: the
 builder's samples stand in for what the agent would send.
 
@@ -30,17 +30,19 @@ from pathlib import Path
 
 import pytest
 
-from agent.point import Point
-from agent.schema import Event, RunState, Workload
+from contract.point import Point
+from contract.schema import Event, RunState, Workload
 
-pytest.importorskip("collector.query", reason="the collector's query layer is not in this tree")
+pytest.importorskip(
+    "collector.views.query", reason="the collector's query layer is not in this tree"
+)
 SqliteStore = pytest.importorskip(
     "collector.store", reason="the SQLite store is not in this tree"
 ).SqliteStore
-from collector.epochs import EPOCH_KINDS  # noqa: E402
+from collector.analysis.epochs import EPOCH_KINDS  # noqa: E402
 from dashboard import figures  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
-from tests.run_builder import NS, T0_NS, RunBuilder  # noqa: E402
+from tests.support.run_builder import NS, T0_NS, RunBuilder  # noqa: E402
 
 PAPER_RUN = "tf-2node-ib"
 BASELINE_RUN = "tf-1gpu"
@@ -225,7 +227,7 @@ class CountingStore:
 
 
 def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(source):
-    from collector import query
+    from collector.views import query
     from dashboard.app import Callbacks
 
     counting = CountingStore(source.store.store)
@@ -261,7 +263,7 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
 
 
 def test_what_a_first_look_leaves_out_is_computed_while_the_browser_draws(source):
-    from collector import query
+    from collector.views import query
     from dashboard.app import Callbacks
 
     counting = CountingStore(source.store.store)
@@ -348,7 +350,7 @@ def test_events_kept_for_a_request_answer_like_the_store(source):
 
 
 def test_prepared_runs_open_without_reading_the_store_again(source):
-    from collector import query
+    from collector.views import query
     from dashboard.app import Callbacks
 
     counting = CountingStore(source.store.store)

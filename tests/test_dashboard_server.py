@@ -27,13 +27,13 @@ import pytest
 
 pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
 
-from agent.http_guard import ConnectionLimits
 from collector.store import SqliteStore
 from dashboard.app import create_app
 from dashboard.auth import parse_credentials
 from dashboard.server import make_dashboard_server
 from dashboard.source import DataSource
-from tests.slow_clients import read_until_closed, silent_client, trickle_head
+from netserve.http_guard import ConnectionLimits
+from tests.support.slow_clients import read_until_closed, silent_client, trickle_head
 
 AUTH = "Basic " + base64.b64encode(b"alice:s3cret").decode()
 CAP = 4  # (the slow-head test has room for every client: 8)

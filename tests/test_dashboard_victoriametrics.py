@@ -19,17 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from agent.point import encode_lines
+from contract.point import encode_lines
 from dashboard.source import DataSource
 
 VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
 pytestmark = pytest.mark.skipif(
     not Path(VICTORIA_METRICS).exists(), reason="Debian package victoria-metrics not installed"
 )
-pytest.importorskip("collector.victoriametrics", reason="no VictoriaMetrics backend in this tree")
+pytest.importorskip(
+    "collector.store.victoriametrics", reason="no VictoriaMetrics backend in this tree"
+)
 
-from collector.victoriametrics import VictoriaMetricsStore  # noqa: E402
-from tests.loopback import free_port  # noqa: E402
+from collector.store.victoriametrics import VictoriaMetricsStore  # noqa: E402
+from tests.support.loopback import free_port  # noqa: E402
 from tests.test_dashboard_runs import PAPER_RUN, paper_run  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""DDP's all-reduce timed around ``backward`` (``workloads.anatomy.BackwardMarks``) and a
+"""DDP's all-reduce timed around ``backward`` (``workloads.record.anatomy.BackwardMarks``) and a
 script's own DDP communication hook under ``workloads profile`` (#16): real 2-process gloo
 runs (``torch.multiprocessing.spawn``); the hook's script writes what its hook did; the
 run's anatomy is read back from its SQLite store."""
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from agent.schema import Event, Workload
+from contract.schema import Event, Workload
 from tests.conftest import REPO_ROOT
 from tests.test_workloads_profile import (
     SCRIPTS,
@@ -42,7 +42,7 @@ def test_backward_marks_end_of_compute_comes_before_ddps_all_reduce(environment)
     python = sys.executable if environment == "project" else str(USER_VENV / "bin" / "python")
     if not (USER_VENV / "bin" / "python").exists() and environment == "user":
         pytest.skip(f"{USER_VENV} is missing: `make user-torch-env` makes it")
-    env = project_env()  # this checkout's workloads.anatomy, whatever the venv has installed
+    env = project_env()  # this checkout's workloads.record.anatomy, whatever the venv has installed
     result = subprocess.run(
         [python, str(SCRIPTS / "ddp_backward_marks_check.py"), str(spawn_port())],
         capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=REPO_ROOT,

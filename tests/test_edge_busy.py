@@ -14,10 +14,10 @@ import pytest
 from agent.config import AgentConfig
 from agent.daemon import Daemon, EdgeBusy
 from agent.exposition import MetricsServer
-from agent.point import Point
 from agent.samplers.agent import AgentStats
-from tests.loopback import http_post
-from workloads.events import AgentEdges, EventWriter, MemorySink
+from contract.point import Point
+from tests.support.loopback import http_post
+from workloads.record.events import AgentEdges, EventWriter, MemorySink
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,13 +18,13 @@ import agent.daemon
 from agent.config import AgentConfig
 from agent.daemon import Daemon
 from agent.exposition import MetricsServer
-from agent.point import Point
 from agent.samplers.agent import AgentStats
-from collector.counters import counter_increases, gauge_deltas, sampled_edges
-from collector.epochs import interpolated_edges
-from collector.store_api import SeriesData, SeriesInfo
-from tests.loopback import free_port, http_request
-from workloads.events import AgentEdges, EventWriter, MemorySink
+from collector.analysis.counters import counter_increases, gauge_deltas, sampled_edges
+from collector.analysis.epochs import interpolated_edges
+from collector.store.api import SeriesData, SeriesInfo
+from contract.point import Point
+from tests.support.loopback import free_port, http_request
+from workloads.record.events import AgentEdges, EventWriter, MemorySink
 
 S = 1_000_000_000
 
@@ -223,8 +223,8 @@ def test_the_report_names_the_edges_it_interpolated():
 def test_the_table_notes_interpolated_edges_under_it():
     import dataclasses
 
-    from collector.epochs import EpochAmounts, rows_from_amounts
-    from collector.reports_cli import interpolated_edges_note, report_table
+    from collector.analysis.epochs import EpochAmounts, rows_from_amounts
+    from collector.views.reports import interpolated_edges_note, report_table
 
     def amounts(host: str, edges: tuple[str, ...]) -> EpochAmounts:
         return EpochAmounts(host, 1, 0, S, 1.0, 10.0, interpolated_edges=edges)

@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.schema import Disk, DiskKind, Event, Tag, Workload
-from collector.counters import counter_increase
-from collector.epochs import build_report
+from collector.analysis.counters import counter_increase
+from collector.analysis.epochs import build_report
 from collector.store import SqliteStore
-from workloads.events import AgentEdges, EventWriter, ShipperSink
-from workloads.pagecache import evict
-from workloads.profile import free_port, start_collector, stop, wait_for_port
+from contract.schema import Disk, DiskKind, Event, Tag, Workload
+from workloads.launch.local_stack import free_port, start_collector, stop, wait_for_port
+from workloads.record.events import AgentEdges, EventWriter, ShipperSink
+from workloads.train.pagecache import evict
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -1,17 +1,18 @@
-"""Per-epoch, per-host view (collector.epochs) over stored runs, values worked out by hand."""
+"""Per-epoch, per-host view (collector.analysis.epochs) over stored runs, values worked out
+by hand."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from agent.point import Point
-from agent.schema import Cpu, Event, Infiniband, InterfaceKind, Memory, RunState, Tag, Workload
-from collector.epochs import COLUMNS, build_report, epoch_rows, epoch_windows
-from tests.memory_store import MemoryStore
-from tests.run_builder import NS, T0_NS, RunBuilder
+from collector.analysis.epochs import COLUMNS, build_report, epoch_rows, epoch_windows
+from contract.point import Point
+from contract.schema import Cpu, Event, Infiniband, InterfaceKind, Memory, RunState, Tag, Workload
+from tests.support.memory_store import MemoryStore
+from tests.support.run_builder import NS, T0_NS, RunBuilder
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 GB = 1e9
 MB = 1e6
@@ -200,7 +201,7 @@ def test_window_is_earliest_start_to_latest_end_of_the_hosts_ranks(make_store):
         event("a", 0, 0.0, Event.RUN_START, world_size=3, model="resnet50"),
         event("a", 0, 1.0, Event.EPOCH_START, epoch=1),
         event("a", 1, 1.5, Event.EPOCH_START, epoch=1),
-        # images/s is the ranks' timed steps (agent.throughput), not images / window
+        # images/s is the ranks' timed steps (contract.throughput), not images / window
         event("a", 0, 11.0, Event.EPOCH_END, epoch=1, images=500, timed_images=450,
               timed_seconds=9.0),  # 50 img/s
         event("a", 1, 12.0, Event.EPOCH_END, epoch=1, images=480, timed_images=480,

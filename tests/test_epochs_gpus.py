@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.point import Point
-from agent.schema import Gpu, Tag
-from collector.epochs import epoch_rows
-from tests.run_builder import NS, RunBuilder
+from collector.analysis.epochs import epoch_rows
+from contract.point import Point
+from contract.schema import Gpu, Tag
+from tests.support.run_builder import NS, RunBuilder
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 SECONDS = 100.0
 

@@ -1,13 +1,13 @@
 """A finding's evidence shown as labelled values with units, what was not measured left out
-(collector.evidence: the dashboard's finding cards and `collector report --findings`)."""
+(collector.views.evidence: the dashboard's finding cards and `collector report --findings`)."""
 
 from __future__ import annotations
 
-from collector.evidence import evidence_items
-from collector.findings import run_findings
+from collector.findings.engine import run_findings
+from collector.views.evidence import evidence_items
 from tests.test_findings_scenarios import own_reads_run
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 
 def test_units_from_the_keys_and_unmeasured_values_left_out():

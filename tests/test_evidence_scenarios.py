@@ -1,15 +1,15 @@
 """The evidence the real rules return for scenario runs stored through the write path, as
-the CLI and the dashboard show it (collector.evidence): labelled values in units, nothing
+the CLI and the dashboard show it (collector.views.evidence): labelled values in units, nothing
 unmeasured, only the resource that grew."""
 
 from __future__ import annotations
 
-from collector.evidence import evidence_items
-from collector.findings import run_findings
+from collector.findings.engine import run_findings
+from collector.views.evidence import evidence_items
 from tests.test_findings_scenarios import scaling_pair, small_dataset_run, stored
 from tests.test_reports_cli import cli
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 MB = 1e6
 

@@ -1,4 +1,4 @@
-"""Findings rules (collector.findings): each on stored data built for it, firing and not.
+"""Findings rules (collector.findings.engine): each on stored data built for it, firing and not.
 
 The runs are synthetic (no GPU, HCA or NFS client here): rates are constant per epoch, so
 the evidence can be checked against hand arithmetic.
@@ -11,10 +11,10 @@ import re
 
 import pytest
 
-from collector.findings import Finding, run_findings
-from tests.run_builder import NS, T0_NS, RunBuilder
+from collector.findings.engine import Finding, run_findings
+from tests.support.run_builder import NS, T0_NS, RunBuilder
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 MB = 1e6
 GB = 1e9

@@ -1,5 +1,5 @@
-"""Each findings rule's detection returns typed evidence (collector.findings_evidence) with
-the values of the scenario, and its wording (collector.findings_words) is a pure function
+"""Each findings rule's detection returns typed evidence (collector.findings.evidence) with
+the values of the scenario, and its wording (collector.findings.words) is a pure function
 of that evidence: the same evidence always makes the same finding, with no store at all.
 
 The scenarios are those of tests/test_findings.py and tests/test_findings_scenarios.py
@@ -14,9 +14,9 @@ import dataclasses
 
 import pytest
 
-from collector import findings_words
-from collector.findings import DETECTORS, RULES, run_context, run_findings
-from collector.findings_evidence import (
+from collector.findings import words as findings_words
+from collector.findings.engine import DETECTORS, RULES, run_context, run_findings
+from collector.findings.evidence import (
     BusyHostEpoch,
     CacheWarmup,
     DatasetFitsInMemory,
@@ -30,8 +30,8 @@ from collector.findings_evidence import (
     UnstableHostEpoch,
     evidence_json,
 )
-from collector.findings_words import words
-from tests.run_builder import RunBuilder
+from collector.findings.words import words
+from tests.support.run_builder import RunBuilder
 from tests.test_findings import (
     cached_after_first_epoch,
     input_run,
@@ -41,7 +41,7 @@ from tests.test_findings import (
 )
 from tests.test_findings_scenarios import scaling_pair, small_dataset_run, stored
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 MB = 1e6
 GB = 1e9
@@ -331,14 +331,14 @@ def test_evidence_json_rounds_where_declared_and_leaves_out_the_wordings_inputs(
 
 
 def test_every_chart_is_a_declared_column():
-    from collector.columns import BY_NAME, ReportColumn
+    from contract.columns import BY_NAME, ReportColumn
 
     charts = [v for v in vars(findings_words).values() if isinstance(v, ReportColumn)]
     assert charts and all(BY_NAME[c.name] is c for c in charts)
 
 
 def test_the_anatomy_rules_evidence_goes_through_the_same_wording():
-    from collector.anatomy_findings import Startup
+    from collector.findings.anatomy import Startup
 
     found = Startup(2.0, 0.5, 9.0, {"input_wait": 0.0, "compute": 9.0}, "build", None, None)
     assert words(found).title == (

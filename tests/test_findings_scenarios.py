@@ -1,17 +1,17 @@
 """Findings on scenario runs stored through the write path: each rule's positive case beside
 its near misses, so that no finding fires on an unlike comparison or a misread effect.
 
-The runs are built by ``tests.run_builder`` (synthetic samples and events, as the agent and
+The runs are built by ``tests.support.run_builder`` (synthetic samples and events, as the agent and
 the ranks write them) and stored in both the SQLite store and the in-memory reference.
 """
 
 from __future__ import annotations
 
-from collector.epochs import build_report
-from collector.findings import Finding, run_findings
-from tests.run_builder import NS, T0_NS, RunBuilder
+from collector.analysis.epochs import build_report
+from collector.findings.engine import Finding, run_findings
+from tests.support.run_builder import NS, T0_NS, RunBuilder
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 MB = 1e6
 DAY = 86_400 * NS
@@ -140,7 +140,7 @@ def test_scaling_loss_silent_when_efficient(make_store):
 
 # --------------------------------------------------------------------------------------
 # the storage reads judged: the training's own when every rank of both runs sent them, else
-# the hosts' (collector.findings.judged_reads, one decision for every rule)
+# the hosts' (collector.findings.engine.judged_reads, one decision for every rule)
 # --------------------------------------------------------------------------------------
 
 
@@ -340,7 +340,7 @@ def test_cache_warmup_judges_the_hosts_reads_unless_every_epoch_has_own_reads(ma
 
 
 def test_the_rules_and_the_report_agree_on_the_trainings_own_reads(make_store):
-    # one definition (collector.anatomy.epoch_reads): the report's training_read_bytes, the
+    # one definition (collector.analysis.anatomy.epoch_reads): the report's training_read_bytes, the
     # cache warm-up's and the start-up's reads are the same numbers
     run = own_reads_run((67.4, 0.016, 0.004), (300, 320, 310), 60, shares=(0.7, 0.2, 0.0))
     store = stored(make_store, run)

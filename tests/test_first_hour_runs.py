@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.schema import RunState
 from bench.reliability import harness
 from collector.store import SqliteStore
-from workloads import worker
-from workloads.preflight import UNDELIVERED_EXIT
-from workloads.spec import RunSpec
+from contract.schema import RunState
+from workloads.launch.preflight import UNDELIVERED_EXIT
+from workloads.record.spec import RunSpec
+from workloads.train import worker
 
 pytestmark = pytest.mark.timeout(300)
 TOKEN = "first-hour-TOKEN-91c2"
@@ -184,7 +184,7 @@ def test_a_run_with_an_external_collector_prints_its_per_epoch_table(served, tmp
 def test_profile_with_a_collector_warns_when_the_nodes_agent_pushes_elsewhere(served, tmp_path):
     """`--profile --collector URL`: the agent already on the node must push to URL, or the
     run's report has no node metrics. A real agent process, found by its listening port."""
-    from workloads.agent_target import find_agent, push_warning
+    from workloads.launch.agent_target import find_agent, push_warning
 
     collector, _ = served
     elsewhere = f"http://127.0.0.1:{harness.free_port()}"

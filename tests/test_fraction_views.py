@@ -1,5 +1,5 @@
 """A fraction (top-1, a share of the step, a lost fraction: 0..1) prints the same in every
-view: ``collector.columns.format_fraction`` writes it in percent for people (the CLI's
+view: ``contract.columns.format_fraction`` writes it in percent for people (the CLI's
 tables, a finding's words and evidence items, the dashboard's tables and hovers, the
 inference page), while JSON keeps the fraction itself."""
 
@@ -10,20 +10,20 @@ import json
 import pytest
 
 from collector.cli import build_parser
-from collector.columns import FRACTION_DIGITS, format_fraction, format_points
-from collector.evidence import evidence_items
-from collector.findings import run_findings
-from collector.findings_evidence import STORAGE_HIGH_SHARE_OF_PEAK
-from collector.inference import format_top1
-from collector.reports_cli import render
+from collector.findings.engine import run_findings
+from collector.findings.evidence import STORAGE_HIGH_SHARE_OF_PEAK
+from collector.views.evidence import evidence_items
+from collector.views.inference import format_top1
+from collector.views.reports import render
+from contract.columns import FRACTION_DIGITS, format_fraction, format_points
 from dashboard import columns as dashboard_columns
 from dashboard import figures
 from dashboard.pages import finding_card
-from tests.run_builder import NS, RunBuilder
+from tests.support.run_builder import NS, RunBuilder
 from tests.test_anatomy_findings import scaling_pair
 from tests.test_findings import MB, storage_run
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 DAY = 86_400 * NS
 

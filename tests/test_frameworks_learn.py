@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.schema import Event, Workload
-from workloads.datasets import make_dataset
-from workloads.summary import read_events_dir
+from contract.schema import Event, Workload
+from workloads.launch.summary import read_events_dir
+from workloads.train.datasets import make_dataset
 
 pytestmark = [pytest.mark.slow, pytest.mark.frameworks, pytest.mark.timeout(1800)]
 

@@ -17,10 +17,10 @@ import urllib.request
 
 import pytest
 
-from agent.point import encode_lines
 from collector.store import SqliteStore
+from contract.point import encode_lines
 from tests.fake_nvml import A100_MIG, H100_LOAD, MIB, fake_nvml_env
-from tests.run_builder import RunBuilder
+from tests.support.run_builder import RunBuilder
 from tests.test_agent_shipper import wait_until
 from tests.test_collector_ingest_server import start_server
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.schema import INFERENCE_FRAMEWORK, Event, Workload
-from collector.inference import inference_report
 from collector.store import SqliteStore
-from workloads.datasets import describe, make_dataset
+from collector.views.inference import inference_report
+from contract.schema import INFERENCE_FRAMEWORK, Event, Workload
+from workloads.train.datasets import describe, make_dataset
 
 pytestmark = [
     pytest.mark.frameworks,
@@ -58,8 +58,8 @@ def trained(data, tmp_path_factory):
     """(checkpoint path, the PyTorch model, its own validation top-1)."""
     import torch
 
-    from workloads.checkpoint import Architecture, save_checkpoint
     from workloads.infer.images import load_split
+    from workloads.train.checkpoint import Architecture, save_checkpoint
 
     info = describe(data)
     architecture = Architecture(num_classes=CLASSES, stages=SMALL_STAGES, stem_width=16,
@@ -221,7 +221,7 @@ def test_collector_url_sends_the_events_and_prints_its_table(data, trained, tmp_
     """`--collector URL`: the events go through the disk-spooled shipper to a real
     `collector serve`, and the table printed is what its read API answers."""
     from workloads import cli
-    from workloads.profile import start_collector, stop
+    from workloads.launch.local_stack import start_collector, stop
 
     db = tmp_path / "c.sqlite"
     process, port = start_collector(db, tmp_path / "collector.log")

@@ -3,22 +3,22 @@
 
 The store is a real SQLite file holding two `workloads infer` runs written as the workload
 writes them (tests/test_inference_views.py) and one training run; the numbers on the page
-must be ``collector.inference``'s.
+must be ``collector.analysis.inference``'s.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from dashboard.browser import chrome_options, chromium_available, figure_data, server_runner
+from tests.support.browser import chrome_options, chromium_available, figure_data, server_runner
 
 if not chromium_available():
     pytest.skip("needs Debian's chromium and chromium-driver", allow_module_level=True)
 
 from dash.testing.composite import DashComposite
 
-from collector.inference import format_points, format_rate, format_speedup, inference_report
 from collector.store import SqliteStore
+from collector.views.inference import format_points, format_rate, format_speedup, inference_report
 from dashboard.app import create_app
 from dashboard.source import DataSource
 from tests.test_dashboard_browser import open_page, table_rows, text_of, wait_for

@@ -1,5 +1,5 @@
-"""The inference rules detect typed evidence (``collector.findings_evidence``) and are worded
-by the one wording dispatch (``collector.findings_words.words``), as the training rules are.
+"""The inference rules detect typed evidence (``collector.findings.evidence``) and are worded
+by the one wording dispatch (``collector.findings.words.words``), as the training rules are.
 
 Runs are written as ``workloads infer`` writes them and read back from a real SQLite store
 (``tests.test_inference_views.report_of``); the rendered findings themselves are asserted
@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from collector.findings_evidence import Int8AccuracyLoss, ThroughputSaturated, evidence_json
-from collector.findings_words import NO_REPORT_COLUMN, words
-from collector.inference import (
-    INFERENCE_DETECTORS,
+from collector.findings.evidence import (
     INT8_TOP1_LOSS_LIMIT,
+    Int8AccuracyLoss,
+    ThroughputSaturated,
+    evidence_json,
+)
+from collector.findings.inference import (
+    INFERENCE_DETECTORS,
     detect_int8_accuracy_loss,
     detect_throughput_saturated,
 )
+from collector.findings.words import NO_REPORT_COLUMN, words
 from tests.test_inference_views import report_of
 
 approx = pytest.approx

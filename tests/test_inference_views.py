@@ -1,7 +1,7 @@
 """Inference runs in the collector and the dashboard: one computation, every view.
 
 Runs are written as `workloads infer` writes them (``EventWriter``, then a real SQLite
-store); ``collector.inference`` computes images/s, the INT8 speed-up and the top-1 kept
+store); ``collector.analysis.inference`` computes images/s, the INT8 speed-up and the top-1 kept
 once, and the CLI table, the JSON, the read API of a real ``collector serve`` and the
 dashboard's figure and table must all show those values. The findings' scenarios each have
 the effect present and absent, on both sides of the named thresholds.
@@ -15,24 +15,23 @@ import math
 
 import pytest
 
-from agent.schema import INFERENCE_FRAMEWORK, Event, RunState, Workload
+from collector.api.client import fetch_view
 from collector.cli import build_parser
-from collector.inference import (
-    INT8_TOP1_LOSS_LIMIT,
-    SATURATION_GAIN,
+from collector.findings.evidence import INT8_TOP1_LOSS_LIMIT, SATURATION_GAIN
+from collector.store import SqliteStore
+from collector.views.inference import (
     format_points,
     format_rate,
     format_speedup,
     format_top1,
     inference_report,
 )
-from collector.read_api import fetch_view
-from collector.reports_cli import render
-from collector.store import SqliteStore
+from collector.views.reports import render
+from contract.schema import INFERENCE_FRAMEWORK, Event, RunState, Workload
 from dashboard import figures, pages
 from dashboard.source import DataSource
-from workloads.events import EventWriter, MemorySink
-from workloads.profile import start_collector, stop
+from workloads.launch.local_stack import start_collector, stop
+from workloads.record.events import EventWriter, MemorySink
 
 TIMED_BATCHES = 10
 # images/s as measured on this machine's CPU (docs/performance.md), to full precision
@@ -99,7 +98,7 @@ def rendered(store, *argv: str) -> str:
 def test_the_one_report(store):
     report = inference_report(store, "infer-1")
     assert report.execution_provider == "CPUExecutionProvider" and report.int8_format == "qdq"
-    for m in report.measurements:  # agent.throughput's rule: timed images / timed seconds
+    for m in report.measurements:  # contract.throughput's rule: timed images / timed seconds
         assert m.images_per_second == pytest.approx(RATES[(m.precision, m.batch_size)])
     assert [c.batch_size for c in report.comparisons] == [1, 8, 32]
     for c in report.comparisons:
@@ -172,7 +171,7 @@ def test_training_and_unknown_runs_are_refused_clearly(tmp_path):
     store = SqliteStore(db)
     try:
         args = build_parser().parse_args(["inference", "pt-run", "--db", str(db)])
-        from collector.reports_cli import CliError
+        from collector.views.reports import CliError
 
         with pytest.raises(CliError, match="training run, not an inference run"):
             render(args, store)

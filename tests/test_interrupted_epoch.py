@@ -1,9 +1,9 @@
 """An epoch the run was stopped in is said to be interrupted, identically in every view
 (issue #14): ``collector report`` (table and JSON), the ``--profile`` summary, and the
 dashboard's per-epoch table and epoch labels all write the ``state`` that
-``collector.epochs.epoch_state`` computes, instead of a bare "0.0 s, 0 images".
+``collector.analysis.epochs.epoch_state`` computes, instead of a bare "0.0 s, 0 images".
 
-The runs are built by ``tests.run_builder`` and written through the stores' write path;
+The runs are built by ``tests.support.run_builder`` and written through the stores' write path;
 a real Horovod + TensorFlow run stopped by Ctrl-C is in ``tests/test_launcher.py``.
 """
 
@@ -13,18 +13,18 @@ import json
 
 import pytest
 
-from agent.point import Point
-from agent.schema import Event, RunState, Tag, Workload
-from collector import query
+from collector.analysis.epochs import epoch_state, worst_state
 from collector.cli import build_parser
-from collector.columns import COMPLETE, INTERRUPTED, RUNNING
-from collector.epochs import epoch_state, worst_state
-from collector.reports_cli import render
+from collector.views import query
+from collector.views.reports import render
+from contract.columns import COMPLETE, INTERRUPTED, RUNNING
+from contract.point import Point
+from contract.schema import Event, RunState, Tag, Workload
 from dashboard import figures, pages
-from tests.run_builder import RunBuilder
-from workloads.summary import format_profile_table
+from tests.support.run_builder import RunBuilder
+from workloads.launch.summary import format_profile_table
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 
 def cli(store, *argv: str) -> str:

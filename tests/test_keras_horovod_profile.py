@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from agent.schema import Event, Workload
+from contract.schema import Event, Workload
 from tests.test_workloads_profile import (
     ANATOMY_PARTS,
     SCRIPTS,
@@ -28,7 +28,7 @@ from tests.test_workloads_profile import (
     profile,
     project_env,
 )
-from workloads.datasets import make_dataset
+from workloads.train.datasets import make_dataset
 
 TRAIN, VAL, CLASSES, BATCH, EPOCHS = 32, 16, 4, 4, 2
 NO_ANATOMY = "epochscope: Keras fit: no step anatomy"
@@ -74,7 +74,7 @@ def one_process(runs, tfrecord):
 
 @pytest.fixture(scope="module")
 def two_processes(runs, tfrecord):
-    from workloads import frameworks
+    from workloads.launch import frameworks
 
     if not frameworks.horovod_supports("tensorflow"):
         pytest.skip("horovod with TensorFlow is not installed: `make frameworks` builds it")

@@ -23,14 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.schema import Event, RunState, Workload
 from collector.store import SqliteStore
-from workloads import frameworks
+from contract.schema import Event, RunState, Workload
 from workloads.cli import build_parser
-from workloads.datasets import make_dataset
-from workloads.events import EventWriter, FileSink
-from workloads.hosts import remove_private, write_private
-from workloads.launcher import (
+from workloads.launch import frameworks
+from workloads.launch.hosts import remove_private, write_private
+from workloads.launch.launcher import (
     UsageError,
     close_unended_ranks,
     horovodrun_command,
@@ -39,7 +37,9 @@ from workloads.launcher import (
     torchrun_command,
     unended_ranks,
 )
-from workloads.summary import read_events_dir
+from workloads.launch.summary import read_events_dir
+from workloads.record.events import EventWriter, FileSink
+from workloads.train.datasets import make_dataset
 
 TOKEN = "tok-s3cret-77"
 
@@ -176,8 +176,8 @@ time.sleep(600)
 
 LAUNCHER = """\
 import os, sys
-from workloads.launcher import run_tool
-from workloads.processes import Interrupted, become_subreaper, raise_on_signals
+from workloads.launch.launcher import run_tool
+from workloads.launch.processes import Interrupted, become_subreaper, raise_on_signals
 raise_on_signals()
 assert become_subreaper()
 try:
@@ -321,7 +321,7 @@ def test_ctrl_c_during_training_leaves_no_process_a_failed_run_and_an_interrupte
     assert [(r["epoch"], r["state"]) for r in rows if r["host"] != "*"] == [(1, "interrupted")]
     table = subprocess.run(report, env=repo_env, capture_output=True, text=True).stdout
     assert "interrupted" in table and "Epoch 1 interrupted" in table
-    from collector import query
+    from collector.views import query
     from dashboard import figures
 
     with SqliteStore(runs / f"{run_id}.sqlite") as store:
@@ -377,8 +377,8 @@ time.sleep(600)
 QUIET_LAUNCHER = """\
 import os, sys
 from pathlib import Path
-from workloads.launcher import run_tool
-from workloads.processes import Interrupted, become_subreaper, raise_on_signals
+from workloads.launch.launcher import run_tool
+from workloads.launch.processes import Interrupted, become_subreaper, raise_on_signals
 raise_on_signals()
 become_subreaper()
 try:

@@ -1,7 +1,7 @@
-"""One throughput, one definition (``agent.throughput``): every view of a run shows the same
-images/s. The ranks' own summary (``workloads.summary``), ``collector runs``, ``collector
+"""One throughput, one definition (``contract.throughput``): every view of a run shows the same
+images/s. The ranks' own summary (``workloads.launch.summary``), ``collector runs``, ``collector
 report --findings`` and ``collector scaling`` (JSON and tables), the dashboard's run header,
-runs list and scaling page all format the value ``collector.throughput`` computes, and the
+runs list and scaling page all format the value ``collector.analysis.throughput`` computes, and the
 per-epoch ``*`` rows are the same rule over one epoch."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ import json
 
 import pytest
 
-from agent.throughput import TimedWork, images_per_second
 from collector.cli import build_parser
-from collector.query import runs_summary, scaling_table
-from collector.reports_cli import render
+from collector.views.query import runs_summary, scaling_table
+from collector.views.reports import render
+from contract.throughput import TimedWork, images_per_second
 from dashboard.columns import format_value
 from dashboard.pages import run_header, runs_table, scaling_page
-from tests.run_builder import NS, T0_NS, RunBuilder
-from workloads.summary import format_run_rate, run_images_per_second
+from tests.support.run_builder import NS, T0_NS, RunBuilder
+from workloads.launch.summary import format_run_rate, run_images_per_second
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 
 def cli(store, *argv: str) -> str:

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from agent.point import Point
 from agent.shipper import SHIPPER_THREAD, Shipper
-from tests.loopback import free_port
+from contract.point import Point
+from tests.support.loopback import free_port
 from tests.test_agent_shipper import Endpoint, wait_until
-from workloads.events import (
+from workloads.launch.local_stack import child_env, start_collector, stop, wait_for_port
+from workloads.record.events import (
     EVENT_BATCH_SECONDS,
     EVENTS_THREAD,
     BackgroundSink,
     MemorySink,
     ShipperSink,
 )
-from workloads.profile import child_env, start_collector, stop, wait_for_port
 
 
 def kernel_thread_names() -> set[str]:

@@ -29,14 +29,14 @@ from urllib.parse import urlencode
 import numpy as np
 import pytest
 
-from agent.point import encode_lines
-from collector.backends import BackendSpec, parse_backend_spec
-from collector.prometheus import PrometheusStore
 from collector.store import SqliteStore
-from collector.store_api import ReadStore
+from collector.store.api import ReadStore
+from collector.store.backends import BackendSpec, parse_backend_spec
+from collector.store.prometheus import PrometheusStore
+from contract.point import encode_lines
 from tests.conftest import fixture_root
-from tests.loopback import free_port, http_get, http_post
-from tests.run_builder import RunBuilder
+from tests.support.loopback import free_port, http_get, http_post
+from tests.support.run_builder import RunBuilder
 
 PROMETHEUS = Path(shutil.which("prometheus") or "/usr/bin/prometheus")
 PROMTOOL = Path(shutil.which("promtool") or "/usr/bin/promtool")

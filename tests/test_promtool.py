@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent import schema
 from agent.daemon import SampleRound, build_samplers
 from agent.exposition import render
-from agent.point import Point
 from agent.samplers import SAMPLER_NAMES, Roots
+from contract import schema
+from contract.point import Point
 from tests.conftest import FIXTURE_ROOTS
 from tests.test_agent_shipper import free_port, wait_until
 

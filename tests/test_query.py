@@ -1,4 +1,4 @@
-"""The dashboard's query layer (collector.query) over stored runs."""
+"""The dashboard's query layer (collector.views.query) over stored runs."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import time
 import numpy as np
 import pytest
 
-from agent.schema import RunState
-from collector import query
-from collector.epochs import EpochAmounts, rows_from_amounts
-from collector.store_api import StepTable, WorkloadEvent
-from tests.memory_store import MemoryStore
-from tests.run_builder import NS, T0_NS, RunBuilder
+from collector.analysis.epochs import EpochAmounts, rows_from_amounts
+from collector.store.api import StepTable, WorkloadEvent
+from collector.views import query
+from contract.schema import RunState
+from tests.support.memory_store import MemoryStore
+from tests.support.run_builder import NS, T0_NS, RunBuilder
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 MB = 1e6
 
@@ -378,7 +378,7 @@ def test_a_dropped_store_takes_its_kept_results_with_it():
 def test_findings_compare_with_the_other_runs_kept_reports(make_store, monkeypatch):
     """The scaling rule reads the 1-rank run's report: the one the query layer already
     keeps for it, never a second build."""
-    from collector import findings as findings_module
+    from collector.findings import context as findings_module
     from tests.test_findings_scenarios import scaling_pair, stored
 
     runs = scaling_pair(1, 4, 20_000, net_rx=30 * MB, net_tx=30 * MB, disk_read=6 * MB)

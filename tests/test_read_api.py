@@ -16,11 +16,12 @@ import urllib.request
 
 import pytest
 
-from agent.refusals import RefusalLog
 from bench.reliability import harness
-from collector.read_api import command_argv, query_of
-from workloads.events import EventWriter, ShipperSink
-from workloads.timing import Recorder
+from collector.api.client import query_of
+from collector.api.server import command_argv
+from netserve.refusals import RefusalLog
+from workloads.record.events import EventWriter, ShipperSink
+from workloads.record.timing import Recorder
 
 pytestmark = pytest.mark.timeout(300)
 TOKEN = "read-TOKEN-5b1e2f"

@@ -26,8 +26,8 @@ from collections import Counter
 
 import pytest
 
-from agent.schema import AgentSelf
 from bench.reliability import harness
+from contract.schema import AgentSelf
 
 S = 1_000_000_000
 WRITERS = 4

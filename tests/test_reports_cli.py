@@ -1,4 +1,4 @@
-"""`collector report | runs | scaling` output formats (collector.reports_cli)."""
+"""`collector report | runs | scaling` output formats (collector.views.reports)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from agent.point import encode_lines
-from agent.schema import RunState
+from collector.analysis.epochs import COLUMNS
 from collector.cli import build_parser
-from collector.epochs import COLUMNS
-from collector.reports_cli import RUNS_KEYS, render
+from collector.views.reports import RUNS_KEYS, render
+from contract.point import encode_lines
+from contract.schema import RunState
 from tests.conftest import REPO_ROOT
-from tests.run_builder import NS, T0_NS, RunBuilder
+from tests.support.run_builder import NS, T0_NS, RunBuilder
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 MB = 1e6
 
@@ -83,8 +83,8 @@ def test_report_table_and_findings(make_store):
 def test_a_long_finding_is_one_line_and_its_words_are_not_markup():
     """A pipe gets each explanation whole (rich cut it at the console's 400 columns before),
     and brackets in a finding's words are printed, not read as rich markup."""
-    from collector.findings_evidence import Finding
-    from collector.reports_cli import _console, print_findings
+    from collector.findings.evidence import Finding
+    from collector.views.reports import _console, print_findings
 
     words = "the data set [bold]x[/bold] " + "is read again " * 40
     out = io.StringIO()

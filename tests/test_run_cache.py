@@ -1,4 +1,4 @@
-"""One cache of finished runs, owned by the store (collector.query.RunCache): the dashboard's
+"""One cache of finished runs, owned by the store (collector.views.query.RunCache): the dashboard's
 charts, per-epoch table, boundaries and findings of a finished run come from one read of its
 events, steps and samples, counted here on a real SQLite store; a live run is read afresh
 on every question and never served stale, also once it ends.
@@ -10,11 +10,11 @@ from collections import Counter
 
 import pytest
 
-from agent.schema import RunState
-from collector import query
+from collector.views import query
+from contract.schema import RunState
 from dashboard.source import DataSource
-from tests.analysis_stores import sqlite_store_with
-from tests.run_builder import NS, RunBuilder
+from tests.support.analysis_stores import sqlite_store_with
+from tests.support.run_builder import NS, RunBuilder
 
 MB = 1e6
 

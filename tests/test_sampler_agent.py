@@ -8,11 +8,11 @@ from dataclasses import fields as dataclass_fields
 
 import psutil
 
-from agent.point import encode_line
 from agent.samplers import make_sampler
 from agent.samplers.agent import AgentSampler, AgentStats
 from agent.samplers.base import Roots
-from agent.schema import AgentSelf, Kind
+from contract.point import encode_line
+from contract.schema import AgentSelf, Kind
 from tests.conftest import FIXTURE_ROOTS
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.point import encode_line
 from agent.samplers import make_sampler
 from agent.samplers.base import Roots
 from agent.samplers.cpu import CpuSampler, parse_stat
-from agent.schema import Cpu, Kind
+from contract.point import encode_line
+from contract.schema import Cpu, Kind
 from tests.conftest import FIXTURE_ROOTS, fixture_root
 
 # The captured hosts are x86 Linux, where USER_HZ (what /proc/stat counts in) is 100.

@@ -9,7 +9,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.point import encode_line
 from agent.samplers import make_sampler
 from agent.samplers.base import Roots
 from agent.samplers.disk import (
@@ -20,7 +19,8 @@ from agent.samplers.disk import (
     node_totals,
     parse_diskstats,
 )
-from agent.schema import Disk, Kind
+from contract.point import encode_line
+from contract.schema import Disk, Kind
 from tests.conftest import FIXTURE_ROOTS, fixture_root
 
 

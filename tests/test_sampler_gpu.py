@@ -20,11 +20,11 @@ import pynvml
 import pytest
 
 import agent.samplers.gpu as gpu_module
-from agent.point import Point, encode_lines
 from agent.samplers import make_sampler
 from agent.samplers.agent import AgentSampler, AgentStats
 from agent.samplers.base import Roots
 from agent.samplers.gpu import GpuReadings, gpu_fields, samples_mean
+from contract.point import Point, encode_lines
 from tests.fake_nvml import A100_MIG, H100_IDLE, H100_LOAD, MIB, NOT_SUPPORTED, FakeNvml
 from tests.test_agent_shipper import wait_until
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.point import encode_lines
 from agent.samplers import make_sampler
 from agent.samplers.base import Roots
 from agent.samplers.infiniband import parse_counter, parse_port, parse_rate, parse_state
-from agent.schema import Infiniband
+from contract.point import encode_lines
+from contract.schema import Infiniband
 from tests.conftest import fixture_root
 
 NOW = 1_700_000_000_000_000_000

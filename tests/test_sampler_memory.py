@@ -9,11 +9,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.point import encode_line
 from agent.samplers import make_sampler
 from agent.samplers.base import Roots
 from agent.samplers.memory import MemorySampler, parse_meminfo, parse_vmstat
-from agent.schema import Kind, Memory
+from contract.point import encode_line
+from contract.schema import Kind, Memory
 from tests.conftest import FIXTURE_ROOTS, fixture_root
 
 EXPECTED = {

@@ -14,11 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.point import encode_line
 from agent.samplers import make_sampler
 from agent.samplers.base import Roots
 from agent.samplers.net import NetSampler, kind_from_name, kind_from_sysfs, parse_net_dev
-from agent.schema import Net
+from contract.point import encode_line
+from contract.schema import Net
 from tests.conftest import FIXTURE_ROOTS, fixture_root
 
 HEADER = (
@@ -307,8 +307,8 @@ def bonded_bridged_host(tmp_path: Path) -> Roots:
 
 
 def test_node_wire_bytes_count_each_physical_interface_once(tmp_path):
-    from collector.epochs import HOST_TOTALS
-    from collector.store_api import SeriesInfo
+    from collector.analysis.epochs import HOST_TOTALS
+    from collector.store.api import SeriesInfo
 
     points = NetSampler(bonded_bridged_host(tmp_path)).sample(1)
     kinds = {point.tags["interface"]: point.tags["kind"] for point in points}

@@ -13,11 +13,11 @@ import logging
 
 import pytest
 
-from agent.point import Point, encode_lines
 from agent.samplers import make_sampler
 from agent.samplers.base import Roots
 from agent.samplers.nfs import mount_points, parse_mountstats, parse_rpc, split_device
-from agent.schema import Nfs, NfsRpc
+from contract.point import Point, encode_lines
+from contract.schema import Nfs, NfsRpc
 from tests.conftest import fixture_root
 
 NOW = 1_700_000_000_000_000_000

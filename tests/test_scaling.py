@@ -1,4 +1,4 @@
-"""Scaling tables (collector.scaling, `collector scaling`): the published figures, and
+"""Scaling tables (collector.analysis.scaling, `collector scaling`): the published figures, and
 stored runs grouped and compared against their 1-GPU baseline."""
 
 from __future__ import annotations
@@ -9,10 +9,8 @@ import sys
 
 import pytest
 
-from agent.point import Point
-from agent.schema import Event, RunState, Tag, Workload
-from collector.epochs import assign_epochs
-from collector.scaling import (
+from collector.analysis.epochs import assign_epochs
+from collector.analysis.scaling import (
     parse_throughput,
     scaling_groups,
     scaling_rows,
@@ -20,11 +18,13 @@ from collector.scaling import (
     time_to_accuracy,
     whole_percent,
 )
-from collector.throughput import rank_epoch_work, run_throughput
-from tests.memory_store import MemoryStore
-from tests.run_builder import NS, T0_NS, RunBuilder
+from collector.analysis.throughput import rank_epoch_work, run_throughput
+from contract.point import Point
+from contract.schema import Event, RunState, Tag, Workload
+from tests.support.memory_store import MemoryStore
+from tests.support.run_builder import NS, T0_NS, RunBuilder
 
-pytest_plugins = ["tests.analysis_stores"]  # the make_store fixture
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 
 def collector(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -302,7 +302,7 @@ def test_target_never_reached():
 def test_inference_runs_are_not_scaling_rows(make_store):
     """A `workloads infer` run has its own page: it is no group of the scaling table (it
     showed as a 1-GPU "single-gpu" group of dashes there)."""
-    from collector.scaling import scaling_rows
+    from collector.analysis.scaling import scaling_rows
     from tests.test_inference_views import RATES, TOP1, inference_points
 
     training = RunBuilder("train-1", steps_per_epoch=4)

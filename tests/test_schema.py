@@ -1,5 +1,5 @@
-from agent import schema
-from agent.point import Point, encode_line
+from contract import schema
+from contract.point import Point, encode_line
 
 
 def test_every_measurement_name_is_unique_and_fields_have_kinds():
@@ -53,9 +53,9 @@ def test_no_name_is_declared_twice_in_a_schema_class():
     import ast
     from pathlib import Path
 
-    import agent.schema
+    import contract.schema
 
-    tree = ast.parse(Path(agent.schema.__file__).read_text())
+    tree = ast.parse(Path(contract.schema.__file__).read_text())
     for node in tree.body:
         if not isinstance(node, ast.ClassDef):
             continue

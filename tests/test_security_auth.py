@@ -25,8 +25,8 @@ import urllib.request
 import pytest
 
 from bench.reliability import harness
-from collector import read_api
-from collector import server as collector_server
+from collector.api import client as read_api
+from collector.ingest import server as collector_server
 
 TOKEN = "sec-TOKEN-3f9a1c77e0"
 WRONG = "sec-WRONG-0000000000"

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.point import Point
 from collector.store import SqliteStore
 from collector.store import samples as store_samples
-from collector.store_api import ReadStore
+from collector.store.api import ReadStore
+from contract.point import Point
 
 S = 1_000_000_000  # ns per second
 

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.point import Point
-from agent.schema import Event, Tag, Workload
-from collector.epochs import EPOCH_KINDS, assign_epochs
-from collector.findings import step_rates
+from collector.analysis.epochs import EPOCH_KINDS, assign_epochs
+from collector.findings.rules import step_rates
 from collector.store import SqliteStore
-from collector.store_api import StepTable, step_number
-from tests.memory_store import MemoryStore
+from collector.store.api import StepTable, step_number
+from contract.point import Point
+from contract.schema import Event, Tag, Workload
+from tests.support.memory_store import MemoryStore
 
 S = 10**9
 T0 = 1_700_000_000 * S

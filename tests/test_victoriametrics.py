@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.backends import BackendSpec, BackendSpecError, parse_backend_spec
 from collector.store import SqliteStore
-from collector.store_api import ReadStore
-from collector.victoriametrics import VictoriaMetricsStore, series_id
-from tests.loopback import free_port
-from tests.loopback import http_get as get
-from tests.loopback import http_post as post
+from collector.store.api import ReadStore
+from collector.store.backends import BackendSpec, BackendSpecError, parse_backend_spec
+from collector.store.victoriametrics import VictoriaMetricsStore, series_id
+from tests.support.loopback import free_port
+from tests.support.loopback import http_get as get
+from tests.support.loopback import http_post as post
 
 VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -311,7 +311,7 @@ def test_prometheus_store_reads_victoria_metrics_too(victoria):
     """``PrometheusStore`` uses only the standard Prometheus API, which VictoriaMetrics
     answers too: here fed with Prometheus-named samples (as if VictoriaMetrics scraped the
     agents) through its Prometheus import endpoint."""
-    from collector.prometheus import PrometheusStore
+    from collector.store.prometheus import PrometheusStore
 
     lines = [
         f'epochscope_memory_cached_bytes{{host="pvm",job="j",instance="i:1"}} {100 + t} '

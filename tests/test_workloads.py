@@ -14,11 +14,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.point import encode_line
-from agent.schema import Event, Workload
-from workloads import frameworks, pagecache
+from contract.point import encode_line
+from contract.schema import Event, Workload
 from workloads.cli import build_parser
-from workloads.datasets import (
+from workloads.launch import frameworks
+from workloads.launch.hosts import HostError, HostSlots, check_slots, parse_hosts, placement
+from workloads.launch.launcher import UsageError, plan_run
+from workloads.launch.summary import ALL_HOSTS, epoch_rows, format_findings, format_profile_table
+from workloads.record.events import EventWriter, FileSink, MemorySink, coerce, read_events_file
+from workloads.record.spec import RunSpec
+from workloads.record.timing import Recorder
+from workloads.train import pagecache
+from workloads.train.datasets import (
     DatasetError,
     check_format_for,
     count_tfrecords,
@@ -28,13 +35,7 @@ from workloads.datasets import (
     make_dataset,
     tfrecord_shard_name,
 )
-from workloads.events import EventWriter, FileSink, MemorySink, coerce, read_events_file
-from workloads.hosts import HostError, HostSlots, check_slots, parse_hosts, placement
-from workloads.launcher import UsageError, plan_run
-from workloads.spec import RunSpec
-from workloads.summary import ALL_HOSTS, epoch_rows, format_findings, format_profile_table
-from workloads.synthetic import labels_for, make_image
-from workloads.timing import Recorder
+from workloads.train.synthetic import labels_for, make_image
 
 
 def test_labels_are_balanced_and_shuffled():
@@ -363,7 +364,7 @@ def test_profile_table_shows_the_input_columns_per_epoch():
 
     # one host: its rows only (the run's "*" rows would repeat them); no NFS column
     assert len(lines) == 3 and "NFS" not in lines[0] and "*" not in "".join(lines)
-    # headed and written as `collector report` does (collector.columns)
+    # headed and written as `collector report` does (contract.columns)
     assert cells(lines[0]) == [
         "epoch", "host", "s", "images", "img/s", "disk read", "disk MB/s", "cache Δ", "CPU %",
         "iowait %",
@@ -433,7 +434,7 @@ def test_pytorch_ranks_make_openmp_threads_sleep_unless_the_user_chose():
     1-process step 10x slower on a shared machine); a policy the user set is kept, and once
     torch is loaded the policy can no longer change, so nothing is claimed. (A real rank's
     libgomp reports the policy in tests/test_workloads_frameworks.py.)"""
-    from workloads.torch_train import openmp_threads_sleep
+    from workloads.train.torch_train import openmp_threads_sleep
 
     chosen = {"OMP_WAIT_POLICY": "ACTIVE"}
     assert not openmp_threads_sleep(chosen)
@@ -441,7 +442,7 @@ def test_pytorch_ranks_make_openmp_threads_sleep_unless_the_user_chose():
     assert openmp_threads_sleep({"OMP_WAIT_POLICY": "passive"})
     script = (
         "import sys, os\n"
-        "from workloads.torch_train import openmp_threads_sleep\n"
+        "from workloads.train.torch_train import openmp_threads_sleep\n"
         "env = {}\n"
         "sys.modules.setdefault('torch', None) if sys.argv[1] == 'loaded' else None\n"
         "print(openmp_threads_sleep(env), env)\n"

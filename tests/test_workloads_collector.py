@@ -14,13 +14,14 @@ import sys
 
 import pytest
 
-from agent.schema import RunState
 from collector.store import SqliteStore
-from workloads.events import BackgroundSink, EventWriter, ShipperSink, make_sink
-from workloads.profile import start_collector, stop
-from workloads.spec import RunSpec
-from workloads.timing import Recorder
-from workloads.worker import Placement, run_start_fields
+from contract.schema import RunState
+from workloads.launch.local_stack import start_collector, stop
+from workloads.record.events import BackgroundSink, EventWriter, ShipperSink, make_sink
+from workloads.record.spec import RunSpec
+from workloads.record.timing import Recorder
+from workloads.train.placement import Placement
+from workloads.train.worker import run_start_fields
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from agent.schema import Workload
-from collector.epochs import build_report
-from collector.findings import run_findings
-from collector.scaling import scaling_rows
+from collector.analysis.epochs import build_report
+from collector.analysis.scaling import scaling_rows
+from collector.findings.engine import run_findings
 from collector.store import SqliteStore
-from workloads import frameworks
-from workloads.checkpoint import load_checkpoint
-from workloads.datasets import make_dataset
-from workloads.profile import EmbeddedProfile
+from contract.schema import Workload
+from workloads.launch import frameworks
+from workloads.launch.local_stack import EmbeddedProfile
+from workloads.train.checkpoint import load_checkpoint
+from workloads.train.datasets import make_dataset
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -214,7 +214,7 @@ def test_recordio_read_by_mxnet(datasets):
 def test_jpeg_folders_read_by_the_pytorch_loader(datasets):
     import torch
 
-    from workloads.torch_train import JpegFolder
+    from workloads.train.torch_train import JpegFolder
 
     dataset = JpegFolder(datasets("jpeg") / "train", SIZE, train=True)
     loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=1)
@@ -327,7 +327,7 @@ def test_tensorflow_horovodrun_two_processes(horovod_runs, repo_env):
     collector, outputs = horovod_runs("tensorflow")
     output = outputs["tf-2"]
     assert "[1]" in output  # horovodrun's rank prefix
-    # each rank prints its own images/s; the run's line is their sum (agent.throughput)
+    # each rank prints its own images/s; the run's line is their sum (contract.throughput)
     assert "rank 0: images/sec:" in output and "rank 1: images/sec:" in output
     check_stored_run(repo_env, collector, "tf-2", ranks=2)
 

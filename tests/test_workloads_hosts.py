@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from workloads import pagecache
 from workloads.cli import build_parser
-from workloads.datasets import make_dataset
-from workloads.hosts import HostError, RemoteHost, prepare_host
-from workloads.launcher import launch_env, plan_run, prepare, remove_tokens
-from workloads.profile import free_port
+from workloads.launch.hosts import HostError, RemoteHost, prepare_host
+from workloads.launch.launcher import launch_env, plan_run, prepare, remove_tokens
+from workloads.launch.local_stack import free_port
+from workloads.train import pagecache
+from workloads.train.datasets import make_dataset
 
 pytestmark = pytest.mark.timeout(120)
 SSHD = Path("/usr/sbin/sshd")

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.schema import AgentSelf, Event, RunState, Workload
 from collector.store import SqliteStore
+from contract.schema import AgentSelf, Event, RunState, Workload
 from tests.conftest import REPO_ROOT
 from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
 from workloads.autoprofile.keras_hooks import STEPS_PER_EXECUTION
 from workloads.autoprofile.session import Placement, placement_from
-from workloads.datasets import make_dataset
+from workloads.train.datasets import make_dataset
 
 SCRIPTS = REPO_ROOT / "tests" / "scripts"
 USER_VENV = Path(os.environ.get(
@@ -256,7 +256,7 @@ def test_explicit_track_api(runs):
 
 @pytest.mark.slow
 def test_an_external_collector_with_a_token_file(runs, tmp_path):
-    from workloads.profile import free_port, stop, wait_for_port
+    from workloads.launch.local_stack import free_port, stop, wait_for_port
 
     token = tmp_path / "token"
     token.write_text("s3cret\n")

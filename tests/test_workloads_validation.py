@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loopback import free_port
+from tests.support.loopback import free_port
 
 
 @pytest.mark.parametrize(
@@ -142,8 +142,8 @@ def test_a_truncated_or_damaged_file_is_named_before_training(
 
 
 def test_the_check_leaves_a_cold_data_set_out_of_the_page_cache(datasets, tmp_path):
-    from workloads.datasets import describe, verify_files
-    from workloads.pagecache import evict, residency
+    from workloads.train.datasets import describe, verify_files
+    from workloads.train.pagecache import evict, residency
 
     data_dir = tmp_path / "jpeg"
     shutil.copytree(datasets / "jpeg", data_dir)

@@ -25,8 +25,15 @@ import json
 import sys
 from pathlib import Path
 
-from workloads.preflight import collector_url
-from workloads.spec import FRAMEWORKS, MODELS, PRECISIONS, run_id_arg
+from workloads.launch.preflight import collector_url
+from workloads.record.spec import (
+    FRAMEWORKS,
+    MODELS,
+    PRECISIONS,
+    run_id_arg,
+    token_or_exit,
+    token_source,
+)
 
 
 def _positive(text: str) -> int:
@@ -145,8 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     resend.add_argument("--token-file", type=Path, help="default: $EPOCHSCOPE_WORKLOAD_TOKEN")
     resend.add_argument("--timeout", type=float, default=60.0)
 
+    from workloads.autoprofile.command import add_parser as add_profile_parser
     from workloads.infer.command import add_parser as add_infer_parser
-    from workloads.profile_command import add_parser as add_profile_parser
 
     add_infer_parser(commands)
 
@@ -182,11 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "dataset":
         return _dataset(args)
     if args.command == "run":
-        from workloads.launcher import run
+        from workloads.launch.launcher import run
 
         return run(args)
     if args.command == "profile":
-        from workloads.profile_command import run as profile
+        from workloads.autoprofile.command import run as profile
 
         return profile(args)
     if args.command == "infer":
@@ -199,13 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         return _resend(args)
     if args.command == "check-collector":
         return _check_collector(args)
-    from workloads.worker import main as worker_main
+    from workloads.train.worker import main as worker_main
 
     return worker_main(["--spec", args.spec])
 
 
 def _dataset(args: argparse.Namespace) -> int:
-    from workloads.datasets import DatasetError, describe, make_dataset
+    from workloads.train.datasets import DatasetError, describe, make_dataset
 
     try:
         if args.dataset_command == "make":
@@ -233,8 +240,8 @@ def _dataset(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from workloads import pagecache
-    from workloads.datasets import DatasetError, describe
+    from workloads.train import pagecache
+    from workloads.train.datasets import DatasetError, describe
 
     try:
         info = describe(args.dir)
@@ -259,39 +266,24 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _token(args: argparse.Namespace) -> str | None:
-    """The token of --token-file, else of $EPOCHSCOPE_WORKLOAD_TOKEN (as `workloads run`)."""
-    import os
-
-    from workloads.spec import TOKEN_ENV
-
-    if args.token_file is None:
-        return os.environ.get(TOKEN_ENV) or None
-    try:
-        return args.token_file.read_text().strip() or None
-    except OSError as error:
-        raise SystemExit(f"workloads: --token-file {args.token_file}: {error.strerror}") from None
-
-
-def _token_source(args: argparse.Namespace) -> str:
-    from workloads.spec import TOKEN_ENV
-
-    return f"--token-file {args.token_file}" if args.token_file else TOKEN_ENV
-
-
 def _check_collector(args: argparse.Namespace) -> int:
     import socket
 
-    from workloads.preflight import CollectorUnusable, check_collector
+    from workloads.launch.preflight import CollectorUnusable, check_collector
 
     try:
-        check_collector(args.collector, _token(args), _token_source(args), socket.gethostname())
+        check_collector(
+            args.collector,
+            token_or_exit(args.token_file),
+            token_source(args.token_file),
+            socket.gethostname(),
+        )
     except CollectorUnusable as error:
         print(f"workloads: {error}", file=sys.stderr)
         return 2
     print(f"the collector at {args.collector} takes writes from {socket.gethostname()}")
     if args.agent_port is not None:
-        from workloads.agent_target import WARNING_PREFIX, push_warning
+        from workloads.launch.agent_target import WARNING_PREFIX, push_warning
 
         warning = push_warning(args.agent_port, args.collector)
         if warning:
@@ -300,12 +292,12 @@ def _check_collector(args: argparse.Namespace) -> int:
 
 
 def _resend(args: argparse.Namespace) -> int:
-    from workloads.events import ShipperSink
-    from workloads.preflight import CollectorUnreachable, CollectorUnusable, check_collector
+    from workloads.launch.preflight import CollectorUnreachable, CollectorUnusable, check_collector
+    from workloads.record.events import ShipperSink
 
-    token = _token(args)
+    token = token_or_exit(args.token_file)
     try:  # a refused token would only retry until --timeout: say so now
-        check_collector(args.collector, token, _token_source(args))
+        check_collector(args.collector, token, token_source(args.token_file))
     except CollectorUnreachable:
         pass  # perhaps starting: the shipper retries until --timeout
     except CollectorUnusable as error:
@@ -318,7 +310,7 @@ def _resend(args: argparse.Namespace) -> int:
         spool = args.spool
         sink = ShipperSink(args.collector, token, spool)
     else:
-        from workloads.summary import read_events_dir
+        from workloads.launch.summary import read_events_dir
 
         points = read_events_dir(args.events)
         spool = args.events.parent / "resend-spool"

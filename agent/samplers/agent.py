@@ -1,6 +1,6 @@
 """The agent's own cost and health: what watching the node costs the node.
 
-Measurement ``agent``, no tags beyond ``host``. Fields (see ``agent.schema.AgentSelf``):
+Measurement ``agent``, no tags beyond ``host``. Fields (see ``contract.schema.AgentSelf``):
 
 =======================  =======  =======  ==============================================
 field                    kind     unit     source
@@ -35,9 +35,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from agent.point import Point
 from agent.samplers.base import Roots
-from agent.schema import AgentSelf
+from contract.point import Point
+from contract.schema import AgentSelf
 
 
 @dataclass

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from agent.point import Point
+from contract.point import Point
 
 
 @dataclass(frozen=True)

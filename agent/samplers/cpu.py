@@ -1,6 +1,6 @@
 """Whole-node CPU time from ``<proc>/stat``.
 
-Measurement ``cpu``, no tags beyond ``host``. Fields (see ``agent.schema.Cpu``):
+Measurement ``cpu``, no tags beyond ``host``. Fields (see ``contract.schema.Cpu``):
 
 =================  =======  =======  ================================================
 field              kind     unit     source
@@ -36,10 +36,10 @@ import logging
 import os
 from dataclasses import dataclass
 
-from agent.point import Point
 from agent.samplers.base import ProcFile, Roots
 from agent.samplers.host_common import ProblemLog, to_ints
-from agent.schema import Cpu, FieldName
+from contract.point import Point
+from contract.schema import Cpu, FieldName
 
 log = logging.getLogger(__name__)
 

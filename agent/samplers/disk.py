@@ -2,7 +2,7 @@
 
 Measurement ``disk``, tags ``device`` (the kernel's name, e.g. ``sda``, ``nvme0n1p1``,
 ``cciss/c0d0``) and ``kind`` (``disk`` | ``partition`` | ``virtual``). Fields (see
-``agent.schema.Disk``; columns as numbered in the kernel's
+``contract.schema.Disk``; columns as numbered in the kernel's
 Documentation/admin-guide/iostats.rst, after major, minor and name):
 
 ========================  =======  =======  ==========================================
@@ -52,10 +52,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.point import Point
 from agent.samplers.base import ProcFile, Roots
 from agent.samplers.host_common import ProblemLog, to_ints
-from agent.schema import Disk, DiskKind, Tag
+from contract.point import Point
+from contract.schema import Disk, DiskKind, Tag
 
 log = logging.getLogger(__name__)
 

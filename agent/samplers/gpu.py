@@ -59,10 +59,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.point import Point
 from agent.samplers.agent import AgentStats
 from agent.samplers.base import Roots
-from agent.schema import Gpu, GpuProcess, Tag
+from contract.point import Point
+from contract.schema import Gpu, GpuProcess, Tag
 
 log = logging.getLogger(__name__)
 

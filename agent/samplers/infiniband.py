@@ -60,9 +60,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.point import Point
 from agent.samplers.base import Roots, read_text
-from agent.schema import Infiniband, Tag
+from contract.point import Point
+from contract.schema import Infiniband, Tag
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Memory levels from ``<proc>/meminfo`` and paging counters from ``<proc>/vmstat``.
 
-Measurement ``memory``, no tags beyond ``host``. Fields (see ``agent.schema.Memory``):
+Measurement ``memory``, no tags beyond ``host``. Fields (see ``contract.schema.Memory``):
 
 ===================  =======  =========  ==============================================
 field                kind     unit       source
@@ -35,10 +35,10 @@ from __future__ import annotations
 import logging
 import re
 
-from agent.point import Point
 from agent.samplers.base import ProcFile, Roots
 from agent.samplers.host_common import ProblemLog
-from agent.schema import FieldName, Memory
+from contract.point import Point
+from contract.schema import FieldName, Memory
 
 log = logging.getLogger(__name__)
 

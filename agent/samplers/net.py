@@ -1,7 +1,7 @@
 """Network interface counters from ``<proc>/net/dev``, one point per interface.
 
 Measurement ``net``, tags ``interface`` (the kernel's name) and ``kind`` (``loopback`` |
-``virtual`` | ``physical``). Fields (see ``agent.schema.Net``), by column of the
+``virtual`` | ``physical``). Fields (see ``contract.schema.Net``), by column of the
 receive and transmit halves of each line:
 
 ==========  =======  =====  =========================================================
@@ -37,10 +37,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.point import Point
 from agent.samplers.base import ProcFile, Roots, read_text
 from agent.samplers.host_common import ProblemLog, to_ints
-from agent.schema import InterfaceKind, Net, Tag
+from contract.point import Point
+from contract.schema import InterfaceKind, Net, Tag
 
 log = logging.getLogger(__name__)
 

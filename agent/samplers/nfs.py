@@ -55,9 +55,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.point import Point
 from agent.samplers.base import Roots, read_text
-from agent.schema import Nfs, NfsRpc, Tag
+from contract.point import Point
+from contract.schema import Nfs, NfsRpc, Tag
 
 log = logging.getLogger(__name__)
 

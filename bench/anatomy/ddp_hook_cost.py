@@ -7,10 +7,10 @@ round by round, so load changes hit every variant alike:
 - ``builtin``: DDP's own C++ all-reduce (no communication hook);
 - ``python_hook``: the stock Python hook ``default_hooks.allreduce_hook``;
 - ``timed_hook``: the communication hook epochscope timed DDP's all-reduce with until
-  this measurement (``timed_allreduce_hook`` below, as it was in ``workloads.anatomy``:
+  this measurement (``timed_allreduce_hook`` below, as it was in ``workloads.record.anatomy``:
   every bucket's launch and completion noted, for the overlap), read every step;
 - ``backward_marks``: no hook (DDP's C++ all-reduce) and the end of backward compute
-  noted by ``workloads.anatomy.BackwardMarks`` (a final callback of the autograd engine
+  noted by ``workloads.record.anatomy.BackwardMarks`` (a final callback of the autograd engine
   queued before DDP's own), the all-reduce's end when ``backward`` returns.
 
 Per step and rank: wall seconds (``zero_grad`` to ``optimizer.step``), the process's CPU
@@ -73,8 +73,8 @@ def rank_main(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    from workloads.anatomy import BackwardMarks
-    from workloads.torch_resnet import ResNet50
+    from workloads.record.anatomy import BackwardMarks
+    from workloads.train.torch_resnet import ResNet50
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)  # two ranks on two cores, as the bundled workload does

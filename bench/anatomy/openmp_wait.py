@@ -45,7 +45,7 @@ STEPS = """
 import json, os, sys, time
 import torch
 sys.path.insert(0, sys.argv[1])
-from workloads.torch_resnet import ResNet50
+from workloads.train.torch_resnet import ResNet50
 torch.set_num_threads(int(sys.argv[2]))
 steps, batch, size = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 torch.manual_seed(0)

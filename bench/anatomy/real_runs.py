@@ -23,12 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from collector.anatomy_findings import ANATOMY_RULES  # noqa: E402
-from collector.epochs import build_report  # noqa: E402
-from collector.findings import run_findings  # noqa: E402
+from collector.analysis.epochs import build_report  # noqa: E402
+from collector.findings.anatomy import ANATOMY_RULES  # noqa: E402
+from collector.findings.engine import run_findings  # noqa: E402
 from collector.store import SqliteStore  # noqa: E402
-from workloads.datasets import make_dataset  # noqa: E402
-from workloads.profile import EmbeddedProfile  # noqa: E402
+from workloads.launch.local_stack import EmbeddedProfile  # noqa: E402
+from workloads.train.datasets import make_dataset  # noqa: E402
 
 FORMATS = {"tensorflow": "tfrecord", "mxnet": "recordio", "pytorch": "jpeg"}
 # the anatomy's own rules, and the scaling loss it explains

@@ -6,9 +6,9 @@
 its scaling loss as evidence (the stores themselves live in a temporary directory). This
 rebuilds the one ``scaling_loss`` finding of each 2-process run from that record with
 today's code: the run's and the 1-process run's images/s by the one throughput rule
-(``agent.throughput``, each rank's timed images over its timed seconds, summed over
-ranks), the efficiency by ``collector.scaling.scaling_row``, the recorded attribution
-unchanged, and the words of ``collector.findings_words``. Used to keep the README's and
+(``contract.throughput``, each rank's timed images over its timed seconds, summed over
+ranks), the efficiency by ``collector.analysis.scaling.scaling_row``, the recorded attribution
+unchanged, and the words of ``collector.findings.words``. Used to keep the README's and
 docs' quoted findings in today's wording without training again.
 """
 
@@ -21,10 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.throughput import TimedWork, images_per_second  # noqa: E402
-from collector.findings_evidence import PartChange, ScalingAttribution, ScalingLoss  # noqa: E402
-from collector.findings_words import words  # noqa: E402
-from collector.scaling import scaling_row  # noqa: E402
+from collector.analysis.scaling import scaling_row  # noqa: E402
+from collector.findings.evidence import PartChange, ScalingAttribution, ScalingLoss  # noqa: E402
+from collector.findings.words import words  # noqa: E402
+from contract.throughput import TimedWork, images_per_second  # noqa: E402
 
 RECORDED = ROOT / "bench" / "anatomy" / "results" / "real-runs.json"
 

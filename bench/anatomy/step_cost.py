@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from workloads.events import EventWriter, MemorySink  # noqa: E402
-from workloads.timing import Recorder  # noqa: E402
+from workloads.record.events import EventWriter, MemorySink  # noqa: E402
+from workloads.record.timing import Recorder  # noqa: E402
 
 GRADIENTS = 161  # ResNet-50's trainable tensors
 
@@ -74,7 +74,7 @@ def recorder_cost(blocks: int) -> dict[str, float]:
 def tensorflow_cost(blocks: int) -> dict[str, float]:
     import tensorflow as tf
 
-    from workloads.tf_train import StepStamps, first_present
+    from workloads.train.tf_train import StepStamps, first_present
 
     tensors = [tf.Variable(tf.random.normal((64, 64))) for _ in range(GRADIENTS)]
     stamps = StepStamps(tf)
@@ -102,7 +102,7 @@ def tensorflow_cost(blocks: int) -> dict[str, float]:
 def mxnet_cost(blocks: int) -> dict[str, float]:
     import mxnet as mx
 
-    from workloads.mx_train import EngineClock
+    from workloads.train.mx_train import EngineClock
 
     arrays = [mx.nd.ones((64, 64)) for _ in range(GRADIENTS)]
     engine = EngineClock(time.perf_counter)
@@ -135,8 +135,8 @@ def pytorch_cost(blocks: int) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 
-    from workloads.anatomy import BackwardMarks
-    from workloads.events import EventWriter, MemorySink
+    from workloads.record.anatomy import BackwardMarks
+    from workloads.record.events import EventWriter, MemorySink
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")

@@ -52,8 +52,8 @@ from werkzeug.serving import make_server  # noqa: E402
 
 from collector.store import SqliteStore  # noqa: E402
 from dashboard.app import Callbacks, create_app  # noqa: E402
-from dashboard.browser import chrome_driver  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
+from tests.support.browser import chrome_driver  # noqa: E402
 
 DEFAULT_DB = Path(os.environ.get("TMPDIR", "/tmp")) / "epochscope-bench-dashboard.sqlite"
 GRAPHS = 4  # the time series and three per-epoch bar charts
@@ -348,7 +348,7 @@ def main() -> int:
 
 def _all_series(store: SqliteStore, host: str) -> list:
     """Every stored series of the host (through the ReadStore API)."""
-    from agent import schema
+    from contract import schema
 
     out = []
     for measurement in schema.SAMPLE_MEASUREMENTS:

@@ -39,9 +39,9 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 
 from collector.store import SqliteStore  # noqa: E402
-from dashboard import browser  # noqa: E402
 from dashboard.app import create_app  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
+from tests.support import browser  # noqa: E402
 
 # the page's tasks of 50 ms or more (script, style, layout, paint) after the click
 LONG_TASKS = """

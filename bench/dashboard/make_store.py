@@ -4,7 +4,7 @@
 
 Writes through the real store's write path (``SqliteStore.write_points``, the project's
 line-protocol encoder and parser) in 10-minute batches, then compacts as ``collector serve``
-does. Every field of every sampled measurement in ``agent.schema`` is written (text fields
+does. Every field of every sampled measurement in ``contract.schema`` is written (text fields
 aside), for the devices a GPU node has: two disks, a partition and a device-mapper volume, an
 NFS mount, one InfiniBand port, Ethernet, IPoIB and loopback, 4 GPUs. That is about 190
 series per host. Workload events: 4 ranks per host, epoch events, a step event every 10 s
@@ -26,8 +26,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.point import Point  # noqa: E402
-from agent.schema import (  # noqa: E402
+from contract.point import Point  # noqa: E402
+from contract.schema import (  # noqa: E402
     Cpu,
     Disk,
     DiskKind,

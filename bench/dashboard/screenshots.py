@@ -7,7 +7,7 @@
 Builds a demo store through the real SQLite store's write path, serves the dashboard on
 127.0.0.1 and saves runs.png, run.png, scaling.png, findings.png and inference-v100.png.
 
-The demo is the seed studies' setting, made up with ``tests.run_builder`` (no cluster here):
+The demo is the seed studies' setting, made up with ``tests.support.run_builder`` (no cluster here):
 ResNet-50 with Horovod+TensorFlow on 4 nodes x 4 GPUs, the data set (144 GB) on NFS over
 InfiniBand. Epoch 1 (450 s) reads it from the server at about 320 MB/s per node while the page
 cache fills, with iowait and uneven steps; the four later 300-s epochs read nothing from the
@@ -36,9 +36,9 @@ from werkzeug.serving import make_server  # noqa: E402
 
 from collector.store import SqliteStore  # noqa: E402
 from dashboard.app import create_app  # noqa: E402
-from dashboard.browser import chrome_driver  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
-from tests.run_builder import NS, T0_NS, RunBuilder  # noqa: E402
+from tests.support.browser import chrome_driver  # noqa: E402
+from tests.support.run_builder import NS, T0_NS, RunBuilder  # noqa: E402
 
 DEMO_RUN = "resnet50-hvd-16gpu"
 INFERENCE_RUN = "resnet50-trt-v100"
@@ -168,8 +168,8 @@ TIMED_BATCHES = 20
 
 def inference_points() -> list:
     """A finished ``workloads infer`` run, its events written as the command writes them."""
-    from agent.schema import INFERENCE_FRAMEWORK, Event, RunState, Workload
-    from workloads.events import EventWriter, MemorySink
+    from contract.schema import INFERENCE_FRAMEWORK, Event, RunState, Workload
+    from workloads.record.events import EventWriter, MemorySink
 
     sink = MemorySink()
     start = T0_NS + 2 * HOURS

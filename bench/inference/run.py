@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from workloads.checkpoint import Architecture  # noqa: E402
-from workloads.datasets import describe, make_dataset  # noqa: E402
 from workloads.infer import measure, model  # noqa: E402
 from workloads.infer.images import load_split  # noqa: E402
+from workloads.train.checkpoint import Architecture  # noqa: E402
+from workloads.train.datasets import describe, make_dataset  # noqa: E402
 
 VARIANTS = ("fp32", "int8-qdq", "int8-qoperator")
 

@@ -46,8 +46,8 @@ import psutil
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from agent import schema  # noqa: E402
-from agent.point import Point, encode_line  # noqa: E402
+from contract import schema  # noqa: E402
+from contract.point import Point, encode_line  # noqa: E402
 
 VICTORIA_METRICS = "/usr/bin/victoria-metrics"
 COLLECTOR_SERVE = [sys.executable, "-m", "collector", "serve"]

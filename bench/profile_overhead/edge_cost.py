@@ -1,6 +1,6 @@
-"""What one agent edge sample (``POST /edge``, ``workloads.events.AgentEdges.sample``)
+"""What one agent edge sample (``POST /edge``, ``workloads.record.events.AgentEdges.sample``)
 costs the training process and the agent, against a real embedded agent and collector
-started as ``workloads profile`` starts them (``workloads.profile.EmbeddedProfile``).
+started as ``workloads profile`` starts them (``workloads.launch.local_stack.EmbeddedProfile``).
 
     flock /work/bench.lock nice -n -10 .venv/bin/python bench/profile_overhead/edge_cost.py \\
         --out bench/profile_overhead/results-edge-cost.json
@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.side_by_side import interleaved, load_average, spread, take_priority  # noqa: E402
-from workloads.events import AgentEdges  # noqa: E402
-from workloads.profile import EmbeddedProfile  # noqa: E402
+from workloads.launch.local_stack import EmbeddedProfile  # noqa: E402
+from workloads.record.events import AgentEdges  # noqa: E402
 
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 

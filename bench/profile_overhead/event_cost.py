@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.schema import Event, Workload
-from workloads.events import BackgroundSink, EventSink, EventWriter, ShipperSink
+from contract.schema import Event, Workload
+from workloads.record.events import BackgroundSink, EventSink, EventWriter, ShipperSink
 
 EVENTS = 60
 UNREACHABLE = "http://127.0.0.1:9/"

@@ -49,7 +49,7 @@ def main() -> int:
     import subprocess
 
     from workloads.autoprofile.config import RUN_ENV, ProfileConfig
-    from workloads.profile import child_env, free_port, stop, wait_for_port
+    from workloads.launch.local_stack import child_env, free_port, stop, wait_for_port
 
     scratch = Path(tempfile.mkdtemp(prefix="epochscope-step-cost-"))
     port = free_port()
@@ -95,7 +95,7 @@ def main() -> int:
                          torch.randint(10, (images,)))  # fmt: skip
     train_loader = DataLoader(data, batch_size=args.batch_size, shuffle=True)
     if args.model == "resnet50":
-        from workloads.torch_resnet import ResNet50
+        from workloads.train.torch_resnet import ResNet50
 
         model = ResNet50(num_classes=10)
     else:

@@ -22,7 +22,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.profile_overhead.steplog import StepLog
-from workloads.torch_resnet import ResNet50
+from workloads.train.torch_resnet import ResNet50
 
 
 class JpegFolder(Dataset):

@@ -20,7 +20,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from workloads.torch_resnet import ResNet50
+from workloads.train.torch_resnet import ResNet50
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", choices=("resnet50", "small"), default="resnet50")

@@ -5,7 +5,7 @@ TFRecord pipeline (``keras_fit.py``), on a synthetic data set made by ``workload
 make``. Plain and profiled runs alternate round by round (A B, B A, ...:
 ``bench/side_by_side.py``).
 
-What is compared: images/s by the project's one definition (``agent.throughput``: each
+What is compared: images/s by the project's one definition (``contract.throughput``: each
 rank's timed images over its timed seconds, summed over ranks), computed in both variants
 from the script's own stamps (``steplog.py``: the epoch's start and every step's end on
 ``perf_counter``, a step running from the previous step's end, the profile session's rule);
@@ -34,8 +34,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.schema import Event, Workload  # noqa: E402
-from agent.throughput import TimedWork, images_per_second  # noqa: E402
 from bench.side_by_side import (  # noqa: E402
     interleaved,
     load_average,
@@ -43,6 +41,8 @@ from bench.side_by_side import (  # noqa: E402
     spread,
     take_priority,
 )
+from contract.schema import Event, Workload  # noqa: E402
+from contract.throughput import TimedWork, images_per_second  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent

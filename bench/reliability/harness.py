@@ -294,7 +294,7 @@ def lines_per_tick(lines: Iterable[str]) -> Counter:
 
 def point_key(line: str) -> tuple[PointKey, dict[str, float]]:
     """The key and numeric field values of one agent line (as the agent wrote it)."""
-    from collector.lineprotocol import parse_line_full
+    from collector.ingest.lineprotocol import parse_line_full
 
     measurement, tags, fields, time_ns = parse_line_full(line)
     host = tags.pop("host", "")
@@ -308,7 +308,7 @@ def stored_points(db: Path, hosts: Iterable[str] | None = None) -> dict[PointKey
     import sqlite3
 
     from collector.store import SqliteStore
-    from collector.store_api import SeriesInfo
+    from collector.store.api import SeriesInfo
 
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
@@ -381,8 +381,8 @@ def raw_copies(db: Path) -> tuple[int, int]:
 
 def agent_tick_times(db: Path, host: str) -> list[int]:
     """Times of the ``agent`` self-sampler points of one host: one per tick."""
-    from agent.schema import AgentSelf
     from collector.store import SqliteStore
+    from contract.schema import AgentSelf
 
     try:
         with SqliteStore(db) as store:

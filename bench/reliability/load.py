@@ -50,9 +50,9 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from agent import schema
-from agent.point import Point
 from bench.reliability import harness
+from contract import schema
+from contract.point import Point
 
 RESULTS = harness.REPO_ROOT / "bench" / "reliability" / "results"
 FIGURES = harness.REPO_ROOT / "docs" / "figures"
@@ -97,7 +97,7 @@ def sample_points() -> tuple[Point, ...]:
 
 def agent_templates(host: str, series: int, rng: random.Random) -> list[LineTemplate]:
     """Tag sets and fields for one simulated agent: ``series`` numeric fields in all."""
-    from agent.point import encode_line
+    from contract.point import encode_line
 
     points = sample_points()
     disks = [p for p in points if p.measurement == schema.Disk.NAME]

@@ -43,9 +43,9 @@ if __package__ in (None, ""):
 
 import itertools
 
-from agent.schema import AgentSelf
 from bench.reliability import harness
 from bench.reliability.harness import Agent, Collector
+from contract.schema import AgentSelf
 
 RESULTS = harness.REPO_ROOT / "bench" / "reliability" / "results"
 FIGURES = harness.REPO_ROOT / "docs" / "figures"

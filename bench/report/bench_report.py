@@ -58,7 +58,7 @@ class Clock:
 
 def in_process(db: Path, run_id: str, repeat: int) -> tuple[dict[str, list[Timing]], int]:
     """Each repeat on a fresh store handle: events, the one series read, the whole report."""
-    from collector.epochs import (
+    from collector.analysis.epochs import (
         HOST_TOTALS,
         build_report,
         epoch_windows,
@@ -122,7 +122,7 @@ def main() -> None:
         args.repeat,
     )
     imports = timed_process(
-        [sys.executable, "-c", "import collector.reports_cli, collector.store"],
+        [sys.executable, "-c", "import collector.views.reports, collector.store"],
         args.repeat,
     )
     inside, samples = in_process(args.db, run_id, args.repeat)

@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from agent.point import Point
-from agent.schema import (
+from contract.point import Point
+from contract.schema import (
     AgentSelf,
     Cpu,
     Disk,

@@ -17,7 +17,7 @@ training's half of the machine. On this 2-core node each variant has the CPU of 
 so the agent's and collector's share is twice what it is on the node (conservative:
 on a node of C cores it is 1/C of what it is here).
 
-The figure is the project's one throughput definition (``agent.throughput``): each rank's
+The figure is the project's one throughput definition (``contract.throughput``): each rank's
 timed images over its timed seconds, summed over ranks, over the epochs that both variants
 ran entirely inside the window in which both were training (epoch 1, with its warm-up and
 the other variant's start-up beside it, is left out). Per round: profiled / bare. The
@@ -46,8 +46,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.schema import Event, Tag, Workload  # noqa: E402
-from agent.throughput import TimedWork, images_per_second  # noqa: E402
 from bench.side_by_side import (  # noqa: E402
     BENCH_CGROUP,
     bootstrap_median,
@@ -57,6 +55,8 @@ from bench.side_by_side import (  # noqa: E402
 )
 from bench.workload_throughput.run import add_size_arguments, env, workload_argv  # noqa: E402
 from bench.workload_throughput.side_cpu import descendants  # noqa: E402
+from contract.schema import Event, Tag, Workload  # noqa: E402
+from contract.throughput import TimedWork, images_per_second  # noqa: E402
 
 CHILD_SHARES = 1024
 VARIANTS = {  # name: the arguments of ``workloads run`` that make it
@@ -186,7 +186,7 @@ def profiled_spans(runs_dir: Path, run_id: str) -> list[EpochSpan]:
 
 
 def bare_spans(runs_dir: Path, run_id: str) -> list[EpochSpan]:
-    from workloads.summary import read_events_dir
+    from workloads.launch.summary import read_events_dir
 
     points = read_events_dir(runs_dir / run_id / "events")
     starts, ends = {}, []
@@ -209,7 +209,7 @@ def common_window(spans: dict[str, list[EpochSpan]]) -> tuple[int, int]:
 
 
 def rate_inside(spans: list[EpochSpan], window: tuple[int, int]) -> tuple[float | None, int]:
-    """images/s (``agent.throughput``) over the epochs that lie inside ``window`` whole,
+    """images/s (``contract.throughput``) over the epochs that lie inside ``window`` whole,
     and how many rank-epochs that was."""
     inside = [s for s in spans if s.start_ns >= window[0] and s.end_ns <= window[1]]
     return images_per_second((s.rank, s.work) for s in inside), len(inside)

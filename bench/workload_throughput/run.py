@@ -27,8 +27,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.schema import Event, Tag, Workload  # noqa: E402
-from agent.throughput import TimedWork, images_per_second  # noqa: E402
 from bench.side_by_side import (  # noqa: E402
     interleaved,
     load_average,
@@ -36,7 +34,9 @@ from bench.side_by_side import (  # noqa: E402
     spread,
     take_priority,
 )
-from workloads import frameworks  # noqa: E402
+from contract.schema import Event, Tag, Workload  # noqa: E402
+from contract.throughput import TimedWork, images_per_second  # noqa: E402
+from workloads.launch import frameworks  # noqa: E402
 
 PLAIN = Path(__file__).with_name("plain_horovod.py")
 AGENT_SHARES: list[float] = []  # per profiled run: agent CPU / node CPU
@@ -88,7 +88,7 @@ def plain(args) -> float:
 def agent_cpu_share(store) -> float:
     """Share of the node's CPU time the agent used during the run, from its own samples
     (``agent.cpu_seconds`` growth over the sampled span, over the span x CPUs)."""
-    from agent.schema import AgentSelf
+    from contract.schema import AgentSelf
 
     (series,) = store.list_series(AgentSelf.NAME, AgentSelf.CPU_SECONDS)
     (data,) = store.read_series([series], 0, 2**62)
@@ -97,7 +97,7 @@ def agent_cpu_share(store) -> float:
 
 
 def rank_rates(ends: list[tuple[object, dict]]) -> float:
-    """The run's images/s by the one definition (``agent.throughput``): each rank's timed
+    """The run's images/s by the one definition (``contract.throughput``): each rank's timed
     images over its timed seconds (the steps after the warm-up, on the rank's own
     ``perf_counter``), summed over ranks. The same ``Recorder`` stamps them with or without
     ``--profile``; only where they are delivered differs (event files or the collector)."""
@@ -122,7 +122,7 @@ def workload(args, runs_dir: Path, profile: bool, index: int, anatomy: bool = Tr
         AGENT_SHARES.append(agent_cpu_share(store))
         store.close()
     else:
-        from workloads.summary import read_events_dir
+        from workloads.launch.summary import read_events_dir
 
         points = read_events_dir(runs_dir / run_id / "events")
         ends = [

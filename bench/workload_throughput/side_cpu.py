@@ -43,11 +43,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agent.schema import Event, Workload  # noqa: E402
 from agent.shipper import SHIPPER_THREAD  # noqa: E402
 from bench.side_by_side import load_average, take_priority  # noqa: E402
 from bench.workload_throughput.run import add_size_arguments, env, workload_argv  # noqa: E402
-from workloads.events import EVENTS_THREAD  # noqa: E402
+from contract.schema import Event, Workload  # noqa: E402
+from workloads.record.events import EVENTS_THREAD  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 SAMPLE_SECONDS = 0.25
@@ -62,7 +62,7 @@ LAUNCHERS = ("workloads run", "workloads profile", "torch.distributed.run", "tor
 def process_kind(argv: list[str]) -> str:
     """collector, agent, launcher, or training (a rank, its loader workers)."""
     joined = " ".join(argv)
-    if "collector serve" in joined or "collector.lineprotocol" in joined:
+    if "collector serve" in joined or "collector.ingest.lineprotocol" in joined:
         return "collector"
     if "agent run" in joined:
         return "agent"

@@ -47,6 +47,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 3
+# the file `collector serve`, `collector report` and `dashboard serve` use without --db
+DEFAULT_DB = os.environ.get("EPOCHSCOPE_DB", "runs/epochscope.sqlite")
 SYNCHRONOUS = "NORMAL"  # WAL: durable across process crashes; FULL adds power-cut safety
 MMAP_BYTES = 1 << 32  # address space for reads (not memory): the whole file when it fits
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

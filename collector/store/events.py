@@ -15,10 +15,10 @@ import json
 import os
 import sqlite3
 
-from agent.point import Point
-from agent.schema import Event, RunState, Tag, Workload
+from collector.store.api import RunInfo, StepTable, WorkloadEvent
 from collector.store.database import Database
-from collector.store_api import RunInfo, StepTable, WorkloadEvent
+from contract.point import Point
+from contract.schema import Event, RunState, Tag, Workload
 
 
 class EventStore:

@@ -45,8 +45,8 @@ from array import array
 
 import numpy as np
 
-from agent.schema import Tag
-from collector.lineprotocol import SampleGroup
+from collector.ingest.lineprotocol import SampleGroup
+from collector.store.api import SeriesData, SeriesInfo
 from collector.store.blocks import (
     CHUNK_NS,
     Block,
@@ -59,7 +59,7 @@ from collector.store.blocks import (
     window_rows,
 )
 from collector.store.database import INT64_MAX, INT64_MIN, Database, clamp
-from collector.store_api import SeriesData, SeriesInfo
+from contract.schema import Tag
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from agent.point import Point, encode_lines
-from collector.lineprotocol import ParsedBody, parse_body
+from collector.ingest.lineprotocol import ParsedBody, parse_body
+from collector.store.api import RunInfo, SeriesData, SeriesInfo, StepTable, WorkloadEvent
 from collector.store.database import Database
 from collector.store.events import EventStore
 from collector.store.samples import MERGE_CALL_SAMPLES, MERGE_QUIET_NS, SampleStore
-from collector.store_api import RunInfo, SeriesData, SeriesInfo, StepTable, WorkloadEvent
+from contract.point import Point, encode_lines
 
 T = TypeVar("T")
 

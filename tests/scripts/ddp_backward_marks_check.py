@@ -1,4 +1,4 @@
-"""Checks, on the torch it runs with, what ``workloads.anatomy.BackwardMarks`` relies on:
+"""Checks, on the torch it runs with, what ``workloads.record.anatomy.BackwardMarks`` relies on:
 two gloo ranks, DDP (its own C++ all-reduce, small buckets); at the final callback that
 ``BackwardMarks`` queues, every gradient is computed and still local (DDP has not yet
 written the averaged ones); when ``backward`` returns, they are averaged. Prints one JSON
@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from workloads.anatomy import BackwardMarks
+from workloads.record.anatomy import BackwardMarks
 
 
 def worker(rank, port):

@@ -1,7 +1,7 @@
 """What ``workloads profile`` tells the processes of the command (environment variables).
 
 The collector token never travels here: only the path of a 0600 file holding it
-(``workloads.spec.TOKEN_FILE_ENV``), as for the bundled runs.
+(``workloads.record.spec.TOKEN_FILE_ENV``), as for the bundled runs.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@
   ``DistributedOptimizer`` with more than one process (``tf_train.horovod_allreduces``:
   with one, there is no all-reduce and communication is 0) two stamps placed in the
   compiled step, as the bundled TensorFlow workload places them
-  (``workloads.tf_train.StepStamps``), split off the all-reduce: *compute* ends when the
+  (``workloads.train.tf_train.StepStamps``), split off the all-reduce: *compute* ends when the
   first layer's gradient exists (backward computes it last), *communication* when every
   all-reduced gradient does; all-reduce that ran while backward computed stays in compute
   (its overlap is not measured).
@@ -37,8 +37,8 @@ import sys
 import time
 from types import ModuleType
 
-from workloads.anatomy import StepMarks
 from workloads.autoprofile import session as sessions
+from workloads.record.anatomy import StepMarks
 
 TOP1_KEYS = ("val_accuracy", "val_sparse_categorical_accuracy", "val_categorical_accuracy",
              "val_acc")  # fmt: skip
@@ -172,7 +172,7 @@ class HorovodStamps:
     more than one process); nothing for one process or any other optimizer (or None)."""
 
     def __init__(self, tf, optimizer: object) -> None:
-        from workloads.tf_train import StepStamps
+        from workloads.train.tf_train import StepStamps
 
         self.optimizer = optimizer
         self.stamps = StepStamps(tf)
@@ -180,7 +180,7 @@ class HorovodStamps:
         self._saved: dict[str, object] | None = None  # while the stamps are placed
 
     def __enter__(self):
-        from workloads.tf_train import first_present, horovod_allreduces
+        from workloads.train.tf_train import first_present, horovod_allreduces
 
         optimizer = self.optimizer
         self.stamps.traced.clear()

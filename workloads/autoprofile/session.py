@@ -12,11 +12,11 @@ The run ends at interpreter exit: ``failed`` after an uncaught exception or a no
 Every image of an epoch is counted (no warm-up steps: ``timed_images == images``).
 
 A step's time runs from the previous step's end (or the epoch's start) on the
-``perf_counter`` clock. Given the step's marks (``workloads.anatomy.StepMarks``) it is split
+``perf_counter`` clock. Given the step's marks (``workloads.record.anatomy.StepMarks``) it is split
 into input wait, compute, communication and the rest exactly as the bundled workloads split
 theirs (``split_step``); ``epoch_end`` carries their sums, and the rank's own reads over the
 epoch (``ProcessTreeIo``: ``/proc/<pid>/io`` of the rank and its data-loading children),
-with the same fields (``workloads.timing``).
+with the same fields (``workloads.record.timing``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from workloads.anatomy import (
+from workloads.autoprofile.config import ProfileConfig
+from workloads.record.anatomy import (
     ZERO,
     ProcessIo,
     ProcessTreeIo,
@@ -38,7 +39,6 @@ from workloads.anatomy import (
     add,
     split_step,
 )
-from workloads.autoprofile.config import ProfileConfig
 
 DELIVERY_TIMEOUT_SECONDS = 60.0
 
@@ -156,10 +156,10 @@ class Session:
         with self._lock:
             if self.started:
                 return
-            from agent.schema import Event, Workload
-            from workloads.events import EventWriter, make_sink
-            from workloads.spec import token_from_env
-            from workloads.worker import host_memory_bytes
+            from contract.schema import Event, Workload
+            from workloads.record.events import EventWriter, make_sink
+            from workloads.record.spec import token_from_env
+            from workloads.train.placement import host_memory_bytes
 
             self.placement = placement_from(dict(os.environ), torch_distributed())
             rank = self.placement.rank
@@ -182,10 +182,10 @@ class Session:
 
     @property
     def _edges(self):
-        """The local agent's edge samples (``workloads.events.AgentEdges``), one for the
+        """The local agent's edge samples (``workloads.record.events.AgentEdges``), one for the
         process: an agent that did not answer once is not asked again."""
         if self._agent_edges is False:
-            from workloads.events import AgentEdges
+            from workloads.record.events import AgentEdges
 
             self._agent_edges = AgentEdges.from_environment()
         return self._agent_edges
@@ -210,7 +210,7 @@ class Session:
         sample, as the bundled runs' edges are; ``start``: the same instant on ``clock``),
         with the rank's reads ``io`` at that instant (default: read now); ends the open one
         first."""
-        from agent.schema import Event, Workload
+        from contract.schema import Event, Workload
 
         with self._lock:
             self.epoch_end()
@@ -250,8 +250,8 @@ class Session:
 
         ``marks`` (on ``clock``): where the step's time went, split by ``split_step`` into
         the four parts of the anatomy (its input wait then replaces ``input_wait``)."""
-        from agent.schema import Event, Workload
-        from workloads.timing import anatomy_fields
+        from contract.schema import Event, Workload
+        from workloads.record.timing import anatomy_fields
 
         with self._lock:
             epoch = self.epoch or self.epoch_start()
@@ -297,8 +297,8 @@ class Session:
     def epoch_end(self, end_ns: int | None = None, now: bool = False) -> None:
         """``epoch_end`` of the open epoch, at ``end_ns`` or the latest time it ran to;
         ``now``: it ends now (stamped with the agent's edge sample)."""
-        from agent.schema import Event, Workload
-        from workloads.timing import anatomy_fields, io_fields
+        from contract.schema import Event, Workload
+        from workloads.record.timing import anatomy_fields, io_fields
 
         with self._lock:
             epoch, self.epoch = self.epoch, None
@@ -328,7 +328,7 @@ class Session:
 
     def finish(self) -> None:
         """The open epoch's end, ``run_end`` and delivery (at interpreter exit)."""
-        from agent.schema import Event, RunState, Workload
+        from contract.schema import Event, RunState, Workload
 
         with self._lock:
             if not self.started or self.writer is None:

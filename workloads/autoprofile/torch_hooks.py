@@ -26,13 +26,13 @@
     interpolated, and the report says so).
   Later epochs start at their pass's ``epoch_start``, sampled there. A loop that leaves
   its loader before ``StopIteration`` ends its epoch at its last step, an interpolated
-  edge. Each request is bounded in time (``workloads.events.AgentEdges``: a kept
+  edge. Each request is bounded in time (``workloads.record.events.AgentEdges``: a kept
   connection, and a budget of the process's time past which edges are interpolated).
 - The loss is the scalar tensor ``backward`` was called on, summed without a device sync
   and read at the epoch's end (and in sampled step events).
 - The model's name is the class of the first module called on a training batch's inputs
   (the model inside ``DistributedDataParallel``).
-- The step's anatomy (``workloads.anatomy``): input wait from the time the step asked for
+- The step's anatomy (``workloads.record.anatomy``): input wait from the time the step asked for
   its first batch (the pass's start for a pass's first step, so starting the loader's
   workers counts, as in the bundled runs) until it arrived, plus the waits for any further
   batches of the step (gradient accumulation); compute until the end of ``backward``; the
@@ -51,8 +51,8 @@ import time
 import weakref
 from types import ModuleType
 
-from workloads.anatomy import BackwardMarks, StepMarks
 from workloads.autoprofile import session as sessions
+from workloads.record.anatomy import BackwardMarks, StepMarks
 
 TRAIN, OTHER = "train", "other"
 TOP5_CLASSES = 5

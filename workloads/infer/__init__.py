@@ -8,9 +8,9 @@ and INT8 and the top-1 each keeps. This package does the same on whatever the no
 2. ``model``: an INT8 copy by ONNX Runtime's static quantisation, its activation ranges
    calibrated on a slice of the *training* split (never the validation images);
 3. ``measure``: for every batch size, FP32 and INT8 side by side: warm-up batches, then
-   timed batches (images/s is the training rule, ``agent.throughput``: timed images over
+   timed batches (images/s is the training rule, ``contract.throughput``: timed images over
    timed seconds, warm-up out) with their latency percentiles; top-1 on the validation split;
-4. ``command``: the run's events (``agent.schema`` ``inference``) through the training
+4. ``command``: the run's events (``contract.schema`` ``inference``) through the training
    events' delivery, optionally with an embedded collector and agent (``--profile``).
 
 onnx and onnxruntime are the ``infer`` extra: agent, collector and dashboard never import

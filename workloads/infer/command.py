@@ -3,7 +3,7 @@
     workloads infer --data-dir DIR [--checkpoint RUN_DIR|FILE] [--precision fp32,int8]
                     [--batch-sizes 1,8,32] [--profile | --collector URL --token-file F]
 
-Events (``agent.schema.Workload``, framework tag ``onnxruntime``, rank 0): ``run_start``
+Events (``contract.schema.Workload``, framework tag ``onnxruntime``, rank 0): ``run_start``
 with the configuration (model, image size, weights, execution provider, INT8 format,
 validation and calibration images), one ``inference`` event per precision and batch size
 (``timed_images``, ``timed_seconds``, latency percentiles, ``top1``), ``run_end``. They go
@@ -23,8 +23,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.schema import INFERENCE_FRAMEWORK, Event, InferencePrecision, RunState, Workload
-from workloads.spec import DEFAULT_SPOOL_ROOT, MODELS, run_id_arg
+from contract.schema import INFERENCE_FRAMEWORK, Event, InferencePrecision, RunState, Workload
+from workloads.record.spec import (
+    DEFAULT_SPOOL_ROOT,
+    MODELS,
+    run_id_arg,
+    token_or_exit,
+    token_source,
+)
 
 DEFAULT_BATCH_SIZES = (1, 8, 32)
 DEFAULT_CALIBRATION_IMAGES = 64
@@ -137,9 +143,9 @@ def _log(message: str) -> None:
 def prepare(args: argparse.Namespace, workdir: Path) -> Prepared:
     import torch
 
-    from workloads.checkpoint import Architecture, load_checkpoint
-    from workloads.datasets import describe
     from workloads.infer import images, model
+    from workloads.train.checkpoint import Architecture, load_checkpoint
+    from workloads.train.datasets import describe
 
     info = describe(args.data_dir)
     images.split_dir(info, "train")  # a clear error for a TFRecord / RecordIO data set now
@@ -202,24 +208,18 @@ def prepare(args: argparse.Namespace, workdir: Path) -> Prepared:
 
 
 def _sink(args: argparse.Namespace, run_id: str, runs_dir: Path, profile):
-    from workloads.events import FileSink, ShipperSink
+    from workloads.record.events import FileSink, ShipperSink
 
     spool = DEFAULT_SPOOL_ROOT / run_id / "rank0"
     if profile is not None:
         return ShipperSink(profile.url, None, spool)
     if args.collector:
-        return ShipperSink(args.collector, _token(args), spool)
+        return ShipperSink(args.collector, token_or_exit(args.token_file), spool)
     return FileSink(runs_dir / run_id / "events" / "events-rank0.jsonl")
 
 
-def _token(args: argparse.Namespace) -> str | None:
-    from workloads.cli import _token
-
-    return _token(args)
-
-
 def run(args: argparse.Namespace) -> int:
-    from workloads.datasets import DatasetError
+    from workloads.train.datasets import DatasetError
 
     run_id = args.run_id or new_run_id()
     runs_dir = args.runs_dir.resolve()
@@ -228,11 +228,15 @@ def run(args: argparse.Namespace) -> int:
         _log("give --profile (a collector for this run) or --collector URL, not both")
         return 2
     if args.collector:
-        from workloads.cli import _token_source
-        from workloads.preflight import CollectorUnusable, check_collector
+        from workloads.launch.preflight import CollectorUnusable, check_collector
 
         try:
-            check_collector(args.collector, _token(args), _token_source(args), socket.gethostname())
+            check_collector(
+                args.collector,
+                token_or_exit(args.token_file),
+                token_source(args.token_file),
+                socket.gethostname(),
+            )
         except CollectorUnusable as error:
             _log(str(error))
             return 2
@@ -244,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     profile = None
     if args.profile:
-        from workloads.profile import EmbeddedProfile
+        from workloads.launch.local_stack import EmbeddedProfile
 
         profile = EmbeddedProfile(run_id, runs_dir).start()
     try:
@@ -263,8 +267,8 @@ def measure_and_emit(
     """Run every measurement, FP32 and INT8 side by side per batch size, as events."""
     from tqdm import tqdm
 
-    from workloads.events import AgentEdges, EventWriter
     from workloads.infer import measure, model
+    from workloads.record.events import AgentEdges, EventWriter
 
     edges = AgentEdges(profile.agent_port) if profile is not None else AgentEdges.from_environment()
     writer = EventWriter(sink, run_id, 0, INFERENCE_FRAMEWORK, edges=edges)
@@ -332,7 +336,8 @@ def measure_and_emit(
 
 
 def print_result(args, run_id: str, runs_dir: Path, profile, delivered: bool) -> int:
-    """The run's table, made by the collector's one computation (``collector.inference``)."""
+    """The run's table, made by the collector's one computation
+    (``collector.analysis.inference``)."""
     if not delivered:
         _log(
             f"events of {run_id} are not all delivered; they wait in "
@@ -345,12 +350,15 @@ def print_result(args, run_id: str, runs_dir: Path, profile, delivered: bool) ->
         print(f"dashboard: dashboard serve --db {profile.db}  (page: inference)")
         return 0
     if args.collector:
-        from collector.read_api import RemoteError, fetch_view
+        from collector.api.client import RemoteError, fetch_view
 
         try:
             sys.stdout.write(
                 fetch_view(
-                    args.collector, "inference", {"run_id": run_id, "format": "table"}, _token(args)
+                    args.collector,
+                    "inference",
+                    {"run_id": run_id, "format": "table"},
+                    token_or_exit(args.token_file),
                 )
             )
         except RemoteError as error:
@@ -358,7 +366,7 @@ def print_result(args, run_id: str, runs_dir: Path, profile, delivered: bool) ->
         return 0
     import tempfile
 
-    from workloads.events import read_events_file
+    from workloads.record.events import read_events_file
 
     events_file = runs_dir / run_id / "events" / "events-rank0.jsonl"
     with tempfile.TemporaryDirectory() as scratch:  # the collector's own store, for a moment
@@ -379,8 +387,8 @@ def print_result(args, run_id: str, runs_dir: Path, profile, delivered: bool) ->
 
 def _print_table(db: Path, run_id: str) -> None:
     """``collector inference RUN`` on a store: the one computation, printed."""
-    from collector.inference import print_inference
     from collector.store import SqliteStore
+    from collector.views.inference import print_inference
 
     store = SqliteStore(db)
     try:

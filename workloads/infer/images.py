@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workloads.datasets import DatasetError, DatasetInfo
+from workloads.train.datasets import DatasetError, DatasetInfo
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def load_split(
 
     With a limit, the pictures are a random sample (``seed``) over every class rather than
     the first folders'. An empty split is an error naming it."""
-    from workloads.torch_train import JpegFolder
+    from workloads.train.torch_train import JpegFolder
 
     folder = JpegFolder(split_dir(info, split), image_size, train=False)
     if not folder.items:

@@ -2,7 +2,7 @@
 
 A measurement is ``warmup`` untimed batches (first-run allocation, kernel selection, the
 thread pool waking) then ``timed`` batches, each timed on its own with
-``time.perf_counter``. Images/s follows the training rule (``agent.throughput``): the
+``time.perf_counter``. Images/s follows the training rule (``contract.throughput``): the
 timed images over the timed seconds (the sum of the timed batches' latencies), warm-up out.
 Latency percentiles are over the timed batches (numpy's linear interpolation).
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.throughput import TimedWork, rank_images_per_second
+from contract.throughput import TimedWork, rank_images_per_second
 
 Predict = Callable[[np.ndarray], np.ndarray]
 PERCENTILES = (50, 90, 99)

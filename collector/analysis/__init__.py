@@ -1,0 +1,1 @@
+"""A run's numbers: per-epoch windows, step anatomy, throughput, scaling, inference."""

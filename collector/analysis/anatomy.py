@@ -1,0 +1,286 @@
+"""Where each rank's step time went, per epoch: the ``epoch_end`` anatomy fields, gathered.
+
+Every rank's ``epoch_end`` carries the sums over the epoch's steps of input wait, compute,
+(exposed) communication and the rest, which add up to its ``seconds``, and the rank's own
+reads (``/proc/<pid>/io`` of the rank and its data loaders). See ``workloads/record/anatomy.py``
+for how the trainers measure them.
+
+Per (host, epoch) and for all hosts (``*``) the *shares* are pooled over ranks: the sum of
+a part over the ranks divided by the sum of their step seconds. Amounts are kept additive
+(``AMOUNT_KEYS``) so the per-epoch report adds hosts up the way it adds every other amount.
+Per step (``step_shares``: the ranks' sampled ``step`` events carry the same four parts)
+the shares are pooled the same way over the host's ranks that sampled that step.
+``share_percent`` is the one definition of a share, for both.
+
+The training's reads: ``process_read_bytes`` is what the kernel fetched from storage for the
+ranks (it also counts pages of mapped files, libraries included, faulted in while
+training); ``rchar - read_bytes`` is what their reads got from the page cache (floored at
+0: page faults of mapped files are in read_bytes, not rchar).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from collector.store.api import StepTable, WorkloadEvent, event_number
+from contract.columns import BY_NAME
+from contract.schema import Event, Workload
+
+# additive amounts per (host, epoch), summed over the host's ranks
+INPUT_WAIT = "anatomy_input_wait"
+COMPUTE = "anatomy_compute"
+COMMUNICATION = "anatomy_communication"
+OTHER = "anatomy_other"
+STEP_SECONDS = "anatomy_step_seconds"  # the ranks' step seconds the parts add up to
+STEPS = "anatomy_steps"  # the ranks' steps
+OVERLAP = "anatomy_overlap"
+PROCESS_READ = "process_read"
+PROCESS_RCHAR = "process_rchar"
+AMOUNT_KEYS = (INPUT_WAIT, COMPUTE, COMMUNICATION, OTHER, STEP_SECONDS, STEPS, OVERLAP)
+IO_KEYS = (PROCESS_READ, PROCESS_RCHAR)
+
+PART_FIELDS = {
+    INPUT_WAIT: Workload.INPUT_WAIT_SECONDS,
+    COMPUTE: Workload.COMPUTE_SECONDS,
+    COMMUNICATION: Workload.COMMUNICATION_SECONDS,
+    OTHER: Workload.OTHER_STEP_SECONDS,
+}
+
+
+@dataclass(frozen=True)
+class RankEpoch:
+    """One rank's epoch: its step seconds and their four parts (seconds)."""
+
+    host: str
+    rank: int
+    epoch: int
+    steps: int
+    seconds: float  # wall time of the epoch's steps
+    input_wait: float
+    compute: float
+    communication: float
+    other: float
+    overlap: float | None
+    images: float
+    timed_images: float | None
+    timed_seconds: float | None
+    read_bytes: float | None
+    rchar: float | None
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        return self.seconds / self.steps if self.steps else None
+
+    def share(self, part: str) -> float | None:
+        """A part's share (0..1) of the step seconds."""
+        value = getattr(self, part)
+        return value / self.seconds if self.seconds > 0 else None
+
+
+def rank_epochs(events: Iterable[WorkloadEvent]) -> list[RankEpoch]:
+    """Every ``epoch_end`` that carries the anatomy, sorted by epoch, host, rank.
+
+    ``steps`` is the epoch's step count: the rank's global step at this epoch's end minus
+    at its previous epoch's end."""
+    found = []
+    for event in events:
+        if event.event != Event.EPOCH_END:
+            continue
+        parts = {key: event_number(event, name) for key, name in PART_FIELDS.items()}
+        epoch = event_number(event, Workload.EPOCH)
+        seconds = event_number(event, Workload.SECONDS)
+        if epoch is None or seconds is None or None in parts.values():
+            continue
+        found.append((event, int(epoch), seconds, parts))
+    found.sort(key=lambda item: (item[0].host, item[0].rank, item[1]))
+    out = []
+    previous_step: dict[tuple[str, int], float] = {}
+    for event, epoch, seconds, parts in found:
+        key = (event.host, event.rank)
+        step = event_number(event, Workload.STEP)
+        steps = 0
+        if step is not None:
+            steps = int(step - previous_step.get(key, 0.0))
+            previous_step[key] = step
+        out.append(
+            RankEpoch(
+                host=event.host,
+                rank=event.rank,
+                epoch=epoch,
+                steps=steps,
+                seconds=seconds,
+                input_wait=parts[INPUT_WAIT] or 0.0,
+                compute=parts[COMPUTE] or 0.0,
+                communication=parts[COMMUNICATION] or 0.0,
+                other=parts[OTHER] or 0.0,
+                overlap=event_number(event, Workload.OVERLAP_SECONDS),
+                images=event_number(event, Workload.IMAGES) or 0.0,
+                timed_images=event_number(event, Workload.TIMED_IMAGES),
+                timed_seconds=event_number(event, Workload.TIMED_SECONDS),
+                read_bytes=event_number(event, Workload.PROCESS_READ_BYTES),
+                rchar=event_number(event, Workload.PROCESS_RCHAR_BYTES),
+            )
+        )
+    out.sort(key=lambda r: (r.epoch, r.host, r.rank))
+    return out
+
+
+def epoch_amounts(ranks: Iterable[RankEpoch]) -> dict[tuple[str, int], dict[str, float]]:
+    """Additive amounts per (host, epoch): the parts, step seconds and overlap (when every
+    rank measured it); the training's reads are ``epoch_reads``."""
+    groups: dict[tuple[str, int], list[RankEpoch]] = defaultdict(list)
+    for rank in ranks:
+        groups[(rank.host, rank.epoch)].append(rank)
+    out = {}
+    for key, members in groups.items():
+        values = {
+            INPUT_WAIT: sum(r.input_wait for r in members),
+            COMPUTE: sum(r.compute for r in members),
+            COMMUNICATION: sum(r.communication for r in members),
+            OTHER: sum(r.other for r in members),
+            STEP_SECONDS: sum(r.seconds for r in members),
+        }
+        if all(r.steps > 0 for r in members):
+            values[STEPS] = float(sum(r.steps for r in members))
+        if all(r.overlap is not None for r in members):
+            values[OVERLAP] = sum(r.overlap or 0.0 for r in members)
+        out[key] = values
+    return out
+
+
+def epoch_reads(events: Iterable[WorkloadEvent]) -> dict[tuple[str, int], dict[str, float]]:
+    """The training's own reads per (host, epoch): the sums of its ranks' ``epoch_end``
+    ``/proc/<pid>/io`` fields, when every rank of the host's epoch sent them, with or
+    without the step anatomy (a Keras or ``workloads.track`` rank sends its reads only)."""
+    groups: dict[tuple[str, int], list[tuple[float | None, float | None]]] = defaultdict(list)
+    for event in events:
+        epoch = event_number(event, Workload.EPOCH) if event.event == Event.EPOCH_END else None
+        if epoch is not None:
+            groups[(event.host, int(epoch))].append((
+                event_number(event, Workload.PROCESS_READ_BYTES),
+                event_number(event, Workload.PROCESS_RCHAR_BYTES),
+            ))  # fmt: skip
+    out = {}
+    for key, reads in groups.items():
+        if all(read is not None and rchar is not None for read, rchar in reads):
+            out[key] = {PROCESS_READ: sum(read or 0.0 for read, _ in reads),
+                        PROCESS_RCHAR: sum(rchar or 0.0 for _, rchar in reads)}  # fmt: skip
+    return out
+
+
+def cache_read_bytes(rchar: Any, read_bytes: Any) -> np.ndarray:
+    """Bytes the training's reads got from the page cache (see the module's note); NaN
+    where either was not measured."""
+    rchar = np.asarray(rchar, dtype=np.float64)
+    return np.maximum(rchar - np.asarray(read_bytes, dtype=np.float64), 0.0)
+
+
+def share_percent(part: Any, seconds: Any) -> np.ndarray:
+    """A part's share of step seconds, in percent: ``part`` and ``seconds`` summed over the
+    same steps (a host's ranks' epoch, or one step of each of them). NaN where there are no
+    seconds to share or the part was not measured."""
+    seconds = np.asarray(seconds, dtype=np.float64)
+    positive = np.where(seconds > 0, seconds, np.nan)
+    return 100.0 * np.asarray(part, dtype=np.float64) / positive
+
+
+# the three shares shown over time (column name, StepTable column); the rest is "other"
+SHARE_COLUMNS = (
+    ("input_wait_percent", "input_wait"),
+    ("compute_percent", "compute"),
+    ("communication_percent", "communication"),
+)
+
+
+def _rounded(values: np.ndarray, column: str) -> list[float | None]:
+    digits = BY_NAME[column].digits
+    return [None if math.isnan(v) else round(v, digits) for v in values.tolist()]
+
+
+def step_shares(steps: StepTable, max_points: int | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The three shares of each sampled step, per host, in time order: one point per step
+    number (the ranks sample the same steps), pooled over the host's ranks that sampled it
+    (``share_percent`` of their summed parts and seconds, as the per-epoch shares pool),
+    with each rank's own shares under ``ranks``. A step event without a step number is a
+    point of its own. Steps without the anatomy (or without seconds) are left out. A host
+    with more than ``max_points`` steps gets ``max_points`` points, each pooling a run of
+    consecutive steps the same way.
+
+    A point: ``time_ns`` (the last of its ranks' step ends), ``epoch`` and ``step`` (the
+    last pooled; None where not known), ``steps`` (how many step numbers it pools), the
+    ``SHARE_COLUMNS`` in percent (None: a part not measured), and ``ranks``:
+    ``[{"rank": r, <share columns>}, ...]`` sorted by rank."""
+    parts = [getattr(steps, name) for _, name in SHARE_COLUMNS]
+    keep = (steps.seconds > 0) & ~np.all([np.isnan(p) for p in parts], axis=0)
+    rows = np.flatnonzero(keep)
+    if rows.size == 0:
+        return {}
+    host = steps.host_index[rows]
+    step = steps.step[rows]
+    # each row's step: its number, or a key of its own (ordered after the numbered ones)
+    numbered = ~np.isnan(step)
+    after = np.max(step[numbered], initial=0.0) + 1.0
+    key = np.where(numbered, step, after + np.arange(rows.size))
+    # the points: (host, step) pairs, consecutive ones pooled above max_points per host
+    pairs, pair_of = np.unique(np.stack([host, key], axis=1), axis=0, return_inverse=True)
+    pair_of = pair_of.reshape(-1)
+    bucket = np.zeros(len(pairs), dtype=np.int64)
+    for index in np.unique(pairs[:, 0]):
+        mine = np.flatnonzero(pairs[:, 0] == index)  # sorted by step
+        count = mine.size
+        if max_points is not None and count > max_points:
+            bucket[mine] = np.arange(count) * max_points // count
+        else:
+            bucket[mine] = np.arange(count)
+    points, point_of = np.unique(
+        np.stack([pairs[:, 0].astype(np.int64), bucket], axis=1), axis=0, return_inverse=True
+    )
+    group = point_of.reshape(-1)[pair_of]  # each row's point
+    count = len(points)
+
+    def pooled(group_of: np.ndarray, size: int) -> dict[str, list[float | None]]:
+        seconds = np.bincount(group_of, weights=steps.seconds[rows], minlength=size)
+        return {
+            column: _rounded(
+                share_percent(
+                    np.bincount(group_of, weights=getattr(steps, name)[rows], minlength=size),
+                    seconds,
+                ),
+                column,
+            )
+            for column, name in SHARE_COLUMNS
+        }
+
+    shares = pooled(group, count)
+    rank = steps.rank[rows]
+    ranks_of, rank_group = np.unique(np.stack([group, rank], axis=1), axis=0, return_inverse=True)
+    own = pooled(rank_group.reshape(-1), len(ranks_of))
+    ranks: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+    for index, (point, rank_number) in enumerate(ranks_of.tolist()):  # sorted by rank
+        ranks[point].append({"rank": rank_number, **{c: own[c][index] for c in own}})
+    last_ns = np.full(count, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last_ns, group, steps.time_ns[rows])
+    epoch = np.full(count, np.nan)
+    np.fmax.at(epoch, group, steps.epoch[rows])
+    last_step = np.full(count, np.nan)
+    np.fmax.at(last_step, group, np.where(numbered, step, np.nan))
+    pooled_steps = np.bincount(point_of.reshape(-1), minlength=count)
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for point in np.argsort(last_ns, kind="stable").tolist():
+        out[steps.hosts[int(points[point, 0])]].append(
+            {
+                "time_ns": int(last_ns[point]),
+                "epoch": None if math.isnan(epoch[point]) else int(epoch[point]),
+                "step": None if math.isnan(last_step[point]) else int(last_step[point]),
+                "steps": int(pooled_steps[point]),
+                **{column: values[point] for column, values in shares.items()},
+                "ranks": ranks[point],
+            }
+        )
+    return dict(out)

@@ -1,0 +1,794 @@
+"""The per-epoch view of a run: one row per (host, epoch) plus a ``host="*"`` row per epoch.
+
+Epoch windows come from the workload events and are cut per host on that host's own clock:
+an epoch's window on host H runs from the earliest ``epoch_start`` of H's ranks to the latest
+``epoch_end`` of H's ranks. Every node metric of H is then measured over that window (see
+``collector.analysis.counters``), so clock skew between hosts never mixes two clocks in one number.
+
+Columns (``COLUMNS``, in this order; MB = 10^6 bytes, rates per second of the window):
+
+=========================  ==================================================================
+host, epoch                the host (``*`` for all hosts together) and the epoch number
+start, end                 window bounds, ISO-8601 UTC on the host's clock
+seconds                    window length
+images                     images the host's ranks processed (``epoch_end.images``; the sum
+                           of the rank's ``step`` images when a rank has no ``epoch_end`` yet)
+images_per_second          the ranks' timed steps' images over their seconds, summed over
+                           ranks (``contract.throughput``: warm-up steps left out, so an epoch
+                           whose steps were all warm-up has none); not images / seconds,
+                           whose seconds also hold validation and the epoch's start-up
+disk_read_bytes/_mbps      block devices of kind ``disk`` (partitions, dm, md, loop excluded:
+disk_write_bytes           their I/O is already counted on the disk below them)
+nfs_server_read_bytes/mbps bytes fetched from NFS servers, each duplicate mount group once
+nfs_app_read_bytes         bytes applications read from NFS mounts (page-cache hits included)
+nfs_cache_hit_ratio        1 - server_read / app_read, when app_read > 0
+ib_rcv/xmit_bytes, _mbps   all InfiniBand ports
+net_rx/tx_bytes            physical interfaces only (IPoIB included): bonds, bridges, veth,
+                           ifb, VLANs repeat bytes a physical interface already counts; a
+                           host with no physical interface (a container, a namespace)
+                           counts its non-loopback ones
+rx_minus_tx_mbps           receive minus send on the fabric: InfiniBand when the host shows
+                           any InfiniBand traffic during the run, else the NICs. With shared
+                           storage on the fabric this is the storage read rate (gradients
+                           are sent and received in equal amounts).
+page_cache_delta_bytes     ``memory.cached_bytes`` at end minus at start
+major_faults               ``memory.pgmajfault`` growth
+cpu_util_percent           share of all CPU time that is neither idle nor iowait
+iowait_percent             share of all CPU time in iowait
+gpu_util_percent           time-weighted mean utilisation over the host's GPUs
+gpu_energy_joules          energy the host's GPUs used (NVML's counter), summed over GPUs
+gpu_pcie_rx/tx_bytes       PCIe bytes the host's GPUs received/sent (NVML field-value
+                           counters; absent where the driver only has the 20 ms gauge).
+                           GPU columns count whole GPUs: a MIG device's point (tag ``mig``)
+                           is part of its parent GPU's and is left out
+seconds_per_step           the ranks' mean step wall time (their step seconds over their steps)
+input_wait_percent,        the ranks' step time split (``collector.analysis.anatomy``): each part's
+compute_percent,           sum over the host's ranks over the sum of their step seconds;
+communication_percent      the rest (optimizer update, callbacks) is 100 minus the three
+training_read_bytes        what the ranks and their data loaders read from storage
+                           (/proc/<pid>/io read_bytes, mapped libraries' page-ins included)
+training_cache_read_bytes  what their reads got from the page cache (rchar - read_bytes)
+state                      ``complete``; ``running``: a rank of the host started the epoch
+                           and has not ended it, and the run is live; ``interrupted``: so,
+                           but the run is no longer live (a rank's ``run_end``, failed after
+                           Ctrl-C or a signal, or written by the launcher for a killed rank),
+                           so seconds and images are what was done before the stop
+                           (``epoch_state``)
+interpolated_edges         the window's edges ("start", "end", "start,end") with no real node
+                           reading at them: the node amounts there are interpolated between
+                           the agent's ticks; "" when both edges are real edge samples
+=========================  ==================================================================
+
+The ``*`` row of an epoch adds up the hosts that ran it:
+
+- images and every byte or fault count are sums over hosts; ``state`` is the worst of the
+  hosts' (interrupted, then running, then complete);
+- ``seconds`` is the *longest* per-host window, each measured on its own clock. The ranks
+  synchronise every step, so every host's span is the same epoch seen through a different
+  clock; taking the longest never credits the cluster with time a skewed clock lost.
+  Rates (images/s, MB/s) are the summed amounts over these seconds;
+- ``start``/``end`` are the earliest start and latest end over hosts: indicative only,
+  as they mix clocks;
+- CPU percentages pool all hosts' CPU seconds; GPU utilisation averages all GPUs (each
+  GPU's time-weighted mean counts once, whatever its host); GPU energy and PCIe bytes are
+  sums;
+  the cache-hit ratio is computed from the summed NFS bytes.
+
+A value that cannot be measured (no such device on the host, no samples in the window) is
+``None``: missing data is never reported as zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from collector.analysis import anatomy, throughput
+from collector.analysis.counters import (
+    NS_PER_SECOND,
+    counter_increases,
+    gauge_deltas,
+    gauge_means,
+    nansum_or_nan,
+    sampled_edges,
+)
+from collector.store.api import (
+    ReadStore,
+    RunInfo,
+    SeriesData,
+    SeriesInfo,
+    WorkloadEvent,
+    event_number,
+)
+from contract.columns import BY_NAME, COMPLETE, INTERRUPTED, REPORT_COLUMN_NAMES, RUNNING
+from contract.schema import (
+    Cpu,
+    Disk,
+    DiskKind,
+    Event,
+    Gpu,
+    Infiniband,
+    InterfaceKind,
+    Memory,
+    Net,
+    Nfs,
+    RunState,
+    Tag,
+    Workload,
+)
+
+ALL_HOSTS = "*"
+BYTES_PER_MB = 1_000_000
+
+COLUMNS: tuple[str, ...] = REPORT_COLUMN_NAMES  # declared in contract.columns
+
+
+# --------------------------------------------------------------------------------------
+# Epoch windows from workload events
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpochWindow:
+    """One epoch as seen on one host (times on that host's clock)."""
+
+    host: str
+    epoch: int
+    start_ns: int
+    end_ns: int
+    images: float
+    ranks: tuple[int, ...]
+    complete: bool  # every rank of the host that started the epoch also ended it
+    state: str = COMPLETE  # epoch_state(): complete | running | interrupted
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_SECOND
+
+
+def _epoch_of(event: WorkloadEvent) -> int | None:
+    value = event.fields.get(Workload.EPOCH)
+    if value is None or isinstance(value, str):
+        return None
+    return int(value)
+
+
+def assign_epochs(events: Iterable[WorkloadEvent]) -> list[tuple[WorkloadEvent, int]]:
+    """Epoch events and steps with their epoch: a step without an ``epoch`` field belongs to
+    its rank's latest ``epoch_start``."""
+    current: dict[tuple[str, int], int] = {}
+    out = []
+    for event in events:
+        key = (event.host, event.rank)
+        if event.event == Event.EPOCH_START:
+            epoch = _epoch_of(event)
+            if epoch is not None:
+                current[key] = epoch
+                out.append((event, epoch))
+        elif event.event in (Event.EPOCH_END, Event.STEP):
+            epoch = _epoch_of(event)
+            if epoch is None:
+                epoch = current.get(key)
+            if epoch is not None:
+                out.append((event, epoch))
+    return out
+
+
+EPOCH_KINDS = (Event.RUN_START, Event.EPOCH_START, Event.EPOCH_END, Event.RUN_END)
+
+
+def run_events(
+    store: ReadStore,
+    run_id: str,
+    kinds: tuple[str, ...] | None = None,
+    since_ns: int | None = None,
+) -> list[WorkloadEvent]:
+    """A run's events of the given kinds, filtered by the store (so a run's many ``step``
+    events are not decoded when only its epochs are wanted)."""
+    return store.events(run_id, since_ns, kinds=kinds)
+
+
+def report_events(store: ReadStore, run_id: str) -> list[WorkloadEvent]:
+    """What the per-epoch view needs: the run's epoch events, plus the ``step`` events of
+    epochs still open (a live epoch ends at its latest step and counts its steps' images).
+    A finished run's steps are never read."""
+    events = run_events(store, run_id, EPOCH_KINDS)
+    started: dict[tuple[str, int, int], int] = {}
+    ended: set[tuple[str, int, int]] = set()
+    for event in events:
+        epoch = _epoch_of(event)
+        if epoch is None:
+            continue
+        key = (event.host, event.rank, epoch)
+        if event.event == Event.EPOCH_START:
+            started.setdefault(key, event.time_ns)
+        elif event.event == Event.EPOCH_END:
+            ended.add(key)
+    open_starts = [t for key, t in started.items() if key not in ended]
+    if not open_starts:
+        return events
+    steps = run_events(store, run_id, (Event.STEP,), since_ns=min(open_starts) - 1)
+    return sorted(events + steps, key=lambda e: (e.time_ns, e.rank))
+
+
+def epoch_state(complete: bool, run_live: bool) -> str:
+    """The one definition of an epoch's state on a host, which every view writes.
+
+    ``complete``: every rank of the host that started the epoch also ended it.
+    ``run_live``: the run is still live (``RunState.LIVE``); once it is not (a rank's
+    ``run_end``: failed after Ctrl-C or a signal, or written by the launcher for a killed
+    rank), an epoch that did not end never will: it was interrupted.
+    """
+    if complete:
+        return COMPLETE
+    return RUNNING if run_live else INTERRUPTED
+
+
+def worst_state(states: Iterable[str]) -> str:
+    """An epoch's state over several hosts: interrupted on one host is interrupted."""
+    present = set(states)
+    for state in (INTERRUPTED, RUNNING):
+        if state in present:
+            return state
+    return COMPLETE
+
+
+def epoch_windows(events: Iterable[WorkloadEvent], run_live: bool = True) -> list[EpochWindow]:
+    """Per-host epoch windows, sorted by epoch then host. ``run_live``: the run is still
+    live (``RunState.LIVE``); when it is not, an epoch that did not end was interrupted."""
+    starts: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
+    ends: dict[tuple[str, int], dict[int, WorkloadEvent]] = defaultdict(dict)
+    steps: dict[tuple[str, int], dict[int, list[WorkloadEvent]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for event, epoch in assign_epochs(events):
+        key = (event.host, epoch)
+        if event.event == Event.EPOCH_START:
+            previous = starts[key].get(event.rank)
+            starts[key][event.rank] = (
+                event.time_ns if previous is None else min(previous, event.time_ns)
+            )
+        elif event.event == Event.EPOCH_END:
+            ends[key][event.rank] = event
+        else:
+            steps[key][event.rank].append(event)
+
+    windows = []
+    for key in sorted(set(starts) | set(ends) | set(steps), key=lambda k: (k[1], k[0])):
+        host, epoch = key
+        ranks = sorted(set(starts[key]) | set(ends[key]) | set(steps[key]))
+        rank_ends = ends[key]
+        step_times = [s.time_ns for rank_steps in steps[key].values() for s in rank_steps]
+        start_candidates = list(starts[key].values())
+        if not start_candidates:  # no epoch_start seen: back off from the first end or step
+            for end_event in rank_ends.values():
+                seconds = event_number(end_event, Workload.SECONDS)
+                if seconds is not None:
+                    start_candidates.append(end_event.time_ns - int(seconds * NS_PER_SECOND))
+            start_candidates += step_times
+        if not start_candidates:
+            continue
+        complete = all(rank in rank_ends for rank in ranks)
+        end_candidates = [e.time_ns for e in rank_ends.values()]
+        if not complete:
+            end_candidates += step_times
+        start_ns = min(start_candidates)
+        end_ns = max(end_candidates, default=start_ns)
+
+        images = 0.0
+        for rank in ranks:
+            end_event = rank_ends.get(rank)
+            rank_images = event_number(end_event, Workload.IMAGES) if end_event else None
+            if rank_images is None:
+                rank_images = sum(
+                    event_number(s, Workload.IMAGES) or 0.0 for s in steps[key].get(rank, [])
+                )
+            images += rank_images
+        windows.append(
+            EpochWindow(
+                host,
+                epoch,
+                start_ns,
+                end_ns,
+                images,
+                tuple(ranks),
+                complete,
+                epoch_state(complete, run_live),
+            )
+        )
+    return windows
+
+
+# --------------------------------------------------------------------------------------
+# Node metrics per window
+# --------------------------------------------------------------------------------------
+
+CPU_BUSY_FIELDS = (
+    Cpu.USER_SECONDS,
+    Cpu.NICE_SECONDS,
+    Cpu.SYSTEM_SECONDS,
+    Cpu.IRQ_SECONDS,
+    Cpu.SOFTIRQ_SECONDS,
+    Cpu.STEAL_SECONDS,
+)
+CPU_ALL_FIELDS = (*CPU_BUSY_FIELDS, Cpu.IDLE_SECONDS, Cpu.IOWAIT_SECONDS)
+
+
+def _is_disk(info: SeriesInfo) -> bool:
+    return info.tags.get(Tag.KIND) == DiskKind.DISK
+
+
+def _physical_interface(info: SeriesInfo) -> bool:
+    """Wire bytes: a bond's bytes are its slaves', a bridge's are its ports', a veth's or
+    ifb's cross (or mirror) a physical interface too; loopback never leaves the host."""
+    return info.tags.get(Tag.KIND) == InterfaceKind.PHYSICAL
+
+
+def _not_loopback(info: SeriesInfo) -> bool:
+    return info.tags.get(Tag.KIND) != InterfaceKind.LOOPBACK
+
+
+def series_to_read(
+    store: ReadStore, totals: Iterable[HostTotal], hosts: set[str] | dict
+) -> list[tuple[str, SeriesInfo]]:
+    """(total key, series) of every stored series behind ``totals`` on ``hosts``.
+
+    Wire bytes count physical interfaces; a host that has none (a container or a network
+    namespace, whose uplink is a veth) counts its non-loopback interfaces instead, so its
+    traffic is not reported as zero.
+    """
+    with_nic = {
+        info.host for info in store.list_series(Net.NAME, Net.RX_BYTES) if _physical_interface(info)
+    }
+    wanted: list[tuple[str, SeriesInfo]] = []
+    for total in totals:
+        for info in store.list_series(total.measurement, total.field):
+            if info.host not in hosts:
+                continue
+            keep = total.keep
+            if keep is _physical_interface and info.host not in with_nic:
+                keep = _not_loopback
+            if keep(info):
+                wanted.append((total.key, info))
+    return wanted
+
+
+def _not_duplicate(info: SeriesInfo) -> bool:
+    return not info.tags.get(Tag.DUPLICATE_OF)
+
+
+def _any(info: SeriesInfo) -> bool:
+    return True
+
+
+def _whole_gpu(info: SeriesInfo) -> bool:
+    """A GPU's own series, not one of its MIG devices' (whose amounts are part of it)."""
+    return not info.tags.get(Tag.MIG)
+
+
+COUNTER, GAUGE_DELTA, GAUGE_MEAN = "counter", "gauge_delta", "gauge_mean"
+
+
+@dataclass(frozen=True)
+class HostTotal:
+    """How one per-host amount is made from stored series."""
+
+    key: str
+    measurement: str
+    field: str
+    how: str  # COUNTER (sum of growths) | GAUGE_DELTA (sum of deltas) | GAUGE_MEAN
+    keep: Callable[[SeriesInfo], bool] = _any
+
+
+# Utilisation per whole GPU; the per-epoch column and the run page's chart divide the sum
+# of the GPUs' means by their count.
+GPU_UTIL = HostTotal("gpu_util", Gpu.NAME, Gpu.UTILIZATION_PERCENT, GAUGE_MEAN, _whole_gpu)
+
+HOST_TOTALS: tuple[HostTotal, ...] = (
+    HostTotal("disk_read", Disk.NAME, Disk.READ_BYTES, COUNTER, _is_disk),
+    HostTotal("disk_write", Disk.NAME, Disk.WRITE_BYTES, COUNTER, _is_disk),
+    HostTotal("nfs_server_read", Nfs.NAME, Nfs.SERVER_READ_BYTES, COUNTER, _not_duplicate),
+    HostTotal("nfs_app_read", Nfs.NAME, Nfs.APP_READ_BYTES, COUNTER, _not_duplicate),
+    HostTotal("ib_rcv", Infiniband.NAME, Infiniband.RCV_BYTES, COUNTER),
+    HostTotal("ib_xmit", Infiniband.NAME, Infiniband.XMIT_BYTES, COUNTER),
+    HostTotal("net_rx", Net.NAME, Net.RX_BYTES, COUNTER, _physical_interface),
+    HostTotal("net_tx", Net.NAME, Net.TX_BYTES, COUNTER, _physical_interface),
+    HostTotal("page_cache_delta", Memory.NAME, Memory.CACHED_BYTES, GAUGE_DELTA),
+    HostTotal("major_faults", Memory.NAME, Memory.PGMAJFAULT, COUNTER),
+    *(HostTotal(f"cpu_{f}", Cpu.NAME, f, COUNTER) for f in CPU_ALL_FIELDS),
+    GPU_UTIL,
+    HostTotal("gpu_energy", Gpu.NAME, Gpu.ENERGY_JOULES, COUNTER, _whole_gpu),
+    HostTotal("gpu_pcie_rx", Gpu.NAME, Gpu.PCIE_RX_BYTES, COUNTER, _whole_gpu),
+    HostTotal("gpu_pcie_tx", Gpu.NAME, Gpu.PCIE_TX_BYTES, COUNTER, _whole_gpu),
+)
+
+
+def read_host_series(
+    store: ReadStore,
+    totals: Iterable[HostTotal],
+    hosts: set[str],
+    start_ns: int,
+    end_ns: int,
+) -> dict[tuple[str, str], list[SeriesData]]:
+    """The series behind each ``HostTotal`` for each host, read in one store call.
+
+    Keyed by (total key, host).
+    """
+    wanted = series_to_read(store, totals, hosts)
+    data = store.read_series([info for _, info in wanted], start_ns, end_ns) if wanted else []
+    by_key: dict[tuple[str, str], list[SeriesData]] = defaultdict(list)
+    for (key, info), series in zip(wanted, data, strict=True):
+        by_key[(key, info.host)].append(series)
+    return by_key
+
+
+def window_amounts(
+    how: str, series: list[SeriesData], starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(amount per window, number of series with data per window) for one host total.
+
+    COUNTER and GAUGE_DELTA amounts add up over series; GAUGE_MEAN returns the sum of the
+    series' means, to be divided by the count.
+    """
+    function = {COUNTER: counter_increases, GAUGE_DELTA: gauge_deltas, GAUGE_MEAN: gauge_means}[how]
+    results = [function(s.times_ns, s.values, starts, ends) for s in series]
+    if not results:
+        return np.full(starts.shape, np.nan), np.zeros(starts.shape)
+    count = np.sum([~np.isnan(r) for r in results], axis=0).astype(np.float64)
+    return nansum_or_nan(results, starts.size), count
+
+
+# --------------------------------------------------------------------------------------
+# Rows
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class EpochAmounts:
+    """Additive amounts of one (host, epoch) or of all hosts for one epoch: rows are
+    derived from these, so the ``*`` row is made by adding hosts' amounts, not rates."""
+
+    host: str
+    epoch: int
+    start_ns: int
+    end_ns: int
+    seconds: float
+    images: float
+    values: dict[str, float] = field(default_factory=dict)  # HostTotal key -> amount
+    gpu_count: float = 0.0
+    fabric: str = ""  # "ib" | "net" | "" (neither)
+    interpolated_edges: tuple[str, ...] = ()  # "start" / "end": no real reading at that edge
+    images_per_second: float = math.nan  # collector.analysis.throughput: not additive, set per row
+    state: str = COMPLETE  # the window's epoch_state(); worst_state() over hosts for "*"
+
+
+def iso_utc(time_ns: int) -> str:
+    moment = datetime.fromtimestamp(time_ns / NS_PER_SECOND, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class EpochRow:
+    """One line of the per-epoch report. ``None`` means "no data", never zero."""
+
+    host: str
+    epoch: int
+    start_ns: int
+    end_ns: int
+    state: str  # epoch_state(): complete | running | interrupted
+    seconds: float
+    images: int
+    images_per_second: float | None
+    disk_read_bytes: int | None
+    disk_read_mbps: float | None
+    disk_write_bytes: int | None
+    nfs_server_read_bytes: int | None
+    nfs_server_read_mbps: float | None
+    nfs_app_read_bytes: int | None
+    nfs_cache_hit_ratio: float | None
+    ib_rcv_bytes: int | None
+    ib_xmit_bytes: int | None
+    ib_rcv_mbps: float | None
+    ib_xmit_mbps: float | None
+    net_rx_bytes: int | None
+    net_tx_bytes: int | None
+    rx_minus_tx_mbps: float | None
+    page_cache_delta_bytes: int | None
+    major_faults: int | None
+    cpu_util_percent: float | None
+    iowait_percent: float | None
+    gpu_util_percent: float | None
+    gpu_energy_joules: float | None
+    gpu_pcie_rx_bytes: int | None
+    gpu_pcie_tx_bytes: int | None
+    seconds_per_step: float | None
+    input_wait_percent: float | None
+    compute_percent: float | None
+    communication_percent: float | None
+    training_read_bytes: int | None
+    training_cache_read_bytes: int | None
+    interpolated_edges: str = ""  # "start", "end", "start,end": no edge sample there
+
+    @property
+    def start(self) -> str:
+        return iso_utc(self.start_ns)
+
+    @property
+    def end(self) -> str:
+        return iso_utc(self.end_ns)
+
+    @property
+    def storage_read_bytes(self) -> int | None:
+        """Disk plus NFS-server reads: what came from storage rather than the page cache."""
+        parts = [v for v in (self.disk_read_bytes, self.nfs_server_read_bytes) if v is not None]
+        return sum(parts) if parts else None
+
+    @property
+    def storage_read_mbps(self) -> float | None:
+        parts = [v for v in (self.disk_read_mbps, self.nfs_server_read_mbps) if v is not None]
+        return sum(parts) if parts else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row with exactly ``COLUMNS`` as keys (JSON-ready)."""
+        return {column: getattr(self, column) for column in COLUMNS}
+
+
+def _column_values(values: np.ndarray, digits: int | None) -> list[float | int | None]:
+    """Rounded Python numbers, None for NaN (no data); integers when ``digits`` is None."""
+    rounded = np.round(values, digits or 0).tolist()
+    if digits is None:
+        return [None if v != v else int(v) for v in rounded]
+    return [None if v != v else v for v in rounded]
+
+
+def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
+    """Rows for many amounts at once (the derivations are column-wise numpy)."""
+    if not amounts:
+        return []
+    size = len(amounts)
+
+    def column(key: str) -> np.ndarray:
+        return np.fromiter((a.values.get(key, math.nan) for a in amounts), float, size)
+
+    seconds = np.fromiter((a.seconds for a in amounts), float, size)
+    images = np.fromiter((a.images for a in amounts), float, size)
+    gpu_count = np.fromiter((a.gpu_count for a in amounts), float, size)
+    rate = np.fromiter((a.images_per_second for a in amounts), float, size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_second = np.where(seconds > 0, 1.0 / np.where(seconds > 0, seconds, 1.0), np.nan)
+
+        def mbps(key: str) -> np.ndarray:
+            return column(key) * per_second / BYTES_PER_MB
+
+        # a field a kernel does not report (steal on old kernels) is left out, not zero
+        cpu_total = nansum_or_nan([column(f"cpu_{f}") for f in CPU_ALL_FIELDS], size)
+        cpu_busy = nansum_or_nan([column(f"cpu_{f}") for f in CPU_BUSY_FIELDS], size)
+        cpu_total = np.where(cpu_total > 0, cpu_total, np.nan)
+        app_read = column("nfs_app_read")
+        hit_ratio = np.where(app_read > 0, 1.0 - column("nfs_server_read") / app_read, np.nan)
+        gpu_util = np.where(gpu_count > 0, column("gpu_util") / gpu_count, np.nan)
+        step_seconds = column(anatomy.STEP_SECONDS)
+
+        def share(key: str) -> np.ndarray:
+            """A part's share of the ranks' step seconds, in percent."""
+            return anatomy.share_percent(column(key), step_seconds)
+
+        steps = column(anatomy.STEPS)
+        seconds_per_step = step_seconds / np.where(steps > 0, steps, np.nan)
+        training_read = column(anatomy.PROCESS_READ)
+        cache_read = anatomy.cache_read_bytes(column(anatomy.PROCESS_RCHAR), training_read)
+        derived: dict[str, np.ndarray] = {
+            "images_per_second": rate,
+            "disk_read_bytes": column("disk_read"),
+            "disk_read_mbps": mbps("disk_read"),
+            "disk_write_bytes": column("disk_write"),
+            "nfs_server_read_bytes": column("nfs_server_read"),
+            "nfs_server_read_mbps": mbps("nfs_server_read"),
+            "nfs_app_read_bytes": app_read,
+            "nfs_cache_hit_ratio": hit_ratio,
+            "ib_rcv_bytes": column("ib_rcv"),
+            "ib_xmit_bytes": column("ib_xmit"),
+            "ib_rcv_mbps": mbps("ib_rcv"),
+            "ib_xmit_mbps": mbps("ib_xmit"),
+            "net_rx_bytes": column("net_rx"),
+            "net_tx_bytes": column("net_tx"),
+            "rx_minus_tx_mbps": mbps("fabric_net"),
+            "page_cache_delta_bytes": column("page_cache_delta"),
+            "major_faults": column("major_faults"),
+            "cpu_util_percent": 100.0 * cpu_busy / cpu_total,
+            "iowait_percent": 100.0 * column("cpu_iowait_seconds") / cpu_total,
+            "gpu_util_percent": gpu_util,
+            "gpu_energy_joules": column("gpu_energy"),
+            "gpu_pcie_rx_bytes": column("gpu_pcie_rx"),
+            "gpu_pcie_tx_bytes": column("gpu_pcie_tx"),
+            "seconds_per_step": seconds_per_step,
+            "input_wait_percent": share(anatomy.INPUT_WAIT),
+            "compute_percent": share(anatomy.COMPUTE),
+            "communication_percent": share(anatomy.COMMUNICATION),
+            "training_read_bytes": training_read,
+            "training_cache_read_bytes": cache_read,
+        }
+    values = {name: _column_values(array, BY_NAME[name].digits) for name, array in derived.items()}
+    values["seconds"] = np.round(seconds, BY_NAME["seconds"].digits).tolist()
+    values["images"] = np.round(images).astype(np.int64).tolist()
+    return [
+        EpochRow(
+            host=a.host,
+            epoch=a.epoch,
+            start_ns=a.start_ns,
+            end_ns=a.end_ns,
+            **{name: column[i] for name, column in values.items()},
+            interpolated_edges=",".join(a.interpolated_edges),
+            state=a.state,
+        )
+        for i, a in enumerate(amounts)
+    ]
+
+
+def all_hosts_amounts(epoch: int, hosts: list[EpochAmounts]) -> EpochAmounts:
+    """The ``*`` amounts of one epoch: sums over hosts (each host's fabric difference on its
+    own fabric), the longest per-host span."""
+    combined = EpochAmounts(
+        host=ALL_HOSTS,
+        epoch=epoch,
+        start_ns=min(h.start_ns for h in hosts),
+        end_ns=max(h.end_ns for h in hosts),
+        seconds=max(h.seconds for h in hosts),
+        images=sum(h.images for h in hosts),
+        gpu_count=sum(h.gpu_count for h in hosts),
+        fabric="mixed",
+        interpolated_edges=tuple(
+            edge for edge in EDGES if any(edge in h.interpolated_edges for h in hosts)
+        ),
+        state=worst_state(h.state for h in hosts),
+    )
+    for key in {key for h in hosts for key in h.values}:
+        present = [v for h in hosts if (v := h.values.get(key, math.nan)) == v]
+        combined.values[key] = sum(present) if present else math.nan
+    return combined
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    """Rows of a run (host rows of each epoch, then its ``*`` row) and what they came from."""
+
+    run_id: str
+    windows: list[EpochWindow]
+    rows: list[EpochRow]
+    amounts: list[EpochAmounts]  # same order as rows
+
+    def host_rows(self) -> list[EpochRow]:
+        return [row for row in self.rows if row.host != ALL_HOSTS]
+
+    def total_rows(self) -> list[EpochRow]:
+        return [row for row in self.rows if row.host == ALL_HOSTS]
+
+
+def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmounts]:
+    """Measure every node metric over every host's epoch windows (one store read)."""
+    if not windows:
+        return []
+    by_host: dict[str, list[EpochWindow]] = defaultdict(list)
+    for window in windows:
+        by_host[window.host].append(window)
+    span_start = min(w.start_ns for w in windows)
+    span_end = max(w.end_ns for w in windows)
+    series = read_host_series(store, HOST_TOTALS, set(by_host), span_start, span_end)
+
+    out: list[EpochAmounts] = []
+    for host, host_windows in by_host.items():
+        starts = np.array([w.start_ns for w in host_windows], dtype=np.int64)
+        ends = np.array([w.end_ns for w in host_windows], dtype=np.int64)
+        values: dict[str, np.ndarray] = {}
+        gpu_count = np.zeros(starts.shape)
+        for total in HOST_TOTALS:
+            amount, count = window_amounts(
+                total.how, series.get((total.key, host), []), starts, ends
+            )
+            values[total.key] = amount
+            if total.key == "gpu_util":
+                gpu_count = count
+        fabric = _host_fabric(series, host, int(starts.min()), int(ends.max()))
+        interpolated = interpolated_edges(series, host, starts, ends)
+        if fabric == "ib":
+            values["fabric_net"] = values["ib_rcv"] - values["ib_xmit"]
+        elif fabric == "net":
+            values["fabric_net"] = values["net_rx"] - values["net_tx"]
+        for i, window in enumerate(host_windows):
+            out.append(
+                EpochAmounts(
+                    host=host,
+                    epoch=window.epoch,
+                    start_ns=window.start_ns,
+                    end_ns=window.end_ns,
+                    seconds=window.seconds,
+                    images=window.images,
+                    values={key: float(array[i]) for key, array in values.items()},
+                    gpu_count=float(gpu_count[i]),
+                    fabric=fabric,
+                    interpolated_edges=interpolated[i],
+                    state=window.state,
+                )
+            )
+    return out
+
+
+EDGES = ("start", "end")
+
+
+def interpolated_edges(
+    series: dict[tuple[str, str], list[SeriesData]],
+    host: str,
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> list[tuple[str, ...]]:
+    """Per window, the edges with no real node reading at them (``counters.sampled_edges``
+    on the host's page-cache series, else its disk series): amounts there are interpolated."""
+    reference = series.get(("page_cache_delta", host)) or series.get(("disk_read", host)) or []
+    times = reference[0].times_ns if reference else np.empty(0, dtype=np.int64)
+    at_start, at_end = sampled_edges(times, starts), sampled_edges(times, ends)
+    return [
+        tuple(edge for edge, sampled in zip(EDGES, pair, strict=True) if not sampled)
+        for pair in zip(at_start, at_end, strict=True)
+    ]
+
+
+def _host_fabric(
+    series: dict[tuple[str, str], list[SeriesData]], host: str, start_ns: int, end_ns: int
+) -> str:
+    """``ib`` if any InfiniBand port of the host moved bytes during the run, else ``net``."""
+    for key in ("ib_rcv", "ib_xmit"):
+        for s in series.get((key, host), []):
+            growth = counter_increases(s.times_ns, s.values, [start_ns], [end_ns])[0]
+            if not math.isnan(growth) and growth > 0:
+                return "ib"
+    if series.get(("net_rx", host)) or series.get(("net_tx", host)):
+        return "net"
+    return ""
+
+
+def run_is_live(run: RunInfo | None) -> bool:
+    """The run is still live (no run state says it ended): its open epochs are running."""
+    return run is None or run.state == RunState.LIVE
+
+
+def build_report(store: ReadStore, run_id: str) -> EpochReport:
+    """The per-epoch report of a run (empty when the run has no epoch events)."""
+    events = report_events(store, run_id)
+    windows = epoch_windows(events, run_is_live(store.run(run_id)))
+    amounts = epoch_amounts(store, windows)
+    step_parts = anatomy.epoch_amounts(anatomy.rank_epochs(events))
+    training_reads = anatomy.epoch_reads(events)
+    host_rates, epoch_rates = throughput.epoch_rates(
+        throughput.rank_epoch_work(assign_epochs(events))
+    )
+    for host_amounts in amounts:
+        key = (host_amounts.host, host_amounts.epoch)
+        host_amounts.values.update(step_parts.get(key, {}))
+        host_amounts.values.update(training_reads.get(key, {}))
+        host_amounts.images_per_second = host_rates.get(
+            (host_amounts.host, host_amounts.epoch), math.nan
+        )
+    by_epoch: dict[int, list[EpochAmounts]] = defaultdict(list)
+    for a in amounts:
+        by_epoch[a.epoch].append(a)
+    ordered: list[EpochAmounts] = []
+    for epoch in sorted(by_epoch):
+        hosts = sorted(by_epoch[epoch], key=lambda a: a.host)
+        ordered += hosts
+        combined = all_hosts_amounts(epoch, hosts)
+        combined.images_per_second = epoch_rates.get(epoch, math.nan)
+        ordered.append(combined)
+    rows = rows_from_amounts(ordered)
+    return EpochReport(run_id=run_id, windows=windows, rows=rows, amounts=ordered)
+
+
+def epoch_rows(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
+    """The report as a list of dicts with exactly ``COLUMNS`` as keys."""
+    return [row.to_dict() for row in build_report(store, run_id).rows]

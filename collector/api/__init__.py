@@ -1,0 +1,1 @@
+"""The read API over HTTP: ``collector report|runs|scaling|inference`` anywhere."""

@@ -1,0 +1,96 @@
+"""The collector's read API, both ends (the server side is ``collector.api.server``).
+
+Server side (``collector serve`` routes ``GET /api/v1/<view>`` here, token-protected like
+writes)::
+
+    GET /api/v1/runs?format=json
+    GET /api/v1/report?run_id=RUN&format=json&findings=true
+    GET /api/v1/scaling?format=json
+    GET /api/v1/inference?run_id=RUN&format=json   (run_id optional: the newest)
+
+A query parameter is the long option of the command line without its dashes (``true``
+for a flag); ``format`` defaults to ``json``. The answer is what ``collector VIEW ...``
+prints locally, made by the same function (``reports_cli.render``) from the collector's own
+store, so the JSON is identical by construction and tables match too. 404 for a run that is
+not there, 400 for an option the command does not take.
+
+Client side: ``collector report|runs|scaling --collector URL [--token-file F]`` (and
+``workloads run --collector URL`` after training) call ``fetch_view`` and print the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from http import HTTPStatus
+
+from collector.api.routes import LOCAL_ONLY, PREFIX
+from netserve.tokens import TokenFileError, read_token_file
+
+TIMEOUT_SECONDS = 120.0
+
+
+class RemoteError(Exception):
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def query_of(args: argparse.Namespace) -> dict[str, str]:
+    """The query parameters for a parsed ``collector report|runs|scaling`` command line."""
+    query: dict[str, str] = {}
+    for name, value in sorted(vars(args).items()):
+        if name in LOCAL_ONLY or value is None or value is False:
+            continue
+        query[name] = "true" if value is True else str(value)
+    return query
+
+
+def fetch_view(url: str, view: str, query: dict[str, str], token: str | None) -> str:
+    """What ``GET URL/api/v1/VIEW?query`` answers, as text; RemoteError with the fix."""
+    address = f"{url.rstrip('/')}{PREFIX}{view}?{urllib.parse.urlencode(query)}"
+    request = urllib.request.Request(address, headers={"Accept": "application/json"})
+    if token:
+        request.add_header("Authorization", f"Token {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+            return response.read().decode("utf-8")
+    except urllib.error.HTTPError as problem:
+        message = _message(problem.read())
+        if problem.code == HTTPStatus.UNAUTHORIZED:
+            fix = "give --token-file FILE" if not token else "check --token-file"
+            raise RemoteError(f"{url} refused the token ({message}): {fix}") from None
+        if problem.code == HTTPStatus.NOT_FOUND and not message:
+            raise RemoteError(f"{url} has no read API (is it an epochscope collector?)") from None
+        raise RemoteError(message or f"{url} answered {problem.code}",
+                          2 if problem.code == HTTPStatus.BAD_REQUEST else 1) from None  # fmt: skip
+    except (urllib.error.URLError, OSError) as problem:
+        reason = getattr(problem, "reason", problem)
+        raise RemoteError(f"cannot reach the collector at {url}: {reason}") from None
+
+
+def _message(body: bytes) -> str:
+    try:
+        return str(json.loads(body).get("message", ""))
+    except (ValueError, AttributeError):
+        return body.decode("utf-8", "replace").strip()[:200]
+
+
+def token_of(path: str | None) -> str | None:
+    """The token of ``--token-file``, or None without one (``netserve.tokens``)."""
+    if path is None:
+        return None
+    try:
+        return read_token_file(path)
+    except TokenFileError as problem:
+        raise RemoteError(f"--token-file: {problem}", 2) from None
+
+
+def run_remote(args: argparse.Namespace, out) -> int:
+    """``collector VIEW --collector URL``: print what the collector's read API answers."""
+    token = token_of(getattr(args, "token_file", None))
+    out.write(fetch_view(args.collector, args.command, query_of(args), token))
+    return 0

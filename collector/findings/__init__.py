@@ -1,0 +1,1 @@
+"""Findings: rules that detect typed evidence, and the words that say it."""

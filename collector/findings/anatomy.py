@@ -1,0 +1,394 @@
+"""Findings from the step anatomy: why a run scaled as it did, measured per rank.
+
+Each rule first *detects* (a pure function of the run's ``RankEpoch`` rows and report rows,
+returning typed evidence of ``collector.findings.evidence``, or None) and is then *worded*
+by ``collector.findings.words``, like every other rule. Per-step figures are averages over
+ranks: a part's sum over the ranks' epochs divided by their step count. *Settled* epochs
+are every epoch after the first when a run has two or more (epoch 1 carries start-up),
+else all.
+
+The scaling loss, attributed (``scaling_attribution``: the evidence the ``scaling_loss``
+rule of ``collector.findings.engine`` takes as its explanation when both runs have an anatomy)
+    Against the group's reference run (fewer nodes, else 1 GPU) this run's ranks each train
+    fewer images/s. The lost images/s are split over the parts whose time per step grew
+    (communication, input wait, compute, the rest) in proportion to that growth; a part
+    that shrank offsets. The fabric's bytes per step per node stand beside it. The finding
+    fires when a rank's images/s is at least ``SCALING_LOSS_MIN_FRACTION`` below the
+    reference's (or the efficiency is below the floor).
+``input_wait``
+    Input wait is at least ``INPUT_WAIT_SHARE`` of the step time on a host in settled
+    epochs. Storage-bound when the training's own reads came from storage (``read_bytes``
+    at least half of ``rchar``) or iowait is high; decode-bound when the host's CPUs were
+    saturated; else undetermined (too few loader workers is the usual cause).
+``straggler``
+    In an epoch, a rank's busy time per step (the step minus its all-reduce wait: the
+    others wait for the slowest in the all-reduce, so every rank's *wall* time is the same)
+    is at least ``STRAGGLER_RATIO`` times the median of the other ranks'. Says whether the
+    same rank straggles in every epoch (a slow node or device) or a different one (data
+    loading, noise), and which part makes it slow.
+``startup``
+    Epoch 1's time per step is at least ``STARTUP_RATIO`` times the settled epochs'.
+    Its extra time is split: input wait (first reads; with the training's own storage
+    reads of epoch 1 against later ones) versus compute and the rest (graph building,
+    compilation, allocator warm-up).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from collector.analysis.anatomy import (
+    PROCESS_RCHAR,
+    PROCESS_READ,
+    RankEpoch,
+    epoch_reads,
+    rank_epochs,
+)
+from collector.analysis.epochs import ALL_HOSTS, EPOCH_KINDS, EpochRow, run_events
+from collector.analysis.scaling import RunFacts
+from collector.findings.context import RunContext
+from collector.findings.evidence import (
+    CPU_SATURATED_PERCENT,
+    INPUT_WAIT_SHARE,
+    IOWAIT_HIGH_PERCENT,
+    STARTUP_RATIO,
+    STEP_PARTS,
+    STORAGE_READ_SHARE,
+    STRAGGLER_RATIO,
+    Finding,
+    InputWaitHost,
+    PartChange,
+    ScalingAttribution,
+    Startup,
+    StragglerEpoch,
+    Stragglers,
+)
+from collector.findings.words import words
+
+PARTS = STEP_PARTS
+
+
+# --------------------------------------------------------------------------------------
+# per-step figures
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """Mean seconds per step over some ranks' epochs, and their images/s per rank."""
+
+    steps: int
+    seconds: float
+    input_wait: float
+    compute: float
+    communication: float
+    other: float
+    images_per_second_per_rank: float
+
+    def part(self, name: str) -> float:
+        return float(getattr(self, name))
+
+
+def step_profile(rows: list[RankEpoch]) -> StepProfile | None:
+    steps = sum(r.steps for r in rows)
+    seconds = sum(r.seconds for r in rows)
+    if steps <= 0 or seconds <= 0:
+        return None
+    return StepProfile(
+        steps=steps,
+        seconds=seconds / steps,
+        input_wait=sum(r.input_wait for r in rows) / steps,
+        compute=sum(r.compute for r in rows) / steps,
+        communication=sum(r.communication for r in rows) / steps,
+        other=sum(r.other for r in rows) / steps,
+        images_per_second_per_rank=sum(r.images for r in rows) / seconds,
+    )
+
+
+def settled(rows: list[RankEpoch]) -> list[RankEpoch]:
+    """Epochs after the first when there are two or more, else all."""
+    epochs = {r.epoch for r in rows}
+    if len(epochs) >= 2:
+        first = min(epochs)
+        return [r for r in rows if r.epoch != first]
+    return rows
+
+
+def _fabric_bytes_per_step(report_rows: list[EpochRow], rows: list[RankEpoch]) -> float | None:
+    """Fabric bytes (InfiniBand, else the NICs; both directions) per step per node over the
+    settled epochs of ``rows``."""
+    epochs = {r.epoch for r in rows}
+    hosts = [r for r in report_rows if r.host != ALL_HOSTS and r.epoch in epochs]
+    total = 0.0
+    seen = False
+    for row in hosts:
+        ib = [v for v in (row.ib_rcv_bytes, row.ib_xmit_bytes) if v is not None]
+        net = [v for v in (row.net_rx_bytes, row.net_tx_bytes) if v is not None]
+        chosen = ib if ib and sum(ib) > 0 else net
+        if chosen:
+            total += sum(chosen)
+            seen = True
+    # steps per rank over those epochs (every rank does the same number)
+    per_rank = defaultdict(int)
+    for r in rows:
+        per_rank[(r.host, r.rank)] += r.steps
+    steps = max(per_rank.values(), default=0)
+    nodes = len({row.host for row in hosts})
+    if not seen or steps <= 0 or nodes == 0:
+        return None
+    return total / steps / nodes
+
+
+Reads = dict[tuple[str, int], dict[str, float]]  # collector.analysis.anatomy.epoch_reads
+
+
+def training_reads(reads: Reads, rows: list[RankEpoch], key: str = PROCESS_READ) -> float | None:
+    """The training's own reads (``epoch_reads``: ``PROCESS_READ`` or ``PROCESS_RCHAR``) over
+    the (host, epoch)s of ``rows``; None unless every one of them has its ranks' reads."""
+    keys = {(r.host, r.epoch) for r in rows}
+    if not keys or any(k not in reads for k in keys):
+        return None
+    return sum(reads[k][key] for k in keys)
+
+
+# --------------------------------------------------------------------------------------
+# scaling loss, attributed
+# --------------------------------------------------------------------------------------
+
+
+def attribute_scaling_loss(
+    reference: StepProfile,
+    run: StepProfile,
+    ranks: int,
+) -> tuple[float, list[PartChange]]:
+    """(lost images/s over the run, each part's share of it). The per-step growth of each
+    part, over the growth of the whole step, apportions the loss."""
+    lost = ranks * (reference.images_per_second_per_rank - run.images_per_second_per_rank)
+    growth = run.seconds - reference.seconds
+    parts = []
+    for name in PARTS:
+        delta = run.part(name) - reference.part(name)
+        share = delta / growth if growth > 0 else 0.0
+        parts.append(PartChange(name, reference.part(name), run.part(name), lost * share))
+    parts.sort(key=lambda p: -p.lost_images_per_second)
+    return lost, parts
+
+
+def scaling_attribution(context: RunContext, reference: RunFacts) -> ScalingAttribution | None:
+    """This run's step anatomy against ``reference``'s (the ``scaling_loss`` rule's reference
+    run) over each run's settled complete epochs; None unless both runs' ranks sent the
+    anatomy and the reference has fewer ranks."""
+    mine = _complete(context, rank_epochs(context.events))
+    ranks = len({(r.host, r.rank) for r in mine})
+    if ranks <= 1:
+        return None
+    ref_report = context.report_of(reference.run.run_id)
+    ref_events = run_events(context.store, reference.run.run_id, EPOCH_KINDS)
+    ref_all = _complete_in(ref_report, rank_epochs(ref_events))
+    ref_rows, run_rows = settled(ref_all), settled(mine)
+    one_epoch = any(len({r.epoch for r in rows}) < 2 for rows in (ref_all, mine))
+    ref_profile, run_profile = step_profile(ref_rows), step_profile(run_rows)
+    if ref_profile is None or run_profile is None:
+        return None
+    ref_ranks = len({(r.host, r.rank) for r in ref_rows})
+    if ref_ranks >= ranks:
+        return None
+    ref_rate = ref_profile.images_per_second_per_rank
+    lost, parts = attribute_scaling_loss(ref_profile, run_profile, ranks)
+    return ScalingAttribution(
+        reference_run=reference.run.run_id,
+        reference_ranks=ref_ranks,
+        ranks=ranks,
+        reference_images_per_second_per_rank=ref_rate,
+        images_per_second_per_rank=run_profile.images_per_second_per_rank,
+        lost_images_per_second=lost,
+        lost_fraction_per_rank=1 - run_profile.images_per_second_per_rank / ref_rate
+        if ref_rate > 0
+        else 0.0,
+        reference_seconds_per_step=ref_profile.seconds,
+        seconds_per_step=run_profile.seconds,
+        parts=parts,
+        reference_fabric_bytes_per_step=_fabric_bytes_per_step(ref_report.rows, ref_rows),
+        fabric_bytes_per_step=_fabric_bytes_per_step(context.report.rows, run_rows),
+        start_up_included=one_epoch,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# input wait
+# --------------------------------------------------------------------------------------
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def detect_input_wait(
+    context: RunContext, mine: list[RankEpoch], reads: Reads
+) -> list[InputWaitHost]:
+    rows = settled(mine)
+    by_host: dict[str, list[RankEpoch]] = defaultdict(list)
+    for r in rows:
+        by_host[r.host].append(r)
+    report_rows = {
+        (row.host, row.epoch): row for row in context.report.rows if row.host != ALL_HOSTS
+    }
+    found = []
+    for host, members in sorted(by_host.items()):
+        seconds = sum(r.seconds for r in members)
+        if seconds <= 0:
+            continue
+        share = sum(r.input_wait for r in members) / seconds
+        if share < INPUT_WAIT_SHARE:
+            continue
+        epochs = sorted({r.epoch for r in members})
+        host_rows = [report_rows[(host, e)] for e in epochs if (host, e) in report_rows]
+        cpu = _mean([r.cpu_util_percent for r in host_rows if r.cpu_util_percent is not None])
+        iowait = _mean([r.iowait_percent for r in host_rows if r.iowait_percent is not None])
+        storage = _mean([r.storage_read_mbps for r in host_rows if r.storage_read_mbps is not None])
+        read_bytes = training_reads(reads, members)
+        rchar_bytes = training_reads(reads, members, PROCESS_RCHAR)
+        from_storage = (
+            read_bytes is not None
+            and rchar_bytes
+            and read_bytes / rchar_bytes >= STORAGE_READ_SHARE
+            and read_bytes > 0
+        )
+        if from_storage or (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT):
+            cause = "storage"
+        elif cpu is not None and cpu >= CPU_SATURATED_PERCENT:
+            cause = "decode"
+        else:
+            cause = "undetermined"
+        found.append(
+            InputWaitHost(host, epochs, share, cause, cpu, iowait, read_bytes, rchar_bytes, storage)
+        )
+    return found
+
+
+# --------------------------------------------------------------------------------------
+# stragglers
+# --------------------------------------------------------------------------------------
+
+
+def _busy(r: RankEpoch) -> float:
+    return (r.seconds - r.communication) / r.steps if r.steps else math.nan
+
+
+def detect_stragglers(mine: list[RankEpoch]) -> Stragglers | None:
+    by_epoch: dict[int, list[RankEpoch]] = defaultdict(list)
+    for r in mine:
+        if r.steps > 0:
+            by_epoch[r.epoch].append(r)
+    hits = []
+    checked = 0
+    for epoch, members in sorted(by_epoch.items()):
+        if len(members) < 2:
+            continue
+        checked += 1
+        slowest = max(members, key=_busy)
+        others = [m for m in members if m is not slowest]
+        median = statistics.median(_busy(m) for m in others)
+        if median <= 0 or _busy(slowest) < STRAGGLER_RATIO * median:
+            continue
+
+        def per_step(r: RankEpoch, part: str) -> float:
+            return getattr(r, part) / r.steps
+
+        slow_part = max(
+            ("input_wait", "compute", "other"),
+            key=lambda p: per_step(slowest, p) - statistics.median(per_step(m, p) for m in others),
+        )
+        hits.append(
+            StragglerEpoch(epoch, slowest.host, slowest.rank, _busy(slowest), median, slow_part)
+        )
+    if not hits:
+        return None
+    same = len({(h.host, h.rank) for h in hits}) == 1
+    return Stragglers(hits, same, checked)
+
+
+# --------------------------------------------------------------------------------------
+# start-up
+# --------------------------------------------------------------------------------------
+
+
+def detect_startup(mine: list[RankEpoch], reads: Reads) -> Startup | None:
+    epochs = sorted({r.epoch for r in mine})
+    if len(epochs) < 2:
+        return None
+    first_rows = [r for r in mine if r.epoch == epochs[0]]
+    later = [r for r in mine if r.epoch != epochs[0]]
+    first, rest = step_profile(first_rows), step_profile(later)
+    if first is None or rest is None or rest.seconds <= 0:
+        return None
+    if first.seconds < STARTUP_RATIO * rest.seconds:
+        return None
+    ranks = len({(r.host, r.rank) for r in first_rows})
+    steps_per_rank = first.steps / ranks
+    extra = {
+        part: max(0.0, (first.part(part) - rest.part(part)) * steps_per_rank)
+        for part in ("input_wait", "compute", "communication", "other")
+    }
+    reads_extra = extra["input_wait"]
+    build_extra = extra["compute"] + extra["other"]
+    total = sum(extra.values())
+    if reads_extra >= 2 * build_extra:
+        cause = "reads"
+    elif build_extra >= 2 * reads_extra:
+        cause = "build"
+    else:
+        cause = "mixed"
+    first_reads = training_reads(reads, first_rows)
+    later_reads = training_reads(reads, later)
+    later_epochs = len({r.epoch for r in later})
+    return Startup(
+        first_seconds_per_step=first.seconds,
+        settled_seconds_per_step=rest.seconds,
+        extra_seconds=total,
+        extra_seconds_by_part=extra,
+        cause=cause,
+        first_read_bytes=first_reads,
+        settled_read_bytes=later_reads / later_epochs if later_reads is not None else None,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# the rules
+# --------------------------------------------------------------------------------------
+
+
+def _complete_in(report, rows: list[RankEpoch]) -> list[RankEpoch]:
+    incomplete = {w.epoch for w in report.windows if not w.complete}
+    return [r for r in rows if r.epoch not in incomplete]
+
+
+def _complete(context: RunContext, rows: list[RankEpoch]) -> list[RankEpoch]:
+    return _complete_in(context.report, rows)
+
+
+def _worded(found: object | None) -> list[Finding]:
+    return [] if found is None else [words(found)]
+
+
+def input_wait(context: RunContext) -> list[Finding]:
+    rows = _complete(context, rank_epochs(context.events))
+    reads = epoch_reads(context.events)
+    return [words(found) for found in detect_input_wait(context, rows, reads)]
+
+
+def straggler(context: RunContext) -> list[Finding]:
+    return _worded(detect_stragglers(_complete(context, rank_epochs(context.events))))
+
+
+def startup(context: RunContext) -> list[Finding]:
+    rows = _complete(context, rank_epochs(context.events))
+    return _worded(detect_startup(rows, epoch_reads(context.events)))
+
+
+# the scaling loss is the scaling_loss rule's (collector.findings.engine), explained by
+# scaling_attribution when both runs have an anatomy
+ANATOMY_RULES = (input_wait, straggler, startup)

@@ -1,0 +1,90 @@
+"""What the rules read: a run, its events and its per-epoch report, built once and
+shared by every rule (``RunContext``), and the other runs' reports for the rules that
+compare runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from collector.analysis.epochs import (
+    ALL_HOSTS,
+    EPOCH_KINDS,
+    EpochAmounts,
+    EpochReport,
+    EpochRow,
+    build_report,
+    run_events,
+)
+from collector.store.api import ReadStore, RunInfo, StepTable, WorkloadEvent
+
+
+@dataclass
+class RunContext:
+    """What the rules read. ``report`` is built once and shared by every rule."""
+
+    store: ReadStore
+    run: RunInfo
+    events: list[WorkloadEvent]  # run and epoch events (steps are read on demand)
+    report: EpochReport
+    # another run's report, for the rules that compare runs: the caller's kept ones
+    # (collector.views.query) or, by default, built here
+    reports: Callable[[str], EpochReport] | None = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.run.config
+
+    def report_of(self, run_id: str) -> EpochReport:
+        """The per-epoch report of ``run_id`` (this run's own, or a compared run's)."""
+        if run_id == self.run.run_id:
+            return self.report
+        if self.reports is not None:
+            return self.reports(run_id)
+        return build_report(self.store, run_id)
+
+    def steps(self, since_ns: int | None = None) -> StepTable:
+        """The run's steps (after ``since_ns``); ``step_epochs`` finds their epochs from
+        ``events``."""
+        return self.store.steps(self.run.run_id, since_ns)
+
+    def totals(self) -> list[EpochRow]:
+        """``*`` rows of complete epochs, in epoch order."""
+        complete = self._complete_epochs()
+        return [r for r in self.report.total_rows() if r.epoch in complete]
+
+    def hosts_rows(self) -> list[tuple[EpochRow, EpochAmounts]]:
+        complete = self._complete_epochs()
+        return [
+            (row, amounts)
+            for row, amounts in zip(self.report.rows, self.report.amounts, strict=True)
+            if row.host != ALL_HOSTS and row.epoch in complete
+        ]
+
+    def _complete_epochs(self) -> set[int]:
+        return complete_epochs(self.report)
+
+
+def complete_epochs(report: EpochReport) -> set[int]:
+    incomplete = {w.epoch for w in report.windows if not w.complete}
+    return {w.epoch for w in report.windows} - incomplete
+
+
+def run_context(
+    store: ReadStore,
+    run_id: str,
+    report: EpochReport | None = None,
+    reports: Callable[[str], EpochReport] | None = None,
+) -> RunContext:
+    run = store.run(run_id)
+    if run is None:
+        raise KeyError(run_id)
+    events = run_events(store, run_id, EPOCH_KINDS)
+    return RunContext(
+        store=store,
+        run=run,
+        events=events,
+        report=report if report is not None else build_report(store, run_id),
+        reports=reports,
+    )

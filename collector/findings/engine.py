@@ -1,0 +1,114 @@
+"""The findings engine: every rule (``collector.findings.rules`` and the step-anatomy rules
+of ``collector.findings.anatomy``) run over one ``RunContext``, most severe first.
+
+A rule is a *detection* (``detect_<rule>(context) -> evidence | None``, typed evidence of
+``collector.findings.evidence``) joined to its *wording* (``collector.findings.words``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from collector.analysis.epochs import (
+    EpochReport,
+)
+from collector.findings.anatomy import ANATOMY_RULES
+from collector.findings.context import RunContext, complete_epochs, run_context
+from collector.findings.evidence import (
+    CRITICAL,
+    INFO,
+    SEVERITY_ORDER,
+    WARNING,
+    Finding,
+)
+from collector.findings.rules import (
+    detect_cache_warmup,
+    detect_dataset_fits_in_memory,
+    detect_fabric_carries_storage,
+    detect_input_bound,
+    detect_precision_read_demand,
+    detect_scaling_loss,
+    detect_storage_bound,
+)
+from collector.findings.words import words
+from collector.store.api import ReadStore
+
+__all__ = [  # what other modules take from here (the severities and Finding re-exported)
+    "CRITICAL",
+    "INFO",
+    "WARNING",
+    "Finding",
+    "RunContext",
+    "complete_epochs",
+    "run_context",
+    "run_findings",
+]
+
+# --------------------------------------------------------------------------------------
+# engine
+# --------------------------------------------------------------------------------------
+
+Rule = Callable[[RunContext], list[Finding]]
+Detector = Callable[[RunContext], Any]  # -> one rule's evidence (findings_evidence), or None
+
+
+def rule(detect: Detector, name: str) -> Rule:
+    """The rule that words what ``detect`` finds (``collector.findings.words``)."""
+
+    def run(context: RunContext) -> list[Finding]:
+        found = detect(context)
+        return [] if found is None else [words(found)]
+
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = detect.__doc__
+    return run
+
+
+DETECTORS: dict[str, Detector] = {
+    "cache_warmup": detect_cache_warmup,
+    "dataset_fits_in_memory": detect_dataset_fits_in_memory,
+    "fabric_carries_storage": detect_fabric_carries_storage,
+    "storage_bound": detect_storage_bound,
+    "input_bound": detect_input_bound,
+    "scaling_loss": detect_scaling_loss,
+    "precision_read_demand": detect_precision_read_demand,
+}
+cache_warmup = rule(detect_cache_warmup, "cache_warmup")
+dataset_fits_in_memory = rule(detect_dataset_fits_in_memory, "dataset_fits_in_memory")
+fabric_carries_storage = rule(detect_fabric_carries_storage, "fabric_carries_storage")
+storage_bound = rule(detect_storage_bound, "storage_bound")
+input_bound = rule(detect_input_bound, "input_bound")
+scaling_loss = rule(detect_scaling_loss, "scaling_loss")
+precision_read_demand = rule(detect_precision_read_demand, "precision_read_demand")
+RULES: tuple[Rule, ...] = (
+    cache_warmup,
+    dataset_fits_in_memory,
+    fabric_carries_storage,
+    storage_bound,
+    input_bound,
+    scaling_loss,
+    precision_read_demand,
+)
+
+
+def all_rules() -> tuple[Rule, ...]:
+    """These rules and the step-anatomy rules."""
+    return (*RULES, *ANATOMY_RULES)
+
+
+def evaluate(context: RunContext, rules: tuple[Rule, ...] | None = None) -> list[Finding]:
+    rules = all_rules() if rules is None else rules
+    findings = [finding for rule in rules for finding in rule(context)]
+    return sorted(findings, key=lambda f: SEVERITY_ORDER[f.severity])
+
+
+def run_findings(
+    store: ReadStore,
+    run_id: str,
+    report: EpochReport | None = None,
+    reports: Callable[[str], EpochReport] | None = None,
+) -> list[Finding]:
+    """Every rule's findings for a run, most severe first. ``report`` is the run's own
+    report and ``reports`` gives other runs' (both built here when not given)."""
+    return evaluate(run_context(store, run_id, report, reports))

@@ -1,0 +1,501 @@
+"""What the findings rules measure: a ``Finding``, each rule's thresholds, and each rule's
+typed evidence.
+
+A rule first *detects* (``collector.findings.engine``: a pure function of the run's report and
+runs, returning one of the evidence types below or None), and its evidence is then *worded*
+(``collector.findings.words``: title, explanation, severity and chart, a pure function of
+the evidence). The evidence holds the values as measured; ``evidence_json`` is the
+finding's ``evidence`` mapping (JSON, the read API), rounded where a field declares
+``digits``.
+
+Units are declared once, by a field's name: its suffix (``_bytes``, ``_mbps``,
+``_percent``, ``_ratio``, ``_seconds``, ``images_per_second``; a fraction's ``_share``,
+``_fraction``, ``relative_difference``) is what ``collector.views.evidence`` turns into the unit
+shown beside the value (a fraction in percent); a field without one is a count, an epoch, a
+host or a name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from enum import StrEnum
+from typing import Any
+
+from contract.columns import BY_NAME, ReportColumn
+
+INFO, WARNING, CRITICAL = "info", "warning", "critical"
+SEVERITY_ORDER = {CRITICAL: 0, WARNING: 1, INFO: 2}
+BYTES_PER_MB = 1_000_000
+
+# cache warm-up
+# judged against the data set's size when the run reports it: epoch 1 read at least a quarter of
+# the data set from storage, later epochs at most a tenth of it
+FIRST_EPOCH_DATASET_SHARE = 0.25
+SETTLED_READ_FRACTION = 0.10
+# without the data set's size: epoch 1 read at least this much, later epochs a tenth of it
+MIN_FIRST_EPOCH_READ_BYTES = 100 * BYTES_PER_MB
+MLPERF_STORAGE_RAM_MULTIPLE = 5  # data set >= 5 x RAM to measure storage
+# fabric carries storage
+FABRIC_MATCH_TOLERANCE = 0.10
+MIN_NETWORK_STORAGE_MBPS = 5.0
+# storage bound
+IOWAIT_HIGH_PERCENT = 5.0
+STEP_CV_UNSTABLE = 0.20
+MIN_STEPS_FOR_CV = 4
+STORAGE_HIGH_SHARE_OF_PEAK = 0.25
+MIN_STORAGE_MBPS = 5.0
+# input bound
+CPU_SATURATED_PERCENT = 85.0
+GPU_LOW_PERCENT = 70.0
+# scaling loss
+SCALING_EFFICIENCY_FLOOR = 90
+SCALING_EFFICIENCY_CRITICAL = 75
+RESOURCE_CHANGE_RATIO = 1.25  # a per-image or per-node resource changed by 25% or more
+UTILISATION_CHANGE_POINTS = 10.0
+# scaling loss with the step anatomy (collector.findings.anatomy): a rank trains at least 5%
+# fewer images/s than in the reference run; 10% a warning, 25% critical
+SCALING_LOSS_MIN_FRACTION = 0.05
+SCALING_WARNING_FRACTION = 0.10
+SCALING_CRITICAL_FRACTION = 0.25
+# input wait, stragglers and start-up (collector.findings.anatomy)
+INPUT_WAIT_SHARE = 0.20
+STORAGE_READ_SHARE = 0.5  # read_bytes / rchar: the training's reads came from storage
+STRAGGLER_RATIO = 1.25
+STARTUP_RATIO = 1.5
+# precision read demand
+PRECISION_READ_RATIO = 1.25  # study 003: FP16 read 550 MB/s where FP32 read 430 (1.28x)
+# inference (collector.analysis.inference)
+INT8_TOP1_LOSS_LIMIT = 0.01  # a fraction: one percentage point of top-1
+SATURATION_GAIN = 0.10  # a larger batch giving < 10 % more images/s adds nothing
+
+
+@dataclass(frozen=True)
+class Finding:
+    """``chart`` is the report column (``contract.columns``) that shows the finding, given
+    as the declared column or its name and kept as the name; "" for none."""
+
+    rule: str
+    severity: str  # info | warning | critical
+    title: str
+    explanation: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    chart: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.chart, ReportColumn):
+            object.__setattr__(self, "chart", self.chart.name)
+        if self.chart and self.chart not in BY_NAME:
+            raise ValueError(f"finding {self.rule}: chart {self.chart!r} is no report column")
+        if self.severity not in SEVERITY_ORDER:
+            raise ValueError(f"finding {self.rule}: unknown severity {self.severity!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------
+# evidence as JSON
+# --------------------------------------------------------------------------------------
+
+
+def digits(count: int) -> dict[str, int]:
+    """Field metadata: the value is rounded to ``count`` digits in the finding's JSON (0: a
+    whole number)."""
+    return {"digits": count}
+
+
+HIDDEN = {"hidden": True}  # a field the wording reads that is no evidence of its own
+IF_KNOWN = {"if_known": True}  # left out of the JSON when None (e.g. no comparison made)
+
+
+def _round(value: Any, digits: int | None) -> Any:
+    if digits is None or value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, float | int) and math.isfinite(value):
+        return round(value) if digits == 0 else round(value, digits)
+    return value
+
+
+def evidence_json(evidence: Any) -> Any:
+    """A rule's evidence as the finding's ``evidence``: a dataclass as a mapping of its
+    fields in order (nested ones likewise), rounded where a field declares ``digits``;
+    ``hidden`` fields, and ``if_known`` ones that are None, left out."""
+    if is_dataclass(evidence) and not isinstance(evidence, type):
+        return {
+            f.name: _round(evidence_json(getattr(evidence, f.name)), f.metadata.get("digits"))
+            for f in fields(evidence)
+            if not f.metadata.get("hidden")
+            and not (f.metadata.get("if_known") and getattr(evidence, f.name) is None)
+        }
+    if isinstance(evidence, list | tuple):
+        return [evidence_json(item) for item in evidence]
+    if isinstance(evidence, dict):
+        return {key: evidence_json(value) for key, value in evidence.items()}
+    return evidence
+
+
+# --------------------------------------------------------------------------------------
+# each rule's evidence
+# --------------------------------------------------------------------------------------
+
+
+class StorageReads(StrEnum):
+    """Which storage reads a rule judged."""
+
+    # the training's own: its ranks' /proc/<pid>/io read_bytes
+    # (collector.analysis.anatomy.epoch_reads), judged when every rank of every host sent
+    # them in every epoch judged
+    TRAINING = "training"
+    # the hosts' disks and NFS servers: every process's reads, the training's among them
+    HOSTS = "hosts"
+
+
+@dataclass(frozen=True)
+class CacheWarmup:
+    """Storage reads high in epoch 1, then fallen: later epochs read from the page cache.
+    The ``*storage_read*`` fields are the reads named by ``reads_judged``."""
+
+    reads_judged: StorageReads = field(default=StorageReads.HOSTS, kw_only=True)
+    first_epoch: int
+    first_epoch_storage_read_bytes: float
+    first_epoch_storage_read_mbps: float | None
+    settled_from_epoch: int  # the first later epoch that read at most the settled limit
+    settled_storage_read_bytes_mean: float = field(
+        metadata=digits(0)
+    )  # the second half of later epochs
+    settled_to_first_ratio: float = field(metadata=digits(4))
+    first_epoch_read_to_dataset_ratio: float | None = field(default=None, metadata=digits(3))
+    storage_read_bytes_by_epoch: dict[int, float] = field(default_factory=dict)  # first 10
+    # the hosts' disk and NFS reads beside the training's own, when those were judged
+    hosts_storage_read_bytes_by_epoch: dict[int, float | None] | None = field(
+        default=None, metadata=IF_KNOWN
+    )
+    first_epoch_page_cache_growth_bytes_per_host: float | None = field(
+        default=None, metadata=digits(0)
+    )
+    page_cache_growth_to_dataset_ratio: float | None = field(default=None, metadata=digits(3))
+    dataset_bytes: float | None = None
+    host_memory_bytes: float | None = None
+    dataset_to_memory_ratio: float | None = field(default=None, metadata=digits(3))
+
+    @property
+    def measures_memory(self) -> bool:
+        """Later epochs measure memory: the data set is below MLPerf Storage's 5 x RAM."""
+        ratio = self.dataset_to_memory_ratio
+        return ratio is not None and ratio < MLPERF_STORAGE_RAM_MULTIPLE
+
+
+@dataclass(frozen=True)
+class DatasetFitsInMemory:
+    """The data set is below ``MLPERF_STORAGE_RAM_MULTIPLE`` x a host's RAM."""
+
+    dataset_bytes: float
+    host_memory_bytes: float
+    dataset_to_memory_ratio: float = field(metadata=digits(3))
+    required_ratio: int = MLPERF_STORAGE_RAM_MULTIPLE
+
+    @property
+    def fits(self) -> bool:
+        return self.dataset_to_memory_ratio <= 1.0
+
+
+@dataclass(frozen=True)
+class FabricCarriesStorage:
+    """On the strongest NFS reader's host-epoch, receive minus send on the fabric matched the
+    NFS read rate."""
+
+    host: str
+    epoch: int
+    fabric: str  # ib | net
+    rcv_mbps: float | None
+    xmit_mbps: float | None
+    rx_minus_tx_mbps: float
+    nfs_server_read_mbps: float
+    relative_difference: float = field(metadata=digits(4))  # |surplus - NFS| / NFS
+    matching_host_epochs: int = 0
+    compared_host_epochs: int = 0  # host-epochs with NFS reads of at least 5 MB/s
+
+
+@dataclass(frozen=True)
+class UnstableHostEpoch:
+    host: str
+    epoch: int
+    iowait_percent: float | None
+    step_images_per_second_cv: float = field(metadata=digits(4))
+    storage_read_mbps: float | None = None
+
+
+@dataclass(frozen=True)
+class StorageBound:
+    """Host-epochs with high iowait, high storage reads and unstable step throughput. The
+    ``storage_read`` figures are the reads named by ``reads_judged``."""
+
+    epochs: list[int]
+    host_epochs: list[UnstableHostEpoch]  # the first 20
+    worst: UnstableHostEpoch = field(
+        default=None, metadata=HIDDEN
+    )  # of all of them, the highest variation
+    cv_without_storage_reads: float | None = field(default=None, metadata=digits(4))
+    reads_judged: StorageReads = StorageReads.HOSTS
+    thresholds: dict[str, float] = field(
+        default_factory=lambda: {
+            "iowait_percent": IOWAIT_HIGH_PERCENT,
+            "step_cv": STEP_CV_UNSTABLE,
+            "storage_share_of_peak": STORAGE_HIGH_SHARE_OF_PEAK,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class BusyHostEpoch:
+    host: str
+    epoch: int
+    cpu_util_percent: float
+    gpu_util_percent: float
+
+
+@dataclass(frozen=True)
+class InputBound:
+    """Host-epochs with saturated CPUs and mostly idle GPUs."""
+
+    hosts: list[str]
+    epochs: list[int]
+    cpu_util_percent_mean: float = field(metadata=digits(2))
+    gpu_util_percent_mean: float = field(metadata=digits(2))
+    host_epochs: list[BusyHostEpoch] = field(default_factory=list)  # the first 20
+    thresholds: dict[str, float] = field(
+        default_factory=lambda: {
+            "cpu_util_percent": CPU_SATURATED_PERCENT,
+            "gpu_util_percent": GPU_LOW_PERCENT,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class ResourceUse:
+    """Per-run resource figures compared across node counts."""
+
+    fabric_bytes_per_image: float | None
+    storage_read_mbps_per_node: float | None
+    cpu_util_percent: float | None
+    gpu_util_percent: float | None
+
+
+@dataclass(frozen=True)
+class RateGrowth:
+    """A per-image or per-node resource that grew ``ratio`` times (None: from zero)."""
+
+    resource: str  # a ResourceUse field
+    reference: float
+    run: float
+    ratio: float | None = field(default=None, metadata=digits(2))
+
+
+@dataclass(frozen=True)
+class UtilisationGrowth:
+    """A utilisation that rose by ``change_points`` percentage points."""
+
+    resource: str  # a ResourceUse field
+    reference: float
+    run: float
+    change_points: float = field(metadata=digits(2))
+
+
+STEP_PARTS = (
+    "communication",
+    "input_wait",
+    "compute",
+    "other",
+)  # collector.analysis.anatomy's four
+
+
+@dataclass(frozen=True)
+class PartChange:
+    """One part of the step (``STEP_PARTS``) in the reference run and in this run, mean
+    seconds per step, and its share of the images/s lost (negative: it shrank, offsetting)."""
+
+    part: str
+    reference_seconds: float  # per step
+    run_seconds: float
+    lost_images_per_second: float  # over the whole run
+
+
+@dataclass(frozen=True)
+class ScalingAttribution:
+    """The step anatomy of this run against the reference run's, over the settled epochs
+    (every epoch after the first when there are two or more): each rank's images/s, the
+    images/s lost over the run (ranks x the per-rank loss) and how the parts of the step
+    that grew share it, with the fabric's bytes per step per node beside them."""
+
+    reference_run: str
+    reference_ranks: int
+    ranks: int
+    reference_images_per_second_per_rank: float
+    images_per_second_per_rank: float
+    lost_images_per_second: float  # over the whole run: ranks x per-rank loss
+    lost_fraction_per_rank: float = field(metadata=digits(4))  # of the reference's per rank
+    reference_seconds_per_step: float
+    seconds_per_step: float
+    parts: list[PartChange]  # largest share of the loss first
+    reference_fabric_bytes_per_step: float | None
+    fabric_bytes_per_step: float | None
+    # a run with one epoch has no settled epochs: its epoch 1, start-up included, is compared
+    start_up_included: bool = False
+
+    @property
+    def grown(self) -> list[PartChange]:
+        """The parts that took longer per step and so explain some of the loss (a change
+        below a millionth of the loss is rounding, not growth)."""
+        noise = 1e-6 * abs(self.lost_images_per_second)
+        return [p for p in self.parts if p.lost_images_per_second > noise]
+
+    @property
+    def shrunk(self) -> list[PartChange]:
+        noise = 1e-6 * abs(self.lost_images_per_second)
+        return [p for p in self.parts if p.lost_images_per_second < -noise]
+
+
+@dataclass(frozen=True)
+class ScalingLoss:
+    """A run that lost throughput to scaling: scaling efficiency below the floor against the
+    group's 1-GPU baseline, or, with the step anatomy, each rank at least
+    ``SCALING_LOSS_MIN_FRACTION`` slower than in the reference run (fewer nodes, else 1 GPU).
+    Explained by the step anatomy (``attribution``) when both runs have one, else by the
+    resources that grew against the reference run (``changed``)."""
+
+    gpus: int  # ranks: GPUs, or CPU processes when ``on_gpus`` is False
+    nodes: int
+    images_per_second: float
+    ideal: float | None  # None: the group has no 1-GPU baseline
+    efficiency_percent: float | None
+    scope: str
+    # against the reference run, when the group has one
+    reference_run: str | None = field(default=None, metadata=IF_KNOWN)
+    reference_gpus: int | None = field(default=None, metadata=IF_KNOWN)
+    reference_nodes: int | None = field(default=None, metadata=IF_KNOWN)
+    # the step anatomy's account of the loss, when both runs' ranks sent one
+    attribution: ScalingAttribution | None = field(default=None, metadata=IF_KNOWN)
+    # else the resources compared (their storage reads: ``reads_judged``)
+    reads_judged: StorageReads | None = field(default=None, metadata=IF_KNOWN)
+    reference_resources: ResourceUse | None = field(default=None, metadata=IF_KNOWN)
+    run_resources: ResourceUse | None = field(default=None, metadata=IF_KNOWN)
+    changed: list[RateGrowth | UtilisationGrowth] | None = field(
+        default=None, metadata=IF_KNOWN
+    )  # ResourceUse order
+    on_gpus: bool = field(
+        default=True, metadata=HIDDEN
+    )  # the hosts showed GPUs (else the ranks are CPU processes)
+    across_nodes: bool = field(
+        default=False, metadata=HIDDEN
+    )  # the reference run had another node count
+
+    @property
+    def below_floor(self) -> bool:
+        return self.efficiency_percent is not None and (
+            self.efficiency_percent < SCALING_EFFICIENCY_FLOOR
+        )
+
+
+@dataclass(frozen=True)
+class PrecisionReadDemand:
+    """In epoch 1 this run read storage ``ratio`` times as fast as the like run at another
+    precision."""
+
+    precision: str
+    other_run: str
+    other_precision: str
+    batch_size: Any
+    other_batch_size: Any
+    storage_read_mbps: float
+    other_storage_read_mbps: float
+    images_per_second: float | None
+    other_images_per_second: float | None
+    ratio: float = field(metadata=digits(3))
+    reads_judged: StorageReads = StorageReads.HOSTS  # the storage reads compared
+    epoch: int = field(default=1, metadata=HIDDEN)  # this run's first epoch with storage reads
+    nfs_read_most: bool = field(
+        default=False, metadata=HIDDEN
+    )  # NFS reads at least the local disks'
+
+
+# --------------------------------------------------------------------------------------
+# the step anatomy's rules (collector.findings.anatomy)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputWaitHost:
+    """A host whose ranks waited for input at least ``INPUT_WAIT_SHARE`` of their step time in
+    the settled epochs, with what tells storage from decoding."""
+
+    host: str
+    epochs: list[int]
+    input_wait_share: float
+    cause: str  # storage | decode | undetermined
+    cpu_util_percent: float | None
+    iowait_percent: float | None
+    training_read_bytes: float | None
+    training_rchar_bytes: float | None
+    storage_read_mbps: float | None
+    threshold_share: float = INPUT_WAIT_SHARE
+
+
+@dataclass(frozen=True)
+class StragglerEpoch:
+    epoch: int
+    host: str
+    rank: int
+    busy_seconds_per_step: float
+    others_median_seconds_per_step: float
+    slow_part: str  # input_wait | compute | other: what grew most against the others
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    """Epochs in which a rank's busy time per step was ``STRAGGLER_RATIO`` times the others'."""
+
+    epochs: list[StragglerEpoch]
+    same_rank: bool  # the same rank in every epoch it was found in
+    epochs_checked: int
+    threshold_ratio: float = STRAGGLER_RATIO
+
+
+@dataclass(frozen=True)
+class Startup:
+    """Epoch 1 took ``STARTUP_RATIO`` times as long per step as the settled epochs."""
+
+    first_seconds_per_step: float
+    settled_seconds_per_step: float
+    extra_seconds: float  # per rank, over epoch 1's steps
+    extra_seconds_by_part: dict[str, float]  # per rank, seconds
+    cause: str  # build (graph building / compilation) | reads (first reads) | mixed
+    first_read_bytes: float | None  # the training's storage reads in epoch 1 (all ranks)
+    settled_read_bytes: float | None  # per settled epoch
+    threshold_ratio: float = STARTUP_RATIO
+
+
+# --------------------------------------------------------------------------------------
+# inference runs' evidence (detected by collector.analysis.inference on an InferenceReport)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Int8AccuracyLoss:
+    """INT8 top-1 more than ``INT8_TOP1_LOSS_LIMIT`` below FP32's (top-1 as fractions)."""
+
+    fp32_top1: float
+    int8_top1: float
+    top1_loss: float  # fp32 - int8
+
+
+@dataclass(frozen=True)
+class ThroughputSaturated:
+    """From ``batch_size`` on, no larger batch size of ``precision`` gave
+    ``SATURATION_GAIN`` more images/s."""
+
+    precision: str
+    batch_size: int
+    images_per_second: float
+    largest_batch_size: int
+    largest_images_per_second: float

@@ -1,0 +1,59 @@
+"""The inference rules: detections on an ``InferenceReport``'s values (typed evidence of
+``collector.findings.evidence``), worded by ``collector.findings.words.words`` as the
+training rules are (see ``collector.analysis.inference`` for each rule's decision)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from collector.analysis.inference import PRECISIONS, InferenceReport
+from collector.findings.evidence import (
+    INT8_TOP1_LOSS_LIMIT,
+    SATURATION_GAIN,
+    Finding,
+    Int8AccuracyLoss,
+    ThroughputSaturated,
+)
+from collector.findings.words import words
+from contract.schema import InferencePrecision
+
+
+def detect_int8_accuracy_loss(report: InferenceReport) -> list[Int8AccuracyLoss]:
+    if report.top1_difference is None or -report.top1_difference <= INT8_TOP1_LOSS_LIMIT:
+        return []
+    fp32 = report.top1[InferencePrecision.FP32]
+    int8 = report.top1[InferencePrecision.INT8]
+    assert fp32 is not None and int8 is not None
+    return [Int8AccuracyLoss(fp32, int8, -report.top1_difference)]
+
+
+def detect_throughput_saturated(report: InferenceReport) -> list[ThroughputSaturated]:
+    """One per precision that saturates, at the first batch size it does."""
+    found = []
+    for precision in PRECISIONS:
+        rates = [
+            (m.batch_size, m.images_per_second)
+            for m in report.measurements
+            if m.precision == precision and m.images_per_second is not None
+        ]
+        for index, (batch_size, rate) in enumerate(rates[:-1]):
+            larger = [r for _, r in rates[index + 1 :]]
+            if max(larger) < rate * (1 + SATURATION_GAIN):
+                last_batch, last_rate = rates[-1]
+                found.append(
+                    ThroughputSaturated(precision, batch_size, rate, last_batch, last_rate)
+                )
+                break
+    return found
+
+
+InferenceDetector = Callable[[InferenceReport], list[Int8AccuracyLoss | ThroughputSaturated]]
+INFERENCE_DETECTORS: dict[str, InferenceDetector] = {
+    "int8_accuracy_loss": detect_int8_accuracy_loss,
+    "throughput_saturated": detect_throughput_saturated,
+}
+
+
+def inference_findings(report: InferenceReport) -> list[Finding]:
+    """Each rule's evidence worded (``collector.findings.words.words``), in rule order."""
+    return [words(found) for detect in INFERENCE_DETECTORS.values() for found in detect(report)]

@@ -1,0 +1,633 @@
+"""The rules over a run's per-epoch view: storage, cache, fabric, input and scaling.
+
+Each rule is a *detection*, ``detect_<rule>(context) -> evidence | None``, a function of a
+``RunContext`` (the run, its events, its per-epoch report, and the store for the rules that
+compare runs) returning the rule's typed evidence (``collector.findings.evidence``: a
+frozen dataclass of the values as measured, units in the field names), then its
+*wording*, ``collector.findings.words.words(evidence) -> Finding`` (title, explanation,
+severity, and the declared report column that shows it), a pure function of the evidence.
+``RULES`` are those two joined; ``DETECTORS`` the detections by rule name. The rules
+encode what the published studies found by hand:
+
+``cache_warmup``
+    Storage reads are high in epoch 1 and fall to at most ``SETTLED_READ_FRACTION`` of that
+    afterwards: later epochs are served from the page cache. The reads judged are the
+    training's own (its ranks' ``/proc/<pid>/io``) when every rank sent them, else the
+    hosts' (disk plus NFS server, every process's). Warning when the data set is smaller
+    than ``MLPERF_STORAGE_RAM_MULTIPLE`` x RAM, since those later epochs then measure
+    memory, not storage.
+``dataset_fits_in_memory``
+    From the run's configuration alone: a data set below 5 x a host's RAM cannot measure
+    storage past the first epoch (MLPerf Storage's rule); warning when it fits outright.
+``fabric_carries_storage``
+    Receive minus send on the fabric (InfiniBand, else the NICs) is within
+    ``FABRIC_MATCH_TOLERANCE`` of the NFS read rate: gradients are sent and received in equal
+    amounts, so the surplus received is the data set crossing the same fabric.
+``storage_bound``
+    Epochs with high iowait, unstable step throughput (coefficient of variation of the
+    steps' images/s) and high storage reads at once: training waits on storage
+    (the Caffe2 behaviour while uncached). Storage reads judged as ``cache_warmup`` does.
+``input_bound``
+    CPU saturated while the GPUs are mostly idle: the input pipeline (decoding,
+    augmentation) cannot feed the GPUs.
+``scaling_loss``
+    Scaling efficiency below ``SCALING_EFFICIENCY_FLOOR`` against the group's 1-GPU
+    baseline, or, when both this run and the reference run (a run on fewer nodes, else the
+    1-GPU run) have a step anatomy, each rank at least ``SCALING_LOSS_MIN_FRACTION`` slower
+    than the reference's. Explained by the step anatomy when both have one
+    (``collector.findings.anatomy.scaling_attribution``: the lost images/s split into more
+    all-reduce, more input wait, slower compute and the rest, with the fabric's bytes per
+    step), else by the resources that *grew* against the reference run: fabric bytes per
+    image, storage reads per node (judged as ``cache_warmup`` does, the same reads for
+    both runs), CPU and GPU utilisation. Runs compare only within one scaling group
+    (framework, model, precision, batch per rank, data format, image size).
+``precision_read_demand``
+    The run reads storage in its first epoch at least ``PRECISION_READ_RATIO`` times as
+    fast as a like run at another precision (``like_for_precision``: model, framework,
+    data set, batch per rank, image size, world size and nodes), whichever precision is
+    the faster reader (study 003: FP16 read 1.28x as fast as FP32). The reads compared
+    are the training's own when both runs' ranks sent them, else the hosts'.
+
+Every finding carries ``evidence``, the numbers behind it (the evidence as JSON), and
+``chart``, the report column (and dashboard chart) that shows it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from collector.analysis.epochs import (
+    ALL_HOSTS,
+    BYTES_PER_MB,
+    EpochReport,
+    EpochRow,
+    assign_epochs,
+)
+from collector.analysis.scaling import GroupKey, RunFacts, run_facts, scaling_groups
+from collector.findings.context import RunContext, complete_epochs
+from collector.findings.evidence import (
+    CPU_SATURATED_PERCENT,
+    FABRIC_MATCH_TOLERANCE,
+    FIRST_EPOCH_DATASET_SHARE,
+    GPU_LOW_PERCENT,
+    IOWAIT_HIGH_PERCENT,
+    MIN_FIRST_EPOCH_READ_BYTES,
+    MIN_NETWORK_STORAGE_MBPS,
+    MIN_STEPS_FOR_CV,
+    MIN_STORAGE_MBPS,
+    MLPERF_STORAGE_RAM_MULTIPLE,
+    PRECISION_READ_RATIO,
+    RESOURCE_CHANGE_RATIO,
+    SCALING_LOSS_MIN_FRACTION,
+    SETTLED_READ_FRACTION,
+    STEP_CV_UNSTABLE,
+    STORAGE_HIGH_SHARE_OF_PEAK,
+    UTILISATION_CHANGE_POINTS,
+    BusyHostEpoch,
+    CacheWarmup,
+    DatasetFitsInMemory,
+    FabricCarriesStorage,
+    InputBound,
+    PrecisionReadDemand,
+    RateGrowth,
+    ResourceUse,
+    ScalingLoss,
+    StorageBound,
+    StorageReads,
+    UnstableHostEpoch,
+    UtilisationGrowth,
+)
+from collector.store.api import RunInfo, StepTable, WorkloadEvent
+from contract.schema import Event, RunState, Workload
+
+
+def _config_number(config: dict[str, Any], name: str) -> float | None:
+    value = config.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value > 0 else None
+
+
+# --------------------------------------------------------------------------------------
+# cache warm-up and data set size
+# --------------------------------------------------------------------------------------
+
+
+def _memory_fit(config: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    dataset = _config_number(config, Workload.DATASET_BYTES)
+    memory = _config_number(config, Workload.HOST_MEMORY_BYTES)
+    ratio = dataset / memory if dataset and memory else None
+    return dataset, memory, ratio
+
+
+def judged_reads(*reports: EpochReport) -> StorageReads:
+    """Which storage reads the rules judge, decided here for all of them: the training's own
+    (the report's ``training_read_bytes``, which is ``collector.analysis.anatomy.epoch_reads``) when
+    every host's ranks sent them in every complete epoch of every report given (the run's,
+    and the run it is compared with), else the hosts' disk and NFS-server reads. On a busy
+    node other processes' reads hide the training's, which its own ``/proc/<pid>/io``
+    counts alone; two runs are compared on the same kind of reads."""
+    for report in reports:
+        complete = complete_epochs(report)
+        rows = [r for r in report.rows if r.host != ALL_HOSTS and r.epoch in complete]
+        if not rows or any(row.training_read_bytes is None for row in rows):
+            return StorageReads.HOSTS
+    return StorageReads.TRAINING if reports else StorageReads.HOSTS
+
+
+def _read_bytes(row: EpochRow, reads: StorageReads) -> int | None:
+    if reads == StorageReads.TRAINING:
+        return row.training_read_bytes
+    return row.storage_read_bytes
+
+
+def _read_mbps(row: EpochRow, reads: StorageReads) -> float | None:
+    if reads == StorageReads.TRAINING:
+        return _mbps(row.training_read_bytes, row.seconds)
+    return row.storage_read_mbps
+
+
+def detect_cache_warmup(context: RunContext) -> CacheWarmup | None:
+    """Epoch 1 read a large share of the data set from storage and later epochs little:
+    judged on the training's own reads when every rank sent them (``judged_reads``)."""
+    reads = judged_reads(context.report)
+    totals = [r for r in context.totals() if _read_bytes(r, reads) is not None]
+    if len(totals) < 2:
+        return None
+    by_epoch = {r.epoch: _read_bytes(r, reads) or 0 for r in totals}
+    first, later = totals[0], totals[1:]
+    first_bytes = by_epoch[first.epoch]
+    dataset, memory, ratio = _memory_fit(context.config)
+    if dataset:
+        if first_bytes <= 0 or first_bytes < FIRST_EPOCH_DATASET_SHARE * dataset:
+            return None
+        settled_limit = SETTLED_READ_FRACTION * min(dataset, first_bytes)
+    else:
+        if first_bytes < MIN_FIRST_EPOCH_READ_BYTES:
+            return None
+        settled_limit = SETTLED_READ_FRACTION * first_bytes
+    settled = later[len(later) // 2 :]  # the second half of the later epochs
+    settled_mean = float(np.mean([by_epoch[r.epoch] for r in settled]))
+    if settled_mean > settled_limit:
+        return None
+    hosts = max(1, len(context.run.hosts))
+    growth = first.page_cache_delta_bytes
+    return CacheWarmup(
+        reads_judged=reads,
+        first_epoch=first.epoch,
+        first_epoch_storage_read_bytes=first_bytes,
+        first_epoch_storage_read_mbps=_read_mbps(first, reads),
+        settled_from_epoch=next(r.epoch for r in later if by_epoch[r.epoch] <= settled_limit),
+        settled_storage_read_bytes_mean=settled_mean,
+        settled_to_first_ratio=settled_mean / first_bytes,
+        first_epoch_read_to_dataset_ratio=first_bytes / dataset if dataset else None,
+        storage_read_bytes_by_epoch={r.epoch: by_epoch[r.epoch] for r in totals[:10]},
+        hosts_storage_read_bytes_by_epoch=(
+            {r.epoch: r.storage_read_bytes for r in totals[:10]}
+            if reads == StorageReads.TRAINING
+            else None
+        ),
+        first_epoch_page_cache_growth_bytes_per_host=(
+            growth / hosts if growth is not None else None
+        ),
+        page_cache_growth_to_dataset_ratio=(
+            growth / hosts / dataset if growth is not None and dataset else None
+        ),
+        dataset_bytes=dataset,
+        host_memory_bytes=memory,
+        dataset_to_memory_ratio=ratio,
+    )
+
+
+def detect_dataset_fits_in_memory(context: RunContext) -> DatasetFitsInMemory | None:
+    dataset, memory, ratio = _memory_fit(context.config)
+    if ratio is None or ratio >= MLPERF_STORAGE_RAM_MULTIPLE:
+        return None
+    return DatasetFitsInMemory(
+        dataset_bytes=dataset, host_memory_bytes=memory, dataset_to_memory_ratio=ratio
+    )
+
+
+# --------------------------------------------------------------------------------------
+# fabric carries storage
+# --------------------------------------------------------------------------------------
+
+
+def detect_fabric_carries_storage(context: RunContext) -> FabricCarriesStorage | None:
+    matches, compared = [], 0
+    for row, amounts in context.hosts_rows():
+        storage = row.nfs_server_read_mbps
+        surplus = row.rx_minus_tx_mbps
+        if storage is None or surplus is None or storage < MIN_NETWORK_STORAGE_MBPS:
+            continue
+        compared += 1
+        difference = abs(surplus - storage) / storage
+        if difference <= FABRIC_MATCH_TOLERANCE:
+            matches.append((row, amounts, difference))
+    if not matches:
+        return None
+    row, amounts, difference = max(matches, key=lambda m: m[0].nfs_server_read_mbps)
+    rcv, xmit = (
+        (row.ib_rcv_mbps, row.ib_xmit_mbps)
+        if amounts.fabric == "ib"
+        else (_mbps(row.net_rx_bytes, row.seconds), _mbps(row.net_tx_bytes, row.seconds))
+    )
+    return FabricCarriesStorage(
+        host=row.host,
+        epoch=row.epoch,
+        fabric=amounts.fabric,
+        rcv_mbps=rcv,
+        xmit_mbps=xmit,
+        rx_minus_tx_mbps=row.rx_minus_tx_mbps,
+        nfs_server_read_mbps=row.nfs_server_read_mbps,
+        relative_difference=difference,
+        matching_host_epochs=len(matches),
+        compared_host_epochs=compared,
+    )
+
+
+def _mbps(value: int | None, seconds: float) -> float | None:
+    if value is None or not seconds:
+        return None
+    return round(value / seconds / BYTES_PER_MB, 3)
+
+
+# --------------------------------------------------------------------------------------
+# storage bound and input bound
+# --------------------------------------------------------------------------------------
+
+
+def step_epochs(steps: StepTable, events: list[WorkloadEvent]) -> np.ndarray:
+    """Each step's epoch (float64, NaN for none), as ``collector.analysis.epochs.assign_epochs``
+    gives it: its own ``epoch`` field, else the epoch of its (host, rank)'s latest
+    ``epoch_start`` at or before it (``events``: the run's epoch events)."""
+    epochs = np.trunc(steps.epoch)  # assign_epochs takes int(epoch)
+    missing = np.flatnonzero(np.isnan(epochs))
+    if not missing.size:
+        return epochs
+    starts: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for event, epoch in assign_epochs(events):
+        if event.event == Event.EPOCH_START:
+            starts[(event.host, event.rank)].append((event.time_ns, epoch))
+    hosts = steps.host_names()
+    for key, marks in starts.items():
+        marks.sort(key=lambda mark: mark[0])  # stable: of two at one time, the later wins
+        rows = missing[(hosts[missing] == key[0]) & (steps.rank[missing] == key[1])]
+        times = np.array([time_ns for time_ns, _ in marks], dtype=np.int64)
+        numbers = np.array([float(epoch) for _, epoch in marks] + [math.nan])
+        latest = np.searchsorted(times, steps.time_ns[rows], side="right") - 1
+        epochs[rows] = numbers[latest]  # -1 (none yet) picks the NaN at the end
+    return epochs
+
+
+def step_rates(
+    steps: StepTable, events: list[WorkloadEvent], warmup_steps: int
+) -> dict[tuple[str, int], list[float]]:
+    """Images/s of every step after each rank's warm-up, per (host, epoch): the steps that
+    find an epoch (``step_epochs``) count towards their rank's warm-up; those with a
+    numeric ``images`` and a positive ``seconds`` give a rate. Rates are in step order."""
+    epochs = step_epochs(steps, events)
+    rows = np.flatnonzero(~np.isnan(epochs))
+    if not rows.size:
+        return {}
+    # each step's place among its (host, rank)'s steps with an epoch, from 0
+    order, starts = _stable_groups(steps.host_index[rows], steps.rank[rows])
+    place = np.empty(rows.size, dtype=np.int64)
+    place[order] = np.arange(rows.size) - np.repeat(starts, np.diff(starts, append=rows.size))
+    rows = rows[place >= warmup_steps]
+    with np.errstate(invalid="ignore"):
+        rows = rows[~np.isnan(steps.images[rows]) & (steps.seconds[rows] > 0)]
+    if not rows.size:
+        return {}
+    with np.errstate(over="ignore"):  # (a step of 1e-300 s: inf, as Python's division gives)
+        rates = steps.images[rows] / steps.seconds[rows]
+    order, starts = _stable_groups(steps.host_index[rows], epochs[rows])
+    return {
+        (steps.hosts[steps.host_index[rows[first]]], int(epochs[rows[first]])): group.tolist()
+        for first, group in zip(order[starts], np.split(rates[order], starts[1:]), strict=True)
+    }
+
+
+def _stable_groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by equal keys: the order that puts each group's rows together (keeping
+    their order within it), and where each group starts in that order."""
+    group = np.zeros(keys[0].size, dtype=np.int64)
+    for key in keys:  # a number per distinct combination (at most rows**2 of them)
+        values, code = np.unique(key, return_inverse=True)
+        group = group * values.size + code
+    order = np.argsort(group, kind="stable")
+    starts = np.flatnonzero(np.diff(group[order], prepend=-1))
+    return order, starts
+
+
+def coefficient_of_variation(values: list[float]) -> float | None:
+    if len(values) < MIN_STEPS_FOR_CV:
+        return None
+    array = np.asarray(values, dtype=float)
+    mean = array.mean()
+    return float(array.std() / mean) if mean > 0 else None
+
+
+def detect_storage_bound(context: RunContext) -> StorageBound | None:
+    """Storage reads (``judged_reads``) high, iowait high and step throughput unstable in the
+    same host-epochs."""
+    reads = judged_reads(context.report)
+    rows = [row for row, _ in context.hosts_rows()]
+    rates = {(r.host, r.epoch): _read_mbps(r, reads) for r in rows}
+    storage = [rate for rate in rates.values() if rate is not None]
+    if not storage:
+        return None
+    peak = max(storage)
+
+    def reading(row: EpochRow) -> bool:
+        rate = rates[(row.host, row.epoch)]
+        return (
+            rate is not None
+            and rate >= MIN_STORAGE_MBPS
+            and rate >= STORAGE_HIGH_SHARE_OF_PEAK * peak
+        )
+
+    candidates = [
+        row
+        for row in rows
+        if reading(row)
+        and row.iowait_percent is not None
+        and row.iowait_percent >= IOWAIT_HIGH_PERCENT
+    ]
+    if not candidates:  # no step event is read for a run that never waited on storage
+        return None
+    candidate_keys = {(row.host, row.epoch) for row in candidates}
+    warmup = int(_config_number(context.config, Workload.WARMUP_STEPS) or 0)
+    step_images = step_rates(context.steps(), context.events, warmup)
+    bound: list[UnstableHostEpoch] = []
+    calm: list[float] = []
+    for row in rows:
+        cv = coefficient_of_variation(step_images.get((row.host, row.epoch), []))
+        if cv is None:
+            continue
+        if (row.host, row.epoch) in candidate_keys and cv >= STEP_CV_UNSTABLE:
+            bound.append(
+                UnstableHostEpoch(
+                    host=row.host,
+                    epoch=row.epoch,
+                    iowait_percent=row.iowait_percent,
+                    step_images_per_second_cv=cv,
+                    storage_read_mbps=rates[(row.host, row.epoch)],
+                )
+            )
+        elif not reading(row):
+            calm.append(cv)
+    if not bound:
+        return None
+    return StorageBound(
+        epochs=sorted({b.epoch for b in bound}),
+        host_epochs=bound[:20],
+        worst=max(bound, key=lambda b: b.step_images_per_second_cv),
+        cv_without_storage_reads=float(np.mean(calm)) if calm else None,
+        reads_judged=reads,
+    )
+
+
+def detect_input_bound(context: RunContext) -> InputBound | None:
+    hits = [
+        row
+        for row, _ in context.hosts_rows()
+        if row.cpu_util_percent is not None
+        and row.gpu_util_percent is not None
+        and row.cpu_util_percent >= CPU_SATURATED_PERCENT
+        and row.gpu_util_percent <= GPU_LOW_PERCENT
+    ]
+    if not hits:
+        return None
+    return InputBound(
+        hosts=sorted({row.host for row in hits}),
+        epochs=sorted({row.epoch for row in hits}),
+        cpu_util_percent_mean=float(np.mean([row.cpu_util_percent for row in hits])),
+        gpu_util_percent_mean=float(np.mean([row.gpu_util_percent for row in hits])),
+        host_epochs=[
+            BusyHostEpoch(r.host, r.epoch, r.cpu_util_percent, r.gpu_util_percent)
+            for r in hits[:20]
+        ],
+    )
+
+
+# --------------------------------------------------------------------------------------
+# scaling loss
+# --------------------------------------------------------------------------------------
+
+
+def resource_use(report: EpochReport, nodes: int, reads: StorageReads) -> ResourceUse:
+    """A run's fabric bytes per image, storage reads per node (``reads``: the training's own
+    or the hosts'), CPU and GPU utilisation over its complete epochs."""
+    complete = complete_epochs(report)
+    fabric_bytes = images = 0.0
+    fabric_seen = False
+    for row, amounts in zip(report.rows, report.amounts, strict=True):
+        if row.host == ALL_HOSTS or row.epoch not in complete:
+            continue
+        images += amounts.images
+        if amounts.fabric:
+            rx, tx = ("ib_rcv", "ib_xmit") if amounts.fabric == "ib" else ("net_rx", "net_tx")
+            moved = amounts.values.get(rx, math.nan) + amounts.values.get(tx, math.nan)
+            if not math.isnan(moved):
+                fabric_bytes += moved
+                fabric_seen = True
+    totals = [r for r in report.total_rows() if r.epoch in complete]
+    seconds = sum(r.seconds for r in totals)
+    storage = [_read_bytes(r, reads) for r in totals if _read_bytes(r, reads) is not None]
+
+    def weighted(column: str) -> float | None:
+        pairs = [(getattr(r, column), r.seconds) for r in totals if getattr(r, column) is not None]
+        weight = sum(s for _, s in pairs)
+        return round(sum(v * s for v, s in pairs) / weight, 2) if weight else None
+
+    return ResourceUse(
+        fabric_bytes_per_image=round(fabric_bytes / images, 1) if fabric_seen and images else None,
+        storage_read_mbps_per_node=round(sum(storage) / seconds / BYTES_PER_MB / nodes, 3)
+        if storage and seconds and nodes
+        else None,
+        cpu_util_percent=weighted("cpu_util_percent"),
+        gpu_util_percent=weighted("gpu_util_percent"),
+    )
+
+
+def grown(reference: ResourceUse, current: ResourceUse) -> list[RateGrowth | UtilisationGrowth]:
+    """The resources whose use *grew* from the reference run to this one: only those can
+    explain a loss of throughput (one that fell, e.g. storage reads per node once more nodes
+    cache the data set, is not a cause)."""
+    changes: list[RateGrowth | UtilisationGrowth] = []
+    for name in ("fabric_bytes_per_image", "storage_read_mbps_per_node"):
+        before, after = getattr(reference, name), getattr(current, name)
+        if before is None or after is None:
+            continue
+        if before == 0:
+            grew = after > 0
+            ratio = None
+        else:
+            ratio = after / before
+            grew = ratio >= RESOURCE_CHANGE_RATIO
+        if grew:
+            changes.append(RateGrowth(name, before, after, ratio or None))
+    for name in ("cpu_util_percent", "gpu_util_percent"):
+        before, after = getattr(reference, name), getattr(current, name)
+        if before is None or after is None:
+            continue
+        if after - before >= UTILISATION_CHANGE_POINTS:
+            changes.append(UtilisationGrowth(name, before, after, after - before))
+    return changes
+
+
+def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
+    """Throughput lost to scaling, explained by the step anatomy when this run and its
+    reference run both have one, else by the resources that grew."""
+    key = GroupKey.of(context.run)
+    group_runs = [
+        r for r in context.store.runs() if r.state != RunState.FAILED and GroupKey.of(r) == key
+    ]
+    if context.run.run_id not in {r.run_id for r in group_runs}:
+        group_runs.append(context.run)
+    facts = {r.run_id: run_facts(context.store, r) for r in group_runs}
+    table = scaling_groups(context.store, list(facts.values())).get(key, [])
+    me = next((m for m in table if m.run_id == context.run.run_id), None)
+    if me is None or me.row.gpus <= 1 or not me.row.images_per_second:
+        return None
+    mine = facts[context.run.run_id]
+    found = ScalingLoss(
+        gpus=me.row.gpus,
+        nodes=me.row.nodes,
+        images_per_second=me.row.images_per_second,
+        ideal=me.row.ideal,
+        efficiency_percent=me.row.efficiency_percent,
+        scope=me.row.scope,
+        on_gpus=resource_use(context.report, mine.nodes, StorageReads.HOSTS).gpu_util_percent
+        is not None,
+    )
+    reference = _reference_run(mine, list(facts.values()))
+    attribution = None
+    if reference is not None:
+        from collector.findings.anatomy import scaling_attribution  # builds on this module
+
+        attribution = scaling_attribution(context, reference)
+    slower = attribution is not None and (
+        attribution.lost_fraction_per_rank >= SCALING_LOSS_MIN_FRACTION
+    )
+    if not found.below_floor and not slower:
+        return None
+    if reference is None:
+        return found
+    found = replace(
+        found,
+        reference_run=reference.run.run_id,
+        reference_gpus=reference.gpus,
+        reference_nodes=reference.nodes,
+        across_nodes=reference.nodes != mine.nodes,
+    )
+    if attribution is not None:  # measured: the resources' growth is no explanation beside it
+        return replace(found, attribution=attribution)
+    ref_report = context.report_of(reference.run.run_id)
+    reads = judged_reads(context.report, ref_report)
+    ref_use = resource_use(ref_report, reference.nodes, reads)
+    mine_use = resource_use(context.report, mine.nodes, reads)
+    return replace(
+        found,
+        reads_judged=reads,
+        reference_resources=ref_use,
+        run_resources=mine_use,
+        changed=grown(ref_use, mine_use),
+    )
+
+
+def _reference_run(mine: RunFacts, facts: list[RunFacts]) -> RunFacts | None:
+    """A run of the group on fewer nodes to compare resources with: the single-node run
+    with the most GPUs for a multi-node run, else the 1-GPU run."""
+    usable = [f for f in facts if f.run.run_id != mine.run.run_id and f.throughput.source]
+    if mine.nodes > 1:
+        fewer = [f for f in usable if f.nodes < mine.nodes]
+        if fewer:
+            return max(fewer, key=lambda f: (-f.nodes, f.gpus, f.run.start_ns))
+    single = [f for f in usable if f.gpus == 1]
+    return max(single, key=lambda f: f.run.start_ns) if single else None
+
+
+# --------------------------------------------------------------------------------------
+# precision and read demand
+# --------------------------------------------------------------------------------------
+
+
+def _first_epoch_storage(report: EpochReport, reads: StorageReads) -> EpochRow | None:
+    """The first complete epoch's ``*`` row that has storage reads of the kind judged."""
+    complete = complete_epochs(report)
+    totals = [
+        r for r in report.total_rows() if r.epoch in complete and _read_mbps(r, reads) is not None
+    ]
+    return totals[0] if totals else None
+
+
+def like_for_precision(run: RunInfo) -> tuple:
+    """What must be equal for two runs' read rates to be compared across precisions: model,
+    framework, data format, data set (bytes and images), batch per rank, image size, world
+    size and node count. A missing value never matches (None is not equal to a number)."""
+    key = GroupKey.of(run)
+    config = run.config
+    return (
+        key.framework,
+        key.model,
+        key.data_format,
+        _config_number(config, Workload.DATASET_BYTES) or object(),
+        _config_number(config, Workload.DATASET_IMAGES) or object(),
+        key.batch_size or object(),
+        _config_number(config, Workload.IMAGE_SIZE) or object(),
+        run.world_size or object(),
+        len(run.hosts),
+    )
+
+
+def detect_precision_read_demand(context: RunContext) -> PrecisionReadDemand | None:
+    """This run reads storage much faster in epoch 1 than a like run at another precision:
+    the same training in every other respect (``like_for_precision``)."""
+    mine = context.run
+    shape = like_for_precision
+    my_precision = GroupKey.of(mine).precision
+    others = [
+        r
+        for r in context.store.runs()
+        if r.run_id != mine.run_id
+        and r.state != RunState.FAILED
+        and shape(r) == shape(mine)
+        and GroupKey.of(r).precision not in ("", my_precision)
+    ]
+    if not others:
+        return None
+    other = max(others, key=lambda r: r.start_ns)
+    their_report = context.report_of(other.run_id)
+    reads = judged_reads(context.report, their_report)
+    first = _first_epoch_storage(context.report, reads)
+    their_first = _first_epoch_storage(their_report, reads)
+    if first is None or their_first is None:
+        return None
+    mbps, their_mbps = _read_mbps(first, reads), _read_mbps(their_first, reads)
+    if mbps < MIN_STORAGE_MBPS or not their_mbps:
+        return None
+    ratio = mbps / their_mbps
+    if ratio < PRECISION_READ_RATIO:
+        return None
+    return PrecisionReadDemand(
+        precision=my_precision,
+        other_run=other.run_id,
+        other_precision=GroupKey.of(other).precision,
+        batch_size=mine.config.get(Workload.BATCH_SIZE),
+        other_batch_size=other.config.get(Workload.BATCH_SIZE),
+        storage_read_mbps=mbps,
+        other_storage_read_mbps=their_mbps,
+        images_per_second=first.images_per_second,
+        other_images_per_second=their_first.images_per_second,
+        ratio=ratio,
+        reads_judged=reads,
+        epoch=first.epoch,
+        nfs_read_most=(first.nfs_server_read_mbps or 0) >= (first.disk_read_mbps or 0),
+    )

@@ -1,0 +1,641 @@
+"""How each rule's evidence is said: ``words(evidence) -> Finding``, the one place where a
+finding gets its title, explanation, severity and chart.
+
+Every function here is a pure function of the evidence (``collector.findings.evidence``)
+and the rules' thresholds: the same evidence always reads the same. The finding's
+``evidence`` mapping is ``evidence_json(evidence)``; ``chart`` is a declared report column
+(``contract.columns``), looked up when this module is imported.
+
+Inference runs (``collector.analysis.inference``) have no epochs, so no per-epoch report column can
+show their findings: their chart is ``NO_REPORT_COLUMN`` (""), and the dashboard's inference
+page points them at its images/s-by-batch-size figure, which shows both.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+
+from collector.analysis.scaling import format_efficiency
+from collector.findings.evidence import (
+    CRITICAL,
+    INFO,
+    INPUT_WAIT_SHARE,
+    INT8_TOP1_LOSS_LIMIT,
+    MLPERF_STORAGE_RAM_MULTIPLE,
+    RESOURCE_CHANGE_RATIO,
+    SATURATION_GAIN,
+    SCALING_CRITICAL_FRACTION,
+    SCALING_EFFICIENCY_CRITICAL,
+    SCALING_LOSS_MIN_FRACTION,
+    SCALING_WARNING_FRACTION,
+    SETTLED_READ_FRACTION,
+    SEVERITY_ORDER,
+    WARNING,
+    CacheWarmup,
+    DatasetFitsInMemory,
+    FabricCarriesStorage,
+    Finding,
+    InputBound,
+    InputWaitHost,
+    Int8AccuracyLoss,
+    PartChange,
+    PrecisionReadDemand,
+    RateGrowth,
+    ScalingAttribution,
+    ScalingLoss,
+    Startup,
+    StorageBound,
+    StorageReads,
+    Stragglers,
+    ThroughputSaturated,
+    UtilisationGrowth,
+    evidence_json,
+)
+from contract.columns import BY_NAME, format_fraction, format_points, human_bytes
+
+# the report columns the findings point at (a misspelt name fails here, on import)
+DISK_READ = BY_NAME["disk_read_mbps"]
+NFS_SERVER_READ = BY_NAME["nfs_server_read_mbps"]
+PAGE_CACHE_DELTA = BY_NAME["page_cache_delta_bytes"]
+RX_MINUS_TX = BY_NAME["rx_minus_tx_mbps"]
+IMAGES_PER_SECOND = BY_NAME["images_per_second"]
+CPU_UTIL = BY_NAME["cpu_util_percent"]
+INPUT_WAIT = BY_NAME["input_wait_percent"]
+COMPUTE = BY_NAME["compute_percent"]
+COMMUNICATION = BY_NAME["communication_percent"]
+NO_REPORT_COLUMN = ""  # inference findings: no per-epoch column (see the module's note)
+TRAINING_READ = BY_NAME["training_read_bytes"]
+
+RESOURCE_LABELS = {
+    "fabric_bytes_per_image": "network bytes per image",
+    "storage_read_mbps_per_node": "storage reads per node (MB/s)",
+    "cpu_util_percent": "CPU utilisation (%)",
+    "gpu_util_percent": "GPU utilisation (%)",
+}
+
+
+@singledispatch
+def words(evidence: object) -> Finding:
+    """The finding a rule's evidence makes."""
+    raise TypeError(f"no wording for {type(evidence).__name__}")
+
+
+def _bytes(value: float | None, missing: str = "n/a") -> str:
+    """Bytes as the evidence and the tables write them (``human_bytes``: 45.0 MB, 4.1 kB;
+    a small data set is not "0.0 GB", a few kB read are not "0.0 MB")."""
+    return missing if value is None else human_bytes(value)
+
+
+def _measured_bytes(value: float | None) -> str:
+    return _bytes(value, missing="not measured")
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f}"
+
+
+def epoch_list(epochs: list[int]) -> str:
+    if len(epochs) > 6:
+        return f"{', '.join(map(str, epochs[:5]))}, ... {epochs[-1]}"
+    return ", ".join(map(str, epochs))
+
+
+def _plural(items: list) -> str:
+    return "s" if len(items) > 1 else ""
+
+
+# --------------------------------------------------------------------------------------
+# cache warm-up and data set size
+# --------------------------------------------------------------------------------------
+
+
+READS_TEXT = {
+    StorageReads.TRAINING: "the training's own reads (its ranks' /proc/<pid>/io read_bytes)",
+    StorageReads.HOSTS: "the hosts' storage reads (disks and NFS servers, every process)",
+}
+READS_CHART = {StorageReads.TRAINING: TRAINING_READ, StorageReads.HOSTS: DISK_READ}
+READER = {
+    StorageReads.TRAINING: "the training's own processes",
+    StorageReads.HOSTS: "the hosts (every process)",
+}
+
+
+@words.register
+def _(found: CacheWarmup) -> Finding:
+    dataset = found.dataset_bytes
+    growth = found.first_epoch_page_cache_growth_bytes_per_host
+    of_what = f"of the data set ({_bytes(dataset)})" if dataset else "of that"
+    rate = found.first_epoch_storage_read_mbps
+    explanation = (
+        f"In epoch {found.first_epoch} {READS_TEXT[found.reads_judged]} took "
+        f"{_bytes(found.first_epoch_storage_read_bytes)} from storage"
+        + (f" at {rate:,.1f} MB/s" if rate is not None else "")
+        + f"; by epoch {found.settled_from_epoch} they had fallen below "
+        f"{format_fraction(SETTLED_READ_FRACTION)} {of_what}, and the last epochs read "
+        f"{_bytes(found.settled_storage_read_bytes_mean)} on average. The data set is being "
+        "served from the page cache after the first pass."
+    )
+    if growth is not None and growth > 0:
+        explanation += (
+            f" The page cache grew by {_bytes(growth)} per host during epoch "
+            f"{found.first_epoch}" + (f" (data set: {_bytes(dataset)})." if dataset else ".")
+        )
+    if found.measures_memory:
+        explanation += (
+            f" With a {_bytes(dataset)} data set and {_bytes(found.host_memory_bytes)} of RAM per "
+            "host, the epochs after the first measure memory, not storage: to measure storage "
+            f"the data set must be at least {MLPERF_STORAGE_RAM_MULTIPLE}x RAM (MLPerf "
+            "Storage), or the caches must be dropped before every epoch."
+        )
+    return Finding(
+        rule="cache_warmup",
+        severity=WARNING if found.measures_memory else INFO,
+        title=f"Storage reads stop after epoch {found.first_epoch}: later epochs run from cache",
+        explanation=explanation,
+        evidence=evidence_json(found),
+        chart=READS_CHART[found.reads_judged],
+    )
+
+
+@words.register
+def _(found: DatasetFitsInMemory) -> Finding:
+    title = (
+        "The data set fits in a host's RAM"
+        if found.fits
+        else f"The data set is less than {MLPERF_STORAGE_RAM_MULTIPLE}x a host's RAM"
+    )
+    explanation = (
+        f"The data set is {_bytes(found.dataset_bytes)} and each host has "
+        f"{_bytes(found.host_memory_bytes)} of RAM ({found.dataset_to_memory_ratio:.2g}x). "
+        + (
+            "After the first epoch the page cache can hold all of it, so throughput measures "
+            "memory, not storage. "
+            if found.fits
+            else "A large part of it stays in the page cache between epochs. "
+        )
+        + f"MLPerf Storage requires a data set of at least {MLPERF_STORAGE_RAM_MULTIPLE}x "
+        "RAM to measure storage."
+    )
+    return Finding(
+        rule="dataset_fits_in_memory",
+        severity=WARNING if found.fits else INFO,
+        title=title,
+        explanation=explanation,
+        evidence=evidence_json(found),
+        chart=PAGE_CACHE_DELTA,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# fabric carries storage
+# --------------------------------------------------------------------------------------
+
+
+@words.register
+def _(found: FabricCarriesStorage) -> Finding:
+    fabric = "InfiniBand" if found.fabric == "ib" else "the NICs"
+    return Finding(
+        rule="fabric_carries_storage",
+        severity=INFO,
+        title="The fabric carries the storage reads: receive minus send = storage read rate",
+        explanation=(
+            f"On {found.host} in epoch {found.epoch}, {fabric} received "
+            f"{found.rcv_mbps:,.0f} MB/s and sent {found.xmit_mbps:,.0f} MB/s. The "
+            f"{found.rx_minus_tx_mbps:,.0f} MB/s surplus matches the NFS read rate of "
+            f"{found.nfs_server_read_mbps:,.0f} MB/s within "
+            f"{format_fraction(found.relative_difference)}. "
+            "Gradients are sent and received in equal amounts, so the surplus is the data "
+            "set: storage traffic shares the fabric with the all-reduce "
+            f"({found.matching_host_epochs} of {found.compared_host_epochs} host-epochs with "
+            "NFS reads match)."
+        ),
+        evidence=evidence_json(found),
+        chart=RX_MINUS_TX,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# storage bound and input bound
+# --------------------------------------------------------------------------------------
+
+
+@words.register
+def _(found: StorageBound) -> Finding:
+    worst = found.worst
+    epochs = epoch_list(found.epochs)
+    explanation = (
+        f"In epoch{_plural(found.epochs)} {epochs}, step throughput was unstable "
+        f"(coefficient of variation up to {worst.step_images_per_second_cv:.2f} on "
+        f"{worst.host}) while CPUs waited on I/O ({worst.iowait_percent:.0f}% iowait) and "
+        f"{READER[found.reads_judged]} read storage at {worst.storage_read_mbps:,.0f} MB/s: "
+        "training waited on storage."
+    )
+    if found.cv_without_storage_reads is not None:
+        explanation += (
+            f" In epochs without storage reads the variation was "
+            f"{found.cv_without_storage_reads:.2f}: once the data is cached, throughput is "
+            "steady."
+        )
+    return Finding(
+        rule="storage_bound",
+        severity=WARNING,
+        title=f"Storage-bound epoch{_plural(found.epochs)} {epochs}",
+        explanation=explanation,
+        evidence=evidence_json(found),
+        chart=IMAGES_PER_SECOND,
+    )
+
+
+@words.register
+def _(found: InputBound) -> Finding:
+    return Finding(
+        rule="input_bound",
+        severity=WARNING,
+        title="Input-bound: CPUs saturated while GPUs wait",
+        explanation=(
+            f"On {', '.join(found.hosts)} in epoch{_plural(found.epochs)} "
+            f"{epoch_list(found.epochs)}, CPUs were {found.cpu_util_percent_mean:.0f}% busy "
+            f"while GPUs ran kernels {found.gpu_util_percent_mean:.0f}% of the time. The input "
+            "pipeline (JPEG decoding, augmentation) cannot feed the GPUs: more decoding "
+            "threads, a faster CPU, GPU decoding or pre-processed records would raise "
+            "throughput."
+        ),
+        evidence=evidence_json(found),
+        chart=CPU_UTIL,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# scaling loss
+# --------------------------------------------------------------------------------------
+
+
+def nodes_text(count: int | None) -> str:
+    return f"{count} node{'s' if count != 1 else ''}"
+
+
+def ranks_text(count: int, on_gpus: bool) -> str:
+    """``4 GPUs`` for a run whose hosts showed GPUs, else ``4 ranks`` (CPU processes)."""
+    noun = "GPU" if on_gpus else "rank"
+    return f"{count} {noun}{'s' if count != 1 else ''}"
+
+
+def growth_text(change: RateGrowth | UtilisationGrowth) -> str:
+    label = RESOURCE_LABELS[change.resource]
+    if isinstance(change, UtilisationGrowth):
+        how = f"{change.change_points:+.0f} points"
+    elif change.ratio:
+        how = f"{change.ratio:.2f}x"
+    else:
+        how = "from zero"
+    return f"{label}: {change.reference:,.0f} -> {change.run:,.0f} ({how})"
+
+
+PART_LABELS = {
+    "communication": "all-reduce (communication)",
+    "input_wait": "input wait",
+    "compute": "compute (forward + backward)",
+    "other": "the rest of the step (update, callbacks)",
+}
+CHART_BY_PART = {
+    "communication": COMMUNICATION,
+    "input_wait": INPUT_WAIT,
+    "compute": COMPUTE,
+    "other": COMPUTE,
+}
+
+
+def _images(rate: float) -> str:
+    """Images/s whole from 100 on, else to one decimal (a CPU run's 4.5 is not "4")."""
+    return f"{rate:,.0f}" if abs(rate) >= 100 else f"{rate:,.1f}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f}"
+
+
+def part_change_text(change: PartChange) -> str:
+    return (
+        f"{PART_LABELS[change.part]} {_ms(change.reference_seconds)} -> "
+        f"{_ms(change.run_seconds)} ms/step: {abs(change.lost_images_per_second):,.1f} images/s"
+    )
+
+
+NOTHING_GREW = "no part of the step (input wait, compute, all-reduce, the rest) grew"
+
+
+def attribution_text(found: ScalingAttribution, against: str) -> str:
+    """The step anatomy's account of a scaling loss: where the lost images/s went."""
+    over = (
+        "with epoch 1's start-up included (a run of one epoch has no later epoch to compare)"
+        if found.start_up_included
+        else "over the epochs after the first"
+    )
+    text = (
+        f" Against {against}, measured by the step anatomy {over}, "
+        f"each of the {found.ranks} ranks trained "
+        f"{found.images_per_second_per_rank:,.1f} images/s against "
+        f"{found.reference_images_per_second_per_rank:,.1f} per rank "
+    )
+    if found.lost_images_per_second <= 0:
+        return text + (
+            f"(no fewer), a step taking {_ms(found.seconds_per_step)} ms against "
+            f"{_ms(found.reference_seconds_per_step)}: {NOTHING_GREW}; the images/s were "
+            "lost outside those steps (epoch 1's start-up), or were lost already in the "
+            "reference run."
+        )
+    text += (
+        f"({format_fraction(found.lost_fraction_per_rank)} fewer): "
+        f"{found.lost_images_per_second:,.1f} images/s lost over the run, a step taking "
+        f"{_ms(found.seconds_per_step)} ms instead of {_ms(found.reference_seconds_per_step)}."
+    )
+    if found.grown:
+        text += " Where the time went: " + "; ".join(map(part_change_text, found.grown)) + "."
+        offsets = [p for p in found.shrunk if -p.lost_images_per_second >= 0.05]  # shows as 0.1
+        if offsets:
+            text += " Offset by: " + "; ".join(map(part_change_text, offsets)) + "."
+    else:
+        text += f" But {NOTHING_GREW}: the images/s were lost outside the timed steps."
+    reference, run = found.reference_fabric_bytes_per_step, found.fabric_bytes_per_step
+    return text + (
+        f" Fabric traffic per step per node: {_measured_bytes(reference)} -> "
+        f"{_measured_bytes(run)}."
+    )
+
+
+def attribution_severity(found: ScalingAttribution) -> str:
+    fraction = found.lost_fraction_per_rank
+    if fraction >= SCALING_CRITICAL_FRACTION:
+        return CRITICAL
+    return WARNING if fraction >= SCALING_WARNING_FRACTION else INFO
+
+
+@words.register
+def _(found: ScalingLoss) -> Finding:
+    ranks = ranks_text(found.gpus, found.on_gpus)
+    efficiency = (
+        format_efficiency(found.efficiency_percent)
+        if found.efficiency_percent is not None
+        else None
+    )
+    if efficiency is not None:
+        explanation = (
+            f"{ranks} on {nodes_text(found.nodes)} reached {_images(found.images_per_second)} "
+            f"images/s of an ideal {_images(found.ideal)} (1 x {found.gpus}): {efficiency} "
+            "efficiency."
+        )
+        title = f"Scaling efficiency {efficiency} on {ranks}"
+    else:
+        explanation = (
+            f"{ranks} on {nodes_text(found.nodes)} reached {_images(found.images_per_second)} "
+            "images/s (no 1-GPU run of this training to give its efficiency)."
+        )
+        title = f"Scaling loss on {ranks}"
+    severities = []
+    if found.below_floor:
+        critical = found.efficiency_percent < SCALING_EFFICIENCY_CRITICAL
+        severities.append(CRITICAL if critical else WARNING)
+    against = (
+        f"{found.reference_run} ({ranks_text(found.reference_gpus or 0, found.on_gpus)} "
+        f"on {nodes_text(found.reference_nodes)})"
+    )
+    chart = ""
+    attribution = found.attribution
+    changed = found.changed or []
+    if attribution is not None:
+        explanation += attribution_text(attribution, against)
+        if attribution.lost_fraction_per_rank >= SCALING_LOSS_MIN_FRACTION:
+            severities.append(attribution_severity(attribution))
+        if attribution.lost_images_per_second > 0 and attribution.grown:
+            top = attribution.grown[0]
+            title += (
+                f": {attribution.lost_images_per_second:,.1f} images/s lost to scaling, "
+                f"mostly {PART_LABELS[top.part]}"
+            )
+            chart = CHART_BY_PART[top.part].name
+        else:
+            title += f": no part of the step grew against {found.reference_run}"
+    elif found.reference_run is not None:
+        storage_compared = any("storage" in c.resource for c in changed)
+        reads = (
+            f" (storage: {READS_TEXT[found.reads_judged]})"
+            if found.reads_judged and storage_compared
+            else ""
+        )
+        if changed:
+            explanation += (
+                f" Grew against {against}: "
+                + "; ".join(growth_text(c) for c in changed)
+                + f".{reads}"
+            )
+            grew_with = "node count" if found.across_nodes else "rank count"
+            title += f": {RESOURCE_LABELS[changed[0].resource]} grew with {grew_with}"
+            chart = RX_MINUS_TX.name if "fabric" in changed[0].resource else ""
+        else:
+            explanation += (
+                f" No measured resource grew by {RESOURCE_CHANGE_RATIO:.2f}x against "
+                f"{against}{reads}."
+            )
+    return Finding(
+        rule="scaling_loss",
+        severity=min(severities, key=SEVERITY_ORDER.__getitem__) if severities else INFO,
+        title=title,
+        explanation=explanation,
+        evidence=evidence_json(found),
+        chart=chart,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# precision and read demand
+# --------------------------------------------------------------------------------------
+
+
+@words.register
+def _(found: PrecisionReadDemand) -> Finding:
+    mine, theirs = found.precision, found.other_precision
+    return Finding(
+        rule="precision_read_demand",
+        severity=INFO,
+        title=f"{mine.upper()} reads storage {found.ratio:.1f}x as fast as {theirs.upper()}",
+        explanation=(
+            f"In epoch {found.epoch} this {mine} run read storage at "
+            f"{found.storage_read_mbps:,.1f} MB/s ({READS_TEXT[found.reads_judged]}, "
+            "in both runs) and trained "
+            f"{_rate(found.images_per_second)} images/s; the {theirs} run "
+            f"{found.other_run}, the same training otherwise (model, data set, batch per "
+            f"rank, image size, ranks and nodes), read {found.other_storage_read_mbps:,.1f}"
+            f" MB/s at {_rate(found.other_images_per_second)} images/s. A run that "
+            "trains faster pulls images from storage faster: storage sized for the "
+            "slower precision can hold the faster one back until the data set is cached."
+        ),
+        evidence=evidence_json(found),
+        chart=(
+            TRAINING_READ
+            if found.reads_judged == StorageReads.TRAINING
+            else NFS_SERVER_READ
+            if found.nfs_read_most
+            else DISK_READ
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# the step anatomy's input wait, stragglers and start-up
+# --------------------------------------------------------------------------------------
+
+
+CAUSE_TEXT = {
+    "storage": "storage-bound: the training's reads came from storage"
+    " (or the CPUs sat in iowait); a faster file system, more read-ahead or caching the data"
+    " set would help",
+    "decode": "decode-bound: the CPUs were saturated decoding and augmenting; more or faster"
+    " cores, GPU decoding (DALI) or pre-processed records would help",
+    "undetermined": "neither storage nor the CPUs were saturated: more loader workers or a"
+    " deeper prefetch would help",
+}
+
+
+@words.register
+def _(found: InputWaitHost) -> Finding:
+    def number(value: float | None, unit: str, digits: int = 0) -> str:
+        return "not measured" if value is None else f"{value:,.{digits}f}{unit}"
+
+    return Finding(
+        rule="input_wait",
+        severity=WARNING if found.input_wait_share >= 2 * INPUT_WAIT_SHARE else INFO,
+        title=(
+            f"Input-bound on {found.host}: {format_fraction(found.input_wait_share)} of step time "
+            f"waiting for data ({found.cause})"
+        ),
+        explanation=(
+            f"In epoch{'s' if len(found.epochs) > 1 else ''} "
+            f"{', '.join(map(str, found.epochs))} the ranks on {found.host} waited for their "
+            f"next batch {format_fraction(found.input_wait_share)} of the step time. CPU "
+            f"{number(found.cpu_util_percent, '%')} busy, iowait "
+            f"{number(found.iowait_percent, '%', 1)}, storage "
+            f"{number(found.storage_read_mbps, ' MB/s', 1)}; the training itself read "
+            f"{_measured_bytes(found.training_read_bytes)} from storage of "
+            f"{_measured_bytes(found.training_rchar_bytes)} read in all. "
+            + CAUSE_TEXT[found.cause]
+            + "."
+        ),
+        evidence=evidence_json(found),
+        chart=INPUT_WAIT,
+    )
+
+
+@words.register
+def _(found: Stragglers) -> Finding:
+    first = found.epochs[0]
+    listing = "; ".join(
+        f"epoch {h.epoch}: rank {h.rank} on {h.host} busy {h.busy_seconds_per_step * 1000:,.0f}"
+        f" ms/step against {h.others_median_seconds_per_step * 1000:,.0f} (slower in "
+        f"{PART_LABELS[h.slow_part]})"
+        for h in found.epochs
+    )
+    if found.same_rank and len(found.epochs) > 1:
+        verdict = (
+            f"The same rank (rank {first.rank} on {first.host}) every time: a slow node, "
+            "device or its data path, not chance."
+        )
+    elif found.same_rank:
+        verdict = "Seen in one epoch only."
+    else:
+        verdict = (
+            "A different rank from epoch to epoch: a moving straggler, typical of data "
+            "loading (uneven shards, cache misses) or noisy neighbours rather than a slow node."
+        )
+    return Finding(
+        rule="straggler",
+        severity=WARNING if found.same_rank and len(found.epochs) > 1 else INFO,
+        title=(
+            f"Straggler: rank {first.rank} on {first.host}"
+            if found.same_rank
+            else "Stragglers move from rank to rank"
+        ),
+        explanation=(
+            "The other ranks wait for the slowest in every all-reduce, so one slow rank "
+            f"sets everyone's step time. {listing}. {verdict}"
+        ),
+        evidence=evidence_json(found),
+        chart=COMMUNICATION,
+    )
+
+
+def startup_reads_text(found: Startup) -> str:
+    if found.first_read_bytes is None and found.settled_read_bytes is None:
+        return "The training's own reads were not measured (its ranks sent none). "
+    return (
+        f"The training read {_measured_bytes(found.first_read_bytes)} from storage in epoch 1 and "
+        f"{_measured_bytes(found.settled_read_bytes)} per later epoch. "
+    )
+
+
+@words.register
+def _(found: Startup) -> Finding:
+    ratio = found.first_seconds_per_step / found.settled_seconds_per_step
+    parts = ", ".join(
+        f"{PART_LABELS[p]} +{s:,.1f} s" for p, s in found.extra_seconds_by_part.items() if s > 0.05
+    )
+    cause = {
+        "build": "graph building, compilation and warm-up (compute and the rest of the "
+        "step), not storage",
+        "reads": "the first reads of the data set (input wait)",
+        "mixed": "both graph building/compilation and first reads",
+    }[found.cause]
+    return Finding(
+        rule="startup",
+        severity=INFO,
+        title=f"Epoch 1 took {ratio:.1f}x as long per step: {cause.split(' (')[0]}",
+        explanation=(
+            f"Epoch 1 ran {found.first_seconds_per_step * 1000:,.0f} ms per step against "
+            f"{found.settled_seconds_per_step * 1000:,.0f} later: {found.extra_seconds:,.1f} s "
+            f"extra per rank ({parts}). Mostly {cause}. {startup_reads_text(found)}"
+            "Throughput figures leave the warm-up steps out for this reason."
+        ),
+        evidence=evidence_json(found),
+        chart=INPUT_WAIT if found.cause == "reads" else COMPUTE,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# inference
+# --------------------------------------------------------------------------------------
+
+
+@words.register
+def _(found: Int8AccuracyLoss) -> Finding:
+    return Finding(
+        rule="int8_accuracy_loss",
+        severity=WARNING,
+        title=f"INT8 loses {format_points(found.top1_loss).lstrip('+')} of top-1",
+        explanation=(
+            f"Top-1 fell from {format_fraction(found.fp32_top1)} in FP32 to "
+            f"{format_fraction(found.int8_top1)} in INT8, more than the "
+            f"{format_points(INT8_TOP1_LOSS_LIMIT).lstrip('+')} this check "
+            "allows (the study's TensorRT INT8 lost at most 0.18). Calibrate on more "
+            "training pictures, ones like those served, or keep the layers that "
+            "lose most in FP32."
+        ),
+        evidence=evidence_json(found),
+        chart=NO_REPORT_COLUMN,
+    )
+
+
+@words.register
+def _(found: ThroughputSaturated) -> Finding:
+    precision = found.precision.upper()
+    return Finding(
+        rule="throughput_saturated",
+        severity=INFO,
+        title=f"{precision} throughput stops growing at batch size {found.batch_size}",
+        explanation=(
+            f"{precision} runs {found.images_per_second:.1f} images/s at batch "
+            f"{found.batch_size} and {found.largest_images_per_second:.1f} at batch "
+            f"{found.largest_batch_size}: less than {format_fraction(SATURATION_GAIN)} more. "
+            "The node's compute is full; larger batches only add latency."
+        ),
+        evidence=evidence_json(found),
+        chart=NO_REPORT_COLUMN,
+    )

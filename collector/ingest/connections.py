@@ -1,0 +1,633 @@
+"""The collector's connections: one event loop does all network I/O, a bounded pool of
+threads handles complete requests.
+
+Why not a thread per connection (``ThreadingHTTPServer``, what the collector had): a
+client that opens a connection and sends nothing, or its headers a byte at a time, holds a
+thread and a descriptor for as long as it likes. About a thousand of them reached the
+default 1,024-descriptor limit; ``accept`` then failed with EMFILE on every pass of the
+server loop (100 % CPU) and no writer got in. 2,000 slow clients would be 2,000 threads.
+
+Here one asyncio loop owns every socket. It reads a request's head and body with deadlines
+(a silent or slow client costs a descriptor and a few KiB, no thread), and only a complete
+request goes to one of ``workers`` threads, which runs the HTTP handler over the request's
+bytes in memory and hands back the response bytes; the loop writes them. Parsing and the
+store's writes run in those threads (the store serializes its writes anyway; large bodies
+go on to the parse processes).
+
+Limits (``collector serve`` options, ``Limits`` here):
+
+- ``--header-timeout`` (10 s): a request's head must be complete within it, counted from
+  the connection's accept for the first request and from the first byte for later ones.
+  A client that sent nothing is closed; one that sent part of a head gets 408.
+- ``--idle-timeout`` (75 s): a kept-alive connection with no new request is closed.
+- ``--body-timeout`` (30 s): a body must arrive within it, extended by one second for every
+  ``BODY_MIN_RATE`` bytes received (Apache's mod_reqtimeout rule: a large body on a slow
+  link is fine, a body trickled a byte at a time is cut); 408 and close.
+- ``--max-connections`` (10,000, and never more than the descriptor limit minus
+  ``RESERVED_DESCRIPTORS``): at the cap a new connection first makes room by closing the
+  connection that has waited longest without a request (idle, or still sending its head,
+  which gets 503); only when every connection is busy with a request is the new one
+  refused: 503 with ``Retry-After`` and a one-line reason, then closed. So slow clients
+  cannot lock writers out, and the process never runs out of descriptors.
+
+The loop counts the descriptors it holds for clients and accepts itself (asyncio's own
+accept loop, on EMFILE, logs and retries once per pending connection: thousands of log
+lines a second). Should the process run out anyway (files held elsewhere in it), it stops
+accepting for a second, logged at most once a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import io
+import json
+import logging
+import resource
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from urllib.parse import parse_qs, urlsplit
+
+from collector.ingest.http import HttpError, parse_chunk_size, parse_content_length
+from netserve.limits import Limits
+
+log = logging.getLogger("collector.ingest.server")
+
+RETRY_AFTER_SECONDS = 5
+RESERVED_DESCRIPTORS = 64  # the store, parse processes, logs: never given to clients
+BODY_MIN_RATE = 1024  # bytes/s; each such amount received adds a second to a body's deadline
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADER_LINES = 100
+WRITE_PATHS = ("/api/v2/write", "/write")
+LINGER_SECONDS = 2.0  # reading (and dropping) an unread body before closing
+LINGER_BYTES = 1 << 20
+_CHUNK = 1 << 16
+STREAM_LIMIT = MAX_HEAD_BYTES + 1024  # longest line a connection's reader takes
+ACCEPT_BATCH = 16  # connections accepted per wake-up of the loop
+ACCEPT_ROOM = 32  # descriptors beyond the cap for refusals and evictions in flight
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit; the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as error:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, error)
+    return soft
+
+
+def connection_cap(wanted: int, descriptor_limit: int) -> int:
+    """At most ``wanted`` connections, and never more than the descriptors allow."""
+    return max(1, min(wanted, descriptor_limit - RESERVED_DESCRIPTORS))
+
+
+def listening_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=backlog)
+
+
+class ClientGone(Exception):
+    """The client closed or reset the connection, or was evicted: nothing to answer."""
+
+
+def response_bytes(
+    status: int, payload: dict, headers: dict[str, str] | None = None, close: bool = True
+) -> bytes:
+    """A complete JSON response, written by the loop itself (no handler involved)."""
+    body = json.dumps(payload).encode("utf-8")
+    lines = [
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+        "Content-Type: application/json; charset=utf-8",
+        f"Content-Length: {len(body)}",
+        *(f"{name}: {value}" for name, value in (headers or {}).items()),
+    ]
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class Connection:
+    """One client connection and where it stands."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer: tuple = tuple(peer[:2]) if peer else ("-", 0)
+        self.accepted = time.monotonic()
+        self.partial = False  # bytes of a request head have arrived
+        self.evicted = False
+
+    def send_and_close(self, data: bytes) -> None:
+        if not self.writer.is_closing():
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                self.writer.write(data)
+        self.writer.close()
+
+
+@dataclass
+class Head:
+    raw: bytes
+    method: str
+    target: str
+    version: str
+    headers: dict[str, list[str]]  # lower-case name -> values
+
+    def one(self, name: str) -> str | None:
+        values = self.headers.get(name)
+        return values[0] if values else None
+
+
+class HttpFront:
+    """Accepts, reads and frames requests on an asyncio loop; ``handle(raw, peer)`` (run in a
+    worker thread) turns one complete request into ``(response bytes, close)``."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        handle: Callable[[bytes, tuple], tuple[bytes, bool]],
+        limits: Limits,
+        max_body_bytes: int,
+        body_wanted: Callable[[Head], bool],
+        note_refusal: Callable[[int, str, str, str], object],
+    ) -> None:
+        self.sock = sock
+        self.handle = handle
+        self.limits = limits
+        self.max_body_bytes = max_body_bytes
+        self.body_wanted = body_wanted  # False: answer from the head (401, 404)
+        self.note_refusal = note_refusal
+        self.connections: set[Connection] = set()
+        self.waiting: dict[Connection, None] = {}  # no request in hand, longest first
+        self.refused = 0
+        self.evicted = 0
+        self.open = 0  # accepted sockets not yet closed: descriptors held for clients
+        self.evicting = 0  # of which closed to make room, not yet gone
+        self._accepting = False
+        self._descriptor_warning = -1e9
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    # ---------------------------------------------------------------- life cycle
+
+    def serve_forever(self) -> None:
+        asyncio.run(self._serve())
+
+    def shutdown(self) -> None:
+        """Stop serving (from any thread or a signal handler)."""
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None:
+            loop.call_soon_threadsafe(stopping.set)
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(self._loop_error)
+        self._stopping = asyncio.Event()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            self.limits.workers, thread_name_prefix="request"
+        )
+        self.sock.setblocking(False)
+        self._resume_accepting()
+        try:
+            await self._stopping.wait()
+        finally:
+            self._pause_accepting()
+            self.sock.close()
+            for connection in list(self.waiting):
+                connection.writer.close()
+            deadline = time.monotonic() + 10.0  # let requests in hand finish
+            while self.connections and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        error = context.get("exception")
+        if isinstance(error, ConnectionError | TimeoutError):
+            log.debug("connection error: %s", error)
+        else:
+            log.error("event loop: %s", context.get("message"), exc_info=error)
+
+    # ---------------------------------------------------------------- accepting
+
+    def _resume_accepting(self) -> None:
+        if not self._accepting and self.sock.fileno() >= 0:
+            assert self._loop is not None
+            self._loop.add_reader(self.sock.fileno(), self._accept)
+            self._accepting = True
+
+    def _pause_accepting(self) -> None:
+        if self._accepting:
+            assert self._loop is not None
+            self._loop.remove_reader(self.sock.fileno())
+            self._accepting = False
+
+    def _accept(self) -> None:
+        """Accept what is waiting (a few at a time, so that accepting never starves the
+        connections already open). Descriptors are counted here: beyond the cap a new
+        connection evicts a waiting one or is refused, and accepting pauses rather than
+        ever asking for a descriptor the process cannot have."""
+        cap = self.limits.max_connections
+        assert self._loop is not None
+        for _ in range(ACCEPT_BATCH):
+            if self.open >= cap + ACCEPT_ROOM:
+                self._pause_accepting()  # resumed as connections close
+                return
+            try:
+                client, peer = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as error:  # EMFILE and the like: held elsewhere in the process
+                self._out_of_descriptors(error)
+                return
+            self.open += 1
+            client.setblocking(False)
+            if self.open - self.evicting > cap and not self._evict_one():
+                self._refuse(client, peer)
+                continue
+            self._loop.create_task(self._connection(client, peer))
+
+    def _out_of_descriptors(self, error: OSError) -> None:
+        now = time.monotonic()
+        if now - self._descriptor_warning >= 60.0:
+            self._descriptor_warning = now
+            log.warning(
+                "cannot accept connections: %s; pausing 1 s (%d open; raise LimitNOFILE or "
+                "lower --max-connections); logged at most once a minute",
+                error,
+                self.open,
+            )
+        self._pause_accepting()
+        assert self._loop is not None
+        self._loop.call_later(1.0, self._resume_accepting)
+
+    def _closed(self, connection: Connection | None) -> None:
+        self.open -= 1
+        if connection is not None and connection.evicted:
+            self.evicting -= 1
+        if not self._accepting and self.open < self.limits.max_connections + ACCEPT_ROOM:
+            self._resume_accepting()
+
+    def _refuse(self, client: socket.socket, peer: tuple) -> None:
+        """503 at the cap, every connection busy with a request: answered and closed at
+        once (what the client already sent is read first: closing over unread data would
+        reset the connection and could lose the answer)."""
+        self.refused += 1
+        self.note_refusal(503, peer[0], "-", "too many connections")
+        answer = response_bytes(
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            {
+                "code": "unavailable",
+                "message": f"too many connections (at most {self.limits.max_connections}):"
+                f" retry in {RETRY_AFTER_SECONDS} s",
+            },
+            {"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+        try:
+            for _ in range(16):
+                if not client.recv(_CHUNK):
+                    break
+        except OSError:
+            pass
+        try:
+            client.send(answer)
+            client.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        client.close()
+        self._closed(None)
+
+    def _evict_one(self) -> bool:
+        """Make room at the cap: close the connection that has waited longest without a
+        request (idle keep-alive: closed, as its idle timeout would; still sending its
+        head: 503 with Retry-After)."""
+        if not self.waiting:
+            return False
+        victim = next(iter(self.waiting))
+        del self.waiting[victim]
+        victim.evicted = True
+        self.evicting += 1
+        self.evicted += 1
+        if victim.partial:
+            self.note_refusal(503, victim.peer[0], "-", "too many connections (evicted)")
+            victim.send_and_close(
+                response_bytes(
+                    HTTPStatus.SERVICE_UNAVAILABLE,
+                    {
+                        "code": "unavailable",
+                        "message": "too many connections: this one sent no complete request"
+                        f" in time; retry in {RETRY_AFTER_SECONDS} s",
+                    },
+                    {"Retry-After": str(RETRY_AFTER_SECONDS)},
+                )
+            )
+        else:
+            victim.writer.close()
+        return True
+
+    # ---------------------------------------------------------------- one connection
+
+    async def _connection(self, client: socket.socket, peer: tuple) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=client, limit=STREAM_LIMIT)
+        except OSError:
+            client.close()
+            self._closed(None)
+            return
+        connection = Connection(reader, writer)
+        self.connections.add(connection)
+        try:
+            await self._serve_connection(connection)
+        except (ClientGone, ConnectionError, TimeoutError, asyncio.IncompleteReadError) as error:
+            log.debug("client %s left (%s)", connection.peer[0], type(error).__name__)
+        except Exception:
+            log.exception("connection from %s failed", connection.peer[0])
+        finally:
+            self.connections.discard(connection)
+            self.waiting.pop(connection, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            self._closed(connection)
+
+    async def _serve_connection(self, connection: Connection) -> None:
+        limits = self.limits
+        first = True
+        while True:
+            self.waiting[connection] = None
+            if first:
+                deadline = connection.accepted + limits.header_timeout
+                first_byte = await self._read(connection, connection.reader.read(1), deadline)
+            else:
+                idle_deadline = time.monotonic() + limits.idle_timeout
+                first_byte = await self._read(connection, connection.reader.read(1), idle_deadline)
+                deadline = time.monotonic() + limits.header_timeout
+            if not first_byte or connection.evicted:
+                return
+            connection.partial = True
+            head = await self._read_head(connection, first_byte, deadline)
+            if head is None or connection.evicted:
+                return
+            self.waiting.pop(connection, None)  # busy: never evicted from here on
+            body, close_after = await self._read_body(connection, head)
+            if body is None:
+                return
+            assert self._loop is not None
+            response, close = await self._loop.run_in_executor(
+                self._pool, self.handle, head.raw + body, connection.peer
+            )
+            if not response:
+                return
+            connection.writer.write(response)
+            await asyncio.wait_for(connection.writer.drain(), limits.write_timeout)
+            if close or close_after:
+                await self._lingering_close(connection)
+                return
+            connection.partial = False
+            first = False
+
+    async def _read(self, connection: Connection, read, deadline: float) -> bytes:
+        """Await a read of ``connection`` until ``deadline``; ``b""`` when the client
+        closed; on time out: close (408 when part of a request arrived)."""
+        try:
+            return await asyncio.wait_for(read, max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            if connection.evicted:
+                raise ClientGone from None
+            if connection.partial:
+                self.note_refusal(408, connection.peer[0], "-", "request not received in time")
+                await self._answer_and_close(
+                    connection,
+                    response_bytes(
+                        HTTPStatus.REQUEST_TIMEOUT,
+                        {"code": "timeout", "message": "request not received in time"},
+                    ),
+                )
+            raise ClientGone from None
+
+    async def _read_head(
+        self, connection: Connection, first_byte: bytes, deadline: float
+    ) -> Head | None:
+        reader = connection.reader
+        lines: list[bytes] = []
+        size = 0
+        pending = first_byte
+        while True:
+            try:
+                line = pending + await self._read(connection, reader.readline(), deadline)
+            except ValueError:  # a line longer than the stream's limit
+                line = b"x" * (MAX_HEAD_BYTES + 1)
+            pending = b""
+            if not lines and line in (b"\r\n", b"\n"):
+                continue  # empty lines before a request line are ignored (RFC 9112 2.2)
+            size += len(line)
+            if size > MAX_HEAD_BYTES or len(lines) > MAX_HEADER_LINES + 1:
+                too_long = not lines or len(lines[0]) > MAX_HEAD_BYTES
+                status = (
+                    HTTPStatus.REQUEST_URI_TOO_LONG
+                    if too_long
+                    else HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+                )
+                self.note_refusal(status, connection.peer[0], "-", HTTPStatus(status).phrase)
+                await self._answer_and_close(
+                    connection,
+                    response_bytes(
+                        status,
+                        {
+                            "code": "invalid",
+                            "message": f"request head over {MAX_HEAD_BYTES} bytes or "
+                            f"{MAX_HEADER_LINES} headers",
+                        },
+                    ),
+                )
+                return None
+            if not line:  # the client closed mid-head
+                if not lines:
+                    return None
+                break
+            lines.append(line)
+            if line in (b"\r\n", b"\n") or not line.endswith(b"\n"):
+                break
+        return parse_head(b"".join(lines))
+
+    async def _read_body(self, connection: Connection, head: Head) -> tuple[bytes | None, bool]:
+        """The body's raw bytes as they came (chunk framing included), and whether the
+        connection must close after the answer (a body that was not read). ``b""`` when
+        the handler answers from the head alone (it refuses the request, or has none)."""
+        transfer_encoding = head.one("transfer-encoding")
+        lengths = head.headers.get("content-length", [])
+        has_body = transfer_encoding is not None or any(v.strip(" \t") != "0" for v in lengths)
+        if not has_body:
+            return b"", False
+        if not self.body_wanted(head):
+            return b"", True
+        if transfer_encoding is not None:
+            if transfer_encoding.strip(" \t").lower() != "chunked":
+                return b"", True
+            self._continue(connection, head)
+            return await self._read_chunked(connection), False
+        try:
+            length = parse_content_length(lengths)
+        except HttpError:
+            return b"", True
+        if length > self.max_body_bytes:
+            return b"", True
+        self._continue(connection, head)
+        reading = BodyDeadline(self.limits.body_timeout)
+        parts: list[bytes] = []
+        remaining = length
+        while remaining:
+            part = await self._read(
+                connection, connection.reader.read(min(remaining, _CHUNK)), reading.deadline
+            )
+            if not part:  # the client closed early: the handler answers "body truncated"
+                break
+            reading.received(len(part))
+            parts.append(part)
+            remaining -= len(part)
+        return b"".join(parts), False
+
+    async def _read_chunked(self, connection: Connection) -> bytes:
+        """Chunks as they came, up to the last one and its trailers, or up to the first
+        fault (a bad size line, too large, the client gone): the handler then answers with
+        the same checks as it parses them."""
+        reader = connection.reader
+        reading = BodyDeadline(self.limits.body_timeout)
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            try:
+                size_line = await self._read(connection, reader.readline(), reading.deadline)
+            except ValueError:
+                return b"".join(parts) + b"?\n"  # an endless size line: not a hex number
+            parts.append(size_line)
+            reading.received(len(size_line))
+            try:
+                size = parse_chunk_size(size_line[:1024])
+            except HttpError:
+                return b"".join(parts)
+            if size == 0:
+                for _ in range(101):
+                    trailer = await self._read(connection, reader.readline(), reading.deadline)
+                    parts.append(trailer)
+                    if trailer in (b"\r\n", b"\n", b""):
+                        break
+                return b"".join(parts)
+            total += size
+            if total > self.max_body_bytes:
+                return b"".join(parts)
+            remaining = size
+            while remaining:
+                part = await self._read(
+                    connection, reader.read(min(remaining, _CHUNK)), reading.deadline
+                )
+                if not part:
+                    return b"".join(parts)
+                reading.received(len(part))
+                parts.append(part)
+                remaining -= len(part)
+            line_end = await self._read(connection, reader.readline(), reading.deadline)
+            parts.append(line_end)
+            if line_end not in (b"\r\n", b"\n"):
+                return b"".join(parts)  # the handler names the fault
+
+    def _continue(self, connection: Connection, head: Head) -> None:
+        """``Expect: 100-continue``: the body will be read, tell the client to send it."""
+        expect = (head.one("expect") or "").strip().lower()
+        if expect == "100-continue" and head.version == "HTTP/1.1":
+            connection.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    async def _answer_and_close(self, connection: Connection, answer: bytes) -> None:
+        """Answer a request that will not be read to its end (408, 431), then close the
+        way every answer closes: a client still sending must get the answer, not a reset."""
+        if connection.writer.is_closing():
+            return
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            connection.writer.write(answer)
+        await self._lingering_close(connection)
+
+    async def _lingering_close(self, connection: Connection) -> None:
+        """Close after the answer has gone out, reading and dropping what the client still
+        sends for a moment (a refused body): closing a socket with unread data resets the
+        connection, and the client could lose the answer."""
+        writer = connection.writer
+        try:
+            if writer.can_write_eof():
+                writer.write_eof()
+            deadline = time.monotonic() + LINGER_SECONDS
+            dropped = 0
+            while dropped < LINGER_BYTES:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                part = await asyncio.wait_for(connection.reader.read(_CHUNK), remaining)
+                if not part:
+                    break
+                dropped += len(part)
+        except (ConnectionError, TimeoutError, OSError):
+            pass
+
+
+class BodyDeadline:
+    """``timeout`` seconds for a body, plus one for every ``BODY_MIN_RATE`` bytes received."""
+
+    def __init__(self, timeout: float) -> None:
+        self.deadline = time.monotonic() + timeout
+
+    def received(self, count: int) -> None:
+        self.deadline += count / BODY_MIN_RATE
+
+
+def parse_head(raw: bytes) -> Head:
+    """The method, target and headers of a request head; what it cannot make out is left
+    empty (the handler answers the malformed head with its own 400)."""
+    lines = raw.split(b"\n")
+    words = lines[0].decode("latin-1").split()
+    method, target = (words[0], words[1]) if len(words) >= 2 else ("", "")
+    version = words[2] if len(words) >= 3 else ""
+    headers: dict[str, list[str]] = {}
+    for line in lines[1:]:
+        name, sep, value = line.decode("latin-1").partition(":")
+        if sep:
+            headers.setdefault(name.strip().lower(), []).append(value.strip(" \t\r"))
+    return Head(raw, method, target, version, headers)
+
+
+def buffered_request(
+    handler_class: type, server: object, raw: bytes, peer: tuple
+) -> tuple[bytes, bool]:
+    """Run a ``BaseHTTPRequestHandler`` over one complete request held in memory: the
+    response bytes, and whether the connection must close."""
+    handler = handler_class.__new__(handler_class)
+    handler.server = server
+    handler.client_address = peer
+    handler.request = None
+    handler.rfile = io.BytesIO(raw)
+    handler.wfile = io.BytesIO()
+    handler.close_connection = True
+    try:
+        handler.handle_one_request()
+    except Exception:
+        log.exception("request from %s failed", peer[0])
+        return (
+            response_bytes(
+                HTTPStatus.INTERNAL_SERVER_ERROR,
+                {"code": "internal error", "message": "request failed"},
+            ),
+            True,
+        )
+    return handler.wfile.getvalue(), bool(handler.close_connection)
+
+
+def query_of(target: str) -> tuple[str, dict[str, list[str]]]:
+    url = urlsplit(target)
+    return url.path, parse_qs(url.query)

@@ -1,0 +1,660 @@
+"""``collector serve``: the InfluxDB write API in front of the store.
+
+Endpoints (what InfluxDB 2 answers, so the agent, the workloads, Telegraf and any InfluxDB
+client can write here):
+
+``POST /api/v2/write?bucket=B&org=O&precision=ns|us|ms|s``
+``POST /write?db=D&precision=n|ns|u|us|ms|s|m|h`` (InfluxDB 1 compatible)
+    Line protocol, optionally ``Content-Encoding: gzip``, plain or chunked. Bucket, org and
+    db are accepted and ignored: there is one store. Answers 204 once every valid line is
+    committed; 400 ``{"code": "invalid", "message": "... line N: ..."}`` when some lines are
+    malformed (the valid lines of the body are stored all the same, like InfluxDB's partial
+    writes); 401 without the token; 413 for a body over ``--max-body-bytes`` (decided from
+    Content-Length before reading, and while reading chunked or gzip bodies).
+``GET /health``, ``GET /ready``, ``GET|HEAD /ping`` (204): InfluxDB's shapes.
+
+Retention (``--retention-days``) applies to the SQLite store; with ``--backend
+victoriametrics=URL`` the samples live in VictoriaMetrics, whose own ``-retentionPeriod``
+applies. ``--backend prometheus=URL`` forwards nothing (collector.store.backends).
+
+Token (``--token-file``): ``Authorization: Token <t>`` (or ``Bearer``); on ``/write`` also
+Basic auth or ``?p=`` with the token as password. Without a token file, writes are open
+(the default listen address is loopback). The token is never logged, nor is a query string.
+
+Connections (collector.ingest.connections): one asyncio loop reads and writes every socket, with
+header, idle and body timeouts and a connection cap (503 with ``Retry-After`` beyond it);
+complete requests are handled in a bounded pool of threads. Bodies over
+``PARALLEL_PARSE_BYTES`` are parsed in a pool of worker processes (parsing is CPU-bound
+Python, and the GIL would otherwise keep it on one core); the store keeps one writer
+connection behind a lock. Background maintenance folds new points into blocks (and merges
+a finished window's blocks once) every ``COMPACT_SECONDS`` and applies
+``--retention-days``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import concurrent.futures
+import errno
+import hmac
+import json
+import logging
+import multiprocessing
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler
+from urllib.parse import parse_qs, urlsplit
+
+from collector.api import client as read_api
+from collector.ingest import lineprotocol
+from collector.ingest.connections import (
+    WRITE_PATHS,
+    Head,
+    HttpFront,
+    Limits,
+    buffered_request,
+    connection_cap,
+    listening_socket,
+    query_of,
+    raise_descriptor_limit,
+)
+from collector.ingest.http import HttpError, _gunzip, parse_chunk_size, parse_content_length
+from collector.ingest.lineprotocol import ParsedBody, PrecisionError
+from collector.store import SqliteStore
+from collector.store.backends import forwarding_url
+from collector.store.victoriametrics import BackendError, Forwarder
+from netserve.refusals import RefusalLog
+from netserve.tokens import TokenFileError, read_token_file
+
+log = logging.getLogger("collector.ingest.server")
+
+VERSION = "2.7.0-epochscope"  # what /ping and /health report; clients only check it exists
+PARALLEL_PARSE_BYTES = 256 * 1024
+COMPACT_SECONDS = 30.0
+RETENTION_SECONDS = 3600.0  # how often retention runs
+_READ_CHUNK = 1 << 16
+V2_PRECISIONS = ("ns", "us", "ms", "s")
+
+
+class Sink:
+    """Where parsed bodies go: the SQLite store, or VictoriaMetrics plus local events."""
+
+    def __init__(self, store: SqliteStore, forwarder: Forwarder | None = None) -> None:
+        self.store = store
+        self.forwarder = forwarder
+
+    def write(self, parsed: ParsedBody, body: bytes, precision: str) -> None:
+        if self.forwarder is None:
+            self.store.write(parsed)
+            return
+        try:
+            self.forwarder.forward(parsed, body, precision)
+        except BackendError as error:
+            # nothing is stored: the client keeps the batch and sends it again
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", str(error)) from None
+        if parsed.events:
+            self.store.write(ParsedBody(events=parsed.events, points=len(parsed.events)))
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """In a worker process: exit as soon as ``parent_pid`` (the collector) is gone.
+
+    The workers are children of the forkserver, not of the collector, so a kill -9 of the
+    collector would leave them behind (no atexit, no pool shutdown runs). A daemon thread
+    waits on a pidfd of the collector (no polling); where pidfds are not available it
+    checks once a second. The forkserver itself exits when the collector's end of its
+    pipe closes.
+    """
+
+    def watch() -> None:
+        try:
+            pidfd = os.pidfd_open(parent_pid)
+        except (AttributeError, OSError):
+            while _process_exists(parent_pid):
+                time.sleep(1.0)
+        else:
+            select.select([pidfd], [], [])
+        os._exit(0)
+
+    if not _process_exists(parent_pid):
+        os._exit(0)
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ParsePool:
+    """Worker processes that parse large bodies; small ones are parsed in the caller."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._lock = threading.Lock()
+        self._executor: concurrent.futures.ProcessPoolExecutor | None = None
+
+    def _pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                context = multiprocessing.get_context("forkserver")
+                context.set_forkserver_preload(["collector.ingest.lineprotocol"])
+                self._executor = concurrent.futures.ProcessPoolExecutor(
+                    max_workers=self.workers,
+                    mp_context=context,
+                    initializer=exit_with_parent,
+                    initargs=(os.getpid(),),
+                )
+            return self._executor
+
+    def start(self) -> None:
+        """Start the workers now rather than on the first large body."""
+        if self.workers > 1:
+            try:
+                futures = [self._pool().submit(os.getpid) for _ in range(self.workers)]
+                concurrent.futures.wait(futures)
+            except (OSError, concurrent.futures.BrokenExecutor) as error:
+                log.warning("parse workers unavailable (%s); parsing in the server", error)
+                self.workers = 1
+
+    def parse(self, body: bytes, precision: str | None, now_ns: int) -> ParsedBody:
+        if self.workers < 2 or len(body) < PARALLEL_PARSE_BYTES:
+            return lineprotocol.parse_body_bytes(body, precision, now_ns)
+        try:
+            future = self._pool().submit(lineprotocol.parse_body_bytes, body, precision, now_ns)
+            return future.result()
+        except concurrent.futures.BrokenExecutor:
+            log.warning("a parse worker died; starting new workers")
+            with self._lock:
+                self._executor = None
+        except OSError as error:  # no processes to be had: parse here from now on
+            log.warning("parse workers unavailable (%s); parsing in the server", error)
+            self.workers = 1
+        return lineprotocol.parse_body_bytes(body, precision, now_ns)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True, cancel_futures=True)
+                self._executor = None
+
+
+# A client that hangs up, resets or stalls is collector.ingest.connections' business (one debug
+# line); a handler reads bytes in memory, so only a backend can raise these inside it.
+CLIENT_GONE = (ConnectionError, TimeoutError)
+
+
+class CollectorServer:
+    """The write and read API on one listening socket: connections are read and written by
+    an event loop, complete requests handled by ``WriteHandler`` in a bounded pool of
+    threads (collector.ingest.connections says why and what the limits are)."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        sink: Sink,
+        token: str | None = None,
+        max_body_bytes: int = 64 * 1024 * 1024,
+        parse_pool: ParsePool | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.socket = listening_socket(*address)  # OSError: collector.ingest.server.cannot_listen
+        self.server_address = self.socket.getsockname()
+        self.sink = sink
+        self.token = token
+        self.max_body_bytes = max_body_bytes
+        self.parse_pool = parse_pool or ParsePool(1)
+        self.started = datetime.now(UTC)
+        self.started_monotonic = time.monotonic()
+        self.read_store = sink.store  # what the read API reads (run() may give a backend's)
+        self.refusals = RefusalLog(log)
+        self.limits = limits or Limits()
+        self.front = HttpFront(
+            self.socket,
+            self.handle,
+            self.limits,
+            max_body_bytes,
+            self.body_wanted,
+            self.refusals.refused,
+        )
+
+    def handle(self, raw: bytes, peer: tuple) -> tuple[bytes, bool]:
+        """One complete request (in a worker thread): response bytes, close or not."""
+        return buffered_request(WriteHandler, self, raw, peer)
+
+    def body_wanted(self, head: Head) -> bool:
+        """Read this request's body? Only for a write the token allows: anything else is
+        answered from its head (404, 401) without taking the body in."""
+        path, query = query_of(head.target)
+        if head.method != "POST" or path not in WRITE_PATHS:
+            return False
+        return authorized(self.token, head.one("authorization") or "", query, path == "/write")
+
+    def serve_forever(self) -> None:
+        self.front.serve_forever()
+
+    def shutdown(self) -> None:
+        self.front.shutdown()
+
+    def server_close(self) -> None:
+        self.socket.close()
+
+
+def authorized(
+    token: str | None, authorization: str, query: dict[str, list[str]], v1: bool
+) -> bool:
+    """Does the request carry ``token``: ``Authorization: Token|Bearer <t>``; on ``/write``
+    (``v1``) also Basic auth or ``?p=`` with the token as password. No token: open."""
+    if token is None:
+        return True
+    offered: list[str] = []
+    scheme, _, credentials = authorization.strip().partition(" ")
+    if scheme.lower() in ("token", "bearer"):
+        offered.append(credentials.strip())
+    elif v1 and scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
+            offered.append(decoded.partition(":")[2])
+        except (binascii.Error, UnicodeDecodeError):
+            pass
+    if v1:
+        offered.extend(query.get("p", []))
+    expected = token.encode("utf-8")
+    return any(hmac.compare_digest(expected, given.encode("utf-8")) for given in offered)
+
+
+class WriteHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "epochscope-collector"
+    server: CollectorServer
+
+    def handle_expect_100(self) -> bool:
+        return True  # the connection's loop sent 100 Continue before it read the body
+
+    # ---------------------------------------------------------------- dispatch
+
+    def do_POST(self) -> None:
+        url = urlsplit(self.path)
+        try:
+            if url.path == "/api/v2/write":
+                self._write(parse_qs(url.query), v1=False)
+            elif url.path == "/write":
+                self._write(parse_qs(url.query), v1=True)
+            else:
+                raise HttpError(HTTPStatus.NOT_FOUND, "not found", "path not found", close=True)
+        except HttpError as error:
+            self._send_error(error)
+        except CLIENT_GONE:
+            raise  # not the client (its bytes are in memory): buffered_request answers 500
+        except Exception:
+            log.exception("write failed")
+            self._send_error(
+                HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", "write failed")
+            )
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        if url.path == "/ping":
+            self._ping(parse_qs(url.query))
+        elif url.path == "/health":
+            self._health()
+        elif (view := read_api.view_of(url.path)) is not None:
+            self._read_view(view, parse_qs(url.query))
+        elif url.path == "/ready":
+            up = time.monotonic() - self.server.started_monotonic
+            started = self.server.started.isoformat(timespec="microseconds")
+            self._send_json(
+                HTTPStatus.OK,
+                {"status": "ready", "started": started.replace("+00:00", "Z"), "up": f"{up:.3f}s"},
+            )
+        else:
+            self._send_error(HttpError(HTTPStatus.NOT_FOUND, "not found", "path not found"))
+
+    def do_HEAD(self) -> None:
+        if urlsplit(self.path).path == "/ping":
+            self._ping({})
+        else:
+            self._send(HTTPStatus.NOT_FOUND, b"", "application/json; charset=utf-8", head=True)
+
+    # ---------------------------------------------------------------- endpoints
+
+    def _ping(self, query: dict[str, list[str]]) -> None:
+        if query.get("verbose", [""])[0].lower() == "true":
+            self._send_json(HTTPStatus.OK, {"version": VERSION})
+        else:
+            self._send(HTTPStatus.NO_CONTENT, b"", None, head=self.command == "HEAD")
+
+    def _health(self) -> None:
+        health = {
+            "name": "epochscope-collector",
+            "message": "ready for queries and writes",
+            "status": "pass",
+            "checks": [],
+            "version": VERSION,
+            "commit": "",
+        }
+        # a store that cannot write, compact or be read fails, as InfluxDB's does
+        problems = self.server.sink.store.health()
+        if problems:
+            health.update(status="fail", message="store unavailable: " + "; ".join(problems))
+            self._send_json(HTTPStatus.SERVICE_UNAVAILABLE, health)
+            return
+        self._send_json(HTTPStatus.OK, health)
+
+    def _read_view(self, view: str, query: dict[str, list[str]]) -> None:
+        """``GET /api/v1/runs|report|scaling``: collector.api.client, behind the write token."""
+        try:
+            self._authorize(query, v1=False)
+            result = read_api.answer(view, query, self.server.read_store)
+        except HttpError as error:
+            self._send_error(error)
+            return
+        except CLIENT_GONE:
+            raise
+        except Exception:
+            log.exception("read of %s failed", view)
+            self._send_error(
+                HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", "read failed")
+            )
+            return
+        self._send(result.status, result.body, result.content_type)
+
+    def _write(self, query: dict[str, list[str]], v1: bool) -> None:
+        self._authorize(query, v1)
+        precision = query.get("precision", ["ns"])[0] or "ns"
+        if not v1 and precision not in V2_PRECISIONS:
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                "invalid",
+                f"invalid precision {precision!r}: use one of {', '.join(V2_PRECISIONS)}",
+                close=True,
+            )
+        try:
+            lineprotocol.precision_factor(precision)
+        except PrecisionError as error:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", str(error), close=True) from None
+        body = self._read_body()
+        now_ns = time.time_ns()
+        parsed = self.server.parse_pool.parse(body, precision, now_ns)
+        self.server.sink.write(parsed, body, precision)
+        if parsed.errors:
+            shown = "; ".join(str(error) for error in parsed.errors[:10])
+            more = f" (and {len(parsed.errors) - 10} more)" if len(parsed.errors) > 10 else ""
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                "invalid",
+                f"partial write: {parsed.points} points written, "
+                f"{len(parsed.errors)} line(s) rejected: {shown}{more}",
+            )
+        self._send(HTTPStatus.NO_CONTENT, b"", None)
+
+    # ---------------------------------------------------------------- request parts
+
+    def _authorize(self, query: dict[str, list[str]], v1: bool) -> None:
+        if not authorized(self.server.token, self.headers.get("Authorization", ""), query, v1):
+            raise HttpError(
+                HTTPStatus.UNAUTHORIZED, "unauthorized", "unauthorized access", close=True
+            )
+
+    def _read_body(self) -> bytes:
+        limit = self.server.max_body_bytes
+        too_large = HttpError(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            "request too large",
+            f"request body exceeds the limit of {limit} bytes",
+            close=True,
+        )
+        encoding = self.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("identity", "gzip", ""):
+            raise HttpError(
+                HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                "unsupported media type",
+                f"Content-Encoding {encoding!r} is not supported (use gzip or none)",
+                close=True,
+            )
+        transfer_encoding = self.headers.get("Transfer-Encoding")
+        if transfer_encoding is not None:
+            if transfer_encoding.strip(" \t").lower() != "chunked":
+                raise HttpError(
+                    HTTPStatus.NOT_IMPLEMENTED,
+                    "invalid",
+                    f"Transfer-Encoding {transfer_encoding!r} is not supported (use chunked)",
+                    close=True,
+                )
+            raw = self._read_chunked(limit, too_large)
+        else:
+            length = parse_content_length(self.headers.get_all("Content-Length") or [])
+            if length > limit:
+                raise too_large
+            raw = self.rfile.read(length)
+            if len(raw) != length:
+                raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", "body truncated", close=True)
+        if encoding == "gzip":
+            return _gunzip(raw, limit, too_large)
+        return raw
+
+    def _read_chunked(self, limit: int, too_large: HttpError) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            size = parse_chunk_size(self.rfile.readline(1024))
+            if size == 0:
+                # trailers end with an empty line
+                for _ in range(100):
+                    if self.rfile.readline(1024) in (b"\r\n", b"\n", b""):
+                        return b"".join(parts)
+                raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", "too many trailers", close=True)
+            total += size
+            if total > limit:
+                raise too_large
+            chunk = self.rfile.read(size)
+            if len(chunk) != size:
+                raise HttpError(HTTPStatus.BAD_REQUEST, "invalid", "body truncated", close=True)
+            parts.append(chunk)
+            if self.rfile.readline(8) not in (b"\r\n", b"\n"):
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST,
+                    "invalid",
+                    "bad chunked encoding: a chunk is longer than its size line says",
+                    close=True,
+                )
+
+    # ---------------------------------------------------------------- responses
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str | None,
+        head: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.send_response(status)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
+        self.send_header("X-Influxdb-Version", VERSION)
+        self.send_header("X-Influxdb-Build", "OSS")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if status != HTTPStatus.NO_CONTENT:
+            self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if body and not head:
+            self.wfile.write(body)
+
+    def _send_json(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
+        body = json.dumps(payload).encode("utf-8")
+        self._send(status, body, "application/json; charset=utf-8", headers=headers)
+
+    def _send_error(self, error: HttpError) -> None:
+        if error.close:
+            self.close_connection = True
+        headers = None
+        path = urlsplit(self.path).path if hasattr(self, "path") else "-"
+        if error.status < HTTPStatus.INTERNAL_SERVER_ERROR:  # the phrase: messages quote lines
+            reason = HTTPStatus(error.status).phrase
+            self.server.refusals.refused(error.status, self.client_address[0], path, reason)
+        if error.status == HTTPStatus.UNAUTHORIZED:
+            headers = {"WWW-Authenticate": 'Token realm="epochscope"'}
+        self._send_json(error.status, {"code": error.code, "message": error.message}, headers)
+
+    # Request lines can carry the token (``/write?p=``): log method, path and status only.
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        path = urlsplit(self.path).path if hasattr(self, "path") else "-"
+        log.debug("%s %s %s", getattr(self, "command", "-"), path, code)
+
+    def log_error(self, format: str, *args: object) -> None:
+        log.debug("bad request from %s", self.client_address[0])
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("request from %s", self.client_address[0])
+
+
+# -------------------------------------------------------------------- process
+
+
+def read_token(path: str | None) -> str | None:
+    """The token in ``path`` (``netserve.tokens``), or None without a path."""
+    if path is None:
+        return None
+    try:
+        return read_token_file(path)
+    except TokenFileError as error:
+        raise SystemExit(f"collector: {error}") from None
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise SystemExit(f"collector: --listen wants HOST:PORT, got {listen!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def cannot_listen(host: str, port: int, error: OSError) -> str:
+    """One line saying why ``host:port`` cannot be listened on, and what to do."""
+    where = f"cannot listen on {host}:{port}: {error.strerror or error}"
+    if error.errno == errno.EADDRINUSE:
+        return (
+            f"{where}: another process (another collector?) has that port; stop it "
+            f"(ss -ltnp 'sport = :{port}' names it) or choose a free one with --listen HOST:PORT"
+        )
+    if error.errno == errno.EACCES:
+        return f"{where}: ports below 1024 need root; choose one above with --listen HOST:PORT"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return f"{where}: no interface of this machine has that address; fix --listen HOST:PORT"
+    return f"{where}; fix --listen HOST:PORT"
+
+
+class Maintenance(threading.Thread):
+    """Compacts small blocks and applies retention in the background."""
+
+    def __init__(self, store: SqliteStore, retention_days: float | None) -> None:
+        super().__init__(name="store-maintenance", daemon=True)
+        self.store = store
+        self.retention_days = retention_days
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        last_retention = 0.0
+        while not self.stopping.wait(COMPACT_SECONDS):
+            try:
+                self.store.compact()
+                now = time.monotonic()
+                if self.retention_days is not None and now - last_retention >= RETENTION_SECONDS:
+                    last_retention = now
+                    cutoff = time.time_ns() - int(self.retention_days * 86400e9)
+                    dropped = self.store.delete_before(cutoff)
+                    if dropped:
+                        log.info("retention: dropped %d blocks", dropped)
+            except Exception:
+                log.exception("store maintenance failed")
+
+
+def run(args) -> int:
+    logging.basicConfig(
+        level=os.environ.get("EPOCHSCOPE_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    token = read_token(args.token_file)
+    host, port = parse_listen(args.listen)
+    store = SqliteStore(args.db, check_integrity=True)  # StoreError: one line (collector.cli)
+    forward_to = forwarding_url(args.backend)  # None: store here (prometheus=URL too)
+    forwarder = Forwarder(forward_to) if forward_to else None
+    workers = args.parse_workers or min(os.cpu_count() or 1, 8)
+    pool = ParsePool(workers)
+    descriptors = raise_descriptor_limit()
+    max_connections = connection_cap(args.max_connections, descriptors)
+    if max_connections < args.max_connections:
+        log.warning(
+            "--max-connections %d lowered to %d: the open-file limit is %d "
+            "(raise it: LimitNOFILE= in the systemd unit, ulimit -n)",
+            args.max_connections,
+            max_connections,
+            descriptors,
+        )
+    limits = Limits(
+        max_connections=max_connections,
+        header_timeout=args.header_timeout,
+        idle_timeout=args.idle_timeout,
+        body_timeout=args.body_timeout,
+    )
+    try:
+        server = CollectorServer(
+            (host, port),
+            Sink(store, forwarder),
+            token=token,
+            max_body_bytes=args.max_body_bytes,
+            parse_pool=pool,
+            limits=limits,
+        )
+    except OSError as error:
+        pool.close()
+        store.close()
+        raise SystemExit(f"collector: {cannot_listen(host, port, error)}") from None
+    # worker processes import numpy: start them beside the server, once it has its port
+    threading.Thread(target=pool.start, name="parse-pool-start", daemon=True).start()
+    if forwarder is not None:  # the read API's samples are in the backend too
+        from collector.store.backends import open_backend_store, parse_backend_spec
+
+        server.read_store = open_backend_store(parse_backend_spec(args.backend), args.db)
+    maintenance = Maintenance(store, args.retention_days)
+    maintenance.start()
+
+    def stop(signum: int, frame: object) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    bound_host, bound_port = server.server_address[:2]
+    where = f"backend {args.backend.partition('=')[0]}" if args.backend else f"db {args.db}"
+    log.info(
+        "listening on http://%s:%d (%s, token %s, at most %d connections)",
+        bound_host,
+        bound_port,
+        where,
+        "required" if token else "not required",
+        max_connections,
+    )
+    sys.stderr.flush()
+    try:
+        server.serve_forever()
+    finally:
+        maintenance.stopping.set()
+        server.server_close()
+        pool.close()
+        store.close()
+    return 0

@@ -1,0 +1,121 @@
+"""The inference report as people read it: ``collector inference``'s table and JSON, made
+from the one ``InferenceReport`` (``collector.analysis.inference``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+
+from collector.analysis.inference import (
+    InferenceReport,
+    build_report,
+    inference_runs,
+    is_inference_run,
+)
+from collector.findings.inference import inference_findings
+from collector.store.api import ReadStore
+from collector.views.errors import CliError
+from contract import columns
+from contract.columns import format_fraction
+from contract.schema import Event, InferencePrecision
+
+
+def _fixed(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_rate(value: float | None) -> str:
+    return _fixed(value, 1)
+
+
+def format_speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def format_top1(value: float | None) -> str:
+    return "-" if value is None else format_fraction(value)
+
+
+def format_points(value: float | None) -> str:
+    return "-" if value is None else columns.format_points(value)
+
+
+def format_milliseconds(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def format_report(report: InferenceReport) -> str:
+    """The plain-text table ``collector inference`` prints."""
+    lines = [
+        f"run {report.run_id}: {report.model} inference ({report.state}), "
+        f"{report.execution_provider or 'provider unknown'}, INT8 as "
+        f"{report.int8_format or '-'}, {report.image_size or '?'} px, weights: "
+        f"{report.weights or '?'}",
+        "",
+        f"{'batch':>5}  {'FP32 img/s':>10}  {'INT8 img/s':>10}  {'INT8 speed-up':>13}",
+    ]
+    for row in report.comparisons:
+        lines.append(
+            f"{row.batch_size:>5}  {format_rate(row.fp32_images_per_second):>10}  "
+            f"{format_rate(row.int8_images_per_second):>10}  "
+            f"{format_speedup(row.int8_speedup):>13}"
+        )
+    lines += [
+        "",
+        f"{'batch':>5}  {'precision':<9}  {'p50 ms':>8}  {'p90 ms':>8}  {'p99 ms':>8}",
+    ]
+    for m in report.measurements:
+        lines.append(
+            f"{m.batch_size:>5}  {m.precision:<9}  {format_milliseconds(m.latency_p50_seconds):>8}"
+            f"  {format_milliseconds(m.latency_p90_seconds):>8}"
+            f"  {format_milliseconds(m.latency_p99_seconds):>8}"
+        )
+    lines += [
+        "",
+        f"top-1 on {report.validation_images or '?'} validation images: FP32 "
+        f"{format_top1(report.top1.get(InferencePrecision.FP32))}, INT8 "
+        f"{format_top1(report.top1.get(InferencePrecision.INT8))}, INT8 - FP32 "
+        f"{format_points(report.top1_difference)}",
+        "",
+    ]
+    if not report.findings:
+        lines.append("No findings.")
+    for finding in report.findings:
+        lines.append(f"{finding.severity.upper()} {finding.title}")
+        lines.append(f"  {finding.explanation}")
+    return "\n".join(lines) + "\n"
+
+
+def inference_report(store: ReadStore, run_id: str) -> InferenceReport | None:
+    """The run's report with its findings: what every view of an inference run shows."""
+    run = store.run(run_id)
+    if run is None or not is_inference_run(run):
+        return None
+    events = store.events(run_id, kinds=(Event.RUN_START, Event.INFERENCE, Event.RUN_END))
+    report = build_report(run, events)
+    return replace(report, findings=tuple(inference_findings(report)))
+
+
+def print_inference(store: ReadStore, args: argparse.Namespace, out) -> int:
+    """``collector inference [RUN] [--format table|json]``: the newest inference run when
+    no RUN is given."""
+    run_id = args.run_id
+    if run_id is None:
+        runs = inference_runs(store)
+        if not runs:
+            raise CliError("no inference run in the store (make one with `workloads infer`)")
+        run_id = runs[0].run_id
+    report = inference_report(store, run_id)
+    if report is None:
+        known = store.run(run_id) is not None
+        raise CliError(
+            f"run {run_id!r} is a training run, not an inference run (see `collector report`)"
+            if known
+            else f"no run {run_id!r} in the store (see `collector runs`)"
+        )
+    if args.format == "json":
+        out.write(json.dumps(report.to_json(), indent=2) + "\n")
+    else:
+        out.write(format_report(report))
+    return 0

@@ -1,0 +1,1 @@
+"""What every epochscope server shares: connection limits, the refusal log."""

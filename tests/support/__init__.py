@@ -1,0 +1,1 @@
+"""Test and bench support: synthetic stored runs, loopback servers, slow clients, a browser."""

@@ -1,0 +1,201 @@
+"""``workloads profile -- COMMAND``: profile a user's own, unmodified training.
+
+COMMAND runs as the user would run it (``python train.py``, ``torchrun ...``,
+``horovodrun ...``), with ``workloads/autoprofile/site`` first on its ``PYTHONPATH`` and
+the run described in ``EPOCHSCOPE_PROFILE_RUN``: every Python process it starts is
+instrumented (``workloads.autoprofile``); other programs are left alone. Without
+``--collector`` a collector and an agent run beside it exactly as for ``workloads run
+--profile`` (``workloads.launch.local_stack``), and the per-epoch table and findings are
+printed at the end. The exit status is the command's (128 + N when a signal N ended it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from contract.schema import Event
+from netserve import tokens
+from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
+from workloads.launch.local_stack import EmbeddedProfile, ProfileError, child_env
+from workloads.launch.preflight import collector_url
+from workloads.record.events import AGENT_PORT_ENV
+from workloads.record.spec import DEFAULT_SPOOL_ROOT, TOKEN_ENV, TOKEN_FILE_ENV, run_id_arg
+
+NOT_FOUND_STATUS = 127  # as a shell says it
+NOT_EXECUTABLE_STATUS = 126
+NO_LOOP_HINT = (
+    "nothing in it was recognised as training (no PyTorch DataLoader followed by optimizer "
+    "steps, no Keras Model.fit): name its epochs and steps with workloads.track "
+    "(see workloads/track.py)"
+)
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    profile = commands.add_parser(
+        "profile", help="profile your own training: workloads profile [options] -- COMMAND",
+        description=__doc__.splitlines()[0],
+    )  # fmt: skip
+    profile.add_argument("--collector", type=collector_url,
+                         help="collector URL (default: one started here)")  # fmt: skip
+    profile.add_argument("--token-file", type=Path, help="file holding the collector token")
+    profile.add_argument("--run-id", type=run_id_arg, help="default: profile-<UTC time>")
+    profile.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default ./runs")
+    profile.add_argument("--data-dir", type=Path,
+                         help="the data set the script reads (size, --drop-caches)")  # fmt: skip
+    profile.add_argument("--drop-caches", action="store_true",
+                         help="drop --data-dir from the page cache first")  # fmt: skip
+    profile.add_argument("--step-every", type=int, default=10, help="a step event every K")
+    profile.add_argument("--agent-port", type=int, default=9711, help="agent /metrics port")
+    profile.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
+
+
+class UsageError(ValueError):
+    pass
+
+
+def command_of(args: argparse.Namespace) -> list[str]:
+    command = list(args.argv)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no command to profile: workloads profile [options] -- COMMAND [ARGS]")
+    return command
+
+
+def read_token_file(path: Path | None) -> Path | None:
+    """``path`` resolved once its token is known to be usable (``netserve.tokens``)."""
+    if path is None:
+        return None
+    try:
+        tokens.read_token_file(path, "--token-file")
+    except tokens.TokenFileError as error:
+        raise UsageError(str(error)) from None
+    return path.resolve()
+
+
+def command_env(
+    config: ProfileConfig, token_file: Path | None, agent_port: int | None = None
+) -> dict[str, str]:
+    """The command's environment: instrumentation first on PYTHONPATH, the run, the token
+    file's path (never the token), the agent port the ranks ask for edge samples."""
+    env = child_env()
+    if agent_port is not None:
+        env[AGENT_PORT_ENV] = str(agent_port)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir()), env.get("PYTHONPATH")]))
+    env[RUN_ENV] = config.encode()
+    env.pop(TOKEN_ENV, None)
+    env.pop(TOKEN_FILE_ENV, None)
+    if token_file is not None:
+        env[TOKEN_FILE_ENV] = str(token_file)
+    return env
+
+
+def exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def started_ranks(profile: EmbeddedProfile, run_id: str) -> int:
+    from collector.store import SqliteStore
+
+    store = SqliteStore(profile.db)
+    try:
+        return len(store.events(run_id, kinds=(Event.RUN_START,)))
+    finally:
+        store.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from workloads.launch.launcher import Plan, close_unended_ranks, new_run_id, run_tool
+    from workloads.launch.processes import Interrupted, become_subreaper, raise_on_signals
+    from workloads.record.spec import RunSpec
+    from workloads.train.datasets import DatasetError, describe
+
+    try:
+        command = command_of(args)
+        token_file = read_token_file(args.token_file)
+        if args.drop_caches and args.data_dir is None:
+            raise UsageError("--drop-caches drops the data set from the page cache: "
+                             "give it with --data-dir")  # fmt: skip
+        if args.step_every < 1:
+            raise UsageError(f"--step-every must be >= 1 (got {args.step_every})")
+        dataset = describe(args.data_dir.resolve()) if args.data_dir is not None else None
+    except (UsageError, DatasetError) as error:
+        print(f"workloads: {error}", file=sys.stderr)
+        return 2
+    run_id = args.run_id or new_run_id("profile")
+    runs_dir = args.runs_dir.resolve()
+    shown = shlex.join(command)
+    print(f"profile {run_id}: {shown}", flush=True)
+    raise_on_signals()
+    become_subreaper()
+    profile: EmbeddedProfile | None = None
+    status, launched, interrupted = 1, False, None
+    try:
+        from workloads.launch.hosts import prepare_local
+
+        paths = dataset.paths("train") + dataset.paths("val") if dataset else None
+        report = prepare_local(paths, args.drop_caches, args.agent_port)
+        report.agent_embedded = not args.collector
+        print(f"host {report.describe()}", flush=True)
+        if not args.collector:
+            profile = EmbeddedProfile(run_id, runs_dir).start()
+        config = ProfileConfig(
+            run_id=run_id,
+            collector_url=args.collector or profile.url,
+            spool_root=str(DEFAULT_SPOOL_ROOT),
+            step_every=args.step_every,
+            data_format=dataset.format if dataset else None,
+            dataset_images=dataset.train.images if dataset else None,
+            dataset_bytes=dataset.train.bytes if dataset else None,
+        )
+        launched = True
+        try:
+            status = exit_status(
+                run_tool(
+                    command,
+                    command_env(
+                        config, token_file, profile.agent_port if profile else args.agent_port
+                    ),
+                    profile.pids() if profile else (),
+                )
+            )
+        except FileNotFoundError:
+            print(f"workloads: {command[0]}: command not found", file=sys.stderr)
+            status = NOT_FOUND_STATUS
+        except PermissionError:
+            print(f"workloads: {command[0]}: permission denied", file=sys.stderr)
+            status = NOT_EXECUTABLE_STATUS
+    except ProfileError as error:
+        print(f"workloads: {error}", file=sys.stderr)
+        return 2
+    except Interrupted as error:
+        interrupted, status = error, error.exit_status
+        print(f"workloads: {error}: the command's processes are stopped", file=sys.stderr)
+    finally:
+        if launched and status != 0 and profile is not None and profile.running():
+            close_unended_ranks(Plan(RunSpec(run_id, "pytorch"), [], 0, None, runs_dir), profile)
+        if profile is not None:
+            profile.stop()
+    ranks = None
+    if profile is not None:
+        ranks = started_ranks(profile, run_id)
+        if ranks:
+            profile.report()
+            print(f"open the dashboard on this run: {profile.dashboard_command()}")
+    else:  # the ranks delivered their events before they exited
+        from workloads.launch.launcher import print_collector_report
+
+        token = token_file.read_text().strip() if token_file else None
+        plan = Plan(RunSpec(run_id, "pytorch"), [], 0, token, runs_dir)
+        print_collector_report(plan, args)
+    if ranks == 0:
+        print(f"workloads: no training was seen in `{shown}`: {NO_LOOP_HINT}", file=sys.stderr)
+    if interrupted is not None:
+        print(f"profile {run_id} stopped by {interrupted}: marked failed", flush=True)
+    elif status != 0:
+        print(f"workloads: `{shown}` exited with status {status}", file=sys.stderr)
+    return status

@@ -1,0 +1,1 @@
+"""``workloads run``: checks, hosts, launching the ranks, the local collector-plus-agent."""
