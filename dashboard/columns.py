@@ -18,7 +18,6 @@ from contract import columns as report_columns
 from contract.columns import FRACTION_DIGITS, format_fraction
 
 MISSING = "–"
-ALL_HOSTS = "*"  # the report's row that adds up every host of an epoch
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from collector.analysis.scaling import format_efficiency
 from contract.columns import COMPLETE, FRACTION_DIGITS
-from dashboard.columns import ALL_HOSTS
+from contract.markers import ALL_HOSTS
 
 NS_PER_MS = 1_000_000
 

@@ -13,10 +13,10 @@ from dash import dash_table, dcc, html
 
 from collector.views.evidence import evidence_items
 from contract.columns import COMPLETE, INTERRUPTED
+from contract.markers import ALL_HOSTS, ALL_HOSTS_LABEL
 from contract.schema import INFERENCE_FRAMEWORK
 from dashboard import figures
 from dashboard.columns import (
-    ALL_HOSTS,
     EPOCH_COLUMNS,
     RUN_COLUMNS,
     SCALING_COLUMNS,
@@ -170,7 +170,6 @@ def per_host_default(rows: list[dict[str, Any]]) -> list[str]:
     return [PER_HOST] if len(rows) <= EPOCH_TABLE_MAX_ROWS else []
 
 
-ALL_HOSTS_LABEL = "all hosts"
 FIRST_EPOCH_BACKGROUND = "#fff6ec"  # epoch 1 reads the data set from storage: it stands out
 TABLE_FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', Arial, sans-serif"
 

@@ -11,7 +11,7 @@ import pytest
 
 from collector.analysis.epochs import EpochAmounts, rows_from_amounts
 from collector.store.api import StepTable, WorkloadEvent
-from collector.views import query
+from collector.views import query, run_cache, timeseries
 from contract.schema import RunState
 from tests.support.memory_store import MemoryStore
 from tests.support.run_builder import NS, T0_NS, RunBuilder
@@ -180,9 +180,9 @@ def test_step_images_are_spread_over_each_steps_duration():
         step(22, None, 7),  # no duration: counted at 22 s, in 20..30
         step(2, 4.0, 80),  # [-2, 2]: half before the first bucket, which is not counted
     ]
-    images = query.step_images(StepTable.from_events(steps), starts, ends, closed_last=True)
+    images = timeseries.step_images(StepTable.from_events(steps), starts, ends, closed_last=True)
     assert images.tolist() == pytest.approx([50 + 40, 50, 40 + 7], abs=1e-9)
-    assert np.isnan(query.step_images(StepTable.empty(), starts, ends, closed_last=True)).all()
+    assert np.isnan(timeseries.step_images(StepTable.empty(), starts, ends, closed_last=True)).all()
 
 
 def test_images_per_second_follows_uneven_steps_without_a_saw_tooth(make_store):
@@ -326,8 +326,8 @@ def test_a_kept_run_reads_series_as_the_store_cuts_them(make_store):
     """Series cut from one read of the whole run equal the store's own reads."""
     store = make_store(storage_run().points())
     run = query._run(store, "ts")
-    kept = query._KeptRun(store, run)
-    infos = [i for t in query._RUN_TOTALS for i in store.list_series(t.measurement, t.field)]
+    kept = run_cache.KeptRun(store, run)
+    infos = [i for t in timeseries._RUN_TOTALS for i in store.list_series(t.measurement, t.field)]
     for start_s, end_s in ((0, 150), (0, 100), (30.5, 31.2), (100, 150), (149, 150)):
         start, end = T0_NS + round(start_s * NS), T0_NS + round(end_s * NS)
         for mine, theirs in zip(

@@ -107,6 +107,7 @@ from collector.store.api import (
     event_number,
 )
 from contract.columns import BY_NAME, COMPLETE, INTERRUPTED, REPORT_COLUMN_NAMES, RUNNING
+from contract.markers import ALL_HOSTS
 from contract.schema import (
     Cpu,
     Disk,
@@ -123,7 +124,6 @@ from contract.schema import (
     Workload,
 )
 
-ALL_HOSTS = "*"
 BYTES_PER_MB = 1_000_000
 
 COLUMNS: tuple[str, ...] = REPORT_COLUMN_NAMES  # declared in contract.columns

@@ -10,9 +10,9 @@ writes)::
 
 A query parameter is the long option of the command line without its dashes (``true``
 for a flag); ``format`` defaults to ``json``. The answer is what ``collector VIEW ...``
-prints locally, made by the same function (``reports_cli.render``) from the collector's own
-store, so the JSON is identical by construction and tables match too. 404 for a run that is
-not there, 400 for an option the command does not take.
+prints locally, made by the same function (``collector.views.reports.render``) from the
+collector's own store, so the JSON is identical by construction and tables match too. 404
+for a run that is not there, 400 for an option the command does not take.
 
 Client side: ``collector report|runs|scaling --collector URL [--token-file F]`` (and
 ``workloads run --collector URL`` after training) call ``fetch_view`` and print the answer.

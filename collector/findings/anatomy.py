@@ -47,7 +47,7 @@ from collector.analysis.anatomy import (
     epoch_reads,
     rank_epochs,
 )
-from collector.analysis.epochs import ALL_HOSTS, EPOCH_KINDS, EpochRow, run_events
+from collector.analysis.epochs import EPOCH_KINDS, EpochRow, run_events
 from collector.analysis.scaling import RunFacts
 from collector.findings.context import RunContext
 from collector.findings.evidence import (
@@ -67,6 +67,7 @@ from collector.findings.evidence import (
     Stragglers,
 )
 from collector.findings.words import words
+from contract.markers import ALL_HOSTS
 
 PARTS = STEP_PARTS
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.analysis.epochs import (
-    ALL_HOSTS,
     EPOCH_KINDS,
     EpochAmounts,
     EpochReport,
@@ -18,6 +17,7 @@ from collector.analysis.epochs import (
     run_events,
 )
 from collector.store.api import ReadStore, RunInfo, StepTable, WorkloadEvent
+from contract.markers import ALL_HOSTS
 
 
 @dataclass

@@ -50,7 +50,8 @@ __all__ = [  # what other modules take from here (the severities and Finding re-
 # --------------------------------------------------------------------------------------
 
 Rule = Callable[[RunContext], list[Finding]]
-Detector = Callable[[RunContext], Any]  # -> one rule's evidence (findings_evidence), or None
+# -> one rule's evidence (collector.findings.evidence), or None
+Detector = Callable[[RunContext], Any]
 
 
 def rule(detect: Detector, name: str) -> Rule:

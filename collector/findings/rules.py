@@ -61,13 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from collector.analysis.epochs import (
-    ALL_HOSTS,
-    BYTES_PER_MB,
-    EpochReport,
-    EpochRow,
-    assign_epochs,
-)
+from collector.analysis.epochs import BYTES_PER_MB, EpochReport, EpochRow, assign_epochs
 from collector.analysis.scaling import GroupKey, RunFacts, run_facts, scaling_groups
 from collector.findings.context import RunContext, complete_epochs
 from collector.findings.evidence import (
@@ -103,6 +97,7 @@ from collector.findings.evidence import (
     UtilisationGrowth,
 )
 from collector.store.api import RunInfo, StepTable, WorkloadEvent
+from contract.markers import ALL_HOSTS
 from contract.schema import Event, RunState, Workload
 
 

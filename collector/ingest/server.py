@@ -52,7 +52,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from collector.api import client as read_api
+from collector.api import server as read_api
 from collector.ingest import lineprotocol
 from collector.ingest.connections import (
     WRITE_PATHS,
@@ -354,7 +354,7 @@ class WriteHandler(BaseHTTPRequestHandler):
         self._send_json(HTTPStatus.OK, health)
 
     def _read_view(self, view: str, query: dict[str, list[str]]) -> None:
-        """``GET /api/v1/runs|report|scaling``: collector.api.client, behind the write token."""
+        """``GET /api/v1/runs|report|scaling``: collector.api.server, behind the write token."""
         try:
             self._authorize(query, v1=False)
             result = read_api.answer(view, query, self.server.read_store)

@@ -29,7 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from collector.analysis.epochs import ALL_HOSTS, COLUMNS, EpochRow, build_report, iso_utc
+from collector.analysis.epochs import COLUMNS, EpochRow, build_report, iso_utc
 from collector.analysis.scaling import stored_run_throughput
 from collector.store.api import ReadStore, RunInfo
 from collector.views.errors import CliError
@@ -44,6 +44,7 @@ from contract.columns import (
     select,
     unfinished_epochs_note,
 )
+from contract.markers import ALL_HOSTS
 
 RUNS_KEYS = (
     "run_id",

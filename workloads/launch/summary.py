@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.columns import BY_NAME, COMPLETE, format_cell, unfinished_epochs_note
+from contract.markers import ALL_HOSTS
 from contract.point import Point
 from contract.schema import Event, Tag, Workload
 from contract.throughput import TimedWork, images_per_second
 from workloads.record.events import read_events_file
-
-ALL_HOSTS = "(all)"
 
 
 @dataclass(frozen=True)
@@ -140,15 +139,12 @@ PROFILE_COLUMNS = (
 )
 
 
-REPORT_ALL_HOSTS = "*"  # collector.analysis.epochs.ALL_HOSTS: the run's row of an epoch
-
-
 def format_profile_table(rows: list[dict]) -> str:
     """The columns of a profiled run that tell where its input came from, per epoch and
     host (and the run's total per epoch when there are several hosts), headed and written
     as ``collector report`` writes them."""
-    hosts = {row["host"] for row in rows if row["host"] != REPORT_ALL_HOSTS}
-    shown = [row for row in rows if len(hosts) > 1 or row["host"] != REPORT_ALL_HOSTS]
+    hosts = {row["host"] for row in rows if row["host"] != ALL_HOSTS}
+    shown = [row for row in rows if len(hosts) > 1 or row["host"] != ALL_HOSTS]
     optional = {
         "nfs_server_read_bytes": any(row.get("nfs_server_read_bytes") for row in rows),
         # ranks that sent their /proc/<pid>/io (0 is a reading)
