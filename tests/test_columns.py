@@ -1,5 +1,6 @@
 """The per-epoch report's columns are declared once (``contract.columns``): the rows, the
-JSON keys, the text table, the dashboard's table and the README all come from that spec."""
+JSON keys, the text table, the dashboard's table and the manual's column table
+(docs/usage.md) all come from that spec."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def one_host_run() -> RunBuilder:
     return run
 
 
-def test_rows_json_and_readme_follow_the_spec(make_store):
+def test_rows_json_and_the_manual_follow_the_spec(make_store):
     assert COLUMNS == columns.REPORT_COLUMN_NAMES
     fields = [f.name for f in dataclasses.fields(EpochRow)]
     # start and end are the ISO forms of start_ns and end_ns
@@ -40,8 +41,8 @@ def test_rows_json_and_readme_follow_the_spec(make_store):
     store = make_store(one_host_run().points())
     rows = json.loads(cli(store, "report", "solo", "--format", "json"))
     assert all(list(row) == list(COLUMNS) for row in rows)
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert columns.markdown_table() in readme
+    manual = (REPO_ROOT / "docs" / "usage.md").read_text()
+    assert columns.markdown_table() in manual
 
 
 def test_json_is_rounded_to_the_declared_digits(make_store):
