@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from contract.units import MISSING, human_bytes, no_negative_zero
+
 # units: how a value is written
 TEXT, TIME, SECONDS, COUNT, RATE, BYTES, MBPS, PERCENT, RATIO, JOULES = (
     "text",
@@ -194,34 +196,6 @@ def select(spec: str) -> tuple[ReportColumn, ...]:
     return tuple(c for c in REPORT_COLUMNS if c.name in chosen)
 
 
-def human_bytes(value: float) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:,.1f} {unit}"
-    return f"{value:,.0f} B"
-
-
-MISSING = "–"
-FRACTION_DIGITS = 1  # a fraction's percent: one decimal in every view
-POINTS_DIGITS = 2  # a difference of two fractions, in percentage points
-
-
-def format_fraction(value: float) -> str:
-    """A fraction of a whole (top-1, a share of the step, a lost fraction: 0..1) as every
-    view writes it, in percent to ``FRACTION_DIGITS`` decimals, a trailing zero dropped
-    (d3's ``.1~%``, the dashboard's tables): 0.7491 -> "74.9%", 0.1 -> "10%". JSON keeps
-    the fraction itself."""
-    text = _no_negative_zero(f"{100 * value:,.{FRACTION_DIGITS}f}")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text + "%"
-
-
-def format_points(value: float) -> str:
-    """A difference of two fractions in percentage points: -0.0123 -> "-1.23 points"."""
-    return _no_negative_zero(f"{100 * value:+,.{POINTS_DIGITS}f}") + " points"
-
-
 def format_cell(column: ReportColumn, value: object) -> str:
     """A value as the text tables write it: missing data as "–", never 0."""
     if value is None or (isinstance(value, float) and value != value):
@@ -237,13 +211,8 @@ def format_cell(column: ReportColumn, value: object) -> str:
     if column.unit == BYTES:
         return human_bytes(value)
     if column.unit == RATIO:
-        return _no_negative_zero(f"{value:,.{min(column.digits or 3, 3)}f}")
-    return _no_negative_zero(f"{value:,.1f}")
-
-
-def _no_negative_zero(text: str) -> str:
-    """ "-0.0" (a tiny negative rounded away) reads as a sign that is not there."""
-    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text
+        return no_negative_zero(f"{value:,.{min(column.digits or 3, 3)}f}")
+    return no_negative_zero(f"{value:,.1f}")
 
 
 def unfinished_epochs_note(rows: list[dict[str, Any]]) -> str:

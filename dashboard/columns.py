@@ -13,9 +13,14 @@ from typing import Any
 
 from dash.dash_table.Format import Format, Group, Scheme, Symbol, Trim
 
-from collector.analysis.scaling import whole_percent
 from contract import columns as report_columns
-from contract.columns import FRACTION_DIGITS, format_fraction
+from contract.units import (
+    FRACTION_DIGITS,
+    format_fraction,
+    format_short_duration,
+    human_bytes,
+    whole_percent,
+)
 
 MISSING = "–"
 
@@ -159,9 +164,9 @@ def format_value(value: Any, kind: str) -> str:
     if kind == "ratio2":
         return f"{value:.2f}"
     if kind == "bytes":
-        return format_bytes(value)
+        return human_bytes(value, digits=2)
     if kind == "duration":
-        return format_duration(value)
+        return format_short_duration(value)
     raise ValueError(f"unknown column kind {kind!r}")
 
 
@@ -199,21 +204,3 @@ def table_column(column: Column) -> dict[str, Any]:
     if column.kind == "text":
         return {**spec, "type": "text"}
     return {**spec, "type": "numeric", "format": _number_format(column.kind)}
-
-
-def format_bytes(value: float) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:.2f} {unit}"
-    return f"{value:.0f} B"
-
-
-def format_duration(seconds: float) -> str:
-    whole = round(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from collector.analysis.scaling import format_efficiency
-from contract.columns import COMPLETE, FRACTION_DIGITS
+from contract.columns import COMPLETE
 from contract.markers import ALL_HOSTS
+from contract.units import FRACTION_DIGITS, format_efficiency
 
 NS_PER_MS = 1_000_000
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 
+from contract.units import format_short_duration, human_bytes
 from dashboard import columns, figures, pages
-from dashboard.columns import format_bytes, format_duration, format_value
+from dashboard.columns import format_value
 
 pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
 from dashboard.source import DataSource
@@ -283,9 +284,9 @@ def test_numbers_are_formatted_for_reading():
     assert format_value(None, "rate") == "–"  # missing, never 0
     assert format_value(0.0, "rate") == "0.0"
     assert format_value(1234.56, "rate") == "1,234.6"
-    assert format_bytes(36_000_000_000) == "36.00 GB"
-    assert format_duration(200) == "3m 20s"
-    assert format_duration(3 * 3600 + 5 * 60) == "3h 05m"
+    assert human_bytes(36_000_000_000, digits=2) == "36.00 GB"  # the dashboard's bytes
+    assert format_short_duration(200) == "3m 20s"
+    assert format_short_duration(3 * 3600 + 5 * 60) == "3h 05m"
 
 
 def scaling_row(run_id: str, group: str, gpus: int, rate: float, scope: str, eff=None) -> dict:

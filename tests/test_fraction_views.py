@@ -15,7 +15,7 @@ from collector.findings.evidence import STORAGE_HIGH_SHARE_OF_PEAK
 from collector.views.evidence import evidence_items
 from collector.views.inference import format_top1
 from collector.views.reports import render
-from contract.columns import FRACTION_DIGITS, format_fraction, format_points
+from contract.units import FRACTION_DIGITS, format_fraction, format_points
 from dashboard import columns as dashboard_columns
 from dashboard import figures
 from dashboard.pages import finding_card

@@ -16,11 +16,11 @@ from collector.analysis.scaling import (
     scaling_rows,
     throughput_table,
     time_to_accuracy,
-    whole_percent,
 )
 from collector.analysis.throughput import rank_epoch_work, run_throughput
 from contract.point import Point
 from contract.schema import Event, RunState, Tag, Workload
+from contract.units import whole_percent
 from tests.support.memory_store import MemoryStore
 from tests.support.run_builder import NS, T0_NS, RunBuilder
 

@@ -42,16 +42,6 @@ BASELINE, INTRA_NODE, INTER_NODE = "baseline", "intra-node", "inter-node"
 THROUGHPUT_KEYS = ("gpus", "nodes", "images_per_second", "ideal", "efficiency_percent", "speedup")
 
 
-def whole_percent(fraction: float) -> int:
-    """Half-up rounding to a whole percent, as the studies print (96.85% -> 97%)."""
-    return math.floor(fraction * 100.0 + 0.5)
-
-
-def format_efficiency(percent: float | None) -> str:
-    """How tables and sentences print ``efficiency_percent``: whole, half up (``97%``)."""
-    return "–" if percent is None else f"{whole_percent(percent / 100.0)}%"
-
-
 @dataclass(frozen=True)
 class ScalingRow:
     gpus: int

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from functools import singledispatch
 
-from collector.analysis.scaling import format_efficiency
 from collector.findings.evidence import (
     CRITICAL,
     INFO,
@@ -51,7 +50,8 @@ from collector.findings.evidence import (
     UtilisationGrowth,
     evidence_json,
 )
-from contract.columns import BY_NAME, format_fraction, format_points, human_bytes
+from contract.columns import BY_NAME, human_bytes
+from contract.units import format_efficiency, format_fraction, format_points
 
 # the report columns the findings point at (a misspelt name fails here, on import)
 DISK_READ = BY_NAME["disk_read_mbps"]

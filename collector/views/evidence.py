@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from contract.columns import format_fraction, format_points, human_bytes
+from contract.columns import human_bytes
+from contract.units import format_fraction, format_points, format_significant
 
 # key suffix -> (what replaces it in the label, the unit written after the value); bytes
 # are written as kB/MB/GB
@@ -66,18 +67,6 @@ def _measured(value: Any) -> bool:
     return not (isinstance(value, dict | list | tuple) and not value)
 
 
-def _number(value: float) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, int):
-        return f"{value:,}"
-    if value == 0:
-        return "0"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:,.3g}" if abs(value) < 1 else f"{value:,.2f}".rstrip("0").rstrip(".")
-
-
 def label_of(key: str) -> str:
     """``first_epoch_storage_read_mbps`` -> ``first epoch storage read rate``;
     ``storage_read_bytes_by_epoch`` -> ``storage read by epoch``."""
@@ -107,18 +96,18 @@ def value_text(key: str, value: Any) -> str:
         return str(value)
     key = str(key)
     if key.endswith(IMAGES_PER_SECOND):
-        return f"{_number(value)} images/s"
+        return f"{format_significant(value)} images/s"
     if key.endswith(IMAGES_PER_SECOND_PER_RANK):
-        return f"{_number(value)} images/s per rank"
+        return f"{format_significant(value)} images/s per rank"
     if key.endswith(POINTS):
         return format_points(value)
     if key.endswith(FRACTIONS):
         return format_fraction(value)
     found = _suffix(key)
     if found is None:
-        return _number(value)
+        return format_significant(value)
     unit = found[2]
-    return human_bytes(value) if unit == BYTES else f"{_number(value)}{unit}"
+    return human_bytes(value) if unit == BYTES else f"{format_significant(value)}{unit}"
 
 
 def evidence_items(evidence: dict[str, Any]) -> list[tuple[str, str]]:

@@ -16,9 +16,9 @@ from collector.analysis.inference import (
 from collector.findings.inference import inference_findings
 from collector.store.api import ReadStore
 from collector.views.errors import CliError
-from contract import columns
-from contract.columns import format_fraction
+from contract import units
 from contract.schema import Event, InferencePrecision
+from contract.units import format_fraction
 
 
 def _fixed(value: float | None, digits: int) -> str:
@@ -38,7 +38,7 @@ def format_top1(value: float | None) -> str:
 
 
 def format_points(value: float | None) -> str:
-    return "-" if value is None else columns.format_points(value)
+    return "-" if value is None else units.format_points(value)
 
 
 def format_milliseconds(value: float | None) -> str:

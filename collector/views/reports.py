@@ -22,7 +22,6 @@ import argparse
 import csv
 import io
 import json
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -40,11 +39,11 @@ from contract.columns import (
     TEXT,
     ReportColumn,
     format_cell,
-    format_fraction,
     select,
     unfinished_epochs_note,
 )
 from contract.markers import ALL_HOSTS
+from contract.units import format_clock_duration, format_fraction, format_number
 
 RUNS_KEYS = (
     "run_id",
@@ -130,17 +129,6 @@ def _console(out):
 
     # Wide tables must not be squeezed into 80 columns when stdout is a pipe or a file.
     return Console(file=out, width=None if out.isatty() else 400, soft_wrap=False)
-
-
-def _number(value: float | None, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:,.{digits}f}"
-
-
-# --------------------------------------------------------------------------------------
-# report
-# --------------------------------------------------------------------------------------
 
 
 def table_columns(rows: list[EpochRow], choice: str) -> tuple[ReportColumn, ...]:
@@ -338,8 +326,8 @@ def print_runs(store: ReadStore, args: argparse.Namespace, out) -> int:
             row["model"],
             ", ".join(row["hosts"]),
             str(row["world_size"]),
-            _number(row["images_per_second"]),
-            _number(row["startup_seconds"]),
+            format_number(row["images_per_second"]),
+            format_number(row["startup_seconds"]),
             row["start"] or "",
             row["end"] or "",
             row["state"],
@@ -354,12 +342,8 @@ def print_runs(store: ReadStore, args: argparse.Namespace, out) -> int:
 
 
 def print_throughput_scaling(args: argparse.Namespace, out) -> int:
-    from collector.analysis.scaling import (
-        THROUGHPUT_KEYS,
-        format_efficiency,
-        parse_throughput,
-        throughput_table,
-    )
+    from collector.analysis.scaling import THROUGHPUT_KEYS, parse_throughput, throughput_table
+    from contract.units import format_efficiency
 
     try:
         rows = throughput_table(parse_throughput(args.throughput), args.gpus_per_node)
@@ -380,8 +364,8 @@ def print_throughput_scaling(args: argparse.Namespace, out) -> int:
             table.add_row(
                 str(row.gpus),
                 "–" if row.nodes is None else str(row.nodes),
-                _number(row.images_per_second),
-                _number(row.ideal),
+                format_number(row.images_per_second),
+                format_number(row.ideal),
                 format_efficiency(row.efficiency_percent),
                 "–" if row.speedup is None else f"{row.speedup:.2f}x",
                 row.scope,
@@ -416,7 +400,8 @@ SCALING_COLUMNS = (
 
 
 def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int:
-    from collector.analysis.scaling import format_efficiency, scaling_rows
+    from collector.analysis.scaling import scaling_rows
+    from contract.units import format_efficiency
 
     rows = scaling_rows(store)
     if args.format == "json":
@@ -464,26 +449,18 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
             row["run_id"],
             str(row["gpus"]),
             str(row["nodes"]),
-            _number(row["images_per_second"]),
-            _number(row["ideal"]),
+            format_number(row["images_per_second"]),
+            format_number(row["ideal"]),
             format_efficiency(row["efficiency_percent"]),
             "–" if row["speedup"] is None else f"{row['speedup']:.2f}x",
             row["scope"],
             "–" if row["final_top1"] is None else format_fraction(row["final_top1"]),
             "–" if row["epochs_to_target"] is None else str(row["epochs_to_target"]),
-            _duration(row["seconds_to_target"]),
+            format_clock_duration(row["seconds_to_target"]),
         )
         previous = group
     console.print(table)
     return 0
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    hours, rest = divmod(round(float(seconds)), 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
 def render(args: argparse.Namespace, store: ReadStore | None = None) -> str:
