@@ -233,4 +233,4 @@ def test_the_self_sampler_reports_this_daemons_stats(tmp_path):
     assert point.fields["spool_bytes"] == float(sum(len(line) + 1 for line in first_lines))
     assert point.fields["points_dropped"] == 0
     assert 0 < point.fields["sample_duration_seconds"] < 5
-    down.spool.close()
+    down.queue.close()
