@@ -480,6 +480,42 @@ def test_a_spool_that_cannot_be_written_keeps_points_in_memory_never_raises(tmp_
     assert sent.decode().splitlines() == expected_lines(range(1, 4))
 
 
+def test_a_spool_directory_removed_while_running_is_made_again_spooled_and_delivered(
+    endpoint, tmp_path, caplog
+):
+    spool_dir = tmp_path / "spool"
+    stats = AgentStats()
+    shipper = Shipper(endpoint.url, None, "o", "b", spool_dir, stats=stats)
+    # Not started yet: what is spooled stays on disk to be looked at.
+    with caplog.at_level(logging.WARNING):
+        shipper.submit(points_for(0))  # into the open segment...
+        shutil.rmtree(spool_dir)  # ...which goes with the directory
+        shipper.submit(points_for(1))
+        assert on_disk(spool_dir) == expected_lines(range(1, 2))
+        assert stats.points_dropped == 3 and stats.spool_points == 3
+
+        shipper.queue.spool.close()  # sealed, as when the sender takes it
+        shutil.rmtree(spool_dir)  # no open segment this time
+        for tick in (2, 3):
+            shipper.submit(points_for(tick))
+        assert on_disk(spool_dir) == expected_lines(range(2, 4))
+    assert stats.points_dropped == 6 and stats.spool_points == 6
+    assert stats.spool_error == 0 and stats.memory_points == 0  # never needed memory
+    made_again = [r for r in caplog.records if "was removed while the agent ran" in r.message]
+    assert len(made_again) == 2
+    shipper.start()
+    assert shipper.flush(10)
+    shipper.close()
+    assert endpoint.lines() == expected_lines(range(2, 4))
+    assert list(spool_dir.iterdir()) == []
+
+
+def on_disk(spool_dir: Path) -> list[str]:
+    """The lines of every segment file, oldest first."""
+    segments = sorted(spool_dir.glob("*.lp"))
+    return b"".join(segment.read_bytes() for segment in segments).decode().splitlines()
+
+
 def test_memory_held_while_the_spool_fails_is_bounded_oldest_dropped_first(tmp_path):
     spool_dir = tmp_path / "spool"
     shipper = Shipper("http://127.0.0.1:9", None, "o", "b", spool_dir, spool_max_bytes=400)
