@@ -119,7 +119,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
     roots = Roots(args.proc_root or Roots.proc, args.sys_root or Roots.sys)
     # One AgentStats for all: the agent sampler reports what the gpu sampler saw.
     samplers = build_samplers(roots, args.samplers, AgentStats())
-    points = SampleRound(samplers, config.host)(_now_ns())
+    sample_round = SampleRound(samplers, config.host)
+    now_ns = _now_ns()
+    points = sample_round(now_ns)
+    if sample_round.reports_samplers:
+        points.extend(sample_round.sampler_points(now_ns))
     if args.format == "json":
         json.dump([point.to_json() for point in points], sys.stdout, indent=1)
     else:

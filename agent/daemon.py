@@ -8,7 +8,10 @@ loop race or stall.
 Each tick: every sampler's ``sample(now_ns)`` (a sampler that raises is logged once and
 tried again next tick), the ``host`` tag added, the points published to /metrics and
 submitted to the shipper; ``AgentStats.sample_duration_seconds`` is the wall time of the
-sampling, read by the ``agent`` self sampler at the next tick.
+sampling, read by the ``agent`` self sampler at the next tick. Where the ``agent`` sampler
+runs, each tick also carries one ``agent_sampler`` point per sampler (tag ``sampler``):
+the wall time of its ``sample()`` that tick and whether it returned (1) or raised (0), as
+node_exporter's ``node_scrape_collector_duration_seconds`` and ``_success``.
 
 Edge samples: ``edge_sample()`` (``POST /edge`` on loopback) samples now, outside the tick
 grid, so that a run or epoch edge has a real reading at its own instant instead of one
@@ -34,7 +37,7 @@ from agent.config import AgentConfig
 from agent.samplers import SAMPLER_NAMES, Roots, Sampler, make_sampler
 from agent.samplers.agent import AgentStats
 from contract.point import Point
-from contract.schema import Tag
+from contract.schema import AgentSelf, SamplerSelf, Tag
 
 log = logging.getLogger(__name__)
 
@@ -81,36 +84,78 @@ def build_samplers(
     return samplers
 
 
+@dataclass(frozen=True)
+class SamplerOutcome:
+    """How one sampler's ``sample()`` went in the last round."""
+
+    name: str
+    duration_seconds: float
+    success: bool
+
+
 @dataclass
 class SampleRound:
-    """Runs every sampler once and tags the points with the host."""
+    """Runs every sampler once, timing each, and tags the points with the host."""
 
     samplers: Sequence[Sampler]
     host: str
     _failing: set[str] = field(default_factory=set)
+    outcomes: list[SamplerOutcome] = field(default_factory=list)  # of the last round
 
     def __call__(self, now_ns: int, skip: frozenset[str] = frozenset()) -> list[Point]:
         points: list[Point] = []
+        self.outcomes = []
         for sampler in self.samplers:
             if sampler.name in skip:
                 continue
-            try:
-                sampled = sampler.sample(now_ns)
-            except Exception:
-                if sampler.name not in self._failing:
-                    self._failing.add(sampler.name)
-                    log.exception(
-                        "sampler %s failed; retrying every tick, logged once until it works",
-                        sampler.name,
-                    )
+            started = time.perf_counter()
+            sampled = self._sample(sampler, now_ns)
+            self.outcomes.append(
+                SamplerOutcome(sampler.name, time.perf_counter() - started, sampled is not None)
+            )
+            if sampled is None:
                 continue
-            if sampler.name in self._failing:
-                self._failing.discard(sampler.name)
-                log.info("sampler %s works again", sampler.name)
             for point in sampled:
                 point.tags[Tag.HOST] = self.host
             points.extend(sampled)
         return points
+
+    def _sample(self, sampler: Sampler, now_ns: int) -> list[Point] | None:
+        """The sampler's points, or None when it raised (logged once until it works)."""
+        try:
+            sampled = sampler.sample(now_ns)
+        except Exception:
+            if sampler.name not in self._failing:
+                self._failing.add(sampler.name)
+                log.exception(
+                    "sampler %s failed; retrying every tick, logged once until it works",
+                    sampler.name,
+                )
+            return None
+        if sampler.name in self._failing:
+            self._failing.discard(sampler.name)
+            log.info("sampler %s works again", sampler.name)
+        return sampled
+
+    @property
+    def reports_samplers(self) -> bool:
+        """Whether ``agent_sampler`` points are wanted: the agent's own metrics are on."""
+        return any(sampler.name == AgentSelf.NAME for sampler in self.samplers)
+
+    def sampler_points(self, now_ns: int) -> list[Point]:
+        """One ``agent_sampler`` point per sampler of the last round."""
+        return [
+            Point(
+                SamplerSelf.NAME,
+                {Tag.SAMPLER: outcome.name, Tag.HOST: self.host},
+                {
+                    SamplerSelf.DURATION_SECONDS: outcome.duration_seconds,
+                    SamplerSelf.SUCCESS: float(outcome.success),
+                },
+                now_ns,
+            )
+            for outcome in self.outcomes
+        ]
 
 
 # Left out of edge samples: too slow to sample while a rank waits (NVML takes tens of ms),
@@ -135,6 +180,7 @@ class Daemon:
     ) -> None:
         self.interval_ns = round(config.interval_seconds * 1e9)
         self.sample_round = SampleRound(samplers, config.host)
+        self._report_samplers = self.sample_round.reports_samplers
         self.stats = stats
         self.publishers = publishers
         self.submitters = submitters
@@ -148,8 +194,11 @@ class Daemon:
     def tick(self) -> list[Point]:
         with self._sampling:
             started = time.perf_counter()
-            points = self.sample_round(self.clock_ns())
+            now_ns = self.clock_ns()
+            points = self.sample_round(now_ns)
             self.stats.sample_duration_seconds = time.perf_counter() - started
+            if self._report_samplers:
+                points.extend(self.sample_round.sampler_points(now_ns))
             edge_points, self._edge_points = self._edge_points, []
         for publisher in self.publishers:
             publisher.publish(points)

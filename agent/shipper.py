@@ -1,7 +1,8 @@
-"""Push points to an InfluxDB v2 write endpoint, through a disk spool.
+"""Push points to an InfluxDB v2 write endpoint, from the queue of a disk spool.
 
-``submit`` writes the batch to the spool (durable before it returns, never waits on the
-network); a background thread sends the spool oldest-first over one kept-alive HTTP
+``submit`` puts the batch in the queue (``agent.queue``: the disk spool, durable before
+it returns, or memory while the spool fails; never waits on the network); a background
+thread sends the spool oldest-first over one kept-alive HTTP
 connection (``HttpWriter``: line protocol, precision ns) and deletes a segment only after
 a 2xx. Once caught up it waits ``batch_seconds`` before the next request, so that one
 request carries several ticks (a flush or a stop cuts the wait short). Any InfluxDB v2
@@ -28,15 +29,12 @@ What happens on each answer:
 
 When the spool itself fails (any ``OSError``: a full disk while writing or sealing a
 segment, a read-only directory when deleting a delivered one, an unreadable segment),
-delivery goes on: each failing operation is logged once until it works again, new points
-are kept in memory (bounded by ``memory_max_bytes``, oldest dropped and counted first)
-and sent from there while the spool has nothing older, the failed operation is retried
-with the same doubling backoff, and the memory moves back into the spool as soon as it
-takes writes again.
+delivery goes on: the queue logs each failing operation once until it works again and
+keeps new points in memory; the shipper sends them from there while the spool has
+nothing older, and retries the failed operation with the same doubling backoff.
 
-Counts are mirrored into the ``AgentStats`` the self sampler reports: ``spool_bytes``,
-``spool_points``, ``points_dropped``, ``spool_error`` (1 while an operation on the spool
-fails) and ``memory_points``.
+Counts are mirrored into the ``AgentStats`` the self sampler reports (see
+``agent.queue``).
 """
 
 from __future__ import annotations
@@ -50,13 +48,13 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.spool import DEFAULT_SEGMENT_MAX_BYTES, Segment, Spool
+from agent.queue import PointQueue
+from agent.spool import DEFAULT_SEGMENT_MAX_BYTES
 from agent.thread_names import name_this_thread
 from contract.point import Point, encode_line
 
@@ -74,8 +72,6 @@ USER_AGENT = "epochscope-shipper"
 TOKEN_NOT_A_HEADER = (
     "the token cannot be sent in an HTTP header (a line break or a non-latin-1 character)"
 )
-SPOOL_LOG_REPEAT_SECONDS = 300.0
-MEMORY_MAX_BYTES = 16 << 20  # points held in memory while the spool cannot take them
 _LINE_NUMBER = re.compile(r"\bline[s()]*\s*:?\s*(\d+)", re.IGNORECASE)
 _LINES_REJECTED = re.compile(r"\bpartial write\b.*?\b(\d+) line\(s\) rejected", re.IGNORECASE)
 
@@ -222,10 +218,9 @@ class Shipper:
         self._token = token
         self._org = org
         self._bucket = bucket
-        self.stats = stats
         self.batch_seconds = batch_seconds
         self.backoff_max_seconds = backoff_max_seconds
-        self.spool = Spool(Path(spool_dir), spool_max_bytes, segment_max_bytes)
+        self.queue = PointQueue(Path(spool_dir), spool_max_bytes, segment_max_bytes, stats)
         self._writer: HttpWriter | None = None
         self._wake = threading.Condition()
         self._new_data = False  # set by submit: wakes an idle sender
@@ -234,18 +229,13 @@ class Shipper:
         self._thread: threading.Thread | None = None
         self._isolate_until_seq = 0  # send one segment at a time up to this one
         self._outage_logged = False
-        # While the spool cannot take writes: (body, points) oldest first, bounded.
-        self.memory_max_bytes = max(1, min(MEMORY_MAX_BYTES, spool_max_bytes))
-        self._memory: deque[tuple[bytes, int]] = deque()
-        self._memory_bytes = 0
-        self._memory_lock = threading.Lock()
-        self._spool_failing: dict[str, str] = {}  # operation -> error, while it fails
-        self._spool_logged_at: dict[tuple[str, str], float] = {}
-        self._spool_recovery_to_log: set[str] = set()
-        self._update_stats()
+
+    @property
+    def stats(self) -> AgentStats | None:
+        return self.queue.stats
 
     def __repr__(self) -> str:
-        return f"Shipper(url={self.url!r}, spool_dir={str(self.spool.directory)!r})"
+        return f"Shipper(url={self.url!r}, spool_dir={str(self.queue.directory)!r})"
 
     # The sampling side.
 
@@ -257,82 +247,14 @@ class Shipper:
         self._thread.start()
 
     def submit(self, points: Sequence[Point]) -> None:
-        """Spool the points (durably) and wake the sender; never waits on the network."""
+        """Queue the points (durably) and wake the sender; never waits on the network."""
         lines = [line for line in map(encode_line, points) if line]
         if not lines:
             return
-        body = "\n".join(lines).encode()
-        with self._memory_lock:
-            self._memory.append((body, len(lines)))
-            self._memory_bytes += len(body)
-            self._drain_memory()
-        self._update_stats()
+        self.queue.put("\n".join(lines).encode(), len(lines))
         with self._wake:
             self._new_data = True
             self._wake.notify_all()
-
-    def _drain_memory(self) -> None:
-        """Move the points held in memory into the spool, oldest first; what the spool
-        cannot take stays, the oldest dropped beyond ``memory_max_bytes`` (memory lock
-        held)."""
-        while self._memory:
-            body, points = self._memory[0]
-            try:
-                self.spool.append(body, points)
-            except OSError as error:
-                self._spool_fails("write", error)
-                break
-            self._memory.popleft()
-            self._memory_bytes -= len(body)
-            self._spool_works("write")
-        while self._memory_bytes > self.memory_max_bytes and len(self._memory) > 1:
-            body, points = self._memory.popleft()
-            self._memory_bytes -= len(body)
-            self.spool.count_dropped(points)
-
-    def _spool_fails(self, operation: str, error: OSError) -> None:
-        """Log a failing spool operation once until it works again.
-
-        A nearly full disk flaps (each delivered segment deleted frees room for the next
-        write): the same failure is logged again only ``SPOOL_LOG_REPEAT_SECONDS`` after
-        it was last logged, and its recovery once per logged failure.
-        """
-        if operation in self._spool_failing:
-            return
-        reason = error.strerror or str(error)
-        self._spool_failing[operation] = reason
-        key = (operation, reason)
-        now = time.monotonic()
-        last = self._spool_logged_at.get(key)
-        if last is not None and now - last < SPOOL_LOG_REPEAT_SECONDS:
-            return
-        self._spool_logged_at[key] = now
-        self._spool_recovery_to_log.add(operation)
-        consequence = {
-            "write": f"keeping new points in memory (at most {self.memory_max_bytes} bytes) "
-            "and sending them from there",
-            "delete": "delivered segments are not sent again by this process",
-            "read": "retrying",
-        }.get(operation, "retrying")
-        log.error(
-            "spool %s: cannot %s (%s): %s; retrying with backoff, logged once until it works",
-            self.spool.directory,
-            operation,
-            reason,
-            consequence,
-        )
-
-    def _spool_works(self, operation: str) -> None:
-        if self._spool_failing.pop(operation, None) is None:
-            return
-        if operation in self._spool_recovery_to_log:
-            self._spool_recovery_to_log.discard(operation)
-            log.info("spool %s: %s works again", self.spool.directory, operation)
-
-    @property
-    def memory_points(self) -> int:
-        with self._memory_lock:
-            return sum(points for _, points in self._memory)
 
     def flush(self, timeout: float) -> bool:
         """Ask for an immediate attempt; True once the spool is empty (within ``timeout``)."""
@@ -340,7 +262,7 @@ class Shipper:
         with self._wake:
             self._flush_asked = True
             self._wake.notify_all()
-        while len(self.spool) or self._memory:
+        while not self.queue.empty:
             if self._thread is None or not self._thread.is_alive():
                 return False
             remaining = deadline - time.monotonic()
@@ -360,16 +282,16 @@ class Shipper:
             self._thread.join(max(0.1, deadline - time.monotonic()))
         if self._writer is not None:
             self._writer.close()
-        self.spool.close()
-        if not flushed and len(self.spool):
+        self.queue.close()
+        spool = self.queue.spool
+        if not flushed and len(spool):
             log.warning(
                 "stopping with %d points (%d bytes) still spooled in %s: "
                 "they are sent at the next start",
-                self.spool.points,
-                self.spool.bytes,
-                self.spool.directory,
+                spool.points,
+                spool.bytes,
+                spool.directory,
             )
-        self._update_stats()
 
     # The sender thread.
 
@@ -399,8 +321,8 @@ class Shipper:
             try:
                 backoff = self._pass(backoff)
             except OSError as error:  # the spool failed in a way not handled below
-                self._spool_fails(getattr(error, "operation", "use"), error)
-                self._update_stats()
+                self.queue.fails(getattr(error, "operation", "use"), error)
+                self.queue.update_stats()
                 self._pause(backoff)
                 backoff = min(backoff * 2, self.backoff_max_seconds)
             except Exception:  # a bug must not end delivery for good: log it, go on
@@ -410,47 +332,44 @@ class Shipper:
 
     def _pass(self, backoff: float) -> float:
         """One send attempt (or one wait); the backoff to use next."""
-        if self._memory:
-            with self._memory_lock:
-                self._drain_memory()
-        if self.spool.undeleted:
-            self._remove([])
-        oldest = self.spool.oldest()
+        self.queue.move_memory_to_spool()
+        self.queue.retry_deletes()
+        oldest = self.queue.oldest()
         if oldest is None:
-            if self._memory:
+            if self.queue.has_memory:
                 return self._send_memory(backoff)
-            if self._spool_failing:
-                self._update_stats()
+            if self.queue.failing:
+                self.queue.update_stats()
                 self._pause(backoff)  # retry the failing operation later
                 return min(backoff * 2, self.backoff_max_seconds)
             self._wait_for_data()
             return backoff
         single = oldest.seq <= self._isolate_until_seq
-        batch, everything = self.spool.take(BATCH_MAX_BYTES, 1 if single else BATCH_MAX_SEGMENTS)
+        batch, everything = self.queue.take(BATCH_MAX_BYTES, 1 if single else BATCH_MAX_SEGMENTS)
         try:
             body = b"".join(segment.read() for segment in batch)
         except OSError as error:
-            self.spool.release(batch)
+            self.queue.release(batch)
             if error.errno == errno.ENOENT:  # deleted behind our back: nothing to send
                 log.error("spool: segment file gone (%s); its points are lost", error.filename)
-                self._remove([batch[0]], dropped=True)
+                self.queue.remove([batch[0]], dropped=True)
                 return backoff
-            self._spool_fails("read", error)
-            self._update_stats()
+            self.queue.fails("read", error)
+            self.queue.update_stats()
             self._pause(backoff)
             return min(backoff * 2, self.backoff_max_seconds)
-        self._spool_works("read")
+        self.queue.works("read")
         outcome = self._write(body)
         if outcome.delivered:
-            self._remove(batch)
-            if self.batch_seconds > 0 and everything and "write" not in self._spool_failing:
+            self.queue.remove(batch)
+            if self.batch_seconds > 0 and everything and not self.queue.write_failing():
                 # Caught up: let a few ticks gather so that one request carries them
                 # (what was submitted while this request was out waits too).
-                self._update_stats()
+                self.queue.update_stats()
                 self._pause(self.batch_seconds)
             return BACKOFF_START_SECONDS
         if outcome.retry:
-            self.spool.release(batch)
+            self.queue.release(batch)
             return self._retry_later(outcome, backoff)
         rejected = lines_rejected_in(outcome.message)
         if rejected is not None:  # the other lines of every segment were stored
@@ -460,46 +379,34 @@ class Shipper:
                 else (f"{batch[0].path.name}..{batch[-1].path.name}")
             )
             self._log_partial(names, rejected, sum(s.points for s in batch), outcome)
-            self.spool.count_dropped(rejected)
-            self._remove(batch)
+            self.queue.count_dropped(rejected)
+            self.queue.remove(batch)
             return BACKOFF_START_SECONDS
         if len(batch) > 1:
             # Find the poisoned segment: resend this batch one segment at a time.
-            self.spool.release(batch)
+            self.queue.release(batch)
             self._isolate_until_seq = batch[-1].seq
         else:
             self._log_rejected(batch[0].path.name, batch[0].points, outcome)
-            self._remove(batch, dropped=True)
-        self._update_stats()
+            self.queue.remove(batch, dropped=True)
+        self.queue.update_stats()
         return backoff
 
     def _send_memory(self, backoff: float) -> float:
         """The spool is empty and cannot take writes: send what memory holds directly."""
-        with self._memory_lock:
-            batch: list[tuple[bytes, int]] = []
-            size = 0
-            for entry in self._memory:
-                if batch and size + len(entry[0]) > BATCH_MAX_BYTES:
-                    break
-                batch.append(entry)
-                size += len(entry[0])
+        batch = self.queue.memory_batch(BATCH_MAX_BYTES)
         outcome = self._write(b"".join(body + b"\n" for body, _ in batch))
         if outcome.retry and not outcome.delivered:
             return self._retry_later(outcome, backoff)
         points = sum(n for _, n in batch)
-        with self._memory_lock:
-            for entry in batch:  # still the oldest, unless dropped meanwhile for room
-                if self._memory and self._memory[0] is entry:
-                    self._memory.popleft()
-                    self._memory_bytes -= len(entry[0])
         if not outcome.delivered:
             rejected = lines_rejected_in(outcome.message)
             if rejected is None:
                 self._log_rejected("points held in memory", points, outcome)
             else:
                 self._log_partial("points held in memory", rejected, points, outcome)
-            self.spool.count_dropped(points if rejected is None else rejected)
-        self._update_stats()
+            self.queue.count_dropped(points if rejected is None else rejected)
+        self.queue.forget_memory(batch)
         return BACKOFF_START_SECONDS if outcome.delivered else backoff
 
     def _write(self, body: bytes) -> Outcome:
@@ -513,18 +420,9 @@ class Shipper:
     def _retry_later(self, outcome: Outcome, backoff: float) -> float:
         self._log_outage(outcome)
         wait = min(outcome.retry_after or backoff, self.backoff_max_seconds)
-        self._update_stats()
+        self.queue.update_stats()
         self._pause(wait)
         return min(backoff * 2, self.backoff_max_seconds)
-
-    def _remove(self, batch: list[Segment], dropped: bool = False) -> None:
-        try:
-            self.spool.remove(batch, dropped)
-        except OSError as error:
-            self._spool_fails("delete", error)
-        else:
-            self._spool_works("delete")
-        self._update_stats()
 
     def _log_outage(self, outcome: Outcome) -> None:
         if self._outage_logged:
@@ -567,12 +465,3 @@ class Shipper:
 
     def _redact(self, text: str) -> str:
         return text.replace(self._token, "***") if self._token else text
-
-    def _update_stats(self) -> None:
-        if self.stats is None:
-            return
-        self.stats.spool_bytes = self.spool.bytes
-        self.stats.spool_points = self.spool.points
-        self.stats.points_dropped = self.spool.points_dropped
-        self.stats.spool_error = int(bool(self._spool_failing))
-        self.stats.memory_points = sum(points for _, points in self._memory)

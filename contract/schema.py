@@ -126,6 +126,7 @@ class Tag:
     RUN_ID = "run_id"
     RANK = "rank"
     FRAMEWORK = "framework"
+    SAMPLER = "sampler"  # the agent's sampler an agent_sampler point is about
 
 
 class DiskKind:
@@ -439,6 +440,21 @@ class AgentSelf(Measurement):
     )
 
 
+class SamplerSelf(Measurement):
+    """The agent's own cost and health per sampler, as node_exporter's
+    ``node_scrape_collector_duration_seconds`` and ``_success``: the daemon times each
+    sampler's ``sample()`` every tick. Reported only where the ``agent`` sampler runs."""
+
+    NAME = "agent_sampler"
+    TAGS = (Tag.HOST, Tag.SAMPLER)
+    DURATION_SECONDS = gauge(
+        "duration_seconds", "seconds", "Wall time of the sampler's sample() at the last tick"
+    )
+    SUCCESS = gauge(
+        "success", "boolean", "1 if the sampler's sample() returned at the last tick, 0 if raised"
+    )
+
+
 class Event:
     """Values of the ``event`` field of ``workload`` points."""
 
@@ -559,6 +575,7 @@ SAMPLE_MEASUREMENTS: tuple[type[Measurement], ...] = (
     Gpu,
     GpuProcess,
     AgentSelf,
+    SamplerSelf,
 )
 ALL_MEASUREMENTS: tuple[type[Measurement], ...] = (*SAMPLE_MEASUREMENTS, Workload)
 BY_NAME: dict[str, type[Measurement]] = {m.NAME: m for m in ALL_MEASUREMENTS}

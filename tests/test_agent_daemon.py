@@ -221,14 +221,16 @@ def test_the_self_sampler_reports_this_daemons_stats(tmp_path):
     samplers = build_samplers(Roots(), ["agent"], stats)
     down = Shipper("http://127.0.0.1:9", None, "o", "b", tmp_path / "spool", stats=stats)
     daemon = Daemon(AgentConfig(host="n1"), samplers, stats, submitters=[down])
-    daemon.tick()  # spools the first sample: 1 point (not started: nothing is sent)
-    (point,) = daemon.tick()
+    daemon.tick()  # spools the first sample: 2 points (not started: nothing is sent)
+    point, timing = daemon.tick()
     assert point.measurement == "agent" and point.tags == {"host": "n1"}
-    # The second sample reports the spool as the first tick left it: one line.
+    assert timing.measurement == "agent_sampler"
+    assert timing.tags == {"sampler": "agent", "host": "n1"}
+    # The second sample reports the spool as the first tick left it: two lines.
     (segment,) = tmp_path.joinpath("spool").glob("*.lp")
-    first_line = segment.read_bytes().split(b"\n")[0] + b"\n"
-    assert point.fields["spool_points"] == 1.0
-    assert point.fields["spool_bytes"] == float(len(first_line))
+    assert point.fields["spool_points"] == 2.0
+    first_lines = segment.read_bytes().split(b"\n")[:2]
+    assert point.fields["spool_bytes"] == float(sum(len(line) + 1 for line in first_lines))
     assert point.fields["points_dropped"] == 0
     assert 0 < point.fields["sample_duration_seconds"] < 5
-    down.spool.close()
+    down.queue.close()

@@ -6,7 +6,8 @@ Like node_exporter's end-to-end test: the real CLI in a subprocess, the roots po
 deliberate change, run with ``EPOCHSCOPE_UPDATE_GOLDEN=1`` and review the diff.
 
 ``gpu`` (NVML, not a file tree) and ``agent`` (this process's own CPU and memory) do
-not read the roots, so they are left out.
+not read the roots, so they are left out; so are the per-sampler timings
+(``agent_sampler``), which come with the ``agent`` sampler only.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def test_sample_once_matches_golden(tree, repo_env):
     assert points == expected
     for point in points:
         assert point["tags"]["host"] == "golden"
+        assert not point["measurement"].startswith("agent")  # no timing in a golden file
 
 
 def test_line_format_is_the_json_sample_in_line_protocol(repo_env):

@@ -254,7 +254,7 @@ def test_a_token_no_header_can_carry_keeps_points_and_is_never_logged(
         shipper.close(timeout=0.2)
     assert "s3cret" not in caplog.text  # formatted records, tracebacks included
     assert endpoint.requests == []
-    assert shipper.spool.points == 3  # kept, for a corrected token
+    assert shipper.queue.spool.points == 3  # kept, for a corrected token
 
 
 def test_outage_refused_then_503_then_back_every_point_once_in_order(endpoint, tmp_path):
@@ -297,12 +297,12 @@ def test_once_caught_up_ticks_gather_for_batch_seconds_then_go_in_one_request(en
     shipper.start()
     shipper.submit(points_for(0))
     # The first goes at once.
-    assert wait_until(lambda: len(endpoint.bodies) == 1 and shipper.spool.points == 0)
+    assert wait_until(lambda: len(endpoint.bodies) == 1 and shipper.queue.spool.points == 0)
     for tick in range(1, 4):
         shipper.submit(points_for(tick))
     time.sleep(0.3)
     assert len(endpoint.bodies) == 1  # ticks 1-3 wait in the spool for the batch window
-    assert shipper.spool.points == 9
+    assert shipper.queue.spool.points == 9
     assert shipper.flush(10)  # a flush cuts the window short
     shipper.close()
     assert len(endpoint.bodies) == 2  # ticks 1-3 went in one request
@@ -321,7 +321,7 @@ def test_restart_while_endpoint_down_replays_the_spool(endpoint, tmp_path):
     assert on_disk.decode() == "".join(line + "\n" for line in expected_lines(range(3)))
 
     second = Shipper(endpoint.url, "t", "o", "b", spool_dir, backoff_max_seconds=0.2)
-    assert second.spool.points == 9
+    assert second.queue.spool.points == 9
     second.start()
     second.submit(points_for(3))  # a new tick goes after the replayed ones
     endpoint.start()
@@ -350,7 +350,7 @@ def test_spool_full_drops_oldest_and_counts_them(tmp_path, caplog):
     # Room for 3 segments: ticks 5, 6, 7 remain; ticks 1-4 (12 points) were dropped.
     assert stats.points_dropped == 12
     assert stats.spool_points == 9 and stats.spool_bytes == 3 * 132
-    shipper.spool.close()
+    shipper.queue.spool.close()
     remaining = Spool(tmp_path / "spool", 3 * 132)
     assert [segment.read().decode() for segment in remaining._segments] == [
         "".join(line + "\n" for line in expected_lines(range(tick, tick + 1))) for tick in (5, 6, 7)
@@ -383,7 +383,7 @@ def test_rejected_segment_is_dropped_with_line_number_and_the_rest_arrive(
         assert shipper.flush(10)
     shipper.close()
     assert endpoint.lines() == expected_lines(range(0, 1)) + expected_lines(range(2, 4))
-    assert shipper.spool.points_dropped == 3
+    assert shipper.queue.spool.points_dropped == 3
     rejected = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
     assert len(rejected) == 1
     assert "rejected 3 points with HTTP 400 at line 2 of 00000000000000000002.lp" in rejected[0]
@@ -405,7 +405,7 @@ def test_one_refused_line_counts_one_dropped_point_against_a_real_collector(
         shipper.submit(points_for(0))
         # One segment of three lines, the second one malformed (as a damaged file or a
         # buggy encoder would leave it), then more good ticks.
-        shipper.spool.append(
+        shipper.queue.spool.append(
             b"disk,device=sdx,host=n1 reads=7i 5000000000\n"
             b"disk,device=sdy,host=n1 reads=oops 5000000001\n"
             b"disk,device=sdz,host=n1 reads=9i 5000000002\n",
@@ -417,8 +417,8 @@ def test_one_refused_line_counts_one_dropped_point_against_a_real_collector(
             shipper.start()
             assert shipper.flush(30)
         shipper.close()
-        assert shipper.spool.points_dropped == 1
-        assert shipper.spool.points == 0
+        assert shipper.queue.spool.points_dropped == 1
+        assert shipper.queue.spool.points == 0
         devices = stored(collector.db, "disk", "reads", "n1")
         assert devices[("n1", (("device", "sdx"),))] == ([5 * 10**9], [7.0])
         assert devices[("n1", (("device", "sdz"),))] == ([5 * 10**9 + 2], [9.0])
@@ -446,7 +446,7 @@ def test_401_keeps_points_spooled_and_the_token_never_reaches_the_log(endpoint, 
         shipper.start()
         shipper.submit(points_for(1))
         assert wait_until(lambda: len(endpoint.requests) >= 3)
-        assert shipper.spool.points == 3 and shipper.spool.points_dropped == 0
+        assert shipper.queue.spool.points == 3 and shipper.queue.spool.points_dropped == 0
         endpoint.status = 204
         assert shipper.flush(10)
         shipper.close()
@@ -466,7 +466,7 @@ def test_a_spool_that_cannot_be_written_keeps_points_in_memory_never_raises(tmp_
     with caplog.at_level(logging.ERROR):
         shipper.submit(points_for(1))
         shipper.submit(points_for(2))
-    assert shipper.spool.points_dropped == 0
+    assert shipper.queue.spool.points_dropped == 0
     assert shipper.stats.memory_points == 6 and shipper.stats.spool_error == 1
     assert (
         len([r for r in caplog.records if "cannot write (Not a directory)" in r.getMessage()]) == 1
@@ -475,9 +475,45 @@ def test_a_spool_that_cannot_be_written_keeps_points_in_memory_never_raises(tmp_
     spool_dir.mkdir()
     shipper.submit(points_for(3))  # the spool works again: memory moves into it, in order
     assert shipper.stats.memory_points == 0 and shipper.stats.spool_error == 0
-    assert shipper.spool.points == 9
-    sent = b"".join(segment.read() for segment in shipper.spool.take(1 << 20, 64)[0])
+    assert shipper.queue.spool.points == 9
+    sent = b"".join(segment.read() for segment in shipper.queue.spool.take(1 << 20, 64)[0])
     assert sent.decode().splitlines() == expected_lines(range(1, 4))
+
+
+def test_a_spool_directory_removed_while_running_is_made_again_spooled_and_delivered(
+    endpoint, tmp_path, caplog
+):
+    spool_dir = tmp_path / "spool"
+    stats = AgentStats()
+    shipper = Shipper(endpoint.url, None, "o", "b", spool_dir, stats=stats)
+    # Not started yet: what is spooled stays on disk to be looked at.
+    with caplog.at_level(logging.WARNING):
+        shipper.submit(points_for(0))  # into the open segment...
+        shutil.rmtree(spool_dir)  # ...which goes with the directory
+        shipper.submit(points_for(1))
+        assert on_disk(spool_dir) == expected_lines(range(1, 2))
+        assert stats.points_dropped == 3 and stats.spool_points == 3
+
+        shipper.queue.spool.close()  # sealed, as when the sender takes it
+        shutil.rmtree(spool_dir)  # no open segment this time
+        for tick in (2, 3):
+            shipper.submit(points_for(tick))
+        assert on_disk(spool_dir) == expected_lines(range(2, 4))
+    assert stats.points_dropped == 6 and stats.spool_points == 6
+    assert stats.spool_error == 0 and stats.memory_points == 0  # never needed memory
+    made_again = [r for r in caplog.records if "was removed while the agent ran" in r.message]
+    assert len(made_again) == 2
+    shipper.start()
+    assert shipper.flush(10)
+    shipper.close()
+    assert endpoint.lines() == expected_lines(range(2, 4))
+    assert list(spool_dir.iterdir()) == []
+
+
+def on_disk(spool_dir: Path) -> list[str]:
+    """The lines of every segment file, oldest first."""
+    segments = sorted(spool_dir.glob("*.lp"))
+    return b"".join(segment.read_bytes() for segment in segments).decode().splitlines()
 
 
 def test_memory_held_while_the_spool_fails_is_bounded_oldest_dropped_first(tmp_path):
@@ -487,9 +523,9 @@ def test_memory_held_while_the_spool_fails_is_bounded_oldest_dropped_first(tmp_p
     spool_dir.write_text("not a directory")
     for tick in range(10):  # 3 lines of about 34 bytes a tick: 400 bytes hold 3 ticks
         shipper.submit(points_for(tick))
-    assert shipper.memory_points == 9
-    assert shipper.spool.points_dropped == 21
-    assert [body.decode().splitlines() for body, _ in shipper._memory] == [
+    assert shipper.queue.memory_points == 9
+    assert shipper.queue.spool.points_dropped == 21
+    assert [body.decode().splitlines() for body, _ in shipper.queue._memory] == [
         expected_lines(range(tick, tick + 1)) for tick in range(7, 10)
     ]
 

@@ -117,7 +117,7 @@ def test_a_read_only_spool_directory_does_not_stop_delivery_or_resend(small_disk
     try:
         for tick in range(5):
             shipper.submit(points_for(tick))
-        shipper.spool.close()  # seal the open segment: a file open for writing keeps it rw
+        shipper.queue.spool.close()  # seal the open segment: a file open for writing keeps it rw
         assert _mount("-o", "remount,ro", str(small_disk))
         with caplog.at_level(logging.INFO):
             endpoint.start()

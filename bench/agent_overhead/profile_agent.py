@@ -5,7 +5,10 @@ loopback write endpoint as ``run.py``) in a child process whose threads each run
 their own ``cProfile.Profile`` (the sampling loop, the shipper, the /metrics server and
 its request threads), scrapes it once a second (``--scraped``) or leaves it alone, and
 stops it with SIGTERM after ``--ticks`` ticks. Prints the process's CPU time, the
-profiled time per part of the agent, per tick, and the top functions by own time.
+profiled time per part of the agent, per tick, the top functions by own time, and the
+agent's own per-sampler split (``sampler_wall_ms_per_tick``: the mean wall time of each
+sampler's ``sample()`` from the ``agent_sampler`` points it pushed, unprofiled ticks
+not told apart; the profiler inflates these too).
 
     python bench/agent_overhead/profile_agent.py --ticks 300 --scraped
     python bench/agent_overhead/profile_agent.py --ticks 300            # push only
@@ -34,7 +37,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from run import REPO_ROOT, WriteEndpoint, cpu_seconds, free_port, scrape, wait_for  # noqa: E402
+from run import (  # noqa: E402
+    REPO_ROOT,
+    WriteEndpoint,
+    cpu_seconds,
+    free_port,
+    print_sampler_split,
+    scrape,
+    wait_for,
+)
 
 # Parts of the agent, by the function whose cumulative time is the part's cost.
 # (file suffix, function name) -> label; a part's time is the cumulative time of the
@@ -54,6 +65,9 @@ PARTS: list[tuple[str, str, str]] = [
     ("agent/shipper.py", "submit", "push: encode + spool append (per tick)"),
     ("agent/shipper.py", "_send", "push: HTTP write (per batch)"),
 ]
+
+
+PROFILE_HOST = "agent-profile"
 
 
 def child(config: Path, stats_out: Path) -> int:
@@ -146,7 +160,7 @@ def parent(ticks: int, scraped: bool, out: Path | None) -> dict:
     port = free_port()
     config = workdir / "agent.toml"
     config.write_text(
-        'host = "agent-profile"\n'
+        f'host = "{PROFILE_HOST}"\n'
         "interval_seconds = 1\n"
         "[push]\n"
         f'url = "http://127.0.0.1:{endpoint.port}"\n'
@@ -193,8 +207,10 @@ def parent(ticks: int, scraped: bool, out: Path | None) -> dict:
     summary["process_cpu_ms_per_tick_in_window"] = round(cpu / ticks * 1000, 3)
     summary["load_average"] = [round(load_start, 2), round(load_end, 2)]
     summary["profile"] = str(stats_file)
+    summary["sampler_wall_ms_per_tick"] = endpoint.sampler_split(PROFILE_HOST, 0, 2**63)
     text = json.dumps(summary, indent=1)
     print(text)
+    print_sampler_split("agent", summary["sampler_wall_ms_per_tick"])
     if out is not None:
         out.write_text(text + "\n")
     return summary

@@ -7,7 +7,9 @@ node_exporter and the first agent once a second; the second agent is left alone 
 only). It reads each process's CPU time (/proc/<pid>/stat utime+stime, all threads) and
 VmRSS. CPU per sample = CPU seconds in the measured window / samples in it (agents: the
 distinct timestamps they pushed from the window; node_exporter: scrapes). Prints a table
-and writes the numbers as JSON.
+and writes the numbers as JSON, with the split of each agent's sampling time between its
+samplers: the mean wall time of each sampler's ``sample()`` per tick, from the
+``agent_sampler`` points it pushed in the window (``duration_seconds``, tag ``sampler``).
 
     python bench/agent_overhead/run.py --seconds 180
 """
@@ -59,12 +61,45 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+SAMPLER_LINE = "agent_sampler,"  # contract.schema.SamplerSelf, as pushed
+
+
+def sampler_duration(line: str) -> tuple[str, int, float] | None:
+    """``(sampler, time_ns, seconds)`` of an ``agent_sampler`` line, else None."""
+    if not line.startswith(SAMPLER_LINE):
+        return None
+    tags, fields, time_ns = line.split(" ")
+    sampler = dict(tag.split("=", 1) for tag in tags.split(",")[1:])["sampler"]
+    values = dict(field.split("=", 1) for field in fields.split(","))
+    return sampler, int(time_ns), float(values["duration_seconds"])
+
+
+def sampler_split(durations: list[tuple[str, int, float]], start_ns: int, end_ns: int) -> dict:
+    """Per sampler, slowest first: mean wall ms of its ``sample()`` per tick in the window
+    and its share of all the samplers' time."""
+    seconds: dict[str, list[float]] = {}
+    for sampler, time_ns, duration in durations:
+        if start_ns <= time_ns < end_ns:
+            seconds.setdefault(sampler, []).append(duration)
+    total = sum(sum(values) for values in seconds.values()) or 1.0
+    split = {
+        sampler: {
+            "ms_per_tick": round(sum(values) / len(values) * 1000, 3),
+            "share": round(sum(values) / total, 3),
+        }
+        for sampler, values in seconds.items()
+    }
+    return dict(sorted(split.items(), key=lambda item: -item[1]["ms_per_tick"]))
+
+
 class WriteEndpoint:
-    """Accepts InfluxDB v2 writes (204); keeps, per host tag, the timestamps it got."""
+    """Accepts InfluxDB v2 writes (204); keeps, per host tag, the timestamps it got and
+    the sampler durations it was sent."""
 
     def __init__(self) -> None:
         self.timestamps: dict[str, set[int]] = {}
         self.lines: dict[str, int] = {}
+        self.sampler_durations: dict[str, list[tuple[str, int, float]]] = {}
         self.port = free_port()
         endpoint = self
 
@@ -75,6 +110,9 @@ class WriteEndpoint:
                     host = line.split(",host=", 1)[1].split(",", 1)[0].split(" ", 1)[0]
                     endpoint.lines[host] = endpoint.lines.get(host, 0) + 1
                     endpoint.timestamps.setdefault(host, set()).add(int(line.rsplit(" ", 1)[1]))
+                    duration = sampler_duration(line)
+                    if duration is not None:
+                        endpoint.sampler_durations.setdefault(host, []).append(duration)
                 self.send_response(204)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -87,6 +125,9 @@ class WriteEndpoint:
 
     def samples(self, host: str, start_ns: int, end_ns: int) -> int:
         return len([t for t in self.timestamps.get(host, ()) if start_ns <= t < end_ns])
+
+    def sampler_split(self, host: str, start_ns: int, end_ns: int) -> dict:
+        return sampler_split(self.sampler_durations.get(host, []), start_ns, end_ns)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -241,6 +282,10 @@ def run(seconds: float, warmup: float, out: Path, samplers: list[str] | None = N
     for agent in (scraped, push_only):
         agent.samples = endpoint.samples(agent.name, window_start_ns, window_end_ns)
     exporter.samples = exporter.scrapes
+    splits = {
+        agent.name: endpoint.sampler_split(agent.name, window_start_ns, window_end_ns)
+        for agent in (scraped, push_only)
+    }
     endpoint.close()
 
     results = {
@@ -257,6 +302,8 @@ def run(seconds: float, warmup: float, out: Path, samplers: list[str] | None = N
         "points_pushed": endpoint.lines,
         "logs": str(workdir),
     }
+    for key, agent in (("agent_scraped", scraped), ("agent_push_only", push_only)):
+        results[key]["sampler_ms_per_tick"] = splits[agent.name]
     exporter_ms = results["node_exporter"]["cpu_ms_per_sample"]
     for key in ("agent_scraped", "agent_push_only"):
         results[key]["cpu_ratio_to_node_exporter"] = (
@@ -297,10 +344,22 @@ def print_table(results: dict) -> None:
             f"{name}: CPU/sample {ratio}x node_exporter's (target <= {target}: "
             f"{cpu_ok}); RSS max {rss / 1e6:.1f} MB (target <= 40 MB: {rss_ok})"
         )
+    for name in ("agent_scraped", "agent_push_only"):
+        print_sampler_split(name, results[name].get("sampler_ms_per_tick", {}))
     print(
         f"load average {results['load_average_start']} at the start, "
         f"{results['load_average_end']} at the end"
     )
+
+
+def print_sampler_split(name: str, split: dict) -> None:
+    """The agent's sampling time per sampler (wall time of ``sample()``, not CPU time)."""
+    if not split:
+        print(f"{name}: no agent_sampler points (is the agent sampler off?)")
+        return
+    print(f"{name}: sampling wall time per tick, by sampler")
+    for sampler, numbers in split.items():
+        print(f"  {sampler:12} {numbers['ms_per_tick']:8.3f} ms  {numbers['share']:6.1%}")
 
 
 def main() -> None:
