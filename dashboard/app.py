@@ -22,7 +22,7 @@ from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from contract.schema import INFERENCE_FRAMEWORK
-from dashboard import figures, pages
+from dashboard import figures, ids, pages
 from dashboard.auth import Credentials, require_basic_auth
 from dashboard.source import DataSource, Timeseries, digest, is_live
 
@@ -35,7 +35,7 @@ SCROLL_TO_ANCHOR = """
 function(_children, hash, path, done) {
     const key = path + hash;
     if (!hash || done === key) { return window.dash_clientside.no_update; }
-    const findings = document.getElementById('run-findings');
+    const findings = document.getElementById('__RUN_FINDINGS__');
     if (findings && findings.innerText.startsWith('Looking')) {
         return window.dash_clientside.no_update;
     }
@@ -45,7 +45,7 @@ function(_children, hash, path, done) {
     }, 150);
     return key;
 }
-"""
+""".replace("__RUN_FINDINGS__", ids.RUN_FINDINGS)
 
 
 def create_app(
@@ -63,10 +63,10 @@ def create_app(
     )
     app.layout = html.Div(
         [
-            dcc.Location(id="url"),
-            html.Div(id="nav"),
-            html.Main(id="page", className="page"),
-            dcc.Store(id="scroll-done"),
+            dcc.Location(id=ids.URL),
+            html.Div(id=ids.NAV),
+            html.Main(id=ids.PAGE, className="page"),
+            dcc.Store(id=ids.SCROLL_DONE),
         ]
     )
     if credentials is not None:
@@ -86,83 +86,83 @@ class Callbacks:
 
     def register(self, app: Dash) -> None:
         app.callback(
-            Output("page", "children"),
-            Output("nav", "children"),
-            Output("scroll-done", "data"),
-            Input("url", "pathname"),
-            Input("url", "search"),
+            Output(ids.PAGE, "children"),
+            Output(ids.NAV, "children"),
+            Output(ids.SCROLL_DONE, "data"),
+            Input(ids.URL, "pathname"),
+            Input(ids.URL, "search"),
         )(self.route)
-        for trigger in ("page", "run-findings"):
+        for trigger in (ids.PAGE, ids.RUN_FINDINGS):
             app.clientside_callback(
                 SCROLL_TO_ANCHOR,
-                Output("scroll-done", "data", allow_duplicate=True),
+                Output(ids.SCROLL_DONE, "data", allow_duplicate=True),
                 Input(trigger, "children"),
-                State("url", "hash"),
-                State("url", "pathname"),
-                State("scroll-done", "data"),
+                State(ids.URL, "hash"),
+                State(ids.URL, "pathname"),
+                State(ids.SCROLL_DONE, "data"),
                 prevent_initial_call=True,
             )
         app.callback(
-            Output("page", "children", allow_duplicate=True),
-            Input("run-wait-interval", "n_intervals"),
-            State("run-wait-id", "data"),
+            Output(ids.PAGE, "children", allow_duplicate=True),
+            Input(ids.RUN_WAIT_INTERVAL, "n_intervals"),
+            State(ids.RUN_WAIT_ID, "data"),
             prevent_initial_call=True,
         )(self.look_for_run)
         app.callback(
-            Output("runs-table", "children"),
-            Output("runs-digest", "data"),
-            Input("runs-interval", "n_intervals"),
-            State("runs-digest", "data"),
+            Output(ids.RUNS_TABLE, "children"),
+            Output(ids.RUNS_DIGEST, "data"),
+            Input(ids.RUNS_INTERVAL, "n_intervals"),
+            State(ids.RUNS_DIGEST, "data"),
             prevent_initial_call=True,
         )(self.refresh_runs)
         app.callback(
-            Output(pages.TIMESERIES_GRAPH, "figure"),
+            Output(ids.TIMESERIES_GRAPH, "figure"),
             *[Output(chart_id, "figure") for chart_id in pages.EPOCH_CHARTS],
-            Output(pages.STEP_SHARES_GRAPH, "figure"),
-            Output("epoch-table-container", "children"),
-            Output("run-epochs", "data"),
-            Output("run-header", "children"),
-            Output("bucket-note", "children"),
-            Output("run-interval", "disabled"),
-            Output("run-live", "data"),
-            Input("run-interval", "n_intervals"),
-            State("run-live", "data"),
-            State("epoch-table-hosts", "value"),
+            Output(ids.STEP_SHARES_GRAPH, "figure"),
+            Output(ids.EPOCH_TABLE_CONTAINER, "children"),
+            Output(ids.RUN_EPOCHS, "data"),
+            Output(ids.RUN_HEADER, "children"),
+            Output(ids.BUCKET_NOTE, "children"),
+            Output(ids.RUN_INTERVAL, "disabled"),
+            Output(ids.RUN_LIVE, "data"),
+            Input(ids.RUN_INTERVAL, "n_intervals"),
+            State(ids.RUN_LIVE, "data"),
+            State(ids.EPOCH_TABLE_HOSTS, "value"),
             prevent_initial_call=True,
         )(self.refresh_run)
         app.callback(
-            Output("epoch-table-container", "children", allow_duplicate=True),
-            Input("epoch-table-hosts", "value"),
-            State("run-live", "data"),
+            Output(ids.EPOCH_TABLE_CONTAINER, "children", allow_duplicate=True),
+            Input(ids.EPOCH_TABLE_HOSTS, "value"),
+            State(ids.RUN_LIVE, "data"),
             prevent_initial_call=True,
         )(self.switch_epoch_table)
         app.callback(
-            Output("run-findings", "children"),
-            Input("run-epochs", "data"),
+            Output(ids.RUN_FINDINGS, "children"),
+            Input(ids.RUN_EPOCHS, "data"),
         )(self.load_run_findings)
         app.callback(
-            Output(pages.TIMESERIES_GRAPH, "figure", allow_duplicate=True),
-            Output("bucket-note", "children", allow_duplicate=True),
-            Output(pages.STEP_SHARES_GRAPH, "figure", allow_duplicate=True),
-            Input("run-pending", "data"),
+            Output(ids.TIMESERIES_GRAPH, "figure", allow_duplicate=True),
+            Output(ids.BUCKET_NOTE, "children", allow_duplicate=True),
+            Output(ids.STEP_SHARES_GRAPH, "figure", allow_duplicate=True),
+            Input(ids.RUN_PENDING, "data"),
             prevent_initial_call="initial_duplicate",  # called when the page comes
         )(self.load_pending_timeseries)
         app.callback(
-            Output("scaling-graph", "figure"),
-            Output("accuracy-graph", "figure"),
-            Output("accuracy-chart", "style"),
-            Output("scaling-table", "children"),
-            Input("scaling-runs", "value"),
+            Output(ids.SCALING_GRAPH, "figure"),
+            Output(ids.ACCURACY_GRAPH, "figure"),
+            Output(ids.ACCURACY_CHART, "style"),
+            Output(ids.SCALING_TABLE, "children"),
+            Input(ids.SCALING_RUNS, "value"),
             prevent_initial_call=True,
         )(self.select_scaling_runs)
         app.callback(
-            Output("findings-body", "children"),
-            Input("findings-run", "value"),
+            Output(ids.FINDINGS_BODY, "children"),
+            Input(ids.FINDINGS_RUN, "value"),
             prevent_initial_call=True,
         )(self.select_findings_run)
         app.callback(
-            Output("inference-body", "children"),
-            Input("inference-run", "value"),
+            Output(ids.INFERENCE_BODY, "children"),
+            Input(ids.INFERENCE_RUN, "value"),
             prevent_initial_call=True,
         )(self.select_inference_run)
 
@@ -251,7 +251,7 @@ class Callbacks:
 
     def load_pending_timeseries(self, pending: dict[str, Any] | None) -> tuple[Any, str, Any]:
         """The time series and step shares of a run page drawn without them
-        (``run-pending``)."""
+        (``ids.RUN_PENDING``)."""
         if not pending:
             raise PreventUpdate
         run_id = pending["run_id"]

@@ -15,7 +15,7 @@ from collector.views.evidence import evidence_items
 from contract.columns import COMPLETE, INTERRUPTED
 from contract.markers import ALL_HOSTS, ALL_HOSTS_LABEL
 from contract.schema import INFERENCE_FRAMEWORK
-from dashboard import figures
+from dashboard import figures, ids
 from dashboard.columns import (
     EPOCH_COLUMNS,
     RUN_COLUMNS,
@@ -29,29 +29,26 @@ from dashboard.source import Timeseries
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": False}
 
 # a finding's ``chart`` (a report column) -> the run page element that shows it
-TIMESERIES_ANCHOR = "over-time"
-STEP_ANATOMY_ANCHOR = "step-anatomy"
 CHART_ANCHORS = {
-    "input_wait_percent": STEP_ANATOMY_ANCHOR,
-    "compute_percent": STEP_ANATOMY_ANCHOR,
-    "communication_percent": STEP_ANATOMY_ANCHOR,
-    "seconds_per_step": STEP_ANATOMY_ANCHOR,
-    "images_per_second": TIMESERIES_ANCHOR,
-    "disk_read_mbps": "epoch-storage",
-    "disk_read_bytes": "epoch-storage",
-    "nfs_server_read_mbps": "epoch-storage",
-    "nfs_app_read_bytes": TIMESERIES_ANCHOR,
-    "nfs_cache_hit_ratio": TIMESERIES_ANCHOR,
-    "rx_minus_tx_mbps": "epoch-fabric",
-    "ib_rcv_mbps": TIMESERIES_ANCHOR,
-    "ib_xmit_mbps": TIMESERIES_ANCHOR,
-    "page_cache_delta_bytes": TIMESERIES_ANCHOR,
-    "major_faults": "epoch-table",
-    "cpu_util_percent": TIMESERIES_ANCHOR,
-    "iowait_percent": TIMESERIES_ANCHOR,
-    "gpu_util_percent": TIMESERIES_ANCHOR,
+    "input_wait_percent": ids.STEP_ANATOMY,
+    "compute_percent": ids.STEP_ANATOMY,
+    "communication_percent": ids.STEP_ANATOMY,
+    "seconds_per_step": ids.STEP_ANATOMY,
+    "images_per_second": ids.OVER_TIME,
+    "disk_read_mbps": ids.EPOCH_STORAGE,
+    "disk_read_bytes": ids.EPOCH_STORAGE,
+    "nfs_server_read_mbps": ids.EPOCH_STORAGE,
+    "nfs_app_read_bytes": ids.OVER_TIME,
+    "nfs_cache_hit_ratio": ids.OVER_TIME,
+    "rx_minus_tx_mbps": ids.EPOCH_FABRIC,
+    "ib_rcv_mbps": ids.OVER_TIME,
+    "ib_xmit_mbps": ids.OVER_TIME,
+    "page_cache_delta_bytes": ids.OVER_TIME,
+    "major_faults": ids.EPOCH_TABLE,
+    "cpu_util_percent": ids.OVER_TIME,
+    "iowait_percent": ids.OVER_TIME,
+    "gpu_util_percent": ids.OVER_TIME,
 }
-EPOCH_TABLE_ANCHOR = "epoch-table"
 ACCURACY_KEYS = ("final_top1", "target_top1", "epochs_to_target", "seconds_to_target")
 
 
@@ -65,7 +62,7 @@ def findings_href(run_id: str) -> str:
 
 
 def chart_anchor(chart: str) -> str:
-    return CHART_ANCHORS.get(chart, EPOCH_TABLE_ANCHOR)
+    return CHART_ANCHORS.get(chart, ids.EPOCH_TABLE)
 
 
 def navigation(pathname: str) -> html.Nav:
@@ -104,11 +101,11 @@ def waiting_for_run(run_id: str, poll_ms: int) -> html.Div:
             html.P(
                 f"No run {run_id!r} in the store yet. This page looks again every "
                 f"{poll_ms / 1000:g} s and shows the run as soon as its first event arrives.",
-                id="run-waiting",
+                id=ids.RUN_WAITING,
             ),
             dcc.Link("All runs", href="/"),
-            dcc.Store(id="run-wait-id", data=run_id),
-            dcc.Interval(id="run-wait-interval", interval=poll_ms),
+            dcc.Store(id=ids.RUN_WAIT_ID, data=run_id),
+            dcc.Interval(id=ids.RUN_WAIT_INTERVAL, interval=poll_ms),
         ]
     )
 
@@ -158,7 +155,7 @@ def runs_table(runs: list[dict[str, Any]]) -> html.Table | html.P:
             else:
                 cells.append(_cell(run, column))
         body.append(html.Tr(cells, className=f"run-row state-{run['state']}"))
-    return html.Table([_header(RUN_COLUMNS), html.Tbody(body)], className="table", id="runs-list")
+    return html.Table([_header(RUN_COLUMNS), html.Tbody(body)], className="table", id=ids.RUNS_LIST)
 
 
 EPOCH_TABLE_MAX_ROWS = 120  # more rows than this: one row per epoch until asked for hosts
@@ -271,7 +268,7 @@ def scaling_table(rows: list[dict[str, Any]]) -> html.Div:
                     cells.append(_cell(row, column))
             body.append(html.Tr(cells, className=f"scope-{row.get('scope') or 'none'}"))
     children: list[Any] = [
-        html.Table([_header(columns), html.Tbody(body)], className="table", id="scaling-list")
+        html.Table([_header(columns), html.Tbody(body)], className="table", id=ids.SCALING_LIST)
     ]
     if not any(c.key in ACCURACY_KEYS for c in columns):
         children.append(
@@ -319,7 +316,7 @@ def finding_card(
             link,
         ],
         className=f"finding severity-{finding['severity']}",
-        id=f"finding-{finding['rule']}",
+        id=ids.finding(finding["rule"]),
     )
 
 
@@ -347,9 +344,9 @@ def runs_page(runs: list[dict[str, Any]], poll_ms: int, runs_digest: str) -> htm
                 "per-epoch, per-host view.",
                 className="lead",
             ),
-            html.Div(runs_table(runs), id="runs-table"),
-            dcc.Interval(id="runs-interval", interval=poll_ms),
-            dcc.Store(id="runs-digest", data=runs_digest),
+            html.Div(runs_table(runs), id=ids.RUNS_TABLE),
+            dcc.Interval(id=ids.RUNS_INTERVAL, interval=poll_ms),
+            dcc.Store(id=ids.RUNS_DIGEST, data=runs_digest),
         ]
     )
 
@@ -374,7 +371,7 @@ def run_header(run: dict[str, Any], live: bool, poll_ms: int) -> html.Div:
                 [item for key, value in facts for item in (html.Dt(key), html.Dd(value))],
                 className="facts",
             ),
-            html.P(status, id="run-status", className="status"),
+            html.P(status, id=ids.RUN_STATUS, className="status"),
         ]
     )
 
@@ -432,13 +429,11 @@ def last_step_ns(step_shares: dict[str, list[dict[str, Any]]] | None) -> int | N
 
 
 EPOCH_CHARTS = (
-    "epoch-disk",
-    "epoch-nfs",
-    "epoch-fabric-graph",
-    "epoch-step-anatomy",
+    ids.EPOCH_DISK_GRAPH,
+    ids.EPOCH_NFS_GRAPH,
+    ids.EPOCH_FABRIC_GRAPH,
+    ids.EPOCH_STEP_ANATOMY_GRAPH,
 )
-STEP_SHARES_GRAPH = "step-shares"
-TIMESERIES_GRAPH = "timeseries"
 
 
 def bucket_note(ts: Timeseries, boundaries: dict[str, Any]) -> str:
@@ -463,12 +458,12 @@ def run_page(
     step_shares: dict[str, list[dict[str, Any]]] | None = None,
 ) -> html.Div:
     """The run page. Its findings arrive by a callback of their own once the page is up,
-    and again whenever ``run-epochs`` says an epoch started or ended. Without ``ts`` (a
+    and again whenever ``ids.RUN_EPOCHS`` says an epoch started or ended. Without ``ts`` (a
     finished run whose charts are not computed yet: decoding its step events is most of
-    the cost) the time series come by a callback of their own too (``run-pending``)."""
+    the cost) the time series come by a callback of their own too (``ids.RUN_PENDING``)."""
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
     disk, nfs, fabric, anatomy = epoch_figures(rows, order, rank_parts)
-    if step_shares is None:  # read with the time series (``run-pending``)
+    if step_shares is None:  # read with the time series (``ids.RUN_PENDING``)
         shares = figures.step_shares_placeholder()
     else:
         shares = figures.step_shares_figure(step_shares, order)
@@ -480,9 +475,9 @@ def run_page(
         note = "Computing each host's metrics over the run…"
     return html.Div(
         [
-            html.Div(run_header(run, live, poll_ms), id="run-header"),
+            html.Div(run_header(run, live, poll_ms), id=ids.RUN_HEADER),
             html.H2("Findings"),
-            html.Div(html.P("Looking for findings…", className="empty"), id="run-findings"),
+            html.Div(html.P("Looking for findings…", className="empty"), id=ids.RUN_FINDINGS),
             html.H2("Per epoch"),
             html.P(
                 "Epoch 1 reads the data set from storage; once it sits in the page cache, later "
@@ -494,10 +489,10 @@ def run_page(
             html.Div(
                 [html.Div(graph(EPOCH_CHARTS[0], disk)), html.Div(graph(EPOCH_CHARTS[1], nfs))],
                 className="grid",
-                id="epoch-storage",
+                id=ids.EPOCH_STORAGE,
             ),
-            html.Div(graph(EPOCH_CHARTS[2], fabric), id="epoch-fabric", className="panel"),
-            html.H2("Where step time goes", id=STEP_ANATOMY_ANCHOR),
+            html.Div(graph(EPOCH_CHARTS[2], fabric), id=ids.EPOCH_FABRIC, className="panel"),
+            html.H2("Where step time goes", id=ids.STEP_ANATOMY),
             html.P(
                 "Each rank times every step: waiting for the next batch (input wait), "
                 "forward and backward (compute), waiting for the gradient all-reduce once "
@@ -506,31 +501,31 @@ def run_page(
                 className="lead",
             ),
             html.Div(graph(EPOCH_CHARTS[3], anatomy), className="panel"),
-            html.Div(graph(STEP_SHARES_GRAPH, shares), className="panel"),
-            html.H2("Over time", id=TIMESERIES_ANCHOR),
-            html.P(note, className="lead", id="bucket-note"),
+            html.Div(graph(ids.STEP_SHARES_GRAPH, shares), className="panel"),
+            html.H2("Over time", id=ids.OVER_TIME),
+            html.P(note, className="lead", id=ids.BUCKET_NOTE),
             host_legend(order),
-            html.Div(graph(TIMESERIES_GRAPH, time_figure), className="panel"),
-            html.H2("Per-epoch table", id=EPOCH_TABLE_ANCHOR),
+            html.Div(graph(ids.TIMESERIES_GRAPH, time_figure), className="panel"),
+            html.H2("Per-epoch table", id=ids.EPOCH_TABLE),
             html.P(
                 "Hover a column header for its meaning; – means not measured (never zero).",
                 className="lead",
             ),
             dcc.Checklist(
-                id="epoch-table-hosts",
+                id=ids.EPOCH_TABLE_HOSTS,
                 options=[{"label": " one row per host", "value": PER_HOST}],
                 value=per_host_default(rows),
                 className="table-switch",
             ),
             html.Div(
                 epoch_table(rows, per_host=bool(per_host_default(rows))),
-                id="epoch-table-container",
+                id=ids.EPOCH_TABLE_CONTAINER,
                 className="table-scroll",
             ),
-            dcc.Interval(id="run-interval", interval=poll_ms, disabled=not live),
-            dcc.Store(id="run-live", data=live_state),
-            dcc.Store(id="run-epochs", data=epochs_key(live_state)),
-            dcc.Store(id="run-pending", data=None if ts else {"run_id": run["run_id"]}),
+            dcc.Interval(id=ids.RUN_INTERVAL, interval=poll_ms, disabled=not live),
+            dcc.Store(id=ids.RUN_LIVE, data=live_state),
+            dcc.Store(id=ids.RUN_EPOCHS, data=epochs_key(live_state)),
+            dcc.Store(id=ids.RUN_PENDING, data=None if ts else {"run_id": run["run_id"]}),
         ]
     )
 
@@ -569,19 +564,19 @@ def scaling_page(rows: list[dict[str, Any]]) -> html.Div:
                 className="lead",
             ),
             dcc.Checklist(
-                id="scaling-runs",
+                id=ids.SCALING_RUNS,
                 options=options,
                 value=[row["run_id"] for row in rows],
                 className="run-picker",
                 inputClassName="run-picker-box",
             ),
-            graph("scaling-graph", figures.scaling_figure(rows)),
+            graph(ids.SCALING_GRAPH, figures.scaling_figure(rows)),
             html.Div(
-                graph("accuracy-graph", figures.time_to_target_figure(rows)),
-                id="accuracy-chart",
+                graph(ids.ACCURACY_GRAPH, figures.time_to_target_figure(rows)),
+                id=ids.ACCURACY_CHART,
                 style=accuracy_style(rows),
             ),
-            html.Div(scaling_table(rows), id="scaling-table"),
+            html.Div(scaling_table(rows), id=ids.SCALING_TABLE),
         ]
     )
 
@@ -599,11 +594,11 @@ def findings_page(
                 className="lead",
             ),
             dcc.Dropdown(
-                id="findings-run", options=options, value=run_id, clearable=False, searchable=True
+                id=ids.FINDINGS_RUN, options=options, value=run_id, clearable=False, searchable=True
             ),
             html.Div(
                 findings_list(findings, run_id, same_page=False) if run_id else None,
-                id="findings-body",
+                id=ids.FINDINGS_BODY,
             ),
         ]
     )
@@ -651,7 +646,7 @@ def inference_table(report: dict[str, Any]) -> html.Table:
     ]
     return html.Table(
         [html.Thead(html.Tr([html.Th(h) for h in headings])), html.Tbody(body)],
-        id="inference-table",
+        id=ids.INFERENCE_TABLE,
         className="table",
     )
 
@@ -667,10 +662,10 @@ def inference_accuracy(report: dict[str, Any]) -> html.P:
             ", INT8 ",
             html.B(format_top1(top1.get("int8"))),
             "; INT8 − FP32 ",
-            html.B(format_points(report["top1_difference"]), id="inference-top1-difference"),
+            html.B(format_points(report["top1_difference"]), id=ids.INFERENCE_TOP1_DIFFERENCE),
             ".",
         ],
-        id="inference-accuracy",
+        id=ids.INFERENCE_ACCURACY,
     )
 
 
@@ -685,13 +680,16 @@ def inference_body(report: dict[str, Any] | None) -> html.Div:
     )
     return html.Div(
         [
-            html.P(setup, className="run-meta", id="inference-setup"),
-            graph("inference-graph", figures.inference_figure(report)),
+            html.P(setup, className="run-meta", id=ids.INFERENCE_SETUP),
+            graph(ids.INFERENCE_GRAPH, figures.inference_figure(report)),
             inference_table(report),
             inference_accuracy(report),
             html.H2("Findings"),
             findings_list(
-                list(report["findings"]), report["run_id"], same_page=True, anchor="inference-graph"
+                list(report["findings"]),
+                report["run_id"],
+                same_page=True,
+                anchor=ids.INFERENCE_GRAPH,
             ),
         ]
     )
@@ -712,7 +710,7 @@ def inference_page(
                 className="lead",
             ),
             dcc.Dropdown(
-                id="inference-run",
+                id=ids.INFERENCE_RUN,
                 options=options,
                 value=run_id,
                 clearable=False,
@@ -722,6 +720,6 @@ def inference_page(
             else html.P(
                 "No inference runs yet: make one with `workloads infer`.", className="empty"
             ),
-            html.Div(inference_body(report) if run_id else None, id="inference-body"),
+            html.Div(inference_body(report) if run_id else None, id=ids.INFERENCE_BODY),
         ]
     )

@@ -23,6 +23,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 
 from collector.views.query import COLUMN_HELP
 from contract.schema import RunState
+from dashboard import ids
 from dashboard.app import create_app
 from dashboard.source import DataSource
 from tests.test_dashboard_runs import (
@@ -83,7 +84,7 @@ def table_rows(duo, selector: str) -> list[list[str]]:
 
 def trace(duo, name: str) -> dict:
     """One trace of the run page's time-series figure, by name."""
-    return next(t for t in figure_data(duo.driver, "timeseries") if t["name"] == name)
+    return next(t for t in figure_data(duo.driver, ids.TIMESERIES_GRAPH) if t["name"] == name)
 
 
 def text_of(duo, selector: str) -> str | None:
@@ -104,8 +105,8 @@ def wait_for(condition, timeout: float = 60, what: str = "condition") -> None:
 
 
 def test_runs_page_lists_every_run_and_links_to_it(dash_duo):
-    open_page(dash_duo, "/", "#runs-list")
-    rows = {row[0]: row for row in table_rows(dash_duo, "#runs-list")}
+    open_page(dash_duo, "/", f"#{ids.RUNS_LIST}")
+    rows = {row[0]: row for row in table_rows(dash_duo, f"#{ids.RUNS_LIST}")}
     assert set(rows) == {LIVE_RUN, PAPER_RUN, "tf-4gpu", BASELINE_RUN}
     # run, framework, model, GPUs, hosts, images/s, state, start
     # run, framework, model, GPUs, hosts, precision, batch/rank, data set, images/s, state,
@@ -118,16 +119,16 @@ def test_runs_page_lists_every_run_and_links_to_it(dash_duo):
     assert dash_duo.get_logs() == []
 
     dash_duo.find_element(f"a[href='/runs/{PAPER_RUN}']").click()
-    dash_duo.wait_for_element("#timeseries .main-svg", timeout=60)
+    dash_duo.wait_for_element(f"#{ids.TIMESERIES_GRAPH} .main-svg", timeout=60)
     assert dash_duo.driver.current_url.endswith(f"/runs/{PAPER_RUN}")
     assert dash_duo.get_logs() == []
 
 
 def test_run_page_charts_carry_each_host_and_epoch(dash_duo, store):
-    open_page(dash_duo, f"/runs/{PAPER_RUN}", "#timeseries .main-svg")
+    open_page(dash_duo, f"/runs/{PAPER_RUN}", f"#{ids.TIMESERIES_GRAPH} .main-svg")
     # (a run the server has not computed yet gets its time series by a callback of their own)
-    wait_for(lambda: figure_data(dash_duo.driver, "timeseries"), what="the time series")
-    traces = figure_data(dash_duo.driver, "timeseries")
+    wait_for(lambda: figure_data(dash_duo.driver, ids.TIMESERIES_GRAPH), what="the time series")
+    traces = figure_data(dash_duo.driver, ids.TIMESERIES_GRAPH)
     ib = [t for t in traces if " IB " in t["name"]]
     assert [t["name"] for t in ib] == [
         "node1 IB receive",
@@ -142,47 +143,47 @@ def test_run_page_charts_carry_each_host_and_epoch(dash_duo, store):
     # first 12.5-s step (see tests/test_dashboard_runs.py)
     assert trace(dash_duo, "node1 images/s")["y"][10] == 960.0
 
-    nfs = figure_data(dash_duo.driver, "epoch-nfs")
+    nfs = figure_data(dash_duo.driver, ids.EPOCH_NFS_GRAPH)
     assert [t["name"] for t in nfs] == ["node1", "node2"]
     assert nfs[0]["y"] == pytest.approx([300.0, 0.0, 0.0])
-    fabric = figure_data(dash_duo.driver, "epoch-fabric-graph")
+    fabric = figure_data(dash_duo.driver, ids.EPOCH_FABRIC_GRAPH)
     assert [t["name"] for t in fabric] == ["receive", "send", "receive − send"]
     assert fabric[2]["y"] == pytest.approx([300.0, 0.0, 0.0, 300.0, 0.0, 0.0])
 
     # epoch shading: three bands, labelled
     labels = dash_duo.driver.execute_script(
-        "return document.querySelector('#timeseries .js-plotly-plot')"
+        f"return document.querySelector('#{ids.TIMESERIES_GRAPH} .js-plotly-plot')"
         ".layout.annotations.map(a => a.text).filter(t => t.startsWith('epoch'))"
     )
     assert labels == ["epoch 1", "epoch 2", "epoch 3"]
 
-    rows = table_rows(dash_duo, "#epoch-table-container")
+    rows = table_rows(dash_duo, f"#{ids.EPOCH_TABLE_CONTAINER}")
     assert len(rows) == 9  # 3 epochs x (2 hosts + all hosts)
     assert rows[2][:5] == ["1", "all hosts", "120.0", "192,000", "1,600.0"]
     # each header explains its column on hover
-    header = dash_duo.find_element("#epoch-table-container th.column-4")
+    header = dash_duo.find_element(f"#{ids.EPOCH_TABLE_CONTAINER} th.column-4")
     ActionChains(dash_duo.driver).move_to_element(header).perform()
     wait_for(
         lambda: COLUMN_HELP["images_per_second"] in text_of(dash_duo, ".dash-tooltip"),
         what="the images/s header's tooltip",
     )
-    assert text_of(dash_duo, "#run-status") == "finished: not updating"
+    assert text_of(dash_duo, f"#{ids.RUN_STATUS}") == "finished: not updating"
     # the findings come once the page is up
     found = DataSource(store).findings(PAPER_RUN)
     wait_for(
-        lambda: len(dash_duo.find_elements("#run-findings .finding")) == len(found),
+        lambda: len(dash_duo.find_elements(f"#{ids.RUN_FINDINGS} .finding")) == len(found),
         what="the run's findings",
     )
     assert (
-        dash_duo.find_element("#finding-cache_warmup .chart-link")
+        dash_duo.find_element(f"#{ids.finding('cache_warmup')} .chart-link")
         .get_attribute("href")
-        .endswith(f"/runs/{PAPER_RUN}#epoch-storage")
+        .endswith(f"/runs/{PAPER_RUN}#{ids.EPOCH_STORAGE}")
     )
     assert dash_duo.get_logs() == []
 
-    dash_duo.find_element("#epoch-table-hosts input").click()  # one row per epoch
+    dash_duo.find_element(f"#{ids.EPOCH_TABLE_HOSTS} input").click()  # one row per epoch
     wait_for(
-        lambda: len(table_rows(dash_duo, "#epoch-table-container")) == 3,
+        lambda: len(table_rows(dash_duo, f"#{ids.EPOCH_TABLE_CONTAINER}")) == 3,
         what="the table to keep only the all-hosts rows",
     )
     assert dash_duo.get_logs() == []
@@ -193,12 +194,15 @@ def test_findings_link_to_the_chart_on_the_run_page(dash_duo, store):
     found = DataSource(store).findings(PAPER_RUN)
     cards = dash_duo.find_elements(".finding")
     assert len(cards) == len(found)
-    assert "Storage reads stop after epoch 1" in dash_duo.find_element("#finding-cache_warmup").text
+    assert (
+        "Storage reads stop after epoch 1"
+        in dash_duo.find_element(f"#{ids.finding('cache_warmup')}").text
+    )
     assert dash_duo.get_logs() == []
 
-    dash_duo.find_element("#finding-cache_warmup .chart-link").click()
-    dash_duo.wait_for_element("#epoch-storage .main-svg", timeout=60)
-    assert dash_duo.driver.current_url.endswith(f"/runs/{PAPER_RUN}#epoch-storage")
+    dash_duo.find_element(f"#{ids.finding('cache_warmup')} .chart-link").click()
+    dash_duo.wait_for_element(f"#{ids.EPOCH_STORAGE} .main-svg", timeout=60)
+    assert dash_duo.driver.current_url.endswith(f"/runs/{PAPER_RUN}#{ids.EPOCH_STORAGE}")
     wait_for(
         lambda: dash_duo.driver.execute_script("return window.scrollY") > 200,
         what="the page to scroll to the storage chart",
@@ -207,9 +211,9 @@ def test_findings_link_to_the_chart_on_the_run_page(dash_duo, store):
 
 
 def test_scaling_page_draws_ideal_and_efficiency_and_follows_the_selection(dash_duo):
-    open_page(dash_duo, "/scaling", "#scaling-graph .main-svg")
+    open_page(dash_duo, "/scaling", f"#{ids.SCALING_GRAPH} .main-svg")
     # (each scope also has a grey legend-only trace, y [None]: not the points)
-    points = figure_data(dash_duo.driver, "scaling-graph")
+    points = figure_data(dash_duo.driver, ids.SCALING_GRAPH)
     traces = {t["name"]: t for t in points if t["y"] != [None]}
     ideal = next(t for name, t in traces.items() if name.endswith(": ideal"))
     # 1-GPU 300 images/s x GPUs, for the live run's 2 GPUs, the 4- and the 8-GPU run
@@ -217,7 +221,7 @@ def test_scaling_page_draws_ideal_and_efficiency_and_follows_the_selection(dash_
     assert ideal["y"] == pytest.approx([300.0, 600.0, 1200.0, 2400.0])
     assert traces["intra-node"]["text"] == ["95%"]
     assert set(traces) >= {"baseline", "intra-node", "inter-node"}
-    rows = table_rows(dash_duo, "#scaling-list")
+    rows = table_rows(dash_duo, f"#{ids.SCALING_LIST}")
     assert any(row[:2] == [BASELINE_RUN, "1"] for row in rows)
     # GPUs, nodes, scope, then what tells the group's runs from others': precision,
     # batch per rank, data set
@@ -226,32 +230,32 @@ def test_scaling_page_draws_ideal_and_efficiency_and_follows_the_selection(dash_
     assert dash_duo.get_logs() == []
 
     # leave out the 1-GPU run: its point goes; the others keep their efficiency against it
-    box = dash_duo.find_elements("#scaling-runs input")[0]
+    box = dash_duo.find_elements(f"#{ids.SCALING_RUNS} input")[0]
     box.click()
 
     def baseline_gone() -> bool:
-        names = [t["name"] for t in figure_data(dash_duo.driver, "scaling-graph") or []]
+        names = [t["name"] for t in figure_data(dash_duo.driver, ids.SCALING_GRAPH) or []]
         return bool(names) and "baseline" not in names
 
     wait_for(baseline_gone, what="the scaling chart to drop the 1-GPU run")
     # (each scope also has a grey legend-only trace, y [None]: not the points)
-    points = figure_data(dash_duo.driver, "scaling-graph")
+    points = figure_data(dash_duo.driver, ids.SCALING_GRAPH)
     traces = {t["name"]: t for t in points if t["y"] != [None]}
     assert traces["intra-node"]["text"] == ["95%"]
-    assert not any(row[0] == BASELINE_RUN for row in table_rows(dash_duo, "#scaling-list"))
+    assert not any(row[0] == BASELINE_RUN for row in table_rows(dash_duo, f"#{ids.SCALING_LIST}"))
     assert dash_duo.get_logs() == []
 
 
 def test_unknown_run_says_so(dash_duo):
     open_page(dash_duo, "/runs/no-such-run", "h2")
-    assert "No run 'no-such-run'" in dash_duo.find_element("#page").text
+    assert "No run 'no-such-run'" in dash_duo.find_element(f"#{ids.PAGE}").text
     assert dash_duo.get_logs() == []
 
 
 def test_live_run_gets_new_epochs_and_stops_polling_when_it_ends(dash_duo, store):
-    open_page(dash_duo, f"/runs/{LIVE_RUN}", "#timeseries .main-svg")
-    assert text_of(dash_duo, "#run-status").startswith("live: updating every 0.4 s")
-    epochs = {row[0] for row in table_rows(dash_duo, "#epoch-table-container")}
+    open_page(dash_duo, f"/runs/{LIVE_RUN}", f"#{ids.TIMESERIES_GRAPH} .main-svg")
+    assert text_of(dash_duo, f"#{ids.RUN_STATUS}").startswith("live: updating every 0.4 s")
+    epochs = {row[0] for row in table_rows(dash_duo, f"#{ids.EPOCH_TABLE_CONTAINER}")}
     assert epochs == {"1", "2"}
     assert len(trace(dash_duo, "node1 disk read")["y"]) == 2 * LIVE_EPOCH_SECONDS  # complete only
 
@@ -259,7 +263,7 @@ def test_live_run_gets_new_epochs_and_stops_polling_when_it_ends(dash_duo, store
     store.write_points(points_after(live_run(3), two_epochs.end_true_ns()))
 
     def third_epoch_shown() -> bool:
-        rows = table_rows(dash_duo, "#epoch-table-container")
+        rows = table_rows(dash_duo, f"#{ids.EPOCH_TABLE_CONTAINER}")
         return any(row[:2] == ["3", "all hosts"] for row in rows)
 
     wait_for(third_epoch_shown, what="epoch 3 to appear in the table")
@@ -274,7 +278,7 @@ def test_live_run_gets_new_epochs_and_stops_polling_when_it_ends(dash_duo, store
 
     store.write_points(run_end_points(live_run(3)))
     wait_for(
-        lambda: text_of(dash_duo, "#run-status") == "finished: not updating",
+        lambda: text_of(dash_duo, f"#{ids.RUN_STATUS}") == "finished: not updating",
         what="the page to notice the run ended",
     )
     assert dash_duo.get_logs() == []
@@ -285,17 +289,17 @@ def test_a_run_page_opened_before_the_run_exists_switches_to_it_when_it_arrives(
     reached the collector: the page keeps looking and becomes the live run page."""
     from tests.support.run_builder import RunBuilder
 
-    open_page(dash_duo, "/runs/late-run", "#run-waiting")
-    assert "No run 'late-run' in the store yet" in text_of(dash_duo, "#run-waiting")
+    open_page(dash_duo, "/runs/late-run", f"#{ids.RUN_WAITING}")
+    assert "No run 'late-run' in the store yet" in text_of(dash_duo, f"#{ids.RUN_WAITING}")
     time.sleep(3 * POLL_SECONDS)  # a few polls with nothing there: still waiting
-    assert text_of(dash_duo, "#run-waiting") is not None
+    assert text_of(dash_duo, f"#{ids.RUN_WAITING}") is not None
     late = RunBuilder("late-run", hosts=("node1",), t0_ns=T0_NS + 3 * DAY_NS, pad_s=0.0,
                       state=RunState.LIVE)  # fmt: skip
     late.epoch(30, 3_000, disk_read=50e6, gpu_util=80.0, cpu_busy=0.4)
     store.write_points(late.points())
-    wait_for(lambda: text_of(dash_duo, "#run-waiting") is None, what="the run page")
-    dash_duo.wait_for_element("#timeseries .main-svg", timeout=60)
-    assert text_of(dash_duo, "#run-status").startswith("live: updating every 0.4 s")
+    wait_for(lambda: text_of(dash_duo, f"#{ids.RUN_WAITING}") is None, what="the run page")
+    dash_duo.wait_for_element(f"#{ids.TIMESERIES_GRAPH} .main-svg", timeout=60)
+    assert text_of(dash_duo, f"#{ids.RUN_STATUS}").startswith("live: updating every 0.4 s")
     assert dash_duo.get_logs() == []
 
 
@@ -318,10 +322,10 @@ def test_shares_of_each_step_over_time_with_each_rank_on_hover(dash_duo, store):
 
     one = anatomy_run(1)
     store.write_points(one.points())
-    open_page(dash_duo, "/runs/anatomy-live", "#step-shares .main-svg")
+    open_page(dash_duo, "/runs/anatomy-live", f"#{ids.STEP_SHARES_GRAPH} .main-svg")
 
     def shares() -> dict[str, dict]:
-        return {t["name"]: t for t in figure_data(dash_duo.driver, "step-shares") or []}
+        return {t["name"]: t for t in figure_data(dash_duo.driver, ids.STEP_SHARES_GRAPH) or []}
 
     wait_for(lambda: "node1 input wait" in shares(), what="the step shares chart")
     traces = shares()
@@ -336,11 +340,14 @@ def test_shares_of_each_step_over_time_with_each_rank_on_hover(dash_duo, store):
     def hover_text() -> str:  # (SVG: the lines are <tspan>s, the host the box's name)
         return dash_duo.driver.execute_script(
             "return Array.from(document.querySelectorAll("
-            "'#step-shares .hovertext tspan, #step-shares .hovertext text.name'))"
+            f"'#{ids.STEP_SHARES_GRAPH} .hovertext tspan, "
+            f"#{ids.STEP_SHARES_GRAPH} .hovertext text.name'))"
             ".map(t => t.textContent).join('\\n');"
         )
 
-    point = dash_duo.find_elements("#step-shares .scatterlayer .trace:first-child .point")[0]
+    point = dash_duo.find_elements(
+        f"#{ids.STEP_SHARES_GRAPH} .scatterlayer .trace:first-child .point"
+    )[0]
     ActionChains(dash_duo.driver).move_to_element(point).perform()
     wait_for(lambda: "rank 0: 40.0 / 50.0 / 25.0" in hover_text(), what="each rank on hover")
     hover = hover_text()
@@ -358,7 +365,7 @@ def test_shares_of_each_step_over_time_with_each_rank_on_hover(dash_duo, store):
     assert shares()["node1 all-reduce"]["y"][4:] == [40.0] * 4
     store.write_points(run_end_points(anatomy_run(2)))
     wait_for(
-        lambda: text_of(dash_duo, "#run-status") == "finished: not updating",
+        lambda: text_of(dash_duo, f"#{ids.RUN_STATUS}") == "finished: not updating",
         what="the page to notice the run ended",
     )
     assert dash_duo.get_logs() == []

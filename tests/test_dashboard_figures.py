@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import pytest
 
 from contract.units import format_short_duration, human_bytes
-from dashboard import columns, figures, pages
+from dashboard import columns, figures, ids, pages
 from dashboard.columns import format_value
 
 pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
@@ -272,7 +272,7 @@ def test_findings_link_to_the_chart_that_shows_them(source):
         next(f for f in found if f["rule"] == "cache_warmup"), PAPER_RUN, same_page=False
     )
     link = card.children[-1]
-    assert link.href == "/runs/tf-2node-ib#epoch-storage"
+    assert link.href == f"/runs/tf-2node-ib#{ids.EPOCH_STORAGE}"
 
 
 def test_run_links_quote_the_run_id():

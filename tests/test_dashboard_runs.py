@@ -40,7 +40,7 @@ SqliteStore = pytest.importorskip(
     "collector.store", reason="the SQLite store is not in this tree"
 ).SqliteStore
 from collector.analysis.epochs import EPOCH_KINDS  # noqa: E402
-from dashboard import figures  # noqa: E402
+from dashboard import figures, ids  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
 from tests.support.run_builder import NS, T0_NS, RunBuilder  # noqa: E402
 
@@ -244,7 +244,7 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     # the time series (images/s need the steps) come by their own callback: the steps,
     # read once as columns (no event decoded); the findings (their own callback too)
     # share them and the report
-    pending = find(page, "run-pending").data
+    pending = find(page, ids.RUN_PENDING).data
     assert pending == {"run_id": PAPER_RUN}
     assert PAPER_RUN not in counting.step_reads
     callbacks.load_pending_timeseries(pending)
@@ -259,7 +259,7 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     # finished: the query layer keeps its tables and its charts, in the page now
     assert counting.event_reads == reads
     assert counting.step_reads == step_reads
-    assert find(page, "run-pending").data is None
+    assert find(page, ids.RUN_PENDING).data is None
 
 
 def test_what_a_first_look_leaves_out_is_computed_while_the_browser_draws(source):
@@ -278,7 +278,7 @@ def test_what_a_first_look_leaves_out_is_computed_while_the_browser_draws(source
     step_reads = dict(counting.step_reads)
     assert reads[PAPER_RUN] == 1  # epoch events, once
     assert step_reads[PAPER_RUN] == 1  # steps, once
-    callbacks.load_pending_timeseries(find(page, "run-pending").data)
+    callbacks.load_pending_timeseries(find(page, ids.RUN_PENDING).data)
     callbacks.load_run_findings({"run_id": PAPER_RUN})
     assert counting.event_reads == reads  # both were ready
     assert counting.step_reads == step_reads
@@ -299,16 +299,16 @@ def test_a_run_page_drawn_without_time_series_gets_them_by_their_own_callback(so
     fresh.forget()
     callbacks = Callbacks(fresh, poll_ms=2000)
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
-    placeholder = find(page, "timeseries").figure
+    placeholder = find(page, ids.TIMESERIES_GRAPH).figure
     assert placeholder["data"] == []
     assert placeholder["layout"]["height"] == figures.timeseries_height()  # no jump
-    assert find(page, "step-shares").figure["data"] == []  # the steps come with them
-    figure, note, shares = callbacks.load_pending_timeseries(find(page, "run-pending").data)
+    assert find(page, ids.STEP_SHARES_GRAPH).figure["data"] == []  # the steps come with them
+    figure, note, shares = callbacks.load_pending_timeseries(find(page, ids.RUN_PENDING).data)
     # the same figures and note as the page of the run once computed
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
-    assert figure == find(page, "timeseries").figure
-    assert note == find(page, "bucket-note").children
-    assert shares == find(page, "step-shares").figure
+    assert figure == find(page, ids.TIMESERIES_GRAPH).figure
+    assert note == find(page, ids.BUCKET_NOTE).children
+    assert shares == find(page, ids.STEP_SHARES_GRAPH).figure
     assert note.startswith("Each host's metrics averaged over 1-second buckets")
     # 8 steps per epoch and rank of 3,000 images, 4 ranks per host: 12,000 images a step,
     # spread over the step's own seconds. Epoch 1's steps follow the pattern 1 : 1.8 : 0.6 :

@@ -28,6 +28,7 @@ import pytest
 pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
 
 from collector.store import SqliteStore
+from dashboard import ids
 from dashboard.app import create_app
 from dashboard.auth import parse_credentials
 from dashboard.server import make_dashboard_server
@@ -91,7 +92,7 @@ def routing_callback(server) -> dict:
         d
         for d in json.loads(raw)
         if [(i["id"], i["property"]) for i in d["inputs"]]
-        == [("url", "pathname"), ("url", "search")]
+        == [(ids.URL, "pathname"), (ids.URL, "search")]
     )
     outputs = [
         dict(zip(("id", "property"), name.rsplit(".", 1), strict=True))
@@ -101,10 +102,10 @@ def routing_callback(server) -> dict:
         "output": routing["output"],
         "outputs": outputs,
         "inputs": [
-            {"id": "url", "property": "pathname", "value": "/"},
-            {"id": "url", "property": "search", "value": ""},
+            {"id": ids.URL, "property": "pathname", "value": "/"},
+            {"id": ids.URL, "property": "search", "value": ""},
         ],
-        "changedPropIds": ["url.pathname"],
+        "changedPropIds": [f"{ids.URL}.pathname"],
         "state": [],
     }
 
@@ -117,7 +118,7 @@ def page_load(server, callback: dict) -> None:
         assert fetch(server, path)[0] == 200, path
     status, answer = fetch(server, "/_dash-update-component", callback)
     assert status == 200, answer[:200]
-    assert "page" in json.loads(answer)["response"]
+    assert ids.PAGE in json.loads(answer)["response"]
 
 
 def refusal_lines(caplog) -> list[str]:

@@ -51,21 +51,22 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 
 from collector.store import SqliteStore  # noqa: E402
+from dashboard import ids  # noqa: E402
 from dashboard.app import Callbacks, create_app  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
 from tests.support.browser import chrome_driver  # noqa: E402
 
 DEFAULT_DB = Path(os.environ.get("TMPDIR", "/tmp")) / "epochscope-bench-dashboard.sqlite"
 GRAPHS = 4  # the time series and three per-epoch bar charts
-FINDINGS_SHOWN = """(() => {
-const box = document.querySelector('#run-findings');
+FINDINGS_SHOWN = f"""(() => {{
+const box = document.querySelector('#{ids.RUN_FINDINGS}');
 return Boolean(box && !box.innerText.startsWith('Looking'));
-})()"""
+}})()"""
 PAGE_DRAWN = f"""(() => {{
 const graphs = Array.from(document.querySelectorAll('.js-plotly-plot'))
     .filter(g => g._fullLayout && g.querySelector('.main-svg'));
-const series = document.querySelector('#timeseries .js-plotly-plot');
-const table = document.querySelector('#epoch-table-container table');
+const series = document.querySelector('#{ids.TIMESERIES_GRAPH} .js-plotly-plot');
+const table = document.querySelector('#{ids.EPOCH_TABLE_CONTAINER} table');
 return graphs.length >= {GRAPHS} && Boolean(series && series.data && series.data.length && table);
 }})()"""
 # polled through WebDriver: the time of the first poll that finds it so
@@ -106,7 +107,7 @@ def server_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, A
         started = clock()
         layout, _nav, _scroll = callbacks.route(path, "")
         route = clock() - started
-        pending = find_component(layout, "run-pending")  # (older dashboards have none)
+        pending = find_component(layout, ids.RUN_PENDING)  # (older dashboards have none)
         if pending is not None and pending.data is not None:
             callbacks.load_pending_timeseries(pending.data)
         return route, clock() - started
@@ -133,7 +134,7 @@ def server_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, A
     points = sum(
         len(trace.get("y") or [])
         for graph in _graphs(layout)
-        if graph.id == "timeseries"
+        if graph.id == ids.TIMESERIES_GRAPH
         for trace in graph.figure["data"]
     )
     return {
@@ -225,7 +226,7 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
         meanwhile."""
         driver.find_element(By.CSS_SELECTOR, "nav a[href='/']").click()
         WebDriverWait(driver, 60).until(
-            ec.presence_of_element_located((By.CSS_SELECTOR, "#runs-list"))
+            ec.presence_of_element_located((By.CSS_SELECTOR, f"#{ids.RUNS_LIST}"))
         )
         if cold:
             source.forget()

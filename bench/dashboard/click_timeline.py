@@ -10,7 +10,8 @@ cache cleared first. For each click it prints, from the DevTools network events,
 its answer finished arriving (ms after the click), and the moment the page was drawn
 (all charts and the epoch table, ``bench_run_page.PAGE_DRAWN``) and the findings shown.
 Copy it, with ``bench_run_page.py`` and ``make_store.py``, into an older checkout to
-compare two versions side by side.
+compare two versions side by side (the checkout needs ``dashboard/ids.py`` and
+``tests/support/run_builder.py`` with its ``sampler``: copy those too where it lacks them).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ NFS mount, one InfiniBand port, Ethernet, IPoIB and loopback, 4 GPUs. That is ab
 series per host. Workload events: 4 ranks per host, epoch events, a step event every 10 s
 per rank.
 
+The run's timeline and events are ``tests.support.run_builder.RunBuilder``'s, as the tests'
+runs are; its samples come from ``HostModel`` (the builder's ``sampler``).
+
 The run behaves like the seed studies' runs: epoch 1 (1,000 s) reads the data set from NFS
 over InfiniBand at 150 MB/s per host while the page cache fills; 14 later 700-s epochs read
 nothing from the server and run faster.
@@ -26,12 +29,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from contract.point import Point  # noqa: E402
 from contract.schema import (  # noqa: E402
     Cpu,
     Disk,
     DiskKind,
-    Event,
+    FieldName,
     Gpu,
     Infiniband,
     InterfaceKind,
@@ -40,12 +42,15 @@ from contract.schema import (  # noqa: E402
     Memory,
     Net,
     Nfs,
-    RunState,
     Tag,
-    Workload,
+)
+from tests.support.run_builder import (  # noqa: E402
+    NS,
+    RunBuilder,
+    SampledSeries,
+    series_points,
 )
 
-NS = 1_000_000_000
 T0_NS = 1_750_000_000 * NS
 RUN_ID = "bench-8x3h"
 RANKS_PER_HOST = 4
@@ -65,6 +70,38 @@ def epoch_bounds(hours: float) -> list[tuple[int, int]]:
         start = bounds[-1][1]
         bounds.append((start, min(start + LATER_EPOCH_S, total)))
     return bounds
+
+
+def host_names(hosts: int) -> list[str]:
+    return [f"gpu{i + 1:02d}" for i in range(hosts)]
+
+
+def bench_run(hosts: int = 8, hours: float = 3.0) -> RunBuilder:
+    """The run: its epochs with a step event every ``STEP_EVERY_S`` per rank (each for that
+    many seconds of ``BATCH``-image steps), its samples from one ``HostModel`` per host."""
+    names = host_names(hosts)
+    bounds = epoch_bounds(hours)
+    index = {name: number for number, name in enumerate(names)}
+
+    def samples(host: str, times: np.ndarray) -> list[SampledSeries]:
+        seconds = (times - T0_NS) // NS
+        return HostModel(index[host], seconds, bounds[-1][1]).series()
+
+    run = RunBuilder(
+        run_id=RUN_ID,
+        hosts=tuple(names),
+        ranks_per_host=RANKS_PER_HOST,
+        t0_ns=T0_NS,
+        pad_s=PAD_S,
+        precision="fp16",
+        batch_size=BATCH,
+        dataset_bytes=144_000_000_000,
+        sampler=samples,
+    )
+    for start, end in bounds:
+        steps = max(1, (end - start) // STEP_EVERY_S)
+        run.epoch(end - start, steps * STEP_EVERY_S * BATCH, steps=steps)
+    return run
 
 
 def tagsets(host_index: int) -> list[tuple[type[Measurement], dict[str, str]]]:
@@ -104,13 +141,14 @@ def tagsets(host_index: int) -> list[tuple[type[Measurement], dict[str, str]]]:
 
 
 class HostModel:
-    """Per-second rates and levels of one host, epoch by epoch (deterministic noise)."""
+    """Per-second rates and levels of one host, epoch by epoch (deterministic noise), at
+    ``seconds`` after T0 (the samples' times) of a run of ``run_seconds``."""
 
-    def __init__(self, host_index: int, hours: float) -> None:
+    def __init__(self, host_index: int, seconds: np.ndarray, run_seconds: int) -> None:
+        self.host_index = host_index
         self.rng = np.random.default_rng(1000 + host_index)
-        bounds = epoch_bounds(hours)
-        self.seconds = np.arange(-PAD_S, bounds[-1][1] + PAD_S + 1)
-        in_run = (self.seconds >= 0) & (self.seconds < bounds[-1][1])
+        self.seconds = seconds
+        in_run = (self.seconds >= 0) & (self.seconds < run_seconds)
         first = (self.seconds >= 0) & (self.seconds < FIRST_EPOCH_S)
         later = in_run & ~first
 
@@ -126,23 +164,23 @@ class HostModel:
         self.busy = np.where(first, 0.35, np.where(later, 0.55, 0.02))
         self.iowait = np.where(first, noisy(0.12), np.where(later, 0.005, 0.0)).clip(0)
         self.gpu = np.where(first, noisy(62, 0.15), np.where(later, noisy(94, 0.02), 0.0))
-        self._columns: dict[tuple, dict[str, np.ndarray]] = {}
 
-    def fields(self, measurement: type[Measurement], tags: dict[str, str]) -> dict[str, np.ndarray]:
-        key = (measurement.NAME, tuple(sorted(tags.items())))
-        if key not in self._columns:
-            self._columns[key] = self._fields(measurement, tags)
-        return self._columns[key]
+    def series(self) -> list[SampledSeries]:
+        """Every field of every sampled measurement, for the devices of ``tagsets``."""
+        return [
+            (measurement.NAME, tags, self._fields(measurement, tags))
+            for measurement, tags in tagsets(self.host_index)
+        ]
 
     def _fields(
         self, measurement: type[Measurement], tags: dict[str, str]
-    ) -> dict[str, np.ndarray]:
+    ) -> dict[FieldName, np.ndarray]:
         n = self.seconds.size
-        out: dict[str, np.ndarray] = {}
-        for name, spec in measurement.fields().items():
-            if spec.kind is Kind.TEXT:
+        out: dict[FieldName, np.ndarray] = {}
+        for name in measurement.fields().values():
+            if name.kind is Kind.TEXT:
                 continue
-            if spec.kind is Kind.COUNTER:
+            if name.kind is Kind.COUNTER:
                 out[name] = np.cumsum(np.full(n, 10.0))  # steady background counting
             else:
                 out[name] = np.full(n, 1.0)
@@ -178,112 +216,23 @@ class HostModel:
         return out
 
 
-def sample_points(
-    host: str, model: HostModel, host_index: int, start: int, stop: int
-) -> list[Point]:
-    """The host's samples for seconds [start, stop) of its timeline."""
-    points = []
-    window = slice(start, stop)
-    times = T0_NS + model.seconds[window] * NS
-    for measurement, tags in tagsets(host_index):
-        columns = model.fields(measurement, tags)
-        names = list(columns)
-        kinds = measurement.fields()
-        whole = [
-            kinds[name].kind is Kind.COUNTER and kinds[name].unit != "seconds" for name in names
-        ]
-        values = [columns[name][window] for name in names]
-        all_tags = {Tag.HOST: host, **tags}
-        for i, time_ns in enumerate(times.tolist()):
-            fields = {
-                name: int(column[i]) if is_int else float(column[i])
-                for name, column, is_int in zip(names, values, whole, strict=True)
-            }
-            points.append(Point(measurement.NAME, dict(all_tags), fields, time_ns))
-    return points
-
-
-def event_points(hosts: list[str], hours: float) -> list[Point]:
-    bounds = epoch_bounds(hours)
-    world = len(hosts) * RANKS_PER_HOST
-    points = []
-    for host_index, host in enumerate(hosts):
-        for local in range(RANKS_PER_HOST):
-            rank = host_index * RANKS_PER_HOST + local
-            tags = {
-                Tag.HOST: host,
-                Tag.RUN_ID: RUN_ID,
-                Tag.RANK: str(rank),
-                Tag.FRAMEWORK: "tensorflow",
-            }
-
-            def add(second: float, fields: dict, tags: dict = tags) -> None:
-                points.append(Point(Workload.NAME, dict(tags), fields, T0_NS + round(second * NS)))
-
-            add(
-                0,
-                {
-                    Workload.EVENT: Event.RUN_START,
-                    Workload.MODEL: "resnet50",
-                    Workload.BATCH_SIZE: BATCH,
-                    Workload.WORLD_SIZE: world,
-                    Workload.LOCAL_SIZE: RANKS_PER_HOST,
-                    Workload.PRECISION: "fp16",
-                    Workload.DATA_FORMAT: "tfrecord",
-                    Workload.DATASET_IMAGES: 1_281_167,
-                    Workload.DATASET_BYTES: 144_000_000_000,
-                    Workload.HOST_MEMORY_BYTES: 384_000_000_000,
-                    Workload.WARMUP_STEPS: 0,
-                },
-            )
-            step = 0
-            for number, (start, end) in enumerate(bounds, start=1):
-                add(start, {Workload.EVENT: Event.EPOCH_START, Workload.EPOCH: number})
-                images = 0
-                for second in range(start + STEP_EVERY_S, end + 1, STEP_EVERY_S):
-                    steps = 10
-                    step += steps
-                    images += steps * BATCH
-                    add(
-                        second,
-                        {
-                            Workload.EVENT: Event.STEP,
-                            Workload.EPOCH: number,
-                            Workload.STEP: step,
-                            Workload.IMAGES: steps * BATCH,
-                            Workload.SECONDS: float(STEP_EVERY_S),
-                        },
-                    )
-                add(
-                    end,
-                    {
-                        Workload.EVENT: Event.EPOCH_END,
-                        Workload.EPOCH: number,
-                        Workload.IMAGES: images,
-                        Workload.SECONDS: float(end - start),
-                    },
-                )
-            add(bounds[-1][1], {Workload.EVENT: Event.RUN_END, Workload.STATE: RunState.FINISHED})
-    return points
-
-
 def build(path: Path, hosts: int = 8, hours: float = 3.0) -> None:
     from rich.progress import Progress
 
     from collector.store import SqliteStore
 
-    names = [f"gpu{i + 1:02d}" for i in range(hosts)]
+    run = bench_run(hosts, hours)
     store = SqliteStore(path)
     try:
-        store.write_points(event_points(names, hours))
-        models = [HostModel(i, hours) for i in range(hosts)]
-        length = models[0].seconds.size
+        store.write_points(run.event_points())
+        samples = {host: run.host_series(host) for host in run.hosts}
+        length = min(times.size for times, _series in samples.values())
         with Progress() as progress:
             task = progress.add_task("writing samples", total=length * hosts)
             for start in range(0, length, BATCH_SECONDS):
                 stop = min(start + BATCH_SECONDS, length)
-                for index, (host, model) in enumerate(zip(names, models, strict=True)):
-                    store.write_points(sample_points(host, model, index, start, stop))
+                for host, (times, series) in samples.items():
+                    store.write_points(series_points(host, series, times, start, stop))
                     progress.advance(task, stop - start)
         store.compact()  # as `collector serve` does every 30 s
     finally:

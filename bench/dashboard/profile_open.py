@@ -39,6 +39,7 @@ import make_store  # noqa: E402
 from bench_run_page import DEFAULT_DB, find_component  # noqa: E402
 
 from collector.store import SqliteStore  # noqa: E402
+from dashboard import ids  # noqa: E402
 from dashboard.app import Callbacks  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
 
@@ -78,7 +79,7 @@ def open_run(callbacks: Callbacks, run_id: str) -> dict[str, tuple[float, float]
         return result
 
     page, _nav, _scroll = timed(CALLBACKS[0], lambda: callbacks.route(f"/runs/{run_id}", ""))
-    pending = find_component(page, "run-pending")  # (older dashboards have none)
+    pending = find_component(page, ids.RUN_PENDING)  # (older dashboards have none)
     if pending is not None and pending.data is not None:
         timed(CALLBACKS[1], lambda: callbacks.load_pending_timeseries(pending.data))
     else:

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from werkzeug.serving import make_server  # noqa: E402
 
 from collector.store import SqliteStore  # noqa: E402
+from dashboard import ids  # noqa: E402
 from dashboard.app import create_app  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
 from tests.support.browser import chrome_driver  # noqa: E402
@@ -47,14 +48,14 @@ TOP1 = (0.36, 0.55, 0.66, 0.72, 0.752)
 HOURS = 3600 * NS
 # page -> (its address, {run}: the run pictured; what must be drawn before the picture)
 PAGES = {
-    "runs": ("/", "#runs-list"),
-    "run": ("/runs/{run}", "#run-findings .finding"),
-    "scaling": ("/scaling", "#scaling-graph .main-svg"),
+    "runs": ("/", f"#{ids.RUNS_LIST}"),
+    "run": ("/runs/{run}", f"#{ids.RUN_FINDINGS} .finding"),
+    "scaling": ("/scaling", f"#{ids.SCALING_GRAPH} .main-svg"),
     "findings": ("/findings?run={run}", ".finding"),
     # the modelled V100's; inference.png in the README is a real CPU run's page (--db its
     # store --pages inference)
-    "inference-v100": (f"/inference?run={INFERENCE_RUN}", "#inference-graph .main-svg"),
-    "inference": ("/inference?run={run}", "#inference-graph .main-svg"),
+    "inference-v100": (f"/inference?run={INFERENCE_RUN}", f"#{ids.INFERENCE_GRAPH} .main-svg"),
+    "inference": ("/inference?run={run}", f"#{ids.INFERENCE_GRAPH} .main-svg"),
 }
 MODELLED_PAGES = ("runs", "run", "scaling", "findings", "inference-v100")
 
@@ -208,7 +209,7 @@ def build_demo_store(path: Path) -> SqliteStore:
 def page_height(driver) -> int:
     """Down to the end of the page's content (not the window's, which may be taller)."""
     return driver.execute_script(
-        "const page = document.getElementById('page').getBoundingClientRect();"
+        f"const page = document.getElementById('{ids.PAGE}').getBoundingClientRect();"
         "return Math.ceil(page.bottom + window.scrollY + 24);"
     )
 

@@ -16,6 +16,10 @@ Devices written per host (to check what node totals include and exclude):
 - CPU counters: ``cpus`` CPUs, ``cpu_busy`` and ``cpu_iowait`` fractions of CPU time
   (busy is split 80% user / 20% system; the rest is idle);
 - one GPU per local rank at ``gpu_util`` percent.
+
+A run with other devices or other traffic (the dashboard benchmark's: every field of every
+measurement, with noise) passes its own ``sampler``: the builder then gives the run's
+timeline, its events, and the points of whatever series the sampler makes.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from contract.schema import (
     Disk,
     DiskKind,
     Event,
+    FieldName,
     Gpu,
     Infiniband,
     InterfaceKind,
@@ -66,6 +71,11 @@ Rate = float | dict[str, float] | Callable[[str], float]
 # the step anatomy of a rank's epoch: (input wait, compute, communication) shares of its
 # seconds (the rest is "other"), or a function of (host, rank) giving them
 Shares = tuple[float, float, float] | Callable[[str, int], tuple[float, float, float]]
+# one sampled series of a host: (measurement, tags other than the host, field -> its value
+# at each sample time)
+SampledSeries = tuple[str, dict[str, str], dict[FieldName, np.ndarray]]
+# a host's sampled series at the given times (ns, the host's clock)
+Sampler = Callable[[str, np.ndarray], list[SampledSeries]]
 
 
 @dataclass
@@ -77,6 +87,7 @@ class EpochSpec:
     top1: float | None
     shares: Shares | None = None
     reads: tuple[int, int] | None = None  # each rank's (read_bytes, rchar) in the epoch
+    steps: int | None = None  # step events in the epoch (default: the run's steps_per_epoch)
 
 
 @dataclass
@@ -106,6 +117,7 @@ class RunBuilder:
     nic: str = "eth0"
     nic_kind: str = InterfaceKind.PHYSICAL  # VIRTUAL: a container's or namespace's veth
     image_size: int = 224
+    sampler: Sampler | None = None  # None: the devices and rates described above
     epochs: list[EpochSpec] = field(default_factory=list)
 
     def epoch(
@@ -117,13 +129,14 @@ class RunBuilder:
         top1: float | None = None,
         shares: Shares | None = None,
         reads: tuple[int, int] | None = None,
+        steps: int | None = None,
         **rates: Rate,
     ) -> RunBuilder:
         unknown = set(rates) - set(RATE_KEYS)
         if unknown:
             raise ValueError(f"unknown rates {sorted(unknown)}")
         self.epochs.append(
-            EpochSpec(seconds, images_per_rank, rates, step_pattern, top1, shares, reads)
+            EpochSpec(seconds, images_per_rank, rates, step_pattern, top1, shares, reads, steps)
         )
         return self
 
@@ -310,9 +323,9 @@ class RunBuilder:
         return fields
 
     def _steps(self, start: int, end: int, spec: EpochSpec) -> list[tuple[int, float, int]]:
-        """(end time, seconds, images) of each step: the epoch split into
-        ``steps_per_epoch`` steps whose durations follow the pattern."""
-        count = self.steps_per_epoch
+        """(end time, seconds, images) of each step: the epoch split into its steps
+        (``steps``, default ``steps_per_epoch``) whose durations follow the pattern."""
+        count = self.steps_per_epoch if spec.steps is None else spec.steps
         pattern = spec.step_seconds_pattern or (1.0,)
         weights = np.array([pattern[i % len(pattern)] for i in range(count)], dtype=float)
         durations = weights / weights.sum() * (end - start)
@@ -323,11 +336,24 @@ class RunBuilder:
         ]
 
     def host_points(self, host: str) -> list[Point]:
-        times = self.sample_times(host)
-        columns: list[tuple[str, dict[str, str], dict[str, np.ndarray]]] = []
+        times, series = self.host_series(host)
+        return series_points(host, series, times)
 
-        def add(measurement: str, tags: dict[str, str], fields: dict[str, np.ndarray]) -> None:
-            columns.append((measurement, {Tag.HOST: host, **tags}, fields))
+    def host_series(self, host: str) -> tuple[np.ndarray, list[SampledSeries]]:
+        """The host's sample times and its series at those times (``sampler``'s, or the
+        devices described above)."""
+        times = self.sample_times(host)
+        sampler = self.sampler or self.device_series
+        return times, sampler(host, times)
+
+    def device_series(self, host: str, times: np.ndarray) -> list[SampledSeries]:
+        """The devices described above, at the epochs' rates."""
+        columns: list[SampledSeries] = []
+
+        def add(
+            measurement: str, tags: dict[str, str], fields: dict[FieldName, np.ndarray]
+        ) -> None:
+            columns.append((measurement, tags, fields))
 
         def counter(key: str, base: float = 0.0) -> np.ndarray:
             return np.round(base + self.cumulative(host, key, times))
@@ -409,14 +435,29 @@ class RunBuilder:
                 {Tag.GPU: str(index), Tag.UUID: f"GPU-{host}-{index}", Tag.NAME: "Tesla V100"},
                 {Gpu.UTILIZATION_PERCENT: gpu},
             )
+        return columns
 
-        points = []
-        for i, time_ns in enumerate(times.tolist()):
-            for measurement, tags, fields in columns:
-                values = {}
-                for name, array in fields.items():
-                    value = float(array[i])
-                    whole = name.is_counter and name.unit != "seconds"
-                    values[name] = int(value) if whole else value
-                points.append(Point(measurement, tags, values, time_ns))
-        return points
+
+def series_points(
+    host: str,
+    series: list[SampledSeries],
+    times: np.ndarray,
+    start: int = 0,
+    stop: int | None = None,
+) -> list[Point]:
+    """The points of a host's sampled ``series`` at ``times[start:stop]``, as the agent
+    writes them: counters in whole units as integers (CPU seconds aside), the rest as
+    floats."""
+    tagged = [
+        (measurement, {Tag.HOST: host, **tags}, fields) for measurement, tags, fields in series
+    ]
+    points = []
+    for i, time_ns in enumerate(times[start:stop].tolist(), start=start):
+        for measurement, tags, fields in tagged:
+            values: dict[str, object] = {}
+            for name, array in fields.items():
+                value = float(array[i])
+                whole = name.is_counter and name.unit != "seconds"
+                values[name] = int(value) if whole else value
+            points.append(Point(measurement, tags, values, time_ns))
+    return points
