@@ -31,6 +31,7 @@ from typing import Any
 from collector.analysis.epochs import COLUMNS, EpochRow, build_report, iso_utc
 from collector.analysis.scaling import stored_run_throughput
 from collector.store.api import ReadStore, RunInfo
+from collector.views.epoch_table import aligned, column_widths, rows_to_show
 from collector.views.errors import CliError
 from collector.views.evidence import evidence_items
 from collector.views.inference import print_inference
@@ -160,19 +161,14 @@ def report_table(run_id: str, rows: list[EpochRow], choice: str = "default"):
     """
     from rich.text import Text
 
-    if len({row.host for row in rows if row.host != ALL_HOSTS}) <= 1:
-        rows = [row for row in rows if row.host != ALL_HOSTS]
+    rows = rows_to_show(rows, host_of=lambda row: row.host)
     columns = table_columns(rows, choice)
     headers = [column.heading for column in columns]
     cells = [[format_cell(c, getattr(row, c.name)) for c in columns] for row in rows]
-    widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(headers)]
+    widths = column_widths(headers, cells)
 
     def line(values: list[str]) -> str:
-        padded = [
-            value.ljust(width) if i == 0 else value.rjust(width)
-            for i, (value, width) in enumerate(zip(values, widths, strict=True))
-        ]
-        return " │ ".join(padded) + "\n"
+        return aligned(values, widths, left=1, separator=" │ ") + "\n"
 
     rule = "─┼─".join("─" * width for width in widths) + "\n"
     text = Text()

@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from collector.views.epoch_table import aligned, column_widths, rows_to_show
 from contract.columns import BY_NAME, COMPLETE, format_cell, unfinished_epochs_note
 from contract.markers import ALL_HOSTS
 from contract.point import Point
@@ -143,8 +144,7 @@ def format_profile_table(rows: list[dict]) -> str:
     """The columns of a profiled run that tell where its input came from, per epoch and
     host (and the run's total per epoch when there are several hosts), headed and written
     as ``collector report`` writes them."""
-    hosts = {row["host"] for row in rows if row["host"] != ALL_HOSTS}
-    shown = [row for row in rows if len(hosts) > 1 or row["host"] != ALL_HOSTS]
+    shown = rows_to_show(rows)
     optional = {
         "nfs_server_read_bytes": any(row.get("nfs_server_read_bytes") for row in rows),
         # ranks that sent their /proc/<pid>/io (0 is a reading)
@@ -152,25 +152,26 @@ def format_profile_table(rows: list[dict]) -> str:
         "state": any(row.get("state", COMPLETE) != COMPLETE for row in rows),
     }
     columns = [BY_NAME[name] for name in PROFILE_COLUMNS if optional.get(name, True)]
-    host_width = max([4, *(len(row["host"]) for row in shown)])
-    widths = [
-        max([len(c.heading), 7, *(len(format_cell(c, row.get(c.name))) for row in shown)])
-        for c in columns
+    headers = ["epoch", "host", *(c.heading for c in columns)]
+    cells = [
+        [str(row["epoch"]), row["host"], *(format_cell(c, row.get(c.name)) for c in columns)]
+        for row in shown
     ]
-    head = [f"{'epoch':>5}", f"{'host':<{host_width}}"]
-    head += [f"{c.heading:>{width}}" for c, width in zip(columns, widths, strict=True)]
-    lines = ["  ".join(head)]
-    for row in shown:
-        cells = [f"{row['epoch']:>5}", f"{row['host']:<{host_width}}"]
-        cells += [
-            f"{format_cell(c, row.get(c.name)):>{width}}"
-            for c, width in zip(columns, widths, strict=True)
-        ]
-        lines.append("  ".join(cells))
+    widths = [5, max([4, *(len(row["host"]) for row in shown)])]
+    widths += column_widths(headers[2:], [row[2:] for row in cells], least=7)
+    # the epoch right-aligned, the host left, the numbers right
+    lines = [_profile_line(headers, widths)]
+    lines += [_profile_line(row, widths) for row in cells]
     note = unfinished_epochs_note(rows)
     if note:
         lines.append(note)
     return "\n".join(lines)
+
+
+def _profile_line(values: list[str], widths: list[int]) -> str:
+    epoch, host, *numbers = values
+    rest = aligned(numbers, widths[2:], left=0, separator="  ")
+    return f"{epoch:>{widths[0]}}  {host:<{widths[1]}}  {rest}"
 
 
 def format_run_rate(rate: float | None) -> str:
