@@ -611,6 +611,10 @@ class Workload(Measurement):
     HOST_MEMORY_BYTES = gauge("host_memory_bytes", "bytes", "RAM of this host")
     WARMUP_STEPS = gauge("warmup_steps", "count", "Steps excluded from throughput")
     TARGET_TOP1 = gauge("target_top1", "fraction", "Top-1 the run aims for, if any")
+    # run_start of a rank inside a Slurm job: the job_id tag of the agent's job and
+    # slurm_job series on its node (text: Slurm ids need not be numbers)
+    SLURM_JOB_ID = text("slurm_job_id", "SLURM_JOB_ID of the rank's environment")
+    SLURM_STEP_ID = text("slurm_step_id", "SLURM_STEP_ID of the rank's environment (srun steps)")
     # inference events (``workloads infer``): precision, batch_size, timed_images and
     # timed_seconds (the timed batches: images/s is contract.throughput's rule), top1 on the
     # validation split, and these:

@@ -1,4 +1,4 @@
-"""The jobs sampler against a real Slurm: slurmctld and slurmd on this machine, two jobs.
+"""The jobs sampler against a real Slurm: slurmctld and slurmd on this machine, real jobs.
 
 ``tests/support/slurm_cluster.py`` starts munged, slurmctld and slurmd as plain
 processes (no systemd) with cgroup v1, proctrack/cgroup, task/cgroup and
@@ -13,6 +13,9 @@ Skipped, with the reason and the daemons' logs, only when the cluster cannot sta
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +26,7 @@ from agent.samplers.base import Roots
 from agent.samplers.jobs import JobsSampler, parse_int
 from contract.schema import Job, JobInfo
 from tests.support.slurm_cluster import ClusterUnavailable, SlurmCluster, make_cluster
+from workloads.record.events import read_events_file
 
 pytestmark = pytest.mark.slow
 
@@ -141,10 +145,6 @@ def test_two_jobs_seen_measured_and_gone_after_scancel(cluster: SlurmCluster):
 
 def test_the_agent_command_reports_a_running_job(cluster: SlurmCluster, repo_env):
     """The real CLI, ``agent sample --once --samplers jobs``, on the live host."""
-    import json
-    import subprocess
-    import sys
-
     script = cluster.base / "jobs" / "burn.py"
     script.write_text(BURN)
     script.chmod(0o755)
@@ -163,4 +163,53 @@ def test_the_agent_command_reports_a_running_job(cluster: SlurmCluster, repo_env
     info = [p for p in points if p["measurement"] == "slurm_job" and p["tags"]["job_id"] == job]
     assert len(info) == 1 and info[0]["tags"]["user"] == "nobody"
     assert info[0]["fields"]["allocated_memory_bytes"] == 128 * 1024 * 1024
+    cluster.run("scancel", job)
+
+
+RANK = """import sys, time
+from pathlib import Path
+from contract.schema import Event
+from workloads.record.events import EventWriter, FileSink
+writer = EventWriter(FileSink(Path(sys.argv[1])), "slurm-run", 0, "none")
+writer.emit(Event.RUN_START, {})
+writer.close()
+time.sleep(4)
+"""
+
+
+def test_a_rank_started_by_srun_names_its_job_and_step(cluster: SlurmCluster):
+    """A rank (srun step 0 of a batch job) writes run_start; its slurm_job_id is the
+    job_id of the job series the agent's sampler reports for it."""
+    repo = Path(__file__).resolve().parent.parent
+    rank = cluster.base / "jobs" / "rank.py"
+    rank.write_text(RANK)
+    events = cluster.base / "jobs" / "rank-events.jsonl"
+    batch = cluster.base / "jobs" / "batch.sh"
+    # Constant text; the paths go in as arguments of srun, not through the shell.
+    batch.write_text('#!/bin/sh\nexec srun /usr/bin/python3 "$1" "$2"\n')
+    batch.chmod(0o755)
+    env_option = f"--export=ALL,PYTHONPATH={repo}"
+    job = cluster.run(
+        "sbatch",
+        "--parsable",
+        "--ntasks=1",
+        "--mem=128M",
+        env_option,
+        "--output",
+        str(cluster.base / "jobs" / "%j.out"),
+        str(batch),
+        str(rank),
+        str(events),
+        user=cluster.job_uid,
+    ).strip()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (events.exists() and events.read_text()):
+        time.sleep(0.2)
+    assert events.exists(), cluster.logs()
+    (start,) = read_events_file(events)
+    assert start.fields["event"] == "run_start"
+    assert start.fields["slurm_job_id"] == job
+    assert start.fields["slurm_step_id"] == "0"  # srun's first step in the batch job
+    reported = by_job(JobsSampler(Roots()).sample(time.time_ns()), Job.NAME)
+    assert job in reported  # the run's job is a job series of this node
     cluster.run("scancel", job)
