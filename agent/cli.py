@@ -108,6 +108,9 @@ Refusals are logged once a minute per kind and client (docs/reliability.md).""",
     for command in (sample, run):
         command.add_argument("--proc-root", type=Path, help="procfs root (default /proc)")
         command.add_argument("--sys-root", type=Path, help="sysfs root (default /sys)")
+        command.add_argument(
+            "--cgroup-root", type=Path, help="cgroup root (default <sys-root>/fs/cgroup)"
+        )
     return parser
 
 
@@ -116,7 +119,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from agent.samplers.agent import AgentStats
 
     config = AgentConfig() if args.host is None else AgentConfig(host=args.host)
-    roots = Roots(args.proc_root or Roots.proc, args.sys_root or Roots.sys)
+    roots = Roots(args.proc_root or Roots.proc, args.sys_root or Roots.sys, args.cgroup_root)
     # One AgentStats for all: the agent sampler reports what the gpu sampler saw.
     samplers = build_samplers(roots, args.samplers, AgentStats())
     sample_round = SampleRound(samplers, config.host)
@@ -145,6 +148,8 @@ def _load_config(args: argparse.Namespace) -> AgentConfig:
         overrides["proc_root"] = args.proc_root
     if args.sys_root is not None:
         overrides["sys_root"] = args.sys_root
+    if args.cgroup_root is not None:
+        overrides["cgroup_root"] = args.cgroup_root
     return dataclasses.replace(config, **overrides)
 
 
@@ -194,7 +199,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
     stats = AgentStats()
-    samplers = build_samplers(Roots(config.proc_root, config.sys_root), config.samplers, stats)
+    samplers = build_samplers(
+        Roots(config.proc_root, config.sys_root, config.cgroup_root), config.samplers, stats
+    )
     for sampler in samplers:
         if hasattr(sampler, "call_timeout_seconds"):  # the gpu sampler
             sampler.call_timeout_seconds = config.gpu_call_timeout_seconds  # type: ignore[attr-defined]

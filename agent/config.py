@@ -6,6 +6,7 @@ Keys (all optional)::
     interval_seconds = 1          # sampling period, 0.1..3600; ticks align to the wall clock
     proc_root = "/proc"           # where procfs is (a captured tree in tests)
     sys_root = "/sys"             # where sysfs is
+    cgroup_root = "/sys/fs/cgroup"  # cgroup hierarchies; default <sys_root>/fs/cgroup
     samplers = ["cpu", "disk"]    # default: every sampler whose data this host has
     gpu_call_timeout_seconds = 5  # an NVML call slower than this marks its GPU hung
 
@@ -121,6 +122,7 @@ class AgentConfig:
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS
     proc_root: Path = Path("/proc")
     sys_root: Path = Path("/sys")
+    cgroup_root: Path | None = None  # None: <sys_root>/fs/cgroup
     # None: every sampler whose data this host has.
     samplers: tuple[str, ...] | None = None
     push: PushConfig | None = None
@@ -136,6 +138,7 @@ _KEYS: dict[str, dict[str, str]] = {
         "interval_seconds": _NUMBER,
         "proc_root": _STR,
         "sys_root": _STR,
+        "cgroup_root": _STR,
         "samplers": _STR_LIST,
         "gpu_call_timeout_seconds": _NUMBER,
     },
@@ -382,6 +385,7 @@ def build(raw: Mapping[str, Any]) -> AgentConfig:
         interval_seconds=interval,
         proc_root=Path(raw.get("proc_root", "/proc")),
         sys_root=Path(raw.get("sys_root", "/sys")),
+        cgroup_root=Path(raw["cgroup_root"]) if "cgroup_root" in raw else None,
         samplers=samplers,
         push=_push_config(raw.get("push", {})),
         metrics=_metrics_config(metrics_table),

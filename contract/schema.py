@@ -127,6 +127,12 @@ class Tag:
     RANK = "rank"
     FRAMEWORK = "framework"
     SAMPLER = "sampler"  # the agent's sampler an agent_sampler point is about
+    JOB_ID = "job_id"  # a Slurm job's id, on the per-job series (jobs sampler) only
+    UID = "uid"  # slurm_job: the job owner's numeric uid
+    USER = "user"  # slurm_job: the job owner's name, where it resolves
+    ACCOUNT = "account"  # slurm_job: SLURM_JOB_ACCOUNT of a job process
+    PARTITION = "partition"  # slurm_job: SLURM_JOB_PARTITION of a job process
+    GPUS = "gpus"  # slurm_job: the job's GPUs as Slurm or CUDA names them ("0,1", "GPU-...")
 
 
 class DiskKind:
@@ -455,6 +461,69 @@ class SamplerSelf(Measurement):
     )
 
 
+class Job(Measurement):
+    """One Slurm job on this node, from its cgroup (``agent/samplers/jobs.py``).
+
+    Tagged ``job_id`` only: who owns the job and what it was given is in ``slurm_job``.
+    Node series (cpu, memory, disk...) carry no job label. A job whose cgroup is gone
+    is not reported.
+    """
+
+    NAME = "job"
+    TAGS = (Tag.HOST, Tag.JOB_ID)
+    CPU_SECONDS = counter(
+        "cpu_seconds",
+        "seconds",
+        "CPU time of the job's processes (cpuacct.usage / cpu.stat usage_usec)",
+    )
+    MEMORY_BYTES = gauge(
+        "memory_bytes", "bytes", "Memory charged to the job (usage_in_bytes / memory.current)"
+    )
+    MEMORY_PEAK_BYTES = gauge(
+        "memory_peak_bytes", "bytes", "Highest memory charge (max_usage_in_bytes / memory.peak)"
+    )
+    CACHE_BYTES = gauge(
+        "cache_bytes", "bytes", "Page cache charged to the job (memory.stat total_cache / file)"
+    )
+    BLOCK_READ_BYTES = counter(
+        "block_read_bytes", "bytes", "Bytes read from block devices (blkio / io.stat rbytes)"
+    )
+    BLOCK_WRITE_BYTES = counter(
+        "block_write_bytes", "bytes", "Bytes written to block devices (blkio / io.stat wbytes)"
+    )
+    PROCESS_READ_BYTES = counter(
+        "process_read_bytes",
+        "bytes",
+        "read_bytes of /proc/<pid>/io over the job's processes, exited ones kept",
+    )
+    PROCESS_WRITE_BYTES = counter(
+        "process_write_bytes",
+        "bytes",
+        "write_bytes of /proc/<pid>/io over the job's processes, exited ones kept",
+    )
+    PROCESSES = gauge("processes", "count", "Processes in the job's cgroups")
+
+
+class JobInfo(Measurement):
+    """One info series per Slurm job on this node: who and what, as labels, value 1.
+
+    As node_exporter's ``node_uname_info``: ``epochscope_slurm_job_info{job_id, user,
+    ...} 1``, joined on ``job_id`` to name a ``job`` series. A label that cannot be read
+    (no process environment readable yet) is left out.
+    """
+
+    NAME = "slurm_job"
+    TAGS = (Tag.HOST, Tag.JOB_ID, Tag.UID, Tag.USER, Tag.ACCOUNT, Tag.PARTITION, Tag.GPUS)
+    INFO = gauge("info", "", "Always 1: the labels are the information")
+    ALLOCATED_CPUS = gauge("allocated_cpus", "count", "CPUs in the job's cpuset.cpus")
+    ALLOCATED_MEMORY_BYTES = gauge(
+        "allocated_memory_bytes", "bytes", "The job's memory limit (limit_in_bytes / memory.max)"
+    )
+    ALLOCATED_GPUS = gauge(
+        "allocated_gpus", "count", "GPUs in SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES of a job process"
+    )
+
+
 class Event:
     """Values of the ``event`` field of ``workload`` points."""
 
@@ -542,6 +611,10 @@ class Workload(Measurement):
     HOST_MEMORY_BYTES = gauge("host_memory_bytes", "bytes", "RAM of this host")
     WARMUP_STEPS = gauge("warmup_steps", "count", "Steps excluded from throughput")
     TARGET_TOP1 = gauge("target_top1", "fraction", "Top-1 the run aims for, if any")
+    # run_start of a rank inside a Slurm job: the job_id tag of the agent's job and
+    # slurm_job series on its node (text: Slurm ids need not be numbers)
+    SLURM_JOB_ID = text("slurm_job_id", "SLURM_JOB_ID of the rank's environment")
+    SLURM_STEP_ID = text("slurm_step_id", "SLURM_STEP_ID of the rank's environment (srun steps)")
     # inference events (``workloads infer``): precision, batch_size, timed_images and
     # timed_seconds (the timed batches: images/s is contract.throughput's rule), top1 on the
     # validation split, and these:
@@ -574,6 +647,8 @@ SAMPLE_MEASUREMENTS: tuple[type[Measurement], ...] = (
     NfsRpc,
     Gpu,
     GpuProcess,
+    Job,
+    JobInfo,
     AgentSelf,
     SamplerSelf,
 )

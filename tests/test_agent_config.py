@@ -299,3 +299,17 @@ def test_agent_sample_into_a_pipe_closed_early_ends_without_a_traceback(repo_env
     _, stderr = process.communicate(timeout=60)
     assert "Traceback" not in stderr.decode(), stderr.decode()
     assert process.returncode == 128 + signal.SIGPIPE
+
+
+def test_cgroup_root_defaults_under_sys_root_and_can_be_set(tmp_path):
+    from agent.samplers.base import Roots
+
+    loaded = config.load(None, environ={})
+    assert loaded.cgroup_root is None
+    assert Roots(loaded.proc_root, loaded.sys_root).cgroup_root == Path("/sys/fs/cgroup")
+    assert Roots(sys=Path("/host/sys")).cgroup_root == Path("/host/sys/fs/cgroup")
+    path = write(tmp_path, 'cgroup_root = "/host/cgroup"\nsamplers = ["jobs"]\n')
+    loaded = config.load(path, environ={})
+    assert loaded.cgroup_root == Path("/host/cgroup") and loaded.samplers == ("jobs",)
+    from_env = config.load(None, environ={"EPOCHSCOPE_CGROUP_ROOT": "/c"})
+    assert from_env.cgroup_root == Path("/c")

@@ -4,6 +4,9 @@ Like node_exporter's end-to-end test: the real CLI in a subprocess, the roots po
 ``../shared/fixtures/roots/<tree>``, the whole JSON output compared with
 ``tests/golden/agent_sample_<tree>.json`` (times set to 0). To regenerate after a
 deliberate change, run with ``EPOCHSCOPE_UPDATE_GOLDEN=1`` and review the diff.
+The captured cgroup trees (``../shared/fixtures/cgroups/<tree>``, a Slurm node's) are
+sampled the same way with ``--cgroup-root`` and golden files
+``agent_sample_cgroup_<tree>.json``: the jobs sampler's whole output.
 
 ``gpu`` (NVML, not a file tree) and ``agent`` (this process's own CPU and memory) do
 not read the roots, so they are left out; so are the per-sampler timings
@@ -32,10 +35,20 @@ TREES = (
     if (FIXTURE_ROOTS.is_dir())
     else []
 )
+# Captured cgroup trees (a Slurm node's): the tree is the --cgroup-root, its proc/ the
+# --proc-root; the jobs sampler is the one that reads them.
+CGROUP_TREES_DIR = FIXTURE_ROOTS.parent / "cgroups"
+CGROUP_TREES = (
+    sorted(p.name for p in CGROUP_TREES_DIR.iterdir() if p.is_dir())
+    if CGROUP_TREES_DIR.is_dir()
+    else []
+)
 
 
-def sample_once(tree: str, repo_env, output_format: str) -> str:
-    root = fixture_root(tree)
+def sample_once(tree: str, repo_env, output_format: str, cgroup: bool = False) -> str:
+    root = CGROUP_TREES_DIR / tree if cgroup else fixture_root(tree)
+    # root/sys does not exist in a cgroup tree: nothing is read from this host's /sys
+    roots = ["--sys-root", str(root / "sys"), *(["--cgroup-root", str(root)] if cgroup else [])]
     result = subprocess.run(
         [
             sys.executable,
@@ -45,8 +58,7 @@ def sample_once(tree: str, repo_env, output_format: str) -> str:
             "--once",
             "--proc-root",
             str(root / "proc"),
-            "--sys-root",
-            str(root / "sys"),
+            *roots,
             "--format",
             output_format,
             "--host",
@@ -69,10 +81,12 @@ def normalised(points: list[dict]) -> list[dict]:
     return [{**point, "time": 0} for point in points]
 
 
-@pytest.mark.parametrize("tree", TREES)
-def test_sample_once_matches_golden(tree, repo_env):
-    points = normalised(json.loads(sample_once(tree, repo_env, "json")))
-    golden = GOLDEN_DIR / f"agent_sample_{tree}.json"
+@pytest.mark.parametrize(
+    ("tree", "cgroup"), [(t, False) for t in TREES] + [(t, True) for t in CGROUP_TREES]
+)
+def test_sample_once_matches_golden(tree, cgroup, repo_env):
+    points = normalised(json.loads(sample_once(tree, repo_env, "json", cgroup)))
+    golden = GOLDEN_DIR / f"agent_sample_{'cgroup_' if cgroup else ''}{tree}.json"
     if UPDATE:
         GOLDEN_DIR.mkdir(exist_ok=True)
         golden.write_text(json.dumps(points, indent=1) + "\n")

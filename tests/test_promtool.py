@@ -81,6 +81,15 @@ def test_captured_trees_pass_promtool(tree):
     promtool_check(render(points))
 
 
+def test_captured_slurm_cgroup_tree_passes_promtool():
+    root = FIXTURE_ROOTS.parent / "cgroups" / "cgroup-exporter-slurm"
+    samplers = build_samplers(Roots(root / "proc", root / "sys", root), ["jobs"])
+    text = render(SampleRound(samplers, "golden")(1_700_000_000_000_000_000))
+    assert 'epochscope_job_cpu_seconds_total{host="golden",job_id="11"} 33146.523011972' in text
+    assert 'epochscope_slurm_job_info{host="golden",job_id="4",uid="20821"} 1.0' in text
+    promtool_check(text)
+
+
 def test_live_host_passes_promtool():
     samplers = build_samplers(Roots(), None)
     promtool_check(render(SampleRound(samplers, "live")(time.time_ns())))

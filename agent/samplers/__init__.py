@@ -13,6 +13,7 @@ SAMPLER_NAMES: tuple[str, ...] = (
     "net",
     "infiniband",
     "nfs",
+    "jobs",
     "gpu",
     "agent",
 )

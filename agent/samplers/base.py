@@ -13,10 +13,18 @@ from contract.point import Point
 
 @dataclass(frozen=True)
 class Roots:
-    """Where /proc and /sys are: the live host by default, a captured tree in tests."""
+    """Where /proc and /sys are: the live host by default, a captured tree in tests.
+
+    ``cgroup``: where the cgroup hierarchies are mounted; by default ``<sys>/fs/cgroup``.
+    """
 
     proc: Path = Path("/proc")
     sys: Path = Path("/sys")
+    cgroup: Path | None = None
+
+    @property
+    def cgroup_root(self) -> Path:
+        return self.cgroup if self.cgroup is not None else self.sys / "fs" / "cgroup"
 
 
 class Sampler(Protocol):

@@ -7,7 +7,9 @@ step, warm-up steps excluded), ``seconds`` (wall time of those steps), ``loss``,
 ``top5`` (validation accuracy 0..1); ``run_start`` also carries the configuration
 (model, batch_size per rank, world_size, local_size, precision, data_format,
 dataset_images, dataset_bytes, image_size, host_memory_bytes, warmup_steps, target_top1);
-``run_end`` carries ``state`` (finished | failed).
+``run_end`` carries ``state`` (finished | failed). A rank inside a Slurm job adds its
+``slurm_job_id`` and ``slurm_step_id`` to ``run_start`` (``slurm_fields``), so a run names
+the job whose ``job``/``slurm_job`` series the node's agent writes (docs/slurm.md).
 
 Count-like fields are always written as integers and the rest as floats, so a field never
 changes type between points (InfluxDB refuses that).
@@ -36,6 +38,7 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -349,8 +352,28 @@ class AgentEdges:
             self._connection = None
 
 
+# The environment variables Slurm gives a job's processes -> run_start fields.
+SLURM_VARIABLES = {
+    "SLURM_JOB_ID": Workload.SLURM_JOB_ID,
+    "SLURM_STEP_ID": Workload.SLURM_STEP_ID,
+}
+
+
+def slurm_fields(environ: Mapping[str, str]) -> dict[str, str]:
+    """The rank's Slurm job and step ids, from its environment; {} outside Slurm."""
+    return {
+        field: environ[name].strip()
+        for name, field in SLURM_VARIABLES.items()
+        if environ.get(name, "").strip()
+    }
+
+
 class EventWriter:
-    """Builds a rank's ``workload`` points and hands them to a sink."""
+    """Builds a rank's ``workload`` points and hands them to a sink.
+
+    ``environ`` (the process's environment by default) is read at ``run_start`` for the
+    Slurm job and step the rank runs in; a field the caller gives wins.
+    """
 
     def __init__(
         self,
@@ -361,8 +384,10 @@ class EventWriter:
         host: str | None = None,
         clock_ns=time.time_ns,
         edges: AgentEdges | None = None,
+        environ: Mapping[str, str] = os.environ,
     ) -> None:
         self.sink = sink
+        self.environ = environ
         self.tags = {
             Tag.HOST: host or socket.gethostname(),
             Tag.RUN_ID: run_id,
@@ -381,6 +406,8 @@ class EventWriter:
         if time_ns is None and event in EDGE_EVENTS and self.edges is not None:
             time_ns = self.edges.sample()
         values: dict[str, int | float | str] = {Workload.EVENT: event}
+        if event == Event.RUN_START:
+            values.update(slurm_fields(self.environ))
         for name, value in (fields or {}).items():
             if value is not None:
                 values[name] = coerce(name, value)

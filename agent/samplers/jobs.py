@@ -1,0 +1,548 @@
+"""Every Slurm job on this node, from its cgroup: what it uses and who it is.
+
+Measurements ``job`` (usage, tag ``job_id``) and ``slurm_job`` (one info series per job:
+``uid``, ``user``, ``account``, ``partition``, ``gpus`` as tags, value 1, and what the
+job was given). Fields: ``contract.schema.Job`` and ``JobInfo``; the whole story, with
+what the agent cannot see, is in docs/slurm.md.
+
+Where the jobs are (``<cgroup>`` is ``Roots.cgroup_root``, ``/sys/fs/cgroup``):
+
+- cgroup v1 (``CgroupPlugin=cgroup/v1``): ``<cgroup>/<controller>/slurm[_<node>]/
+  uid_<uid>/job_<id>/step_<step>/task_<n>``, for the controllers ``cpuacct``, ``memory``,
+  ``cpuset`` and ``blkio`` (also when mounted together, ``cpu,cpuacct``);
+- cgroup v2: ``<cgroup>[/unified]/system.slice/[<node>_]slurmstepd.scope/job_<id>/
+  step_<step>/{slurm,user/task_<n>}``; the uid is that of a task process.
+
+A job is a ``job_<id>`` directory; ``<id>`` is taken as Slurm spells it (digits, or a
+letter-and-digit SLUID). A job whose directory is gone is not reported, and everything
+the sampler kept about it is dropped. The parse functions below are pure functions of
+text; the walk over the tree takes the root as a parameter.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.samplers.base import Roots, read_text
+from contract.point import Point
+from contract.schema import Job, JobInfo, Tag
+
+log = logging.getLogger(__name__)
+
+V1_CONTROLLERS = ("cpuacct", "memory", "cpuset", "blkio")
+_SLURM_DIR = re.compile(r"slurm(?:_[^/]+)?")
+_UID_DIR = re.compile(r"uid_([0-9]+)")
+_JOB_DIR = re.compile(r"job_([0-9A-Za-z]+)")
+_UNLIMITED = 1 << 62  # v1 prints PAGE_COUNTER_MAX pages (~2^63) for "no limit"
+# The environment variables that name a job's GPUs, most specific first: SLURM_JOB_GPUS
+# holds the node's own indices; CUDA_VISIBLE_DEVICES is renumbered from 0 when Slurm
+# constrains devices (or holds UUIDs), so it is the last resort.
+GPU_VARIABLES = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES")
+
+
+@dataclass(frozen=True)
+class JobCgroup:
+    """Where one job's cgroup is: one directory per v1 controller, or the v2 one."""
+
+    job_id: str
+    version: int  # 1 or 2
+    dirs: dict[str, Path]  # v1: controller -> job dir; v2: {"": job dir}
+    uid: int | None = None  # from uid_<uid> (v1 only)
+
+
+@dataclass(frozen=True)
+class ProcessIo:
+    """One process's ``/proc/<pid>/io`` bytes and its parent."""
+
+    ppid: int
+    read_bytes: int
+    write_bytes: int
+
+
+@dataclass
+class _JobState:
+    processes: dict[tuple[int, int], ProcessIo] = field(default_factory=dict)
+    carried_read: int = 0
+    carried_write: int = 0
+    last_read: int = 0
+    last_write: int = 0
+    environment: dict[str, str] | None = None  # SLURM_* of a job process, once read
+
+
+# ---------------------------------------------------------------- parse functions
+
+
+def parse_int(text: str) -> int:
+    """A one-number cgroup file (``cpuacct.usage``, ``memory.current``)."""
+    return int(text.strip())
+
+
+def parse_limit(text: str) -> int | None:
+    """``memory.limit_in_bytes`` / ``memory.max``: None for no limit (``max``, ~2^63)."""
+    value = text.strip()
+    if value == "max":
+        return None
+    number = int(value)
+    return None if number >= _UNLIMITED else number
+
+
+def parse_flat_keyed(text: str) -> dict[str, int]:
+    """``memory.stat``, ``cpu.stat``, ``cpuacct.stat``: "key value" lines."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[1].isdigit():
+            values[words[0]] = int(words[1])
+    return values
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """``cpuset.cpus``: "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]; empty -> []."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        first, dash, last = part.partition("-")
+        cpus.extend(range(int(first), int(last if dash else first) + 1))
+    return cpus
+
+
+def parse_blkio(text: str) -> tuple[int, int]:
+    """``blkio.throttle.io_service_bytes[_recursive]``: (read, write) over all devices.
+
+    Rows are "<major>:<minor> Read|Write|Sync|Async|Discard|Total <bytes>"; the last
+    line, "Total <bytes>", is the sum of everything and is skipped.
+    """
+    read = write = 0
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) != 3 or ":" not in words[0] or not words[2].isdigit():
+            continue
+        if words[1] == "Read":
+            read += int(words[2])
+        elif words[1] == "Write":
+            write += int(words[2])
+    return read, write
+
+
+def parse_io_stat(text: str) -> tuple[int, int]:
+    """v2 ``io.stat``: (rbytes, wbytes) summed over the device rows."""
+    read = write = 0
+    for line in text.splitlines():
+        for word in line.split()[1:]:
+            key, equals, value = word.partition("=")
+            if equals and value.isdigit():
+                if key == "rbytes":
+                    read += int(value)
+                elif key == "wbytes":
+                    write += int(value)
+    return read, write
+
+
+def parse_pids(text: str) -> list[int]:
+    """``cgroup.procs`` / ``tasks``: one pid a line."""
+    return [int(line) for line in text.split() if line.isdigit()]
+
+
+def parse_proc_io(text: str) -> tuple[int, int]:
+    """``/proc/<pid>/io``: (read_bytes, write_bytes), what the process caused to be
+    fetched from or sent to storage. Raises ValueError without them."""
+    values = parse_flat_keyed(text.replace(":", " "))
+    return values["read_bytes"], values["write_bytes"]
+
+
+def parse_proc_stat(text: str) -> tuple[int, int]:
+    """``/proc/<pid>/stat``: (ppid, starttime). The name, in parentheses, may hold
+    spaces and parentheses itself: the fields are counted after the last ')'."""
+    words = text[text.rindex(")") + 2 :].split()
+    return int(words[1]), int(words[19])
+
+
+def parse_status_uid(text: str) -> int | None:
+    """``/proc/<pid>/status``: the real uid (first number of the ``Uid:`` line)."""
+    for line in text.splitlines():
+        if line.startswith("Uid:"):
+            words = line.split()
+            return int(words[1]) if len(words) > 1 and words[1].isdigit() else None
+    return None
+
+
+def parse_environ(data: bytes) -> dict[str, str]:
+    """``/proc/<pid>/environ``: NUL-separated NAME=value."""
+    environment: dict[str, str] = {}
+    for entry in data.decode(errors="replace").split("\0"):
+        name, equals, value = entry.partition("=")
+        if equals and name:
+            environment[name] = value
+    return environment
+
+
+def gpus_from_environment(environment: dict[str, str]) -> list[str] | None:
+    """The job's GPUs as its environment names them (indices or ``GPU-<uuid>``s).
+
+    None when no variable names any: no GPUs, or not said. ``NoDevFiles`` (Slurm's
+    word for "GPUs requested, none bound") and empty lists are no GPUs.
+    """
+    for name in GPU_VARIABLES:
+        value = environment.get(name)
+        if value is None:
+            continue
+        gpus = [gpu.strip() for gpu in value.split(",") if gpu.strip()]
+        if gpus and gpus != ["NoDevFiles"]:
+            return gpus
+        return []
+    return None
+
+
+def exited_io(
+    previous: dict[tuple[int, int], ProcessIo], current: dict[tuple[int, int], ProcessIo]
+) -> tuple[int, int]:
+    """Bytes of processes that left between two readings and that the job must keep.
+
+    A process reaped by a parent that is still in the job hands its counts to that
+    parent (the kernel adds a reaped child's I/O to its parent's ``/proc/<pid>/io``):
+    counting it again would count it twice. Any other process that left took its
+    counts with it: the job keeps the last reading of them. Keys are (pid, starttime),
+    so a reused pid is another process.
+    """
+    alive = {pid for pid, _ in current}
+    read = write = 0
+    for key, io in previous.items():
+        if key in current or io.ppid in alive:
+            continue
+        read += io.read_bytes
+        write += io.write_bytes
+    return read, write
+
+
+# ---------------------------------------------------------------- the tree
+
+
+def _controller_dirs(root: Path, controller: str) -> list[Path]:
+    """The v1 hierarchy holding ``controller``: ``<root>/cpuacct`` or ``cpu,cpuacct``."""
+    direct = root / controller
+    if direct.is_dir():
+        return [direct]
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    return [Path(e.path) for e in entries if controller in e.name.split(",") and e.is_dir()]
+
+
+def _subdirs(path: Path, pattern: re.Pattern[str]) -> Iterator[tuple[Path, re.Match[str]]]:
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match and entry.is_dir(follow_symlinks=False):
+            yield Path(entry.path), match
+
+
+def find_jobs_v1(root: Path) -> dict[str, JobCgroup]:
+    """The jobs under the v1 hierarchies of ``root`` (a cgroup root), by job id."""
+    dirs: dict[str, dict[str, Path]] = {}
+    uids: dict[str, int] = {}
+    for controller in V1_CONTROLLERS:
+        for hierarchy in _controller_dirs(root, controller):
+            for slurm, _ in _subdirs(hierarchy, _SLURM_DIR):
+                for user, uid_match in _subdirs(slurm, _UID_DIR):
+                    for job, job_match in _subdirs(user, _JOB_DIR):
+                        job_id = job_match.group(1)
+                        dirs.setdefault(job_id, {})[controller] = job
+                        uids[job_id] = int(uid_match.group(1))
+    return {
+        job_id: JobCgroup(job_id, 1, controllers, uids.get(job_id))
+        for job_id, controllers in dirs.items()
+    }
+
+
+def v2_roots(root: Path) -> list[Path]:
+    """Where a unified hierarchy may be: ``root`` itself (pure v2) or ``root/unified``."""
+    return [root, root / "unified"]
+
+
+def find_jobs_v2(root: Path) -> dict[str, JobCgroup]:
+    """The jobs under ``[<node>_]slurmstepd.scope`` of the unified hierarchy."""
+    jobs: dict[str, JobCgroup] = {}
+    for unified in v2_roots(root):
+        for scope, _ in _subdirs(unified / "system.slice", re.compile(r".*slurmstepd\.scope")):
+            for job, match in _subdirs(scope, _JOB_DIR):
+                jobs.setdefault(match.group(1), JobCgroup(match.group(1), 2, {"": job}))
+    return jobs
+
+
+def find_jobs(root: Path) -> dict[str, JobCgroup]:
+    """Every job under ``root``; a job seen in both (hybrid mounts) is taken from v1."""
+    return {**find_jobs_v2(root), **find_jobs_v1(root)}
+
+
+def slurm_cgroups_present(root: Path) -> bool:
+    """Has Slurm made its cgroups here (jobs or not)?"""
+    for controller in V1_CONTROLLERS:
+        for hierarchy in _controller_dirs(root, controller):
+            if any(True for _ in _subdirs(hierarchy, _SLURM_DIR)):
+                return True
+    pattern = re.compile(r".*slurmstepd\.scope")
+    return any(
+        any(True for _ in _subdirs(unified / "system.slice", pattern)) for unified in v2_roots(root)
+    )
+
+
+def slurmd_running(proc: Path) -> bool:
+    """Is a process called slurmd or slurmstepd running (``<proc>/<pid>/comm``)?"""
+    try:
+        entries = [e.name for e in os.scandir(proc) if e.name.isdigit()]
+    except OSError:
+        return False
+    return any(
+        (read_text(proc / pid / "comm") or "").strip() in ("slurmd", "slurmstepd")
+        for pid in entries
+    )
+
+
+def job_pids(job: JobCgroup) -> tuple[list[int], list[int]]:
+    """(every pid in the job's cgroups, the pids in its ``task_<n>`` cgroups).
+
+    v1: the pids of the hierarchy its CPU time is read from (``cpuacct``, else
+    ``memory``): ``cpuset`` also holds slurmstepd in its step cgroups. v2: the whole
+    subtree, slurmstepd in ``step_<s>/slurm`` included, as its CPU time is. The task
+    pids are the job's own processes.
+    """
+    top = next((job.dirs[c] for c in ("cpuacct", "memory", "") if c in job.dirs), None)
+    if top is None:
+        top = next(iter(job.dirs.values()))
+    every: set[int] = set()
+    tasks: list[int] = []
+    for directory, _, files in os.walk(top):
+        if "cgroup.procs" not in files:
+            continue
+        pids = parse_pids(read_text(Path(directory) / "cgroup.procs") or "")
+        every.update(pids)
+        if os.path.basename(directory).startswith("task_"):
+            tasks.extend(pid for pid in pids if pid not in tasks)
+    return sorted(every), tasks
+
+
+# ---------------------------------------------------------------- the sampler
+
+
+def user_name(uid: int) -> str | None:
+    """The name of ``uid`` on this host, or None."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def _read(path: Path, parse: Callable[[str], object]) -> object | None:
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return parse(text)
+    except (ValueError, IndexError):
+        return None
+
+
+class JobsSampler:
+    name = "jobs"
+
+    def __init__(self, roots: Roots, users: Callable[[int], str | None] = user_name) -> None:
+        self._proc = roots.proc
+        self._cgroup = roots.cgroup_root
+        self._users = users
+        self._jobs: dict[str, _JobState] = {}
+
+    def available(self) -> bool:
+        if slurm_cgroups_present(self._cgroup) or slurmd_running(self._proc):
+            return True
+        log.info(
+            "jobs sampler off: no Slurm cgroups under %s and no slurmd under %s",
+            self._cgroup,
+            self._proc,
+        )
+        return False
+
+    def sample(self, now_ns: int) -> list[Point]:
+        jobs = find_jobs(self._cgroup)
+        for gone in set(self._jobs) - set(jobs):
+            del self._jobs[gone]
+        points: list[Point] = []
+        for job_id in sorted(jobs, key=_job_order):
+            job = jobs[job_id]
+            state = self._jobs.setdefault(job_id, _JobState())
+            usage, info = self._sample_job(job, state)
+            if not job_dir_exists(job):
+                continue  # ended while being read: not reported
+            points.append(Point(Job.NAME, {Tag.JOB_ID: job_id}, usage, now_ns))
+            points.append(Point(JobInfo.NAME, info[0], info[1], now_ns))
+        return points
+
+    def _sample_job(
+        self, job: JobCgroup, state: _JobState
+    ) -> tuple[dict[str, int | float], tuple[dict[str, str], dict[str, int | float]]]:
+        usage = cgroup_usage(job)
+        limits = cgroup_allocation(job)
+        pids, tasks = job_pids(job)
+        usage[Job.PROCESSES] = float(len(pids))
+        usage.update(self._process_io(pids, state))
+        if state.environment is None:
+            state.environment = self._environment(job.job_id, tasks or pids)
+        environment = state.environment or {}
+        uid = job.uid if job.uid is not None else self._task_uid(tasks or pids, environment)
+        tags = {Tag.JOB_ID: job.job_id}
+        if uid is not None:
+            tags[Tag.UID] = str(uid)
+        user = environment.get("SLURM_JOB_USER") or (self._users(uid) if uid is not None else None)
+        if user:
+            tags[Tag.USER] = user
+        for variable, tag in (
+            ("SLURM_JOB_ACCOUNT", Tag.ACCOUNT),
+            ("SLURM_JOB_PARTITION", Tag.PARTITION),
+        ):
+            if environment.get(variable):
+                tags[tag] = environment[variable]
+        fields: dict[str, int | float] = {JobInfo.INFO: 1.0, **limits}
+        gpus = gpus_from_environment(environment)
+        if gpus is not None:
+            tags[Tag.GPUS] = ",".join(gpus)
+            fields[JobInfo.ALLOCATED_GPUS] = float(len(gpus))
+        return usage, (tags, fields)
+
+    def _process_io(self, pids: Iterable[int], state: _JobState) -> dict[str, int | float]:
+        current: dict[tuple[int, int], ProcessIo] = {}
+        for pid in pids:
+            stat = _read(self._proc / str(pid) / "stat", parse_proc_stat)
+            io = _read(self._proc / str(pid) / "io", parse_proc_io)
+            if isinstance(stat, tuple) and isinstance(io, tuple):
+                current[(pid, stat[1])] = ProcessIo(stat[0], io[0], io[1])
+        if not current and not state.processes:
+            return {}  # no readable /proc/<pid>/io: no field, not a zero
+        read, write = exited_io(state.processes, current)
+        state.carried_read += read
+        state.carried_write += write
+        state.processes = current
+        # A child read just before it was reaped and its parent just after would count
+        # twice for one tick; never let the counter step back.
+        total_read = state.carried_read + sum(io.read_bytes for io in current.values())
+        total_write = state.carried_write + sum(io.write_bytes for io in current.values())
+        state.last_read = max(state.last_read, total_read)
+        state.last_write = max(state.last_write, total_write)
+        return {Job.PROCESS_READ_BYTES: state.last_read, Job.PROCESS_WRITE_BYTES: state.last_write}
+
+    def _environment(self, job_id: str, pids: list[int]) -> dict[str, str] | None:
+        """SLURM_*/CUDA_* of the first job process whose environment names this job."""
+        for pid in pids:
+            try:
+                data = (self._proc / str(pid) / "environ").read_bytes()
+            except OSError:
+                continue
+            environment = parse_environ(data)
+            if environment.get("SLURM_JOB_ID") == job_id:
+                return {
+                    name: value
+                    for name, value in environment.items()
+                    if name.startswith("SLURM_") or name in GPU_VARIABLES
+                }
+        return None
+
+    def _task_uid(self, pids: list[int], environment: dict[str, str]) -> int | None:
+        if environment.get("SLURM_JOB_UID", "").isdigit():
+            return int(environment["SLURM_JOB_UID"])
+        for pid in pids:
+            uid = _read(self._proc / str(pid) / "status", parse_status_uid)
+            if isinstance(uid, int):
+                return uid
+        return None
+
+
+def _job_order(job_id: str) -> tuple[int, str]:
+    return (int(job_id), "") if job_id.isdigit() else (1 << 62, job_id)
+
+
+def job_dir_exists(job: JobCgroup) -> bool:
+    return any(path.is_dir() for path in job.dirs.values())
+
+
+def cgroup_usage(job: JobCgroup) -> dict[str, int | float]:
+    """The job's ``job`` fields from its cgroup files; a missing file gives no field."""
+    fields: dict[str, int | float] = {}
+    if job.version == 1:
+        cpuacct, memory, blkio = (job.dirs.get(c) for c in ("cpuacct", "memory", "blkio"))
+        if cpuacct is not None:
+            usage_ns = _read(cpuacct / "cpuacct.usage", parse_int)
+            if isinstance(usage_ns, int):
+                fields[Job.CPU_SECONDS] = usage_ns / 1e9
+        if memory is not None:
+            _gauge(fields, Job.MEMORY_BYTES, memory / "memory.usage_in_bytes")
+            _gauge(fields, Job.MEMORY_PEAK_BYTES, memory / "memory.max_usage_in_bytes")
+            stat = _read(memory / "memory.stat", parse_flat_keyed)
+            if isinstance(stat, dict):
+                cache = stat.get("total_cache", stat.get("cache"))  # total_: with children
+                if cache is not None:
+                    fields[Job.CACHE_BYTES] = float(cache)
+        if blkio is not None:
+            for name in (
+                "blkio.throttle.io_service_bytes_recursive",
+                "blkio.throttle.io_service_bytes",
+            ):
+                io = _read(blkio / name, parse_blkio)
+                if isinstance(io, tuple):
+                    fields[Job.BLOCK_READ_BYTES], fields[Job.BLOCK_WRITE_BYTES] = io
+                    break
+        return fields
+    top = job.dirs[""]
+    cpu = _read(top / "cpu.stat", parse_flat_keyed)
+    if isinstance(cpu, dict) and "usage_usec" in cpu:
+        fields[Job.CPU_SECONDS] = cpu["usage_usec"] / 1e6
+    _gauge(fields, Job.MEMORY_BYTES, top / "memory.current")
+    _gauge(fields, Job.MEMORY_PEAK_BYTES, top / "memory.peak")  # Linux 5.19+
+    stat = _read(top / "memory.stat", parse_flat_keyed)
+    if isinstance(stat, dict) and "file" in stat:
+        fields[Job.CACHE_BYTES] = float(stat["file"])
+    io = _read(top / "io.stat", parse_io_stat)
+    if isinstance(io, tuple):
+        fields[Job.BLOCK_READ_BYTES], fields[Job.BLOCK_WRITE_BYTES] = io
+    return fields
+
+
+def cgroup_allocation(job: JobCgroup) -> dict[str, int | float]:
+    """The ``slurm_job`` fields the cgroup tells: CPUs in its cpuset, its memory limit."""
+    fields: dict[str, int | float] = {}
+    if job.version == 1:
+        cpuset, memory = job.dirs.get("cpuset"), job.dirs.get("memory")
+        cpus_file = cpuset / "cpuset.cpus" if cpuset is not None else None
+        limit_file = memory / "memory.limit_in_bytes" if memory is not None else None
+    else:
+        top = job.dirs[""]
+        cpus_file = top / "cpuset.cpus.effective"
+        if not cpus_file.exists():
+            cpus_file = top / "cpuset.cpus"
+        limit_file = top / "memory.max"
+    if cpus_file is not None:
+        cpus = _read(cpus_file, parse_cpu_list)
+        if isinstance(cpus, list) and cpus:
+            fields[JobInfo.ALLOCATED_CPUS] = float(len(cpus))
+    if limit_file is not None:
+        limit = _read(limit_file, parse_limit)
+        if isinstance(limit, int):
+            fields[JobInfo.ALLOCATED_MEMORY_BYTES] = float(limit)
+    return fields
+
+
+def _gauge(fields: dict[str, int | float], name: str, path: Path) -> None:
+    value = _read(path, parse_int)
+    if isinstance(value, int):
+        fields[name] = float(value)
+
+
+SAMPLER = JobsSampler
