@@ -21,12 +21,17 @@ def missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+def byte_unit(value: float) -> tuple[str, float]:
+    """The largest SI unit that keeps ``value`` bytes >= 1, and its size: (MB, 1e6)."""
+    return next(((u, size) for u, size in _BYTE_UNITS if abs(value) >= size), ("B", 1.0))
+
+
 def human_bytes(value: float, digits: int = 1) -> str:
     """Bytes in the largest SI unit that keeps them >= 1 (MB = 10^6 bytes): 45.0 MB, 4.1 kB."""
-    for unit, size in _BYTE_UNITS:
-        if abs(value) >= size:
-            return f"{value / size:,.{digits}f} {unit}"
-    return f"{value:,.0f} B"
+    unit, size = byte_unit(value)
+    if size == 1.0:
+        return f"{value:,.0f} B"
+    return f"{value / size:,.{digits}f} {unit}"
 
 
 def format_number(value: float | None, digits: int = 1) -> str:

@@ -3,10 +3,12 @@
 ``create_app(source)`` builds the app over a ``DataSource``. The page for a URL is built by
 the router callback; a live run's page then polls (``dcc.Interval``, every ``poll_seconds``)
 and fetches only the buckets completed since its last answer (``since_ns``), appending them
-to the charts with ``dash.Patch``; the per-epoch table, bars and findings are rebuilt only
-when an epoch starts or ends. When the run ends the page redraws once and stops polling.
+to the charts with ``dash.Patch``; the charts, per-epoch table, bars and findings are
+rebuilt only when an epoch starts or ends (or a host shows something it had not: its first
+GPU sample). When the run ends the page redraws once and stops polling.
 A live chart that has grown past twice ``max_points`` is redrawn with coarser buckets, so
 the browser never holds more than that.
+Every response carries security headers (``dashboard.headers``: CSP, no framing).
 
 Everything is served from this process (``serve_locally``): no CDN, no web fonts. The app
 has no route that writes: the store is only read.
@@ -24,6 +26,7 @@ from dash.exceptions import PreventUpdate
 from contract.schema import INFERENCE_FRAMEWORK
 from dashboard import figures, ids, pages
 from dashboard.auth import Credentials, require_basic_auth
+from dashboard.headers import add_security_headers
 from dashboard.source import DataSource, Timeseries, digest, is_live
 
 ASSETS = Path(__file__).parent / "assets"
@@ -73,6 +76,8 @@ def create_app(
         require_basic_auth(app.server, credentials)
     poll_ms = max(100, round(poll_seconds * 1000))
     Callbacks(source, poll_ms).register(app)
+    # (after the callbacks: the hashes cover the clientside ones, inline scripts)
+    add_security_headers(app.server, app.csp_hashes())
     return app
 
 
@@ -123,6 +128,10 @@ class Callbacks:
             Output(ids.RUN_EPOCHS, "data"),
             Output(ids.RUN_HEADER, "children"),
             Output(ids.BUCKET_NOTE, "children"),
+            Output(ids.ABSENT_NOTE, "children"),
+            Output(ids.EPOCH_DISK_PANEL, "style"),
+            Output(ids.EPOCH_NFS_PANEL, "style"),
+            Output(ids.EPOCH_FABRIC, "style"),
             Output(ids.RUN_INTERVAL, "disabled"),
             Output(ids.RUN_LIVE, "data"),
             Input(ids.RUN_INTERVAL, "n_intervals"),
@@ -207,15 +216,16 @@ class Callbacks:
         # (load_pending_timeseries), computed while the browser draws the rest of the page
         ts = self.source.timeseries(run_id, live) if live else self.source.kept_timeseries(run_id)
         boundaries = self.source.boundaries(run_id)
+        rows = self.source.epochs(run_id)
         # the steps' shares come with the time series (both read the steps)
         shares = self.source.step_shares(run_id) if ts is not None else None
-        live_state = self._live_state(run_id, ts, boundaries)
+        live_state = self._live_state(run_id, ts, boundaries, rows)
         live_state["last_step_ns"] = pages.last_step_ns(shares)
         page = pages.run_page(
             run,
             ts,
             boundaries,
-            self.source.epochs(run_id),
+            rows,
             live,
             self.poll_ms,
             live_state,
@@ -237,10 +247,15 @@ class Callbacks:
 
     @staticmethod
     def _live_state(
-        run_id: str, ts: Timeseries | None, boundaries: dict[str, Any]
+        run_id: str, ts: Timeseries | None, boundaries: dict[str, Any], rows: list[dict[str, Any]]
     ) -> dict[str, Any]:
-        """What the browser sends back on each poll (only a live run's page polls)."""
+        """What the browser sends back on each poll (only a live run's page polls): with
+        the time-series panels drawn and their scales, which the appended values follow."""
+        charts = figures.shown_charts(rows, ts.hosts) if ts else ()
+        scales = figures.chart_scales(charts, ts.hosts) if ts else {}
         return {
+            "charts": [chart.chart_id for chart in charts],
+            "scales": {chart_id: factor for chart_id, (_unit, factor) in scales.items()},
             "run_id": run_id,
             "bucket_ns": ts.bucket_ns if ts else 0,
             "since": ts.next_since if ts else {},
@@ -297,18 +312,27 @@ class Callbacks:
         update = self.source.timeseries_since(run_id, state["since"], state["bucket_ns"])
         hosts = state["hosts"]
         grown = state["points"] + update.points > 2 * self.source.max_points
-        redraw = not live or grown or list(update.hosts) != hosts
+        charts = figures.charts_of(state.get("charts", []))
+        # a panel left out (no host had it) that now has samples: draw it
+        appeared = any(
+            figures.chart_has_samples(chart, update.hosts)
+            for chart in figures.TIME_CHARTS
+            if chart not in charts
+        )
+        # an epoch started or ended: its shading and mean, and perhaps other panels, change
+        redraw = not live or grown or list(update.hosts) != hosts or epochs_changed or appeared
 
-        rows = self.source.epochs(run_id) if (epochs_changed or redraw) else None
+        rows = self.source.epochs(run_id) if redraw else None
         bucket_note: Any = no_update
+        drawn: dict[str, Any] | None = None  # the hosts' series drawn anew
         if redraw:
             ts = self.source.timeseries(run_id, live)
+            drawn = ts.hosts
             time_figure: Any = pages.timeseries_figure(ts, boundaries, rows or [])
-            new_state = self._live_state(run_id, ts, boundaries)
+            new_state = self._live_state(run_id, ts, boundaries, rows or [])
             bucket_note = pages.bucket_note(ts, boundaries)
         else:
-            changed = (boundaries, rows) if epochs_changed and rows is not None else None
-            time_figure = self._extend(update, hosts, changed)
+            time_figure = self._extend(update, hosts, charts, state.get("scales", {}))
             new_state = {
                 **state,
                 "since": {**state["since"], **update.next_since},
@@ -334,9 +358,13 @@ class Callbacks:
             epochs_key: Any = pages.epochs_key(new_state)
             run = self.source.run(run_id)
             header: Any = pages.run_header(run, live, self.poll_ms) if run else no_update
+            absent = figures.absent_measurements(rows, drawn)
+            absent_note: Any = pages.absent_note(rows, absent)
+            styles: list[Any] = list(pages.epoch_chart_styles(rows, absent))
         else:
             epoch_figures = [no_update] * len(pages.EPOCH_CHARTS)
-            table = epochs_key = header = no_update
+            table = epochs_key = header = absent_note = no_update
+            styles = [no_update] * 3
         return (
             time_figure,
             *epoch_figures,
@@ -345,6 +373,8 @@ class Callbacks:
             epochs_key,
             header,
             bucket_note,
+            absent_note,
+            *styles,
             not live,
             new_state,
         )
@@ -353,27 +383,17 @@ class Callbacks:
     def _extend(
         update: Timeseries,
         hosts: list[str],
-        epochs: tuple[dict[str, Any], list[dict[str, Any]]] | None,
+        charts: tuple[figures.TimeChart, ...],
+        scales: dict[str, float],
     ) -> Any:
-        """A ``Patch`` of the time-series figure: append the new buckets' values to each
-        trace. When an epoch started or ended (``epochs`` = boundaries and report rows), also
-        redraw the epoch shading and replace the throughput panel's epoch means."""
-        extension = figures.timeseries_extension(update.hosts, hosts)
-        if not extension and epochs is None:
+        """A ``Patch`` of the time-series figure (its panels ``charts``, drawn at
+        ``scales``): append the new buckets' values to each trace."""
+        extension = figures.timeseries_extension(update.hosts, hosts, charts, scales)
+        if not extension:
             return no_update
         patch = Patch()
         for index, values in extension.items():
             patch["data"][index]["y"].extend(values)
-        if epochs is not None:
-            boundaries, rows = epochs
-            shapes, labels = figures.epoch_shading(boundaries, hosts)
-            patch["layout"]["shapes"] = shapes
-            # (a live figure's "no samples" notes go too: data may have come since)
-            patch["layout"]["annotations"] = [*figures.panel_titles(), *labels]
-            first = figures.epoch_mean_offset(hosts)
-            for offset, trace in enumerate(figures.epoch_mean_traces(rows, boundaries, hosts)):
-                trace["xaxis"], trace["yaxis"] = figures.throughput_axes()
-                patch["data"][first + offset] = trace
         return patch
 
     def load_run_findings(self, key: dict[str, str] | None) -> Any:

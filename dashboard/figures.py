@@ -8,6 +8,10 @@ points and validating them on every request costs more than drawing them.
 Time-series traces carry no x array: the query layer's buckets are equally spaced, so each
 trace has ``x0`` (its first bucket's centre) and ``dx`` (the bucket length in ms) and only
 ``y``. Live updates then extend ``y`` and nothing else.
+
+Plotly writes a subset of HTML in trace names, legends, category labels, annotations and
+hover text (``<a href>`` becomes a link). Every value from the store that ends up in such
+text (host, framework, model, run id, ...) goes through ``plotly_text`` first.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 from contract.columns import COMPLETE
 from contract.markers import ALL_HOSTS
-from contract.units import FRACTION_DIGITS, format_efficiency
+from contract.units import FRACTION_DIGITS, byte_unit, format_efficiency
 
 NS_PER_MS = 1_000_000
 
@@ -37,7 +41,8 @@ HOST_COLOURS = (
 )
 DASHES = ("solid", "dot", "dash")
 FIRST_EPOCH_FILL = "rgba(255, 159, 64, 0.16)"  # epoch 1 stands out: it reads from storage
-EPOCH_FILLS = ("rgba(120, 120, 120, 0.09)", "rgba(120, 120, 120, 0.0)")
+# the later epochs alternate between two greys, each visible (the last epoch too)
+EPOCH_FILLS = ("rgba(120, 120, 120, 0.10)", "rgba(120, 120, 120, 0.04)")
 RECEIVE_COLOUR, SEND_COLOUR, DIFFERENCE_COLOUR = "#1f77b4", "#ff7f0e", "#222222"
 MAX_EPOCH_LABELS = 24
 GRID_COLOUR = "#eceff3"
@@ -57,7 +62,8 @@ class TimeChart:
     title: str
     unit: str
     series: tuple[tuple[str, str], ...]  # (HostSeries name, label); drawn solid, dotted, ...
-    scale: float = 1.0  # multiply values (bytes -> GB)
+    scale: float = 1.0  # multiply values
+    in_bytes: bool = False  # values are bytes: the unit (kB, MB, GB) follows the data's range
 
 
 TIME_CHARTS: tuple[TimeChart, ...] = (
@@ -86,7 +92,9 @@ TIME_CHARTS: tuple[TimeChart, ...] = (
         "MB/s",
         (("net_rx_mbps", "NIC receive"), ("net_tx_mbps", "NIC transmit")),
     ),
-    TimeChart("page_cache", "Page cache", "GB", (("page_cache_bytes", "page cache"),), scale=1e-9),
+    TimeChart(
+        "page_cache", "Page cache", "B", (("page_cache_bytes", "page cache"),), in_bytes=True
+    ),
     TimeChart(
         "cpu_percent",
         "CPU: busy (solid) and iowait (dotted)",
@@ -95,6 +103,111 @@ TIME_CHARTS: tuple[TimeChart, ...] = (
     ),
     TimeChart("gpu_util_percent", "GPU utilisation", "%", (("gpu_util_percent", "GPU"),)),
 )
+THROUGHPUT_CHART = "images_per_second"  # always shown, first
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Something a host may not have at all (no NFS mount, no GPU): its report columns and
+    its time-series panel, left out of a run none of whose hosts has it."""
+
+    what: str  # as the page names it: "NFS mounts"
+    columns: tuple[str, ...]  # the report columns that hold it
+    chart_id: str  # its ``TIME_CHARTS`` panel
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("local disks", ("disk_read_mbps",), "disk_read_mbps"),
+    Measurement("NFS mounts", ("nfs_server_read_mbps", "nfs_cache_hit_ratio"), "nfs_read_mbps"),
+    Measurement("InfiniBand ports", ("ib_rcv_mbps", "ib_xmit_mbps"), "ib_mbps"),
+    Measurement(
+        "network interfaces", ("net_rx_mbps", "net_tx_mbps", "rx_minus_tx_mbps"), "net_mbps"
+    ),
+    Measurement("GPUs", ("gpu_util_percent", "gpu_energy_joules"), "gpu_util_percent"),
+)
+
+
+def _chart(chart_id: str) -> TimeChart:
+    return next(chart for chart in TIME_CHARTS if chart.chart_id == chart_id)
+
+
+def chart_has_samples(chart: TimeChart, hosts: dict[str, dict[str, Any]]) -> bool:
+    """Some host has a value in one of the chart's series."""
+    return any(
+        value is not None
+        for series in hosts.values()
+        for name, _label in chart.series
+        for value in series["series"].get(name, ())
+    )
+
+
+def absent_measurements(
+    rows: list[dict[str, Any]], hosts: dict[str, dict[str, Any]] | None = None
+) -> list[Measurement]:
+    """What no host of the run has: no value in any epoch row nor in the time series.
+    Nothing is called absent before there is anything to go by (no epoch row, no sample)."""
+    host_rows = _host_rows(rows)
+    sampled = hosts is not None and any(chart_has_samples(c, hosts) for c in TIME_CHARTS)
+    if not host_rows and not sampled:
+        return []
+    return [
+        m
+        for m in MEASUREMENTS
+        if not any(row.get(c) is not None for row in host_rows for c in m.columns)
+        and not (hosts is not None and chart_has_samples(_chart(m.chart_id), hosts))
+    ]
+
+
+def shown_charts(
+    rows: list[dict[str, Any]], hosts: dict[str, dict[str, Any]] | None = None
+) -> tuple[TimeChart, ...]:
+    """The time-series panels of a run: those of what some host has."""
+    left_out = {m.chart_id for m in absent_measurements(rows, hosts)}
+    return tuple(chart for chart in TIME_CHARTS if chart.chart_id not in left_out)
+
+
+def chart_scales(
+    charts: tuple[TimeChart, ...], hosts: dict[str, dict[str, Any]]
+) -> dict[str, tuple[str, float]]:
+    """Each chart's (unit, scale): a chart in bytes is written in the unit of its values'
+    range (the page cache moving by tens of MB on a level of 40 GB: MB, not GB)."""
+    out = {}
+    for chart in charts:
+        if not chart.in_bytes:
+            out[chart.chart_id] = (chart.unit, chart.scale)
+            continue
+        values = [
+            v
+            for series in hosts.values()
+            for name, _label in chart.series
+            for v in series["series"].get(name, ())
+            if v is not None
+        ]
+        unit, size = byte_unit(max(values) - min(values) if values else 0.0)
+        if size == 1.0 and values:  # a flat line: the level's unit
+            unit, size = byte_unit(max(abs(v) for v in values))
+        out[chart.chart_id] = (unit, 1.0 / size)
+    return out
+
+
+# what plotly would read as markup (tags, entities) or, in a hovertemplate, as a
+# %{variable}: written as entities, which plotly shows as the characters themselves (it
+# knows these; quotes need none once no tag can open)
+_PLOTLY_ESCAPES = str.maketrans(
+    {
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        "{": "&#123;",
+        "}": "&#125;",
+    }
+)
+
+
+def plotly_text(value: Any) -> str:
+    """A value from the store (a host, framework, run id ...) as plotly text that shows it
+    as it is: never markup, never a hovertemplate variable."""
+    return str(value).translate(_PLOTLY_ESCAPES)
 
 
 def host_colour(index: int) -> str:
@@ -175,29 +288,34 @@ def _grid_start(series: dict[str, Any]) -> int:
 
 
 def time_chart_traces(
-    chart: TimeChart, hosts: dict[str, dict[str, Any]], host_order: list[str]
+    chart: TimeChart,
+    hosts: dict[str, dict[str, Any]],
+    host_order: list[str],
+    scale: tuple[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """One trace per (series, host), series-major: trace index = series_index * hosts + host
     index (the live updates extend them in that order). A host without data gets an empty
-    trace so the indices hold."""
+    trace so the indices hold. ``scale``: (unit, factor), default the chart's."""
+    unit, factor = scale or (chart.unit, chart.scale)
     traces = []
     for series_index, (name, label) in enumerate(chart.series):
         for host_index, host in enumerate(host_order):
             series = hosts.get(host)
+            shown = plotly_text(host)
             trace: dict[str, Any] = {"y": []}
             if series is not None:
                 bucket = series["bucket_ns"]
                 trace = {
                     "x0": iso_ms(_grid_start(series) + bucket // 2),
                     "dx": bucket / NS_PER_MS,
-                    "y": _scaled(series["series"].get(name, []), chart.scale),
+                    "y": _scaled(series["series"].get(name, []), factor),
                 }
             traces.append(
                 {
                     "type": "scatter",
                     "mode": "lines",
-                    "name": f"{host} {label}",
-                    "legendgroup": host,
+                    "name": f"{shown} {label}",
+                    "legendgroup": plotly_text(host),
                     **trace,
                     "line": {
                         "color": host_colour(host_index),
@@ -205,7 +323,7 @@ def time_chart_traces(
                         "dash": DASHES[series_index % len(DASHES)],
                     },
                     "connectgaps": False,
-                    "hovertemplate": f"%{{y:,.1f}} {chart.unit}<extra>{host} {label}</extra>",
+                    "hovertemplate": f"%{{y:,.1f}} {unit}<extra>{shown} {label}</extra>",
                 }
             )
     return traces
@@ -231,7 +349,7 @@ def epoch_shading(
     shapes, labels = [], []
     for position, window in enumerate(windows):
         epoch = window["epoch"]
-        fill = FIRST_EPOCH_FILL if epoch == 1 else EPOCH_FILLS[epoch % 2]
+        fill = FIRST_EPOCH_FILL if epoch == 1 else EPOCH_FILLS[position % 2]
         start, end = iso_ms(window["start_ns"]), iso_ms(window["end_ns"])
         shapes.append(
             {
@@ -279,40 +397,61 @@ def epoch_shading(
     return shapes, labels
 
 
-THROUGHPUT_CHART = "images_per_second"
+def first_timed_ns(series: dict[str, Any] | None, start_ns: int, end_ns: int) -> int:
+    """Where a host's timed steps in an epoch window begin: the start of the first bucket in
+    the window with images/s above 0 (drawn from the timed steps: warm-up steps send none),
+    else the window's start."""
+    if series is None:
+        return start_ns
+    bucket = series["bucket_ns"]
+    values = series["series"].get(THROUGHPUT_CHART, [])
+    first = _grid_start(series)
+    for index, value in enumerate(values):
+        begins = first + index * bucket
+        if begins + bucket <= start_ns or not value:
+            continue
+        if begins >= end_ns:
+            break
+        return max(start_ns, begins)
+    return start_ns
 
 
 def epoch_mean_traces(
     rows: list[dict[str, Any]],
     boundaries: dict[str, list[dict[str, Any]]],
     host_order: list[str],
+    hosts: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each host's per-epoch images/s (the report's rows) as a level across its epoch window:
+    """Each host's per-epoch images/s (the report's rows) as a level across its epoch window
+    from its first timed step (``first_timed_ns``, with the host's time series ``hosts``):
     step events arrive every few seconds, so per-bucket throughput is jagged by nature; the
     epoch means show the trend (epoch 1 against the rest) at a glance. One trace per host,
-    in ``host_order``, so a live update can replace them in place."""
+    in ``host_order``."""
     rate = {(r["host"], r["epoch"]): r.get("images_per_second") for r in _host_rows(rows)}
     traces = []
     for host_index, host in enumerate(host_order):
         x: list[str | None] = []
         y: list[float | None] = []
+        series = (hosts or {}).get(host)
         for window in boundaries.get(host, []):
             value = rate.get((host, window["epoch"]))
             if value is None:
                 continue
-            x += [iso_ms(window["start_ns"]), iso_ms(window["end_ns"]), None]
+            start = first_timed_ns(series, window["start_ns"], window["end_ns"])
+            x += [iso_ms(start), iso_ms(window["end_ns"]), None]
             y += [value, value, None]
         traces.append(
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": f"{host} epoch mean",
-                "legendgroup": host,
+                "name": f"{plotly_text(host)} epoch mean",
+                "legendgroup": plotly_text(host),
                 "showlegend": False,
                 "x": x,
                 "y": y,
                 "line": {"color": host_colour(host_index), "width": 3.5},
-                "hovertemplate": f"epoch mean %{{y:,.0f}} images/s<extra>{host}</extra>",
+                "hovertemplate": "epoch mean %{y:,.0f} images/s"
+                f"<extra>{plotly_text(host)}</extra>",
             }
         )
     return traces
@@ -345,10 +484,10 @@ def panel_domains(count: int) -> list[tuple[float, float]]:
     ]
 
 
-def trace_offsets(host_order: list[str]) -> list[int]:
+def trace_offsets(host_order: list[str], charts: tuple[TimeChart, ...] = TIME_CHARTS) -> list[int]:
     """Index of each chart's first trace in ``timeseries_figure``'s data."""
     offsets, index = [], 0
-    for chart in TIME_CHARTS:
+    for chart in charts:
         offsets.append(index)
         index += len(chart.series) * len(host_order)
     return offsets
@@ -359,17 +498,22 @@ def timeseries_figure(
     boundaries: dict[str, list[dict[str, Any]]],
     host_order: list[str],
     epoch_rows: list[dict[str, Any]] | None = None,
+    charts: tuple[TimeChart, ...] | None = None,
 ) -> dict[str, Any]:
-    """Every ``TIME_CHARTS`` panel stacked in one figure on one shared (zoom-linked) time
-    axis, the epochs shaded across all of them, like the profiling figures of the seed
-    studies. One figure rather than eight: the browser lays out and draws one plot.
+    """The ``TIME_CHARTS`` panels of what the hosts have (``shown_charts``) stacked in one
+    figure on one shared (zoom-linked) time axis, the epochs shaded across all of them,
+    like the profiling figures of the seed studies. One figure rather than eight: the
+    browser lays out and draws one plot.
 
     Traces are chart-major, then series, then host (``trace_offsets``); the throughput
     panel's epoch means come last, so live extensions of the others keep their indices.
     """
-    domains = panel_domains(len(TIME_CHARTS))
+    if charts is None:
+        charts = shown_charts(epoch_rows or [], hosts)
+    scales = chart_scales(charts, hosts)
+    domains = panel_domains(len(charts))
     layout: dict[str, Any] = {
-        "height": timeseries_height(),
+        "height": timeseries_height(len(charts)),
         "autosize": True,
         "margin": PANEL_MARGINS,
         "paper_bgcolor": "white",
@@ -381,10 +525,15 @@ def timeseries_figure(
     }
     traces: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
-    means = epoch_mean_traces(epoch_rows, boundaries, host_order) if epoch_rows is not None else []
-    for number, (chart, (low, high)) in enumerate(zip(TIME_CHARTS, domains, strict=True), 1):
+    means = (
+        epoch_mean_traces(epoch_rows, boundaries, host_order, hosts)
+        if epoch_rows is not None
+        else []
+    )
+    for number, (chart, (low, high)) in enumerate(zip(charts, domains, strict=True), 1):
         suffix = "" if number == 1 else str(number)
-        chart_traces = time_chart_traces(chart, hosts, host_order)
+        unit = scales[chart.chart_id][0]
+        chart_traces = time_chart_traces(chart, hosts, host_order, scales[chart.chart_id])
         for trace in chart_traces:
             trace["xaxis"], trace["yaxis"] = f"x{suffix}", f"y{suffix}"
             if chart.chart_id == THROUGHPUT_CHART and epoch_rows is not None:
@@ -395,14 +544,15 @@ def timeseries_figure(
             "type": "date",
             "anchor": f"y{suffix}",
             "gridcolor": GRID_COLOUR,
-            "showticklabels": number == len(TIME_CHARTS),
+            "showticklabels": number == len(charts),
             **({"matches": "x"} if number > 1 else {}),
         }
         layout[f"yaxis{suffix}"] = {
             "domain": [low, high],
             "anchor": f"x{suffix}",
-            "title": {"text": chart.unit, "font": {"size": 11}},
-            "rangemode": "tozero",
+            "title": {"text": unit, "font": {"size": 11}},
+            # a level in bytes (the page cache): its changes, not its distance from zero
+            "rangemode": "normal" if chart.in_bytes else "tozero",
             "gridcolor": GRID_COLOUR,
             "zerolinecolor": "#c8ccd2",
             **PLAIN_TICKS,
@@ -413,18 +563,18 @@ def timeseries_figure(
         if not values:
             annotations.append(_note("no samples of this kind from these hosts", middle))
         elif not any(values):
-            annotations.append(_note(f"0 {chart.unit} throughout, on every host", middle))
+            annotations.append(_note(f"0 {unit} throughout, on every host", middle))
     for trace in means:
         trace["xaxis"], trace["yaxis"] = throughput_axes()
         traces.append(trace)
     shapes, labels = epoch_shading(boundaries, host_order)
     layout["shapes"] = shapes
-    layout["annotations"] = [*panel_titles(), *annotations, *labels]
+    layout["annotations"] = [*panel_titles(charts), *annotations, *labels]
     return {"data": traces, "layout": layout}
 
 
-def timeseries_height() -> int:
-    return PANEL_HEIGHT * len(TIME_CHARTS) + PANEL_MARGINS["t"] + PANEL_MARGINS["b"]
+def timeseries_height(panels: int = len(TIME_CHARTS)) -> int:
+    return PANEL_HEIGHT * panels + PANEL_MARGINS["t"] + PANEL_MARGINS["b"]
 
 
 def timeseries_placeholder() -> dict[str, Any]:
@@ -435,7 +585,7 @@ def timeseries_placeholder() -> dict[str, Any]:
     return figure
 
 
-def panel_titles() -> list[dict[str, Any]]:
+def panel_titles(charts: tuple[TimeChart, ...] = TIME_CHARTS) -> list[dict[str, Any]]:
     """Each panel's title, just above it."""
     return [
         {
@@ -450,38 +600,47 @@ def panel_titles() -> list[dict[str, Any]]:
             "showarrow": False,
             "font": {"size": 12, "color": "#333"},
         }
-        for chart, (_low, high) in zip(TIME_CHARTS, panel_domains(len(TIME_CHARTS)), strict=True)
+        for chart, (_low, high) in zip(charts, panel_domains(len(charts)), strict=True)
     ]
 
 
 def throughput_axes() -> tuple[str, str]:
-    """The (x, y) axes of the throughput panel."""
-    number = next(i for i, c in enumerate(TIME_CHARTS, 1) if c.chart_id == THROUGHPUT_CHART)
-    suffix = "" if number == 1 else str(number)
-    return f"x{suffix}", f"y{suffix}"
+    """The (x, y) axes of the throughput panel (the first)."""
+    assert TIME_CHARTS[0].chart_id == THROUGHPUT_CHART
+    return "x", "y"
 
 
 def timeseries_extension(
-    new_hosts: dict[str, dict[str, Any]], host_order: list[str]
+    new_hosts: dict[str, dict[str, Any]],
+    host_order: list[str],
+    charts: tuple[TimeChart, ...] = TIME_CHARTS,
+    scales: dict[str, float] | None = None,
 ) -> dict[int, list[float | None]]:
     """For a live update: the y values to append to each trace index of a figure drawn by
-    ``timeseries_figure`` with the same ``host_order``."""
+    ``timeseries_figure`` with the same ``host_order``, ``charts`` and scales (chart id ->
+    factor; default each chart's own)."""
     out: dict[int, list[float | None]] = {}
-    for chart, offset in zip(TIME_CHARTS, trace_offsets(host_order), strict=True):
+    for chart, offset in zip(charts, trace_offsets(host_order, charts), strict=True):
+        factor = (scales or {}).get(chart.chart_id, chart.scale)
         for series_index, (name, _label) in enumerate(chart.series):
             for host_index, host in enumerate(host_order):
                 series = new_hosts.get(host)
                 if series is None:
                     continue
-                values = _scaled(series["series"].get(name, []), chart.scale)
+                values = _scaled(series["series"].get(name, []), factor)
                 if values:
                     out[offset + series_index * len(host_order) + host_index] = values
     return out
 
 
-def epoch_mean_offset(host_order: list[str]) -> int:
+def epoch_mean_offset(host_order: list[str], charts: tuple[TimeChart, ...] = TIME_CHARTS) -> int:
     """Index of the first epoch-mean trace in ``timeseries_figure``'s data."""
-    return sum(len(chart.series) for chart in TIME_CHARTS) * len(host_order)
+    return sum(len(chart.series) for chart in charts) * len(host_order)
+
+
+def charts_of(chart_ids: list[str]) -> tuple[TimeChart, ...]:
+    """The charts named (a live page's, kept in the browser), in ``TIME_CHARTS`` order."""
+    return tuple(chart for chart in TIME_CHARTS if chart.chart_id in chart_ids)
 
 
 # --------------------------------------------------------------------------------------
@@ -508,11 +667,11 @@ def epoch_bars_figure(
         traces.append(
             {
                 "type": "bar",
-                "name": host,
+                "name": plotly_text(host),
                 "x": [f"epoch {row['epoch']}" for row in mine],
                 "y": [row.get(column) for row in mine],
                 "marker": {"color": host_colour(host_index)},
-                "hovertemplate": f"%{{x}}: %{{y:,.1f}} {unit}<extra>{host}</extra>",
+                "hovertemplate": f"%{{x}}: %{{y:,.1f}} {unit}<extra>{plotly_text(host)}</extra>",
             }
         )
     layout = _base_layout(title, unit, height=280)
@@ -541,7 +700,10 @@ def fabric_bars_figure(rows: list[dict[str, Any]], host_order: list[str]) -> dic
     host_rows = sorted(_host_rows(rows), key=lambda r: (order.get(r["host"], 1 << 30), r["epoch"]))
     if not any(row.get(receive) is not None for row in host_rows):
         return empty_figure(title, "no fabric data for this run")
-    x = [[row["host"] for row in host_rows], [f"epoch {row['epoch']}" for row in host_rows]]
+    x = [
+        [plotly_text(row["host"]) for row in host_rows],
+        [f"epoch {row['epoch']}" for row in host_rows],
+    ]
     traces = [
         {
             "type": "bar",
@@ -621,7 +783,10 @@ def step_anatomy_figure(
     )
     if not host_rows:
         return empty_figure(title, "no step anatomy for this run")
-    x = [[row["host"] for row in host_rows], [f"epoch {row['epoch']}" for row in host_rows]]
+    x = [
+        [plotly_text(row["host"]) for row in host_rows],
+        [f"epoch {row['epoch']}" for row in host_rows],
+    ]
 
     def part_ms(row: dict[str, Any], column: str) -> float:
         return row["seconds_per_step"] * 1000 * (row.get(column) or 0.0) / 100
@@ -722,13 +887,14 @@ def step_shares_figure(
                 {
                     "type": "scatter",
                     "mode": "lines+markers",
-                    "name": f"{host} {label}",
+                    "name": f"{plotly_text(host)} {label}",
                     "x": x,
                     "y": [point.get(column) for point in points],
                     "text": hover,
                     "marker": {"size": 4},
                     "line": {"color": host_colour(host_index), "dash": dash, "width": 1.5},
-                    "hovertemplate": f"{label} %{{y:.1f}}% · %{{text}}<extra>{host}</extra>",
+                    "hovertemplate": f"{label} %{{y:.1f}}% · %{{text}}"
+                    f"<extra>{plotly_text(host)}</extra>",
                 }
             )
     layout = _base_layout(title, "% of step time", height=STEP_SHARES_HEIGHT)
@@ -802,8 +968,9 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     traces: list[dict[str, Any]] = []
     positions = label_positions(measured)
-    for index, (label, members) in enumerate(groups.items()):
+    for index, (group, members) in enumerate(groups.items()):
         colour = host_colour(index)
+        label = plotly_text(group)
         traces.append(
             {
                 "type": "scatter",
@@ -837,8 +1004,8 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 {
                     "type": "scatter",
                     "mode": "markers+text",
-                    "name": scope or "unknown scope",
-                    "legendgroup": f"scope {scope}",
+                    "name": plotly_text(scope or "unknown scope"),
+                    "legendgroup": plotly_text(f"scope {scope}"),
                     "showlegend": False,  # the scope's legend entry is grey: see below
                     "x": [r["gpus"] for r in points],
                     "y": [r["images_per_second"] for r in points],
@@ -849,7 +1016,7 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                         for r in points
                     ],
                     "textposition": [positions[r["run_id"]] for r in points],
-                    "customdata": [[r["run_id"]] for r in points],
+                    "customdata": [[plotly_text(r["run_id"])] for r in points],
                     "marker": {
                         "color": colour,
                         "size": 11,
@@ -858,7 +1025,7 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     },
                     "hovertemplate": (
                         "%{customdata[0]}<br>%{x} GPUs: %{y:,.0f} images/s"
-                        f"<extra>{scope}</extra>"
+                        f"<extra>{plotly_text(scope)}</extra>"
                     ),
                 }
             )
@@ -869,8 +1036,8 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
             {
                 "type": "scatter",
                 "mode": "markers",
-                "name": scope or "unknown scope",
-                "legendgroup": f"scope {scope}",
+                "name": plotly_text(scope or "unknown scope"),
+                "legendgroup": plotly_text(f"scope {scope}"),
                 "x": [None],
                 "y": [None],
                 "marker": {"color": SCOPE_LEGEND_COLOUR, "size": 11,
@@ -892,6 +1059,55 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"data": traces, "layout": layout}
 
 
+REFERENCE_COLOUR = "#9aa5b1"
+PART_COLOURS = {
+    "input_wait": "#d62728",
+    "compute": "#2ca02c",
+    "communication": "#1f77b4",
+    "other": OTHER_PART_COLOUR,
+}
+PART_NAMES = {
+    "input_wait": "input wait",
+    "compute": "compute",
+    "communication": "all-reduce",
+    "other": "rest",
+}
+
+
+def reference_comparison_figure(evidence: dict[str, Any], run_id: str) -> dict[str, Any] | None:
+    """A scaling finding's two runs side by side: the reference run's and this run's mean
+    ms per step in each part (the evidence's ``attribution``); None without one."""
+    attribution = evidence.get("attribution")
+    parts = (attribution or {}).get("parts") or []
+    if not parts:
+        return None
+    reference = str(attribution["reference_run"])
+    x = [
+        plotly_text(f"{reference} ({attribution['reference_ranks']} ranks)"),
+        plotly_text(f"{run_id} ({attribution['ranks']} ranks)"),
+    ]
+    traces = []
+    for part in parts:
+        name = PART_NAMES.get(part["part"], plotly_text(part["part"]))
+        traces.append(
+            {
+                "type": "bar",
+                "name": name,
+                "x": x,
+                "y": [1000 * part["reference_seconds"], 1000 * part["run_seconds"]],
+                "marker": {"color": PART_COLOURS.get(part["part"], OTHER_PART_COLOUR)},
+                "hovertemplate": f"{name} %{{y:,.0f}} ms/step<extra></extra>",
+            }
+        )
+    title = "Step time per part: the reference run and this run"
+    layout = _base_layout(title, "ms per step", height=260)
+    layout["barmode"] = "stack"
+    layout["hovermode"] = "closest"
+    layout["xaxis"] = {"type": "category"}
+    layout["legend"] = {"orientation": "v", "x": 1.02, "y": 1, "font": {"size": 11}}
+    return {"data": traces, "layout": layout}
+
+
 def time_to_target_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Hours to the target top-1 accuracy per run, labelled with the epochs it took."""
     title = "Time to target accuracy"
@@ -906,7 +1122,7 @@ def time_to_target_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
         traces.append(
             {
                 "type": "bar",
-                "name": label,
+                "name": plotly_text(label),
                 "x": [f"{r['gpus']} GPU{'s' if r['gpus'] != 1 else ''}" for r in members],
                 "y": [r["seconds_to_target"] / 3600 for r in members],
                 "text": [
@@ -914,7 +1130,7 @@ def time_to_target_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     for r in members
                 ],
                 "textposition": "outside",
-                "customdata": [[r["run_id"], r.get("target_top1")] for r in members],
+                "customdata": [[plotly_text(r["run_id"]), r.get("target_top1")] for r in members],
                 "marker": {"color": host_colour(index)},
                 "hovertemplate": (
                     "%{customdata[0]}: %{y:.2f} h to top-1 "

@@ -35,6 +35,9 @@ RUN_STATUS = "run-status"
 RUN_FINDINGS = "run-findings"
 EPOCH_STORAGE = "epoch-storage"  # anchor: the disk and NFS bars
 EPOCH_FABRIC = "epoch-fabric"  # anchor: the fabric bars' panel
+ABSENT_NOTE = "absent-note"  # what the hosts do not have, whose charts are left out
+EPOCH_DISK_PANEL = "epoch-disk-panel"  # hidden when no host has a local disk
+EPOCH_NFS_PANEL = "epoch-nfs-panel"  # hidden when no host has an NFS mount
 EPOCH_DISK_GRAPH = "epoch-disk"
 EPOCH_NFS_GRAPH = "epoch-nfs"
 EPOCH_FABRIC_GRAPH = "epoch-fabric-graph"
@@ -59,6 +62,7 @@ ACCURACY_CHART = "accuracy-chart"  # the panel, hidden when no run reached its t
 ACCURACY_GRAPH = "accuracy-graph"
 SCALING_TABLE = "scaling-table"  # the container the selection callback rewrites
 SCALING_LIST = "scaling-list"  # the table inside it
+SCALING_NOTE = "scaling-note"  # why some efficiencies are missing
 
 # -- findings page (and the findings on run and inference pages) ---------------------------
 FINDINGS_RUN = "findings-run"

@@ -11,7 +11,8 @@ from urllib.parse import quote
 
 from dash import dash_table, dcc, html
 
-from collector.views.evidence import evidence_items
+from collector.views.epoch_table import rows_to_show
+from collector.views.evidence import EvidenceEntry, evidence_tree
 from contract.columns import COMPLETE, INTERRUPTED
 from contract.markers import ALL_HOSTS, ALL_HOSTS_LABEL
 from contract.schema import INFERENCE_FRAMEWORK
@@ -181,7 +182,9 @@ def epoch_table(rows: list[dict[str, Any]], per_host: bool = True) -> dash_table
     the browser (docs/performance.md, "Dashboard")."""
     if not rows:
         return html.P("No epoch has started yet.", className="empty")
-    shown = [row for row in rows if per_host or row["host"] == ALL_HOSTS]
+    rows = rows_to_show(rows)  # one host: its rows alone (an all-hosts row would repeat them)
+    one_host = not any(row["host"] == ALL_HOSTS for row in rows)
+    shown = [row for row in rows if per_host or one_host or row["host"] == ALL_HOSTS]
     columns = epoch_table_columns(shown)
     data = [
         {
@@ -235,17 +238,43 @@ def epoch_table(rows: list[dict[str, Any]], per_host: bool = True) -> dash_table
 INTERRUPTED_COLOUR = "#9a3412"  # an epoch the run was stopped in: its numbers are partial
 
 
+ALWAYS_SHOWN = ("epoch", "host")
+
+
 def epoch_table_columns(rows: list[dict[str, Any]]) -> list[Column]:
-    """The per-epoch table's columns; the epoch state only when some epoch did not end
-    (a column of "complete" would say nothing)."""
+    """The per-epoch table's columns: those with a value in some row (a host without NFS,
+    InfiniBand or GPUs gets no column of "–" for them); the epoch state only when some
+    epoch did not end (a column of "complete" would say nothing)."""
     unfinished = any(row.get("state", COMPLETE) != COMPLETE for row in rows)
-    return [column for column in EPOCH_COLUMNS if column.key != "state" or unfinished]
+
+    def shown(column: Column) -> bool:
+        if column.key == "state":
+            return unfinished
+        return column.key in ALWAYS_SHOWN or any(row.get(column.key) is not None for row in rows)
+
+    return [column for column in EPOCH_COLUMNS if shown(column)]
+
+
+def one_host(rows: list[dict[str, Any]]) -> bool:
+    return len({row["host"] for row in rows if row["host"] != ALL_HOSTS}) <= 1
 
 
 def scaling_columns(rows: list[dict[str, Any]]) -> list[Column]:
     """Accuracy columns only when some run reported them."""
     known = {key for row in rows for key in ACCURACY_KEYS if row.get(key) is not None}
     return [c for c in SCALING_COLUMNS if c.key not in ACCURACY_KEYS or c.key in known]
+
+
+# measured against the group's 1-process run: none without one
+BASELINE_KEYS = ("ideal", "efficiency_percent", "speedup")
+NO_BASELINE = (
+    "No 1-process (1-GPU) run in this group to compare with: efficiency is this run's "
+    "images/s over N x that run's."
+)
+
+
+def has_baseline(members: list[dict[str, Any]]) -> bool:
+    return any(row.get("efficiency_percent") is not None for row in members)
 
 
 def scaling_table(rows: list[dict[str, Any]]) -> html.Div:
@@ -264,12 +293,26 @@ def scaling_table(rows: list[dict[str, Any]]) -> html.Div:
                 if column.key == "run_id":
                     link = dcc.Link(row["run_id"], href=run_href(row["run_id"]))
                     cells.append(html.Td(link, className="col-run_id"))
+                elif column.key in BASELINE_KEYS and row.get(column.key) is None:
+                    cell = _cell(row, column)
+                    cell.title = NO_BASELINE
+                    cells.append(cell)
                 else:
                     cells.append(_cell(row, column))
             body.append(html.Tr(cells, className=f"scope-{row.get('scope') or 'none'}"))
     children: list[Any] = [
         html.Table([_header(columns), html.Tbody(body)], className="table", id=ids.SCALING_LIST)
     ]
+    orphans = [label for label, members in groups.items() if not has_baseline(members)]
+    if orphans:
+        children.append(
+            html.P(
+                f"Efficiency, ideal and speed-up are – for {_either(orphans)}: "
+                f"{NO_BASELINE[0].lower()}{NO_BASELINE[1:]}",
+                className="note",
+                id=ids.SCALING_NOTE,
+            )
+        )
     if not any(c.key in ACCURACY_KEYS for c in columns):
         children.append(
             html.P("No selected run reported top-1 accuracy: no time to target.", className="note")
@@ -289,7 +332,7 @@ def finding_card(
     anchor = anchor or chart_anchor(finding.get("chart") or "")
     href = f"#{anchor}" if same_page else run_href(run_id, anchor)
     evidence = finding.get("evidence") or {}
-    rows = [html.Tr([html.Th(label), html.Td(text)]) for label, text in evidence_items(evidence)]
+    entries = evidence_tree(evidence)
     link_text = "show the chart" if same_page else "show on the run page"
     link = (
         html.A(link_text, href=href, className="chart-link")
@@ -308,15 +351,43 @@ def finding_card(
                 className="finding-head",
             ),
             html.P(finding.get("explanation", ""), className="finding-text"),
-            html.Details(
-                [html.Summary("evidence"), html.Table(html.Tbody(rows), className="evidence")]
-            )
-            if rows
-            else None,
+            comparison(finding, run_id),
+            html.Details([html.Summary("evidence"), evidence_list(entries)]) if entries else None,
             link,
         ],
         className=f"finding severity-{finding['severity']}",
         id=ids.finding(finding["rule"]),
+    )
+
+
+def evidence_list(entries: list[EvidenceEntry]) -> html.Dl:
+    """A finding's evidence as a labelled list; a mapping (the scaling loss's attribution)
+    as a list of its own under its label."""
+    items: list[Any] = []
+    for label, value in entries:
+        items.append(html.Dt(label))
+        items.append(html.Dd(value if isinstance(value, str) else evidence_list(value)))
+    return html.Dl(items, className="evidence")
+
+
+def comparison(finding: dict[str, Any], run_id: str) -> html.Div | None:
+    """A finding that compares this run with another (the scaling loss: with its reference
+    run) shows both: a chart of the two when the evidence has their step anatomy, and a
+    link to the other run."""
+    evidence = finding.get("evidence") or {}
+    reference = evidence.get("reference_run")
+    if not reference:
+        return None
+    figure = figures.reference_comparison_figure(evidence, run_id)
+    return html.Div(
+        [
+            graph(ids.finding(finding["rule"]) + "-comparison", figure) if figure else None,
+            html.P(
+                ["Compared with ", dcc.Link(reference, href=run_href(reference)), "."],
+                className="note",
+            ),
+        ],
+        className="comparison",
     )
 
 
@@ -390,6 +461,51 @@ def host_legend(host_order: list[str]) -> html.Div:
     )
 
 
+HIDDEN = {"display": "none"}
+
+
+def quiet_network(rows: list[dict[str, Any]]) -> bool:
+    """The fabric chart would be 0 MB/s in every epoch on every host: no InfiniBand, and
+    the network interfaces (measured) moved nothing."""
+    label, receive, send = figures.fabric_columns(rows)
+    values = [row.get(c) for row in rows if row["host"] != ALL_HOSTS for c in (receive, send)]
+    measured = [value for value in values if value is not None]
+    return label != "InfiniBand" and bool(measured) and not any(measured)
+
+
+def epoch_chart_styles(
+    rows: list[dict[str, Any]], absent: list[figures.Measurement]
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """The styles of the disk, NFS and fabric bar panels: hidden when no host has what they
+    show (the fabric when it has neither InfiniBand nor a NIC, or moved nothing)."""
+    gone = {m.chart_id for m in absent}
+    no_fabric = {"ib_mbps", "net_mbps"} <= gone or quiet_network(rows)
+    return (
+        HIDDEN if "disk_read_mbps" in gone else {},
+        HIDDEN if "nfs_read_mbps" in gone else {},
+        HIDDEN if no_fabric else {},
+    )
+
+
+def _either(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def absent_note(rows: list[dict[str, Any]], absent: list[figures.Measurement]) -> str:
+    """One line: what the hosts do not have, so that its charts are left out ("" when they
+    have everything)."""
+    where = "this host" if one_host(rows) else "these hosts"
+    quiet = quiet_network(rows) and "net_mbps" not in {m.chart_id for m in absent}
+    if not absent and not quiet:
+        return ""
+    if not absent:
+        return f"No network traffic in any epoch on {where}: its per-epoch chart is left out."
+    text = f"No {_either([m.what for m in absent])} on {where}"
+    if quiet:
+        text += ", and no network traffic in any epoch"
+    return text + ": their charts are left out."
+
+
 def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
     return dcc.Graph(id=element_id, figure=figure, config=GRAPH_CONFIG)
 
@@ -397,7 +513,9 @@ def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
 def timeseries_figure(
     ts: Timeseries, boundaries: dict[str, Any], rows: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    return figures.timeseries_figure(ts.hosts, boundaries, list(ts.hosts), rows)
+    return figures.timeseries_figure(
+        ts.hosts, boundaries, list(ts.hosts), rows, figures.shown_charts(rows, ts.hosts)
+    )
 
 
 def epoch_figures(
@@ -463,6 +581,8 @@ def run_page(
     the cost) the time series come by a callback of their own too (``ids.RUN_PENDING``)."""
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
     disk, nfs, fabric, anatomy = epoch_figures(rows, order, rank_parts)
+    absent = figures.absent_measurements(rows, ts.hosts if ts is not None else None)
+    disk_style, nfs_style, fabric_style = epoch_chart_styles(rows, absent)
     if step_shares is None:  # read with the time series (``ids.RUN_PENDING``)
         shares = figures.step_shares_placeholder()
     else:
@@ -478,6 +598,7 @@ def run_page(
             html.Div(run_header(run, live, poll_ms), id=ids.RUN_HEADER),
             html.H2("Findings"),
             html.Div(html.P("Looking for findings…", className="empty"), id=ids.RUN_FINDINGS),
+            html.P(absent_note(rows, absent), id=ids.ABSENT_NOTE, className="note"),
             html.H2("Per epoch"),
             html.P(
                 "Epoch 1 reads the data set from storage; once it sits in the page cache, later "
@@ -487,11 +608,21 @@ def run_page(
             ),
             host_legend(order),
             html.Div(
-                [html.Div(graph(EPOCH_CHARTS[0], disk)), html.Div(graph(EPOCH_CHARTS[1], nfs))],
+                [
+                    html.Div(
+                        graph(EPOCH_CHARTS[0], disk), id=ids.EPOCH_DISK_PANEL, style=disk_style
+                    ),
+                    html.Div(graph(EPOCH_CHARTS[1], nfs), id=ids.EPOCH_NFS_PANEL, style=nfs_style),
+                ],
                 className="grid",
                 id=ids.EPOCH_STORAGE,
             ),
-            html.Div(graph(EPOCH_CHARTS[2], fabric), id=ids.EPOCH_FABRIC, className="panel"),
+            html.Div(
+                graph(EPOCH_CHARTS[2], fabric),
+                id=ids.EPOCH_FABRIC,
+                className="panel",
+                style=fabric_style,
+            ),
             html.H2("Where step time goes", id=ids.STEP_ANATOMY),
             html.P(
                 "Each rank times every step: waiting for the next batch (input wait), "
@@ -516,6 +647,8 @@ def run_page(
                 options=[{"label": " one row per host", "value": PER_HOST}],
                 value=per_host_default(rows),
                 className="table-switch",
+                # (one host: its rows, always)
+                style=HIDDEN if len(run.get("host_names") or []) <= 1 else {},
             ),
             html.Div(
                 epoch_table(rows, per_host=bool(per_host_default(rows))),

@@ -117,3 +117,44 @@ def evidence_items(evidence: dict[str, Any]) -> list[tuple[str, str]]:
         for key, value in evidence.items()
         if _measured(value)
     ]
+
+
+# (label, value with unit) or (label, its items): a mapping or a list of mappings nested
+EvidenceEntry = tuple[str, "str | list[EvidenceEntry]"]
+
+
+def evidence_tree(evidence: dict[str, Any]) -> list[EvidenceEntry]:
+    """``evidence_items`` with each mapping (the scaling loss's ``attribution``, a
+    ``<unit key>_by_<what>`` mapping) and each list of mappings given as items of its own
+    rather than as one line of ``key: value;`` pairs: for a labelled list."""
+    return [
+        (label_of(key), _entry(str(key), value))
+        for key, value in evidence.items()
+        if _measured(value)
+    ]
+
+
+def _entry(key: str, value: Any) -> str | list[EvidenceEntry]:
+    if isinstance(value, dict):
+        unit_key = key.rpartition(BY)[0] if BY in key else None
+        return [
+            (label_of(str(k)), _entry(unit_key or str(k), v))
+            for k, v in value.items()
+            if _measured(v)
+        ]
+    if isinstance(value, list | tuple) and any(isinstance(v, dict) for v in value):
+        return [
+            (_item_label(item, index), _entry("", item))
+            for index, item in enumerate(value, 1)
+            if _measured(item)
+        ]
+    return value_text(key, value)
+
+
+def _item_label(item: Any, index: int) -> str:
+    """A list item's label: its first text value (a part, a resource), else its number."""
+    if isinstance(item, dict):
+        text = next((v for v in item.values() if isinstance(v, str)), None)
+        if text is not None:
+            return text.replace("_", " ")
+    return str(index)

@@ -109,11 +109,13 @@ class RunBuilder:
     dataset_bytes: int = 143_000_000_000
     host_memory_bytes: int = 384_000_000_000
     warmup_steps: int = 0
+    warmup_step_events: bool = True  # False: as the workloads send them, timed steps only
     target_top1: float | None = None
     steps_per_epoch: int = 4
     state: str = RunState.FINISHED
     write_samples: bool = True
     gpus: bool = True  # False: CPU ranks, no GPU samples
+    nfs: bool = True  # False: no NFS mount on the hosts (no nfs samples)
     nic: str = "eth0"
     nic_kind: str = InterfaceKind.PHYSICAL  # VIRTUAL: a container's or namespace's veth
     image_size: int = 224
@@ -262,6 +264,8 @@ class RunBuilder:
                         if step_number > self.warmup_steps:  # as workloads.record.timing times
                             timed_images += images
                             timed_seconds += step_seconds
+                        elif not self.warmup_step_events:
+                            continue
                         out.append(
                             event(
                                 step_time + skew,
@@ -371,12 +375,13 @@ class RunBuilder:
             Nfs.APP_READ_BYTES: counter("nfs_app_read", 6e8),
         }
         nfs_tags = {Tag.SERVER: "filer", Tag.EXPORT: "/export", Tag.NFS_VERSION: "4.1"}
-        add(Nfs.NAME, {Tag.MOUNTPOINT: "/data", **nfs_tags}, nfs)
-        add(
-            Nfs.NAME,
-            {Tag.MOUNTPOINT: "/data-again", Tag.DUPLICATE_OF: "/data", **nfs_tags},
-            nfs,
-        )
+        if self.nfs:
+            add(Nfs.NAME, {Tag.MOUNTPOINT: "/data", **nfs_tags}, nfs)
+            add(
+                Nfs.NAME,
+                {Tag.MOUNTPOINT: "/data-again", Tag.DUPLICATE_OF: "/data", **nfs_tags},
+                nfs,
+            )
 
         has_ib = any(
             self._rate(spec.rates, key, host)
