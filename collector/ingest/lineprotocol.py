@@ -39,6 +39,7 @@ from itertools import chain
 import numpy as np
 from line_protocol_parser import LineFormatError, parse_line
 
+from collector.ingest.identifiers import tag_problem
 from contract.point import FieldValue, Point
 from contract.schema import Workload
 
@@ -289,9 +290,29 @@ def parse_body(text: str, precision: str | None = "ns", now_ns: int | None = Non
     if general:
         general.sort()
         found.extend(_parse_general(lines, general, factor, server_time_ns, result))
+    found = _refuse_bad_tags(found, lines, result)
     result.groups = _resolve_overlaps(found, lines, factor, server_time_ns)
     result.points = len(lines) - skipped - len(result.errors) + result.partly_stored
     return result
+
+
+def _refuse_bad_tags(
+    found: list[tuple[SampleGroup, list[int]]], lines: list[str], result: ParsedBody
+) -> list[tuple[SampleGroup, list[int]]]:
+    """The groups whose tags may be stored; every line of the others is an error (checked
+    once per tag set, not per line)."""
+    kept = []
+    for group, indexes in found:
+        problem = tag_problem(group.tag_items)
+        if problem is None:
+            kept.append((group, indexes))
+            continue
+        result.errors.extend(
+            LineError(index + 1, f"{problem} {_excerpt(lines[index])}") for index in indexes
+        )
+    if len(kept) < len(found):
+        result.errors.sort(key=lambda error: error.line)
+    return kept
 
 
 def _string_fields_message(names: list[str], numbers_stored: bool) -> str:
@@ -540,6 +561,10 @@ def _parse_general(
         fields = parsed["fields"]
         if parsed["measurement"] == workload:
             _, tags, typed, _ = parse_line_full(line)
+            problem = tag_problem(tags.items())
+            if problem:
+                errors.append(LineError(line_number, f"{problem} {_excerpt(line)}"))
+                continue
             events.append(Point(workload, tags, typed, time_ns))
             continue
         if '"' in line:  # it may hold string fields: not samples, and refused by name
