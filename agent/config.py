@@ -47,7 +47,7 @@ from typing import Any
 
 from agent.exposition import LIMITS as METRICS_LIMITS
 from agent.samplers import SAMPLER_NAMES
-from netserve.http_guard import ConnectionLimits
+from netserve.limits import ConnectionLimits
 from netserve.tokens import TokenFileError, read_token_file, warn_if_readable_by_others
 
 log = logging.getLogger(__name__)

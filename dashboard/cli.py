@@ -30,7 +30,7 @@ from collector.store.database import DEFAULT_DB
 from dashboard.auth import AuthError, Credentials, check_bind, parse_credentials
 from dashboard.server import LIMITS
 from dashboard.source import DEFAULT_MAX_POINTS
-from netserve.http_guard import ConnectionLimits
+from netserve.limits import ConnectionLimits
 
 AUTH_ENV = "EPOCHSCOPE_DASHBOARD_AUTH"
 log = logging.getLogger("dashboard")

@@ -58,7 +58,6 @@ from collector.ingest.connections import (
     WRITE_PATHS,
     Head,
     HttpFront,
-    Limits,
     buffered_request,
     connection_cap,
     listening_socket,
@@ -70,6 +69,7 @@ from collector.ingest.lineprotocol import ParsedBody, PrecisionError
 from collector.store import SqliteStore
 from collector.store.backends import forwarding_url
 from collector.store.victoriametrics import BackendError, Forwarder
+from netserve.limits import ConnectionLimits
 from netserve.refusals import RefusalLog
 from netserve.tokens import TokenFileError, read_token_file
 
@@ -208,7 +208,7 @@ class CollectorServer:
         token: str | None = None,
         max_body_bytes: int = 64 * 1024 * 1024,
         parse_pool: ParsePool | None = None,
-        limits: Limits | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.socket = listening_socket(*address)  # OSError: collector.ingest.server.cannot_listen
         self.server_address = self.socket.getsockname()
@@ -220,7 +220,7 @@ class CollectorServer:
         self.started_monotonic = time.monotonic()
         self.read_store = sink.store  # what the read API reads (run() may give a backend's)
         self.refusals = RefusalLog(log)
-        self.limits = limits or Limits()
+        self.limits = limits or ConnectionLimits()
         self.front = HttpFront(
             self.socket,
             self.handle,
@@ -606,7 +606,7 @@ def run(args) -> int:
             max_connections,
             descriptors,
         )
-    limits = Limits(
+    limits = ConnectionLimits(
         max_connections=max_connections,
         header_timeout=args.header_timeout,
         idle_timeout=args.idle_timeout,
