@@ -25,7 +25,7 @@ import urllib.request
 import pytest
 
 from bench.reliability import harness
-from collector.api import client as read_api
+from collector.api import server as read_api
 from collector.ingest import server as collector_server
 
 TOKEN = "sec-TOKEN-3f9a1c77e0"

@@ -52,7 +52,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from collector.api import client as read_api
+from collector.api import server as read_api
 from collector.ingest import lineprotocol
 from collector.ingest.connections import (
     WRITE_PATHS,
