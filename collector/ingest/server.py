@@ -36,7 +36,6 @@ from __future__ import annotations
 import base64
 import binascii
 import concurrent.futures
-import errno
 import hmac
 import json
 import logging
@@ -69,7 +68,9 @@ from collector.ingest.lineprotocol import ParsedBody, PrecisionError
 from collector.store import SqliteStore
 from collector.store.backends import forwarding_url
 from collector.store.victoriametrics import BackendError, Forwarder
+from netserve import listen
 from netserve.limits import ConnectionLimits
+from netserve.listen import ListenError
 from netserve.refusals import RefusalLog
 from netserve.tokens import TokenFileError, read_token_file
 
@@ -537,26 +538,19 @@ def read_token(path: str | None) -> str | None:
         raise SystemExit(f"collector: {error}") from None
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise SystemExit(f"collector: --listen wants HOST:PORT, got {listen!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
+def parse_listen(text: str) -> tuple[str, int]:
+    """``--listen`` (``netserve.listen``): ``:PORT`` is loopback's."""
+    try:
+        return listen.parse_listen(text, default_host="127.0.0.1")
+    except ListenError as error:
+        if error.port is None:
+            raise SystemExit(f"collector: --listen wants HOST:PORT, got {text!r}") from None
+        raise SystemExit(f"collector: --listen {text!r}: {error}") from None
 
 
 def cannot_listen(host: str, port: int, error: OSError) -> str:
     """One line saying why ``host:port`` cannot be listened on, and what to do."""
-    where = f"cannot listen on {host}:{port}: {error.strerror or error}"
-    if error.errno == errno.EADDRINUSE:
-        return (
-            f"{where}: another process (another collector?) has that port; stop it "
-            f"(ss -ltnp 'sport = :{port}' names it) or choose a free one with --listen HOST:PORT"
-        )
-    if error.errno == errno.EACCES:
-        return f"{where}: ports below 1024 need root; choose one above with --listen HOST:PORT"
-    if error.errno == errno.EADDRNOTAVAIL:
-        return f"{where}: no interface of this machine has that address; fix --listen HOST:PORT"
-    return f"{where}; fix --listen HOST:PORT"
+    return listen.cannot_listen(host, port, error, who="another collector?")
 
 
 class Maintenance(threading.Thread):
