@@ -440,7 +440,10 @@ class HttpFront:
             if transfer_encoding.strip(" \t").lower() != "chunked":
                 return b"", True
             self._continue(connection, head)
-            return await self._read_chunked(connection), False
+            # Content-Length beside chunked: the chunks are the body, and the connection
+            # closes after the answer (RFC 9112 6.1: the two could frame it differently
+            # for a proxy in front, and the next "request" be smuggled)
+            return await self._read_chunked(connection), bool(lengths)
         try:
             length = parse_content_length(lengths)
         except HttpError:

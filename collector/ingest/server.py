@@ -81,6 +81,7 @@ PARALLEL_PARSE_BYTES = 256 * 1024
 COMPACT_SECONDS = 30.0
 RETENTION_SECONDS = 3600.0  # how often retention runs
 _READ_CHUNK = 1 << 16
+HTTP2_PREFACE = b"PRI * HTTP/2.0"  # its first line (RFC 9113 3.4)
 V2_PRECISIONS = ("ns", "us", "ms", "s")
 
 
@@ -284,6 +285,35 @@ class WriteHandler(BaseHTTPRequestHandler):
     def handle_expect_100(self) -> bool:
         return True  # the connection's loop sent 100 Continue before it read the body
 
+    def parse_request(self) -> bool:
+        """``http.server``'s, but the HTTP/2 preface (a client speaking HTTP/2 without
+        asking) is a 400 that says so, not a 505 for version 2.0."""
+        if self.raw_requestline.rstrip(b"\r\n") == HTTP2_PREFACE:
+            self.request_version = self.protocol_version
+            self.send_error(
+                HTTPStatus.BAD_REQUEST,
+                "this is the HTTP/2 connection preface: the collector speaks HTTP/1.1 only",
+            )
+            return False
+        return super().parse_request()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """What ``http.server``'s own parsing refuses (a bad request line or version, an
+        unknown method, a request line too long): the collector's JSON error, with a status
+        line whatever the request line said, and the connection closed. (``http.server``
+        leaves the status line out when it has not taken the request's version, as for an
+        HTTP/0.9 client: ``HTTP/9.9`` and the HTTP/2 preface got a bare HTML page.)"""
+        self.request_version = self.protocol_version
+        status = HTTPStatus(code)
+        self._send_error(
+            HttpError(
+                status,
+                "not implemented" if status == HTTPStatus.NOT_IMPLEMENTED else "invalid",
+                message or status.phrase,
+                close=True,
+            )
+        )
+
     # ---------------------------------------------------------------- dispatch
 
     def do_POST(self) -> None:
@@ -434,6 +464,8 @@ class WriteHandler(BaseHTTPRequestHandler):
                     f"Transfer-Encoding {transfer_encoding!r} is not supported (use chunked)",
                     close=True,
                 )
+            if self.headers.get_all("Content-Length"):  # RFC 9112 6.1: chunked wins, then close
+                self.close_connection = True
             raw = self._read_chunked(limit, too_large)
         else:
             length = parse_content_length(self.headers.get_all("Content-Length") or [])
