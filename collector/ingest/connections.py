@@ -177,6 +177,16 @@ class HttpFront:
         self._stopping: asyncio.Event | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
+    @property
+    def refused(self) -> int:
+        """New connections refused at the cap."""
+        return self.cap.refused
+
+    @property
+    def evicted(self) -> int:
+        """Waiting connections closed to make room."""
+        return self.cap.evicted
+
     # ---------------------------------------------------------------- life cycle
 
     def serve_forever(self) -> None:
