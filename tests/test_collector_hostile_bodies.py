@@ -159,7 +159,8 @@ def test_many_empty_gzip_members_are_answered_fast(tmp_path_factory):
     """4 MiB of empty gzip members (20 bytes each, ~210,000 of them) and one member with a
     line. Before: each member copied the rest of the body (quadratic: 40 s for 4 MiB, its
     empty output never reaching the bomb limit); now linear. The bound is generous: the
-    server answers in well under a second on an idle machine."""
+    server answers in 0.2-1.7 s at load 3-5 on two shared cores, and _gunzip alone took 5 s
+    at load 13 (before: 26 s for this body at load 4)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     server = start_server(tmp_path_factory.mktemp("members"), env, "--max-body-bytes", str(8 << 20))
@@ -170,7 +171,7 @@ def test_many_empty_gzip_members_are_answered_fast(tmp_path_factory):
         status, reply = post_gzip(server, body)
         took = time.monotonic() - started
         assert status == 204, reply
-        assert took < 5.0, f"{len(body)} bytes of gzip members took {took:.1f} s"
+        assert took < 15.0, f"{len(body)} bytes of gzip members took {took:.1f} s"
         ((times, values),) = stored(server.db, "disk", "reads", "gz-many").values()
         assert times == [9] and values == [3.0]
     finally:
