@@ -28,6 +28,7 @@ from agent import config as agent_config
 from agent.config import AgentConfig, ConfigError
 from agent.samplers import SAMPLER_NAMES, Roots
 from contract.point import encode_line, encode_lines
+from netserve.listen import cannot_listen
 
 log = logging.getLogger("agent")
 
@@ -241,10 +242,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 config.metrics.address, config.metrics.port, config.metrics.limits
             )
         except OSError as error:
-            listen = f"{config.metrics.address}:{config.metrics.port}"
-            raise ConfigError(
-                "metrics.listen", f"cannot listen on {listen}: {error.strerror}"
-            ) from None
+            message = cannot_listen(
+                config.metrics.address, config.metrics.port, error, fix="[metrics] listen"
+            )
+            raise ConfigError("metrics.listen", message) from None
         publishers.append(metrics_server)
         closers.append(metrics_server.close)
 

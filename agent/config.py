@@ -48,7 +48,9 @@ from typing import Any
 
 from agent.exposition import LIMITS as METRICS_LIMITS
 from agent.samplers import SAMPLER_NAMES
-from netserve.http_guard import ConnectionLimits
+from netserve import listen
+from netserve.limits import ConnectionLimits
+from netserve.listen import ListenError
 from netserve.tokens import TokenFileError, read_token_file, warn_if_readable_by_others
 
 log = logging.getLogger(__name__)
@@ -232,16 +234,19 @@ def _check_keys(raw: Mapping[str, Any]) -> None:
 
 
 def parse_listen(text: str) -> MetricsListen | None:
-    """``"127.0.0.1:9711"``, ``"[::1]:9711"`` or ``":9711"`` (all addresses); ``""``: off."""
+    """``"127.0.0.1:9711"``, ``"[::1]:9711"`` or ``":9711"`` (all addresses); ``""``: off
+    (``netserve.listen``)."""
     if text == "":
         return None
-    address, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit():
-        raise ConfigError("metrics.listen", f"must be ADDRESS:PORT or '' (got {text!r})")
-    port = int(port_text)
-    if not 0 <= port <= 65535:
-        raise ConfigError("metrics.listen", f"port must be 0..65535 (got {port})")
-    return MetricsListen(address.strip("[]") or "0.0.0.0", port)
+    try:
+        address, port = listen.parse_listen(text, default_host="0.0.0.0")
+    except ListenError as error:
+        if error.port is None:
+            raise ConfigError(
+                "metrics.listen", f"must be ADDRESS:PORT or '' (got {text!r})"
+            ) from None
+        raise ConfigError("metrics.listen", str(error)) from None
+    return MetricsListen(address, port)
 
 
 def _metrics_config(table: Mapping[str, Any]) -> MetricsListen | None:

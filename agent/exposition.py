@@ -30,7 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from contract import schema
 from contract.point import Point
-from netserve.http_guard import ConnectionGuard, ConnectionLimits, GuardedThreadingMixIn
+from netserve.http_guard import ConnectionGuard, GuardedThreadingMixIn
+from netserve.limits import ConnectionLimits
 
 log = logging.getLogger(__name__)
 

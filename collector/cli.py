@@ -12,7 +12,7 @@ import math
 import sys
 
 from collector.store.database import DEFAULT_DB
-from netserve.limits import Limits
+from netserve.limits import ConnectionLimits
 
 DEFAULT_LISTEN = "127.0.0.1:8086"
 
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-body-bytes", type=int, default=64 * 1024 * 1024, help="larger bodies get 413"
     )
-    limits = Limits()
+    limits = ConnectionLimits()
     serve.add_argument(
         "--parse-workers",
         type=positive_int,

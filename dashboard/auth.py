@@ -10,10 +10,14 @@ the network is not trusted.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from dataclasses import dataclass
 
 from flask import Flask, Response, request
+
+from netserve import listen
+from netserve.listen import is_loopback
+
+__all__ = ["AuthError", "Credentials", "check_bind", "is_loopback", "parse_credentials"]
 
 REALM = "epochscope"
 
@@ -44,23 +48,17 @@ def parse_credentials(text: str) -> Credentials:
     return Credentials(user, password)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve to anything
-
-
 def check_bind(host: str, credentials: Credentials | None) -> None:
-    """Refuse to listen beyond loopback without credentials."""
-    if credentials is None and not is_loopback(host):
-        raise AuthError(
-            f"refusing to listen on {host}: the dashboard shows run data to anyone who can "
-            "reach it. Give --auth USER:PASSWORD to require HTTP basic authentication, or "
-            "listen on 127.0.0.1 (the default)."
+    """Refuse to listen beyond loopback without credentials (``netserve.listen``'s rule)."""
+    try:
+        listen.check_bind(
+            host,
+            credentials is not None,
+            exposes="the dashboard shows run data",
+            give="--auth USER:PASSWORD to require HTTP basic authentication",
         )
+    except listen.NeedsAuth as error:
+        raise AuthError(str(error)) from None
 
 
 def require_basic_auth(server: Flask, credentials: Credentials) -> None:

@@ -30,7 +30,8 @@ from collector.store.database import DEFAULT_DB
 from dashboard.auth import AuthError, Credentials, check_bind, parse_credentials
 from dashboard.server import LIMITS
 from dashboard.source import DEFAULT_MAX_POINTS
-from netserve.http_guard import ConnectionLimits
+from netserve.limits import ConnectionLimits
+from netserve.listen import ListenError, cannot_listen, check_port, shown
 
 AUTH_ENV = "EPOCHSCOPE_DASHBOARD_AUTH"
 log = logging.getLogger("dashboard")
@@ -149,6 +150,10 @@ def serve(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from None
     if args.poll_seconds <= 0 or args.max_points < 10 or args.prepare_runs < 0:
         raise CliError("--poll-seconds must be > 0, --max-points at least 10, --prepare-runs >= 0")
+    try:
+        check_port(args.port)
+    except ListenError as error:
+        raise CliError(f"--port: {error}") from None
     if args.max_connections < 1 or not args.header_timeout > 0:
         raise CliError("--max-connections must be at least 1 and --header-timeout > 0")
     limits = ConnectionLimits(
@@ -168,16 +173,16 @@ def serve(args: argparse.Namespace) -> int:
     try:
         server = make_dashboard_server(args.host, args.port, app.server, limits)
     except OSError as error:
-        raise CliError(f"cannot listen on {args.host}:{args.port}: {error}", status=1) from None
+        message = cannot_listen(args.host, args.port, error, fix="--host and --port")
+        raise CliError(message, status=1) from None
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
     preparing = source.start_preparing(args.prepare_runs) if args.prepare_runs > 0 else None
-    shown_host = f"[{args.host}]" if ":" in args.host else args.host
     who = f", basic auth as {credentials.user}" if credentials else ""
-    log.info("dashboard on http://%s:%d/%s", shown_host, server.server_port, who)
+    log.info("dashboard on http://%s/%s", shown(args.host, server.server_port), who)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

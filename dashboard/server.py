@@ -23,7 +23,8 @@ from typing import Any
 
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 
-from netserve.http_guard import ConnectionGuard, ConnectionLimits, GuardedThreadingMixIn
+from netserve.http_guard import ConnectionGuard, GuardedThreadingMixIn
+from netserve.limits import ConnectionLimits
 
 log = logging.getLogger("dashboard")
 

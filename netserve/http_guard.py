@@ -2,7 +2,8 @@
 dashboard (werkzeug). The collector reads its connections on an event loop instead
 (``collector/ingest/connections.py``); these two keep their threads (a scrape or a page load is a
 few requests, and werkzeug is a threaded server) and bound what a slow client can hold,
-with the collector's rules and names:
+with the collector's rules, names and numbers (``netserve.limits.ConnectionLimits``, the cap's
+order ``netserve.limits.ConnectionCap``, the refusals' answers ``netserve.refusals``):
 
 - ``max_connections``: connections (threads) open at once. At the cap a new connection
   makes room by closing the one that has waited longest without a request (idle: closed,
@@ -40,36 +41,16 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from netserve.refusals import RefusalLog
+from netserve.limits import ConnectionCap, ConnectionLimits
+from netserve.refusals import (
+    EVICTED,
+    HEAD_TIMEOUT,
+    RefusalLog,
+    refuse_connection,
+    too_many_connections,
+)
 
-RETRY_AFTER_SECONDS = 5
-
-
-@dataclass(frozen=True)
-class ConnectionLimits:
-    max_connections: int
-    header_timeout: float = 10.0
-    idle_timeout: float = 75.0
-    write_timeout: float = 30.0
-
-    def problem(self) -> str | None:
-        """Why these limits cannot be used, or None."""
-        if self.max_connections < 1:
-            return f"max_connections must be at least 1 (got {self.max_connections})"
-        for name in ("header_timeout", "idle_timeout", "write_timeout"):
-            if not getattr(self, name) > 0:
-                return f"{name} must be > 0 (got {getattr(self, name)})"
-        return None
-
-
-def _answer(status: str, message: str, retry_after: bool) -> bytes:
-    body = f"{message}\n".encode()
-    return (
-        f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        + (f"Retry-After: {RETRY_AFTER_SECONDS}\r\n" if retry_after else "")
-        + "Connection: close\r\n\r\n"
-    ).encode() + body
+__all__ = ["ConnectionGuard", "ConnectionLimits", "GuardedThreadingMixIn"]
 
 
 @dataclass(eq=False)
@@ -91,11 +72,9 @@ class ConnectionGuard:
         self.limits = limits
         self.log = log
         self.refusals = RefusalLog(log)
-        self.refused = 0  # new connections refused at the cap
-        self.evicted = 0  # waiting connections closed to make room
+        self.cap: ConnectionCap[socket.socket] = ConnectionCap(limits.max_connections)
         self.timed_out = 0  # connections closed at their deadline
         self._connections: dict[socket.socket, _Connection] = {}
-        self._waiting: dict[socket.socket, None] = {}  # no request in hand, longest first
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._wake_at = math.inf
@@ -107,6 +86,16 @@ class ConnectionGuard:
     def open(self) -> int:
         return len(self._connections)
 
+    @property
+    def refused(self) -> int:
+        """New connections refused at the cap."""
+        return self.cap.refused
+
+    @property
+    def evicted(self) -> int:
+        """Waiting connections closed to make room."""
+        return self.cap.evicted
+
     # ---------------------------------------------------------------- the server's side
 
     def admit(self, sock: socket.socket, client_address: tuple) -> bool:
@@ -114,39 +103,30 @@ class ConnectionGuard:
         (answered 503 here: the caller closes it)."""
         client = str(client_address[0]) if client_address else "-"
         notes: list[tuple[int, str, str]] = []
+        refusal = too_many_connections(self.limits.max_connections)
         with self._lock:
-            if len(self._connections) >= self.limits.max_connections:
-                if self._waiting:
-                    victim = self._connections[next(iter(self._waiting))]
-                    self.evicted += 1
-                    notes.append(self._cut(victim, evicted=True))
+            if self.cap.full(len(self._connections)):
+                victim = self.cap.make_room()
+                if victim is not None:
+                    notes.append(self._cut(self._connections[victim], evicted=True))
                 else:
-                    self.refused += 1
-                    notes.append((503, client, "too many connections"))
-            admitted = len(self._connections) < self.limits.max_connections
+                    notes.append((refusal.status, client, refusal.reason))
+            admitted = not self.cap.full(len(self._connections))
             if admitted:
                 connection = _Connection(sock, client, None)
                 self._connections[sock] = connection
-                self._waiting[sock] = None
+                self.cap.waits(sock)
                 self._set_deadline(connection, time.monotonic() + self.limits.header_timeout)
         self._note(notes)
         if not admitted:
-            _refuse(
-                sock,
-                _answer(
-                    "503 Service Unavailable",
-                    f"too many connections (at most {self.limits.max_connections}): "
-                    f"retry in {RETRY_AFTER_SECONDS} s",
-                    retry_after=True,
-                ),
-            )
+            refuse_connection(sock, refusal.plain())
         return admitted
 
     def release(self, sock: socket.socket) -> None:
         """The connection's thread is done (before its socket is closed)."""
         with self._lock:
             self._connections.pop(sock, None)
-            self._waiting.pop(sock, None)
+            self.cap.busy(sock)
 
     def close(self) -> None:
         with self._lock:
@@ -165,8 +145,7 @@ class ConnectionGuard:
                 return False
             connection.partial = False
             if connection.requests:  # kept alive after an answer: idle from now
-                self._waiting.pop(sock, None)
-                self._waiting[sock] = None
+                self.cap.waits(sock)
                 self._set_deadline(connection, time.monotonic() + self.limits.idle_timeout)
         sock.settimeout(None)  # the deadline cuts the wait, not a timeout per read
         try:
@@ -194,7 +173,7 @@ class ConnectionGuard:
                 return False
             connection.requests += 1
             connection.deadline = None
-            self._waiting.pop(sock, None)
+            self.cap.busy(sock)
         sock.settimeout(self.limits.write_timeout)
         return True
 
@@ -242,23 +221,13 @@ class ConnectionGuard:
         socket itself is closed by that thread, after ``release``: never here, so its
         descriptor cannot be reused under a shutdown."""
         del self._connections[connection.sock]
-        self._waiting.pop(connection.sock, None)
+        self.cap.busy(connection.sock)
         note = None
         if connection.partial or _bytes_waiting(connection.sock):
-            if evicted:
-                status, reason = 503, "too many connections (evicted)"
-                answer = _answer(
-                    "503 Service Unavailable",
-                    "too many connections: this one sent no complete request in time; "
-                    f"retry in {RETRY_AFTER_SECONDS} s",
-                    retry_after=True,
-                )
-            else:
-                status, reason = 408, "request head not received in time"
-                answer = _answer("408 Request Timeout", reason, retry_after=False)
-            note = (status, connection.client, reason)
+            refusal = EVICTED if evicted else HEAD_TIMEOUT
+            note = (refusal.status, connection.client, refusal.reason)
             with contextlib.suppress(OSError):
-                connection.sock.send(answer, socket.MSG_DONTWAIT)
+                connection.sock.send(refusal.plain(), socket.MSG_DONTWAIT)
         with contextlib.suppress(OSError):
             connection.sock.shutdown(socket.SHUT_RDWR)
         return note
@@ -277,18 +246,6 @@ def _bytes_waiting(sock: socket.socket) -> bool:
         return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
     except OSError:
         return False
-
-
-def _refuse(sock: socket.socket, answer: bytes) -> None:
-    """Answer a refused connection (what it sent is read first: closing over unread data
-    resets the connection, and the client could lose the answer)."""
-    with contextlib.suppress(OSError):
-        sock.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            for _ in range(16):
-                if not sock.recv(65536):
-                    break
-        sock.send(answer)
 
 
 class GuardedThreadingMixIn:

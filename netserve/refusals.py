@@ -1,5 +1,6 @@
-"""Refused requests in a server's log (the collector, the agent's /metrics, the dashboard):
-one line per kind of refusal per minute.
+"""Refusals every server shares (the collector, the agent's /metrics, the dashboard): the
+answers to a connection refused at the cap or cut at its deadline (``Refusal``), and the
+log of refused requests, one line per kind of refusal per minute (``RefusalLog``).
 
 A client with a wrong token retries every batch; logging each 401 would flood the log,
 logging none left the operator blind (a run delivered nothing and the collector said
@@ -10,12 +11,103 @@ headers are never logged: they can carry the token.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
 
 INTERVAL_SECONDS = 60.0
+RETRY_AFTER_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refusal of a connection: its status, the reason logged, the message answered,
+    and the InfluxDB-style error code of the collector's JSON answers."""
+
+    status: HTTPStatus
+    reason: str
+    message: str
+    code: str
+    retry_after: bool = False
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(RETRY_AFTER_SECONDS)} if self.retry_after else {}
+
+    def plain(self) -> bytes:
+        """The whole answer as text (the agent's /metrics, the dashboard), closing."""
+        return _answer(self.status, "text/plain; charset=utf-8", f"{self.message}\n", self)
+
+    def json(self) -> bytes:
+        """The whole answer as the collector's JSON error (``code``, ``message``), closing."""
+        body = json.dumps({"code": self.code, "message": self.message})
+        return _answer(self.status, "application/json; charset=utf-8", body, self)
+
+
+def _answer(status: HTTPStatus, content_type: str, text: str, refusal: Refusal) -> bytes:
+    body = text.encode()
+    lines = [
+        f"HTTP/1.1 {status.value} {status.phrase}",
+        f"Content-Type: {content_type}",
+        f"Content-Length: {len(body)}",
+        *(f"{name}: {value}" for name, value in refusal.headers().items()),
+        "Connection: close",
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def too_many_connections(max_connections: int) -> Refusal:
+    """A newcomer at the cap while every connection has a request in hand."""
+    return Refusal(
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        "too many connections",
+        f"too many connections (at most {max_connections}): retry in {RETRY_AFTER_SECONDS} s",
+        "unavailable",
+        retry_after=True,
+    )
+
+
+# A connection that had sent part of a head, closed to make room at the cap.
+EVICTED = Refusal(
+    HTTPStatus.SERVICE_UNAVAILABLE,
+    "too many connections (evicted)",
+    "too many connections: this one sent no complete request in time; "
+    f"retry in {RETRY_AFTER_SECONDS} s",
+    "unavailable",
+    retry_after=True,
+)
+# Part of a head, not all of it, within the header timeout (a thread-per-connection server).
+HEAD_TIMEOUT = Refusal(
+    HTTPStatus.REQUEST_TIMEOUT,
+    "request head not received in time",
+    "request head not received in time",
+    "timeout",
+)
+# Part of a request (head or body) past its deadline (the collector).
+REQUEST_TIMEOUT = Refusal(
+    HTTPStatus.REQUEST_TIMEOUT,
+    "request not received in time",
+    "request not received in time",
+    "timeout",
+)
+
+
+def refuse_connection(sock: socket.socket, answer: bytes) -> None:
+    """Answer a connection refused at once (the socket is left non-blocking, and open):
+    what it sent is read first, since closing over unread data resets the connection and
+    the client could lose the answer."""
+    with contextlib.suppress(OSError):
+        sock.setblocking(False)
+        for _ in range(16):
+            if not sock.recv(65536):
+                break
+    with contextlib.suppress(OSError):
+        sock.send(answer)
 
 
 class RefusalLog:

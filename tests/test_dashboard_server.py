@@ -191,7 +191,7 @@ def test_every_connection_busy_a_newcomer_gets_503_and_one_log_line(server, capl
             )
             busy.append(sock)
         deadline = time.monotonic() + 30
-        while server.guard.open < CAP or len(server.guard._waiting):
+        while server.guard.open < CAP or len(server.guard.cap.waiting):
             assert time.monotonic() < deadline, "the POSTs never got in hand"
             time.sleep(0.05)
         with caplog.at_level(logging.DEBUG):

@@ -14,14 +14,15 @@ bytes in memory and hands back the response bytes; the loop writes them. Parsing
 store's writes run in those threads (the store serializes its writes anyway; large bodies
 go on to the parse processes).
 
-Limits (``collector serve`` options, ``Limits`` here):
+Limits (``collector serve`` options; ``netserve.limits.ConnectionLimits``, the policy the
+agent's /metrics and the dashboard share, with the same names and meanings):
 
 - ``--header-timeout`` (10 s): a request's head must be complete within it, counted from
   the connection's accept for the first request and from the first byte for later ones.
   A client that sent nothing is closed; one that sent part of a head gets 408.
 - ``--idle-timeout`` (75 s): a kept-alive connection with no new request is closed.
 - ``--body-timeout`` (30 s): a body must arrive within it, extended by one second for every
-  ``BODY_MIN_RATE`` bytes received (Apache's mod_reqtimeout rule: a large body on a slow
+  ``body_min_rate`` (1 KiB) bytes received (Apache's mod_reqtimeout rule: a large body on a slow
   link is fine, a body trickled a byte at a time is cut); 408 and close.
 - ``--max-connections`` (10,000, and never more than the descriptor limit minus
   ``RESERVED_DESCRIPTORS``): at the cap a new connection first makes room by closing the
@@ -53,13 +54,12 @@ from http import HTTPStatus
 from urllib.parse import parse_qs, urlsplit
 
 from collector.ingest.http import HttpError, parse_chunk_size, parse_content_length
-from netserve.limits import Limits
+from netserve.limits import ConnectionCap, ConnectionLimits
+from netserve.refusals import EVICTED, REQUEST_TIMEOUT, refuse_connection, too_many_connections
 
 log = logging.getLogger("collector.ingest.server")
 
-RETRY_AFTER_SECONDS = 5
 RESERVED_DESCRIPTORS = 64  # the store, parse processes, logs: never given to clients
-BODY_MIN_RATE = 1024  # bytes/s; each such amount received adds a second to a body's deadline
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADER_LINES = 100
 WRITE_PATHS = ("/api/v2/write", "/write")
@@ -153,11 +153,14 @@ class HttpFront:
         self,
         sock: socket.socket,
         handle: Callable[[bytes, tuple], tuple[bytes, bool]],
-        limits: Limits,
+        limits: ConnectionLimits,
         max_body_bytes: int,
         body_wanted: Callable[[Head], bool],
         note_refusal: Callable[[int, str, str, str], object],
     ) -> None:
+        problem = limits.problem()
+        if problem:
+            raise ValueError(problem)
         self.sock = sock
         self.handle = handle
         self.limits = limits
@@ -165,9 +168,7 @@ class HttpFront:
         self.body_wanted = body_wanted  # False: answer from the head (401, 404)
         self.note_refusal = note_refusal
         self.connections: set[Connection] = set()
-        self.waiting: dict[Connection, None] = {}  # no request in hand, longest first
-        self.refused = 0
-        self.evicted = 0
+        self.cap: ConnectionCap[Connection] = ConnectionCap(limits.max_connections)
         self.open = 0  # accepted sockets not yet closed: descriptors held for clients
         self.evicting = 0  # of which closed to make room, not yet gone
         self._accepting = False
@@ -175,6 +176,16 @@ class HttpFront:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    @property
+    def refused(self) -> int:
+        """New connections refused at the cap."""
+        return self.cap.refused
+
+    @property
+    def evicted(self) -> int:
+        """Waiting connections closed to make room."""
+        return self.cap.evicted
 
     # ---------------------------------------------------------------- life cycle
 
@@ -201,7 +212,7 @@ class HttpFront:
         finally:
             self._pause_accepting()
             self.sock.close()
-            for connection in list(self.waiting):
+            for connection in list(self.cap.waiting):
                 connection.writer.close()
             deadline = time.monotonic() + 10.0  # let requests in hand finish
             while self.connections and time.monotonic() < deadline:
@@ -251,7 +262,7 @@ class HttpFront:
                 return
             self.open += 1
             client.setblocking(False)
-            if self.open - self.evicting > cap and not self._evict_one():
+            if self.cap.full(self.open - self.evicting - 1) and not self._evict_one():
                 self._refuse(client, peer)
                 continue
             self._loop.create_task(self._connection(client, peer))
@@ -278,31 +289,13 @@ class HttpFront:
             self._resume_accepting()
 
     def _refuse(self, client: socket.socket, peer: tuple) -> None:
-        """503 at the cap, every connection busy with a request: answered and closed at
-        once (what the client already sent is read first: closing over unread data would
-        reset the connection and could lose the answer)."""
-        self.refused += 1
-        self.note_refusal(503, peer[0], "-", "too many connections")
-        answer = response_bytes(
-            HTTPStatus.SERVICE_UNAVAILABLE,
-            {
-                "code": "unavailable",
-                "message": f"too many connections (at most {self.limits.max_connections}):"
-                f" retry in {RETRY_AFTER_SECONDS} s",
-            },
-            {"Retry-After": str(RETRY_AFTER_SECONDS)},
-        )
-        try:
-            for _ in range(16):
-                if not client.recv(_CHUNK):
-                    break
-        except OSError:
-            pass
-        try:
-            client.send(answer)
+        """503 at the cap, every connection busy with a request (``make_room`` counted it):
+        answered and closed at once."""
+        refusal = too_many_connections(self.limits.max_connections)
+        self.note_refusal(refusal.status, peer[0], "-", refusal.reason)
+        refuse_connection(client, refusal.json())
+        with contextlib.suppress(OSError):
             client.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
         client.close()
         self._closed(None)
 
@@ -310,26 +303,14 @@ class HttpFront:
         """Make room at the cap: close the connection that has waited longest without a
         request (idle keep-alive: closed, as its idle timeout would; still sending its
         head: 503 with Retry-After)."""
-        if not self.waiting:
+        victim = self.cap.make_room()
+        if victim is None:
             return False
-        victim = next(iter(self.waiting))
-        del self.waiting[victim]
         victim.evicted = True
         self.evicting += 1
-        self.evicted += 1
         if victim.partial:
-            self.note_refusal(503, victim.peer[0], "-", "too many connections (evicted)")
-            victim.send_and_close(
-                response_bytes(
-                    HTTPStatus.SERVICE_UNAVAILABLE,
-                    {
-                        "code": "unavailable",
-                        "message": "too many connections: this one sent no complete request"
-                        f" in time; retry in {RETRY_AFTER_SECONDS} s",
-                    },
-                    {"Retry-After": str(RETRY_AFTER_SECONDS)},
-                )
-            )
+            self.note_refusal(EVICTED.status, victim.peer[0], "-", EVICTED.reason)
+            victim.send_and_close(EVICTED.json())
         else:
             victim.writer.close()
         return True
@@ -353,7 +334,7 @@ class HttpFront:
             log.exception("connection from %s failed", connection.peer[0])
         finally:
             self.connections.discard(connection)
-            self.waiting.pop(connection, None)
+            self.cap.busy(connection)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -363,7 +344,7 @@ class HttpFront:
         limits = self.limits
         first = True
         while True:
-            self.waiting[connection] = None
+            self.cap.waits(connection)
             if first:
                 deadline = connection.accepted + limits.header_timeout
                 first_byte = await self._read(connection, connection.reader.read(1), deadline)
@@ -377,7 +358,7 @@ class HttpFront:
             head = await self._read_head(connection, first_byte, deadline)
             if head is None or connection.evicted:
                 return
-            self.waiting.pop(connection, None)  # busy: never evicted from here on
+            self.cap.busy(connection)  # never evicted from here on
             body, close_after = await self._read_body(connection, head)
             if body is None:
                 return
@@ -404,14 +385,9 @@ class HttpFront:
             if connection.evicted:
                 raise ClientGone from None
             if connection.partial:
-                self.note_refusal(408, connection.peer[0], "-", "request not received in time")
-                await self._answer_and_close(
-                    connection,
-                    response_bytes(
-                        HTTPStatus.REQUEST_TIMEOUT,
-                        {"code": "timeout", "message": "request not received in time"},
-                    ),
-                )
+                refusal = REQUEST_TIMEOUT
+                self.note_refusal(refusal.status, connection.peer[0], "-", refusal.reason)
+                await self._answer_and_close(connection, refusal.json())
             raise ClientGone from None
 
     async def _read_head(
@@ -474,7 +450,10 @@ class HttpFront:
             if transfer_encoding.strip(" \t").lower() != "chunked":
                 return b"", True
             self._continue(connection, head)
-            return await self._read_chunked(connection), False
+            # Content-Length beside chunked: the chunks are the body, and the connection
+            # closes after the answer (RFC 9112 6.1: the two could frame it differently
+            # for a proxy in front, and the next "request" be smuggled)
+            return await self._read_chunked(connection), bool(lengths)
         try:
             length = parse_content_length(lengths)
         except HttpError:
@@ -482,7 +461,7 @@ class HttpFront:
         if length > self.max_body_bytes:
             return b"", True
         self._continue(connection, head)
-        reading = BodyDeadline(self.limits.body_timeout)
+        reading = BodyDeadline(self.limits)
         parts: list[bytes] = []
         remaining = length
         while remaining:
@@ -501,7 +480,7 @@ class HttpFront:
         fault (a bad size line, too large, the client gone): the handler then answers with
         the same checks as it parses them."""
         reader = connection.reader
-        reading = BodyDeadline(self.limits.body_timeout)
+        reading = BodyDeadline(self.limits)
         parts: list[bytes] = []
         total = 0
         while True:
@@ -578,13 +557,15 @@ class HttpFront:
 
 
 class BodyDeadline:
-    """``timeout`` seconds for a body, plus one for every ``BODY_MIN_RATE`` bytes received."""
+    """``body_timeout`` seconds for a body, plus one for every ``body_min_rate`` bytes
+    received."""
 
-    def __init__(self, timeout: float) -> None:
-        self.deadline = time.monotonic() + timeout
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.deadline = time.monotonic() + limits.body_timeout
+        self.min_rate = limits.body_min_rate
 
     def received(self, count: int) -> None:
-        self.deadline += count / BODY_MIN_RATE
+        self.deadline += count / self.min_rate
 
 
 def parse_head(raw: bytes) -> Head:

@@ -77,6 +77,7 @@ def parse_chunk_size(line: bytes) -> int:
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_FIRST_PIECE = 64  # bytes a member's inflater is first given; doubled for each further piece
 
 
 def _gunzip(raw: bytes, limit: int, too_large: HttpError) -> bytes:
@@ -86,45 +87,57 @@ def _gunzip(raw: bytes, limit: int, too_large: HttpError) -> bytes:
     2.2). A body that ends inside a member (truncated), holds garbage, or has bytes after
     its last member that are not another member is refused: nothing of it is stored.
     Inflating stops as soon as the output grows past ``limit`` (gzip bombs).
+
+    Linear in the body: each member's inflater is fed from a view of the body in pieces
+    that start small and double, so what it hands back past its member's end
+    (``unused_data``, a copy) is at most about the member's own size. Fed the whole rest
+    of the body, as before, a body of many tiny members cost a copy of the rest per member
+    (quadratic: 4 MiB of empty members took 40 s, and their empty output never reached
+    ``limit``).
     """
     if not raw:
         return b""
     out = bytearray()
-    data = raw
+    view = memoryview(raw)
+    size = len(raw)
+    position = 0
     member = 0
-    while data:
+    while position < size:
         member += 1
-        if not data.startswith(_GZIP_MAGIC):
-            what = "bytes" if member > 1 else "a body"
+        if view[position : position + 2] != _GZIP_MAGIC:
             raise HttpError(
                 HTTPStatus.BAD_REQUEST,
                 "invalid",
-                f"bad gzip body: {len(data)} {what} after gzip member {member - 1} "
+                f"bad gzip body: {size - position} bytes after gzip member {member - 1} "
                 "that are not a gzip member"
                 if member > 1
                 else "bad gzip body: it does not start with the gzip header",
                 close=True,
             )
         inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        try:
-            chunk = inflater.decompress(data, limit + 1 - len(out))
-        except zlib.error as error:
-            raise HttpError(
-                HTTPStatus.BAD_REQUEST,
-                "invalid",
-                f"bad gzip body: member {member}: {error}",
-                close=True,
-            ) from None
-        out += chunk
-        if len(out) > limit or inflater.unconsumed_tail:
-            raise too_large
-        if not inflater.eof:
-            raise HttpError(
-                HTTPStatus.BAD_REQUEST,
-                "invalid",
-                f"bad gzip body: member {member} is truncated "
-                f"(the body ends before the gzip stream does; {len(raw)} bytes received)",
-                close=True,
-            )
-        data = inflater.unused_data
+        piece = _FIRST_PIECE
+        while not inflater.eof:
+            if position >= size:
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST,
+                    "invalid",
+                    f"bad gzip body: member {member} is truncated "
+                    f"(the body ends before the gzip stream does; {size} bytes received)",
+                    close=True,
+                )
+            given = view[position : position + piece]
+            try:
+                chunk = inflater.decompress(given, limit + 1 - len(out))
+            except zlib.error as error:
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST,
+                    "invalid",
+                    f"bad gzip body: member {member}: {error}",
+                    close=True,
+                ) from None
+            out += chunk
+            if len(out) > limit or inflater.unconsumed_tail:
+                raise too_large
+            position += len(given) - len(inflater.unused_data)
+            piece *= 2
     return bytes(out)

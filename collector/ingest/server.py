@@ -36,7 +36,6 @@ from __future__ import annotations
 import base64
 import binascii
 import concurrent.futures
-import errno
 import hmac
 import json
 import logging
@@ -58,7 +57,6 @@ from collector.ingest.connections import (
     WRITE_PATHS,
     Head,
     HttpFront,
-    Limits,
     buffered_request,
     connection_cap,
     listening_socket,
@@ -70,6 +68,9 @@ from collector.ingest.lineprotocol import ParsedBody, PrecisionError
 from collector.store import SqliteStore
 from collector.store.backends import forwarding_url
 from collector.store.victoriametrics import BackendError, Forwarder
+from netserve import listen
+from netserve.limits import ConnectionLimits
+from netserve.listen import ListenError
 from netserve.refusals import RefusalLog
 from netserve.tokens import TokenFileError, read_token_file
 
@@ -80,6 +81,7 @@ PARALLEL_PARSE_BYTES = 256 * 1024
 COMPACT_SECONDS = 30.0
 RETENTION_SECONDS = 3600.0  # how often retention runs
 _READ_CHUNK = 1 << 16
+HTTP2_PREFACE = b"PRI * HTTP/2.0"  # its first line (RFC 9113 3.4)
 V2_PRECISIONS = ("ns", "us", "ms", "s")
 
 
@@ -208,7 +210,7 @@ class CollectorServer:
         token: str | None = None,
         max_body_bytes: int = 64 * 1024 * 1024,
         parse_pool: ParsePool | None = None,
-        limits: Limits | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.socket = listening_socket(*address)  # OSError: collector.ingest.server.cannot_listen
         self.server_address = self.socket.getsockname()
@@ -220,7 +222,7 @@ class CollectorServer:
         self.started_monotonic = time.monotonic()
         self.read_store = sink.store  # what the read API reads (run() may give a backend's)
         self.refusals = RefusalLog(log)
-        self.limits = limits or Limits()
+        self.limits = limits or ConnectionLimits()
         self.front = HttpFront(
             self.socket,
             self.handle,
@@ -282,6 +284,35 @@ class WriteHandler(BaseHTTPRequestHandler):
 
     def handle_expect_100(self) -> bool:
         return True  # the connection's loop sent 100 Continue before it read the body
+
+    def parse_request(self) -> bool:
+        """``http.server``'s, but the HTTP/2 preface (a client speaking HTTP/2 without
+        asking) is a 400 that says so, not a 505 for version 2.0."""
+        if self.raw_requestline.rstrip(b"\r\n") == HTTP2_PREFACE:
+            self.request_version = self.protocol_version
+            self.send_error(
+                HTTPStatus.BAD_REQUEST,
+                "this is the HTTP/2 connection preface: the collector speaks HTTP/1.1 only",
+            )
+            return False
+        return super().parse_request()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """What ``http.server``'s own parsing refuses (a bad request line or version, an
+        unknown method, a request line too long): the collector's JSON error, with a status
+        line whatever the request line said, and the connection closed. (``http.server``
+        leaves the status line out when it has not taken the request's version, as for an
+        HTTP/0.9 client: ``HTTP/9.9`` and the HTTP/2 preface got a bare HTML page.)"""
+        self.request_version = self.protocol_version
+        status = HTTPStatus(code)
+        self._send_error(
+            HttpError(
+                status,
+                "not implemented" if status == HTTPStatus.NOT_IMPLEMENTED else "invalid",
+                message or status.phrase,
+                close=True,
+            )
+        )
 
     # ---------------------------------------------------------------- dispatch
 
@@ -433,6 +464,8 @@ class WriteHandler(BaseHTTPRequestHandler):
                     f"Transfer-Encoding {transfer_encoding!r} is not supported (use chunked)",
                     close=True,
                 )
+            if self.headers.get_all("Content-Length"):  # RFC 9112 6.1: chunked wins, then close
+                self.close_connection = True
             raw = self._read_chunked(limit, too_large)
         else:
             length = parse_content_length(self.headers.get_all("Content-Length") or [])
@@ -537,26 +570,19 @@ def read_token(path: str | None) -> str | None:
         raise SystemExit(f"collector: {error}") from None
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise SystemExit(f"collector: --listen wants HOST:PORT, got {listen!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
+def parse_listen(text: str) -> tuple[str, int]:
+    """``--listen`` (``netserve.listen``): ``:PORT`` is loopback's."""
+    try:
+        return listen.parse_listen(text, default_host="127.0.0.1")
+    except ListenError as error:
+        if error.port is None:
+            raise SystemExit(f"collector: --listen wants HOST:PORT, got {text!r}") from None
+        raise SystemExit(f"collector: --listen {text!r}: {error}") from None
 
 
 def cannot_listen(host: str, port: int, error: OSError) -> str:
     """One line saying why ``host:port`` cannot be listened on, and what to do."""
-    where = f"cannot listen on {host}:{port}: {error.strerror or error}"
-    if error.errno == errno.EADDRINUSE:
-        return (
-            f"{where}: another process (another collector?) has that port; stop it "
-            f"(ss -ltnp 'sport = :{port}' names it) or choose a free one with --listen HOST:PORT"
-        )
-    if error.errno == errno.EACCES:
-        return f"{where}: ports below 1024 need root; choose one above with --listen HOST:PORT"
-    if error.errno == errno.EADDRNOTAVAIL:
-        return f"{where}: no interface of this machine has that address; fix --listen HOST:PORT"
-    return f"{where}; fix --listen HOST:PORT"
+    return listen.cannot_listen(host, port, error, who="another collector?")
 
 
 class Maintenance(threading.Thread):
@@ -606,7 +632,7 @@ def run(args) -> int:
             max_connections,
             descriptors,
         )
-    limits = Limits(
+    limits = ConnectionLimits(
         max_connections=max_connections,
         header_timeout=args.header_timeout,
         idle_timeout=args.idle_timeout,
