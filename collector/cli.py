@@ -12,6 +12,7 @@ import math
 import sys
 
 from collector.store.database import DEFAULT_DB
+from contract.commandline import quiet_broken_pipe
 from netserve.limits import Limits
 
 DEFAULT_LISTEN = "127.0.0.1:8086"
@@ -146,10 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--findings", action="store_true", help="also print the findings")
     report.add_argument(
         "--columns",
-        default="default",
-        help="table columns: default (the readable set, leaving out what no host measured), "
-        "all, or a comma list of groups (epoch, storage, nfs, fabric, memory, cpu, gpu, "
-        "steps, training_io) and column names; JSON and CSV always carry every column",
+        default=None,
+        help="the table's and the CSV's columns: default (the readable set, leaving out what "
+        "no host measured), all, or a comma list of groups (epoch, storage, nfs, fabric, "
+        "memory, cpu, gpu, steps, training_io) and column names; without it the table shows "
+        "the default set and the CSV every column; JSON always carries every column",
     )
     _add_remote_arguments(report)
 
@@ -180,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit status; quiet when its reader goes away (``... | head``)."""
+    return quiet_broken_pipe(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     handler = importlib.import_module(HANDLERS[args.command])
     try:

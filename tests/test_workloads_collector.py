@@ -89,7 +89,7 @@ def test_events_of_two_hosts_make_a_per_epoch_report(tmp_path, repo_env):
          "--format", "json"],
         capture_output=True, text=True, env=repo_env, timeout=60, check=True,
     )  # fmt: skip
-    rows = json.loads(report.stdout)
+    rows = json.loads(report.stdout)["rows"]
     assert sorted((row["epoch"], row["host"]) for row in rows) == [
         (1, "*"), (1, "node01"), (1, "node02"), (2, "*"), (2, "node01"), (2, "node02"),
     ]  # fmt: skip

@@ -162,3 +162,24 @@ def test_a_picture_that_fails_to_decode_mid_run_is_named(datasets, tmp_path, rep
     result = run_on(data_dir, "pytorch", tmp_path / "runs", repo_env)
     assert result.returncode != 0
     assert f"{victim}: cannot decode this picture" in result.stdout + result.stderr
+
+
+def test_a_reader_that_goes_away_ends_a_workloads_command_quietly(repo_env, tmp_path):
+    data = tmp_path / "data"
+    made = subprocess.run(
+        [sys.executable, "-m", "workloads", "dataset", "make", "--format", "jpeg", "--images",
+         "4", "--classes", "2", "--image-size", "8", "--out", str(data), "--shards", "1"],
+        capture_output=True, text=True, env=repo_env, timeout=120,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `| head` that has already gone
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "workloads", "dataset", "describe", str(data)],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, env=repo_env, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141, result.stderr
+    assert result.stderr == ""

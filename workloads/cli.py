@@ -25,6 +25,7 @@ import json
 import sys
 from pathlib import Path
 
+from contract.commandline import quiet_broken_pipe
 from workloads.launch.preflight import collector_url
 from workloads.record.spec import (
     FRAMEWORKS,
@@ -183,6 +184,11 @@ def quiet_frameworks() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit status; quiet when its reader goes away (``... | head``)."""
+    return quiet_broken_pipe(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "profile":
         quiet_frameworks()  # inherited by the ranks
