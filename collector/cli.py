@@ -12,7 +12,7 @@ import math
 import sys
 
 from collector.store.database import DEFAULT_DB
-from contract.commandline import quiet_broken_pipe
+from contract.commandline import Parser, quiet_broken_pipe
 from netserve.limits import Limits
 
 DEFAULT_LISTEN = "127.0.0.1:8086"
@@ -88,7 +88,7 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="collector", description=__doc__.splitlines()[0])
+    parser = Parser(prog="collector", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="InfluxDB-compatible write API over the store")

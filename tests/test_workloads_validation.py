@@ -164,6 +164,34 @@ def test_a_picture_that_fails_to_decode_mid_run_is_named(datasets, tmp_path, rep
     assert f"{victim}: cannot decode this picture" in result.stdout + result.stderr
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["workloads", "run", "--framwork", "pytorch", "--synthetic"],
+         "workloads run: unknown option --framwork: did you mean --framework?"),
+        (["workloads", "run", "--framework", "pytorch", "--synthetic", "--epohcs=2"],
+         "workloads run: unknown option --epohcs: did you mean --epochs?"),
+        (["workloads", "profile", "--colector", "http://x", "--", "python", "-c", "1"],
+         "workloads profile: unknown option --colector: did you mean --collector?"),
+        (["workloads", "resend", "--spol", "s", "--collector", "http://x"],
+         "workloads resend: unknown option --spol: did you mean --spool?"),
+        (["collector", "report", "r1", "--fromat", "json"],
+         "collector report: unknown option --fromat: did you mean --format?"),
+        (["collector", "runs", "--zzz"], "collector runs: unknown option --zzz: see"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)  # fmt: skip
+def test_a_misspelt_option_is_named_with_the_nearest_known_one(repo_env, argv, message):
+    """One line and exit 2, not the whole usage and the `required` options it hid."""
+    result = subprocess.run(
+        [sys.executable, "-m", *argv], capture_output=True, text=True, env=repo_env, timeout=120
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(message), result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "usage" not in result.stderr
+    assert "required" not in result.stderr and result.stdout == ""
+
+
 def test_a_reader_that_goes_away_ends_a_workloads_command_quietly(repo_env, tmp_path):
     data = tmp_path / "data"
     made = subprocess.run(

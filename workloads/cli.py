@@ -25,7 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-from contract.commandline import quiet_broken_pipe
+from contract.commandline import Parser, quiet_broken_pipe
 from workloads.launch.preflight import collector_url
 from workloads.record.spec import (
     FRAMEWORKS,
@@ -61,7 +61,7 @@ def _fraction(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="workloads", description=__doc__.splitlines()[0])
+    parser = Parser(prog="workloads", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     dataset = commands.add_parser("dataset", help="make or describe a data set")
