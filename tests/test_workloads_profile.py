@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -291,6 +292,37 @@ def test_explicit_track_api(runs):
     plain = subprocess.run([sys.executable, str(SCRIPTS / "track_loop.py")], env=project_env(),
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert plain.returncode == 0 and plain.stdout == "done\n" and plain.stderr == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dash", ["installed", "missing"])
+def test_the_dashboard_command_printed_works_here_or_says_what_to_install(runs, tmp_path, dash):
+    """With only the `profile` extra (no dash, flask, plotly) `dashboard serve` cannot run:
+    the last line says to install the `server` extra first."""
+    env = project_env()
+    if dash == "missing":
+        hide = tmp_path / "hide"
+        hide.mkdir()
+        (hide / "sitecustomize.py").write_text(
+            "import sys\nsys.modules['dash'] = sys.modules['flask'] = None\n"
+        )
+        env["PYTHONPATH"] = os.pathsep.join([str(hide), env["PYTHONPATH"]])
+    result = profile(sys.executable, runs, "dash", sys.executable, str(SCRIPTS / "track_loop.py"),
+                     env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [line] = [x for x in result.stdout.splitlines() if x.startswith("open the dashboard")]
+    shown = line.removeprefix("open the dashboard on this run: ")
+    assert shown.endswith(f"serve --db {runs / 'dash.sqlite'}")
+    if dash == "missing":
+        assert shown.startswith(
+            "pip install 'epochscope[server]' (this environment has no dash, flask), then "
+        )
+        return
+    command = shlex.split(shown)  # as a shell would run it, here
+    assert command[-3:] == ["serve", "--db", str(runs / "dash.sqlite")]
+    works = subprocess.run([*command[:-2], "--help"], capture_output=True, text=True,
+                           env=env, timeout=120)  # fmt: skip
+    assert works.returncode == 0 and "--db" in works.stdout, works.stderr
 
 
 @pytest.mark.slow
