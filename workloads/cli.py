@@ -314,18 +314,28 @@ def _resend(args: argparse.Namespace) -> int:
             print(f"workloads: no spool directory {args.spool}", file=sys.stderr)
             return 2
         spool = args.spool
+        source = f"the spool {spool}"
         sink = ShipperSink(args.collector, token, spool)
     else:
         from workloads.launch.summary import read_events_dir
 
         points = read_events_dir(args.events)
         spool = args.events.parent / "resend-spool"
+        source = f"{args.events} (through the spool {spool})"
         sink = ShipperSink(args.collector, token, spool)
         sink.submit(points)
         print(f"{len(points)} events from {args.events}")
     delivered = sink.close(args.timeout)
-    print("delivered" if delivered else f"still undelivered, kept in {spool}")
+    print(f"{_amount(*sink.delivered())} delivered to {args.collector} from {source}")
+    if not delivered:
+        print(f"still undelivered: {_amount(*sink.waiting())}, kept in {spool}")
     return 0 if delivered else 1
+
+
+def _amount(events: int, size: int) -> str:
+    from contract.units import human_bytes
+
+    return f"{events} event{'' if events == 1 else 's'} ({human_bytes(size)})"
 
 
 if __name__ == "__main__":
