@@ -87,8 +87,9 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", help="file holding the collector's token (--collector)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="collector", description=__doc__.splitlines()[0])
+def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argparse.ArgumentParser:
+    """The command line; ``parser_class`` for every parser (the read API's never prints)."""
+    parser = parser_class(prog="collector", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="InfluxDB-compatible write API over the store")

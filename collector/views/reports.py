@@ -238,6 +238,11 @@ def print_findings(findings: list, console) -> None:
             console.print(f"  chart: {finding.chart}", style="dim")
 
 
+def write_findings(findings: list, err) -> None:
+    """The findings beside a CSV report (on stderr, so that the CSV stays clean)."""
+    print_findings(findings, _console(err))
+
+
 def _find_run(store: ReadStore, run_id: str) -> RunInfo:
     run = store.run(run_id)
     if run is None:
@@ -272,7 +277,7 @@ def print_report(store: ReadStore, args: argparse.Namespace, out, err=None) -> i
         names = COLUMNS if choice is None else [c.name for c in table_columns(report.rows, choice)]
         write_csv([row.to_dict() for row in report.rows], names, out)
         if findings is not None:
-            print_findings(findings, _console(sys.stderr if err is None else err))
+            write_findings(findings, sys.stderr if err is None else err)
     else:
         console = _console(out)
         if not report.rows:
