@@ -229,6 +229,10 @@ class Shipper:
         self._thread: threading.Thread | None = None
         self._isolate_until_seq = 0  # send one segment at a time up to this one
         self._outage_logged = False
+        # what the endpoint took since start (line-protocol lines, body bytes); written by
+        # the sender thread only (`workloads resend` says how much it delivered)
+        self.delivered_points = 0
+        self.delivered_bytes = 0
 
     @property
     def stats(self) -> AgentStats | None:
@@ -361,6 +365,7 @@ class Shipper:
         self.queue.works("read")
         outcome = self._write(body)
         if outcome.delivered:
+            self._count_delivered(sum(segment.points for segment in batch), len(body))
             self.queue.remove(batch)
             if self.batch_seconds > 0 and everything and not self.queue.write_failing():
                 # Caught up: let a few ticks gather so that one request carries them
@@ -373,6 +378,7 @@ class Shipper:
             return self._retry_later(outcome, backoff)
         rejected = lines_rejected_in(outcome.message)
         if rejected is not None:  # the other lines of every segment were stored
+            self._count_delivered(sum(segment.points for segment in batch) - rejected, len(body))
             names = (
                 batch[0].path.name
                 if len(batch) == 1
@@ -395,19 +401,27 @@ class Shipper:
     def _send_memory(self, backoff: float) -> float:
         """The spool is empty and cannot take writes: send what memory holds directly."""
         batch = self.queue.memory_batch(BATCH_MAX_BYTES)
-        outcome = self._write(b"".join(body + b"\n" for body, _ in batch))
+        body = b"".join(lines + b"\n" for lines, _ in batch)
+        outcome = self._write(body)
         if outcome.retry and not outcome.delivered:
             return self._retry_later(outcome, backoff)
         points = sum(n for _, n in batch)
-        if not outcome.delivered:
+        if outcome.delivered:
+            self._count_delivered(points, len(body))
+        else:
             rejected = lines_rejected_in(outcome.message)
             if rejected is None:
                 self._log_rejected("points held in memory", points, outcome)
             else:
+                self._count_delivered(points - rejected, len(body))
                 self._log_partial("points held in memory", rejected, points, outcome)
             self.queue.count_dropped(points if rejected is None else rejected)
         self.queue.forget_memory(batch)
         return BACKOFF_START_SECONDS if outcome.delivered else backoff
+
+    def _count_delivered(self, points: int, size: int) -> None:
+        self.delivered_points += max(points, 0)
+        self.delivered_bytes += size
 
     def _write(self, body: bytes) -> Outcome:
         assert self._writer is not None

@@ -12,6 +12,7 @@ import math
 import sys
 
 from collector.store.database import DEFAULT_DB
+from contract.commandline import Parser, quiet_broken_pipe
 from netserve.limits import ConnectionLimits
 
 DEFAULT_LISTEN = "127.0.0.1:8086"
@@ -86,8 +87,9 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", help="file holding the collector's token (--collector)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="collector", description=__doc__.splitlines()[0])
+def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argparse.ArgumentParser:
+    """The command line; ``parser_class`` for every parser (the read API's never prints)."""
+    parser = parser_class(prog="collector", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="InfluxDB-compatible write API over the store")
@@ -146,10 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--findings", action="store_true", help="also print the findings")
     report.add_argument(
         "--columns",
-        default="default",
-        help="table columns: default (the readable set, leaving out what no host measured), "
-        "all, or a comma list of groups (epoch, storage, nfs, fabric, memory, cpu, gpu, "
-        "steps, training_io) and column names; JSON and CSV always carry every column",
+        default=None,
+        help="the table's and the CSV's columns: default (the readable set, leaving out what "
+        "no host measured), all, or a comma list of groups (epoch, storage, nfs, fabric, "
+        "memory, cpu, gpu, steps, training_io) and column names; without it the table shows "
+        "the default set and the CSV every column; JSON always carries every column",
     )
     _add_remote_arguments(report)
 
@@ -180,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit status; quiet when its reader goes away (``... | head``)."""
+    return quiet_broken_pipe(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     handler = importlib.import_module(HANDLERS[args.command])
     try:

@@ -59,7 +59,7 @@ def test_report_shares_per_host_and_all_hosts(make_store):
 
 def test_json_and_table_show_the_same_values(make_store):
     store = make_store(two_host_run().points())
-    rows = json.loads(cli(store, "report", "cols", "--format", "json"))
+    rows = json.loads(cli(store, "report", "cols", "--format", "json"))["rows"]
     star = next(r for r in rows if r["host"] == "*" and r["epoch"] == 1)
     assert (star["input_wait_percent"], star["compute_percent"]) == (20.0, 50.0)
     assert star["communication_percent"] == 10.0

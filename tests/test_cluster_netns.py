@@ -300,7 +300,7 @@ def trained(tmp_path_factory):
             timeout=300,
         )
         yield {
-            "rows": json.loads(report.stdout),
+            "rows": json.loads(report.stdout)["rows"],
             "output": output,
             "steps": steps_per_epoch,
             "epochs": epochs,

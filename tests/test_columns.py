@@ -39,7 +39,7 @@ def test_rows_json_and_the_manual_follow_the_spec(make_store):
         n for n in COLUMNS if n not in ("start", "end")
     ]
     store = make_store(one_host_run().points())
-    rows = json.loads(cli(store, "report", "solo", "--format", "json"))
+    rows = json.loads(cli(store, "report", "solo", "--format", "json"))["rows"]
     assert all(list(row) == list(COLUMNS) for row in rows)
     manual = (REPO_ROOT / "docs" / "usage.md").read_text()
     assert columns.markdown_table() in manual

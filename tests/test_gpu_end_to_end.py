@@ -130,8 +130,7 @@ listen = ""
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    rows = report["rows"] if isinstance(report, dict) else report
+    rows = json.loads(result.stdout)["rows"]
     [row] = [r for r in rows if r["host"] == "gpu-node" and r["epoch"] == 1]
     seconds = row["seconds"]
     assert seconds == pytest.approx(EPOCH_SECONDS, abs=0.01)

@@ -88,7 +88,7 @@ def test_a_stopped_runs_last_epoch_is_interrupted_in_every_view(make_store, step
     steps: table, JSON, --profile summary and dashboard all say interrupted."""
     store = make_store(stopped_in_epoch_3("stopped", RunState.FAILED, steps_kept))
 
-    rows = json.loads(cli(store, "report", "stopped", "--format", "json"))
+    rows = json.loads(cli(store, "report", "stopped", "--format", "json"))["rows"]
     assert [(r["epoch"], r["state"]) for r in rows if r["host"] == "node1"] == [
         (1, COMPLETE),
         (2, COMPLETE),
@@ -126,7 +126,7 @@ def test_a_stopped_runs_last_epoch_is_interrupted_in_every_view(make_store, step
 
 def test_a_live_runs_open_epoch_is_running_in_every_view(make_store):
     store = make_store(stopped_in_epoch_3("live", RunState.LIVE, 2))
-    rows = json.loads(cli(store, "report", "live", "--format", "json"))
+    rows = json.loads(cli(store, "report", "live", "--format", "json"))["rows"]
     assert [r["state"] for r in rows if r["host"] == "node1"] == [COMPLETE, COMPLETE, RUNNING]
     table = cli(store, "report", "live")
     assert "Epoch 3 still running" in table
@@ -140,7 +140,7 @@ def test_a_finished_run_shows_no_state_column(make_store):
     for _ in range(2):
         run.epoch(10, 400)
     store = make_store(run.points())
-    rows = json.loads(cli(store, "report", "done", "--format", "json"))
+    rows = json.loads(cli(store, "report", "done", "--format", "json"))["rows"]
     assert {r["state"] for r in rows} == {COMPLETE}
     assert "state" not in cli(store, "report", "done").splitlines()[1]
     assert "state" not in format_profile_table(rows).splitlines()[0]
@@ -175,7 +175,7 @@ def test_a_killed_rank_closed_by_the_launcher_makes_its_hosts_epoch_interrupted(
     closed = {Workload.EVENT: Event.RUN_END, Workload.STATE: RunState.FAILED}
     points.append(Point(Workload.NAME, b_tags, closed, run.end_true_ns()))
     store = make_store(points)
-    rows = json.loads(cli(store, "report", "killed", "--format", "json"))
+    rows = json.loads(cli(store, "report", "killed", "--format", "json"))["rows"]
     assert store.run("killed").state == RunState.FAILED
     states = {(r["host"], r["epoch"]): r["state"] for r in rows}
     assert states[("a", 3)] == COMPLETE

@@ -317,7 +317,7 @@ def test_ctrl_c_during_training_leaves_no_process_a_failed_run_and_an_interrupte
     report = [sys.executable, "-m", "collector", "report", run_id]
     report += ["--db", str(runs / f"{run_id}.sqlite")]
     as_json = subprocess.run([*report, "--format", "json"], env=repo_env, capture_output=True)
-    rows = json.loads(as_json.stdout)
+    rows = json.loads(as_json.stdout)["rows"]
     assert [(r["epoch"], r["state"]) for r in rows if r["host"] != "*"] == [(1, "interrupted")]
     table = subprocess.run(report, env=repo_env, capture_output=True, text=True).stdout
     assert "interrupted" in table and "Epoch 1 interrupted" in table

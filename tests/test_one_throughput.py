@@ -104,7 +104,7 @@ def test_every_view_shows_the_same_run_throughput(make_store):
 def test_epoch_rows_use_the_same_rule_per_epoch(make_store):
     _, four = two_runs()
     store = make_store(four.points())
-    rows = json.loads(cli(store, "report", "four", "--format", "json"))
+    rows = json.loads(cli(store, "report", "four", "--format", "json"))["rows"]
     totals = {r["epoch"]: r["images_per_second"] for r in rows if r["host"] == "*"}
     hosts = {(r["host"], r["epoch"]): r["images_per_second"] for r in rows if r["host"] != "*"}
     # epoch 1: 570 timed images in 20/3 s per rank; epochs 2, 3: 760 in 10 s; x 4 ranks

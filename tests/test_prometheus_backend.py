@@ -409,7 +409,7 @@ def test_read_series_returns_the_raw_scraped_samples(live):
 def test_collector_report_over_prometheus(live):
     result = collector_cli(live, "report", RUN_ID, "--format", "json")
     assert result.returncode == 0, result.stderr
-    rows = {(row["host"], row["epoch"]): row for row in json.loads(result.stdout)}
+    rows = {(row["host"], row["epoch"]): row for row in json.loads(result.stdout)["rows"]}
     assert set(rows) == {(HOST, 1), ("*", 1)}
     row = rows[(HOST, 1)]
     assert row["seconds"] == EPOCH_SECONDS and row["images"] == EPOCH_IMAGES

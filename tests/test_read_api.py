@@ -8,9 +8,12 @@ token).
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -19,6 +22,7 @@ import pytest
 from bench.reliability import harness
 from collector.api.client import query_of
 from collector.api.server import command_argv
+from collector.store import SqliteStore
 from netserve.refusals import RefusalLog
 from workloads.record.events import EventWriter, ShipperSink
 from workloads.record.timing import Recorder
@@ -162,3 +166,91 @@ def test_query_and_argv_round_trip_only_the_view_options():
     assert argv[:2] == ["report", "r1"] and "--findings" in argv
     with pytest.raises(ValueError, match="db"):
         command_argv("runs", {"db": ["/etc/passwd"]})
+
+
+def test_a_csv_report_with_findings_from_the_collector_is_the_local_one_and_not_in_its_log(
+    served,
+):
+    """The findings a CSV report prints on stderr once went into the collector's log (the
+    read API rendered them on the server's stderr): now they come back to the client."""
+    collector, token_file = served
+    view = ("report", "run-a", "--format", "csv", "--findings")
+    local = cli(*view, "--db", str(collector.db))
+    remote = cli(*view, "--collector", collector.url, "--token-file", str(token_file))
+    assert local.returncode == 0 and remote.returncode == 0, remote.stderr
+    assert remote.stdout == local.stdout and remote.stderr == local.stderr
+    assert local.stderr.strip()  # findings, or "No findings."
+    log = collector.log.read_text()
+    assert local.stderr.splitlines()[0] not in log
+
+
+def read(collector, token: str, query: str) -> tuple[int, str]:
+    request = urllib.request.Request(f"{collector.url}/api/v1/{query}")
+    request.add_header("Authorization", f"Token {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())["message"]
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("report?run_id=run-a&help=true", "'help' is not an option of `collector report`"),
+        ("runs?help=true", "'help' is not an option of `collector runs`"),
+        ("report?run_id=--db=/etc/passwd", "run_id='--db=/etc/passwd': a value may not start"),
+        ("report?run_id=run-a&format=--db=/etc/passwd", "format='--db=/etc/passwd': a value"),
+        ("report?run_id=run-a&findings=--help", "findings='--help': a flag is true or false"),
+        ("report?run_id=run-a&columns=-h", "columns='-h': a value may not start with '-'"),
+        ("report?run_id=run-a&format=xml", "invalid choice: 'xml'"),
+        ("scaling?gpus_per_node=many", "invalid int value: 'many'"),
+    ],
+)
+def test_no_query_value_becomes_an_option_and_nothing_is_printed_into_the_log(
+    served, query, message
+):
+    collector, _ = served
+    before = collector.log.read_text()
+    status, answer = read(collector, TOKEN, query)
+    assert status == 400 and message in answer, answer
+    time.sleep(0.2)
+    written = collector.log.read_text()[len(before) :]
+    assert "usage:" not in written and "--help" not in written and "passwd" not in written
+    assert written.strip() == "", written  # argparse printed nothing, neither help nor errors
+
+
+def test_flags_and_values_of_a_query_still_work(served):
+    collector, _ = served
+    status, answer = read(collector, TOKEN, "report?run_id=run-a&findings=false&format=csv"
+                          "&columns=images_per_second")  # fmt: skip
+    assert status == 200, answer
+    assert answer.splitlines()[0] == "host,epoch,images_per_second"
+    status, answer = read(collector, TOKEN, "report?run_id=run-a&findings=true")
+    assert status == 200 and list(json.loads(answer)) == [
+        "run_id", "rows", "throughput", "findings"
+    ]  # fmt: skip
+
+
+def test_a_collector_stopped_by_sigterm_logs_one_line_of_what_it_took(tmp_path):
+    _, token_file = harness.write_token_file(tmp_path, TOKEN)
+    collector = harness.Collector(
+        db=tmp_path / "c.sqlite", token_file=token_file, log=tmp_path / "collector.log"
+    )
+    collector.start()
+    try:
+        train(collector.url, TOKEN, tmp_path / "spool", "run-stop", "node01", 1)
+    finally:
+        collector.stop()  # SIGTERM
+    lines = [line for line in collector.log.read_text().splitlines() if "stopped by" in line]
+    assert len(lines) == 1, collector.log.read_text()
+    [line] = lines
+    with SqliteStore(collector.db) as store:
+        points = len(store.events("run-stop"))
+    assert re.search(
+        rf"stopped by SIGTERM: [1-9]\d* writes \({points} points\) taken since start, every "
+        rf"one answered is committed to the db {re.escape(str(collector.db))}; 0 requests in "
+        r"hand finished; store closed$",
+        line,
+    ), line
+    assert TOKEN not in collector.log.read_text()

@@ -42,9 +42,9 @@ def cli(store, *argv: str) -> str:
     return render(build_parser().parse_args(list(argv)), store)
 
 
-def test_report_json_is_a_list_of_rows_with_exactly_the_columns(make_store):
+def test_report_json_rows_have_exactly_the_columns(make_store):
     store = make_store(two_runs())
-    rows = json.loads(cli(store, "report", "r-old", "--format", "json"))
+    rows = json.loads(cli(store, "report", "r-old", "--format", "json"))["rows"]
     assert [(r["host"], r["epoch"]) for r in rows] == [
         ("n1", 1),
         ("n2", 1),
@@ -97,7 +97,7 @@ def test_report_json_with_findings_is_an_object(make_store):
     out = json.loads(
         cli(make_store(two_runs()), "report", "r-old", "--format", "json", "--findings")
     )
-    assert set(out) == {"rows", "findings", "throughput"}
+    assert set(out) == {"run_id", "rows", "findings", "throughput"}
     rules = [f["rule"] for f in out["findings"]]
     assert "cache_warmup" in rules
     finding = out["findings"][rules.index("cache_warmup")]
@@ -217,7 +217,7 @@ def test_report_from_the_served_store(served_db, repo_env):
         "report", "r-old", "--db", str(served_db), "--format", "json", env=repo_env
     )
     assert result.returncode == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["rows"]
     assert [(r["host"], r["epoch"]) for r in rows][:3] == [("n1", 1), ("n2", 1), ("*", 1)]
     # 2 hosts x 300 MB/s NFS server reads; 4 ranks x 6400 images in 100 s
     assert (rows[2]["nfs_server_read_mbps"], rows[2]["images_per_second"]) == (600.0, 256.0)
@@ -229,6 +229,56 @@ def test_report_from_the_served_store(served_db, repo_env):
     assert table.returncode == 0 and "Storage reads stop after epoch 1" in table.stdout
     missing = run_collector("report", "nope", "--db", str(served_db), env=repo_env)
     assert missing.returncode == 1 and "no run 'nope'" in missing.stderr
+
+
+def test_report_json_is_one_object_with_or_without_findings(served_db, repo_env):
+    """One shape: {"run_id", "rows", "throughput"}, and "findings" when asked for."""
+    args = ("report", "r-old", "--db", str(served_db), "--format", "json")
+    plain = run_collector(*args, env=repo_env)
+    with_findings = run_collector(*args, "--findings", env=repo_env)
+    assert plain.returncode == 0 and with_findings.returncode == 0, plain.stderr
+    plain_doc, findings_doc = json.loads(plain.stdout), json.loads(with_findings.stdout)
+    assert list(plain_doc) == ["run_id", "rows", "throughput"]
+    assert list(findings_doc) == ["run_id", "rows", "throughput", "findings"]
+    assert plain_doc["run_id"] == "r-old"
+    assert findings_doc["rows"] == plain_doc["rows"]
+    assert findings_doc["throughput"] == plain_doc["throughput"]
+    assert any(f["title"].startswith("Storage reads stop") for f in findings_doc["findings"])
+
+
+def test_report_csv_takes_the_columns_asked_for(served_db, repo_env):
+    args = ("report", "r-old", "--db", str(served_db), "--format", "csv")
+    chosen = run_collector(*args, "--columns", "images_per_second,nfs", env=repo_env)
+    assert chosen.returncode == 0, chosen.stderr
+    rows = list(csv.DictReader(io.StringIO(chosen.stdout)))
+    nfs = [c for c in COLUMNS if c.startswith("nfs_")]
+    assert list(rows[0]) == [c for c in COLUMNS if c in {"host", "epoch", "images_per_second",
+                                                         *nfs}]  # fmt: skip
+    assert rows[2]["host"] == "*" and float(rows[2]["nfs_server_read_mbps"]) == 600.0
+    unknown = run_collector(*args, "--columns", "disks", env=repo_env)
+    assert unknown.returncode == 2 and "unknown column or group 'disks'" in unknown.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("report", "r-old"), ("report", "r-old", "--format", "csv", "--findings"),
+     ("runs",), ("scaling", "--format", "json")],
+    ids=" ".join,
+)  # fmt: skip
+def test_a_reader_that_goes_away_ends_the_command_quietly(served_db, repo_env, argv):
+    """`collector report ... | head`: the pipe's reader is gone before anything is written."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "collector", *argv, "--db", str(served_db)],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, env=repo_env, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert result.returncode == 128 + signal.SIGPIPE
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+    assert "Exception ignored" not in result.stderr
 
 
 def test_runs_and_scaling_from_the_served_store(served_db, repo_env):

@@ -16,6 +16,7 @@ import pytest
 
 from collector.store import SqliteStore
 from contract.schema import RunState
+from contract.units import human_bytes
 from workloads.launch.local_stack import start_collector, stop
 from workloads.record.events import BackgroundSink, EventWriter, ShipperSink, make_sink
 from workloads.record.spec import RunSpec
@@ -89,7 +90,7 @@ def test_events_of_two_hosts_make_a_per_epoch_report(tmp_path, repo_env):
          "--format", "json"],
         capture_output=True, text=True, env=repo_env, timeout=60, check=True,
     )  # fmt: skip
-    rows = json.loads(report.stdout)
+    rows = json.loads(report.stdout)["rows"]
     assert sorted((row["epoch"], row["host"]) for row in rows) == [
         (1, "*"), (1, "node01"), (1, "node02"), (2, "*"), (2, "node01"), (2, "node02"),
     ]  # fmt: skip
@@ -115,6 +116,7 @@ def test_a_run_survives_a_collector_that_is_down(tmp_path, repo_env):
     recorder.run_end()
     assert not writer.close(1.0)  # not delivered: kept on disk
     assert any(spool.rglob("*"))
+    spooled = sum(path.stat().st_size for path in spool.rglob("*.lp"))
 
     later = subprocess.Popen(
         [sys.executable, "-m", "collector", "serve", "--db", str(db),
@@ -130,6 +132,10 @@ def test_a_run_survives_a_collector_that_is_down(tmp_path, repo_env):
         assert result.returncode == 0, result.stderr
     finally:
         stop(later)
+    # how much, to where, from which spool: the five events, every spooled byte
+    assert result.stdout.splitlines() == [
+        f"5 events ({human_bytes(spooled)}) delivered to {url} from the spool {spool}"
+    ]
     store = SqliteStore(db)
     kinds = [e.event for e in store.events("run-b")]
     store.close()

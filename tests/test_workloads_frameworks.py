@@ -136,7 +136,7 @@ def check_stored_run(repo_env, collector, run_id: str, ranks: int) -> None:
          "--format", "json"],
         capture_output=True, text=True, env=repo_env, timeout=120, check=True,
     )  # fmt: skip
-    rows = json.loads(report.stdout)
+    rows = json.loads(report.stdout)["rows"]
     host = start.host
     assert sorted((row["epoch"], row["host"]) for row in rows) == [
         (1, "*"), (1, host), (2, "*"), (2, host)

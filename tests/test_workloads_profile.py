@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -217,13 +218,52 @@ pytestmark = pytest.mark.timeout(TIMEOUT)
 
 @pytest.mark.slow
 def test_a_command_that_is_not_python_keeps_its_status_and_says_nothing_trained(runs):
+    result = profile(sys.executable, runs, "sh", "sh", "-c", "echo from-sh; exit 0",
+                     env=project_env())  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "from-sh" in result.stdout
+    assert "no training was seen in `sh -c 'echo from-sh; exit 0'`" in result.stderr
+    assert events(runs, "sh") == []
+
+
+@pytest.mark.slow
+def test_a_command_that_fails_before_training_is_said_to_have_failed(runs):
+    """`workloads profile python missing.py`: the command failed, which says nothing of
+    whether it would have trained (no `workloads.track` hint)."""
     result = profile(sys.executable, runs, "sh", "sh", "-c", "echo from-sh; exit 3",
                      env=project_env())  # fmt: skip
     assert result.returncode == 3, result.stderr
     assert "from-sh" in result.stdout
-    assert "no training was seen in `sh -c 'echo from-sh; exit 3'`" in result.stderr
-    assert "exited with status 3" in result.stderr
-    assert events(runs, "sh") == []
+    assert "`sh -c 'echo from-sh; exit 3'` failed: it exited with status 3 before any " \
+        "training was seen" in result.stderr  # fmt: skip
+    assert "no training was seen in" not in result.stderr
+    assert "workloads.track" not in result.stderr
+    missing = profile(sys.executable, runs, "nofile", sys.executable, "no-such-script.py",
+                      env=project_env())  # fmt: skip
+    assert missing.returncode == 2
+    assert "no-such-script.py` failed: it exited with status 2" in missing.stderr
+    assert "workloads.track" not in missing.stderr
+
+
+def test_without_the_profile_extra_it_says_which_extra_to_install(runs, tmp_path):
+    """An environment without line-protocol-parser (the `profile` extra): one line naming
+    the extra, exit 2, nothing started."""
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['line_protocol_parser'] = None\n"
+    )
+    env = project_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(hide), env["PYTHONPATH"]])
+    result = profile(sys.executable, runs, "noextra", sys.executable, "-c", "print('ran')",
+                     env=env)  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "workloads: workloads profile needs the `profile` extra, which this environment lacks "
+        "(no line_protocol_parser): pip install 'epochscope[profile]' (or `pip install "
+        "'/path/to/epochscope[profile]'` from a checkout)"
+    ]
+    assert "ran" not in result.stdout and not (runs / "noextra").exists()
 
 
 @pytest.mark.slow
@@ -252,6 +292,37 @@ def test_explicit_track_api(runs):
     plain = subprocess.run([sys.executable, str(SCRIPTS / "track_loop.py")], env=project_env(),
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert plain.returncode == 0 and plain.stdout == "done\n" and plain.stderr == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dash", ["installed", "missing"])
+def test_the_dashboard_command_printed_works_here_or_says_what_to_install(runs, tmp_path, dash):
+    """With only the `profile` extra (no dash, flask, plotly) `dashboard serve` cannot run:
+    the last line says to install the `server` extra first."""
+    env = project_env()
+    if dash == "missing":
+        hide = tmp_path / "hide"
+        hide.mkdir()
+        (hide / "sitecustomize.py").write_text(
+            "import sys\nsys.modules['dash'] = sys.modules['flask'] = None\n"
+        )
+        env["PYTHONPATH"] = os.pathsep.join([str(hide), env["PYTHONPATH"]])
+    result = profile(sys.executable, runs, "dash", sys.executable, str(SCRIPTS / "track_loop.py"),
+                     env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [line] = [x for x in result.stdout.splitlines() if x.startswith("open the dashboard")]
+    shown = line.removeprefix("open the dashboard on this run: ")
+    assert shown.endswith(f"serve --db {runs / 'dash.sqlite'}")
+    if dash == "missing":
+        assert shown.startswith(
+            "pip install 'epochscope[server]' (this environment has no dash, flask), then "
+        )
+        return
+    command = shlex.split(shown)  # as a shell would run it, here
+    assert command[-3:] == ["serve", "--db", str(runs / "dash.sqlite")]
+    works = subprocess.run([*command[:-2], "--help"], capture_output=True, text=True,
+                           env=env, timeout=120)  # fmt: skip
+    assert works.returncode == 0 and "--db" in works.stdout, works.stderr
 
 
 @pytest.mark.slow

@@ -162,3 +162,52 @@ def test_a_picture_that_fails_to_decode_mid_run_is_named(datasets, tmp_path, rep
     result = run_on(data_dir, "pytorch", tmp_path / "runs", repo_env)
     assert result.returncode != 0
     assert f"{victim}: cannot decode this picture" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["workloads", "run", "--framwork", "pytorch", "--synthetic"],
+         "workloads run: unknown option --framwork: did you mean --framework?"),
+        (["workloads", "run", "--framework", "pytorch", "--synthetic", "--epohcs=2"],
+         "workloads run: unknown option --epohcs: did you mean --epochs?"),
+        (["workloads", "profile", "--colector", "http://x", "--", "python", "-c", "1"],
+         "workloads profile: unknown option --colector: did you mean --collector?"),
+        (["workloads", "resend", "--spol", "s", "--collector", "http://x"],
+         "workloads resend: unknown option --spol: did you mean --spool?"),
+        (["collector", "report", "r1", "--fromat", "json"],
+         "collector report: unknown option --fromat: did you mean --format?"),
+        (["collector", "runs", "--zzz"], "collector runs: unknown option --zzz: see"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)  # fmt: skip
+def test_a_misspelt_option_is_named_with_the_nearest_known_one(repo_env, argv, message):
+    """One line and exit 2, not the whole usage and the `required` options it hid."""
+    result = subprocess.run(
+        [sys.executable, "-m", *argv], capture_output=True, text=True, env=repo_env, timeout=120
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(message), result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "usage" not in result.stderr
+    assert "required" not in result.stderr and result.stdout == ""
+
+
+def test_a_reader_that_goes_away_ends_a_workloads_command_quietly(repo_env, tmp_path):
+    data = tmp_path / "data"
+    made = subprocess.run(
+        [sys.executable, "-m", "workloads", "dataset", "make", "--format", "jpeg", "--images",
+         "4", "--classes", "2", "--image-size", "8", "--out", str(data), "--shards", "1"],
+        capture_output=True, text=True, env=repo_env, timeout=120,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `| head` that has already gone
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "workloads", "dataset", "describe", str(data)],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, env=repo_env, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141, result.stderr
+    assert result.stderr == ""

@@ -25,6 +25,7 @@ import json
 import sys
 from pathlib import Path
 
+from contract.commandline import Parser, quiet_broken_pipe
 from workloads.launch.preflight import collector_url
 from workloads.record.spec import (
     FRAMEWORKS,
@@ -60,7 +61,7 @@ def _fraction(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="workloads", description=__doc__.splitlines()[0])
+    parser = Parser(prog="workloads", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     dataset = commands.add_parser("dataset", help="make or describe a data set")
@@ -183,6 +184,11 @@ def quiet_frameworks() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit status; quiet when its reader goes away (``... | head``)."""
+    return quiet_broken_pipe(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "profile":
         quiet_frameworks()  # inherited by the ranks
@@ -308,18 +314,28 @@ def _resend(args: argparse.Namespace) -> int:
             print(f"workloads: no spool directory {args.spool}", file=sys.stderr)
             return 2
         spool = args.spool
+        source = f"the spool {spool}"
         sink = ShipperSink(args.collector, token, spool)
     else:
         from workloads.launch.summary import read_events_dir
 
         points = read_events_dir(args.events)
         spool = args.events.parent / "resend-spool"
+        source = f"{args.events} (through the spool {spool})"
         sink = ShipperSink(args.collector, token, spool)
         sink.submit(points)
         print(f"{len(points)} events from {args.events}")
     delivered = sink.close(args.timeout)
-    print("delivered" if delivered else f"still undelivered, kept in {spool}")
+    print(f"{_amount(*sink.delivered())} delivered to {args.collector} from {source}")
+    if not delivered:
+        print(f"still undelivered: {_amount(*sink.waiting())}, kept in {spool}")
     return 0 if delivered else 1
+
+
+def _amount(events: int, size: int) -> str:
+    from contract.units import human_bytes
+
+    return f"{events} event{'' if events == 1 else 's'} ({human_bytes(size)})"
 
 
 if __name__ == "__main__":

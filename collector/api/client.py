@@ -12,7 +12,9 @@ A query parameter is the long option of the command line without its dashes (``t
 for a flag); ``format`` defaults to ``json``. The answer is what ``collector VIEW ...``
 prints locally, made by the same function (``collector.views.reports.render``) from the
 collector's own store, so the JSON is identical by construction and tables match too. 404
-for a run that is not there, 400 for an option the command does not take.
+for a run that is not there, 400 for an option the command does not take (or a value
+that starts with '-': no value becomes an option). A CSV report's findings, which the
+command prints on stderr, are not in the CSV answer: the client asks for them as JSON.
 
 Client side: ``collector report|runs|scaling --collector URL [--token-file F]`` (and
 ``workloads run --collector URL`` after training) call ``fetch_view`` and print the answer.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -89,8 +92,22 @@ def token_of(path: str | None) -> str | None:
         raise RemoteError(f"--token-file: {problem}", 2) from None
 
 
-def run_remote(args: argparse.Namespace, out) -> int:
+def run_remote(args: argparse.Namespace, out, err=None) -> int:
     """``collector VIEW --collector URL``: print what the collector's read API answers."""
     token = token_of(getattr(args, "token_file", None))
-    out.write(fetch_view(args.collector, args.command, query_of(args), token))
+    query = query_of(args)
+    if args.command == "report" and args.format == "csv" and args.findings:
+        # locally the findings go to stderr beside the CSV; an answer has one body, so
+        # they are asked for apart, as JSON, and written as the local command writes them
+        from collector.findings.evidence import Finding
+        from collector.views.reports import write_findings
+
+        query.pop("findings")
+        out.write(fetch_view(args.collector, "report", query, token))
+        asked = {"run_id": args.run_id, "format": "json", "findings": "true"}
+        document = json.loads(fetch_view(args.collector, "report", asked, token))
+        findings = [Finding(**finding) for finding in document["findings"]]
+        write_findings(findings, sys.stderr if err is None else err)
+        return 0
+    out.write(fetch_view(args.collector, args.command, query, token))
     return 0

@@ -173,6 +173,9 @@ class HttpFront:
         self.evicting = 0  # of which closed to make room, not yet gone
         self._accepting = False
         self._descriptor_warning = -1e9
+        # once stopped: requests in hand then that finished, and those cut off after 10 s
+        self.finished_at_stop = 0
+        self.cut_at_stop = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -214,9 +217,12 @@ class HttpFront:
             self.sock.close()
             for connection in list(self.cap.waiting):
                 connection.writer.close()
+            in_hand = len(self.connections) - len(self.waiting)
             deadline = time.monotonic() + 10.0  # let requests in hand finish
             while self.connections and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
+            self.cut_at_stop = min(len(self.connections), max(in_hand, 0))
+            self.finished_at_stop = max(in_hand - self.cut_at_stop, 0)
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:

@@ -91,8 +91,17 @@ class Sink:
     def __init__(self, store: SqliteStore, forwarder: Forwarder | None = None) -> None:
         self.store = store
         self.forwarder = forwarder
+        self._counts_lock = threading.Lock()
+        self.writes = 0  # bodies stored (or forwarded) since start: the stop line says so
+        self.points = 0
 
     def write(self, parsed: ParsedBody, body: bytes, precision: str) -> None:
+        self._write(parsed, body, precision)
+        with self._counts_lock:
+            self.writes += 1
+            self.points += parsed.points
+
+    def _write(self, parsed: ParsedBody, body: bytes, precision: str) -> None:
         if self.forwarder is None:
             self.store.write(parsed)
             return
@@ -660,7 +669,10 @@ def run(args) -> int:
     maintenance = Maintenance(store, args.retention_days)
     maintenance.start()
 
+    stopped_by: list[str] = []
+
     def stop(signum: int, frame: object) -> None:
+        stopped_by.append(signal.Signals(signum).name)
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
@@ -683,4 +695,18 @@ def run(args) -> int:
         server.server_close()
         pool.close()
         store.close()
+    if stopped_by:
+        log.info("%s", stop_line(stopped_by[0], server, where))
     return 0
+
+
+def stop_line(signal_name: str, server: CollectorServer, where: str) -> str:
+    """The one line ``collector serve`` logs when a signal stops it: what it took, and that
+    what it acknowledged is in the store (a write is answered once committed)."""
+    sink, front = server.sink, server.front
+    cut = f", {front.cut_at_stop} cut off" if front.cut_at_stop else ""
+    return (
+        f"stopped by {signal_name}: {sink.writes} writes ({sink.points} points) taken since "
+        f"start, every one answered is committed to the {where}; "
+        f"{front.finished_at_stop} requests in hand finished{cut}; store closed"
+    )

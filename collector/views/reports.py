@@ -1,10 +1,12 @@
 """``collector report``, ``collector runs`` and ``collector scaling``.
 
 ``report RUN_ID``   the per-epoch, per-host table of a run (collector.analysis.epochs), as a rich
-                    table, CSV or JSON (a list of row dicts with exactly the report's
-                    columns). ``--findings`` adds the findings: after the table, on stderr
-                    for CSV (so the CSV stays clean), or as ``{"rows": [...],
-                    "findings": [...]}`` for JSON.
+                    table, CSV or JSON. JSON is one object whatever the options:
+                    ``{"run_id", "rows": [row dicts with exactly the report's columns],
+                    "throughput"}``, and ``"findings"`` with ``--findings``. ``--columns``
+                    chooses the table's and the CSV's columns (without it the CSV carries
+                    every column). ``--findings`` adds the findings: after the table, on
+                    stderr for CSV (so the CSV stays clean), in ``"findings"`` for JSON.
 ``runs``            every run, newest first; JSON keys run_id, framework, model, hosts,
                     world_size, start, end, state.
 ``scaling``         scaling tables over stored runs (collector.analysis.scaling), or over given
@@ -128,8 +130,18 @@ def _csv_value(value: Any) -> Any:
 def _console(out):
     from rich.console import Console
 
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            """The reader went away (``| head``): rich would exit 1 here; the command line
+            ends as for any other write (``contract.commandline.quiet_broken_pipe``)."""
+            self.quiet = True
+            raise BrokenPipeError
+
     # Wide tables must not be squeezed into 80 columns when stdout is a pipe or a file.
-    return Console(file=out, width=None if out.isatty() else 400, soft_wrap=False)
+    return PipeConsole(file=out, width=None if out.isatty() else 400, soft_wrap=False)
+
+
+DEFAULT_COLUMNS = "default"
 
 
 def table_columns(rows: list[EpochRow], choice: str) -> tuple[ReportColumn, ...]:
@@ -140,7 +152,7 @@ def table_columns(rows: list[EpochRow], choice: str) -> tuple[ReportColumn, ...]
         chosen = select(choice)
     except ValueError as error:
         raise CliError(str(error), 2) from None
-    if choice != "default":
+    if choice != DEFAULT_COLUMNS:
         return chosen
     unfinished = any(r.state != COMPLETE for r in rows)
 
@@ -152,7 +164,7 @@ def table_columns(rows: list[EpochRow], choice: str) -> tuple[ReportColumn, ...]
     return tuple(c for c in chosen if shown(c))
 
 
-def report_table(run_id: str, rows: list[EpochRow], choice: str = "default"):
+def report_table(run_id: str, rows: list[EpochRow], choice: str = DEFAULT_COLUMNS):
     """The report as a rich ``Text``: ``*`` rows bold, a rule between epochs, the ``*`` row
     left out when the run has one host (it would repeat the host's row).
 
@@ -226,6 +238,11 @@ def print_findings(findings: list, console) -> None:
             console.print(f"  chart: {finding.chart}", style="dim")
 
 
+def write_findings(findings: list, err) -> None:
+    """The findings beside a CSV report (on stderr, so that the CSV stays clean)."""
+    print_findings(findings, _console(err))
+
+
 def _find_run(store: ReadStore, run_id: str) -> RunInfo:
     run = store.run(run_id)
     if run is None:
@@ -233,8 +250,10 @@ def _find_run(store: ReadStore, run_id: str) -> RunInfo:
     return run
 
 
-def print_report(store: ReadStore, args: argparse.Namespace, out) -> int:
-    _find_run(store, args.run_id)
+def print_report(store: ReadStore, args: argparse.Namespace, out, err=None) -> int:
+    """``collector report``; ``err`` takes what goes beside a CSV (its findings), stderr
+    unless given (the read API gives its own buffer: a server prints nothing)."""
+    run = _find_run(store, args.run_id)
     report = build_report(store, args.run_id)
     findings = None
     if args.findings:
@@ -243,30 +262,28 @@ def print_report(store: ReadStore, args: argparse.Namespace, out) -> int:
         )
 
         findings = run_findings(store, args.run_id, report)
-    rows = [row.to_dict() for row in report.rows]
+    choice = getattr(args, "columns", None)
     if args.format == "json":
+        rows = [row.to_dict() for row in report.rows]
+        document: dict[str, Any] = {
+            "run_id": args.run_id,
+            "rows": rows,
+            "throughput": asdict(stored_run_throughput(store, run)),
+        }
         if findings is not None:
-            throughput = stored_run_throughput(store, _find_run(store, args.run_id))
-            write_json(
-                {
-                    "rows": rows,
-                    "findings": [f.to_dict() for f in findings],
-                    "throughput": asdict(throughput),
-                },
-                out,
-            )
-        else:
-            write_json(rows, out)
+            document["findings"] = [f.to_dict() for f in findings]
+        write_json(document, out)
     elif args.format == "csv":
-        write_csv(rows, COLUMNS, out)
+        names = COLUMNS if choice is None else [c.name for c in table_columns(report.rows, choice)]
+        write_csv([row.to_dict() for row in report.rows], names, out)
         if findings is not None:
-            print_findings(findings, _console(sys.stderr))
+            write_findings(findings, sys.stderr if err is None else err)
     else:
         console = _console(out)
         if not report.rows:
             console.print(f"run {args.run_id} has no epoch events yet")
         else:
-            table = report_table(args.run_id, report.rows, getattr(args, "columns", "default"))
+            table = report_table(args.run_id, report.rows, choice or DEFAULT_COLUMNS)
             console.print(table, no_wrap=True, overflow="ignore", crop=False)
         if findings is not None:
             console.print()
@@ -459,16 +476,18 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
     return 0
 
 
-def render(args: argparse.Namespace, store: ReadStore | None = None) -> str:
-    """Run a subcommand against a given store and return what it printed (for tests and
-    the dashboard's export)."""
+def render(args: argparse.Namespace, store: ReadStore | None = None, err=None) -> str:
+    """Run a subcommand against a given store and return what it printed (for tests, the
+    dashboard's export and the read API); what the command would print on stderr beside
+    it (a CSV report's findings) goes to ``err``, stderr unless given."""
     buffer = io.StringIO()
     if args.command == "scaling" and args.throughput:
         print_throughput_scaling(args, buffer)
+    elif args.command == "report":
+        print_report(store if store is not None else open_store(args), args, buffer, err)
     else:
         store = store if store is not None else open_store(args)
         printers = {
-            "report": print_report,
             "runs": print_runs,
             "scaling": print_stored_scaling,
             "inference": print_inference,

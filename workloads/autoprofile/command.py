@@ -12,6 +12,7 @@ printed at the end. The exit status is the command's (128 + N when a signal N en
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shlex
 import sys
@@ -53,8 +54,30 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     profile.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
 
 
+# what `workloads profile` imports beyond the base install, the `profile` extra's modules
+# (pyproject.toml): the collector it starts beside the command parses line protocol
+EXTRA = "profile"
+EXTRA_MODULES = ("numpy", "PIL", "rich", "tqdm")
+COLLECTOR_MODULES = ("line_protocol_parser",)  # only for the collector started here
+
+
 class UsageError(ValueError):
     pass
+
+
+def missing_modules(own_collector: bool) -> list[str]:
+    """The modules of the ``profile`` extra this run needs and cannot import (looked up,
+    not imported: numpy and rich take a while)."""
+    names = EXTRA_MODULES + (COLLECTOR_MODULES if own_collector else ())
+    return [name for name in names if importlib.util.find_spec(name) is None]
+
+
+def missing_extra_message(missing: list[str]) -> str:
+    return (
+        f"workloads profile needs the `{EXTRA}` extra, which this environment lacks (no "
+        f"{', '.join(missing)}): pip install 'epochscope[{EXTRA}]' (or `pip install "
+        f"'/path/to/epochscope[{EXTRA}]'` from a checkout)"
+    )
 
 
 def command_of(args: argparse.Namespace) -> list[str]:
@@ -109,6 +132,10 @@ def started_ranks(profile: EmbeddedProfile, run_id: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    missing = missing_modules(own_collector=not args.collector)
+    if missing:  # before anything starts, and before this imports them itself
+        print(f"workloads: {missing_extra_message(missing)}", file=sys.stderr)
+        return 2
     from workloads.launch.launcher import Plan, close_unended_ranks, new_run_id, run_tool
     from workloads.launch.processes import Interrupted, become_subreaper, raise_on_signals
     from workloads.record.spec import RunSpec
@@ -192,10 +219,15 @@ def run(args: argparse.Namespace) -> int:
         token = token_file.read_text().strip() if token_file else None
         plan = Plan(RunSpec(run_id, "pytorch"), [], 0, token, runs_dir)
         print_collector_report(plan, args)
-    if ranks == 0:
+    # a command that failed before any training says nothing of whether it would have trained
+    failed_early = interrupted is None and status != 0 and ranks == 0
+    if ranks == 0 and not failed_early:
         print(f"workloads: no training was seen in `{shown}`: {NO_LOOP_HINT}", file=sys.stderr)
     if interrupted is not None:
         print(f"profile {run_id} stopped by {interrupted}: marked failed", flush=True)
+    elif failed_early:
+        print(f"workloads: `{shown}` failed: it exited with status {status} before any "
+              "training was seen", file=sys.stderr)  # fmt: skip
     elif status != 0:
         print(f"workloads: `{shown}` exited with status {status}", file=sys.stderr)
     return status

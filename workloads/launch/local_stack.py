@@ -10,8 +10,11 @@ report RUN_ID``) and the findings, and the command that opens the dashboard on t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +26,10 @@ from pathlib import Path
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 30.0
 AGENT_INTERVAL_SECONDS = 1.0
+# what `dashboard serve` imports beyond what a run needs: the `server` extra (pyproject.toml);
+# looked up, not imported (dash takes seconds)
+DASHBOARD_EXTRA = "server"
+DASHBOARD_MODULES = ("dash", "flask", "plotly")
 
 
 class ProfileError(RuntimeError):
@@ -180,4 +187,22 @@ class EmbeddedProfile:
         return 0
 
     def dashboard_command(self) -> str:
-        return f"dashboard serve --db {self.db}"
+        """The command that opens the dashboard on this run, as it works here; when this
+        environment cannot run the dashboard (``workloads profile`` needs only the
+        ``profile`` extra), also what to install first."""
+        own = Path(sys.executable).parent / "dashboard"  # this environment's script
+        found = shutil.which("dashboard")
+        if found and Path(found).parent == own.parent:
+            program = ["dashboard"]
+        elif own.is_file():  # not first on PATH (`.venv/bin/workloads` run as such)
+            program = [str(own)]
+        else:
+            program = [sys.executable, "-m", "dashboard"]
+        command = shlex.join([*program, "serve", "--db", str(self.db)])
+        missing = [name for name in DASHBOARD_MODULES if importlib.util.find_spec(name) is None]
+        if missing:
+            return (
+                f"pip install 'epochscope[{DASHBOARD_EXTRA}]' (this environment has no "
+                f"{', '.join(missing)}), then {command}"
+            )
+        return command

@@ -89,6 +89,15 @@ class ShipperSink:
     def submit(self, points: list[Point]) -> None:
         self._shipper.submit(points)
 
+    def delivered(self) -> tuple[int, int]:
+        """Events (line-protocol lines) and bytes the collector took since this started."""
+        return self._shipper.delivered_points, self._shipper.delivered_bytes
+
+    def waiting(self) -> tuple[int, int]:
+        """Events and bytes still in the spool (after ``close``: what it kept)."""
+        spool = self._shipper.queue.spool
+        return spool.points + self._shipper.queue.memory_points, spool.bytes
+
     def close(self, timeout: float) -> bool:
         """Deliver what is spooled; True when all of it is. A delivered spool's directory
         is removed (with its run's, once empty): nothing is left behind in ~/.cache."""
