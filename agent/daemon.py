@@ -164,8 +164,43 @@ EDGE_SKIPPED_SAMPLERS = frozenset({"gpu"})
 EDGE_LOCK_WAIT_SECONDS = 0.5  # well under the rank's 1 s timeout (AgentEdges)
 
 
+# Edge samples a node takes at most: a burst for every rank of a node at one epoch edge,
+# then a steady rate no training reaches (an epoch edge every 0.1 s) and a flood does.
+EDGE_BURST = 64
+EDGE_RATE_PER_SECOND = 10.0
+
+
 class EdgeBusy(RuntimeError):
-    """No edge sample: a tick held the samplers longer than ``EDGE_LOCK_WAIT_SECONDS``."""
+    """No edge sample: a tick held the samplers longer than ``EDGE_LOCK_WAIT_SECONDS``, or
+    the node's edge samples are over their budget (``EdgeBudget``)."""
+
+
+class EdgeBudget:
+    """A token bucket of edge samples: ``EDGE_BURST`` at once, ``EDGE_RATE_PER_SECOND``
+    after that. A local process asking for edges in a loop gets 503s (its edges are
+    interpolated) instead of filling the store with samples of one series."""
+
+    def __init__(
+        self,
+        burst: int = EDGE_BURST,
+        rate: float = EDGE_RATE_PER_SECOND,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.burst = burst
+        self.rate = rate
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def take(self) -> bool:
+        """One edge sample's token; False when none is left (the caller holds the lock)."""
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
 
 
 class Daemon:
@@ -190,6 +225,11 @@ class Daemon:
         self.edge_samples = 0
         self._sampling = threading.Lock()
         self._edge_points: list[Point] = []  # sampled at edges, not yet shipped (lock held)
+        self.edge_budget = EdgeBudget()
+        self.edges_coalesced = 0
+        self.edges_over_budget = 0
+        self._last_edge_ns: int | None = None
+        self._last_edge_done = float("-inf")  # time.monotonic() when it was taken
 
     def tick(self) -> list[Point]:
         with self._sampling:
@@ -213,13 +253,27 @@ class Daemon:
         Waits for a tick in progress at most ``EDGE_LOCK_WAIT_SECONDS`` (a tick that
         samples NVML can take longer), then raises ``EdgeBusy``: a rank is never held up
         by a slow sampler, and that one edge is interpolated."""
+        arrived = time.monotonic()
         if not self._sampling.acquire(timeout=EDGE_LOCK_WAIT_SECONDS):
             raise EdgeBusy("a tick is sampling")
         try:
+            if self._last_edge_ns is not None and self._last_edge_done >= arrived:
+                # an edge sample was taken while this request waited for it: one sample
+                # answers every rank that asked at once
+                self.edges_coalesced += 1
+                return self._last_edge_ns
+            if not self.edge_budget.take():
+                self.edges_over_budget += 1
+                raise EdgeBusy(
+                    f"over the node's edge-sample budget ({self.edge_budget.burst} at once, "
+                    f"{self.edge_budget.rate:g} a second)"
+                )
             self.edge_samples += 1
             self.stats.edge_samples = self.edge_samples  # the sample's own agent point counts it
             now_ns = self.clock_ns()
             self._edge_points.extend(self.sample_round(now_ns, skip=EDGE_SKIPPED_SAMPLERS))
+            self._last_edge_ns = now_ns
+            self._last_edge_done = time.monotonic()
         finally:
             self._sampling.release()
         return now_ns

@@ -32,6 +32,7 @@ from contract import schema
 from contract.point import Point
 from netserve.http_guard import ConnectionGuard, GuardedThreadingMixIn
 from netserve.limits import ConnectionLimits
+from netserve.refusals import RefusalLog
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +270,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             content_type, body = route()
         except Exception as error:  # the edge sample's EdgeBusy: the client falls back
-            log.warning("POST %s: %s: %s", self.path, type(error).__name__, error)
+            self.server.refusals.refused(503, self.client_address[0], self.path, str(error))
             self._reply(503, f"{error}\n".encode(), "text/plain; charset=utf-8")
             return
         self._reply(200, body, content_type)
@@ -305,6 +306,7 @@ class MetricsHTTPServer(GuardedThreadingMixIn, ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type, limits: ConnectionLimits) -> None:
         super().__init__(address, handler)
         self.guard = ConnectionGuard(limits, log, "metrics-http")
+        self.refusals = RefusalLog(log)  # one line per kind of refusal per minute
 
 
 class MetricsServer:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -118,3 +119,79 @@ def test_a_busy_agent_costs_the_rank_one_edge_only():
         assert edges.answering is True
     finally:
         server.close()
+
+
+class CountingLock:
+    """The daemon's sampling lock, counting who has asked for it (so the test knows the
+    other ranks are waiting before it lets the first sample finish)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.asked = 0
+
+    def acquire(self, timeout: float = -1) -> bool:
+        self.asked += 1
+        return self.lock.acquire(timeout=timeout)
+
+    def release(self) -> None:
+        self.lock.release()
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def test_ranks_asking_at_once_share_one_edge_sample():
+    """Every rank of a node asks at the same epoch edge: the requests that waited while a
+    sample was taken get that sample's time; only one sample is taken."""
+    gate = threading.Event()
+    disk = StandIn("disk", gate)  # the first edge sample is held until all have asked
+    daemon, _ = daemon_with(disk)
+    daemon._sampling = lock = CountingLock()
+    answers: list[int] = []
+
+    def ask() -> None:
+        answers.append(daemon.edge_sample())
+
+    threads = [threading.Thread(target=ask) for _ in range(3)]
+    threads[0].start()
+    assert disk.inside.wait(30)
+    for thread in threads[1:]:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while lock.asked < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gate.set()
+    for thread in threads:
+        thread.join(30)
+    assert len(answers) == 3 and len(set(answers)) == 1
+    assert daemon.edge_samples == 1 and daemon.edges_coalesced == 2
+    assert len(disk.times) == 1
+
+
+def test_an_edge_flood_is_bounded_and_logged_once_a_minute(caplog):
+    """A local process posting /edge in a loop (the hardening report: 219 a second for 20 s
+    stored 4,467 samples): the node's budget answers 503 past it, one log line a minute."""
+    disk = StandIn("disk")
+    daemon, shipped = daemon_with(disk)
+    server = MetricsServer("127.0.0.1", 0)
+    server.serve_edge_samples(daemon.edge_sample)
+    statuses: list[int] = []
+    try:
+        with caplog.at_level("WARNING"):
+            for _ in range(300):
+                statuses.append(http_post(server.port, "/edge", b"")[0])
+    finally:
+        server.close()
+    taken = statuses.count(200)
+    budget = daemon.edge_budget
+    # the burst, plus what the rate refilled while the loop ran (well under a second a
+    # hundred requests on loopback; allow a slow machine 10 s)
+    assert budget.burst <= taken <= budget.burst + 10 * budget.rate
+    assert statuses.count(503) == 300 - taken == daemon.edges_over_budget
+    assert daemon.edge_samples == taken == len(disk.times)
+    refusals = [r for r in caplog.records if "over the node's edge-sample budget" in r.message]
+    assert len(refusals) == 1
+    daemon.ship_edge_samples()
+    assert len(shipped.points) == taken
