@@ -48,10 +48,12 @@ from typing import Any
 
 from agent.exposition import LIMITS as METRICS_LIMITS
 from agent.samplers import SAMPLER_NAMES
+from contract.identifiers import tag_problem
+from contract.schema import Tag
 from netserve import listen
 from netserve.limits import ConnectionLimits
 from netserve.listen import ListenError
-from netserve.tokens import TokenFileError, read_token_file, warn_if_readable_by_others
+from netserve.tokens import TokenFileError, header_safe, read_token_file, warn_if_readable_by_others
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +302,12 @@ def url_problem(url: str) -> str | None:
         return f"has a port that is not 0..65535 (got {url!r})"
     if parts.query or parts.fragment:
         return f"must not have a query or fragment (got {url!r})"
+    if parts.username is not None or parts.password is not None:
+        shown = url.replace(parts.netloc, parts.netloc.rpartition("@")[2])
+        return (
+            f"must not carry a user or password (got {shown!r} with them): the collector "
+            "takes a token, give it with token_file"
+        )
     return None
 
 
@@ -319,7 +327,23 @@ def check_host(host: str) -> str:
         raise ConfigError("host", f"must not contain control characters (got {host!r})")
     if host.endswith("\\"):
         raise ConfigError("host", f"must not end in a backslash (got {host!r})")
+    problem = tag_problem([(Tag.HOST, host)])  # what the collector would refuse
+    if problem:
+        raise ConfigError("host", problem)
     return host
+
+
+# kernel file systems: a spool there is no spool (writes fail or vanish)
+_NOT_A_DISK = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def _check_spool_dir(path: Path) -> None:
+    """A spool directory on a disk: not under /proc, /sys or /dev, and not a file."""
+    resolved = path.resolve()
+    if any(resolved == root or root in resolved.parents for root in _NOT_A_DISK):
+        raise ConfigError("push.spool_dir", f"must be a directory on a disk (got {str(path)!r})")
+    if resolved.exists() and not resolved.is_dir():
+        raise ConfigError("push.spool_dir", f"{str(path)!r} exists and is not a directory")
 
 
 def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
@@ -335,6 +359,10 @@ def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
         raise ConfigError("push.token", "give token or token_file, not both")
     token: Secret | None = None
     if table.get("token"):
+        if not header_safe(table["token"].strip()):
+            raise ConfigError(
+                "push.token", "holds a line break or a character no HTTP header can carry"
+            )
         token = Secret(table["token"])
     elif "token_file" in table:
         token = _read_token_file(Path(table["token_file"]))
@@ -347,12 +375,14 @@ def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
     for key in ("bucket", "org", "spool_dir"):
         if key in table and not table[key]:
             raise ConfigError(f"push.{key}", "must not be empty")
+    spool_dir = Path(table.get("spool_dir", DEFAULT_SPOOL_DIR))
+    _check_spool_dir(spool_dir)
     return PushConfig(
         url=url.rstrip("/"),
         token=token,
         bucket=table.get("bucket", DEFAULT_BUCKET),
         org=table.get("org", DEFAULT_ORG),
-        spool_dir=Path(table.get("spool_dir", DEFAULT_SPOOL_DIR)),
+        spool_dir=spool_dir,
         spool_max_bytes=spool_max_bytes,
         batch_seconds=batch_seconds,
     )

@@ -313,3 +313,34 @@ def test_cgroup_root_defaults_under_sys_root_and_can_be_set(tmp_path):
     assert loaded.cgroup_root == Path("/host/cgroup") and loaded.samplers == ("jobs",)
     from_env = config.load(None, environ={"EPOCHSCOPE_CGROUP_ROOT": "/c"})
     assert from_env.cgroup_root == Path("/c")
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "reason"),
+    [
+        (f'host = "{"n" * 100_000}"\n', "host", "100,000 characters long"),
+        ('host = "*"\n', "host", "reserved"),
+        ('host = "all hosts"\n', "host", "reserved"),
+        ('host = "n1\\u202e"\n', "host", "U+202E"),
+        ('[push]\nurl = "http://h:1"\nspool_dir = "/proc/self"\n', "push.spool_dir", "on a disk"),
+        ('[push]\nurl = "http://h:1"\nspool_dir = "/dev/shm/x"\n', "push.spool_dir", "on a disk"),
+        ('[push]\nurl = "http://user:pw@h:1"\n', "push.url", "user or password"),
+        ('[push]\nurl = "http://h:1"\ntoken = "a\\r\\nX-Evil: 1"\n', "push.token", "line break"),
+    ],
+)
+def test_a_configuration_that_cannot_work_is_refused_before_the_agent_starts(
+    tmp_path, text, key, reason
+):
+    """The hardening report's configs that were accepted and could not work."""
+    with pytest.raises(ConfigError) as refused:
+        config.load(write(tmp_path, text), environ={})
+    assert refused.value.key == key and reason in str(refused.value)
+    assert "pw" not in str(refused.value) and "X-Evil" not in str(refused.value)
+
+
+def test_a_spool_dir_that_is_a_file_is_refused(tmp_path):
+    taken = tmp_path / "spool"
+    taken.write_text("not a directory")
+    text = f'[push]\nurl = "http://h:1"\nspool_dir = "{taken}"\n'
+    with pytest.raises(ConfigError, match="exists and is not a directory"):
+        config.load(write(tmp_path, text), environ={})

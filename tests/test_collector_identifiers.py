@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from collector.ingest.identifiers import MAX_RUN_ID_CHARS, tag_problem
 from collector.ingest.lineprotocol import parse_body
 from collector.store import SqliteStore
+from contract.identifiers import MAX_RUN_ID_CHARS, tag_problem
 from tests.test_collector_ingest_server import REPO_ROOT, S, start_server, stored
 
 

@@ -80,7 +80,7 @@ def server(tmp_path_factory):
 
 # Names: any printable text but newline, backslash (its escaping is ambiguous in the
 # spec), double quote, control characters and the bidirectional formatting characters the
-# collector refuses in tag values (collector.ingest.identifiers); spaces, commas and equals
+# collector refuses in tag values (contract.identifiers); spaces, commas and equals
 # signs are escaped.
 _NAME_CHARS = st.characters(
     codec="utf-8",

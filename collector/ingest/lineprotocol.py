@@ -39,7 +39,7 @@ from itertools import chain
 import numpy as np
 from line_protocol_parser import LineFormatError, parse_line
 
-from collector.ingest.identifiers import tag_problem
+from contract.identifiers import tag_problem
 from contract.point import FieldValue, Point
 from contract.schema import Workload
 
