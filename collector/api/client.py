@@ -7,6 +7,8 @@ writes)::
     GET /api/v1/report?run_id=RUN&format=json&findings=true
     GET /api/v1/scaling?format=json
     GET /api/v1/inference?run_id=RUN&format=json   (run_id optional: the newest)
+    GET /api/v1/jobs?format=json
+    GET /api/v1/job?job_id=JOBID&format=json&summary=true
 
 A query parameter is the long option of the command line without its dashes (``true``
 for a flag); ``format`` defaults to ``json``. The answer is what ``collector VIEW ...``
@@ -14,7 +16,7 @@ prints locally, made by the same function (``collector.views.reports.render``) f
 collector's own store, so the JSON is identical by construction and tables match too. 404
 for a run that is not there, 400 for an option the command does not take.
 
-Client side: ``collector report|runs|scaling --collector URL [--token-file F]`` (and
+Client side: ``collector report|runs|scaling|jobs|job --collector URL [--token-file F]`` (and
 ``workloads run --collector URL`` after training) call ``fetch_view`` and print the answer.
 """
 

@@ -35,11 +35,17 @@ def command_argv(view: str, query: dict[str, list[str]]) -> list[str]:
         if not run_id:
             raise ValueError("report needs ?run_id=RUN")
         argv.append(run_id)
+    if view == "job":
+        job_id = options.pop("job_id", "")
+        if not job_id or not job_id.replace("_", "").replace(".", "").isalnum():
+            raise ValueError("job needs ?job_id=JOBID (letters, digits, '_' and '.')")
+        argv.append(job_id)
     if view == "inference" and options.get("run_id"):  # optional: the newest run without
         argv.append(options.pop("run_id"))
     options.setdefault("format", "json")
     for name, value in sorted(options.items()):
-        if name in LOCAL_ONLY or name == "run_id" or not name.replace("_", "").isalnum():
+        positional = name in ("run_id", "job_id")
+        if name in LOCAL_ONLY or positional or not name.replace("_", "").isalnum():
             raise ValueError(f"{name!r} is not an option of `collector {view}` here")
         flag = "--" + name.replace("_", "-")
         argv += [flag] if value == "true" else [flag, value]
