@@ -1,4 +1,4 @@
-"""``collector`` command line: serve, report, runs, scaling, inference.
+"""``collector`` command line: serve, report, runs, scaling, inference, jobs, job.
 
 Each subcommand lives in its own module with a ``run(args) -> int`` function; this file only
 parses arguments and dispatches, so ``collector runs`` never imports the HTTP server.
@@ -24,6 +24,8 @@ HANDLERS = {
     "runs": "collector.commands",
     "scaling": "collector.commands",
     "inference": "collector.commands",
+    "jobs": "collector.commands",
+    "job": "collector.commands",
 }
 
 
@@ -179,6 +181,24 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argpar
     _add_store_arguments(inference, BACKEND_HELP["read"])
     inference.add_argument("--format", choices=("table", "json"), default="table")
     _add_remote_arguments(inference)
+
+    jobs = sub.add_parser("jobs", help="Slurm jobs the agents saw, newest first")
+    _add_store_arguments(jobs, BACKEND_HELP["read"])
+    jobs.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    _add_remote_arguments(jobs)
+
+    job = sub.add_parser(
+        "job", help="one Slurm job per node, its findings, its runs with their per-epoch tables"
+    )
+    job.add_argument("job_id")
+    _add_store_arguments(job, BACKEND_HELP["read"])
+    job.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    job.add_argument(
+        "--summary",
+        action="store_true",
+        help="print the job in a few KB of JSON (what a Slurm epilog keeps in AdminComment)",
+    )
+    _add_remote_arguments(job)
     return parser
 
 

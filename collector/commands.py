@@ -1,4 +1,4 @@
-"""``collector report|runs|scaling|inference``: read the store here (``--db``,
+"""``collector report|runs|scaling|inference|jobs|job``: read the store here (``--db``,
 ``--backend``) or ask a collector elsewhere (``--collector URL``), print the view."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import sys
 from collector.api.client import RemoteError, run_remote
 from collector.views.errors import CliError
 from collector.views.inference import print_inference
+from collector.views.jobs import print_job, print_jobs
 from collector.views.reports import (
     open_store,
     print_report,
@@ -34,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
             return print_stored_scaling(store, args, out)
         if args.command == "inference":
             return print_inference(store, args, out)
+        if args.command == "jobs":
+            return print_jobs(store, args, out)
+        if args.command == "job":
+            return print_job(store, args, out)
         raise CliError(f"unknown command {args.command}", 2)
     except CliError as error:
         print(f"collector {args.command}: {error}", file=sys.stderr)

@@ -202,6 +202,14 @@ class Callbacks:
             run_id = wanted or (runs[0]["run_id"] if runs else None)
             report = self.source.inference(run_id) if run_id else None
             return pages.inference_page(runs, run_id, report), nav
+        if pathname.rstrip("/") == "/jobs":
+            return pages.jobs_page(self.source.jobs()), nav
+        if pathname.startswith("/jobs/"):
+            job_id = unquote(pathname.removeprefix("/jobs/"))
+            view = self.source.job(job_id)
+            if view is None:
+                return pages.not_found(f"No job {job_id!r} seen by the agents."), nav
+            return pages.job_page(view), nav
         return pages.not_found(f"No page at {pathname}."), nav
 
     def run_page(self, run_id: str) -> html.Div:

@@ -138,6 +138,49 @@ SCALING_COLUMNS: tuple[Column, ...] = (
     ),
 )
 
+# a Slurm job's numbers (collector.analysis.jobs defines each; collector.views.jobs names them)
+_JOB_NUMBERS: tuple[Column, ...] = (
+    Column(
+        "elapsed_seconds",
+        "Elapsed",
+        "First to last sample of the job, plus one sampling interval",
+        "duration",
+    ),
+    Column("allocated_cpus", "CPUs", "CPUs in the job's cpuset", "int"),
+    Column("cpu_seconds", "CPU s", "CPU time of the job's processes (its cgroup)", "seconds"),
+    Column(
+        "cpu_efficiency",
+        "CPU eff.",
+        "CPU seconds used / (allocated CPUs × elapsed)",
+        "fraction",
+    ),
+    Column("memory_peak_bytes", "Mem peak", "Highest memory charge (page cache included)", "bytes"),
+    Column("allocated_memory_bytes", "Mem limit", "The job's memory limit per node", "bytes"),
+    Column("memory_use_fraction", "Mem use", "Memory peak / memory limit", "fraction"),
+    Column(
+        "process_read_bytes", "Read", "read_bytes of the job's processes (/proc/<pid>/io)", "bytes"
+    ),
+    Column("process_write_bytes", "Written", "write_bytes of the job's processes", "bytes"),
+    Column("allocated_gpus", "GPUs", "GPUs Slurm gave the job", "int"),
+    Column("gpu_util_percent", "GPU %", "Mean utilisation of the job's GPUs", "percent"),
+)
+JOB_COLUMNS: tuple[Column, ...] = (
+    Column("job_id", "Job", "Slurm job id (opens the job)", "text"),
+    Column("user", "User", "The job's owner", "text"),
+    Column("account", "Account", "SLURM_JOB_ACCOUNT, where Slurm set one", "text"),
+    Column("partition", "Partition", "SLURM_JOB_PARTITION", "text"),
+    Column("nodes", "Nodes", "Nodes whose agent saw the job", "text"),
+    Column("start", "Start (UTC)", "The job's first sample", "text"),
+    *_JOB_NUMBERS,
+    Column("runs", "Runs", "Training runs whose ranks ran in the job", "text"),
+)
+JOB_NODE_COLUMNS: tuple[Column, ...] = (
+    Column("host", "Node", "A node the job ran on", "text"),
+    Column("start", "Start (UTC)", "The job's first sample on the node", "text"),
+    Column("end", "End (UTC)", "The job's last sample on the node", "text"),
+    *_JOB_NUMBERS,
+)
+
 
 def format_value(value: Any, kind: str) -> str:
     """A cell's text: missing data as "–", numbers rounded for reading."""

@@ -78,6 +78,14 @@ INFERENCE_TABLE = "inference-table"
 INFERENCE_ACCURACY = "inference-accuracy"
 INFERENCE_TOP1_DIFFERENCE = "inference-top1-difference"
 
+# -- jobs page and a job's page ------------------------------------------------------------
+JOBS_LIST = "jobs-list"  # the table of every job
+JOB_HEADER = "job-header"
+JOB_NODES = "job-nodes"  # anchor: the per-node table (job findings point here)
+JOB_NEIGHBOURS = "job-neighbours"
+JOB_FINDINGS = "job-findings"
+JOB_RUNS = "job-runs"  # anchor: the job's runs, each linking to its run page
+
 
 def finding(rule: str) -> str:
     """The id of the card of a finding by ``rule`` (a findings rule's name)."""

@@ -1,6 +1,7 @@
 """Page layouts: Dash components built from query-layer data (no data access here).
 
-URLs: ``/`` runs, ``/runs/<run_id>`` one run, ``/scaling``, ``/findings?run=<run_id>``.
+URLs: ``/`` runs, ``/runs/<run_id>`` one run, ``/scaling``, ``/findings?run=<run_id>``,
+``/jobs`` the Slurm jobs, ``/jobs/<job_id>`` one job.
 Findings link to the run page's charts by anchor (``/runs/<id>#<chart id>``).
 """
 
@@ -19,6 +20,8 @@ from contract.schema import INFERENCE_FRAMEWORK
 from dashboard import figures, ids
 from dashboard.columns import (
     EPOCH_COLUMNS,
+    JOB_COLUMNS,
+    JOB_NODE_COLUMNS,
     RUN_COLUMNS,
     SCALING_COLUMNS,
     Column,
@@ -58,6 +61,10 @@ def run_href(run_id: str, anchor: str | None = None) -> str:
     return f"{href}#{anchor}" if anchor else href
 
 
+def job_href(job_id: str) -> str:
+    return "/jobs/" + quote(job_id, safe="")
+
+
 def findings_href(run_id: str) -> str:
     return "/findings?run=" + quote(run_id, safe="")
 
@@ -72,6 +79,7 @@ def navigation(pathname: str) -> html.Nav:
         ("Scaling", "/scaling"),
         ("Findings", "/findings"),
         ("Inference", "/inference"),
+        ("Jobs", "/jobs"),
     ]
 
     def active(href: str) -> bool:
@@ -854,5 +862,137 @@ def inference_page(
                 "No inference runs yet: make one with `workloads infer`.", className="empty"
             ),
             html.Div(inference_body(report) if run_id else None, id=ids.INFERENCE_BODY),
+        ]
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Slurm jobs
+# --------------------------------------------------------------------------------------
+
+
+def _run_links(run_ids: list[str]) -> list[Any]:
+    links: list[Any] = []
+    for run_id in run_ids:
+        if links:
+            links.append(", ")
+        links.append(dcc.Link(run_id, href=run_href(run_id)))
+    return links or [MISSING_TEXT]
+
+
+MISSING_TEXT = "–"
+
+
+def jobs_table(jobs: list[dict[str, Any]]) -> html.Table | html.P:
+    if not jobs:
+        return html.P(
+            "No Slurm job seen yet: the agents' jobs sampler reports the jobs on their nodes.",
+            className="empty",
+        )
+    body = []
+    for job in jobs:
+        cells = []
+        for column in JOB_COLUMNS:
+            if column.key == "job_id":
+                link = dcc.Link(job["job_id"], href=job_href(job["job_id"]))
+                cells.append(html.Td(link, className="col-job_id"))
+            elif column.key == "nodes":
+                cells.append(html.Td(", ".join(job["nodes"]), className="col-nodes"))
+            elif column.key == "runs":
+                cells.append(html.Td(_run_links(job["runs"]), className="col-runs"))
+            else:
+                cells.append(_cell(job, column))
+        body.append(html.Tr(cells, className="job-row"))
+    return html.Table([_header(JOB_COLUMNS), html.Tbody(body)], className="table", id=ids.JOBS_LIST)
+
+
+def jobs_page(jobs: list[dict[str, Any]]) -> html.Div:
+    return html.Div(
+        [
+            html.H1("Jobs"),
+            html.P(
+                "Every Slurm job the agents saw on their nodes, newest first: what it was "
+                "given and what it used. Open a job for its nodes, findings and runs.",
+                className="lead",
+            ),
+            html.Div(jobs_table(jobs), className="table-scroll"),
+        ]
+    )
+
+
+def job_page(view: dict[str, Any]) -> html.Div:
+    """One job: its facts, its nodes, the jobs beside it, its findings and its runs."""
+    job = view["job"]
+    facts = [
+        ("user", job.get("user") or MISSING_TEXT),
+        ("account", job.get("account") or MISSING_TEXT),
+        ("partition", job.get("partition") or MISSING_TEXT),
+        ("nodes", ", ".join(job["nodes"])),
+        ("start", job["start"]),
+        ("end", job["end"]),
+    ]
+    nodes = [*view["nodes"]]
+    rows = [
+        html.Tr([_cell(node, column) for column in JOB_NODE_COLUMNS], className="node-row")
+        for node in nodes
+    ]
+    if len(nodes) > 1:
+        total = {**job, "host": "all nodes", "end": job["end"]}
+        rows.append(
+            html.Tr([_cell(total, column) for column in JOB_NODE_COLUMNS], className="total-row")
+        )
+    neighbours = [
+        html.Li(
+            [
+                "job ",
+                dcc.Link(near["job_id"], href=job_href(near["job_id"])),
+                f" ({near['user'] or 'user unknown'}) on {near['host']} for "
+                f"{format_value(near['overlap_seconds'], 'duration')}: "
+                f"{format_value(near['cpu_seconds'], 'seconds')} CPU seconds meanwhile",
+            ]
+        )
+        for near in view["neighbours"]
+    ]
+    runs = [html.Li(dcc.Link(run["run_id"], href=run_href(run["run_id"]))) for run in view["runs"]]
+    findings = (
+        html.Div(
+            [finding_card(f, "", same_page=True, anchor=ids.JOB_NODES) for f in view["findings"]],
+            className="findings",
+        )
+        if view["findings"]
+        else html.P("No findings for this job.", className="empty")
+    )
+    return html.Div(
+        [
+            html.Div(
+                [
+                    html.H1(f"Job {job['job_id']}"),
+                    html.Dl(
+                        [item for key, value in facts for item in (html.Dt(key), html.Dd(value))],
+                        className="facts",
+                    ),
+                ],
+                id=ids.JOB_HEADER,
+            ),
+            html.H2("Findings"),
+            html.Div(findings, id=ids.JOB_FINDINGS),
+            html.H2("Per node", id=ids.JOB_NODES),
+            html.P(
+                "Elapsed is the first to the last sample plus one sampling interval; CPU "
+                "efficiency is CPU seconds used over allocated CPUs × elapsed.",
+                className="lead",
+            ),
+            html.Div(
+                html.Table([_header(JOB_NODE_COLUMNS), html.Tbody(rows)], className="table"),
+                className="table-scroll",
+            ),
+            html.H2("Beside it"),
+            html.Ul(neighbours, id=ids.JOB_NEIGHBOURS)
+            if neighbours
+            else html.P(
+                "No other job on its nodes while it ran.", className="empty", id=ids.JOB_NEIGHBOURS
+            ),
+            html.H2("Runs", id=ids.JOB_RUNS),
+            html.Ul(runs) if runs else html.P("No training run named this job.", className="empty"),
         ]
     )

@@ -327,6 +327,20 @@ class DataSource:
     def scaling(self) -> list[dict[str, Any]]:
         return query.scaling_table(self.store)
 
+    # -- Slurm jobs -------------------------------------------------------------------------
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every job the agents saw, newest first (``collector.views.jobs.jobs_rows``)."""
+        from collector.views.jobs import jobs_rows
+
+        return jobs_rows(self.store)
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        """One job per node, its neighbours, findings and runs (``job_view``); None when no
+        agent saw it."""
+        from collector.views.jobs import job_view
+
+        return job_view(self.store, job_id)
+
     # -- inference runs (`workloads infer`) -------------------------------------------------
     def inference_runs(self) -> list[dict[str, Any]]:
         """Inference runs, newest first."""

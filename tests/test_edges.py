@@ -224,7 +224,7 @@ def test_the_table_notes_interpolated_edges_under_it():
     import dataclasses
 
     from collector.analysis.epochs import EpochAmounts, rows_from_amounts
-    from collector.views.reports import interpolated_edges_note, report_table
+    from collector.views.output import interpolated_edges_note, report_table
 
     def amounts(host: str, edges: tuple[str, ...]) -> EpochAmounts:
         return EpochAmounts(host, 1, 0, S, 1.0, 10.0, interpolated_edges=edges)

@@ -213,3 +213,115 @@ def test_a_rank_started_by_srun_names_its_job_and_step(cluster: SlurmCluster):
     reported = by_job(JobsSampler(Roots()).sample(time.time_ns()), Job.NAME)
     assert job in reported  # the run's job is a job series of this node
     cluster.run("scancel", job)
+
+
+def scontrol_job(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
+    """Slurm's own record of a job (``scontrol show job``), as its KEY=VALUE words."""
+    out = cluster.run("scontrol", "show", "job", job_id)
+    return dict(word.split("=", 1) for word in out.split() if "=" in word)
+
+
+def slurm_seconds(text: str) -> int:
+    """``RunTime``: [days-]HH:MM:SS."""
+    days, _, clock = text.rpartition("-")
+    hours, minutes, seconds = (int(part) for part in clock.split(":"))
+    return (int(days or 0) * 24 + hours) * 3600 + minutes * 60 + seconds
+
+
+def slurm_bytes(text: str) -> int:
+    """``MinMemoryNode``: 256M (MiB), 2G (GiB)."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
+
+
+def test_collector_job_agrees_with_slurms_record_of_two_jobs_at_once(
+    cluster: SlurmCluster, tmp_path, repo_env
+):
+    """The real agent (jobs sampler, 1 s) pushes to a real ``collector serve`` while two
+    jobs run at once; ``collector job JOBID`` through the read API then agrees with
+    ``scontrol show job``: elapsed within one sampling interval (plus Slurm's whole
+    seconds), allocated CPUs and memory equal, and each job saw the other beside it."""
+    from bench.reliability import harness
+
+    _, token_file = harness.write_token_file(tmp_path)
+    collector = harness.Collector(db=tmp_path / "c.sqlite", token_file=token_file,
+                                  log=tmp_path / "collector.log")  # fmt: skip
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'host = "{cluster.node}"\ninterval_seconds = {INTERVAL}\nsamplers = ["jobs"]\n'
+        f'[push]\nurl = "{{url}}"\ntoken_file = "{token_file}"\nbatch_seconds = 0\n'
+        f'spool_dir = "{tmp_path / "spool"}"\n[metrics]\nlisten = ""\n'
+    )
+    collector.start()
+    config.write_text(config.read_text().replace("{url}", collector.url))
+    config.chmod(0o600)
+    agent_log = (tmp_path / "agent.log").open("wb")
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "agent", "run", "--config", str(config)],
+        stdout=agent_log, stderr=subprocess.STDOUT, env=repo_env,
+    )  # fmt: skip
+    try:
+        # the agent samples before the jobs start (it takes seconds to start on a busy host)
+        deadline = time.monotonic() + 60
+        while "agent started" not in (tmp_path / "agent.log").read_text():
+            assert agent.poll() is None and time.monotonic() < deadline, "the agent did not start"
+            time.sleep(0.2)
+        assert "samplers=jobs" in (tmp_path / "agent.log").read_text()
+        time.sleep(2 * INTERVAL)
+        script = cluster.base / "jobs" / "burn.py"
+        script.write_text(BURN)
+        script.chmod(0o755)
+        jobs = [
+            cluster.sbatch(script, "--ntasks=1", "--mem=256M"),
+            cluster.sbatch(script, "--ntasks=1", "--mem=192M"),
+        ]
+        wait_running(cluster, jobs)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and (
+            set(cluster.job_states()) & set(jobs) or any(cluster._any_cgroup(j) for j in jobs)
+        ):
+            time.sleep(0.5)
+        assert not set(cluster.job_states()) & set(jobs), cluster.logs()
+        time.sleep(3 * INTERVAL)  # the agent's last ticks pushed (batch_seconds 0)
+
+        def collector_cli(*argv: str) -> str:
+            done = subprocess.run(
+                [sys.executable, "-m", "collector", *argv, "--collector", collector.url,
+                 "--token-file", str(token_file)],
+                capture_output=True, text=True, env=repo_env, timeout=120,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr + (tmp_path / "agent.log").read_text()
+            return done.stdout
+
+        listed = {row["job_id"] for row in json.loads(collector_cli("jobs", "--format", "json"))}
+        assert set(jobs) <= listed
+        for job, other in (jobs, jobs[::-1]):
+            view = json.loads(collector_cli("job", job, "--format", "json"))
+            slurm = scontrol_job(cluster, job)
+            mine = view["job"]
+            print(
+                f"job {job}: Slurm RunTime {slurm['RunTime']}, NumCPUs {slurm['NumCPUs']},",
+                f"MinMemoryNode {slurm['MinMemoryNode']}; collector elapsed",
+                f"{mine['elapsed_seconds']} s, CPUs {mine['allocated_cpus']}, memory",
+                f"{mine['allocated_memory_bytes']}, CPU s {mine['cpu_seconds']}",
+            )
+            assert slurm["JobState"] == "COMPLETED"
+            assert mine["nodes"] == [cluster.node] and mine["user"] == "nobody"
+            assert mine["partition"] == slurm["Partition"]
+            interval = view["nodes"][0]["interval_seconds"]
+            assert interval == pytest.approx(INTERVAL, rel=0.2)
+            # Slurm writes whole seconds: its RunTime is within 1 s of the true one
+            assert abs(mine["elapsed_seconds"] - slurm_seconds(slurm["RunTime"])) <= interval + 1
+            assert mine["allocated_cpus"] == int(slurm["NumCPUs"])
+            assert mine["allocated_memory_bytes"] == slurm_bytes(slurm["MinMemoryNode"])
+            # (the CPU time it got on a busy 2-core machine: no record of Slurm to match)
+            assert 0.5 < mine["cpu_seconds"] <= mine["allocated_cpu_seconds"] * 1.05
+            shared = [f for f in view["findings"] if f["rule"] == "job_shared_node"]
+            assert shared and shared[0]["evidence"]["other_jobs"] == [other]
+            summary = json.loads(collector_cli("job", job, "--summary"))
+            assert summary["job_id"] == job and summary["cpus"] == mine["allocated_cpus"]
+    finally:
+        agent.terminate()
+        agent.wait(30)
+        agent_log.close()
+        collector.stop()

@@ -37,6 +37,8 @@ Coverage
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 NS_PER_SECOND = 1_000_000_000
@@ -106,6 +108,14 @@ def reset_corrected(values: np.ndarray) -> np.ndarray:
     np.cumsum(steps, out=out[1:])
     out[1:] += vals[0]
     return out
+
+
+def counter_total(values: np.ndarray) -> float:
+    """A counter that started from zero (a job cgroup's CPU time, a job's I/O bytes): its
+    last reading once resets are corrected, NaN readings dropped; NaN with none."""
+    vals = np.asarray(values, dtype=np.float64)
+    vals = vals[~np.isnan(vals)]
+    return float(reset_corrected(vals)[-1]) if vals.size else math.nan
 
 
 def _clip(

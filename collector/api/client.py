@@ -7,6 +7,8 @@ writes)::
     GET /api/v1/report?run_id=RUN&format=json&findings=true
     GET /api/v1/scaling?format=json
     GET /api/v1/inference?run_id=RUN&format=json   (run_id optional: the newest)
+    GET /api/v1/jobs?format=json
+    GET /api/v1/job?job_id=JOBID&format=json&summary=true
 
 A query parameter is the long option of the command line without its dashes (``true``
 for a flag); ``format`` defaults to ``json``. The answer is what ``collector VIEW ...``
@@ -16,7 +18,7 @@ for a run that is not there, 400 for an option the command does not take (or a v
 that starts with '-': no value becomes an option). A CSV report's findings, which the
 command prints on stderr, are not in the CSV answer: the client asks for them as JSON.
 
-Client side: ``collector report|runs|scaling --collector URL [--token-file F]`` (and
+Client side: ``collector report|runs|scaling|jobs|job --collector URL [--token-file F]`` (and
 ``workloads run --collector URL`` after training) call ``fetch_view`` and print the answer.
 """
 
@@ -100,7 +102,7 @@ def run_remote(args: argparse.Namespace, out, err=None) -> int:
         # locally the findings go to stderr beside the CSV; an answer has one body, so
         # they are asked for apart, as JSON, and written as the local command writes them
         from collector.findings.evidence import Finding
-        from collector.views.reports import write_findings
+        from collector.views.output import write_findings
 
         query.pop("findings")
         out.write(fetch_view(args.collector, "report", query, token))

@@ -77,6 +77,11 @@ def command_argv(view: str, query: dict[str, list[str]]) -> list[str]:
         if not run_id:
             raise ValueError("report needs ?run_id=RUN")
         argv.append(_value("run_id", run_id))
+    if view == "job":
+        job_id = options.pop("job_id", "")
+        if not job_id or not job_id.replace("_", "").replace(".", "").isalnum():
+            raise ValueError("job needs ?job_id=JOBID (letters, digits, '_' and '.')")
+        argv.append(_value("job_id", job_id))
     if view == "inference" and options.get("run_id"):  # optional: the newest run without
         argv.append(_value("run_id", options.pop("run_id")))
     options.setdefault("format", "json")

@@ -499,3 +499,68 @@ class ThroughputSaturated:
     images_per_second: float
     largest_batch_size: int
     largest_images_per_second: float
+
+
+# --------------------------------------------------------------------------------------
+# Slurm jobs (collector.findings.jobs over collector.analysis.jobs)
+# --------------------------------------------------------------------------------------
+
+# CPUs allocated and unused: CPU seconds used below half of allocated CPUs x elapsed
+JOB_CPU_EFFICIENCY_FLOOR = 0.5
+# memory request far above use: the peak below a quarter of the limit
+JOB_MEMORY_USE_FLOOR = 0.25
+
+
+@dataclass(frozen=True)
+class JobGpusWithoutProcess:
+    """GPUs allocated to the job on which no process ran while it did (nodes whose agent
+    lists GPU processes only)."""
+
+    job_id: str
+    allocated_gpus: int
+    idle_gpus: int
+    gpus_by_host: dict[str, list[str]]  # the idle ones
+    gpu_util_percent: float | None = field(default=None, metadata=digits(1))
+
+
+@dataclass(frozen=True)
+class JobCpusUnused:
+    """CPU seconds used below ``JOB_CPU_EFFICIENCY_FLOOR`` of the allocated CPU seconds."""
+
+    job_id: str
+    allocated_cpus: float
+    elapsed_seconds: float = field(metadata=digits(1))
+    cpu_seconds: float = field(metadata=digits(1))
+    allocated_cpu_seconds: float = field(metadata=digits(1))
+    cpu_efficiency_fraction: float = field(metadata=digits(4))
+    floor_fraction: float = JOB_CPU_EFFICIENCY_FLOOR
+
+    @property
+    def cpus_used(self) -> float:
+        """The CPUs the job kept busy on average."""
+        return self.cpu_seconds / self.elapsed_seconds if self.elapsed_seconds else 0.0
+
+
+@dataclass(frozen=True)
+class JobMemoryOverRequested:
+    """The memory peak below ``JOB_MEMORY_USE_FLOOR`` of the limit (on the node nearest it)."""
+
+    job_id: str
+    memory_peak_bytes: float
+    allocated_memory_bytes: float
+    memory_use_fraction: float = field(metadata=digits(4))
+    floor_fraction: float = JOB_MEMORY_USE_FLOOR
+
+
+@dataclass(frozen=True)
+class JobSharedNode:
+    """Other jobs were sampled on the job's nodes while it ran."""
+
+    job_id: str
+    other_jobs: list[str]
+    hosts: list[str]
+    overlap_seconds_by_job: dict[str, float]
+    cpu_seconds_by_job: dict[str, float | None]
+    other_cpu_seconds: float | None = field(default=None, metadata=digits(1))
+    # their CPU seconds over the longest overlap: the CPUs they kept busy meanwhile
+    other_cpus_mean: float | None = field(default=None, metadata=digits(2))

@@ -37,6 +37,10 @@ from collector.findings.evidence import (
     InputBound,
     InputWaitHost,
     Int8AccuracyLoss,
+    JobCpusUnused,
+    JobGpusWithoutProcess,
+    JobMemoryOverRequested,
+    JobSharedNode,
     PartChange,
     PrecisionReadDemand,
     RateGrowth,
@@ -635,6 +639,108 @@ def _(found: ThroughputSaturated) -> Finding:
             f"{found.batch_size} and {found.largest_images_per_second:.1f} at batch "
             f"{found.largest_batch_size}: less than {format_fraction(SATURATION_GAIN)} more. "
             "The node's compute is full; larger batches only add latency."
+        ),
+        evidence=evidence_json(found),
+        chart=NO_REPORT_COLUMN,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Slurm jobs
+# --------------------------------------------------------------------------------------
+
+
+def _hosts_gpus(gpus_by_host: dict[str, list[str]]) -> str:
+    return "; ".join(f"{host}: GPU {', '.join(gpus)}" for host, gpus in gpus_by_host.items())
+
+
+@words.register
+def _(found: JobGpusWithoutProcess) -> Finding:
+    utilisation = (
+        f" The job's GPUs were busy {found.gpu_util_percent:.1f}% of the time on average."
+        if found.gpu_util_percent is not None
+        else ""
+    )
+    return Finding(
+        rule="job_gpus_idle",
+        severity=WARNING,
+        title=f"{found.idle_gpus} of {found.allocated_gpus} allocated GPUs ran no process",
+        explanation=(
+            f"Job {found.job_id} was given {found.allocated_gpus} GPU"
+            f"{'s' if found.allocated_gpus != 1 else ''} and no process ran on "
+            f"{_hosts_gpus(found.gpus_by_host)} while it ran (the node's GPU process "
+            "samples). Ask for the GPUs the job uses (--gpus, --gres=gpu:N), or make every "
+            "rank use its own GPU." + utilisation
+        ),
+        evidence=evidence_json(found),
+        chart=NO_REPORT_COLUMN,
+    )
+
+
+@words.register
+def _(found: JobCpusUnused) -> Finding:
+    return Finding(
+        rule="job_cpus_unused",
+        severity=WARNING,
+        title=(
+            f"CPU efficiency {format_fraction(found.cpu_efficiency_fraction)}: most allocated "
+            "CPUs were idle"
+        ),
+        explanation=(
+            f"Job {found.job_id} had {found.allocated_cpus:g} CPUs for "
+            f"{found.elapsed_seconds:,.0f} s ({found.allocated_cpu_seconds:,.0f} CPU seconds) "
+            f"and used {found.cpu_seconds:,.1f} CPU seconds: {found.cpus_used:.2f} CPUs busy "
+            f"on average, below {format_fraction(found.floor_fraction)} of what it held. Ask "
+            "for fewer CPUs (--cpus-per-task, --ntasks), or give the data loaders more "
+            "workers if they are what should use them."
+        ),
+        evidence=evidence_json(found),
+        chart=NO_REPORT_COLUMN,
+    )
+
+
+@words.register
+def _(found: JobMemoryOverRequested) -> Finding:
+    return Finding(
+        rule="job_memory_overrequested",
+        severity=INFO,
+        title=(
+            f"Memory peak {format_fraction(found.memory_use_fraction)} of the job's memory limit"
+        ),
+        explanation=(
+            f"Job {found.job_id} asked for {_bytes(found.allocated_memory_bytes)} per node "
+            f"and its memory peaked at {_bytes(found.memory_peak_bytes)} (page cache "
+            f"included), below {format_fraction(found.floor_fraction)} of it. Memory held "
+            "and unused keeps other jobs off the node: ask for less (--mem)."
+        ),
+        evidence=evidence_json(found),
+        chart=NO_REPORT_COLUMN,
+    )
+
+
+@words.register
+def _(found: JobSharedNode) -> Finding:
+    others = ", ".join(found.other_jobs)
+    took = (
+        f"; they used {found.other_cpu_seconds:,.1f} CPU seconds meanwhile"
+        + (
+            f" ({found.other_cpus_mean:.2f} CPUs busy on average)"
+            if found.other_cpus_mean is not None
+            else ""
+        )
+        if found.other_cpu_seconds is not None
+        else ""
+    )
+    return Finding(
+        rule="job_shared_node",
+        severity=INFO,
+        title=f"Shared {', '.join(found.hosts)} with {len(found.other_jobs)} other job"
+        + ("s" if len(found.other_jobs) > 1 else ""),
+        explanation=(
+            f"Job {found.job_id} ran beside job{'s' if len(found.other_jobs) > 1 else ''} "
+            f"{others} on {', '.join(found.hosts)}{took}. The node's own series (CPU, "
+            "memory, disk, network) count every job on it: read them as the node's, not "
+            "this job's, or ask for the node alone (--exclusive)."
         ),
         evidence=evidence_json(found),
         chart=NO_REPORT_COLUMN,

@@ -21,32 +21,31 @@ Exit status: 0 on success, 1 when the run or the store is not there, 2 on bad ar
 from __future__ import annotations
 
 import argparse
-import csv
 import io
-import json
 import sys
-from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from collector.analysis.epochs import COLUMNS, EpochRow, build_report, iso_utc
+from collector.analysis.epochs import COLUMNS, build_report, iso_utc
 from collector.analysis.scaling import stored_run_throughput
 from collector.store.api import ReadStore, RunInfo
-from collector.views.epoch_table import aligned, column_widths, rows_to_show
 from collector.views.errors import CliError
-from collector.views.evidence import evidence_items
 from collector.views.inference import print_inference
-from contract.columns import (
-    COMPLETE,
-    TEXT,
-    ReportColumn,
-    format_cell,
-    select,
-    unfinished_epochs_note,
+from collector.views.jobs import print_job, print_jobs
+from collector.views.output import (
+    DEFAULT_COLUMNS,
+    console_for,
+    print_findings,
+    report_table,
+    table_columns,
+    write_csv,
+    write_findings,
+    write_json,
 )
-from contract.markers import ALL_HOSTS
 from contract.units import format_clock_duration, format_fraction, format_number
+
+_console = console_for  # (the name tests and older callers use)
 
 RUNS_KEYS = (
     "run_id",
@@ -95,154 +94,6 @@ def open_store(args: argparse.Namespace) -> ReadStore:
     return SqliteStore(path)
 
 
-# --------------------------------------------------------------------------------------
-# formatting helpers
-# --------------------------------------------------------------------------------------
-
-
-def write_json(data: Any, out) -> None:
-    """A list as one element per line (json's C encoder; ``indent`` would switch to the
-    pure-Python one), anything else indented."""
-    if isinstance(data, list):
-        out.write("[\n")
-        out.write(",\n".join(json.dumps(item, allow_nan=False) for item in data))
-        out.write("\n]\n" if data else "]\n")
-        return
-    json.dump(data, out, indent=2, allow_nan=False)
-    out.write("\n")
-
-
-def write_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str], out) -> None:
-    writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow(
-            {k: ("" if row.get(k) is None else _csv_value(row.get(k))) for k in columns}
-        )
-
-
-def _csv_value(value: Any) -> Any:
-    if isinstance(value, list | tuple):
-        return " ".join(map(str, value))
-    return value
-
-
-def _console(out):
-    from rich.console import Console
-
-    class PipeConsole(Console):
-        def on_broken_pipe(self) -> None:
-            """The reader went away (``| head``): rich would exit 1 here; the command line
-            ends as for any other write (``contract.commandline.quiet_broken_pipe``)."""
-            self.quiet = True
-            raise BrokenPipeError
-
-    # Wide tables must not be squeezed into 80 columns when stdout is a pipe or a file.
-    return PipeConsole(file=out, width=None if out.isatty() else 400, soft_wrap=False)
-
-
-DEFAULT_COLUMNS = "default"
-
-
-def table_columns(rows: list[EpochRow], choice: str) -> tuple[ReportColumn, ...]:
-    """The text table's columns (``--columns``): the default set leaves out columns that no
-    row measured (no NFS mount, no InfiniBand, no GPU), and the epochs' state when every
-    epoch ended."""
-    try:
-        chosen = select(choice)
-    except ValueError as error:
-        raise CliError(str(error), 2) from None
-    if choice != DEFAULT_COLUMNS:
-        return chosen
-    unfinished = any(r.state != COMPLETE for r in rows)
-
-    def shown(column: ReportColumn) -> bool:
-        if column.name == "state":
-            return unfinished
-        return column.unit == TEXT or any(getattr(r, column.name) is not None for r in rows)
-
-    return tuple(c for c in chosen if shown(c))
-
-
-def report_table(run_id: str, rows: list[EpochRow], choice: str = DEFAULT_COLUMNS):
-    """The report as a rich ``Text``: ``*`` rows bold, a rule between epochs, the ``*`` row
-    left out when the run has one host (it would repeat the host's row).
-
-    Laid out here rather than with ``rich.table.Table``, which measures every cell: a
-    90-epoch, 8-host report (810 rows x 25 columns) took 3.5 s of CPU that way, 0.1 s so.
-    """
-    from rich.text import Text
-
-    rows = rows_to_show(rows, host_of=lambda row: row.host)
-    columns = table_columns(rows, choice)
-    headers = [column.heading for column in columns]
-    cells = [[format_cell(c, getattr(row, c.name)) for c in columns] for row in rows]
-    widths = column_widths(headers, cells)
-
-    def line(values: list[str]) -> str:
-        return aligned(values, widths, left=1, separator=" │ ") + "\n"
-
-    rule = "─┼─".join("─" * width for width in widths) + "\n"
-    text = Text()
-    text.append(f"run {run_id}: per epoch, per host (MB = 10^6 bytes)\n", style="italic")
-    text.append(line(headers), style="bold")
-    text.append(rule, style="dim")
-    previous_epoch = None
-    for row, row_cells in zip(rows, cells, strict=True):
-        if previous_epoch is not None and row.epoch != previous_epoch:
-            text.append(rule, style="dim")
-        previous_epoch = row.epoch
-        text.append(line(row_cells), style="bold" if row.host == ALL_HOSTS else "")
-    notes = (unfinished_epochs_note([r.to_dict() for r in rows]), interpolated_edges_note(rows))
-    for note in notes:
-        if note:
-            text.append(note + "\n", style="dim")
-    return text
-
-
-def interpolated_edges_note(rows: list[EpochRow]) -> str:
-    """The note under the table naming the epoch edges whose node amounts are interpolated
-    (no agent edge sample there); "" when every edge is a real reading."""
-    flagged = [
-        f"{row.host} epoch {row.epoch} {row.interpolated_edges.replace(',', '+')}"
-        for row in rows
-        if row.host != ALL_HOSTS and row.interpolated_edges
-    ]
-    if not flagged:
-        return ""
-    shown = "; ".join(flagged[:6]) + (f"; and {len(flagged) - 6} more" if len(flagged) > 6 else "")
-    return (
-        "Interpolated edges (no agent edge sample: node amounts there are spread evenly over "
-        f"the tick, so a burst at the edge is misplaced): {shown}"
-    )
-
-
-def print_findings(findings: list, console) -> None:
-    from rich.markup import escape
-
-    colours = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-    if not findings:
-        console.print("No findings.")
-        return
-    for finding in findings:
-        colour = colours.get(finding.severity, "")
-        console.print(f"[{colour}]{finding.severity.upper()}[/] {escape(finding.title)}")
-        # One line however long: a pipe or a file gets the explanation whole, not cut at
-        # the console's width; a terminal wraps it itself. Words are text, not markup.
-        console.print(f"  {finding.explanation}", highlight=False, markup=False, soft_wrap=True)
-        for label, text in evidence_items(finding.evidence):
-            console.print(
-                f"    {label}: {text}", style="dim", highlight=False, markup=False, soft_wrap=True
-            )
-        if finding.chart:
-            console.print(f"  chart: {finding.chart}", style="dim")
-
-
-def write_findings(findings: list, err) -> None:
-    """The findings beside a CSV report (on stderr, so that the CSV stays clean)."""
-    print_findings(findings, _console(err))
-
-
 def _find_run(store: ReadStore, run_id: str) -> RunInfo:
     run = store.run(run_id)
     if run is None:
@@ -279,7 +130,7 @@ def print_report(store: ReadStore, args: argparse.Namespace, out, err=None) -> i
         if findings is not None:
             write_findings(findings, sys.stderr if err is None else err)
     else:
-        console = _console(out)
+        console = console_for(out)
         if not report.rows:
             console.print(f"run {args.run_id} has no epoch events yet")
         else:
@@ -345,7 +196,7 @@ def print_runs(store: ReadStore, args: argparse.Namespace, out) -> int:
             row["end"] or "",
             row["state"],
         )
-    _console(out).print(table)
+    console_for(out).print(table)
     return 0
 
 
@@ -383,7 +234,7 @@ def print_throughput_scaling(args: argparse.Namespace, out) -> int:
                 "–" if row.speedup is None else f"{row.speedup:.2f}x",
                 row.scope,
             )
-        _console(out).print(table)
+        console_for(out).print(table)
     return 0
 
 
@@ -425,7 +276,7 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
         return 0
     from rich.table import Table
 
-    console = _console(out)
+    console = console_for(out)
     if not rows:
         console.print("no runs with throughput yet")
         return 0
@@ -491,6 +342,8 @@ def render(args: argparse.Namespace, store: ReadStore | None = None, err=None) -
             "runs": print_runs,
             "scaling": print_stored_scaling,
             "inference": print_inference,
+            "jobs": print_jobs,
+            "job": print_job,
         }
         printers[args.command](store, args, buffer)
     return buffer.getvalue()

@@ -17,6 +17,12 @@ Devices written per host (to check what node totals include and exclude):
   (busy is split 80% user / 20% system; the rest is idle);
 - one GPU per local rank at ``gpu_util`` percent.
 
+Slurm jobs (``job()``): the jobs sampler's ``job`` and ``slurm_job`` series of a job on
+its hosts, sampled every ``sample_interval_s`` from the job's start to its end (first
+sample at the start), CPU seconds and process I/O growing at constant rates from zero,
+memory flat; ``gpu_processes`` GPUs get a ``gpu_process`` series over the job. A job made
+with ``of_run=True`` is the run's own: its ``run_start`` names it (``slurm_job_id``).
+
 A run with other devices or other traffic (the dashboard benchmark's: every field of every
 measurement, with noise) passes its own ``sampler``: the builder then gives the run's
 timeline, its events, and the points of whatever series the sampler makes.
@@ -37,8 +43,11 @@ from contract.schema import (
     Event,
     FieldName,
     Gpu,
+    GpuProcess,
     Infiniband,
     InterfaceKind,
+    Job,
+    JobInfo,
     Memory,
     Net,
     Nfs,
@@ -91,6 +100,29 @@ class EpochSpec:
 
 
 @dataclass
+class JobSpec:
+    """A Slurm job on some hosts, its times from the run's ``t0_ns`` (true time)."""
+
+    job_id: str
+    hosts: tuple[str, ...]
+    start_s: float
+    seconds: float
+    cpus: int  # allocated (cpuset)
+    cpus_busy: float  # CPU seconds per second the job used
+    memory_limit_bytes: float | None
+    memory_bytes: float
+    memory_peak_bytes: float
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+    user: str
+    uid: str
+    account: str | None
+    partition: str
+    gpus: tuple[str, ...]
+    gpu_processes: tuple[str, ...]  # the GPUs a process ran on
+
+
+@dataclass
 class RunBuilder:
     run_id: str
     framework: str = "tensorflow"
@@ -121,6 +153,8 @@ class RunBuilder:
     image_size: int = 224
     sampler: Sampler | None = None  # None: the devices and rates described above
     epochs: list[EpochSpec] = field(default_factory=list)
+    jobs: list[JobSpec] = field(default_factory=list)
+    slurm_job_id: str | None = None  # the run's job: run_start's slurm_job_id
 
     def epoch(
         self,
@@ -141,6 +175,106 @@ class RunBuilder:
             EpochSpec(seconds, images_per_rank, rates, step_pattern, top1, shares, reads, steps)
         )
         return self
+
+    def job(
+        self,
+        job_id: str,
+        *,
+        hosts: tuple[str, ...] | None = None,
+        start_s: float = 0.0,
+        seconds: float = 10.0,
+        cpus: int = 4,
+        cpus_busy: float = 1.0,
+        memory_limit_bytes: float | None = 8e9,
+        memory_bytes: float = 1e9,
+        memory_peak_bytes: float = 1.5e9,
+        read_bytes_per_s: float = 0.0,
+        write_bytes_per_s: float = 0.0,
+        user: str = "alice",
+        uid: str = "1000",
+        account: str | None = "proj",
+        partition: str = "gpu",
+        gpus: tuple[str, ...] = (),
+        gpu_processes: tuple[str, ...] = (),
+        of_run: bool = False,
+    ) -> RunBuilder:
+        """A Slurm job's series on ``hosts`` (default: the run's); ``of_run``: the run's own."""
+        self.jobs.append(
+            JobSpec(
+                job_id,
+                hosts or self.hosts,
+                start_s,
+                seconds,
+                cpus,
+                cpus_busy,
+                memory_limit_bytes,
+                memory_bytes,
+                memory_peak_bytes,
+                read_bytes_per_s,
+                write_bytes_per_s,
+                user,
+                uid,
+                account,
+                partition,
+                gpus,
+                gpu_processes,
+            )
+        )
+        if of_run:
+            self.slurm_job_id = job_id
+        return self
+
+    def job_times(self, spec: JobSpec, host: str) -> np.ndarray:
+        """A job's sample times on ``host``'s clock: its start, then every interval to its end."""
+        start = self.t0_ns + round(spec.start_s * NS) + self.skew_ns(host)
+        step = round(self.sample_interval_s * NS)
+        return np.arange(start, start + round(spec.seconds * NS) + 1, step, dtype=np.int64)
+
+    def job_series(self, spec: JobSpec, host: str, times: np.ndarray) -> list[SampledSeries]:
+        since = (times - times[0]) / NS
+        usage: dict[FieldName, np.ndarray] = {
+            Job.CPU_SECONDS: spec.cpus_busy * since,
+            Job.MEMORY_BYTES: np.full(times.shape, spec.memory_bytes),
+            Job.MEMORY_PEAK_BYTES: np.full(times.shape, spec.memory_peak_bytes),
+            Job.PROCESS_READ_BYTES: np.round(spec.read_bytes_per_s * since),
+            Job.PROCESS_WRITE_BYTES: np.round(spec.write_bytes_per_s * since),
+            Job.PROCESSES: np.full(times.shape, 3.0),
+        }
+        info: dict[FieldName, np.ndarray] = {
+            JobInfo.INFO: np.ones(times.shape),
+            JobInfo.ALLOCATED_CPUS: np.full(times.shape, float(spec.cpus)),
+        }
+        if spec.memory_limit_bytes is not None:
+            info[JobInfo.ALLOCATED_MEMORY_BYTES] = np.full(times.shape, spec.memory_limit_bytes)
+        tags = {Tag.JOB_ID: spec.job_id, Tag.UID: spec.uid, Tag.USER: spec.user}
+        tags |= {Tag.PARTITION: spec.partition}
+        if spec.account:
+            tags[Tag.ACCOUNT] = spec.account
+        if spec.gpus:
+            tags[Tag.GPUS] = ",".join(spec.gpus)
+            info[JobInfo.ALLOCATED_GPUS] = np.full(times.shape, float(len(spec.gpus)))
+        series: list[SampledSeries] = [
+            (Job.NAME, {Tag.JOB_ID: spec.job_id}, usage),
+            (JobInfo.NAME, tags, info),
+        ]
+        for gpu in spec.gpu_processes:
+            series.append(
+                (
+                    GpuProcess.NAME,
+                    {Tag.GPU: gpu, Tag.UUID: f"GPU-{host}-{gpu}", Tag.PID: "4242"},
+                    {GpuProcess.MEMORY_USED_BYTES: np.full(times.shape, 1e9)},
+                )
+            )
+        return series
+
+    def job_points(self) -> list[Point]:
+        """Every job's points on every one of its hosts."""
+        out: list[Point] = []
+        for spec in self.jobs:
+            for host in spec.hosts:
+                times = self.job_times(spec, host)
+                out += series_points(host, self.job_series(spec, host, times), times)
+        return out
 
     # -- timeline -------------------------------------------------------------------------
     @property
@@ -212,6 +346,7 @@ class RunBuilder:
         if self.write_samples:
             for host in self.hosts:
                 out += self.host_points(host)
+            out += self.job_points()
         return out
 
     def config_fields(self, host_index: int) -> dict[str, object]:
@@ -231,6 +366,9 @@ class RunBuilder:
         }
         if self.target_top1 is not None:
             fields[Workload.TARGET_TOP1] = self.target_top1
+        if self.slurm_job_id is not None:
+            fields[Workload.SLURM_JOB_ID] = self.slurm_job_id
+            fields[Workload.SLURM_STEP_ID] = "0"
         return fields
 
     def event_points(self) -> list[Point]:
