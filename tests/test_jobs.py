@@ -232,8 +232,8 @@ def test_the_read_api_takes_the_job_view_options():
     query = query_of(args)
     assert query == {"format": "table", "job_id": "101", "summary": "true"}
     argv = command_argv("job", {name: [value] for name, value in query.items()})
-    assert argv == ["job", "101", "--format", "table", "--summary"]
-    assert command_argv("jobs", {}) == ["jobs", "--format", "json"]
+    assert argv == ["job", "101", "--format=table", "--summary"]  # values never options
+    assert command_argv("jobs", {}) == ["jobs", "--format=json"]
     for bad in ("", "--db=/x", "1;2"):
         with pytest.raises(ValueError, match="job_id"):
             command_argv("job", {"job_id": [bad]})

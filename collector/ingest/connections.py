@@ -217,7 +217,7 @@ class HttpFront:
             self.sock.close()
             for connection in list(self.cap.waiting):
                 connection.writer.close()
-            in_hand = len(self.connections) - len(self.waiting)
+            in_hand = len(self.connections) - len(self.cap.waiting)
             deadline = time.monotonic() + 10.0  # let requests in hand finish
             while self.connections and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
