@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.analysis.epochs import COLUMNS, EpochRow, build_report, iso_utc
-from collector.analysis.scaling import stored_run_throughput
+from collector.analysis.throughput import rank_epoch_work, run_throughput
 from collector.store.api import ReadStore, RunInfo
 from collector.views.errors import CliError
 from collector.views.evidence import evidence_items
@@ -262,7 +262,7 @@ def print_report(store: ReadStore, args: argparse.Namespace, out) -> int:
     rows = [row.to_dict() for row in report.rows]
     if args.format == "json":
         if findings is not None:
-            throughput = stored_run_throughput(store, _find_run(store, args.run_id))
+            throughput = run_throughput(rank_epoch_work(report.model))
             write_json(
                 {
                     "rows": rows,
