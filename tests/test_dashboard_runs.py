@@ -39,7 +39,7 @@ pytest.importorskip(
 SqliteStore = pytest.importorskip(
     "collector.store", reason="the SQLite store is not in this tree"
 ).SqliteStore
-from collector.analysis.epochs import EPOCH_KINDS  # noqa: E402
+from collector.analysis.run import EPOCH_KINDS  # noqa: E402
 from dashboard import figures, ids  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
 from tests.support.run_builder import NS, T0_NS, RunBuilder  # noqa: E402

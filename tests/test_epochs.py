@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from collector.analysis.epochs import COLUMNS, build_report, epoch_rows, epoch_windows
+from collector.analysis.run import run_model
 from contract.point import Point
 from contract.schema import Cpu, Event, Infiniband, InterfaceKind, Memory, RunState, Tag, Workload
 from tests.support.memory_store import MemoryStore
@@ -228,7 +229,7 @@ def test_live_epoch_ends_at_the_latest_step_and_counts_step_images(make_store):
         # a step without an epoch field belongs to its rank's latest epoch_start
         event("a", 0, 4.0, Event.STEP, step=2, images=64, seconds=2.0),
     ]
-    windows = epoch_windows(make_store(points).events("r-hand"))
+    windows = epoch_windows(run_model(make_store(points).events("r-hand")))
     assert len(windows) == 1
     window = windows[0]
     assert (window.complete, window.seconds, window.images) == (False, 4.0, 192.0)

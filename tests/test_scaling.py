@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from collector.analysis.epochs import assign_epochs
+from collector.analysis.run import run_model
 from collector.analysis.scaling import (
     parse_throughput,
     scaling_groups,
@@ -183,7 +183,7 @@ def rank_event(rank: int, host: str, t: float, kind: str, **fields) -> Point:
 
 
 def throughput_of(store: MemoryStore):
-    return run_throughput(rank_epoch_work(assign_epochs(store.events("hand"))))
+    return run_throughput(rank_epoch_work(run_model(store.events("hand"))))
 
 
 def test_throughput_sums_every_rank_never_rank0_times_n():

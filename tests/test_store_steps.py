@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.analysis.epochs import EPOCH_KINDS, assign_epochs
+from collector.analysis.run import EPOCH_KINDS, assign_epochs, run_model
 from collector.findings.rules import step_rates
 from collector.store import SqliteStore
 from collector.store.api import StepTable, step_number
@@ -217,10 +217,10 @@ def test_steps_without_an_epoch_take_their_ranks_latest_epoch_start():
         ]
     )
     events = memory.events("r", kinds=EPOCH_KINDS)
-    rates = step_rates(memory.steps("r"), events, warmup_steps=0)
+    rates = step_rates(memory.steps("r"), run_model(events), warmup_steps=0)
     assert dict(rates) == {("a", 1): [100.0, 25.0], ("a", 2): [300.0], ("a", 7): [50.0]}
     # warm-up counts each rank's steps that found an epoch: rank 0's first, none of rank 1's
-    rates = step_rates(memory.steps("r"), events, warmup_steps=1)
+    rates = step_rates(memory.steps("r"), run_model(events), warmup_steps=1)
     assert dict(rates) == {("a", 2): [300.0], ("a", 7): [50.0]}
     assert rates == step_rates_by_events(memory, 1)
 
@@ -256,5 +256,5 @@ def test_step_rates_equal_the_per_event_walk(run, warmup):
     memory = MemoryStore()
     memory.write(points)
     epoch_events = memory.events("r", kinds=EPOCH_KINDS)
-    mine = step_rates(memory.steps("r"), epoch_events, warmup)
+    mine = step_rates(memory.steps("r"), run_model(epoch_events), warmup)
     assert mine == step_rates_by_events(memory, warmup)

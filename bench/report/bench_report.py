@@ -63,8 +63,8 @@ def in_process(db: Path, run_id: str, repeat: int) -> tuple[dict[str, list[Timin
         build_report,
         epoch_windows,
         read_host_series,
-        report_events,
     )
+    from collector.analysis.run import read_run
     from collector.store import SqliteStore
 
     out: dict[str, list[Timing]] = {"events": [], "series": [], "report": []}
@@ -72,7 +72,7 @@ def in_process(db: Path, run_id: str, repeat: int) -> tuple[dict[str, list[Timin
     for _ in range(repeat):
         with SqliteStore(db) as store:
             with Clock() as clock:
-                windows = epoch_windows(report_events(store, run_id))
+                windows = epoch_windows(read_run(store, run_id))
             out["events"].append(clock.timing)
             with Clock() as clock:
                 data = read_host_series(

@@ -3,7 +3,8 @@
 Every rank's ``epoch_end`` carries the sums over the epoch's steps of input wait, compute,
 (exposed) communication and the rest, which add up to its ``seconds``, and the rank's own
 reads (``/proc/<pid>/io`` of the rank and its data loaders). See ``workloads/record/anatomy.py``
-for how the trainers measure them.
+for how the trainers measure them. They are decoded once, into the run model's records
+(``collector.analysis.run``); this module reads those.
 
 Per (host, epoch) and for all hosts (``*``) the *shares* are pooled over ranks: the sum of
 a part over the ranks divided by the sum of their step seconds. Amounts are kept additive
@@ -28,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from collector.store.api import StepTable, WorkloadEvent, event_number
+from collector.analysis.run import RunModel
+from collector.store.api import StepTable
 from contract.columns import BY_NAME
-from contract.schema import Event, Workload
 
 # additive amounts per (host, epoch), summed over the host's ranks
 INPUT_WAIT = "anatomy_input_wait"
@@ -44,13 +45,6 @@ PROCESS_READ = "process_read"
 PROCESS_RCHAR = "process_rchar"
 AMOUNT_KEYS = (INPUT_WAIT, COMPUTE, COMMUNICATION, OTHER, STEP_SECONDS, STEPS, OVERLAP)
 IO_KEYS = (PROCESS_READ, PROCESS_RCHAR)
-
-PART_FIELDS = {
-    INPUT_WAIT: Workload.INPUT_WAIT_SECONDS,
-    COMPUTE: Workload.COMPUTE_SECONDS,
-    COMMUNICATION: Workload.COMMUNICATION_SECONDS,
-    OTHER: Workload.OTHER_STEP_SECONDS,
-}
 
 
 @dataclass(frozen=True)
@@ -83,48 +77,41 @@ class RankEpoch:
         return value / self.seconds if self.seconds > 0 else None
 
 
-def rank_epochs(events: Iterable[WorkloadEvent]) -> list[RankEpoch]:
-    """Every ``epoch_end`` that carries the anatomy, sorted by epoch, host, rank.
+def rank_epochs(model: RunModel) -> list[RankEpoch]:
+    """Every rank's epoch whose ``epoch_end`` carries the anatomy (``RankEpochRecord``),
+    sorted by epoch, host, rank.
 
     ``steps`` is the epoch's step count: the rank's global step at this epoch's end minus
-    at its previous epoch's end."""
-    found = []
-    for event in events:
-        if event.event != Event.EPOCH_END:
-            continue
-        parts = {key: event_number(event, name) for key, name in PART_FIELDS.items()}
-        epoch = event_number(event, Workload.EPOCH)
-        seconds = event_number(event, Workload.SECONDS)
-        if epoch is None or seconds is None or None in parts.values():
-            continue
-        found.append((event, int(epoch), seconds, parts))
-    found.sort(key=lambda item: (item[0].host, item[0].rank, item[1]))
+    at the end of its previous epoch that carries the anatomy."""
+    found = sorted(
+        (record for record in model.records if record.ended and record.has_anatomy),
+        key=lambda r: (r.host, r.rank, r.epoch),
+    )
     out = []
     previous_step: dict[tuple[str, int], float] = {}
-    for event, epoch, seconds, parts in found:
-        key = (event.host, event.rank)
-        step = event_number(event, Workload.STEP)
+    for record in found:
+        key = (record.host, record.rank)
         steps = 0
-        if step is not None:
-            steps = int(step - previous_step.get(key, 0.0))
-            previous_step[key] = step
+        if record.global_step is not None:
+            steps = int(record.global_step - previous_step.get(key, 0.0))
+            previous_step[key] = record.global_step
         out.append(
             RankEpoch(
-                host=event.host,
-                rank=event.rank,
-                epoch=epoch,
+                host=record.host,
+                rank=record.rank,
+                epoch=record.epoch,
                 steps=steps,
-                seconds=seconds,
-                input_wait=parts[INPUT_WAIT] or 0.0,
-                compute=parts[COMPUTE] or 0.0,
-                communication=parts[COMMUNICATION] or 0.0,
-                other=parts[OTHER] or 0.0,
-                overlap=event_number(event, Workload.OVERLAP_SECONDS),
-                images=event_number(event, Workload.IMAGES) or 0.0,
-                timed_images=event_number(event, Workload.TIMED_IMAGES),
-                timed_seconds=event_number(event, Workload.TIMED_SECONDS),
-                read_bytes=event_number(event, Workload.PROCESS_READ_BYTES),
-                rchar=event_number(event, Workload.PROCESS_RCHAR_BYTES),
+                seconds=record.seconds or 0.0,
+                input_wait=record.input_wait or 0.0,
+                compute=record.compute or 0.0,
+                communication=record.communication or 0.0,
+                other=record.other or 0.0,
+                overlap=record.overlap,
+                images=record.images or 0.0,
+                timed_images=record.timed_images,
+                timed_seconds=record.timed_seconds,
+                read_bytes=record.read_bytes,
+                rchar=record.rchar,
             )
         )
     out.sort(key=lambda r: (r.epoch, r.host, r.rank))
@@ -154,18 +141,15 @@ def epoch_amounts(ranks: Iterable[RankEpoch]) -> dict[tuple[str, int], dict[str,
     return out
 
 
-def epoch_reads(events: Iterable[WorkloadEvent]) -> dict[tuple[str, int], dict[str, float]]:
+def epoch_reads(model: RunModel) -> dict[tuple[str, int], dict[str, float]]:
     """The training's own reads per (host, epoch): the sums of its ranks' ``epoch_end``
-    ``/proc/<pid>/io`` fields, when every rank of the host's epoch sent them, with or
-    without the step anatomy (a Keras or ``workloads.track`` rank sends its reads only)."""
+    ``/proc/<pid>/io`` fields, when every rank of the host's epoch that ended it sent them,
+    with or without the step anatomy (a Keras or ``workloads.track`` rank sends its reads
+    only)."""
     groups: dict[tuple[str, int], list[tuple[float | None, float | None]]] = defaultdict(list)
-    for event in events:
-        epoch = event_number(event, Workload.EPOCH) if event.event == Event.EPOCH_END else None
-        if epoch is not None:
-            groups[(event.host, int(epoch))].append((
-                event_number(event, Workload.PROCESS_READ_BYTES),
-                event_number(event, Workload.PROCESS_RCHAR_BYTES),
-            ))  # fmt: skip
+    for record in model.records:
+        if record.ended:
+            groups[(record.host, record.epoch)].append((record.read_bytes, record.rchar))
     out = {}
     for key, reads in groups.items():
         if all(read is not None and rchar is not None for read, rchar in reads):

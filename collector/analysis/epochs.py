@@ -85,6 +85,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import groupby
 from typing import Any
 
 import numpy as np
@@ -98,30 +99,21 @@ from collector.analysis.counters import (
     nansum_or_nan,
     sampled_edges,
 )
-from collector.store.api import (
-    ReadStore,
-    RunInfo,
-    SeriesData,
-    SeriesInfo,
-    WorkloadEvent,
-    event_number,
-)
+from collector.analysis.run import RunModel, read_run
+from collector.store.api import ReadStore, SeriesData, SeriesInfo
 from contract.columns import BY_NAME, COMPLETE, INTERRUPTED, REPORT_COLUMN_NAMES, RUNNING
 from contract.markers import ALL_HOSTS
 from contract.schema import (
     Cpu,
     Disk,
     DiskKind,
-    Event,
     Gpu,
     Infiniband,
     InterfaceKind,
     Memory,
     Net,
     Nfs,
-    RunState,
     Tag,
-    Workload,
 )
 
 BYTES_PER_MB = 1_000_000
@@ -152,71 +144,6 @@ class EpochWindow:
         return (self.end_ns - self.start_ns) / NS_PER_SECOND
 
 
-def _epoch_of(event: WorkloadEvent) -> int | None:
-    value = event.fields.get(Workload.EPOCH)
-    if value is None or isinstance(value, str):
-        return None
-    return int(value)
-
-
-def assign_epochs(events: Iterable[WorkloadEvent]) -> list[tuple[WorkloadEvent, int]]:
-    """Epoch events and steps with their epoch: a step without an ``epoch`` field belongs to
-    its rank's latest ``epoch_start``."""
-    current: dict[tuple[str, int], int] = {}
-    out = []
-    for event in events:
-        key = (event.host, event.rank)
-        if event.event == Event.EPOCH_START:
-            epoch = _epoch_of(event)
-            if epoch is not None:
-                current[key] = epoch
-                out.append((event, epoch))
-        elif event.event in (Event.EPOCH_END, Event.STEP):
-            epoch = _epoch_of(event)
-            if epoch is None:
-                epoch = current.get(key)
-            if epoch is not None:
-                out.append((event, epoch))
-    return out
-
-
-EPOCH_KINDS = (Event.RUN_START, Event.EPOCH_START, Event.EPOCH_END, Event.RUN_END)
-
-
-def run_events(
-    store: ReadStore,
-    run_id: str,
-    kinds: tuple[str, ...] | None = None,
-    since_ns: int | None = None,
-) -> list[WorkloadEvent]:
-    """A run's events of the given kinds, filtered by the store (so a run's many ``step``
-    events are not decoded when only its epochs are wanted)."""
-    return store.events(run_id, since_ns, kinds=kinds)
-
-
-def report_events(store: ReadStore, run_id: str) -> list[WorkloadEvent]:
-    """What the per-epoch view needs: the run's epoch events, plus the ``step`` events of
-    epochs still open (a live epoch ends at its latest step and counts its steps' images).
-    A finished run's steps are never read."""
-    events = run_events(store, run_id, EPOCH_KINDS)
-    started: dict[tuple[str, int, int], int] = {}
-    ended: set[tuple[str, int, int]] = set()
-    for event in events:
-        epoch = _epoch_of(event)
-        if epoch is None:
-            continue
-        key = (event.host, event.rank, epoch)
-        if event.event == Event.EPOCH_START:
-            started.setdefault(key, event.time_ns)
-        elif event.event == Event.EPOCH_END:
-            ended.add(key)
-    open_starts = [t for key, t in started.items() if key not in ended]
-    if not open_starts:
-        return events
-    steps = run_events(store, run_id, (Event.STEP,), since_ns=min(open_starts) - 1)
-    return sorted(events + steps, key=lambda e: (e.time_ns, e.rank))
-
-
 def epoch_state(complete: bool, run_live: bool) -> str:
     """The one definition of an epoch's state on a host, which every view writes.
 
@@ -239,57 +166,33 @@ def worst_state(states: Iterable[str]) -> str:
     return COMPLETE
 
 
-def epoch_windows(events: Iterable[WorkloadEvent], run_live: bool = True) -> list[EpochWindow]:
-    """Per-host epoch windows, sorted by epoch then host. ``run_live``: the run is still
-    live (``RunState.LIVE``); when it is not, an epoch that did not end was interrupted."""
-    starts: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
-    ends: dict[tuple[str, int], dict[int, WorkloadEvent]] = defaultdict(dict)
-    steps: dict[tuple[str, int], dict[int, list[WorkloadEvent]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    for event, epoch in assign_epochs(events):
-        key = (event.host, epoch)
-        if event.event == Event.EPOCH_START:
-            previous = starts[key].get(event.rank)
-            starts[key][event.rank] = (
-                event.time_ns if previous is None else min(previous, event.time_ns)
-            )
-        elif event.event == Event.EPOCH_END:
-            ends[key][event.rank] = event
-        else:
-            steps[key][event.rank].append(event)
-
+def epoch_windows(model: RunModel) -> list[EpochWindow]:
+    """The run's per-host epoch windows, sorted by epoch then host: each from its ranks'
+    records (``collector.analysis.run``). When the run is no longer live, an epoch that did
+    not end was interrupted."""
     windows = []
-    for key in sorted(set(starts) | set(ends) | set(steps), key=lambda k: (k[1], k[0])):
-        host, epoch = key
-        ranks = sorted(set(starts[key]) | set(ends[key]) | set(steps[key]))
-        rank_ends = ends[key]
-        step_times = [s.time_ns for rank_steps in steps[key].values() for s in rank_steps]
-        start_candidates = list(starts[key].values())
+    for (epoch, host), group in groupby(model.records, key=lambda r: (r.epoch, r.host)):
+        ranks = list(group)  # sorted by rank
+        step_times = [time_ns for rank in ranks for time_ns in rank.step_times_ns]
+        start_candidates = [rank.start_ns for rank in ranks if rank.start_ns is not None]
         if not start_candidates:  # no epoch_start seen: back off from the first end or step
-            for end_event in rank_ends.values():
-                seconds = event_number(end_event, Workload.SECONDS)
-                if seconds is not None:
-                    start_candidates.append(end_event.time_ns - int(seconds * NS_PER_SECOND))
+            start_candidates = [
+                rank.end_ns - int(rank.seconds * NS_PER_SECOND)
+                for rank in ranks
+                if rank.end_ns is not None and rank.seconds is not None
+            ]
             start_candidates += step_times
         if not start_candidates:
             continue
-        complete = all(rank in rank_ends for rank in ranks)
-        end_candidates = [e.time_ns for e in rank_ends.values()]
+        complete = all(rank.ended for rank in ranks)
+        end_candidates = [rank.end_ns for rank in ranks if rank.end_ns is not None]
         if not complete:
             end_candidates += step_times
         start_ns = min(start_candidates)
         end_ns = max(end_candidates, default=start_ns)
-
         images = 0.0
-        for rank in ranks:
-            end_event = rank_ends.get(rank)
-            rank_images = event_number(end_event, Workload.IMAGES) if end_event else None
-            if rank_images is None:
-                rank_images = sum(
-                    event_number(s, Workload.IMAGES) or 0.0 for s in steps[key].get(rank, [])
-                )
-            images += rank_images
+        for rank in ranks:  # a rank without an epoch_end (or its images) counts its steps'
+            images += rank.images if rank.images is not None else rank.step_images
         windows.append(
             EpochWindow(
                 host,
@@ -297,9 +200,9 @@ def epoch_windows(events: Iterable[WorkloadEvent], run_live: bool = True) -> lis
                 start_ns,
                 end_ns,
                 images,
-                tuple(ranks),
+                tuple(rank.rank for rank in ranks),
                 complete,
-                epoch_state(complete, run_live),
+                epoch_state(complete, model.live),
             )
         )
     return windows
@@ -662,6 +565,7 @@ class EpochReport:
     windows: list[EpochWindow]
     rows: list[EpochRow]
     amounts: list[EpochAmounts]  # same order as rows
+    model: RunModel  # the run's events, as read once: what every other analysis takes
 
     def host_rows(self) -> list[EpochRow]:
         return [row for row in self.rows if row.host != ALL_HOSTS]
@@ -753,40 +657,45 @@ def _host_fabric(
     return ""
 
 
-def run_is_live(run: RunInfo | None) -> bool:
-    """The run is still live (no run state says it ended): its open epochs are running."""
-    return run is None or run.state == RunState.LIVE
-
-
 def build_report(store: ReadStore, run_id: str) -> EpochReport:
-    """The per-epoch report of a run (empty when the run has no epoch events)."""
-    events = report_events(store, run_id)
-    windows = epoch_windows(events, run_is_live(store.run(run_id)))
+    """The per-epoch report of a run, its events read once (empty when the run has no epoch
+    events)."""
+    return report_of(store, read_run(store, run_id))
+
+
+def report_of(store: ReadStore, model: RunModel) -> EpochReport:
+    """The per-epoch report of the run ``model`` was read from: its windows cut, the node
+    samples measured over them (one read of ``store``), the ranks' own amounts added and the
+    rows made."""
+    windows = epoch_windows(model)
     amounts = epoch_amounts(store, windows)
-    step_parts = anatomy.epoch_amounts(anatomy.rank_epochs(events))
-    training_reads = anatomy.epoch_reads(events)
-    host_rates, epoch_rates = throughput.epoch_rates(
-        throughput.rank_epoch_work(assign_epochs(events))
-    )
+    host_rates, epoch_rates = throughput.epoch_rates(throughput.rank_epoch_work(model))
+    step_parts = anatomy.epoch_amounts(anatomy.rank_epochs(model))
+    training_reads = anatomy.epoch_reads(model)
     for host_amounts in amounts:
         key = (host_amounts.host, host_amounts.epoch)
         host_amounts.values.update(step_parts.get(key, {}))
         host_amounts.values.update(training_reads.get(key, {}))
-        host_amounts.images_per_second = host_rates.get(
-            (host_amounts.host, host_amounts.epoch), math.nan
-        )
+        host_amounts.images_per_second = host_rates.get(key, math.nan)
+    ordered = with_all_hosts(amounts, epoch_rates)
+    return EpochReport(model.run_id, windows, rows_from_amounts(ordered), ordered, model)
+
+
+def with_all_hosts(
+    amounts: list[EpochAmounts], epoch_rates: dict[int, float]
+) -> list[EpochAmounts]:
+    """Each epoch's host amounts, by host, followed by its ``*`` amounts (whose images/s is
+    ``epoch_rates``' for the epoch), in epoch order."""
     by_epoch: dict[int, list[EpochAmounts]] = defaultdict(list)
-    for a in amounts:
-        by_epoch[a.epoch].append(a)
+    for host_amounts in amounts:
+        by_epoch[host_amounts.epoch].append(host_amounts)
     ordered: list[EpochAmounts] = []
     for epoch in sorted(by_epoch):
         hosts = sorted(by_epoch[epoch], key=lambda a: a.host)
-        ordered += hosts
         combined = all_hosts_amounts(epoch, hosts)
         combined.images_per_second = epoch_rates.get(epoch, math.nan)
-        ordered.append(combined)
-    rows = rows_from_amounts(ordered)
-    return EpochReport(run_id=run_id, windows=windows, rows=rows, amounts=ordered)
+        ordered += [*hosts, combined]
+    return ordered
 
 
 def epoch_rows(store: ReadStore, run_id: str) -> list[dict[str, Any]]:

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from collector.analysis.epochs import EPOCH_KINDS, assign_epochs, report_events, run_events
+from collector.analysis.run import RunModel, read_run
 from collector.analysis.throughput import RunThroughput, rank_epoch_work, run_throughput
 from collector.store.api import ReadStore, RunInfo, WorkloadEvent, event_number
 from contract.schema import INFERENCE_FRAMEWORK, Event, RunState, Workload
@@ -129,28 +130,6 @@ def throughput_table(
 # --------------------------------------------------------------------------------------
 
 
-def stored_run_throughput(
-    store: ReadStore, run: RunInfo, epoch_events: list[WorkloadEvent] | None = None
-) -> RunThroughput:
-    """The run's throughput (``collector.analysis.throughput``), reading ``step`` events only for
-    epochs that are still open."""
-    events = report_events(store, run.run_id) if epoch_events is None else epoch_events
-    if epoch_events is not None and _has_open_epoch(epoch_events):
-        events = report_events(store, run.run_id)
-    return run_throughput(rank_epoch_work(assign_epochs(events)))
-
-
-def _has_open_epoch(events: list[WorkloadEvent]) -> bool:
-    started, ended = set(), set()
-    for event, epoch in assign_epochs(events):
-        key = (event.host, event.rank, epoch)
-        if event.event == Event.EPOCH_START:
-            started.add(key)
-        elif event.event == Event.EPOCH_END:
-            ended.add(key)
-    return bool(started - ended)
-
-
 @dataclass(frozen=True)
 class Accuracy:
     final_top1: float | None
@@ -159,7 +138,7 @@ class Accuracy:
     seconds_to_target: float | None
 
 
-def time_to_accuracy(events: list[WorkloadEvent], config: dict[str, Any]) -> Accuracy:
+def time_to_accuracy(events: Iterable[WorkloadEvent], config: dict[str, Any]) -> Accuracy:
     """First epoch whose reported top-1 reaches ``target_top1``, and the time it took on
     the reporting rank's clock since that rank's ``run_start``."""
     target = config.get(Workload.TARGET_TOP1)
@@ -254,19 +233,21 @@ class RunFacts:
     nodes: int
     throughput: RunThroughput
     accuracy: Accuracy
+    model: RunModel  # its events, as read once
 
 
-def run_facts(store: ReadStore, run: RunInfo) -> RunFacts:
-    events = run_events(store, run.run_id, EPOCH_KINDS)
-    ranks = {(e.host, e.rank) for e in events}
-    gpus = run.world_size or len(ranks)
-    nodes = len(run.hosts) or len({host for host, _ in ranks})
+def run_facts(store: ReadStore, run: RunInfo, model: RunModel | None = None) -> RunFacts:
+    """What scaling needs of ``run``, from ``model`` (its events as read once) or, when not
+    given, from its events read here."""
+    if model is None:
+        model = read_run(store, run)
     return RunFacts(
         run=run,
-        gpus=gpus,
-        nodes=nodes,
-        throughput=stored_run_throughput(store, run, events),
-        accuracy=time_to_accuracy(events, run.config),
+        gpus=run.world_size or len(model.ranks),
+        nodes=len(run.hosts) or len({host for host, _ in model.ranks}),
+        throughput=run_throughput(rank_epoch_work(model)),
+        accuracy=time_to_accuracy(model.epoch_events, run.config),
+        model=model,
     )
 
 

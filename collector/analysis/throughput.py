@@ -1,7 +1,8 @@
 """A stored run's throughput, per rank, epoch, host and run, by the one definition in
 ``contract.throughput`` (timed steps' images over their seconds, summed over ranks).
 
-What each rank's timed work in an epoch is read from, in this order:
+What each rank's timed work in an epoch is read from (its record in the run model,
+``collector.analysis.run``), in this order:
 
 1. its ``epoch_end``: ``timed_images`` / ``timed_seconds`` (the steps after the run's warm-up);
    an ``epoch_end`` written without them (older events) counts its ``images`` / ``seconds``;
@@ -18,11 +19,9 @@ being averaged into it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from collector.store.api import WorkloadEvent, event_number
-from contract.schema import Event, Workload
+from collector.analysis.run import RankEpochRecord, RunModel
 from contract.throughput import TimedWork, images_per_second, startup_seconds
 
 EPOCH_END_SOURCE = "epoch_end"
@@ -41,42 +40,27 @@ class RankEpochWork:
     source: str  # EPOCH_END_SOURCE | STEPS_SOURCE
 
 
-def _from_epoch_end(event: WorkloadEvent) -> tuple[TimedWork, float | None] | None:
-    seconds = event_number(event, Workload.SECONDS)
-    timed_images = event_number(event, Workload.TIMED_IMAGES)
-    timed_seconds = event_number(event, Workload.TIMED_SECONDS)
-    if timed_images is not None and timed_seconds is not None:
-        return TimedWork(timed_images, timed_seconds), seconds
-    images = event_number(event, Workload.IMAGES)
-    if images is not None and seconds is not None:
-        return TimedWork(images, seconds), seconds
+def _from_epoch_end(record: RankEpochRecord) -> TimedWork | None:
+    """The rank's timed work as its ``epoch_end`` states it (see the module docstring);
+    None when it has no ``epoch_end``, or one without the figures."""
+    if record.timed_images is not None and record.timed_seconds is not None:
+        return TimedWork(record.timed_images, record.timed_seconds)
+    if record.images is not None and record.seconds is not None:
+        return TimedWork(record.images, record.seconds)
     return None
 
 
-def rank_epoch_work(assigned: Iterable[tuple[WorkloadEvent, int]]) -> list[RankEpochWork]:
+def rank_epoch_work(model: RunModel) -> list[RankEpochWork]:
     """Every rank's timed work per epoch (see the module docstring), by epoch, host, rank,
-    from events paired with their epoch (``collector.analysis.epochs.assign_epochs``)."""
-    ended: dict[tuple[str, int, int], RankEpochWork] = {}
-    from_steps: dict[tuple[str, int, int], TimedWork] = defaultdict(lambda: TimedWork(0.0, 0.0))
-    for event, epoch in assigned:
-        key = (event.host, event.rank, epoch)
-        if event.event == Event.EPOCH_END:
-            found = _from_epoch_end(event)
-            if found is not None:
-                work, step_seconds = found
-                ended[key] = RankEpochWork(*key, work, step_seconds, EPOCH_END_SOURCE)
-        elif event.event == Event.STEP:
-            images = event_number(event, Workload.IMAGES)
-            seconds = event_number(event, Workload.SECONDS)
-            if images is not None and seconds is not None:
-                from_steps[key] = from_steps[key] + TimedWork(images, seconds)
-    out = list(ended.values())
-    out += [
-        RankEpochWork(*key, work, None, STEPS_SOURCE)
-        for key, work in from_steps.items()
-        if key not in ended
-    ]
-    out.sort(key=lambda w: (w.epoch, w.host, w.rank))
+    from the run's records (``collector.analysis.run``)."""
+    out = []
+    for record in model.records:
+        key = (record.host, record.rank, record.epoch)
+        work = _from_epoch_end(record)
+        if work is not None:
+            out.append(RankEpochWork(*key, work, record.seconds, EPOCH_END_SOURCE))
+        elif record.timed_step_work is not None:
+            out.append(RankEpochWork(*key, record.timed_step_work, None, STEPS_SOURCE))
     return out
 
 

@@ -47,7 +47,7 @@ from collector.analysis.anatomy import (
     epoch_reads,
     rank_epochs,
 )
-from collector.analysis.epochs import EPOCH_KINDS, EpochRow, run_events
+from collector.analysis.epochs import EpochRow
 from collector.analysis.scaling import RunFacts
 from collector.findings.context import RunContext
 from collector.findings.evidence import (
@@ -182,13 +182,12 @@ def scaling_attribution(context: RunContext, reference: RunFacts) -> ScalingAttr
     """This run's step anatomy against ``reference``'s (the ``scaling_loss`` rule's reference
     run) over each run's settled complete epochs; None unless both runs' ranks sent the
     anatomy and the reference has fewer ranks."""
-    mine = _complete(context, rank_epochs(context.events))
+    mine = _complete(context, rank_epochs(context.model))
     ranks = len({(r.host, r.rank) for r in mine})
     if ranks <= 1:
         return None
     ref_report = context.report_of(reference.run.run_id)
-    ref_events = run_events(context.store, reference.run.run_id, EPOCH_KINDS)
-    ref_all = _complete_in(ref_report, rank_epochs(ref_events))
+    ref_all = _complete_in(ref_report, rank_epochs(reference.model))
     ref_rows, run_rows = settled(ref_all), settled(mine)
     one_epoch = any(len({r.epoch for r in rows}) < 2 for rows in (ref_all, mine))
     ref_profile, run_profile = step_profile(ref_rows), step_profile(run_rows)
@@ -376,18 +375,18 @@ def _worded(found: object | None) -> list[Finding]:
 
 
 def input_wait(context: RunContext) -> list[Finding]:
-    rows = _complete(context, rank_epochs(context.events))
-    reads = epoch_reads(context.events)
+    rows = _complete(context, rank_epochs(context.model))
+    reads = epoch_reads(context.model)
     return [words(found) for found in detect_input_wait(context, rows, reads)]
 
 
 def straggler(context: RunContext) -> list[Finding]:
-    return _worded(detect_stragglers(_complete(context, rank_epochs(context.events))))
+    return _worded(detect_stragglers(_complete(context, rank_epochs(context.model))))
 
 
 def startup(context: RunContext) -> list[Finding]:
-    rows = _complete(context, rank_epochs(context.events))
-    return _worded(detect_startup(rows, epoch_reads(context.events)))
+    rows = _complete(context, rank_epochs(context.model))
+    return _worded(detect_startup(rows, epoch_reads(context.model)))
 
 
 # the scaling loss is the scaling_loss rule's (collector.findings.engine), explained by

@@ -9,24 +9,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.analysis.epochs import (
-    EPOCH_KINDS,
     EpochAmounts,
     EpochReport,
     EpochRow,
     build_report,
-    run_events,
+    report_of,
 )
-from collector.store.api import ReadStore, RunInfo, StepTable, WorkloadEvent
+from collector.analysis.run import RunModel, read_run
+from collector.store.api import ReadStore, RunInfo, StepTable
 from contract.markers import ALL_HOSTS
 
 
 @dataclass
 class RunContext:
-    """What the rules read. ``report`` is built once and shared by every rule."""
+    """What the rules read. ``model`` (the run's events, read once) and ``report`` (made
+    from it) are shared by every rule."""
 
     store: ReadStore
     run: RunInfo
-    events: list[WorkloadEvent]  # run and epoch events (steps are read on demand)
+    model: RunModel  # the run's events and its ranks' epochs (steps are read on demand)
     report: EpochReport
     # another run's report, for the rules that compare runs: the caller's kept ones
     # (collector.views.query) or, by default, built here
@@ -46,7 +47,7 @@ class RunContext:
 
     def steps(self, since_ns: int | None = None) -> StepTable:
         """The run's steps (after ``since_ns``); ``step_epochs`` finds their epochs from
-        ``events``."""
+        ``model``."""
         return self.store.steps(self.run.run_id, since_ns)
 
     def totals(self) -> list[EpochRow]:
@@ -77,14 +78,16 @@ def run_context(
     report: EpochReport | None = None,
     reports: Callable[[str], EpochReport] | None = None,
 ) -> RunContext:
+    """What the rules read of ``run_id``: ``report``'s model when a report is given, else
+    the run's events read here once and its report made from them."""
     run = store.run(run_id)
     if run is None:
         raise KeyError(run_id)
-    events = run_events(store, run_id, EPOCH_KINDS)
+    model = report.model if report is not None else read_run(store, run)
     return RunContext(
         store=store,
         run=run,
-        events=events,
-        report=report if report is not None else build_report(store, run_id),
+        model=model,
+        report=report if report is not None else report_of(store, model),
         reports=reports,
     )

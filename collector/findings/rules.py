@@ -55,13 +55,13 @@ Every finding carries ``evidence``, the numbers behind it (the evidence as JSON)
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from collector.analysis.epochs import BYTES_PER_MB, EpochReport, EpochRow, assign_epochs
+from collector.analysis.epochs import BYTES_PER_MB, EpochReport, EpochRow
+from collector.analysis.run import RunModel
 from collector.analysis.scaling import GroupKey, RunFacts, run_facts, scaling_groups
 from collector.findings.context import RunContext, complete_epochs
 from collector.findings.evidence import (
@@ -96,9 +96,9 @@ from collector.findings.evidence import (
     UnstableHostEpoch,
     UtilisationGrowth,
 )
-from collector.store.api import RunInfo, StepTable, WorkloadEvent
+from collector.store.api import RunInfo, StepTable
 from contract.markers import ALL_HOSTS
-from contract.schema import Event, RunState, Workload
+from contract.schema import RunState, Workload
 
 
 def _config_number(config: dict[str, Any], name: str) -> float | None:
@@ -257,21 +257,17 @@ def _mbps(value: int | None, seconds: float) -> float | None:
 # --------------------------------------------------------------------------------------
 
 
-def step_epochs(steps: StepTable, events: list[WorkloadEvent]) -> np.ndarray:
-    """Each step's epoch (float64, NaN for none), as ``collector.analysis.epochs.assign_epochs``
+def step_epochs(steps: StepTable, model: RunModel) -> np.ndarray:
+    """Each step's epoch (float64, NaN for none), as ``collector.analysis.run.assign_epochs``
     gives it: its own ``epoch`` field, else the epoch of its (host, rank)'s latest
-    ``epoch_start`` at or before it (``events``: the run's epoch events)."""
+    ``epoch_start`` at or before it (``model.epoch_starts``)."""
     epochs = np.trunc(steps.epoch)  # assign_epochs takes int(epoch)
     missing = np.flatnonzero(np.isnan(epochs))
     if not missing.size:
         return epochs
-    starts: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
-    for event, epoch in assign_epochs(events):
-        if event.event == Event.EPOCH_START:
-            starts[(event.host, event.rank)].append((event.time_ns, epoch))
     hosts = steps.host_names()
-    for key, marks in starts.items():
-        marks.sort(key=lambda mark: mark[0])  # stable: of two at one time, the later wins
+    for key, in_order in model.epoch_starts.items():
+        marks = sorted(in_order, key=lambda mark: mark[0])  # of two at one time, the later wins
         rows = missing[(hosts[missing] == key[0]) & (steps.rank[missing] == key[1])]
         times = np.array([time_ns for time_ns, _ in marks], dtype=np.int64)
         numbers = np.array([float(epoch) for _, epoch in marks] + [math.nan])
@@ -281,12 +277,12 @@ def step_epochs(steps: StepTable, events: list[WorkloadEvent]) -> np.ndarray:
 
 
 def step_rates(
-    steps: StepTable, events: list[WorkloadEvent], warmup_steps: int
+    steps: StepTable, model: RunModel, warmup_steps: int
 ) -> dict[tuple[str, int], list[float]]:
     """Images/s of every step after each rank's warm-up, per (host, epoch): the steps that
     find an epoch (``step_epochs``) count towards their rank's warm-up; those with a
     numeric ``images`` and a positive ``seconds`` give a rate. Rates are in step order."""
-    epochs = step_epochs(steps, events)
+    epochs = step_epochs(steps, model)
     rows = np.flatnonzero(~np.isnan(epochs))
     if not rows.size:
         return {}
@@ -358,7 +354,7 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
         return None
     candidate_keys = {(row.host, row.epoch) for row in candidates}
     warmup = int(_config_number(context.config, Workload.WARMUP_STEPS) or 0)
-    step_images = step_rates(context.steps(), context.events, warmup)
+    step_images = step_rates(context.steps(), context.model, warmup)
     bound: list[UnstableHostEpoch] = []
     calm: list[float] = []
     for row in rows:
@@ -486,7 +482,11 @@ def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
     ]
     if context.run.run_id not in {r.run_id for r in group_runs}:
         group_runs.append(context.run)
-    facts = {r.run_id: run_facts(context.store, r) for r in group_runs}
+    this_run = context.run.run_id
+    facts = {  # this run's from its events read already
+        r.run_id: run_facts(context.store, r, context.model if r.run_id == this_run else None)
+        for r in group_runs
+    }
     table = scaling_groups(context.store, list(facts.values())).get(key, [])
     me = next((m for m in table if m.run_id == context.run.run_id), None)
     if me is None or me.row.gpus <= 1 or not me.row.images_per_second:

@@ -59,9 +59,11 @@ Caching
     ``RunCache`` (``run_cache(store)``), the one cache of finished runs (the dashboard
     keeps none beside it), which lives as long as the store object and is keyed by the run,
     its state and its end; ``clear_cache(store)`` drops it. The run's epoch events are
-    decoded once, its steps read once as columns (``StepTable``) and its samples read once,
-    all shared by every question about it: its per-epoch report is built once and shared
-    by ``epoch_table`` and ``findings``, and its charts (``run_timeseries`` without
+    decoded once into its model (``collector.analysis.run``), its steps read once as
+    columns (``StepTable``) and its samples read once, all shared by every question about
+    it: the model by its summary, report, epoch boundaries and per-rank step parts; its
+    per-epoch report is built once and shared by ``epoch_table`` and ``findings``, and its
+    charts (``run_timeseries`` without
     ``since_ns``) are cut from the same samples and kept (``kept_timeseries`` asks without
     computing). The caches are safe to use from several threads, and two threads asking the
     same thing at once wait for one computation. Live runs are always computed afresh, and
@@ -84,7 +86,6 @@ from collector.analysis import anatomy
 from collector.analysis.epochs import (
     BYTES_PER_MB,
     COLUMNS,
-    EPOCH_KINDS,
     EpochAmounts,
     EpochReport,
     EpochRow,
@@ -92,11 +93,11 @@ from collector.analysis.epochs import (
     epoch_windows,
     iso_utc,
     read_host_series,
-    report_events,
-    run_events,
-    run_is_live,
+    report_of,
 )
-from collector.analysis.scaling import scaling_rows, stored_run_throughput
+from collector.analysis.run import EPOCH_KINDS, RunModel, read_run, run_events
+from collector.analysis.scaling import scaling_rows
+from collector.analysis.throughput import rank_epoch_work, run_throughput
 from collector.findings.engine import run_findings
 from collector.store.api import (
     ReadStore,
@@ -180,15 +181,13 @@ def runs_summary(store: ReadStore) -> list[RunSummary]:
     for run in sorted(store.runs(), key=lambda r: r.start_ns, reverse=True):
 
         def summarise(run: RunInfo = run) -> RunSummary:
-            source = KeptRun(store, run)
-            events = run_events(source, run.run_id, EPOCH_KINDS)
-            ranks = {(e.host, e.rank) for e in events}
-            throughput = stored_run_throughput(source, run, events)
+            decoded = _model(store, run)
+            throughput = run_throughput(rank_epoch_work(decoded))
             return RunSummary(
                 run_id=run.run_id,
                 framework=run.framework,
                 model=run.model,
-                gpus=run.world_size or len(ranks),
+                gpus=run.world_size or len(decoded.ranks),
                 hosts=len(run.hosts),
                 host_names=tuple(run.hosts),
                 images_per_second=throughput.images_per_second,
@@ -204,9 +203,18 @@ def runs_summary(store: ReadStore) -> list[RunSummary]:
     return out
 
 
+def _model(store: ReadStore, run: RunInfo | None, run_id: str = "") -> RunModel:
+    """The run's events, read once (``collector.analysis.run``) and kept for a finished run:
+    what its report, summary, epoch boundaries and per-rank step parts are made from.
+    ``run_id`` names a run the store does not know (``run`` None)."""
+    return _cached(
+        store, run, "model", lambda: read_run(KeptRun(store, run), run if run else run_id)
+    )
+
+
 def _report(store: ReadStore, run: RunInfo) -> EpochReport:
     """The run's per-epoch report, built once for a finished run."""
-    return _cached(store, run, "report", lambda: build_report(KeptRun(store, run), run.run_id))
+    return _cached(store, run, "report", lambda: report_of(KeptRun(store, run), _model(store, run)))
 
 
 def _report_of(store: ReadStore, run_id: str) -> EpochReport:
@@ -254,8 +262,7 @@ def epoch_boundaries(store: ReadStore, run_id: str) -> dict[str, list[dict[str, 
 
     def compute() -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        live = run_is_live(run)
-        for window in epoch_windows(report_events(KeptRun(store, run), run_id), live):
+        for window in epoch_windows(_model(store, run, run_id)):
             out[window.host].append(
                 {
                     "epoch": window.epoch,
@@ -281,7 +288,7 @@ def rank_step_parts(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
     run = _run(store, run_id)
 
     def compute() -> list[dict[str, Any]]:
-        events = report_events(KeptRun(store, run) if run else store, run_id)
+        model = _model(store, run, run_id)
         return [
             {
                 "host": r.host,
@@ -292,7 +299,7 @@ def rank_step_parts(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
                     for part in ("input_wait", "compute", "communication", "other")
                 },
             }
-            for r in anatomy.rank_epochs(events)
+            for r in anatomy.rank_epochs(model)
             if r.steps > 0
         ]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.analysis.epochs import COLUMNS, build_report, iso_utc
-from collector.analysis.scaling import stored_run_throughput
+from collector.analysis.throughput import rank_epoch_work, run_throughput
 from collector.store.api import ReadStore, RunInfo
 from collector.views.errors import CliError
 from collector.views.inference import print_inference
@@ -104,7 +104,7 @@ def _find_run(store: ReadStore, run_id: str) -> RunInfo:
 def print_report(store: ReadStore, args: argparse.Namespace, out, err=None) -> int:
     """``collector report``; ``err`` takes what goes beside a CSV (its findings), stderr
     unless given (the read API gives its own buffer: a server prints nothing)."""
-    run = _find_run(store, args.run_id)
+    _find_run(store, args.run_id)  # a run not there: CliError, before any work
     report = build_report(store, args.run_id)
     findings = None
     if args.findings:
@@ -119,7 +119,7 @@ def print_report(store: ReadStore, args: argparse.Namespace, out, err=None) -> i
         document: dict[str, Any] = {
             "run_id": args.run_id,
             "rows": rows,
-            "throughput": asdict(stored_run_throughput(store, run)),
+            "throughput": asdict(run_throughput(rank_epoch_work(report.model))),
         }
         if findings is not None:
             document["findings"] = [f.to_dict() for f in findings]

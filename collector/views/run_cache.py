@@ -13,10 +13,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from collector.analysis.epochs import (
-    EPOCH_KINDS,
-    series_to_read,
-)
+from collector.analysis.epochs import series_to_read
+from collector.analysis.run import EPOCH_KINDS
 from collector.store.api import (
     ReadStore,
     RunInfo,
