@@ -36,6 +36,7 @@ TaskProlog runs before every task of every job of the node.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pwd
 import re
@@ -320,7 +321,8 @@ def hook_script(kind: str, python: str, config: str, package_root: str | None = 
         raise ValueError(f"kind must be one of {', '.join(HOOKS)}")
     if not python.startswith("/") or any(ch.isspace() for ch in python):
         raise ValueError(f"{python!r}: an absolute path without spaces (it is the #! line)")
-    root = f"sys.path.insert(0, {package_root!r})\n" if package_root else ""
+    # JSON string literals are Python ones, and what Ansible's to_json writes
+    root = f"sys.path.insert(0, {json.dumps(package_root)})\n" if package_root else ""
     return (
         f"#!{python} -I\n"
         f'"""epochscope\'s Slurm {kind} (workloads.autoprofile.slurm). Always exits 0."""\n'
@@ -331,7 +333,7 @@ def hook_script(kind: str, python: str, config: str, package_root: str | None = 
         "except Exception as error:  # never fail the job's task, never drain the node\n"
         '    print(f"epochscope: {error!r}", file=sys.stderr)\n'
         "    raise SystemExit(0) from None\n"
-        f"raise SystemExit(main([{kind!r}, '--config', {config!r}]))\n"
+        f'raise SystemExit(main([{json.dumps(kind)}, "--config", {json.dumps(config)}]))\n'
     )
 
 
