@@ -13,7 +13,6 @@ installed packages always win and nothing else of epochscope's environment is se
 """
 
 import importlib.machinery
-import importlib.util
 import os
 import sys
 
@@ -59,7 +58,11 @@ def _chain() -> None:
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is None or spec.loader is None:
         return
-    module = importlib.util.module_from_spec(spec)
+    try:  # importlib.util's own, without the ~10 ms import of importlib.util
+        from importlib._bootstrap import module_from_spec
+    except ImportError:
+        from importlib.util import module_from_spec
+    module = module_from_spec(spec)
     sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
 
