@@ -35,13 +35,11 @@ TaskProlog runs before every task of every job of the node.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pwd
 import re
 import shlex
-import subprocess
 import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -135,6 +133,8 @@ def squeue_comment(site: SlurmSite, environ: Mapping[str, str]) -> Callable[[str
     a TaskProlog's environment): one RPC, made only where nothing else decided."""
 
     def ask(job_id: str) -> str | None:
+        import subprocess
+
         try:
             result = subprocess.run(
                 [site.squeue, "--noheader", "--jobs", job_id, "--format=%k"],
@@ -266,6 +266,8 @@ def store_summary(site: SlurmSite, job_id: str) -> str:
     ``<summary_dir>/job_<JOBID>.summary`` (0600); what happened, in one line."""
     if not _ID.fullmatch(job_id):
         return f"no usable SLURM_JOB_ID ({job_id!r})"
+    import subprocess
+
     command = summary_command(site, job_id)
     try:
         result = subprocess.run(
@@ -315,7 +317,7 @@ HOOKS = ("task-prolog", "epilog")
 def hook_script(kind: str, python: str, config: str, package_root: str | None = None) -> str:
     """The executable Slurm runs (``TaskProlog=`` / ``Epilog=``): ``python -I`` (neither the
     job's ``PYTHONPATH`` nor its working directory can change what it imports), calling
-    ``main``; exits 0 whatever happens. The Ansible role's templates render the same text
+    ``run_hook``; exits 0 whatever happens. The Ansible role's templates render the same text
     (``package_root`` None: the package is installed in ``python``'s environment)."""
     if kind not in HOOKS:
         raise ValueError(f"kind must be one of {', '.join(HOOKS)}")
@@ -329,15 +331,22 @@ def hook_script(kind: str, python: str, config: str, package_root: str | None = 
         "import sys\n"
         f"{root}"
         "try:\n"
-        "    from workloads.autoprofile.slurm import main\n"
+        "    from workloads.autoprofile.slurm import run_hook\n"
         "except Exception as error:  # never fail the job's task, never drain the node\n"
         '    print(f"epochscope: {error!r}", file=sys.stderr)\n'
         "    raise SystemExit(0) from None\n"
-        f'raise SystemExit(main([{json.dumps(kind)}, "--config", {json.dumps(config)}]))\n'
+        f"raise SystemExit(run_hook({json.dumps(kind)}, {json.dumps(config)}))\n"
     )
 
 
+def run_hook(kind: str, config: str) -> int:
+    """What the installed scripts call: no argument parsing to import before every task."""
+    return task_prolog(Path(config)) if kind == "task-prolog" else epilog(Path(config))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="workloads slurm", description="Slurm TaskProlog and Epilog of epochscope"
     )
