@@ -26,7 +26,7 @@ quoting (a ``PYTHONPATH`` holding a space) would reach the task with the quotes 
 
 The Epilog (root, on each node of the job, after it ends) stores the job's summary, the
 output of ``collector job JOBID --summary``, in the site's ``summary_dir``; where that
-command does not exist it says so in slurmd's log. Both always exit 0: a failing Epilog
+command does not exist it says so on its standard error. Both always exit 0: a failing Epilog
 drains the node, and a failing TaskProlog would fail the user's task.
 
 This module imports only the standard library and ``workloads.autoprofile.config``: a
@@ -174,7 +174,7 @@ def opted_in(
 
 
 class NotProfiled(Exception):
-    """This task is left alone; the message says why (for slurmd's log)."""
+    """This task is left alone; the message says why (on the TaskProlog's standard error)."""
 
 
 def run_id_of(environ: Mapping[str, str]) -> str:
