@@ -13,6 +13,8 @@
                                              (undelivered events; exit 0 once all arrived)
     workloads check-collector --collector URL [--token-file F]
                                              (takes it this host's writes? 0 yes, 2 no)
+    workloads slurm task-prolog|epilog [--config /etc/epochscope/slurm.toml]
+                                             (Slurm TaskProlog / Epilog: docs/slurm.md)
     workloads worker --spec ...              (one rank; started by the launcher)
 
 Heavy frameworks are imported only by the subcommand that needs them.
@@ -169,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also warn (stderr, status 0) when the agent on this port pushes elsewhere",
     )
 
+    slurm = commands.add_parser(
+        "slurm", help="Slurm TaskProlog/Epilog: workloads slurm task-prolog|epilog [--config F]"
+    )
+    slurm.add_argument("hook_argv", nargs=argparse.REMAINDER, metavar="task-prolog|epilog ...")
+
     worker = commands.add_parser("worker", help="one rank (started by workloads run)")
     worker.add_argument("--spec", required=True)
     return parser
@@ -212,6 +219,10 @@ def _main(argv: list[str] | None) -> int:
         return _resend(args)
     if args.command == "check-collector":
         return _check_collector(args)
+    if args.command == "slurm":
+        from workloads.autoprofile.slurm import main as slurm_main
+
+        return slurm_main(args.hook_argv)
     from workloads.train.worker import main as worker_main
 
     return worker_main(["--spec", args.spec])

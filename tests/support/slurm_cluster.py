@@ -22,6 +22,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -206,8 +207,11 @@ class SlurmCluster:
         return any(self.job_cgroup(c, job_id).exists() for c in ("cpuacct", "memory"))
 
 
-def make_cluster() -> SlurmCluster:
-    """A configured, not yet started cluster; ClusterUnavailable when it cannot be."""
+def make_cluster(extra_conf: Sequence[str] = ()) -> SlurmCluster:
+    """A configured, not yet started cluster; ClusterUnavailable when it cannot be.
+
+    ``extra_conf``: more slurm.conf lines (``TaskProlog=...``, ``Epilog=...``), written
+    before the node and partition lines."""
     missing = [name for name in BINARIES if which(name) is None]
     if missing:
         raise ClusterUnavailable(
@@ -262,6 +266,7 @@ def make_cluster() -> SlurmCluster:
                 "MpiDefault=none",
                 "SwitchType=switch/none",
                 "KillWait=5",
+                *extra_conf,
                 f"NodeName={node} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
                 f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
                 "",
