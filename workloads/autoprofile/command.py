@@ -24,7 +24,7 @@ from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
 from workloads.launch.local_stack import EmbeddedProfile, ProfileError, child_env
 from workloads.launch.preflight import collector_url
 from workloads.record.events import AGENT_PORT_ENV
-from workloads.record.spec import DEFAULT_SPOOL_ROOT, TOKEN_ENV, TOKEN_FILE_ENV, run_id_arg
+from workloads.record.spec import TOKEN_ENV, TOKEN_FILE_ENV, run_id_arg, run_spool_root
 
 NOT_FOUND_STATUS = 127  # as a shell says it
 NOT_EXECUTABLE_STATUS = 126
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         config = ProfileConfig(
             run_id=run_id,
             collector_url=args.collector or profile.url,
-            spool_root=str(DEFAULT_SPOOL_ROOT),
+            spool_root=str(run_spool_root(runs_dir, run_id)),
             step_every=args.step_every,
             data_format=dataset.format if dataset else None,
             dataset_images=dataset.train.images if dataset else None,

@@ -64,7 +64,7 @@ from workloads.launch.processes import (
 from workloads.launch.processes import descendants as live_descendants
 from workloads.launch.summary import print_epoch_table
 from workloads.record.events import AGENT_PORT_ENV, DEFAULT_AGENT_PORT
-from workloads.record.spec import TOKEN_ENV, TOKEN_FILE_ENV, RunSpec
+from workloads.record.spec import TOKEN_ENV, TOKEN_FILE_ENV, RunSpec, run_spool_root
 from workloads.record.spec import read_token as spec_read_token
 from workloads.record.spec import token_source as spec_token_source
 from workloads.train.datasets import (
@@ -220,6 +220,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         anatomy=not args.no_anatomy,
         resend_token_file=str(args.token_file.resolve()) if args.token_file else None,
         checkpoint_dir=str(runs_dir / run_id),
+        spool_root=str(run_spool_root(runs_dir, run_id)),
     )
     if not args.collector and not args.profile:
         spec.events_dir = str(runs_dir / run_id / "events")

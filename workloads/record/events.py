@@ -100,7 +100,7 @@ class ShipperSink:
 
     def close(self, timeout: float) -> bool:
         """Deliver what is spooled; True when all of it is. A delivered spool's directory
-        is removed (with its run's, once empty): nothing is left behind in ~/.cache."""
+        is removed (with the run's spool directory, once empty): nothing is left behind."""
         delivered = self._shipper.flush(timeout)
         self._shipper.close(timeout=1.0)
         if delivered:
