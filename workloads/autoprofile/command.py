@@ -18,7 +18,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from contract.schema import Event
+from contract.schema import Event, RunState
 from netserve import tokens
 from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
 from workloads.launch.local_stack import EmbeddedProfile, ProfileError, child_env
@@ -204,7 +204,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"workloads: {error}: the command's processes are stopped", file=sys.stderr)
     finally:
         if launched and status != 0 and profile is not None and profile.running():
-            close_unended_ranks(Plan(RunSpec(run_id, "pytorch"), [], 0, None, runs_dir), profile)
+            close_unended_ranks(
+                Plan(RunSpec(run_id, "pytorch"), [], 0, None, runs_dir),
+                profile,
+                RunState.INTERRUPTED if interrupted is not None else RunState.FAILED,
+            )
         if profile is not None:
             profile.stop()
     ranks = None

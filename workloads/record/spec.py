@@ -58,6 +58,7 @@ class RunSpec:
     anatomy: bool = True  # time each step's input wait, compute and all-reduce
     resend_token_file: str | None = None  # the user's --token-file, for `workloads resend`
     checkpoint_dir: str | None = None  # PyTorch: rank 0 writes checkpoint.pt here per epoch
+    stop_file: str | None = None  # written by the launcher when the user stopped the run
 
     @property
     def synthetic(self) -> bool:
