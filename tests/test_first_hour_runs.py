@@ -154,6 +154,10 @@ def test_a_runs_spool_is_in_its_runs_dir_and_every_message_points_there(
     assert f"they wait in {spool.resolve()}" in err
     assert f"workloads resend --spool {spool.resolve()} --collector {url}" in err
     assert ".cache" not in err and not (tmp_path / "home").exists()
+    from workloads.launch.launcher import undelivered_line
+
+    line = undelivered_line(plan_run(args), UNDELIVERED_EXIT)
+    assert f"wait in {(runs / 'here-run' / 'spool').resolve()}/rank<N> on their host" in line
 
 
 def test_a_delivered_run_leaves_no_spool_directory(served, tmp_path, monkeypatch):

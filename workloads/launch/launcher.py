@@ -547,11 +547,16 @@ def run(args: argparse.Namespace) -> int:
     if interrupted is not None:
         print(f"run {plan.spec.run_id} stopped by {interrupted}: marked interrupted", flush=True)
     elif status == UNDELIVERED_EXIT or (status != 0 and plan.spec.collector_url):
-        print(f"workloads: run {plan.spec.run_id} ended with status {status}; events that "
-              f"did not reach {plan.spec.collector_url} wait in {plan.spec.spool_root}/"
-              f"{plan.spec.run_id} on their host (see the ranks' lines above)",
-              file=sys.stderr)  # fmt: skip
+        print(undelivered_line(plan, status), file=sys.stderr)
     return status
+
+
+def undelivered_line(plan: Plan, status: int) -> str:
+    """The launcher's last word on a run whose events did not all reach the collector:
+    where they wait (``RunSpec.spool_dir``: beside the run's files, on each host)."""
+    return (f"workloads: run {plan.spec.run_id} ended with status {status}; events that did "
+            f"not reach {plan.spec.collector_url} wait in {plan.spec.spool_dir(0).parent}"
+            "/rank<N> on their host (see the ranks' lines above)")  # fmt: skip
 
 
 def unended_ranks(marks: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str]]:
