@@ -597,7 +597,7 @@ class Workload(Measurement):
     LOSS = gauge("loss", "", "Training loss")
     TOP1 = gauge("top1", "fraction", "Validation top-1 accuracy, 0..1")
     TOP5 = gauge("top5", "fraction", "Validation top-5 accuracy, 0..1")
-    STATE = text("state", "run_end only: finished | failed")
+    STATE = text("state", "run_end only: finished | failed | interrupted")
     # run_start carries the whole configuration:
     MODEL = text("model", "Model name, e.g. resnet50")
     BATCH_SIZE = gauge("batch_size", "count", "Batch size per rank")
@@ -635,6 +635,7 @@ class RunState:
     LIVE = "live"
     FINISHED = "finished"
     FAILED = "failed"
+    INTERRUPTED = "interrupted"  # the user stopped it (Ctrl-C or SIGTERM to `workloads run`)
 
 
 SAMPLE_MEASUREMENTS: tuple[type[Measurement], ...] = (

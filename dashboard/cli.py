@@ -1,14 +1,18 @@
 """``dashboard serve``: the Dash app over a store, read-only.
 
-    dashboard serve [--db PATH | --collector URL] [--host 127.0.0.1] [--port 8050]
+    dashboard serve [--db PATH [--backend KIND=URL] | --collector URL [--token-file F]]
+                    [--host 127.0.0.1] [--port 8050]
                     [--auth USER:PASSWORD] [--poll-seconds 2] [--max-points 500]
                     [--prepare-runs 4] [--max-connections 128] [--header-timeout 10]
 
 ``--db`` is the collector's SQLite file (default: ``$EPOCHSCOPE_DB`` or
-``runs/epochscope.sqlite``, as for ``collector``). ``--collector victoriametrics=URL`` (or a
-bare URL) or ``--collector prometheus=URL`` reads samples from the collector's ``--backend``
-(``collector.store.backends``); the runs and their events still come from the collector's SQLite
-file (``--db``).
+``runs/epochscope.sqlite``, as for ``collector``). ``--backend victoriametrics=URL`` or
+``--backend prometheus=URL`` reads samples from the collector's ``--backend`` (the same
+option as ``collector serve`` and ``collector report``: ``collector.store.backends``); the
+runs and their events still come from the SQLite file (``--db``).
+``--collector URL`` means what it means for ``collector report``: a remote ``collector
+serve``, whose read API answers every question of the pages (``dashboard.remote``), with
+its token from ``--token-file``; no store is opened here.
 Listening on anything but loopback needs ``--auth`` (HTTP basic); the credentials can also
 come from ``$EPOCHSCOPE_DASHBOARD_AUTH`` so that they stay out of the process list.
 Slow or many clients are bounded by ``--max-connections`` and ``--header-timeout``
@@ -49,14 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the dashboard over HTTP")
     serve.add_argument(
         "--db",
-        help=f"collector SQLite file (default {DEFAULT_DB}); with --collector, its events",
+        help=f"collector SQLite file (default {DEFAULT_DB}); with --backend, its events",
+    )
+    serve.add_argument(
+        "--backend",
+        metavar="{victoriametrics,prometheus}=URL",
+        help="read samples from the collector's --backend: victoriametrics=URL or "
+        "prometheus=URL (the runs and events from --db)",
     )
     serve.add_argument(
         "--collector",
-        metavar="[KIND=]URL",
-        help="read samples from the collector's --backend: victoriametrics=URL (or a bare "
-        "URL) or prometheus=URL",
+        metavar="URL",
+        help="show a remote `collector serve` through its read API (as `collector report "
+        "--collector URL`); no --db",
     )
+    serve.add_argument("--token-file", help="file holding the collector's token (--collector)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     serve.add_argument("--port", type=int, default=8050, help="port (%(default)s)")
     serve.add_argument(
@@ -105,32 +116,71 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+BACKEND_KINDS = ("victoriametrics=", "prometheus=")
+MOVED = (
+    "--collector now means a remote `collector serve` (its read API, as for `collector "
+    "report --collector URL`); a VictoriaMetrics or Prometheus backend is --backend {spec}"
+)
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """One meaning per flag: ``--collector KIND=URL`` (the backend, before ``--backend``)
+    is refused with the new flag; ``--collector`` takes no ``--db`` nor ``--backend``."""
+    if args.collector and args.collector.startswith(BACKEND_KINDS):
+        raise CliError(MOVED.format(spec=args.collector))
+    if args.collector and args.backend:
+        raise CliError("--collector (a remote collector) and --backend (beside --db) exclude "
+                       "each other")  # fmt: skip
+    if args.collector and args.db:  # an old `--db FILE --collector VM_URL`
+        raise CliError(
+            "--collector URL shows a remote collector alone, without --db; "
+            + MOVED.format(spec=f"victoriametrics={args.collector}")
+        )
+    if args.token_file and not args.collector:
+        raise CliError("--token-file goes with --collector URL (the remote collector's token)")
+    if args.collector and not args.collector.startswith(("http://", "https://")):
+        raise CliError(f"--collector must be an http(s) URL, not {args.collector!r}")
+
+
+def open_remote(args: argparse.Namespace, max_points: int):
+    """The remote collector's read API as the pages' source, checked with one question."""
+    from collector.api.client import RemoteError, token_of
+    from dashboard.remote import RemoteSource, shown_url
+
+    try:
+        source = RemoteSource(args.collector, token_of(args.token_file), max_points)
+        source.check()
+    except RemoteError as error:
+        message = str(error)
+        if "has no read API" in message:  # perhaps a VictoriaMetrics URL, as before
+            message += "; " + MOVED.format(spec=f"victoriametrics={shown_url(args.collector)}")
+        raise CliError(message, status=error.status) from None
+    return source
+
+
 def open_store(args: argparse.Namespace) -> ReadStore:
     path = Path(args.db or DEFAULT_DB)
     if not path.is_file():
         raise CliError(
-            f"no store at {path}: start `collector serve --db {path}` first, or give --db",
+            f"no store at {path}: start `collector serve --db {path}` first, or give --db "
+            "(or --collector URL for a remote collector)",
             status=1,
         )
-    if args.collector:
+    if args.backend:
         from collector.store.backends import (
-            VICTORIAMETRICS,
             BackendSpecError,
             open_backend_store,
             parse_backend_spec,
         )
 
-        try:  # a bare URL is VictoriaMetrics, as before prometheus=URL existed
-            spec = parse_backend_spec(args.collector, bare_url_kind=VICTORIAMETRICS)
-        except BackendSpecError:
-            raise CliError(
-                "--collector must be an http(s) URL (VictoriaMetrics), victoriametrics=URL "
-                f"or prometheus=URL, not {args.collector!r}"
-            ) from None
+        try:
+            spec = parse_backend_spec(args.backend)
+        except BackendSpecError as error:
+            raise CliError(f"--backend {error}") from None
     from collector.store import SqliteStore, StoreError
 
     try:
-        if args.collector:
+        if args.backend:
             return open_backend_store(spec, events=path)
         return SqliteStore(path)
     except StoreError as error:  # damaged, foreign or empty: one line, not a traceback
@@ -156,6 +206,7 @@ def serve(args: argparse.Namespace) -> int:
         raise CliError(f"--port: {error}") from None
     if args.max_connections < 1 or not args.header_timeout > 0:
         raise CliError("--max-connections must be at least 1 and --header-timeout > 0")
+    check_options(args)
     limits = ConnectionLimits(
         max_connections=args.max_connections,
         header_timeout=args.header_timeout,
@@ -167,8 +218,12 @@ def serve(args: argparse.Namespace) -> int:
     from dashboard.server import make_dashboard_server
     from dashboard.source import DataSource
 
-    store = open_store(args)
-    source = DataSource(store, max_points=args.max_points)
+    store: ReadStore | None = None
+    if args.collector:
+        source = open_remote(args, args.max_points)
+    else:
+        store = open_store(args)
+        source = DataSource(store, max_points=args.max_points)
     app = create_app(source, poll_seconds=args.poll_seconds, credentials=credentials)
     try:
         server = make_dashboard_server(args.host, args.port, app.server, limits)
@@ -182,6 +237,10 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     preparing = source.start_preparing(args.prepare_runs) if args.prepare_runs > 0 else None
     who = f", basic auth as {credentials.user}" if credentials else ""
+    if args.collector:
+        from dashboard.remote import shown_url
+
+        who += f", over the collector at {shown_url(args.collector)}"
     log.info("dashboard on http://%s/%s", shown(args.host, server.server_port), who)
     try:
         server.serve_forever()

@@ -240,7 +240,7 @@ class DataSource:
         return self.store.run(run_id)
 
     def run_state(self, run_id: str) -> str | None:
-        """live | finished | failed."""
+        """live | finished | failed | interrupted."""
         info = self.run_info(run_id)
         return info.state if info else None
 

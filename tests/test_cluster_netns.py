@@ -32,8 +32,6 @@ from pathlib import Path
 import pytest
 from test_ansible_harness import REPO_ROOT, SSH_KEYGEN, SSHD, readable_base_dir
 
-from workloads.record.spec import DEFAULT_SPOOL_ROOT as SPOOL_ROOT
-
 pytestmark = [pytest.mark.slow, pytest.mark.frameworks, pytest.mark.timeout(900)]
 
 SSH_PORT = 2222
@@ -308,8 +306,6 @@ def trained(tmp_path_factory):
     finally:
         cluster.destroy()
         shutil.rmtree(base, ignore_errors=True)
-        # The ranks' event spools (workloads keeps one per run under ~/.cache).
-        shutil.rmtree(SPOOL_ROOT / run_id, ignore_errors=True)
 
 
 def test_horovod_run_has_epoch_rows_for_both_hosts(trained):

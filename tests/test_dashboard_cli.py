@@ -159,11 +159,11 @@ def test_missing_store_is_a_clear_error(repo_env, tmp_path):
         (b"not an SQLite file at all" * 40, "is not a readable store (file is not a database)"),
     ],
 )
-@pytest.mark.parametrize("collector", [None, "victoriametrics=http://127.0.0.1:9"])
-def test_a_damaged_or_empty_store_is_one_line(repo_env, tmp_path, content, says, collector):
+@pytest.mark.parametrize("backend", [None, "victoriametrics=http://127.0.0.1:9"])
+def test_a_damaged_or_empty_store_is_one_line(repo_env, tmp_path, content, says, backend):
     db = tmp_path / "bad.sqlite"
     db.write_bytes(content)
-    extra = ["--collector", collector] if collector else []
+    extra = ["--backend", backend] if backend else []
     result = run_cli(["serve", "--db", str(db), *extra], repo_env)
     assert result.returncode == 2
     assert result.stderr.strip() == f"dashboard: error: {db} {says}" + (
@@ -175,19 +175,70 @@ def test_a_damaged_or_empty_store_is_one_line(repo_env, tmp_path, content, says,
 
 
 @needs_store
-def test_collector_must_be_a_url(repo_env, empty_db):
-    result = run_cli(["serve", "--db", str(empty_db), "--collector", "127.0.0.1:8428"], repo_env)
+def test_backend_and_collector_must_be_urls(repo_env, empty_db):
+    result = run_cli(["serve", "--db", str(empty_db), "--backend", "127.0.0.1:8428"], repo_env)
+    assert result.returncode == 2
+    assert "--backend must be victoriametrics=URL or prometheus=URL" in result.stderr
+    result = run_cli(["serve", "--collector", "127.0.0.1:8428"], repo_env)
     assert result.returncode == 2
     assert "--collector must be an http(s) URL" in result.stderr
 
 
-def test_collector_needs_the_events_file(repo_env, tmp_path):
+def test_backend_needs_the_events_file(repo_env, tmp_path):
     missing = tmp_path / "events.sqlite"
     result = run_cli(
-        ["serve", "--collector", "http://127.0.0.1:8428", "--db", str(missing)], repo_env
+        ["serve", "--backend", "victoriametrics=http://127.0.0.1:8428", "--db", str(missing)],
+        repo_env,
     )
     assert result.returncode == 1
     assert f"no store at {missing}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--collector", "victoriametrics=http://127.0.0.1:8428", "--db", "x.sqlite"],
+        ["--collector", "prometheus=http://127.0.0.1:9090"],
+        ["--collector", "http://127.0.0.1:8428", "--db", "x.sqlite"],  # VictoriaMetrics, before
+    ],
+)
+def test_old_backend_scripts_are_told_the_new_flag(repo_env, argv):
+    """`--collector` was the PromQL backend; now it is a remote collector (as for `collector
+    report`): an old script fails at once with the flag that means what it meant."""
+    result = run_cli(["serve", *argv], repo_env)
+    assert result.returncode == 2
+    assert "--backend victoriametrics=http://127.0.0.1:8428" in result.stderr or (
+        "--backend prometheus=http://127.0.0.1:9090" in result.stderr
+    ), result.stderr
+    assert "read API" in result.stderr
+
+
+def test_a_bare_url_that_is_no_collector_names_the_backend_flag(repo_env):
+    """`--collector http://VM` alone (a VictoriaMetrics URL in an old script) is asked as a
+    collector; what answers there without a read API is told apart, with the new flag."""
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        result = run_cli(["serve", "--collector", url, "--port", "0"], repo_env)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 1
+    assert "has no read API" in result.stderr
+    assert f"--backend victoriametrics={url}" in result.stderr
 
 
 # --------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The dashboard over the VictoriaMetrics backend (``dashboard serve --collector URL``).
+"""The dashboard over the VictoriaMetrics backend (``dashboard serve --backend KIND=URL``).
 
 Debian's real ``victoria-metrics`` on loopback, fed by a real ``collector serve --backend
 victoriametrics=URL`` (which keeps the workload events in its SQLite file); the paper run of
@@ -138,7 +138,7 @@ def test_run_page_numbers_over_victoriametrics(backend):
     assert node1["ib_rcv_mbps"][150] == pytest.approx(100.0)
 
 
-def test_serve_with_collector_url(backend, repo_env):
+def test_serve_with_backend_url(backend, repo_env):
     vm_port, events = backend
     port = free_port()
     command = [
@@ -146,8 +146,8 @@ def test_serve_with_collector_url(backend, repo_env):
         "-m",
         "dashboard",
         "serve",
-        "--collector",
-        f"http://127.0.0.1:{vm_port}",
+        "--backend",
+        f"victoriametrics=http://127.0.0.1:{vm_port}",
         "--db",
         str(events),
         "--port",

@@ -127,7 +127,37 @@ def test_undelivered_events_end_the_run_non_zero_and_the_printed_resend_works(
         events = [event.event for event in store.events("late-run")]
     assert events == ["run_start", "epoch_start", "step", "step", "epoch_end", "run_end"]
     assert not spool.exists()  # delivered: nothing left in the spool root
-    assert not any((tmp_path / "spool").iterdir())
+    assert not (tmp_path / "spool").exists() or not any((tmp_path / "spool").iterdir())
+
+
+def test_a_runs_spool_is_in_its_runs_dir_and_every_message_points_there(
+    tmp_path, monkeypatch, capsys
+):
+    """`workloads run --runs-dir D` spools a rank's undelivered events under D/<run_id>,
+    beside the run's other files (not under ~/.cache), and the printed resend names it."""
+    from workloads.cli import build_parser
+    from workloads.launch.launcher import plan_run
+
+    monkeypatch.setattr(worker, "train", fake_training)
+    monkeypatch.setattr(worker, "DELIVERY_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # nothing may land there
+    url = f"http://127.0.0.1:{harness.free_port()}"  # went away during training
+    runs = tmp_path / "runs"
+    args = build_parser().parse_args(
+        [*RUN, "--collector", url, "--runs-dir", str(runs), "--run-id", "here-run"]
+    )
+    spec = plan_run(args).spec
+    assert worker.run_rank(RunSpec.decode(spec.encode())) == UNDELIVERED_EXIT  # as a rank
+    spool = runs / "here-run" / "spool" / "rank0"
+    assert spec.spool_dir(0) == spool.resolve() and any(spool.rglob("*.lp"))
+    err = capsys.readouterr().err
+    assert f"they wait in {spool.resolve()}" in err
+    assert f"workloads resend --spool {spool.resolve()} --collector {url}" in err
+    assert ".cache" not in err and not (tmp_path / "home").exists()
+    from workloads.launch.launcher import undelivered_line
+
+    line = undelivered_line(plan_run(args), UNDELIVERED_EXIT)
+    assert f"wait in {(runs / 'here-run' / 'spool').resolve()}/rank<N> on their host" in line
 
 
 def test_a_delivered_run_leaves_no_spool_directory(served, tmp_path, monkeypatch):

@@ -445,7 +445,7 @@ def test_dashboard_opens_a_prometheus_store(live):
     from dashboard.cli import build_parser, open_store
 
     args = build_parser().parse_args(
-        ["serve", "--collector", f"prometheus={live['url']}", "--db", str(live["events"])]
+        ["serve", "--backend", f"prometheus={live['url']}", "--db", str(live["events"])]
     )
     store = open_store(args)
     assert isinstance(store, PrometheusStore)

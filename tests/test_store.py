@@ -451,3 +451,21 @@ def test_times_at_the_ends_of_the_range_compact_and_read(store):
     after = read_one(store, "cpu", "user_seconds", "edge", -(2**64), 2**64)
     assert before == after
     assert after[1] == [1.0, 2.0, 3.0]
+
+
+def test_a_run_the_user_stopped_is_interrupted_unless_a_rank_failed_first():
+    """collector.store.events.run_info: ``interrupted`` when a rank says so and no rank
+    failed before that (a rank the stop took down may say failed), else failed."""
+    from collector.store.events import run_info
+    from contract.schema import RunState
+
+    def state(*ends: tuple[int, int, str]) -> str:
+        marks = [("run_start", 1, rank, "{}") for rank in (0, 1)]
+        marks += [("run_end", t, rank, json.dumps({"state": s})) for t, rank, s in ends]
+        return run_info("r", "pytorch", 1, 9, ["h"], marks).state
+
+    stopped, failed = RunState.INTERRUPTED, RunState.FAILED
+    assert state((5, 0, stopped), (5, 1, stopped)) == stopped
+    assert state((5, 0, stopped), (6, 1, failed)) == stopped  # failed in the stop's wake
+    assert state((4, 1, failed), (5, 0, stopped)) == failed  # a rank failed first
+    assert state((5, 0, failed), (5, 1, RunState.FINISHED)) == failed

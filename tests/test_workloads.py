@@ -391,6 +391,23 @@ def test_profile_table_shows_the_input_columns_per_epoch():
     assert format_findings([]) == "No findings."
 
 
+def test_profile_table_shows_the_step_split_where_the_run_has_an_anatomy():
+    """The step anatomy is the headline: input %, compute % and comm % (contract.columns'
+    headings) close the `--profile` summary when the run's steps carried one."""
+    rows = [dict(_report_row("vm", 1, 1_000), input_wait_percent=61.25, compute_percent=30.5,
+                 communication_percent=0.0),
+            dict(_report_row("vm", 2, 2_000), input_wait_percent=None, compute_percent=None,
+                 communication_percent=None)]  # fmt: skip
+    lines = format_profile_table(rows).splitlines()
+    cells = [re.split(r"\s{2,}", line.strip()) for line in lines]
+    assert cells[0][-3:] == ["input %", "compute %", "comm %"]
+    assert cells[1][-3:] == ["61.2", "30.5", "0.0"]  # 0 is a reading: shown, not "–"
+    assert cells[2][-3:] == ["–", "–", "–"]  # an epoch without the anatomy's fields
+    # no step anatomy anywhere (--no-anatomy, a loop nothing timed): no step columns
+    plain = format_profile_table([_report_row("vm", 1, 1_000)]).splitlines()[0]
+    assert "input %" not in plain and "comm %" not in plain
+
+
 def test_cache_drop_evicts_the_data_set_only_and_says_so(tmp_path, repo_env):
     """The default drop leaves the rest of the page cache alone (libraries, other jobs'
     files): `--drop-caches` as root used to empty the whole node's cache."""

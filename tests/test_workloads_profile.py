@@ -165,7 +165,7 @@ def report_rows(python: str, runs: Path, run_id: str) -> list[dict]:
         [python, "-m", "collector", "report", run_id, "--db", str(runs / f"{run_id}.sqlite"),
          "--format", "json"], capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
-    return [row for row in json.loads(result.stdout) if row["host"] == HOST]
+    return [row for row in json.loads(result.stdout)["rows"] if row["host"] == HOST]
 
 
 def printed_accuracies(stdout: str, pattern: str) -> list[float]:
@@ -390,6 +390,11 @@ def test_pytorch_loop_recognised_unmodified(data, runs):
         assert parts[1] > 0 and end.fields[Workload.COMMUNICATION_SECONDS] == 0
         assert sum(parts) == pytest.approx(end.fields[Workload.SECONDS])
     assert "run pt: per epoch" in result.stdout and "epoch  host" in result.stdout
+    # the summary's step split: the report's input/compute/all-reduce shares, per epoch
+    table = result.stdout[result.stdout.index("epoch  host") :].splitlines()
+    assert re.split(r"\s{2,}", table[0].strip())[-3:] == ["input %", "compute %", "comm %"]
+    shares = [re.split(r"\s{2,}", line.strip())[-3:] for line in table[1:3]]
+    assert all(float(share[1]) > 0 and share[2] == "0.0" for share in shares), table
     # every edge exact: the agent sampled at the first pass's start (before the loader was
     # known to train) and at each epoch's last pass end (validation), not only between ticks
     rows = report_rows(sys.executable, runs, "pt")

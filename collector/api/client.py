@@ -9,6 +9,8 @@ writes)::
     GET /api/v1/inference?run_id=RUN&format=json   (run_id optional: the newest)
     GET /api/v1/jobs?format=json
     GET /api/v1/job?job_id=JOBID&format=json&summary=true
+    GET /api/v1/dashboard/<question>?run_id=RUN...  (``dashboard serve --collector URL``:
+                                                     collector.views.questions)
 
 A query parameter is the long option of the command line without its dashes (``true``
 for a flag); ``format`` defaults to ``json``. The answer is what ``collector VIEW ...``

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import NoReturn
 
-from collector.api.routes import CONTENT_TYPES, LOCAL_ONLY, PREFIX, VIEWS
+from collector.api.routes import CONTENT_TYPES, DASHBOARD, LOCAL_ONLY, PREFIX, VIEWS
 from contract.commandline import Parser
 
 
@@ -38,11 +38,31 @@ class QuietParser(Parser):
 
 
 def view_of(path: str) -> str | None:
-    """The view a request path names (``/api/v1/report`` -> ``report``), else None."""
+    """The view a request path names (``/api/v1/report`` -> ``report``, and
+    ``/api/v1/dashboard/epochs`` -> ``dashboard/epochs``), else None."""
     if not path.startswith(PREFIX):
         return None
     view = path[len(PREFIX) :].strip("/")
+    if view.startswith(DASHBOARD):
+        return view
     return view if view in VIEWS else None
+
+
+def answer_question(question: str, query: dict[str, list[str]], store) -> Answer:
+    """``GET /api/v1/dashboard/<question>``: what ``dashboard serve --collector URL`` asks
+    (``collector.views.questions``), as JSON; 400 for a question or parameter it cannot
+    take."""
+    from collector.views.questions import QuestionError
+    from collector.views.questions import answer as answer_of
+
+    params = {name: values[-1] for name, values in query.items()}
+    try:
+        found = answer_of(store, question, params)
+    except QuestionError as problem:
+        body = json.dumps({"code": "bad request", "message": f"dashboard/{question}: {problem}"})
+        return Answer(HTTPStatus.BAD_REQUEST, body.encode("utf-8"), CONTENT_TYPES["json"])
+    body = json.dumps(found, separators=(",", ":"), default=str)
+    return Answer(HTTPStatus.OK, body.encode("utf-8"), CONTENT_TYPES["json"])
 
 
 def view_options(view: str) -> dict[str, argparse.Action]:
@@ -111,6 +131,8 @@ def answer(view: str, query: dict[str, list[str]], store) -> Answer:
         body = json.dumps({"code": HTTPStatus(status).phrase.lower(), "message": message})
         return Answer(status, body.encode("utf-8"), CONTENT_TYPES["json"])
 
+    if view.startswith(DASHBOARD):
+        return answer_question(view[len(DASHBOARD) :], query, store)
     try:
         argv = command_argv(view, query)
         args = build_parser(QuietParser).parse_args(argv)

@@ -12,8 +12,9 @@
 Either way the runs and their workload events come from the collector's SQLite file
 (``--db``), where ``collector serve`` keeps them.
 
-``collector --backend`` and ``dashboard serve --collector`` both parse with
-:func:`parse_backend_spec`; the dashboard also takes a bare URL, meaning VictoriaMetrics.
+``collector --backend`` and ``dashboard serve --backend`` both parse with
+:func:`parse_backend_spec` (``dashboard serve --collector URL`` is a remote collector's read
+API, as for ``collector report``).
 """
 
 from __future__ import annotations

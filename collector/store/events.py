@@ -5,8 +5,10 @@ SQLite file (tables ``events``, ``runs``, ``run_hosts``: see ``collector.store.d
 VictoriaMetrics and Prometheus stores read runs, events and steps from here.
 
 Run state rules (:func:`run_info`): rank 0's ``run_start`` is the run's configuration. A run
-failed if any rank says so in its ``run_end``; it finished when rank 0 (or, without a rank
-0, every rank that started) ended; otherwise it is live.
+was interrupted when a rank says so in its ``run_end`` (the user stopped it: Ctrl-C or
+SIGTERM to ``workloads run``) and no rank failed before that; it failed if any rank says
+so; it finished when rank 0 (or, without a rank 0, every rank that started) ended;
+otherwise it is live.
 """
 
 from __future__ import annotations
@@ -211,8 +213,11 @@ def run_info(
 ) -> RunInfo:
     """A run from its run_start and run_end events (``marks``: event, time, rank, fields).
 
-    Rank 0's run_start is the configuration. The run failed if any rank says so; it
-    finished when rank 0 (or, without a rank 0, every rank that started) ended.
+    Rank 0's run_start is the configuration. The run was interrupted when a rank says so
+    and no rank's failure came before the first such run_end (the ranks the stop took down
+    with it may say failed: a rank on another host that never heard of the stop); it failed
+    if any rank says so; it finished when rank 0 (or, without a rank 0, every rank that
+    started) ended.
     """
     starts: dict[int, tuple[int, dict]] = {}
     ends: dict[int, tuple[int, dict]] = {}
@@ -224,7 +229,10 @@ def run_info(
         config = starts[0][1] if 0 in starts else starts[min(starts)][1]
     start_ns = min((t for t, _ in starts.values()), default=first_ns)
     failed = [t for t, f in ends.values() if f.get(Workload.STATE) == RunState.FAILED]
-    if failed:
+    stopped = [t for t, f in ends.values() if f.get(Workload.STATE) == RunState.INTERRUPTED]
+    if stopped and not any(t < min(stopped) for t in failed):
+        state, end_ns = RunState.INTERRUPTED, max(t for t, _ in ends.values())
+    elif failed:
         state, end_ns = RunState.FAILED, max(t for t, _ in ends.values())
     elif ends and (0 in ends or (starts and set(starts) <= set(ends))):
         state, end_ns = RunState.FINISHED, max(t for t, _ in ends.values())

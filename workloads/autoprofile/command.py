@@ -18,13 +18,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from contract.schema import Event
+from contract.schema import Event, RunState
 from netserve import tokens
 from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
 from workloads.launch.local_stack import EmbeddedProfile, ProfileError, child_env
 from workloads.launch.preflight import collector_url
 from workloads.record.events import AGENT_PORT_ENV
-from workloads.record.spec import DEFAULT_SPOOL_ROOT, TOKEN_ENV, TOKEN_FILE_ENV, run_id_arg
+from workloads.record.spec import TOKEN_ENV, TOKEN_FILE_ENV, run_id_arg, run_spool_root
 
 NOT_FOUND_STATUS = 127  # as a shell says it
 NOT_EXECUTABLE_STATUS = 126
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         config = ProfileConfig(
             run_id=run_id,
             collector_url=args.collector or profile.url,
-            spool_root=str(DEFAULT_SPOOL_ROOT),
+            spool_root=str(run_spool_root(runs_dir, run_id)),
             step_every=args.step_every,
             data_format=dataset.format if dataset else None,
             dataset_images=dataset.train.images if dataset else None,
@@ -204,7 +204,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"workloads: {error}: the command's processes are stopped", file=sys.stderr)
     finally:
         if launched and status != 0 and profile is not None and profile.running():
-            close_unended_ranks(Plan(RunSpec(run_id, "pytorch"), [], 0, None, runs_dir), profile)
+            close_unended_ranks(
+                Plan(RunSpec(run_id, "pytorch"), [], 0, None, runs_dir),
+                profile,
+                RunState.INTERRUPTED if interrupted is not None else RunState.FAILED,
+            )
         if profile is not None:
             profile.stop()
     ranks = None

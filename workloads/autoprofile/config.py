@@ -48,7 +48,7 @@ class ProfileConfig:
         return cls(**json.loads(text))
 
     def spool_dir(self, rank: int) -> Path:
-        return Path(self.spool_root) / self.run_id / f"rank{rank}-pid{os.getpid()}"
+        return Path(self.spool_root) / f"rank{rank}-pid{os.getpid()}"
 
 
 def site_dir() -> Path:

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from contract.schema import INFERENCE_FRAMEWORK, Event, InferencePrecision, RunState, Workload
 from workloads.record.spec import (
-    DEFAULT_SPOOL_ROOT,
     MODELS,
     run_id_arg,
+    run_spool_root,
     token_or_exit,
     token_source,
 )
@@ -210,7 +210,7 @@ def prepare(args: argparse.Namespace, workdir: Path) -> Prepared:
 def _sink(args: argparse.Namespace, run_id: str, runs_dir: Path, profile):
     from workloads.record.events import FileSink, ShipperSink
 
-    spool = DEFAULT_SPOOL_ROOT / run_id / "rank0"
+    spool = run_spool_root(runs_dir, run_id) / "rank0"
     if profile is not None:
         return ShipperSink(profile.url, None, spool)
     if args.collector:
@@ -339,10 +339,10 @@ def print_result(args, run_id: str, runs_dir: Path, profile, delivered: bool) ->
     """The run's table, made by the collector's one computation
     (``collector.analysis.inference``)."""
     if not delivered:
+        spool = run_spool_root(runs_dir, run_id) / "rank0"
         _log(
-            f"events of {run_id} are not all delivered; they wait in "
-            f"{DEFAULT_SPOOL_ROOT / run_id}: `workloads resend --spool "
-            f"{DEFAULT_SPOOL_ROOT / run_id / 'rank0'} --collector URL`"
+            f"events of {run_id} are not all delivered; they wait in {spool}: "
+            f"`workloads resend --spool {spool} --collector URL`"
         )
         return 3
     if profile is not None:

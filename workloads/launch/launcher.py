@@ -56,7 +56,9 @@ from workloads.launch.hosts import (
 from workloads.launch.local_stack import EmbeddedProfile, ProfileError, child_env, free_port
 from workloads.launch.preflight import UNDELIVERED_EXIT, CollectorUnusable, check_collector
 from workloads.launch.processes import (
+    STOP_FILE_NAME,
     Interrupted,
+    ask_to_stop,
     become_subreaper,
     raise_on_signals,
     stop_descendants,
@@ -64,7 +66,7 @@ from workloads.launch.processes import (
 from workloads.launch.processes import descendants as live_descendants
 from workloads.launch.summary import print_epoch_table
 from workloads.record.events import AGENT_PORT_ENV, DEFAULT_AGENT_PORT
-from workloads.record.spec import TOKEN_ENV, TOKEN_FILE_ENV, RunSpec
+from workloads.record.spec import TOKEN_ENV, TOKEN_FILE_ENV, RunSpec, run_spool_root
 from workloads.record.spec import read_token as spec_read_token
 from workloads.record.spec import token_source as spec_token_source
 from workloads.train.datasets import (
@@ -220,10 +222,13 @@ def plan_run(args: argparse.Namespace) -> Plan:
         anatomy=not args.no_anatomy,
         resend_token_file=str(args.token_file.resolve()) if args.token_file else None,
         checkpoint_dir=str(runs_dir / run_id),
+        spool_root=str(run_spool_root(runs_dir, run_id)),
     )
     if not args.collector and not args.profile:
         spec.events_dir = str(runs_dir / run_id / "events")
     plan = Plan(spec, hosts, args.np, read_token(args), runs_dir, dataset)
+    if not plan.in_process:  # ranks of torchrun or horovodrun: told so when the user stops
+        spec.stop_file = str(runs_dir / run_id / STOP_FILE_NAME)
     if plan.token and not plan.in_process:
         plan.token_file = token_file_path(runs_dir, run_id)
     return plan
@@ -366,14 +371,15 @@ def launch(plan: Plan, args: argparse.Namespace, keep: tuple[int, ...] = ()) -> 
         return run_rank(plan.spec)
     env = launch_env(plan)
     env[AGENT_PORT_ENV] = str(agent_port)
+    stop_file = Path(plan.spec.stop_file) if plan.spec.stop_file else None
     if plan.spec.framework != "pytorch":
         command = horovodrun_command(plan, args.ssh_port, args.ssh_key)
         quiet = plan.runs_dir / plan.spec.run_id / "horovodrun-stop.log"
-        return run_tool(command, env, keep, stop_log=quiet)
+        return run_tool(command, env, keep, stop_log=quiet, stop_file=stop_file)
     share = placement(plan.hosts, plan.processes)
     if not plan.multi_host:
         command = torchrun_command(plan, 1, plan.processes, 0, "127.0.0.1", 0)
-        return run_tool(command, env, keep)
+        return run_tool(command, env, keep, stop_file=stop_file)
     return _torchrun_over_ssh(plan, share, args)
 
 
@@ -422,19 +428,26 @@ def run_tool(
     env: dict[str, str],
     keep: tuple[int, ...] = (),
     stop_log: Path | None = None,
+    stop_file: Path | None = None,
 ) -> int:
     """horovodrun or torchrun in a session of its own, waited for; whatever interrupts the
     wait (SIGINT, SIGTERM, an exception) stops it and every process it started first.
     With ``stop_log``, what the tool itself writes to stderr while it is stopped goes
-    there (``StopRelay``)."""
+    there (``StopRelay``). With ``stop_file`` (the ranks' ``RunSpec.stop_file``), a stop
+    by SIGINT or SIGTERM is written there first, so that the ranks end the run as
+    interrupted rather than failed, and exit so that the tool exits quietly."""
+    if stop_file is not None:
+        stop_file.unlink(missing_ok=True)  # (a run id used before)
     stderr = subprocess.PIPE if stop_log is not None else None
     process = subprocess.Popen(command, env=env, start_new_session=True, stderr=stderr)
     relay = StopRelay(process.stderr, stop_log) if stop_log is not None else None
     try:
         status = process.wait()
-    except BaseException:
+    except BaseException as error:
         if relay is not None:
             relay.stopping = True
+        if stop_file is not None and isinstance(error, Interrupted):
+            ask_to_stop(stop_file, str(error))
         stop_descendants(process.pid, keep)
         process.wait()
         if relay is not None:
@@ -522,19 +535,28 @@ def run(args: argparse.Namespace) -> int:
     finally:
         # every rank is gone by now: one that started and never ended was killed
         if launched and status != 0 and (profile is None or profile.running()):
-            close_unended_ranks(plan, profile)
+            close_unended_ranks(
+                plan, profile, RunState.INTERRUPTED if interrupted else RunState.FAILED
+            )
         if profile is not None:
             profile.stop()
         remove_tokens(plan, args)
+        if plan.spec.stop_file:
+            Path(plan.spec.stop_file).unlink(missing_ok=True)
     _after(plan, profile, args)
     if interrupted is not None:
-        print(f"run {plan.spec.run_id} stopped by {interrupted}: marked failed", flush=True)
+        print(f"run {plan.spec.run_id} stopped by {interrupted}: marked interrupted", flush=True)
     elif status == UNDELIVERED_EXIT or (status != 0 and plan.spec.collector_url):
-        print(f"workloads: run {plan.spec.run_id} ended with status {status}; events that "
-              f"did not reach {plan.spec.collector_url} wait in {plan.spec.spool_root}/"
-              f"{plan.spec.run_id} on their host (see the ranks' lines above)",
-              file=sys.stderr)  # fmt: skip
+        print(undelivered_line(plan, status), file=sys.stderr)
     return status
+
+
+def undelivered_line(plan: Plan, status: int) -> str:
+    """The launcher's last word on a run whose events did not all reach the collector:
+    where they wait (``RunSpec.spool_dir``: beside the run's files, on each host)."""
+    return (f"workloads: run {plan.spec.run_id} ended with status {status}; events that did "
+            f"not reach {plan.spec.collector_url} wait in {plan.spec.spool_dir(0).parent}"
+            "/rank<N> on their host (see the ranks' lines above)")  # fmt: skip
 
 
 def unended_ranks(marks: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str]]:
@@ -551,9 +573,12 @@ def unended_ranks(marks: list[tuple[str, str, str, str]]) -> list[tuple[str, str
             if (host, rank) not in ended]  # fmt: skip
 
 
-def close_unended_ranks(plan: Plan, profile: EmbeddedProfile | None) -> int:
-    """Write run_end (failed) for the ranks killed before they could, where the launcher
-    can read the run's events back; returns how many it closed."""
+def close_unended_ranks(
+    plan: Plan, profile: EmbeddedProfile | None, state: str = RunState.FAILED
+) -> int:
+    """Write run_end (``state``: failed, or interrupted when the user stopped the run) for
+    the ranks killed before they could, where the launcher can read the run's events back;
+    returns how many it closed."""
     from workloads.record.events import EventWriter, FileSink, ShipperSink
 
     run_id = plan.spec.run_id
@@ -585,13 +610,13 @@ def close_unended_ranks(plan: Plan, profile: EmbeddedProfile | None) -> int:
     for host, rank, framework in unended:
         sink = shipper or FileSink(plan.spec.events_file(int(rank)))
         writer = EventWriter(sink, run_id, int(rank), framework, host)
-        writer.emit(Event.RUN_END, {Workload.STATE: RunState.FAILED})
+        writer.emit(Event.RUN_END, {Workload.STATE: state})
         if shipper is None:
             sink.close(0)
     if shipper is not None and not shipper.close(30.0):
         print(f"workloads: run_end of killed ranks not delivered, kept in {shipper.spool_dir}",
               file=sys.stderr)  # fmt: skip
-    print(f"ranks killed before their run_end, closed as failed: "
+    print(f"ranks killed before their run_end, closed as {state}: "
           f"{', '.join(f'{host}/{rank}' for host, rank, _ in unended)}", flush=True)  # fmt: skip
     return len(unended)
 

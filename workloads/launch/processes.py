@@ -9,11 +9,20 @@ re-parented to the launcher instead of init and stays its descendant.
 
 Stopping a run (``stop_descendants``), whatever ended it (SIGINT, SIGTERM, an exception):
 
+0. when the user asked for it (SIGINT or SIGTERM to ``workloads run``), the launcher first
+   writes the run's stop file (``RunSpec.stop_file`` names it to the ranks): a rank that
+   then gets SIGTERM knows the stop was asked for (``stop_was_asked``), not that another
+   rank failed (torchrun and horovodrun also stop the other ranks with SIGTERM then);
 1. SIGSTOP to the launcher tool (horovodrun, torchrun), so that it does not answer the
    first rank's exit by freezing the others before they are done;
 2. SIGTERM to every rank (a ``workloads worker`` process), which then writes its
-   ``run_end`` event with state ``failed`` and exits; up to ``grace`` seconds for that;
-3. SIGCONT and SIGTERM to the tool's process group; up to 5 s for everything to exit;
+   ``run_end`` event (state ``interrupted`` for a stop that was asked for, and exits 0, so
+   that the tool sees its ranks done; ``failed`` otherwise) and exits; up to ``grace``
+   seconds for that;
+3. SIGCONT to the tool and up to ``TOOL_QUIET_SECONDS`` for it to exit by itself (torchrun
+   whose ranks all exited 0 says nothing; SIGTERM would make it print a 25-line
+   ``SignalException`` traceback); then SIGTERM to its process group; up to 5 s for
+   everything to exit;
 4. SIGKILL to every descendant still alive, except the ones kept (the embedded
    collector and agent of ``--profile``, which the launcher stops after, agent first).
 """
@@ -26,10 +35,13 @@ import os
 import signal
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 DEFAULT_GRACE_SECONDS = 10.0
 TOOL_GRACE_SECONDS = 5.0
+TOOL_QUIET_SECONDS = 3.0
+STOP_FILE_NAME = "stopped"  # --runs-dir/<run_id>/stopped: the user stopped the run
 POLL_SECONDS = 0.1
 RANK_COMMAND = ("-m", "workloads", "worker")
 
@@ -62,6 +74,21 @@ def raise_on_signals(signums: Iterable[int] = (signal.SIGINT, signal.SIGTERM)) -
         signal.signal(signum, handler)
 
 
+def ask_to_stop(stop_file: Path, reason: str) -> None:
+    """Say to the ranks that the user stopped the run (before they are signalled)."""
+    with contextlib.suppress(OSError):  # a rank then says failed: the run is still stopped
+        stop_file.parent.mkdir(parents=True, exist_ok=True)
+        stop_file.write_text(f"{reason}\n")
+
+
+def stop_was_asked(stop_file: str | None) -> bool:
+    """Whether the signal that stopped a rank was the user's: for a rank whose launcher
+    names a stop file (torchrun's or horovodrun's child), when the file is there (a rank on
+    another host, which cannot see it, says failed); without one (the one-process run in
+    the launcher's own process) the signal was sent to this process itself."""
+    return stop_file is None or Path(stop_file).exists()
+
+
 def become_subreaper() -> bool:
     """Orphaned descendants re-parent to this process (Linux >= 3.4); False elsewhere."""
     try:
@@ -72,8 +99,12 @@ def become_subreaper() -> bool:
 
 
 def is_rank_command(cmdline: list[str]) -> bool:
-    """``[python, "-m", "workloads", "worker", ...]``: one rank of a run."""
-    return tuple(cmdline[1:4]) == RANK_COMMAND
+    """``[python, "-m", "workloads", "worker", ...]``: one rank of a run, the interpreter's
+    one-letter options before ``-m`` allowed (torchrun starts ``python -u -m ...``)."""
+    rest = cmdline[1:]
+    while rest and rest[0].startswith("-") and rest[0] != "-m" and len(rest[0]) == 2:
+        rest = rest[1:]
+    return tuple(rest[:3]) == RANK_COMMAND
 
 
 def descendants(keep: Iterable[int] = ()) -> list:
@@ -156,6 +187,8 @@ def stop_descendants(
     _wait_for_exit(ranks, grace)
     if tool is not None:
         _send(tool, signal.SIGCONT)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            _wait_for_exit([psutil.Process(tool)], TOOL_QUIET_SECONDS)
         _send_group(tool, signal.SIGTERM)
     tree = _wait_for_exit(tree, TOOL_GRACE_SECONDS, keep)
     left = _alive(tree)

@@ -123,8 +123,10 @@ def print_epoch_table(events_dir: Path) -> None:
 
 # --- the per-epoch table of a profiled run (`collector report --format json` rows) ---
 
-# the report's columns (contract.columns) that tell where a profiled run's input came from;
-# NFS only where a host read over NFS, the training's own reads only where its ranks sent them
+# the report's columns (contract.columns) that tell where a profiled run's input came from
+# and where its step time went; NFS only where a host read over NFS, the training's own reads
+# only where its ranks sent them, the step anatomy only where the run's steps carried one
+ANATOMY_COLUMNS = ("input_wait_percent", "compute_percent", "communication_percent")
 PROFILE_COLUMNS = (
     "state",  # only when an epoch did not end
     "seconds",
@@ -137,15 +139,19 @@ PROFILE_COLUMNS = (
     "page_cache_delta_bytes",
     "cpu_util_percent",
     "iowait_percent",
+    *ANATOMY_COLUMNS,
 )
 
 
 def format_profile_table(rows: list[dict]) -> str:
-    """The columns of a profiled run that tell where its input came from, per epoch and
-    host (and the run's total per epoch when there are several hosts), headed and written
-    as ``collector report`` writes them."""
+    """The columns of a profiled run that tell where its input came from and how its step
+    time split (input wait, compute, all-reduce: where the run has a step anatomy), per
+    epoch and host (and the run's total per epoch when there are several hosts), headed and
+    written as ``collector report`` writes them."""
     shown = rows_to_show(rows)
+    anatomy = any(row.get(name) is not None for row in rows for name in ANATOMY_COLUMNS)
     optional = {
+        **dict.fromkeys(ANATOMY_COLUMNS, anatomy),
         "nfs_server_read_bytes": any(row.get("nfs_server_read_bytes") for row in rows),
         # ranks that sent their /proc/<pid>/io (0 is a reading)
         "training_read_bytes": any(row.get("training_read_bytes") is not None for row in rows),

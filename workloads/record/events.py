@@ -7,7 +7,7 @@ step, warm-up steps excluded), ``seconds`` (wall time of those steps), ``loss``,
 ``top5`` (validation accuracy 0..1); ``run_start`` also carries the configuration
 (model, batch_size per rank, world_size, local_size, precision, data_format,
 dataset_images, dataset_bytes, image_size, host_memory_bytes, warmup_steps, target_top1);
-``run_end`` carries ``state`` (finished | failed). A rank inside a Slurm job adds its
+``run_end`` carries ``state`` (finished | failed | interrupted). A rank inside a Slurm job adds its
 ``slurm_job_id`` and ``slurm_step_id`` to ``run_start`` (``slurm_fields``), so a run names
 the job whose ``job``/``slurm_job`` series the node's agent writes (docs/slurm.md).
 
@@ -100,7 +100,7 @@ class ShipperSink:
 
     def close(self, timeout: float) -> bool:
         """Deliver what is spooled; True when all of it is. A delivered spool's directory
-        is removed (with its run's, once empty): nothing is left behind in ~/.cache."""
+        is removed (with the run's spool directory, once empty): nothing is left behind."""
         delivered = self._shipper.flush(timeout)
         self._shipper.close(timeout=1.0)
         if delivered:

@@ -23,7 +23,13 @@ TOKEN_FILE_ENV = "EPOCHSCOPE_WORKLOAD_TOKEN_FILE"
 PRECISIONS = ("fp32", "fp16", "bf16")
 FRAMEWORKS = ("tensorflow", "mxnet", "pytorch")
 MODELS = ("resnet50",)
-DEFAULT_SPOOL_ROOT = Path.home() / ".cache" / "epochscope" / "spool" / "workloads"
+SPOOL_DIR_NAME = "spool"  # a run's undelivered events: --runs-dir/<run_id>/spool/rank<N>
+
+
+def run_spool_root(runs_dir: Path, run_id: str) -> Path:
+    """Where a run's ranks spool the events the collector has not taken yet: beside the
+    run's other files (``--runs-dir/<run_id>/spool``), not in the home directory."""
+    return runs_dir / run_id / SPOOL_DIR_NAME
 
 
 @dataclass
@@ -45,13 +51,14 @@ class RunSpec:
     learning_rate: float = 0.0125  # per rank; scaled by the world size
     collector_url: str | None = None
     events_dir: str | None = None  # line-protocol files when no collector
-    spool_root: str = str(DEFAULT_SPOOL_ROOT)
+    spool_root: str | None = None  # run_spool_root(); None: ./runs/<run_id>/spool
     loader_workers: int = 2  # PyTorch DataLoader workers / MXNet decode threads per rank
     seed: int = 0
     validate: bool = True
     anatomy: bool = True  # time each step's input wait, compute and all-reduce
     resend_token_file: str | None = None  # the user's --token-file, for `workloads resend`
     checkpoint_dir: str | None = None  # PyTorch: rank 0 writes checkpoint.pt here per epoch
+    stop_file: str | None = None  # written by the launcher when the user stopped the run
 
     @property
     def synthetic(self) -> bool:
@@ -69,7 +76,8 @@ class RunSpec:
         return cls(**json.loads(base64.urlsafe_b64decode(text.encode())))
 
     def spool_dir(self, rank: int) -> Path:
-        return Path(self.spool_root) / self.run_id / f"rank{rank}"
+        root = self.spool_root or run_spool_root(Path("runs").resolve(), self.run_id)
+        return Path(root) / f"rank{rank}"
 
     def events_file(self, rank: int) -> Path | None:
         if self.events_dir is None:

@@ -2,7 +2,8 @@
 
 horovodrun and torchrun start this once per process (``workloads run`` calls ``main``
 in-process for a one-process run). It builds the rank's event writer and recorder, hands
-them to the framework's trainer and writes ``run_end`` (finished or failed) whatever
+them to the framework's trainer and writes ``run_end`` (finished, failed, or interrupted
+when the user stopped the run: ``workloads.launch.processes.stop_was_asked``) whatever
 happens.
 """
 
@@ -14,7 +15,11 @@ import traceback
 
 from contract.schema import RunState, Workload
 from workloads.launch.preflight import UNDELIVERED_EXIT, resend_command
-from workloads.launch.processes import Interrupted, raise_on_signals
+from workloads.launch.processes import (
+    Interrupted,
+    raise_on_signals,
+    stop_was_asked,
+)
 from workloads.record.events import AgentEdges, EventWriter, make_sink
 from workloads.record.spec import TOKEN_ENV, RunSpec, token_from_env
 from workloads.record.timing import Recorder
@@ -83,24 +88,32 @@ def run_rank(spec: RunSpec) -> int:
         started.append((placement, recorder))
         return recorder
 
-    status = 0
+    status, state = 0, RunState.FINISHED
     try:
         train(spec, start_recorder)
     except BaseException as error:  # a failed run still says so in its events
+        state = RunState.FAILED
         if isinstance(error, Interrupted):
             status = error.exit_status
-            print(f"rank stopped by {error}", file=sys.stderr, flush=True)
+            asked = stop_was_asked(spec.stop_file)
+            state = RunState.INTERRUPTED if asked else RunState.FAILED
+            print(f"rank stopped by {error}" + (" (the run was stopped)" if asked else ""),
+                  file=sys.stderr, flush=True)  # fmt: skip
         else:
             status = 130 if isinstance(error, KeyboardInterrupt) else 1
             traceback.print_exc()
     for placement, recorder in started:
-        recorder.run_end(RunState.FINISHED if status == 0 else RunState.FAILED)
+        recorder.run_end(state)
         # every rank says its own images/s (the launcher prints the run's sum after them)
         print(f"rank {placement.rank}: {recorder.summary()}", flush=True)
         if not recorder.writer.close(DELIVERY_TIMEOUT_SECONDS):
             print(undelivered_message(spec, placement.rank), file=sys.stderr, flush=True)
             if status == 0:
                 status = UNDELIVERED_EXIT
+    if state == RunState.INTERRUPTED and spec.stop_file is not None:
+        # stopped as asked: torchrun (horovodrun) then sees its ranks done and exits
+        # quietly, rather than printing a traceback about a rank that failed
+        return 0
     return status
 
 
@@ -123,6 +136,6 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="workloads worker")
     parser.add_argument("--spec", required=True, help="base64 JSON RunSpec from the launcher")
     args = parser.parse_args(argv)
-    # the launcher stops a run with SIGTERM to each rank: run_end (failed) still goes out
+    # the launcher stops a run with SIGTERM to each rank: run_end (interrupted) still goes out
     raise_on_signals()
     return run_rank(RunSpec.decode(args.spec))
