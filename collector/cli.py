@@ -1,4 +1,4 @@
-"""``collector`` command line: serve, report, runs, scaling, inference.
+"""``collector`` command line: serve, report, runs, scaling, inference, hosts.
 
 Each subcommand lives in its own module with a ``run(args) -> int`` function; this file only
 parses arguments and dispatches, so ``collector runs`` never imports the HTTP server.
@@ -23,6 +23,7 @@ HANDLERS = {
     "runs": "collector.commands",
     "scaling": "collector.commands",
     "inference": "collector.commands",
+    "hosts": "collector.commands",
 }
 
 
@@ -176,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_arguments(inference, BACKEND_HELP["read"])
     inference.add_argument("--format", choices=("table", "json"), default="table")
     _add_remote_arguments(inference)
+
+    hosts = sub.add_parser("hosts", help="the hosts the store holds samples or runs of")
+    _add_store_arguments(hosts, BACKEND_HELP["read"])
+    hosts.add_argument("--format", choices=("table", "json"), default="table")
+    _add_remote_arguments(hosts)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""``collector report|runs|scaling|inference``: read the store here (``--db``,
+"""``collector report|runs|scaling|inference|hosts``: read the store here (``--db``,
 ``--backend``) or ask a collector elsewhere (``--collector URL``), print the view."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collector.views.errors import CliError
 from collector.views.inference import print_inference
 from collector.views.reports import (
     open_store,
+    print_hosts,
     print_report,
     print_runs,
     print_stored_scaling,
@@ -34,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
             return print_stored_scaling(store, args, out)
         if args.command == "inference":
             return print_inference(store, args, out)
+        if args.command == "hosts":
+            return print_hosts(store, args, out)
         raise CliError(f"unknown command {args.command}", 2)
     except CliError as error:
         print(f"collector {args.command}: {error}", file=sys.stderr)

@@ -7,6 +7,7 @@ writes)::
     GET /api/v1/report?run_id=RUN&format=json&findings=true
     GET /api/v1/scaling?format=json
     GET /api/v1/inference?run_id=RUN&format=json   (run_id optional: the newest)
+    GET /api/v1/hosts?format=json                   (the hosts with samples or runs)
 
 A query parameter is the long option of the command line without its dashes (``true``
 for a flag); ``format`` defaults to ``json``. The answer is what ``collector VIEW ...``

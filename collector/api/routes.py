@@ -1,7 +1,7 @@
 """The read API's paths and the options a query may carry."""
 
 PREFIX = "/api/v1/"
-VIEWS = ("runs", "report", "scaling", "inference")
+VIEWS = ("runs", "report", "scaling", "inference", "hosts")
 # options of the local commands that name the local store or the remote one: never sent
 LOCAL_ONLY = frozenset({"command", "db", "backend", "collector", "token_file", "throughput"})
 CONTENT_TYPES = {"json": "application/json; charset=utf-8", "csv": "text/csv; charset=utf-8"}
