@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from test_ansible_harness import ANSIBLE_DIR, ANSIBLE_PLAYBOOK, BUILD_WHEEL, pid_alive
+from test_ansible_harness import ANSIBLE_DIR, ANSIBLE_PLAYBOOK, BUILD_WHEEL, REPO_ROOT, pid_alive
 
 SERVICECTL = ANSIBLE_DIR / "roles" / "epochscope_package" / "files" / "servicectl.py"
 SLEEPER = (
@@ -322,6 +322,12 @@ def test_units_pass_systemd_analyze_verify(rendered, unit):
     assert result.returncode == 0 and complaints == [], result.stdout + result.stderr
 
 
+def readme_env() -> dict[str, str]:
+    """The environment of an admin who typed the README's command: no ANSIBLE_CONFIG."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    return env | {"ANSIBLE_NOCOLOR": "1"}
+
+
 def test_every_yaml_file_parses_and_the_playbooks_pass_syntax_check(tmp_path):
     import yaml
 
@@ -330,19 +336,44 @@ def test_every_yaml_file_parses_and_the_playbooks_pass_syntax_check(tmp_path):
     inventory = tmp_path / "inventory.ini"
     inventory.write_text("[epochscope_agents]\nnode1\n[epochscope_collector]\nhead\n")
     for playbook in ("site.yml", "deploy-agents.yml", "deploy-collector.yml"):
+        # As the README runs them: from the repository root, the playbook's relative path.
         result = subprocess.run(
-            [
-                str(ANSIBLE_PLAYBOOK),
-                "-i",
-                str(inventory),
-                "--syntax-check",
-                str(ANSIBLE_DIR / playbook),
-            ],
+            [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), "--syntax-check", f"ansible/{playbook}"],
             capture_output=True,
             text=True,
             timeout=120,
+            cwd=REPO_ROOT,
+            env=readme_env(),
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("cwd", [REPO_ROOT, ANSIBLE_DIR], ids=["repository root", "ansible/"])
+def test_the_readme_command_reads_the_playbooks_settings(cwd):
+    """The README runs ansible-playbook from the repository root: ansible/ansible.cfg's
+    settings (forks, pipelining...) must apply there as well as from ansible/."""
+    version = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "--version"],
+        capture_output=True, text=True, timeout=120, cwd=cwd, env=readme_env(),
+    )  # fmt: skip
+    assert version.returncode == 0, version.stderr
+    assert f"config file = {cwd / 'ansible.cfg'}" in version.stdout, version.stdout
+    dump = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK.with_name("ansible-config")), "dump", "--only-changed"],
+        capture_output=True, text=True, timeout=120, cwd=cwd, env=readme_env(),
+    )  # fmt: skip
+    assert dump.returncode == 0, dump.stderr
+    settings = {
+        line.split("(", 1)[0]: line.rsplit(" = ", 1)[1]
+        for line in dump.stdout.splitlines()
+        if " = " in line
+    }
+    assert settings["ANSIBLE_PIPELINING"] == "True"
+    assert settings["DEFAULT_FORKS"] == "32"
+    assert settings["ANY_ERRORS_FATAL"] == "False"
+    assert settings["INTERPRETER_PYTHON"] == "auto_silent"
+    # One file: the root's ansible.cfg is ansible/ansible.cfg.
+    assert (REPO_ROOT / "ansible.cfg").resolve() == (ANSIBLE_DIR / "ansible.cfg").resolve()
 
 
 # --- build_wheel.py: the one tar every node gets ---
