@@ -144,6 +144,50 @@ def test_servicectl_runs_the_daemon_as_the_configured_account(tmp_path):
         ctl(spec, "stop")
 
 
+SERVICECTL_PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: {roles}/epochscope_package
+        tasks_from: servicectl.yml
+      vars:
+        epochscope_package_prefix: {prefix}
+"""
+
+
+def test_installed_servicectl_runs_as_the_docs_show_it(tmp_path):
+    """docs/deploy.md has admins run /opt/epochscope/bin/epochscope-servicectl SPEC status
+    from their shell: the role's copy must start with a line naming the venv's Python and be
+    executable, not need `python` in front of it."""
+    prefix = tmp_path / "opt" / "epochscope"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to(sys.executable)
+    playbook = tmp_path / "servicectl.yml"
+    playbook.write_text(SERVICECTL_PLAYBOOK.format(roles=ANSIBLE_DIR / "roles", prefix=prefix))
+    run_local_playbook(tmp_path, playbook, {})
+    installed = prefix / "bin" / "epochscope-servicectl"
+    assert installed.read_text().splitlines()[0] == f"#!{prefix}/bin/python"
+    assert installed.stat().st_mode & 0o777 == 0o755
+    # The rest is the script itself, its own first line (for running it from the checkout)
+    # replaced.
+    source = SERVICECTL.read_text().splitlines()
+    assert source[0].startswith("#!")
+    assert installed.read_text().splitlines()[1:] == source[1:]
+    spec = write_spec(tmp_path, [sys.executable, "-c", SLEEPER])
+    # As typed at a bash prompt: the program, the spec, the action (no interpreter before).
+    as_typed = ["bash", "-c", '"$0" "$1" "$2"', str(installed), str(spec)]
+    try:
+        assert subprocess.run([*as_typed, "status"], capture_output=True).returncode == 3
+        started = subprocess.run([*as_typed, "start"], capture_output=True, text=True, timeout=60)
+        assert started.returncode == 0, started.stderr
+        assert started.stdout.startswith("started pid ")
+        status = subprocess.run([*as_typed, "status"], capture_output=True, text=True)
+        assert (status.returncode, status.stdout.strip()) == (0, f"running pid {pid_of(started)}")
+    finally:
+        subprocess.run([*as_typed, "stop"], capture_output=True, timeout=60)
+
+
 # --- templates rendered by Ansible itself, from the roles' defaults ---
 
 RENDER_PLAYBOOK = """
@@ -181,6 +225,12 @@ def render(tmp_path: Path, extra_vars: dict) -> Path:
     out.mkdir()
     playbook = tmp_path / "render.yml"
     playbook.write_text(RENDER_PLAYBOOK.format(roles=ANSIBLE_DIR / "roles", out=out))
+    run_local_playbook(tmp_path, playbook, extra_vars)
+    return out
+
+
+def run_local_playbook(tmp_path: Path, playbook: Path, extra_vars: dict) -> None:
+    """ansible-playbook on this machine (connection local), with extra_vars."""
     vars_file = tmp_path / "vars.json"
     vars_file.write_text(json.dumps(extra_vars))
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
@@ -204,7 +254,6 @@ def render(tmp_path: Path, extra_vars: dict) -> Path:
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    return out
 
 
 @pytest.fixture(scope="module")
