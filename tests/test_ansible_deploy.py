@@ -324,10 +324,34 @@ def test_both_agents_serve_metrics_and_push_to_the_deployed_collector(cluster):
 
     # The play waited for both nodes in the store, on the head node with the head's venv
     # Python; check the store independently too: one host tag per node.
+    # The play waited for both nodes' samples through the collector's read API, from each
+    # node, at the URL its agent pushes to; check the store independently too.
     output = cluster.runs[0].output
-    assert "Wait for the node's samples in the collector's store" in output
-    assert "[node1 -> head" in output and "[node2 -> head" in output
+    collector_url = f"http://{HEAD_ADDRESS}:{cluster.head.port}"
+    assert f"Wait for the node's samples at the collector ({collector_url})" in output
     assert {"node1", "node2"} <= store_hosts(cluster.head.db)
+
+
+def test_servicectl_runs_as_the_docs_show_it(cluster):
+    """docs/deploy.md: `/opt/epochscope/bin/epochscope-servicectl SPEC status`, typed at a
+    bash prompt, on every node and on the head."""
+    daemons = [
+        (node.prefix, node.config_dir / "epochscope-agent.service.json", node.agent_pid())
+        for node in cluster.nodes.values()
+    ]
+    head = cluster.head
+    for name in ("epochscope-collector", "epochscope-dashboard"):
+        pid = int((head.run_dir / f"{name}.pid").read_text().splitlines()[0])
+        daemons.append((head.prefix, head.config_dir / f"{name}.service.json", pid))
+    for prefix, spec, pid in daemons:
+        servicectl = prefix / "bin" / "epochscope-servicectl"
+        assert servicectl.read_text().splitlines()[0] == f"#!{prefix}/bin/python"
+        assert servicectl.stat().st_mode & 0o777 == 0o755
+        typed = subprocess.run(
+            ["bash", "-c", '"$0" "$1" status', str(servicectl), str(spec)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert (typed.returncode, typed.stdout.strip()) == (0, f"running pid {pid}"), typed.stderr
 
 
 def test_second_run_changes_nothing(cluster):
