@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -423,6 +424,54 @@ def test_the_readme_command_reads_the_playbooks_settings(cwd):
     assert settings["INTERPRETER_PYTHON"] == "auto_silent"
     # One file: the root's ansible.cfg is ansible/ansible.cfg.
     assert (REPO_ROOT / "ansible.cfg").resolve() == (ANSIBLE_DIR / "ansible.cfg").resolve()
+
+
+def test_check_mode_on_a_fresh_systemd_node_changes_nothing(tmp_path):
+    """deploy-agents.yml --check --diff with the default service manager on a node that has
+    nothing yet: the unit is not written, so the play must not ask systemd about it (on a
+    real node the module fails on a missing unit; here, where systemd is not PID 1, any
+    question to systemd fails, so the test is stricter). The node is this machine, reached
+    with connection=local; the wheel is a stand-in (check mode installs nothing)."""
+    wheel = fake_wheel(tmp_path / "dist", "epochscope", "0.1.0", [])
+    root = tmp_path / "node"
+    service = "epochscope-agent-test-" + os.urandom(4).hex()
+    account = "estest" + os.urandom(4).hex()
+    unit = Path("/etc/systemd/system") / f"{service}.service"
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text(
+        "[epochscope_agents]\n"
+        "node1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+    )
+    variables = {
+        "epochscope_become": False,
+        "epochscope_python": "/usr/bin/python3",
+        "epochscope_wheel": str(wheel),
+        "epochscope_service_manager": "systemd",
+        "epochscope_service_name": service,
+        "epochscope_user": account,
+        "epochscope_prefix": str(root / "opt" / "epochscope"),
+        "epochscope_config_dir": str(root / "etc" / "epochscope"),
+        "epochscope_state_dir": str(root / "var" / "lib" / "epochscope"),
+        "epochscope_push_url": "http://127.0.0.1:9",
+        "epochscope_token": "tok-check-mode-secret",
+    }
+    vars_file = tmp_path / "vars.json"
+    vars_file.write_text(json.dumps(variables))
+    env = readme_env() | {"ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
+    result = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), "ansible/deploy-agents.yml",
+         "--check", "--diff", "-e", f"@{vars_file}"],
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=env,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert re.search(r"node1\s+: ok=\d+\s+changed=[1-9]", output), output
+    assert "ExecStart=" in output  # --diff: the unit a real run would write
+    assert "tok-check-mode-secret" not in output
+    assert not unit.exists()
+    assert not root.exists()
+    with pytest.raises(KeyError):
+        pwd.getpwnam(account)
 
 
 # --- build_wheel.py: the one tar every node gets ---
