@@ -1,4 +1,4 @@
-"""``collector`` command line: serve, report, runs, scaling, inference, jobs, job.
+"""``collector`` command line: serve, report, runs, scaling, inference, jobs, job, hosts.
 
 Each subcommand lives in its own module with a ``run(args) -> int`` function; this file only
 parses arguments and dispatches, so ``collector runs`` never imports the HTTP server.
@@ -26,6 +26,7 @@ HANDLERS = {
     "inference": "collector.commands",
     "jobs": "collector.commands",
     "job": "collector.commands",
+    "hosts": "collector.commands",
 }
 
 
@@ -199,6 +200,10 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argpar
         help="print the job in a few KB of JSON (what a Slurm epilog keeps in AdminComment)",
     )
     _add_remote_arguments(job)
+    hosts = sub.add_parser("hosts", help="the hosts the store holds samples or runs of")
+    _add_store_arguments(hosts, BACKEND_HELP["read"])
+    hosts.add_argument("--format", choices=("table", "json"), default="table")
+    _add_remote_arguments(hosts)
     return parser
 
 

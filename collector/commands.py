@@ -1,4 +1,4 @@
-"""``collector report|runs|scaling|inference|jobs|job``: read the store here (``--db``,
+"""``collector report|runs|scaling|inference|jobs|job|hosts``: read the store here (``--db``,
 ``--backend``) or ask a collector elsewhere (``--collector URL``), print the view."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collector.views.inference import print_inference
 from collector.views.jobs import print_job, print_jobs
 from collector.views.reports import (
     open_store,
+    print_hosts,
     print_report,
     print_runs,
     print_stored_scaling,
@@ -39,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
             return print_jobs(store, args, out)
         if args.command == "job":
             return print_job(store, args, out)
+        if args.command == "hosts":
+            return print_hosts(store, args, out)
         raise CliError(f"unknown command {args.command}", 2)
     except CliError as error:
         print(f"collector {args.command}: {error}", file=sys.stderr)

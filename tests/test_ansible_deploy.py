@@ -11,9 +11,13 @@ would on a cluster.
 
 One deployment serves every test, in order (each playbook run costs tens of seconds, so the
 runs are few and each answers several questions):
+  0. site.yml --check --diff (deploy-collector.yml's play, then deploy-agents.yml's) on the
+     fresh targets: rc 0, changes reported, nothing on the targets changed, no account made.
   1. site.yml: collector, dashboard (basic auth) and both agents up; samples of both nodes in
-     the collector's store under their own host tags; secrets never in Ansible's output.
-  2. site.yml again: changed=0 on every host, nothing restarted.
+     the collector's store under their own host tags; secrets never in Ansible's output;
+     epochscope-servicectl runs as docs/deploy.md types it.
+  2. site.yml again: changed=0 on every host, nothing restarted; then site.yml --check
+     --diff: changed=0, nothing on the targets changed.
   3. deploy-agents.yml with node2's interval changed and an unreachable node3: node3 fails
      (UNREACHABLE), node2's agent alone restarts, node1 changes nothing.
   4. site.yml --tags uninstall, twice: no file, process, port or account left; the second
@@ -35,6 +39,7 @@ import grp
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import tomllib
 import urllib.error
@@ -122,6 +127,11 @@ class Cluster:
     connection: dict[str, str]
     agent_vars: dict[str, str]
     runs: list[PlaybookRun] = field(default_factory=list)
+    # site.yml --check --diff on the fresh targets, with the targets' state before and after.
+    fresh_check: PlaybookRun | None = None
+    fresh_states: tuple[dict, dict] | None = None
+    # The first real site.yml run.
+    deployed: PlaybookRun | None = None
     # CPU seconds the nodes spent (SSH sessions) during each run.
     nodes_cpu: list[float] = field(default_factory=list)
 
@@ -165,6 +175,49 @@ class Cluster:
     @property
     def accounts(self) -> list[str]:
         return [self.head.account, *(node.account for node in self.nodes.values())]
+
+    def target_state(self) -> dict:
+        """What the playbooks manage on the targets: every path under each host's root (type,
+        mode, owner; a file's size, mtime and inode too), except what the daemons write
+        themselves (the contents of the state and log directories: spool, store, logs);
+        whether each account exists; the daemons' pids."""
+        data_dirs = {self.head.state_dir, self.head.log_dir}
+        data_dirs |= {d for node in self.nodes.values() for d in (node.state_dir, node.log_dir)}
+        paths = {}
+        for root in (self.head.root, *(node.root for node in self.nodes.values())):
+            for path in [root, *root.rglob("*")]:
+                if data_dirs & set(path.parents):
+                    continue
+                st = path.lstat()
+                entry = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+                if stat.S_ISREG(st.st_mode):
+                    entry += (st.st_size, st.st_mtime_ns, st.st_ino)
+                elif stat.S_ISLNK(st.st_mode):
+                    entry += (os.readlink(path),)
+                paths[str(path)] = entry
+        accounts = {name: account_exists(name) for name in self.accounts}
+        return {"paths": paths, "accounts": accounts, "pids": (self.agent_pids(), self.head.pids())}
+
+
+def account_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def differences(before: dict, after: dict) -> list[str]:
+    """Readable differences between two target_state() results (for assertion messages)."""
+    changed = [
+        f"{path}: {before['paths'].get(path)} -> {after['paths'].get(path)}"
+        for path in sorted(set(before["paths"]) | set(after["paths"]))
+        if before["paths"].get(path) != after["paths"].get(path)
+    ]
+    for key in ("accounts", "pids"):
+        if before[key] != after[key]:
+            changed.append(f"{key}: {before[key]} -> {after[key]}")
+    return changed
 
 
 def process_uid(pid: int) -> str:
@@ -225,7 +278,10 @@ def cluster(tmp_path_factory):
     )
     cluster.write_inventory()
     try:
-        cluster.play("site.yml")
+        before = cluster.target_state()
+        cluster.fresh_check = cluster.play("site.yml", "--check", "--diff")
+        cluster.fresh_states = (before, cluster.target_state())
+        cluster.deployed = cluster.play("site.yml")
         yield cluster
     finally:
         print(cluster.timings())
@@ -240,8 +296,26 @@ def cluster(tmp_path_factory):
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_check_mode_on_fresh_targets_reports_changes_and_changes_nothing(cluster):
+    run = cluster.fresh_check
+    assert run.returncode == 0, run.describe()
+    # Both playbooks' plays ran (site.yml imports deploy-collector.yml, then deploy-agents.yml).
+    assert "PLAY [Deploy the epochscope collector and dashboard]" in run.output
+    assert "PLAY [Deploy the epochscope agent]" in run.output
+    for host in ("head", *cluster.nodes):
+        assert run.recap[host].failed == 0 and run.recap[host].unreachable == 0, run.describe()
+        assert run.recap[host].changed > 0, run.describe()
+    # --diff shows what would be written (agent.toml itself is no_log: it holds the token).
+    assert "+++ after:" in run.output and "#!" + str(cluster.nodes["node1"].prefix) in run.output
+    before, after = cluster.fresh_states
+    assert differences(before, after) == []
+    assert not any(after["accounts"].values())
+    password = cluster.dashboard_auth.split(":", 1)[1]
+    assert cluster.token not in run.output and password not in run.output
+
+
 def test_first_run_deploys_the_collector_the_dashboard_and_both_agents(cluster):
-    run = cluster.runs[0]
+    run = cluster.deployed
     assert run.returncode == 0, run.describe()
     for host in ("head", *cluster.nodes):
         assert run.recap[host].failed == 0 and run.recap[host].unreachable == 0, run.describe()
@@ -324,10 +398,34 @@ def test_both_agents_serve_metrics_and_push_to_the_deployed_collector(cluster):
 
     # The play waited for both nodes in the store, on the head node with the head's venv
     # Python; check the store independently too: one host tag per node.
-    output = cluster.runs[0].output
-    assert "Wait for the node's samples in the collector's store" in output
-    assert "[node1 -> head" in output and "[node2 -> head" in output
+    # The play waited for both nodes' samples through the collector's read API, from each
+    # node, at the URL its agent pushes to; check the store independently too.
+    output = cluster.deployed.output
+    collector_url = f"http://{HEAD_ADDRESS}:{cluster.head.port}"
+    assert f"Wait for the node's samples at the collector ({collector_url})" in output
     assert {"node1", "node2"} <= store_hosts(cluster.head.db)
+
+
+def test_servicectl_runs_as_the_docs_show_it(cluster):
+    """docs/deploy.md: `/opt/epochscope/bin/epochscope-servicectl SPEC status`, typed at a
+    bash prompt, on every node and on the head."""
+    daemons = [
+        (node.prefix, node.config_dir / "epochscope-agent.service.json", node.agent_pid())
+        for node in cluster.nodes.values()
+    ]
+    head = cluster.head
+    for name in ("epochscope-collector", "epochscope-dashboard"):
+        pid = int((head.run_dir / f"{name}.pid").read_text().splitlines()[0])
+        daemons.append((head.prefix, head.config_dir / f"{name}.service.json", pid))
+    for prefix, spec, pid in daemons:
+        servicectl = prefix / "bin" / "epochscope-servicectl"
+        assert servicectl.read_text().splitlines()[0] == f"#!{prefix}/bin/python"
+        assert servicectl.stat().st_mode & 0o777 == 0o755
+        typed = subprocess.run(
+            ["bash", "-c", '"$0" "$1" status', str(servicectl), str(spec)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert (typed.returncode, typed.stdout.strip()) == (0, f"running pid {pid}"), typed.stderr
 
 
 def test_second_run_changes_nothing(cluster):
@@ -339,6 +437,20 @@ def test_second_run_changes_nothing(cluster):
         assert run.recap[host].failed == 0
     assert cluster.agent_pids() == agent_pids
     assert cluster.head.pids() == head_pids
+
+
+def test_check_mode_on_the_installed_cluster_changes_nothing(cluster):
+    before = cluster.target_state()
+    run = cluster.play("site.yml", "--check", "--diff")
+    after = cluster.target_state()
+    assert run.returncode == 0, run.describe()
+    assert "PLAY [Deploy the epochscope agent]" in run.output
+    for host in ("head", *cluster.nodes):
+        assert run.recap[host].failed == 0, run.describe()
+        assert run.recap[host].changed == 0, run.describe()
+    assert differences(before, after) == []
+    password = cluster.dashboard_auth.split(":", 1)[1]
+    assert cluster.token not in run.output and password not in run.output
 
 
 def test_config_change_restarts_only_that_agent_and_an_unreachable_host_fails_clearly(cluster):

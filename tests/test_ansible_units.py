@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from test_ansible_harness import ANSIBLE_DIR, ANSIBLE_PLAYBOOK, BUILD_WHEEL, pid_alive
+from test_ansible_harness import ANSIBLE_DIR, ANSIBLE_PLAYBOOK, BUILD_WHEEL, REPO_ROOT, pid_alive
 
 SERVICECTL = ANSIBLE_DIR / "roles" / "epochscope_package" / "files" / "servicectl.py"
 SLEEPER = (
@@ -144,6 +145,50 @@ def test_servicectl_runs_the_daemon_as_the_configured_account(tmp_path):
         ctl(spec, "stop")
 
 
+SERVICECTL_PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: {roles}/epochscope_package
+        tasks_from: servicectl.yml
+      vars:
+        epochscope_package_prefix: {prefix}
+"""
+
+
+def test_installed_servicectl_runs_as_the_docs_show_it(tmp_path):
+    """docs/deploy.md has admins run /opt/epochscope/bin/epochscope-servicectl SPEC status
+    from their shell: the role's copy must start with a line naming the venv's Python and be
+    executable, not need `python` in front of it."""
+    prefix = tmp_path / "opt" / "epochscope"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to(sys.executable)
+    playbook = tmp_path / "servicectl.yml"
+    playbook.write_text(SERVICECTL_PLAYBOOK.format(roles=ANSIBLE_DIR / "roles", prefix=prefix))
+    run_local_playbook(tmp_path, playbook, {})
+    installed = prefix / "bin" / "epochscope-servicectl"
+    assert installed.read_text().splitlines()[0] == f"#!{prefix}/bin/python"
+    assert installed.stat().st_mode & 0o777 == 0o755
+    # The rest is the script itself, its own first line (for running it from the checkout)
+    # replaced.
+    source = SERVICECTL.read_text().splitlines()
+    assert source[0].startswith("#!")
+    assert installed.read_text().splitlines()[1:] == source[1:]
+    spec = write_spec(tmp_path, [sys.executable, "-c", SLEEPER])
+    # As typed at a bash prompt: the program, the spec, the action (no interpreter before).
+    as_typed = ["bash", "-c", '"$0" "$1" "$2"', str(installed), str(spec)]
+    try:
+        assert subprocess.run([*as_typed, "status"], capture_output=True).returncode == 3
+        started = subprocess.run([*as_typed, "start"], capture_output=True, text=True, timeout=60)
+        assert started.returncode == 0, started.stderr
+        assert started.stdout.startswith("started pid ")
+        status = subprocess.run([*as_typed, "status"], capture_output=True, text=True)
+        assert (status.returncode, status.stdout.strip()) == (0, f"running pid {pid_of(started)}")
+    finally:
+        subprocess.run([*as_typed, "stop"], capture_output=True, timeout=60)
+
+
 # --- templates rendered by Ansible itself, from the roles' defaults ---
 
 RENDER_PLAYBOOK = """
@@ -181,6 +226,12 @@ def render(tmp_path: Path, extra_vars: dict) -> Path:
     out.mkdir()
     playbook = tmp_path / "render.yml"
     playbook.write_text(RENDER_PLAYBOOK.format(roles=ANSIBLE_DIR / "roles", out=out))
+    run_local_playbook(tmp_path, playbook, extra_vars)
+    return out
+
+
+def run_local_playbook(tmp_path: Path, playbook: Path, extra_vars: dict) -> None:
+    """ansible-playbook on this machine (connection local), with extra_vars."""
     vars_file = tmp_path / "vars.json"
     vars_file.write_text(json.dumps(extra_vars))
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
@@ -204,7 +255,6 @@ def render(tmp_path: Path, extra_vars: dict) -> Path:
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -322,6 +372,12 @@ def test_units_pass_systemd_analyze_verify(rendered, unit):
     assert result.returncode == 0 and complaints == [], result.stdout + result.stderr
 
 
+def readme_env() -> dict[str, str]:
+    """The environment of an admin who typed the README's command: no ANSIBLE_CONFIG."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    return env | {"ANSIBLE_NOCOLOR": "1"}
+
+
 def test_every_yaml_file_parses_and_the_playbooks_pass_syntax_check(tmp_path):
     import yaml
 
@@ -330,19 +386,92 @@ def test_every_yaml_file_parses_and_the_playbooks_pass_syntax_check(tmp_path):
     inventory = tmp_path / "inventory.ini"
     inventory.write_text("[epochscope_agents]\nnode1\n[epochscope_collector]\nhead\n")
     for playbook in ("site.yml", "deploy-agents.yml", "deploy-collector.yml"):
+        # As the README runs them: from the repository root, the playbook's relative path.
         result = subprocess.run(
-            [
-                str(ANSIBLE_PLAYBOOK),
-                "-i",
-                str(inventory),
-                "--syntax-check",
-                str(ANSIBLE_DIR / playbook),
-            ],
+            [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), "--syntax-check", f"ansible/{playbook}"],
             capture_output=True,
             text=True,
             timeout=120,
+            cwd=REPO_ROOT,
+            env=readme_env(),
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("cwd", [REPO_ROOT, ANSIBLE_DIR], ids=["repository root", "ansible/"])
+def test_the_readme_command_reads_the_playbooks_settings(cwd):
+    """The README runs ansible-playbook from the repository root: ansible/ansible.cfg's
+    settings (forks, pipelining...) must apply there as well as from ansible/."""
+    version = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "--version"],
+        capture_output=True, text=True, timeout=120, cwd=cwd, env=readme_env(),
+    )  # fmt: skip
+    assert version.returncode == 0, version.stderr
+    assert f"config file = {cwd / 'ansible.cfg'}" in version.stdout, version.stdout
+    dump = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK.with_name("ansible-config")), "dump", "--only-changed"],
+        capture_output=True, text=True, timeout=120, cwd=cwd, env=readme_env(),
+    )  # fmt: skip
+    assert dump.returncode == 0, dump.stderr
+    settings = {
+        line.split("(", 1)[0]: line.rsplit(" = ", 1)[1]
+        for line in dump.stdout.splitlines()
+        if " = " in line
+    }
+    assert settings["ANSIBLE_PIPELINING"] == "True"
+    assert settings["DEFAULT_FORKS"] == "32"
+    assert settings["ANY_ERRORS_FATAL"] == "False"
+    assert settings["INTERPRETER_PYTHON"] == "auto_silent"
+    # One file: the root's ansible.cfg is ansible/ansible.cfg.
+    assert (REPO_ROOT / "ansible.cfg").resolve() == (ANSIBLE_DIR / "ansible.cfg").resolve()
+
+
+def test_check_mode_on_a_fresh_systemd_node_changes_nothing(tmp_path):
+    """deploy-agents.yml --check --diff with the default service manager on a node that has
+    nothing yet: the unit is not written, so the play must not ask systemd about it (on a
+    real node the module fails on a missing unit; here, where systemd is not PID 1, any
+    question to systemd fails, so the test is stricter). The node is this machine, reached
+    with connection=local; the wheel is a stand-in (check mode installs nothing)."""
+    wheel = fake_wheel(tmp_path / "dist", "epochscope", "0.1.0", [])
+    root = tmp_path / "node"
+    service = "epochscope-agent-test-" + os.urandom(4).hex()
+    account = "estest" + os.urandom(4).hex()
+    unit = Path("/etc/systemd/system") / f"{service}.service"
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text(
+        "[epochscope_agents]\n"
+        "node1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+    )
+    variables = {
+        "epochscope_become": False,
+        "epochscope_python": "/usr/bin/python3",
+        "epochscope_wheel": str(wheel),
+        "epochscope_service_manager": "systemd",
+        "epochscope_service_name": service,
+        "epochscope_user": account,
+        "epochscope_prefix": str(root / "opt" / "epochscope"),
+        "epochscope_config_dir": str(root / "etc" / "epochscope"),
+        "epochscope_state_dir": str(root / "var" / "lib" / "epochscope"),
+        "epochscope_push_url": "http://127.0.0.1:9",
+        "epochscope_token": "tok-check-mode-secret",
+    }
+    vars_file = tmp_path / "vars.json"
+    vars_file.write_text(json.dumps(variables))
+    env = readme_env() | {"ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
+    result = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), "ansible/deploy-agents.yml",
+         "--check", "--diff", "-e", f"@{vars_file}"],
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=env,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert re.search(r"node1\s+: ok=\d+\s+changed=[1-9]", output), output
+    assert "ExecStart=" in output  # --diff: the unit a real run would write
+    assert "tok-check-mode-secret" not in output
+    assert not unit.exists()
+    assert not root.exists()
+    with pytest.raises(KeyError):
+        pwd.getpwnam(account)
 
 
 # --- build_wheel.py: the one tar every node gets ---

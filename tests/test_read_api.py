@@ -88,6 +88,8 @@ def cli(*args: str) -> subprocess.CompletedProcess:
         ("report", "run-a", "--format", "csv"),
         ("scaling", "--format", "json"),
         ("jobs", "--format", "json"),
+        ("hosts", "--format", "json"),
+        ("hosts",),
     ],
     ids=lambda view: " ".join(view),
 )
@@ -98,7 +100,13 @@ def test_a_view_from_the_collector_is_the_view_made_locally(served, view):
     assert local.returncode == 0, local.stderr
     assert remote.returncode == 0, remote.stderr
     assert remote.stdout == local.stdout
-    shown = {"runs": "run-a", "report": "node01", "scaling": "run-", "jobs": "["}[view[0]]
+    shown = {
+        "runs": "run-a",
+        "report": "node01",
+        "scaling": "run-",
+        "jobs": "[",
+        "hosts": "node01",
+    }[view[0]]
     assert shown in remote.stdout
 
 

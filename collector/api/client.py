@@ -11,6 +11,7 @@ writes)::
     GET /api/v1/job?job_id=JOBID&format=json&summary=true
     GET /api/v1/dashboard/<question>?run_id=RUN...  (``dashboard serve --collector URL``:
                                                      collector.views.questions)
+    GET /api/v1/hosts?format=json                   (the hosts with samples or runs)
 
 A query parameter is the long option of the command line without its dashes (``true``
 for a flag); ``format`` defaults to ``json``. The answer is what ``collector VIEW ...``

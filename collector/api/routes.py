@@ -1,7 +1,7 @@
 """The read API's paths and the options a query may carry."""
 
 PREFIX = "/api/v1/"
-VIEWS = ("runs", "report", "scaling", "inference", "jobs", "job")
+VIEWS = ("runs", "report", "scaling", "inference", "jobs", "job", "hosts")
 DASHBOARD = "dashboard/"  # /api/v1/dashboard/<question>: collector.views.questions
 # options of the local commands that name the local store or the remote one: never sent
 LOCAL_ONLY = frozenset({"command", "db", "backend", "collector", "token_file", "throughput"})

@@ -11,6 +11,8 @@
                     world_size, start, end, state.
 ``scaling``         scaling tables over stored runs (collector.analysis.scaling), or over given
                     numbers with ``--throughput 1:283,4:1099,8:2075 --gpus-per-node 4``.
+``hosts``           the hosts the store holds samples or runs of, sorted (JSON: a list of
+                    names); the deployment's check that an agent's first push arrived.
 
 ``--collector URL [--token-file F]`` asks a collector anywhere for the same view (its read
 API, collector.api.client) instead of reading ``--db`` here; the output is the same.
@@ -201,6 +203,20 @@ def print_runs(store: ReadStore, args: argparse.Namespace, out) -> int:
 
 
 # --------------------------------------------------------------------------------------
+# hosts
+# --------------------------------------------------------------------------------------
+
+
+def print_hosts(store: ReadStore, args: argparse.Namespace, out) -> int:
+    hosts = store.hosts()
+    if args.format == "json":
+        write_json(hosts, out)
+    else:
+        out.write("".join(f"{host}\n" for host in hosts))
+    return 0
+
+
+# --------------------------------------------------------------------------------------
 # scaling
 # --------------------------------------------------------------------------------------
 
@@ -344,6 +360,7 @@ def render(args: argparse.Namespace, store: ReadStore | None = None, err=None) -
             "inference": print_inference,
             "jobs": print_jobs,
             "job": print_job,
+            "hosts": print_hosts,
         }
         printers[args.command](store, args, buffer)
     return buffer.getvalue()

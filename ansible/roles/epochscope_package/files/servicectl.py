@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Start, stop and query one epochscope daemon where no service manager runs (containers).
 
 Usage: epochscope-servicectl SPEC.json {start|stop|restart|status}
