@@ -42,9 +42,10 @@ def add_samples_wait(parser: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=DEFAULT_SAMPLES_WAIT_SECONDS,
         metavar="SECONDS",
-        help="with --collector: wait at most this long for every host's node samples up to "
+        help="with --collector (and --profile, for run): wait at most this long for every "
+        "host's node samples up to "
         f"its run_end before printing the table (default {DEFAULT_SAMPLES_WAIT_SECONDS:g}: "
-        "3 x the agent's push interval; 0: print at once)",
+        "3 x the agent's push interval; 0: ask once, print at once)",
     )
 
 
