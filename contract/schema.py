@@ -618,9 +618,17 @@ class Workload(Measurement):
     # inference events (``workloads infer``): precision, batch_size, timed_images and
     # timed_seconds (the timed batches: images/s is contract.throughput's rule), top1 on the
     # validation split, and these:
+    LATENCY_P10_SECONDS = gauge("latency_p10_seconds", "seconds", "10th percentile latency")
     LATENCY_P50_SECONDS = gauge("latency_p50_seconds", "seconds", "Median batch latency")
     LATENCY_P90_SECONDS = gauge("latency_p90_seconds", "seconds", "90th percentile latency")
     LATENCY_P99_SECONDS = gauge("latency_p99_seconds", "seconds", "99th percentile latency")
+    LATENCY_SPREAD = gauge(
+        "latency_spread", "ratio", "p90 / p10 of the timed batches' latencies (1: no spread)"
+    )
+    TIMED_BATCHES = gauge("timed_batches", "count", "Batches timed (cycling over the pictures)")
+    MIN_TIMED_SECONDS = gauge(
+        "min_timed_seconds", "seconds", "The least time each measurement was asked to time"
+    )
     WARMUP_BATCHES = gauge("warmup_batches", "count", "Untimed batches before the timed ones")
     VALIDATION_IMAGES = gauge("validation_images", "count", "Images top-1 was measured on")
     CALIBRATION_IMAGES = gauge(

@@ -106,7 +106,8 @@ def profiled(data, trained, tmp_path_factory):
         status = cli.main([
             "infer", "--data-dir", str(data), "--checkpoint", str(trained[0]),
             "--batch-sizes", ",".join(map(str, BATCH_SIZES)), "--warmup-batches", "1",
-            "--timed-batches", str(TIMED_BATCHES), "--calibration-images", str(CALIBRATION),
+            "--timed-batches", str(TIMED_BATCHES), "--min-seconds", "0",
+            "--calibration-images", str(CALIBRATION),
             "--profile", "--run-id", "infer-small", "--runs-dir", str(runs),
         ])  # fmt: skip
     assert status == 0, out.getvalue()
@@ -158,7 +159,10 @@ def test_both_precisions_are_measured_and_int8_keeps_the_accuracy(trained, profi
     for m in report.measurements:
         assert m.timed_images == m.batch_size * TIMED_BATCHES
         assert m.images_per_second == pytest.approx(m.timed_images / m.timed_seconds)
-        assert 0 < m.latency_p50_seconds <= m.latency_p90_seconds <= m.latency_p99_seconds
+        assert 0 < m.latency_p10_seconds <= m.latency_p50_seconds <= m.latency_p90_seconds
+        assert m.latency_p90_seconds <= m.latency_p99_seconds
+        assert m.timed_batches == TIMED_BATCHES
+        assert m.latency_spread == pytest.approx(m.latency_p90_seconds / m.latency_p10_seconds)
     for row in report.comparisons:
         assert row.int8_speedup == pytest.approx(
             row.int8_images_per_second / row.fp32_images_per_second
@@ -205,7 +209,8 @@ def test_initialised_resnet50_without_a_checkpoint_says_so(data, tmp_path):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = cli.main([
             "infer", "--data-dir", str(data), "--image-size", str(SIZE), "--batch-sizes", "2",
-            "--warmup-batches", "1", "--timed-batches", "2", "--int8-format", "qdq",
+            "--warmup-batches", "1", "--timed-batches", "2", "--min-seconds", "0",
+            "--int8-format", "qdq",
             "--val-images", "8", "--calibration-images", "8", "--run-id", "r50",
             "--runs-dir", str(tmp_path),
         ])  # fmt: skip
@@ -231,7 +236,7 @@ def test_collector_url_sends_the_events_and_prints_its_table(data, trained, tmp_
             status = cli.main([
                 "infer", "--data-dir", str(data), "--checkpoint", str(trained[0]),
                 "--precision", "fp32", "--batch-sizes", "4", "--warmup-batches", "1",
-                "--timed-batches", "2", "--collector", f"http://127.0.0.1:{port}",
+                "--timed-batches", "2", "--min-seconds", "0", "--collector", f"http://127.0.0.1:{port}",
                 "--run-id", "infer-remote", "--runs-dir", str(tmp_path),
             ])  # fmt: skip
     finally:

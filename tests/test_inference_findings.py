@@ -12,14 +12,18 @@ import pytest
 
 from collector.findings.evidence import (
     INT8_TOP1_LOSS_LIMIT,
+    MIN_TIMED_SECONDS,
+    SPREAD_LIMIT,
     Int8AccuracyLoss,
     ThroughputSaturated,
+    TimingUnsteady,
     evidence_json,
 )
 from collector.findings.inference import (
     INFERENCE_DETECTORS,
     detect_int8_accuracy_loss,
     detect_throughput_saturated,
+    detect_timing_unsteady,
 )
 from collector.findings.words import NO_REPORT_COLUMN, words
 from tests.test_inference_views import report_of
@@ -80,3 +84,68 @@ def test_inference_wording_needs_no_store():
     assert "163.9 images/s at batch 8 and 170.5 at batch 32: less than 10% more" in (
         flat.explanation
     )
+
+
+# --- timing_unsteady: a speed-up resting on too little time or too wide a spread ---------
+
+SPEEDUP_RATES = {("fp32", 1): 20.0, ("int8", 1): 100.0, ("fp32", 8): 40.0, ("int8", 8): 200.0}
+STEADY = {"fp32": 0.75, "int8": 0.75}
+
+
+def unsteady(report):
+    return [f for f in report.findings if f.rule == "timing_unsteady"]
+
+
+def test_a_speed_up_timed_long_enough_and_steady_is_quoted(tmp_path):
+    report = report_of(tmp_path, SPEEDUP_RATES, STEADY, spread=SPREAD_LIMIT)  # at the limit
+    assert detect_timing_unsteady(report) == [] and unsteady(report) == []
+
+
+def test_twenty_batches_of_one_picture_are_too_little_time(tmp_path):
+    # the issue's run: INT8 batch 1, 20 batches at ~280 images/s: 0.072 s timed
+    rates = {("fp32", 1): 51.0, ("int8", 1): 280.0, ("fp32", 8): 60.0, ("int8", 8): 300.0}
+    batches = {(1, 51.0): 200, (1, 280.0): 20, (8, 60.0): 50, (8, 300.0): 150}
+    report = report_of(tmp_path, rates, STEADY, batches=lambda b, r: batches[(b, r)])
+    found = detect_timing_unsteady(report)
+    assert found == [
+        TimingUnsteady("int8", 1, approx(20 / 280.0), 20, approx(1.2), approx(280 / 51),
+                       too_short=True, too_spread=False)
+    ]  # fmt: skip
+    assert found[0].timed_seconds < MIN_TIMED_SECONDS
+    (finding,) = unsteady(report)
+    assert finding.severity == "warning"
+    assert finding.title == "INT8 at batch size 1 rests on too little time to quote"
+    assert "INT8 at batch 1 was timed for 0.0714 s over 20 batches, under the 3 s" in (
+        finding.explanation
+    )
+    assert "the INT8 speed-up at batch 1 (5.49x)" in finding.explanation
+    assert finding.evidence["timed_batches"] == 20 and finding.evidence["too_short"] is True
+
+
+@pytest.mark.parametrize(
+    ("spread", "fires"), [(1.2, False), (SPREAD_LIMIT, False), (SPREAD_LIMIT * 1.01, True)]
+)
+def test_too_wide_a_spread(tmp_path, spread, fires):
+    spreads = {key: 1.1 for key in SPEEDUP_RATES} | {("fp32", 8): spread}
+    report = report_of(tmp_path, SPEEDUP_RATES, STEADY, spread=spreads)
+    found = unsteady(report)
+    if not fires:
+        assert found == []
+        return
+    (finding,) = found
+    assert finding.evidence["precision"] == "fp32" and finding.evidence["batch_size"] == 8
+    assert finding.evidence["latency_spread"] == round(spread, 3)
+    assert finding.evidence["int8_speedup"] == 5.0
+    assert finding.title == "FP32 at batch size 8 rests on too wide a spread to quote"
+    assert f"its batches' p90/p10 is {spread:.2f}, over 1.5" in finding.explanation
+
+
+def test_one_precision_only_names_its_images_per_second(tmp_path):
+    report = report_of(tmp_path, {("fp32", 4): 100.0}, STEADY,
+                       batches=lambda b, r: 10, spread=2.0)  # fmt: skip
+    (finding,) = unsteady(report)
+    assert "int8_speedup" not in finding.evidence
+    assert finding.title == (
+        "FP32 at batch size 4 rests on too little time, too widely spread to quote"
+    )
+    assert "its images/s at batch 4" in finding.explanation

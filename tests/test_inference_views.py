@@ -17,12 +17,19 @@ import pytest
 
 from collector.api.client import fetch_view
 from collector.cli import build_parser
-from collector.findings.evidence import INT8_TOP1_LOSS_LIMIT, SATURATION_GAIN
+from collector.findings.evidence import (
+    INT8_TOP1_LOSS_LIMIT,
+    MIN_TIMED_SECONDS,
+    SATURATION_GAIN,
+)
 from collector.store import SqliteStore
 from collector.views.inference import (
+    format_milliseconds,
     format_points,
     format_rate,
     format_speedup,
+    format_spread,
+    format_timed,
     format_top1,
     inference_report,
 )
@@ -33,7 +40,7 @@ from dashboard.source import DataSource
 from workloads.launch.local_stack import start_collector, stop
 from workloads.record.events import EventWriter, MemorySink
 
-TIMED_BATCHES = 10
+TIMED_BATCHES = 50  # the least; more where 50 batches take under MIN_TIMED_SECONDS
 # images/s as measured on this machine's CPU (docs/performance.md), to full precision
 RATES = {
     ("fp32", 1): 71.13456,
@@ -46,9 +53,18 @@ RATES = {
 TOP1 = {"fp32": 0.8125, "int8": 0.8046875}  # 0.78 points lost: within the limit
 
 
-def inference_points(run_id: str, rates, top1, start_ns: int = 10**18):
+def timed_batches(batch_size: int, rate: float) -> int:
+    """Batches `workloads infer` times at ``rate``: 50, or as many as fill the least time."""
+    return max(TIMED_BATCHES, math.ceil(MIN_TIMED_SECONDS * rate / batch_size))
+
+
+def inference_points(
+    run_id: str, rates, top1, start_ns: int = 10**18, batches=timed_batches, spread=1.2
+):
     """A finished `workloads infer` run's points: run_start, one inference event per
-    (precision, batch size), run_end."""
+    (precision, batch size) with ``batches(batch_size, rate)`` batches timed and the
+    batches' p90/p10 ``spread`` (a number, or a mapping by (precision, batch size)),
+    run_end."""
     sink = MemorySink()
     clock = iter(range(start_ns, start_ns + 10**12, 10**9))
     writer = EventWriter(sink, run_id, 0, INFERENCE_FRAMEWORK, host="node1",
@@ -61,12 +77,17 @@ def inference_points(run_id: str, rates, top1, start_ns: int = 10**18):
         Workload.VALIDATION_IMAGES: 64, Workload.CALIBRATION_IMAGES: 64,
     })  # fmt: skip
     for (precision, batch_size), rate in rates.items():
-        images = batch_size * TIMED_BATCHES
+        count = batches(batch_size, rate)
+        images = batch_size * count
+        ratio = spread[(precision, batch_size)] if isinstance(spread, dict) else spread
         writer.emit(Event.INFERENCE, {
             Workload.PRECISION: precision, Workload.BATCH_SIZE: batch_size,
             Workload.TIMED_IMAGES: images, Workload.TIMED_SECONDS: images / rate,
+            Workload.TIMED_BATCHES: count, Workload.MIN_TIMED_SECONDS: MIN_TIMED_SECONDS,
+            Workload.LATENCY_P10_SECONDS: 0.9 * batch_size / rate,
             Workload.LATENCY_P50_SECONDS: batch_size / rate,
-            Workload.LATENCY_P90_SECONDS: 1.1 * batch_size / rate,
+            Workload.LATENCY_P90_SECONDS: 0.9 * ratio * batch_size / rate,
+            Workload.LATENCY_SPREAD: ratio,
             Workload.LATENCY_P99_SECONDS: 1.3 * batch_size / rate,
             Workload.TOP1: top1[precision],
         })  # fmt: skip
@@ -186,10 +207,10 @@ def test_training_and_unknown_runs_are_refused_clearly(tmp_path):
 # --- findings: each effect present and absent -------------------------------------------
 
 
-def report_of(tmp_path, rates, top1):
+def report_of(tmp_path, rates, top1, **timing):
     store = SqliteStore(tmp_path / "s.sqlite")
     try:
-        store.write_points(inference_points("r", rates, top1))
+        store.write_points(inference_points("r", rates, top1, **timing))
         return inference_report(store, "r")
     finally:
         store.close()
@@ -248,3 +269,45 @@ def test_a_single_batch_size_says_nothing_about_saturation(tmp_path):
     report = report_of(tmp_path, {("fp32", 8): 100.0, ("int8", 8): 150.0}, TOP1)
     assert "throughput_saturated" not in rules(report)
     assert math.isclose(report.comparisons[0].int8_speedup, 1.5)
+
+
+def test_the_table_and_json_show_each_measurements_spread(store):
+    report = inference_report(store, "infer-1")
+    data = json.loads(rendered(store, "infer-1", "--format", "json"))
+    table = rendered(store, "infer-1")
+    assert "p90/p10" in table and "timed s / batches" in table
+    for m, shown in zip(report.measurements, data["measurements"], strict=True):
+        rate = RATES[(m.precision, m.batch_size)]
+        assert m.latency_spread == pytest.approx(1.2)
+        assert m.timed_batches == timed_batches(m.batch_size, rate)
+        assert m.timed_seconds >= MIN_TIMED_SECONDS
+        assert shown["latency_spread"] == m.latency_spread
+        assert shown["latency_p10_seconds"] == m.latency_p10_seconds
+        assert shown["timed_batches"] == m.timed_batches
+        line = next(
+            x for x in table.splitlines() if x.split()[:2] == [str(m.batch_size), m.precision]
+        )
+        assert line.split()[2:] == [
+            format_milliseconds(m.latency_p10_seconds),
+            format_milliseconds(m.latency_p50_seconds),
+            format_milliseconds(m.latency_p90_seconds),
+            format_milliseconds(m.latency_p99_seconds),
+            format_spread(m.latency_spread),
+            *format_timed(m.timed_seconds, m.timed_batches).split(),
+        ]
+    assert "No findings." in table
+
+
+def test_a_run_that_recorded_no_spread_gets_it_from_its_percentiles(tmp_path):
+    points = inference_points("old", {("fp32", 8): 100.0}, TOP1)
+    for point in points:  # as `workloads infer` wrote them before the spread was recorded
+        point.fields.pop(Workload.LATENCY_SPREAD, None)
+        point.fields.pop(Workload.TIMED_BATCHES, None)
+    store = SqliteStore(tmp_path / "old.sqlite")
+    try:
+        store.write_points(points)
+        (m,) = inference_report(store, "old").measurements
+    finally:
+        store.close()
+    assert m.latency_spread == pytest.approx(1.2) and m.timed_batches is None
+    assert format_timed(m.timed_seconds, m.timed_batches) == f"{m.timed_seconds:.2f} s"

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from contract.commandline import Parser, quiet_broken_pipe
+from workloads.launch.node_samples import add_samples_wait
 from workloads.launch.preflight import collector_url
 from workloads.record.spec import (
     FRAMEWORKS,
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--token", help="collector token (or EPOCHSCOPE_WORKLOAD_TOKEN)")
     run.add_argument("--token-file", type=Path, help="file holding the collector token")
+    add_samples_wait(run)
     run.add_argument(
         "--drop-caches",
         nargs="?",

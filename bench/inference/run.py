@@ -105,7 +105,8 @@ def main() -> int:
                         pixels,
                         batch_size,
                         args.warmup_batches,
-                        args.timed_batches,
+                        min_batches=args.timed_batches,
+                        min_seconds=0.0,  # rounds, interleaved, hold the figure still
                     )
                     rates[variant][batch_size].append(timing.images_per_second)
             print(

@@ -12,7 +12,10 @@ Definitions (each computed here and nowhere else):
   training rule;
 - INT8 speed-up at a batch size: INT8 images/s over FP32 images/s at that batch size;
 - top-1 kept: INT8 top-1 minus FP32 top-1 on the same validation pictures (negative: INT8
-  lost accuracy), a fraction (tables print it in percentage points).
+  lost accuracy), a fraction (tables print it in percentage points);
+- the spread of a measurement: p90 / p10 of its timed batches' latencies (the event's
+  ``latency_spread``, else computed from its ``latency_p90_seconds`` and
+  ``latency_p10_seconds``; None for runs that recorded neither).
 
 Findings (each a detection returning typed evidence, ``collector.findings.evidence``,
 worded by ``collector.findings.words.words`` as the training rules are; an inference run
@@ -28,6 +31,11 @@ points them at its images/s-by-batch-size figure):
     For a precision, from some batch size on, no larger batch size measured gives more
     than ``SATURATION_GAIN`` more images/s than it: the node's compute is full, larger
     batches only add latency. Needs at least one larger batch size measured above it.
+``timing_unsteady``
+    A measurement's images/s (and the INT8 speed-up made of it) rests on under
+    ``MIN_TIMED_SECONDS`` of timed batches, or its batches' spread p90/p10 is over
+    ``SPREAD_LIMIT``: twenty batches of one picture (0.07 s) gave speed-ups of 5.48x and
+    4.73x on two runs of the same models; such a number is not one to quote.
 """
 
 from __future__ import annotations
@@ -55,10 +63,13 @@ class Measurement:
     images_per_second: float | None
     timed_images: float
     timed_seconds: float
+    latency_p10_seconds: float | None
     latency_p50_seconds: float | None
     latency_p90_seconds: float | None
     latency_p99_seconds: float | None
     top1: float | None
+    timed_batches: int | None = None
+    latency_spread: float | None = None  # p90 / p10 of the timed batches' latencies
 
 
 @dataclass(frozen=True)
@@ -107,6 +118,15 @@ def top1_difference(top1: dict[str, float | None]) -> float | None:
     return int8 - fp32
 
 
+def latency_spread(recorded: float | None, p10: float | None, p90: float | None) -> float | None:
+    """The recorded p90 / p10, else the one made of the recorded percentiles."""
+    if recorded is not None:
+        return recorded
+    if p10 is None or p90 is None or p10 <= 0:
+        return None
+    return p90 / p10
+
+
 def _text(event: WorkloadEvent, name: str) -> str:
     value = event.fields.get(name)
     return value if isinstance(value, str) else ""
@@ -120,16 +140,22 @@ def measurement_of(event: WorkloadEvent) -> Measurement | None:
         return None
     images = event_number(event, Workload.TIMED_IMAGES) or 0.0
     seconds = event_number(event, Workload.TIMED_SECONDS) or 0.0
+    p10 = event_number(event, Workload.LATENCY_P10_SECONDS)
+    p90 = event_number(event, Workload.LATENCY_P90_SECONDS)
+    batches = event_number(event, Workload.TIMED_BATCHES)
     return Measurement(
         precision=precision,
         batch_size=int(batch_size),
         images_per_second=rank_images_per_second(TimedWork(images, seconds)),
         timed_images=images,
         timed_seconds=seconds,
+        latency_p10_seconds=p10,
         latency_p50_seconds=event_number(event, Workload.LATENCY_P50_SECONDS),
-        latency_p90_seconds=event_number(event, Workload.LATENCY_P90_SECONDS),
+        latency_p90_seconds=p90,
         latency_p99_seconds=event_number(event, Workload.LATENCY_P99_SECONDS),
         top1=event_number(event, Workload.TOP1),
+        timed_batches=None if batches is None else int(batches),
+        latency_spread=latency_spread(event_number(event, Workload.LATENCY_SPREAD), p10, p90),
     )
 
 

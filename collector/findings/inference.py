@@ -9,10 +9,13 @@ from collections.abc import Callable
 from collector.analysis.inference import PRECISIONS, InferenceReport
 from collector.findings.evidence import (
     INT8_TOP1_LOSS_LIMIT,
+    MIN_TIMED_SECONDS,
     SATURATION_GAIN,
+    SPREAD_LIMIT,
     Finding,
     Int8AccuracyLoss,
     ThroughputSaturated,
+    TimingUnsteady,
 )
 from collector.findings.words import words
 from contract.schema import InferencePrecision
@@ -47,10 +50,36 @@ def detect_throughput_saturated(report: InferenceReport) -> list[ThroughputSatur
     return found
 
 
-InferenceDetector = Callable[[InferenceReport], list[Int8AccuracyLoss | ThroughputSaturated]]
+def detect_timing_unsteady(report: InferenceReport) -> list[TimingUnsteady]:
+    """One per measurement (batch size, then precision) timed for under
+    ``MIN_TIMED_SECONDS`` or with its batches' p90/p10 over ``SPREAD_LIMIT``."""
+    speedups = {c.batch_size: c.int8_speedup for c in report.comparisons}
+    found = []
+    for m in report.measurements:
+        too_short = m.timed_seconds < MIN_TIMED_SECONDS
+        too_spread = m.latency_spread is not None and m.latency_spread > SPREAD_LIMIT
+        if too_short or too_spread:
+            found.append(
+                TimingUnsteady(
+                    m.precision,
+                    m.batch_size,
+                    m.timed_seconds,
+                    m.timed_batches,
+                    m.latency_spread,
+                    speedups.get(m.batch_size),
+                    too_short,
+                    too_spread,
+                )
+            )
+    return found
+
+
+InferenceEvidence = Int8AccuracyLoss | ThroughputSaturated | TimingUnsteady
+InferenceDetector = Callable[[InferenceReport], list[InferenceEvidence]]
 INFERENCE_DETECTORS: dict[str, InferenceDetector] = {
     "int8_accuracy_loss": detect_int8_accuracy_loss,
     "throughput_saturated": detect_throughput_saturated,
+    "timing_unsteady": detect_timing_unsteady,
 }
 
 

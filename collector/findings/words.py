@@ -20,6 +20,7 @@ from collector.findings.evidence import (
     INFO,
     INPUT_WAIT_SHARE,
     INT8_TOP1_LOSS_LIMIT,
+    MIN_TIMED_SECONDS,
     MLPERF_STORAGE_RAM_MULTIPLE,
     RESOURCE_CHANGE_RATIO,
     SATURATION_GAIN,
@@ -29,6 +30,7 @@ from collector.findings.evidence import (
     SCALING_WARNING_FRACTION,
     SETTLED_READ_FRACTION,
     SEVERITY_ORDER,
+    SPREAD_LIMIT,
     WARNING,
     CacheWarmup,
     DatasetFitsInMemory,
@@ -51,6 +53,7 @@ from collector.findings.evidence import (
     StorageReads,
     Stragglers,
     ThroughputSaturated,
+    TimingUnsteady,
     UtilisationGrowth,
     evidence_json,
 )
@@ -639,6 +642,44 @@ def _(found: ThroughputSaturated) -> Finding:
             f"{found.batch_size} and {found.largest_images_per_second:.1f} at batch "
             f"{found.largest_batch_size}: less than {format_fraction(SATURATION_GAIN)} more. "
             "The node's compute is full; larger batches only add latency."
+        ),
+        evidence=evidence_json(found),
+        chart=NO_REPORT_COLUMN,
+    )
+
+
+@words.register
+def _(found: TimingUnsteady) -> Finding:
+    precision = found.precision.upper()
+    batches = "" if found.timed_batches is None else f" over {found.timed_batches} batches"
+    reasons = []
+    if found.too_short:
+        reasons.append(
+            f"was timed for {found.timed_seconds:.3g} s{batches}, under the "
+            f"{MIN_TIMED_SECONDS:g} s this check asks"
+        )
+    if found.too_spread and found.latency_spread is not None:
+        reasons.append(f"its batches' p90/p10 is {found.latency_spread:.2f}, over {SPREAD_LIMIT:g}")
+    what = (
+        f"the INT8 speed-up at batch {found.batch_size} ({found.int8_speedup:.2f}x)"
+        if found.int8_speedup is not None
+        else f"its images/s at batch {found.batch_size}"
+    )
+    trouble = (
+        "too little time" if found.too_short and not found.too_spread
+        else "too wide a spread" if not found.too_short
+        else "too little time, too widely spread"
+    )  # fmt: skip
+    return Finding(
+        rule="timing_unsteady",
+        severity=WARNING,
+        title=f"{precision} at batch size {found.batch_size} rests on {trouble} to quote",
+        explanation=(
+            f"{precision} at batch {found.batch_size} {' and '.join(reasons)}, so "
+            f"{what} moves from one run to the next (twenty batches of one picture gave "
+            "5.48x and 4.73x on two runs of the same models). Time it longer "
+            f"(`workloads infer --min-seconds {MIN_TIMED_SECONDS:g}` or more) on a node "
+            "nothing else loads."
         ),
         evidence=evidence_json(found),
         chart=NO_REPORT_COLUMN,

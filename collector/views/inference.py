@@ -45,6 +45,14 @@ def format_milliseconds(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.1f}"
 
 
+def format_spread(value: float | None) -> str:
+    return _fixed(value, 2)
+
+
+def format_timed(seconds: float, batches: int | None) -> str:
+    return f"{seconds:.2f} s" + ("" if batches is None else f" / {batches}")
+
+
 def format_report(report: InferenceReport) -> str:
     """The plain-text table ``collector inference`` prints."""
     lines = [
@@ -63,13 +71,17 @@ def format_report(report: InferenceReport) -> str:
         )
     lines += [
         "",
-        f"{'batch':>5}  {'precision':<9}  {'p50 ms':>8}  {'p90 ms':>8}  {'p99 ms':>8}",
+        f"{'batch':>5}  {'precision':<9}  {'p10 ms':>8}  {'p50 ms':>8}  {'p90 ms':>8}  "
+        f"{'p99 ms':>8}  {'p90/p10':>7}  timed s / batches",
     ]
     for m in report.measurements:
         lines.append(
-            f"{m.batch_size:>5}  {m.precision:<9}  {format_milliseconds(m.latency_p50_seconds):>8}"
+            f"{m.batch_size:>5}  {m.precision:<9}  {format_milliseconds(m.latency_p10_seconds):>8}"
+            f"  {format_milliseconds(m.latency_p50_seconds):>8}"
             f"  {format_milliseconds(m.latency_p90_seconds):>8}"
             f"  {format_milliseconds(m.latency_p99_seconds):>8}"
+            f"  {format_spread(m.latency_spread):>7}"
+            f"  {format_timed(m.timed_seconds, m.timed_batches)}"
         )
     lines += [
         "",

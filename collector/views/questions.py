@@ -29,6 +29,9 @@ findings            run_id                           ``query.findings``
 scaling                                              ``query.scaling_table``
 inference_runs                                       ``[{"run_id", "state"}]``
 inference           run_id                           the inference report's JSON, or null
+node_samples        run_id                           ``{host: {"run_end_ns",
+                                                     "latest_sample_ns"}}`` (``node_samples``),
+                                                     or null
 ==================  ===============================  =======================================
 """
 
@@ -42,6 +45,7 @@ from typing import Any
 from collector.store.api import ReadStore, RunInfo
 from collector.views import query
 from collector.views.timeseries import DEFAULT_MAX_POINTS
+from contract.schema import Cpu, Event
 
 MAX_POINTS_LIMIT = 5000  # buckets per host and chart one answer may carry
 MIN_POINTS = 10
@@ -141,6 +145,30 @@ def _kept_timeseries(store: ReadStore, params: dict[str, str]) -> dict[str, Any]
     return _charts(query.kept_timeseries(store, _run_id(params), max_points=_max_points(params)))
 
 
+def node_samples(store: ReadStore, run_id: str) -> dict[str, dict[str, int | None]] | None:
+    """Per host of the run: its ranks' last ``run_end`` (the run's end for a host whose
+    ranks wrote none) and the latest node sample (its agent's CPU sample) the store holds
+    around it: the first at or after that end when one arrived, else the last before it;
+    None for none. A host's samples are all in when ``latest_sample_ns >= run_end_ns``:
+    what ``workloads run --collector`` waits for before printing its per-epoch table."""
+    run = store.run(run_id)
+    if run is None:
+        return None
+    ends: dict[str, int] = {}
+    for event in store.events(run_id, kinds=(Event.RUN_END,)):
+        ends[event.host] = max(ends.get(event.host, event.time_ns), event.time_ns)
+    answer: dict[str, dict[str, int | None]] = {}
+    for host in run.hosts:
+        end = ends.get(host, run.end_ns)
+        latest = None
+        series = store.list_series(Cpu.NAME, Cpu.USER_SECONDS, host)
+        if series and end is not None:
+            times = [int(t) for data in store.read_series(series, end, end) for t in data.times_ns]
+            latest = max(times, default=None)
+        answer[host] = {"run_end_ns": end, "latest_sample_ns": latest}
+    return answer
+
+
 def _inference_runs(store: ReadStore, params: dict[str, str]) -> list[dict[str, Any]]:
     from collector.analysis.inference import inference_runs
 
@@ -173,6 +201,7 @@ ANSWERS: dict[str, Callable[[ReadStore, dict[str, str]], Any]] = {
     "scaling": lambda store, params: query.scaling_table(store),
     "inference_runs": _inference_runs,
     "inference": _inference,
+    "node_samples": lambda store, params: node_samples(store, _run_id(params)),
 }
 QUESTIONS = tuple(ANSWERS)
 

@@ -22,6 +22,7 @@ from contract.schema import Event, RunState
 from netserve import tokens
 from workloads.autoprofile.config import RUN_ENV, ProfileConfig, site_dir
 from workloads.launch.local_stack import EmbeddedProfile, ProfileError, child_env
+from workloads.launch.node_samples import add_samples_wait
 from workloads.launch.preflight import collector_url
 from workloads.record.events import AGENT_PORT_ENV
 from workloads.record.spec import TOKEN_ENV, TOKEN_FILE_ENV, run_id_arg, run_spool_root
@@ -43,6 +44,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     profile.add_argument("--collector", type=collector_url,
                          help="collector URL (default: one started here)")  # fmt: skip
     profile.add_argument("--token-file", type=Path, help="file holding the collector token")
+    add_samples_wait(profile)
     profile.add_argument("--run-id", type=run_id_arg, help="default: profile-<UTC time>")
     profile.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default ./runs")
     profile.add_argument("--data-dir", type=Path,

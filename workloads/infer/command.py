@@ -1,12 +1,15 @@
 """``workloads infer``: the command line, the run and its events.
 
     workloads infer --data-dir DIR [--checkpoint RUN_DIR|FILE] [--precision fp32,int8]
-                    [--batch-sizes 1,8,32] [--profile | --collector URL --token-file F]
+                    [--batch-sizes 1,8,32] [--min-seconds 3] [--timed-batches 50]
+                    [--profile | --collector URL --token-file F]
 
 Events (``contract.schema.Workload``, framework tag ``onnxruntime``, rank 0): ``run_start``
 with the configuration (model, image size, weights, execution provider, INT8 format,
 validation and calibration images), one ``inference`` event per precision and batch size
-(``timed_images``, ``timed_seconds``, latency percentiles, ``top1``), ``run_end``. They go
+(``timed_images``, ``timed_seconds``, ``timed_batches``, latency percentiles and their
+spread p90/p10, ``top1``), ``run_end``. Each measurement times at least ``--timed-batches``
+batches and at least ``--min-seconds`` seconds, whichever takes longer. They go
 where a training's go: ``--profile`` starts a collector and an agent for the run (the
 agent samples the node beside it), ``--collector`` sends them through the disk-spooled
 shipper, and with neither they are written to ``<runs-dir>/<run-id>/events/`` for
@@ -35,7 +38,8 @@ from workloads.record.spec import (
 DEFAULT_BATCH_SIZES = (1, 8, 32)
 DEFAULT_CALIBRATION_IMAGES = 64
 DEFAULT_WARMUP_BATCHES = 3
-DEFAULT_TIMED_BATCHES = 20
+DEFAULT_TIMED_BATCHES = 50  # the least; as many more as --min-seconds takes
+DEFAULT_MIN_SECONDS = 3.0
 INITIALISED = "initialised"  # the weights field when no checkpoint was given
 
 
@@ -66,6 +70,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give seconds, e.g. 3") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds (got {text})")
+    return value
+
+
 def add_parser(commands) -> None:
     infer = commands.add_parser(
         "infer", help="FP32 vs INT8 inference of the PyTorch ResNet-50 with ONNX Runtime"
@@ -93,7 +107,19 @@ def add_parser(commands) -> None:
         help="default: the checkpoint's, else the data set's, else 224",
     )
     infer.add_argument("--warmup-batches", type=int, default=DEFAULT_WARMUP_BATCHES)
-    infer.add_argument("--timed-batches", type=_positive, default=DEFAULT_TIMED_BATCHES)
+    infer.add_argument(
+        "--timed-batches",
+        type=_positive,
+        default=DEFAULT_TIMED_BATCHES,
+        help=f"the least batches each measurement times (default {DEFAULT_TIMED_BATCHES})",
+    )
+    infer.add_argument(
+        "--min-seconds",
+        type=_seconds,
+        default=DEFAULT_MIN_SECONDS,
+        help="the least time each measurement times, going round the pictures "
+        f"(default {DEFAULT_MIN_SECONDS:g}); with --timed-batches, whichever takes longer",
+    )
     infer.add_argument(
         "--calibration-images",
         type=_positive,
@@ -311,7 +337,8 @@ def measure_and_emit(
                 validation.pixels,
                 batch_size,
                 args.warmup_batches,
-                args.timed_batches,
+                min_batches=args.timed_batches,
+                min_seconds=args.min_seconds,
             )
             writer.emit(
                 Event.INFERENCE,
@@ -321,9 +348,13 @@ def measure_and_emit(
                     Workload.WARMUP_BATCHES: args.warmup_batches,
                     Workload.TIMED_IMAGES: timing.timed.images,
                     Workload.TIMED_SECONDS: timing.timed.seconds,
+                    Workload.TIMED_BATCHES: timing.timed_batches,
+                    Workload.MIN_TIMED_SECONDS: args.min_seconds,
+                    Workload.LATENCY_P10_SECONDS: timing.latency_percentile(10),
                     Workload.LATENCY_P50_SECONDS: timing.latency_percentile(50),
                     Workload.LATENCY_P90_SECONDS: timing.latency_percentile(90),
                     Workload.LATENCY_P99_SECONDS: timing.latency_percentile(99),
+                    Workload.LATENCY_SPREAD: timing.spread,
                     Workload.TOP1: accuracy[precision],
                     Workload.EXECUTION_PROVIDER: sessions[precision].provider,
                 },

@@ -54,6 +54,11 @@ from workloads.launch.hosts import (
     write_private,
 )
 from workloads.launch.local_stack import EmbeddedProfile, ProfileError, child_env, free_port
+from workloads.launch.node_samples import (
+    DEFAULT_SAMPLES_WAIT_SECONDS,
+    provisional_line,
+    wait_for_node_samples,
+)
 from workloads.launch.preflight import UNDELIVERED_EXIT, CollectorUnusable, check_collector
 from workloads.launch.processes import (
     STOP_FILE_NAME,
@@ -630,12 +635,15 @@ def _after(plan: Plan, profile: EmbeddedProfile | None, args: argparse.Namespace
         print_epoch_table(Path(plan.spec.events_dir))
         print(f"events of run {run_id} are in {plan.spec.events_dir}; deliver them with "
               f"`workloads resend --events {plan.spec.events_dir} --collector URL`")  # fmt: skip
-    else:
-        print_collector_report(plan, args)
+    else:  # the hosts' agents push node samples with --profile only
+        print_collector_report(plan, args, node_samples=args.profile)
 
 
-def print_collector_report(plan: Plan, args: argparse.Namespace) -> None:
-    """The per-epoch table and findings of ``--profile``, from the collector's read API."""
+def print_collector_report(plan: Plan, args: argparse.Namespace, node_samples: bool = True) -> None:
+    """The per-epoch table and findings of ``--profile``, from the collector's read API,
+    once every host's node samples reach its run_end (``workloads.launch.node_samples``):
+    at most ``--samples-wait`` seconds, else marked provisional (``node_samples``: whether
+    the hosts' agents send any)."""
     from collector.api.client import RemoteError, fetch_view
     from workloads.launch.summary import format_findings, format_profile_table, format_run_rate
 
@@ -644,12 +652,18 @@ def print_collector_report(plan: Plan, args: argparse.Namespace) -> None:
     if args.token_file is not None:
         again += f" --token-file {args.token_file}"
     query = {"run_id": run_id, "format": "json", "findings": "true"}
+    missing = None
+    if node_samples:
+        wait = getattr(args, "samples_wait", DEFAULT_SAMPLES_WAIT_SECONDS)
+        missing = wait_for_node_samples(url, run_id, plan.token, wait)
     try:
         report = json.loads(fetch_view(url, "report", query, plan.token))
     except (RemoteError, ValueError) as error:
         print(f"workloads: no per-epoch table from {url}: {error}; later: {again}",
               file=sys.stderr)  # fmt: skip
         return
+    if missing:
+        print(provisional_line(missing, again), flush=True)
     print(f"run {run_id}: per epoch (MB = 10^6 bytes; disk, cache and CPU are the whole "
           "host's, from its agent)")  # fmt: skip
     print(format_profile_table(report["rows"]))
