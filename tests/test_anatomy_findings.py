@@ -188,7 +188,12 @@ def test_scaling_loss_when_nothing_in_the_anatomy_grew_says_so(make_store):
     (finding,) = scaling_findings(make_store, runs)
     evidence = finding.evidence
     assert evidence["efficiency_percent"] == pytest.approx(50.0)  # 40,000 images in 400 s
-    assert evidence["attribution"]["lost_images_per_second"] == pytest.approx(0.0, abs=1e-9)
+    # the images/s lost are the scaling table's, ideal - actual over the whole run (200 -
+    # 100); the settled steps did not slow down, so no part of the step takes a share
+    assert evidence["lost_images_per_second"] == pytest.approx(100.0)
+    assert evidence["attribution"]["lost_images_per_second"] == pytest.approx(100.0)
+    assert evidence["attribution"]["lost_fraction_per_rank"] == pytest.approx(0.0, abs=1e-9)
+    assert all(p["lost_images_per_second"] == 0 for p in evidence["attribution"]["parts"])
     assert finding.severity == "critical"
     assert finding.title == "Scaling efficiency 50% on 2 GPUs: no part of the step grew against one"
     assert "no part of the step (input wait, compute, all-reduce, the rest) grew" in (
@@ -201,6 +206,34 @@ def test_scaling_loss_silent_when_ranks_keep_their_pace(make_store):
     # 20 s steps on both: 100 images/s per rank, nothing lost
     assert scaling_findings(make_store, scaling_pair(100.0)) == []
     assert scaling_findings(make_store, scaling_pair(125.0, (1.0, 17.0, 5.0)), "one") == []
+
+
+def test_one_figure_of_images_per_second_lost_in_finding_table_and_dashboard(make_store):
+    # epoch 1 of the 2-rank run is slow (200 s) and epoch 2 loses 20% per rank to a longer
+    # all-reduce: the settled epochs alone would say 2 x (100 - 80) = 40 images/s lost, the
+    # whole run says more. One definition: the scaling table's ideal - actual.
+    from collector.views.query import scaling_table
+
+    runs = scaling_pair(125.0, (1.0, 17.0, 5.0), first_epoch_seconds=200.0)
+    store = make_store([p for run in runs for p in run.points()])
+    (finding,) = [f for f in run_findings(store, "two") if f.rule == "scaling_loss"]
+    table = {r["run_id"]: r for r in json.loads(cli(store, "scaling", "--format", "json"))}
+    dashboard = {r["run_id"]: r for r in scaling_table(store)}
+    row = table["two"]
+    assert row["lost_images_per_second"] == row["ideal"] - row["images_per_second"]
+    assert row["lost_images_per_second"] > 40.0 + 1  # more than the settled epochs' loss
+    lost = finding.evidence["lost_images_per_second"]
+    assert lost == row["lost_images_per_second"] == dashboard["two"]["lost_images_per_second"]
+    anatomy = finding.evidence["attribution"]
+    assert anatomy["lost_images_per_second"] == lost
+    assert anatomy["epochs"] == [2] and anatomy["reference_epochs"] == [2]
+    parts = {p["part"]: p for p in anatomy["parts"]}
+    assert sum(p["lost_images_per_second"] for p in parts.values()) == pytest.approx(lost)
+    assert parts["communication"]["lost_images_per_second"] == pytest.approx(lost)
+    assert parts["communication"]["loss_share"] == pytest.approx(1.0)
+    assert f"{lost:,.1f} images/s lost to scaling" in finding.title
+    assert "(epoch 2; the reference's epoch 2)" in finding.explanation
+    assert table["one"]["lost_images_per_second"] == 0.0  # the baseline loses nothing
 
 
 @pytest.mark.parametrize(

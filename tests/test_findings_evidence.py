@@ -282,6 +282,7 @@ def test_wording_needs_no_store():
         ideal=1132.0,
         efficiency_percent=100 * 800 / 1132,
         scope="intra-node",
+        lost_images_per_second=1132.0 - 800.0,
         reference_run="one",
         reference_gpus=1,
         reference_nodes=1,
@@ -295,6 +296,7 @@ def test_wording_needs_no_store():
         "Scaling efficiency 71% on 4 ranks: network bytes per image grew with rank count"
     )
     assert finding.severity == "critical"  # below 75%
+    assert "ideal 1,132 (1 x 4): 71% efficiency, 332 images/s lost." in finding.explanation
     assert "network bytes per image: 1,000 -> 3,000 (3.00x)" in finding.explanation
     assert finding.chart == "rx_minus_tx_mbps"
     on_gpus = words(dataclasses.replace(found, on_gpus=True, across_nodes=True, nodes=2))
@@ -304,7 +306,7 @@ def test_wording_needs_no_store():
 
 
 def test_evidence_json_rounds_where_declared_and_leaves_out_the_wordings_inputs():
-    found = ScalingLoss(8, 2, 1811.2, 2264.0, 80.0, "inter-node", on_gpus=False)
+    found = ScalingLoss(8, 2, 1811.2, 2264.0, 80.0, "inter-node", 452.8, on_gpus=False)
     # no reference run: its fields are left out, not null; on_gpus/across_nodes never shown
     assert evidence_json(found) == {
         "gpus": 8,
@@ -313,6 +315,7 @@ def test_evidence_json_rounds_where_declared_and_leaves_out_the_wordings_inputs(
         "ideal": 2264.0,
         "efficiency_percent": 80.0,
         "scope": "inter-node",
+        "lost_images_per_second": 452.8,
     }
     warm = CacheWarmup(
         first_epoch=1,

@@ -313,27 +313,36 @@ STEP_PARTS = (
 @dataclass(frozen=True)
 class PartChange:
     """One part of the step (``STEP_PARTS``) in the reference run and in this run, mean
-    seconds per step, and its share of the images/s lost (negative: it shrank, offsetting)."""
+    seconds per step, its share of the step's growth per step (negative: it shrank,
+    offsetting) and that share of the images/s lost to scaling (the scaling table's)."""
 
     part: str
     reference_seconds: float  # per step
     run_seconds: float
-    lost_images_per_second: float  # over the whole run
+    loss_share: float = field(metadata=digits(4))  # of the growth of the whole step
+    # loss_share x the scaling table's images/s lost; None when the group has no 1-GPU run
+    lost_images_per_second: float | None
 
 
 @dataclass(frozen=True)
 class ScalingAttribution:
     """The step anatomy of this run against the reference run's, over the settled epochs
-    (every epoch after the first when there are two or more): each rank's images/s, the
-    images/s lost over the run (ranks x the per-rank loss) and how the parts of the step
-    that grew share it, with the fabric's bytes per step per node beside them."""
+    (every epoch after the first when there are two or more; ``epochs`` and
+    ``reference_epochs`` name them): each rank's images/s there, and how the parts of the
+    step that grew share the images/s lost to scaling. That loss is the scaling table's,
+    ideal - actual over the whole run (``collector.analysis.scaling.lost_to_scaling``): the
+    parts' shares of the per-rank slow-down measured in those epochs, applied to it, so
+    that they add up to it. The fabric's bytes per step per node stand beside them."""
 
     reference_run: str
     reference_ranks: int
     ranks: int
+    epochs: list[int]  # this run's epochs the split was measured on
+    reference_epochs: list[int]  # the reference run's
     reference_images_per_second_per_rank: float
     images_per_second_per_rank: float
-    lost_images_per_second: float  # over the whole run: ranks x per-rank loss
+    # the scaling table's ideal - actual for this run; None: the group has no 1-GPU run
+    lost_images_per_second: float | None
     lost_fraction_per_rank: float = field(metadata=digits(4))  # of the reference's per rank
     reference_seconds_per_step: float
     seconds_per_step: float
@@ -345,15 +354,13 @@ class ScalingAttribution:
 
     @property
     def grown(self) -> list[PartChange]:
-        """The parts that took longer per step and so explain some of the loss (a change
-        below a millionth of the loss is rounding, not growth)."""
-        noise = 1e-6 * abs(self.lost_images_per_second)
-        return [p for p in self.parts if p.lost_images_per_second > noise]
+        """The parts that took longer per step and so explain some of the loss (a share
+        below a millionth is rounding, not growth)."""
+        return [p for p in self.parts if p.loss_share > 1e-6]
 
     @property
     def shrunk(self) -> list[PartChange]:
-        noise = 1e-6 * abs(self.lost_images_per_second)
-        return [p for p in self.parts if p.lost_images_per_second < -noise]
+        return [p for p in self.parts if p.loss_share < -1e-6]
 
 
 @dataclass(frozen=True)
@@ -370,6 +377,8 @@ class ScalingLoss:
     ideal: float | None  # None: the group has no 1-GPU baseline
     efficiency_percent: float | None
     scope: str
+    # the scaling table's ideal - actual (collector.analysis.scaling.lost_to_scaling)
+    lost_images_per_second: float | None
     # against the reference run, when the group has one
     reference_run: str | None = field(default=None, metadata=IF_KNOWN)
     reference_gpus: int | None = field(default=None, metadata=IF_KNOWN)

@@ -35,12 +35,13 @@ encode what the published studies found by hand:
     baseline, or, when both this run and the reference run (a run on fewer nodes, else the
     1-GPU run) have a step anatomy, each rank at least ``SCALING_LOSS_MIN_FRACTION`` slower
     than the reference's. Explained by the step anatomy when both have one
-    (``collector.findings.anatomy.scaling_attribution``: the lost images/s split into more
-    all-reduce, more input wait, slower compute and the rest, with the fabric's bytes per
-    step), else by the resources that *grew* against the reference run: fabric bytes per
-    image, storage reads per node (judged as ``cache_warmup`` does, the same reads for
-    both runs), CPU and GPU utilisation. Runs compare only within one scaling group
-    (framework, model, precision, batch per rank, data format, image size).
+    (``collector.findings.anatomy.scaling_attribution``: the images/s lost, the scaling
+    table's ideal - actual, split into more all-reduce, more input wait, slower compute and
+    the rest, with the fabric's bytes per step), else by the resources that *grew* against
+    the reference run: fabric bytes per image, storage reads per node (judged as
+    ``cache_warmup`` does, the same reads for both runs), CPU and GPU utilisation. Runs
+    compare only within one scaling group (framework, model, precision, batch per rank,
+    data format, image size).
 ``precision_read_demand``
     The run reads storage in its first epoch at least ``PRECISION_READ_RATIO`` times as
     fast as a like run at another precision (``like_for_precision``: model, framework,
@@ -499,6 +500,7 @@ def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
         ideal=me.row.ideal,
         efficiency_percent=me.row.efficiency_percent,
         scope=me.row.scope,
+        lost_images_per_second=me.row.lost_images_per_second,
         on_gpus=resource_use(context.report, mine.nodes, StorageReads.HOSTS).gpu_util_percent
         is not None,
     )
@@ -507,7 +509,7 @@ def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
     if reference is not None:
         from collector.findings.anatomy import scaling_attribution  # builds on this module
 
-        attribution = scaling_attribution(context, reference)
+        attribution = scaling_attribution(context, reference, me.row.lost_images_per_second)
     slower = attribution is not None and (
         attribution.lost_fraction_per_rank >= SCALING_LOSS_MIN_FRACTION
     )

@@ -319,13 +319,29 @@ def _ms(seconds: float) -> str:
 
 
 def part_change_text(change: PartChange) -> str:
+    lost = change.lost_images_per_second
+    share = (
+        f"{abs(lost):,.1f} images/s"
+        if lost is not None
+        else f"{format_fraction(abs(change.loss_share))} of the loss"
+    )
     return (
         f"{PART_LABELS[change.part]} {_ms(change.reference_seconds)} -> "
-        f"{_ms(change.run_seconds)} ms/step: {abs(change.lost_images_per_second):,.1f} images/s"
+        f"{_ms(change.run_seconds)} ms/step: {share}"
     )
 
 
 NOTHING_GREW = "no part of the step (input wait, compute, all-reduce, the rest) grew"
+
+
+def _epochs_text(epochs: list[int]) -> str:
+    if not epochs:
+        return "no epoch"
+    if len(epochs) == 1:
+        return f"epoch {epochs[0]}"
+    if epochs == list(range(epochs[0], epochs[-1] + 1)):
+        return f"epochs {epochs[0]}-{epochs[-1]}"
+    return "epochs " + ", ".join(map(str, epochs))
 
 
 def attribution_text(found: ScalingAttribution, against: str) -> str:
@@ -336,26 +352,38 @@ def attribution_text(found: ScalingAttribution, against: str) -> str:
         else "over the epochs after the first"
     )
     text = (
-        f" Against {against}, measured by the step anatomy {over}, "
+        f" Against {against}, measured by the step anatomy {over} "
+        f"({_epochs_text(found.epochs)}; the reference's {_epochs_text(found.reference_epochs)}), "
         f"each of the {found.ranks} ranks trained "
         f"{found.images_per_second_per_rank:,.1f} images/s against "
         f"{found.reference_images_per_second_per_rank:,.1f} per rank "
     )
-    if found.lost_images_per_second <= 0:
+    if found.lost_fraction_per_rank <= 0:
         return text + (
             f"(no fewer), a step taking {_ms(found.seconds_per_step)} ms against "
             f"{_ms(found.reference_seconds_per_step)}: {NOTHING_GREW}; the images/s were "
             "lost outside those steps (epoch 1's start-up), or were lost already in the "
             "reference run."
         )
+    lost = found.lost_images_per_second
     text += (
-        f"({format_fraction(found.lost_fraction_per_rank)} fewer): "
-        f"{found.lost_images_per_second:,.1f} images/s lost over the run, a step taking "
+        f"({format_fraction(found.lost_fraction_per_rank)} fewer), a step taking "
         f"{_ms(found.seconds_per_step)} ms instead of {_ms(found.reference_seconds_per_step)}."
     )
     if found.grown:
-        text += " Where the time went: " + "; ".join(map(part_change_text, found.grown)) + "."
-        offsets = [p for p in found.shrunk if -p.lost_images_per_second >= 0.05]  # shows as 0.1
+        split = (
+            f" The {lost:,.1f} images/s lost over the run (ideal - actual, as the scaling "
+            "table gives it) split by each part's share of that slower step: "
+            if lost is not None
+            else " With no 1-GPU run to give the images/s lost, each part's share of that "
+            "slower step: "
+        )
+        text += split + "; ".join(map(part_change_text, found.grown)) + "."
+        offsets = [
+            p
+            for p in found.shrunk
+            if (-p.lost_images_per_second >= 0.05 if lost is not None else -p.loss_share >= 1e-3)
+        ]  # shows as 0.1 images/s, or 0.1 %
         if offsets:
             text += " Offset by: " + "; ".join(map(part_change_text, offsets)) + "."
     else:
@@ -386,7 +414,12 @@ def _(found: ScalingLoss) -> Finding:
         explanation = (
             f"{ranks} on {nodes_text(found.nodes)} reached {_images(found.images_per_second)} "
             f"images/s of an ideal {_images(found.ideal)} (1 x {found.gpus}): {efficiency} "
-            "efficiency."
+            "efficiency"
+            + (
+                f", {_images(found.lost_images_per_second)} images/s lost."
+                if found.lost_images_per_second and found.lost_images_per_second > 0
+                else "."
+            )
         )
         title = f"Scaling efficiency {efficiency} on {ranks}"
     else:
@@ -410,12 +443,16 @@ def _(found: ScalingLoss) -> Finding:
         explanation += attribution_text(attribution, against)
         if attribution.lost_fraction_per_rank >= SCALING_LOSS_MIN_FRACTION:
             severities.append(attribution_severity(attribution))
-        if attribution.lost_images_per_second > 0 and attribution.grown:
+        lost = attribution.lost_images_per_second
+        if attribution.lost_fraction_per_rank > 0 and attribution.grown:
             top = attribution.grown[0]
-            title += (
-                f": {attribution.lost_images_per_second:,.1f} images/s lost to scaling, "
-                f"mostly {PART_LABELS[top.part]}"
+            how_much = (
+                f"{lost:,.1f} images/s lost to scaling"
+                if lost is not None and lost > 0
+                else f"{format_fraction(attribution.lost_fraction_per_rank)} fewer images/s "
+                "per rank"
             )
+            title += f": {how_much}, mostly {PART_LABELS[top.part]}"
             chart = CHART_BY_PART[top.part].name
         else:
             title += f": no part of the step grew against {found.reference_run}"
