@@ -350,8 +350,10 @@ def test_no_straggler_when_ranks_are_alike(make_store):
 # --------------------------------------------------------------------------------------
 
 
-def startup_run(run_id: str, first_seconds: float, first_shares, reads=None) -> RunBuilder:
-    run = RunBuilder(run_id, steps_per_epoch=5)
+def startup_run(
+    run_id: str, first_seconds: float, first_shares, reads=None, framework: str = "tensorflow"
+) -> RunBuilder:
+    run = RunBuilder(run_id, steps_per_epoch=5, framework=framework)
     run.epoch(first_seconds, 6400, shares=first_shares, reads=reads)
     run.epoch(100, 6400, shares=(0.02, 0.9, 0.0), reads=(0, 1_000_000) if reads else None)
     run.epoch(100, 6400, shares=(0.02, 0.9, 0.0), reads=(0, 1_000_000) if reads else None)
@@ -371,6 +373,29 @@ def test_startup_from_graph_building(make_store):
     assert evidence["extra_seconds_by_part"]["input_wait"] == pytest.approx(4.0)
     assert finding.chart == "compute_percent"
     assert "3.0x" in finding.title
+
+
+@pytest.mark.parametrize(
+    ("framework", "title", "named", "not_named"),
+    [
+        ("tensorflow", "graph building and XLA compilation", "XLA compilation", "data loader"),
+        ("mxnet", "hybridize and graph building", "hybridize", "XLA"),
+        (
+            "pytorch",
+            "eager start-up",
+            "data loader workers starting, first-batch allocation, cudnn autotune",
+            "graph building",
+        ),
+        ("custom", "warm-up", "Mostly warm-up (compute", "graph building"),
+    ],
+)
+def test_startup_is_worded_for_the_runs_framework(make_store, framework, title, named, not_named):
+    store = make_store(startup_run("fw", 300, (0.02, 0.3, 0.0), framework=framework).points())
+    (finding,) = findings_of(store, "fw", "startup")
+    assert finding.evidence["framework"] == framework
+    assert finding.title == f"Epoch 1 took 3.0x as long per step: {title}"
+    assert named in finding.explanation
+    assert not_named not in finding.explanation and not_named not in finding.title
 
 
 def test_startup_from_first_reads(make_store):

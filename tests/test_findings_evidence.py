@@ -344,6 +344,8 @@ def test_the_anatomy_rules_evidence_goes_through_the_same_wording():
     from collector.findings.anatomy import Startup
 
     found = Startup(2.0, 0.5, 9.0, {"input_wait": 0.0, "compute": 9.0}, "build", None, None)
+    assert words(found).title == "Epoch 1 took 4.0x as long per step: warm-up"  # no framework
+    found = dataclasses.replace(found, framework="tensorflow")
     assert words(found).title == (
-        "Epoch 1 took 4.0x as long per step: graph building, compilation and warm-up"
+        "Epoch 1 took 4.0x as long per step: graph building and XLA compilation"
     )

@@ -32,8 +32,10 @@ rule of ``collector.findings.engine`` takes as its explanation when both runs ha
 ``startup``
     Epoch 1's time per step is at least ``STARTUP_RATIO`` times the settled epochs'.
     Its extra time is split: input wait (first reads; with the training's own storage
-    reads of epoch 1 against later ones) versus compute and the rest (graph building,
-    compilation, allocator warm-up).
+    reads of epoch 1 against later ones) versus compute and the rest: the framework's own
+    warm-up, worded from the run's framework (TensorFlow's graph building and XLA
+    compilation, MXNet's hybridize, an eager PyTorch loop's loader workers starting,
+    first-batch allocation and cudnn autotune).
 """
 
 from __future__ import annotations
@@ -332,7 +334,7 @@ def detect_stragglers(mine: list[RankEpoch]) -> Stragglers | None:
 # --------------------------------------------------------------------------------------
 
 
-def detect_startup(mine: list[RankEpoch], reads: Reads) -> Startup | None:
+def detect_startup(mine: list[RankEpoch], reads: Reads, framework: str = "") -> Startup | None:
     epochs = sorted({r.epoch for r in mine})
     if len(epochs) < 2:
         return None
@@ -369,6 +371,7 @@ def detect_startup(mine: list[RankEpoch], reads: Reads) -> Startup | None:
         cause=cause,
         first_read_bytes=first_reads,
         settled_read_bytes=later_reads / later_epochs if later_reads is not None else None,
+        framework=framework,
     )
 
 
@@ -402,7 +405,7 @@ def straggler(context: RunContext) -> list[Finding]:
 
 def startup(context: RunContext) -> list[Finding]:
     rows = _complete(context, rank_epochs(context.model))
-    return _worded(detect_startup(rows, epoch_reads(context.model)))
+    return _worded(detect_startup(rows, epoch_reads(context.model), context.run.framework))
 
 
 # the scaling loss is the scaling_loss rule's (collector.findings.engine), explained by

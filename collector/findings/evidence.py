@@ -478,10 +478,11 @@ class Startup:
     settled_seconds_per_step: float
     extra_seconds: float  # per rank, over epoch 1's steps
     extra_seconds_by_part: dict[str, float]  # per rank, seconds
-    cause: str  # build (graph building / compilation) | reads (first reads) | mixed
+    cause: str  # build (the framework's warm-up: compute and the rest) | reads | mixed
     first_read_bytes: float | None  # the training's storage reads in epoch 1 (all ranks)
     settled_read_bytes: float | None  # per settled epoch
     threshold_ratio: float = STARTUP_RATIO
+    framework: str = ""  # the run's framework tag: what its warm-up is worded as
 
 
 # --------------------------------------------------------------------------------------

@@ -613,22 +613,50 @@ def startup_reads_text(found: Startup) -> str:
     )
 
 
+def framework_kind(framework: str) -> str:
+    """``tensorflow``, ``mxnet``, ``pytorch`` or ``unknown``, from a run's framework tag."""
+    name = (framework or "").lower()
+    if name in ("tensorflow", "tf", "keras") or name.startswith("tensorflow"):
+        return "tensorflow"
+    if name.startswith("mxnet"):
+        return "mxnet"
+    if name in ("pytorch", "torch", "lightning") or name.startswith("pytorch"):
+        return "pytorch"
+    return "unknown"
+
+
+# what a framework does in its first steps besides reading: (short, with its parts)
+WARMUP_WORDS = {
+    "tensorflow": ("graph building and XLA compilation", "graph building and XLA compilation"),
+    "mxnet": ("hybridize and graph building", "hybridize (building the symbolic graph)"),
+    "pytorch": (
+        "eager start-up",
+        "the eager loop's start-up: data loader workers starting, first-batch allocation, "
+        "cudnn autotune",
+    ),
+    "unknown": ("warm-up", "warm-up"),
+}
+
+
 @words.register
 def _(found: Startup) -> Finding:
     ratio = found.first_seconds_per_step / found.settled_seconds_per_step
     parts = ", ".join(
         f"{PART_LABELS[p]} +{s:,.1f} s" for p, s in found.extra_seconds_by_part.items() if s > 0.05
     )
-    cause = {
-        "build": "graph building, compilation and warm-up (compute and the rest of the "
-        "step), not storage",
-        "reads": "the first reads of the data set (input wait)",
-        "mixed": "both graph building/compilation and first reads",
+    short, long = WARMUP_WORDS[framework_kind(found.framework)]
+    title_cause, cause = {
+        "build": (short, f"{long} (compute and the rest of the step), not storage"),
+        "reads": (
+            "the first reads of the data set",
+            "the first reads of the data set (input wait)",
+        ),
+        "mixed": (f"both {short} and first reads", f"both {long}; and first reads"),
     }[found.cause]
     return Finding(
         rule="startup",
         severity=INFO,
-        title=f"Epoch 1 took {ratio:.1f}x as long per step: {cause.split(' (')[0]}",
+        title=f"Epoch 1 took {ratio:.1f}x as long per step: {title_cause}",
         explanation=(
             f"Epoch 1 ran {found.first_seconds_per_step * 1000:,.0f} ms per step against "
             f"{found.settled_seconds_per_step * 1000:,.0f} later: {found.extra_seconds:,.1f} s "
