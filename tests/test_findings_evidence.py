@@ -236,6 +236,10 @@ def every_rules_evidence(make_store) -> list:
     fabric = RunBuilder("fabric")
     fabric.epoch(100, 10_000, nfs_server_read=100 * MB, net_rx=150 * MB, net_tx=45 * MB)
     stores.append((make_store(fabric.points()), "fabric"))
+    restart = RunBuilder("restart", framework="pytorch", steps_per_epoch=20)
+    for _ in range(3):  # every epoch's first step 1.5 s, the others 0.1 s
+        restart.epoch(3.4, 1280, step_pattern=(15.0,) + (1.0,) * 19)
+    stores.append((make_store(restart.points()), "restart"))
     found = []
     for store, run_id in stores:
         context = run_context(store, run_id)
@@ -251,6 +255,7 @@ def test_a_rule_is_its_detection_worded(make_store):
         "FabricCarriesStorage",
         "StorageBound",
         "InputBound",
+        "EpochRestart",
         "ScalingLoss",
         "PrecisionReadDemand",
     }

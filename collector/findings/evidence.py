@@ -63,6 +63,11 @@ INPUT_WAIT_SHARE = 0.20
 STORAGE_READ_SHARE = 0.5  # read_bytes / rchar: the training's reads came from storage
 STRAGGLER_RATIO = 1.25
 STARTUP_RATIO = 1.5
+# epoch restart: an epoch's first timed step takes 3x the median of its others, and the
+# extra time is at least 5% of the epoch
+EPOCH_RESTART_RATIO = 3.0
+EPOCH_RESTART_SHARE = 0.05
+MIN_STEPS_FOR_RESTART = 3  # other timed steps in the epoch to take their median
 # precision read demand
 PRECISION_READ_RATIO = 1.25  # study 003: FP16 read 550 MB/s where FP32 read 430 (1.28x)
 # inference (collector.analysis.inference)
@@ -426,6 +431,35 @@ class PrecisionReadDemand:
     nfs_read_most: bool = field(
         default=False, metadata=HIDDEN
     )  # NFS reads at least the local disks'
+
+
+@dataclass(frozen=True)
+class RestartEpoch:
+    """One epoch after the first, on one rank (the median rank's figures when several):
+    its first timed step against the median of its other timed steps."""
+
+    epoch: int
+    first_step_seconds: float
+    other_steps_median_seconds: float
+    extra_seconds: float  # first step - the others' median
+    epoch_seconds: float  # the rank's timed steps in the epoch, the first included
+    extra_share: float = field(metadata=digits(4))  # of epoch_seconds
+
+
+@dataclass(frozen=True)
+class EpochRestart:
+    """In epochs after the first, the first timed step took at least
+    ``EPOCH_RESTART_RATIO`` times the median of the epoch's other steps, and its extra time
+    was at least ``EPOCH_RESTART_SHARE`` of the epoch: something restarts with every epoch
+    (a PyTorch DataLoader's worker processes, without ``persistent_workers=True``)."""
+
+    epochs: list[RestartEpoch]  # the epochs it was found in
+    epochs_checked: int  # epochs after the first with enough timed steps
+    extra_seconds_mean: float  # per epoch found, over them
+    extra_share_mean: float = field(metadata=digits(4))
+    framework: str = ""  # the run's framework tag: what the restart is worded as
+    threshold_ratio: float = EPOCH_RESTART_RATIO
+    threshold_share: float = EPOCH_RESTART_SHARE
 
 
 # --------------------------------------------------------------------------------------

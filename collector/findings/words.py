@@ -17,6 +17,7 @@ from functools import singledispatch
 
 from collector.findings.evidence import (
     CRITICAL,
+    EPOCH_RESTART_SHARE,
     INFO,
     INPUT_WAIT_SHARE,
     INT8_TOP1_LOSS_LIMIT,
@@ -32,6 +33,7 @@ from collector.findings.evidence import (
     WARNING,
     CacheWarmup,
     DatasetFitsInMemory,
+    EpochRestart,
     FabricCarriesStorage,
     Finding,
     InputBound,
@@ -44,6 +46,7 @@ from collector.findings.evidence import (
     PartChange,
     PrecisionReadDemand,
     RateGrowth,
+    RestartEpoch,
     ScalingAttribution,
     ScalingLoss,
     Startup,
@@ -484,6 +487,69 @@ def _(found: ScalingLoss) -> Finding:
         explanation=explanation,
         evidence=evidence_json(found),
         chart=chart,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# epoch restart
+# --------------------------------------------------------------------------------------
+
+# what restarts with every epoch, and what keeps it, per framework (framework_kind)
+RESTART_WORDS = {
+    "pytorch": (
+        "DataLoader worker start-up",
+        "the DataLoader's worker processes start again at every epoch (each new iterator "
+        "forks num_workers processes, which import, open the data set and fill their "
+        "prefetch queues before the first batch). Create the DataLoader with "
+        "persistent_workers=True (and num_workers > 0) to keep them across epochs",
+    ),
+    "tensorflow": (
+        "input pipeline restart",
+        "the input pipeline starts again at every epoch (a new tf.data iterator fills its "
+        "shuffle and prefetch buffers before the first batch). Iterate one repeated data "
+        "set across epochs to keep it",
+    ),
+    "mxnet": (
+        "data loader restart",
+        "the data loader starts again at every epoch (its workers and prefetch before the "
+        "first batch). Keep one loader's workers across epochs to avoid it",
+    ),
+    "unknown": (
+        "input restart",
+        "something starts again at every epoch, most often the input pipeline's workers "
+        "or iterator (for a PyTorch DataLoader: persistent_workers=True keeps them)",
+    ),
+}
+
+
+def restart_text(hit: RestartEpoch) -> str:
+    return (
+        f"epoch {hit.epoch}: {hit.first_step_seconds:,.2f} s against "
+        f"{hit.other_steps_median_seconds:,.2f} s ({format_fraction(hit.extra_share)} of the "
+        "epoch)"
+    )
+
+
+@words.register
+def _(found: EpochRestart) -> Finding:
+    short, long = RESTART_WORDS[framework_kind(found.framework)]
+    worst = max(found.epochs, key=lambda h: h.first_step_seconds / h.other_steps_median_seconds)
+    ratio = worst.first_step_seconds / worst.other_steps_median_seconds
+    listing = "; ".join(restart_text(h) for h in found.epochs[:6])
+    more = f" and {len(found.epochs) - 6} more" if len(found.epochs) > 6 else ""
+    return Finding(
+        rule="epoch_restart",
+        severity=WARNING if found.extra_share_mean >= 2 * EPOCH_RESTART_SHARE else INFO,
+        title=f"An epoch's first step took up to {ratio:.1f}x its others: {short}",
+        explanation=(
+            f"In {len(found.epochs)} of {found.epochs_checked} epochs after the first, the "
+            f"first timed step took at least {found.threshold_ratio:.0f}x the median of the "
+            f"epoch's other steps, {found.extra_seconds_mean:,.2f} s extra per epoch "
+            f"({format_fraction(found.extra_share_mean)} of it): {listing}{more}. Most "
+            f"likely {long}."
+        ),
+        evidence=evidence_json(found),
+        chart=IMAGES_PER_SECOND,
     )
 
 
