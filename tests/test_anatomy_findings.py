@@ -188,7 +188,12 @@ def test_scaling_loss_when_nothing_in_the_anatomy_grew_says_so(make_store):
     (finding,) = scaling_findings(make_store, runs)
     evidence = finding.evidence
     assert evidence["efficiency_percent"] == pytest.approx(50.0)  # 40,000 images in 400 s
-    assert evidence["attribution"]["lost_images_per_second"] == pytest.approx(0.0, abs=1e-9)
+    # the images/s lost are the scaling table's, ideal - actual over the whole run (200 -
+    # 100); the settled steps did not slow down, so no part of the step takes a share
+    assert evidence["lost_images_per_second"] == pytest.approx(100.0)
+    assert evidence["attribution"]["lost_images_per_second"] == pytest.approx(100.0)
+    assert evidence["attribution"]["lost_fraction_per_rank"] == pytest.approx(0.0, abs=1e-9)
+    assert all(p["lost_images_per_second"] == 0 for p in evidence["attribution"]["parts"])
     assert finding.severity == "critical"
     assert finding.title == "Scaling efficiency 50% on 2 GPUs: no part of the step grew against one"
     assert "no part of the step (input wait, compute, all-reduce, the rest) grew" in (
@@ -201,6 +206,34 @@ def test_scaling_loss_silent_when_ranks_keep_their_pace(make_store):
     # 20 s steps on both: 100 images/s per rank, nothing lost
     assert scaling_findings(make_store, scaling_pair(100.0)) == []
     assert scaling_findings(make_store, scaling_pair(125.0, (1.0, 17.0, 5.0)), "one") == []
+
+
+def test_one_figure_of_images_per_second_lost_in_finding_table_and_dashboard(make_store):
+    # epoch 1 of the 2-rank run is slow (200 s) and epoch 2 loses 20% per rank to a longer
+    # all-reduce: the settled epochs alone would say 2 x (100 - 80) = 40 images/s lost, the
+    # whole run says more. One definition: the scaling table's ideal - actual.
+    from collector.views.query import scaling_table
+
+    runs = scaling_pair(125.0, (1.0, 17.0, 5.0), first_epoch_seconds=200.0)
+    store = make_store([p for run in runs for p in run.points()])
+    (finding,) = [f for f in run_findings(store, "two") if f.rule == "scaling_loss"]
+    table = {r["run_id"]: r for r in json.loads(cli(store, "scaling", "--format", "json"))}
+    dashboard = {r["run_id"]: r for r in scaling_table(store)}
+    row = table["two"]
+    assert row["lost_images_per_second"] == row["ideal"] - row["images_per_second"]
+    assert row["lost_images_per_second"] > 40.0 + 1  # more than the settled epochs' loss
+    lost = finding.evidence["lost_images_per_second"]
+    assert lost == row["lost_images_per_second"] == dashboard["two"]["lost_images_per_second"]
+    anatomy = finding.evidence["attribution"]
+    assert anatomy["lost_images_per_second"] == lost
+    assert anatomy["epochs"] == [2] and anatomy["reference_epochs"] == [2]
+    parts = {p["part"]: p for p in anatomy["parts"]}
+    assert sum(p["lost_images_per_second"] for p in parts.values()) == pytest.approx(lost)
+    assert parts["communication"]["lost_images_per_second"] == pytest.approx(lost)
+    assert parts["communication"]["loss_share"] == pytest.approx(1.0)
+    assert f"{lost:,.1f} images/s lost to scaling" in finding.title
+    assert "(epoch 2; the reference's epoch 2)" in finding.explanation
+    assert table["one"]["lost_images_per_second"] == 0.0  # the baseline loses nothing
 
 
 @pytest.mark.parametrize(
@@ -317,8 +350,10 @@ def test_no_straggler_when_ranks_are_alike(make_store):
 # --------------------------------------------------------------------------------------
 
 
-def startup_run(run_id: str, first_seconds: float, first_shares, reads=None) -> RunBuilder:
-    run = RunBuilder(run_id, steps_per_epoch=5)
+def startup_run(
+    run_id: str, first_seconds: float, first_shares, reads=None, framework: str = "tensorflow"
+) -> RunBuilder:
+    run = RunBuilder(run_id, steps_per_epoch=5, framework=framework)
     run.epoch(first_seconds, 6400, shares=first_shares, reads=reads)
     run.epoch(100, 6400, shares=(0.02, 0.9, 0.0), reads=(0, 1_000_000) if reads else None)
     run.epoch(100, 6400, shares=(0.02, 0.9, 0.0), reads=(0, 1_000_000) if reads else None)
@@ -338,6 +373,29 @@ def test_startup_from_graph_building(make_store):
     assert evidence["extra_seconds_by_part"]["input_wait"] == pytest.approx(4.0)
     assert finding.chart == "compute_percent"
     assert "3.0x" in finding.title
+
+
+@pytest.mark.parametrize(
+    ("framework", "title", "named", "not_named"),
+    [
+        ("tensorflow", "graph building and XLA compilation", "XLA compilation", "data loader"),
+        ("mxnet", "hybridize and graph building", "hybridize", "XLA"),
+        (
+            "pytorch",
+            "eager start-up",
+            "data loader workers starting, first-batch allocation, cudnn autotune",
+            "graph building",
+        ),
+        ("custom", "warm-up", "Mostly warm-up (compute", "graph building"),
+    ],
+)
+def test_startup_is_worded_for_the_runs_framework(make_store, framework, title, named, not_named):
+    store = make_store(startup_run("fw", 300, (0.02, 0.3, 0.0), framework=framework).points())
+    (finding,) = findings_of(store, "fw", "startup")
+    assert finding.evidence["framework"] == framework
+    assert finding.title == f"Epoch 1 took 3.0x as long per step: {title}"
+    assert named in finding.explanation
+    assert not_named not in finding.explanation and not_named not in finding.title
 
 
 def test_startup_from_first_reads(make_store):

@@ -236,6 +236,10 @@ def every_rules_evidence(make_store) -> list:
     fabric = RunBuilder("fabric")
     fabric.epoch(100, 10_000, nfs_server_read=100 * MB, net_rx=150 * MB, net_tx=45 * MB)
     stores.append((make_store(fabric.points()), "fabric"))
+    restart = RunBuilder("restart", framework="pytorch", steps_per_epoch=20)
+    for _ in range(3):  # every epoch's first step 1.5 s, the others 0.1 s
+        restart.epoch(3.4, 1280, step_pattern=(15.0,) + (1.0,) * 19)
+    stores.append((make_store(restart.points()), "restart"))
     found = []
     for store, run_id in stores:
         context = run_context(store, run_id)
@@ -251,6 +255,7 @@ def test_a_rule_is_its_detection_worded(make_store):
         "FabricCarriesStorage",
         "StorageBound",
         "InputBound",
+        "EpochRestart",
         "ScalingLoss",
         "PrecisionReadDemand",
     }
@@ -282,6 +287,7 @@ def test_wording_needs_no_store():
         ideal=1132.0,
         efficiency_percent=100 * 800 / 1132,
         scope="intra-node",
+        lost_images_per_second=1132.0 - 800.0,
         reference_run="one",
         reference_gpus=1,
         reference_nodes=1,
@@ -295,6 +301,7 @@ def test_wording_needs_no_store():
         "Scaling efficiency 71% on 4 ranks: network bytes per image grew with rank count"
     )
     assert finding.severity == "critical"  # below 75%
+    assert "ideal 1,132 (1 x 4): 71% efficiency, 332 images/s lost." in finding.explanation
     assert "network bytes per image: 1,000 -> 3,000 (3.00x)" in finding.explanation
     assert finding.chart == "rx_minus_tx_mbps"
     on_gpus = words(dataclasses.replace(found, on_gpus=True, across_nodes=True, nodes=2))
@@ -304,7 +311,7 @@ def test_wording_needs_no_store():
 
 
 def test_evidence_json_rounds_where_declared_and_leaves_out_the_wordings_inputs():
-    found = ScalingLoss(8, 2, 1811.2, 2264.0, 80.0, "inter-node", on_gpus=False)
+    found = ScalingLoss(8, 2, 1811.2, 2264.0, 80.0, "inter-node", 452.8, on_gpus=False)
     # no reference run: its fields are left out, not null; on_gpus/across_nodes never shown
     assert evidence_json(found) == {
         "gpus": 8,
@@ -313,6 +320,7 @@ def test_evidence_json_rounds_where_declared_and_leaves_out_the_wordings_inputs(
         "ideal": 2264.0,
         "efficiency_percent": 80.0,
         "scope": "inter-node",
+        "lost_images_per_second": 452.8,
     }
     warm = CacheWarmup(
         first_epoch=1,
@@ -341,6 +349,8 @@ def test_the_anatomy_rules_evidence_goes_through_the_same_wording():
     from collector.findings.anatomy import Startup
 
     found = Startup(2.0, 0.5, 9.0, {"input_wait": 0.0, "compute": 9.0}, "build", None, None)
+    assert words(found).title == "Epoch 1 took 4.0x as long per step: warm-up"  # no framework
+    found = dataclasses.replace(found, framework="tensorflow")
     assert words(found).title == (
-        "Epoch 1 took 4.0x as long per step: graph building, compilation and warm-up"
+        "Epoch 1 took 4.0x as long per step: graph building and XLA compilation"
     )

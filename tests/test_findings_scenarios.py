@@ -7,6 +7,8 @@ the ranks write them) and stored in both the SQLite store and the in-memory refe
 
 from __future__ import annotations
 
+import pytest
+
 from collector.analysis.epochs import build_report
 from collector.findings.engine import Finding, run_findings
 from tests.support.run_builder import NS, T0_NS, RunBuilder
@@ -108,6 +110,21 @@ def test_scaling_loss_on_one_node_does_not_blame_node_count(make_store):
     assert "node count" not in finding.title
     assert "grew with rank count" in finding.title
     assert finding.evidence["efficiency_percent"] == 100 * 800 / 1132
+
+
+def test_scaling_loss_states_the_scaling_tables_images_per_second_lost(make_store):
+    from collector.analysis.scaling import scaling_rows
+    from collector.views.query import scaling_table
+
+    runs = scaling_pair(1, 4, 20_000, net_rx=30 * MB, net_tx=30 * MB, disk_read=6 * MB)
+    store = stored(make_store, *runs)
+    (finding,) = findings_of(store, "many", "scaling_loss")
+    (row,) = [r for r in scaling_rows(store) if r["run_id"] == "many"]
+    (shown,) = [r for r in scaling_table(store) if r["run_id"] == "many"]
+    assert finding.evidence["lost_images_per_second"] == pytest.approx(1132 - 800)
+    assert finding.evidence["lost_images_per_second"] == row["lost_images_per_second"]
+    assert shown["lost_images_per_second"] == row["lost_images_per_second"]
+    assert "332 images/s lost." in finding.explanation
 
 
 def test_scaling_loss_across_nodes_names_node_count(make_store):

@@ -15,6 +15,10 @@ scope               ``baseline`` (the 1-GPU run), ``intra-node`` (one node),
                     ``inter-node`` (several nodes)
 ==================  ============================================================
 
+and ``lost_images_per_second``, ideal - images_per_second (``lost_to_scaling``): THE
+images/s lost to scaling, the one figure the ``scaling_loss`` finding and its step-anatomy
+split show too.
+
 Runs that report top-1 accuracy also get the time and number of epochs to reach the run's
 ``target_top1`` (on the reporting rank's own clock, from its ``run_start``).
 
@@ -43,6 +47,14 @@ BASELINE, INTRA_NODE, INTER_NODE = "baseline", "intra-node", "inter-node"
 THROUGHPUT_KEYS = ("gpus", "nodes", "images_per_second", "ideal", "efficiency_percent", "speedup")
 
 
+def lost_to_scaling(images_per_second: float, ideal: float | None) -> float | None:
+    """THE images/s lost to scaling: the ideal (baseline images/s x GPUs) minus the run's
+    images/s, both over the whole run as ``contract.throughput`` counts them; None without
+    a baseline. The scaling table, the dashboard and the ``scaling_loss`` finding all show
+    this figure (negative: better than linear)."""
+    return None if ideal is None else ideal - images_per_second
+
+
 @dataclass(frozen=True)
 class ScalingRow:
     gpus: int
@@ -52,6 +64,7 @@ class ScalingRow:
     efficiency_percent: float | None
     speedup: float | None
     scope: str
+    lost_images_per_second: float | None = None  # lost_to_scaling
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,6 +96,7 @@ def scaling_row(
         efficiency_percent=100.0 * images_per_second / ideal,
         speedup=images_per_second / baseline,
         scope=scope_of(gpus, nodes),
+        lost_images_per_second=lost_to_scaling(images_per_second, ideal),
     )
 
 

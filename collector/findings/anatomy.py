@@ -10,11 +10,14 @@ else all.
 The scaling loss, attributed (``scaling_attribution``: the evidence the ``scaling_loss``
 rule of ``collector.findings.engine`` takes as its explanation when both runs have an anatomy)
     Against the group's reference run (fewer nodes, else 1 GPU) this run's ranks each train
-    fewer images/s. The lost images/s are split over the parts whose time per step grew
-    (communication, input wait, compute, the rest) in proportion to that growth; a part
-    that shrank offsets. The fabric's bytes per step per node stand beside it. The finding
-    fires when a rank's images/s is at least ``SCALING_LOSS_MIN_FRACTION`` below the
-    reference's (or the efficiency is below the floor).
+    fewer images/s in the settled epochs. The images/s lost to scaling, the scaling
+    table's ideal - actual over the whole run (``collector.analysis.scaling.lost_to_scaling``,
+    the one figure), are split over the parts whose time per step grew (communication,
+    input wait, compute, the rest) in proportion to that growth, so that the parts add up
+    to it; a part that shrank offsets. The fabric's bytes per step per node stand beside
+    it. The finding fires when a rank's images/s is at least
+    ``SCALING_LOSS_MIN_FRACTION`` below the reference's (or the efficiency is below the
+    floor).
 ``input_wait``
     Input wait is at least ``INPUT_WAIT_SHARE`` of the step time on a host in settled
     epochs. Storage-bound when the training's own reads came from storage (``read_bytes``
@@ -29,8 +32,10 @@ rule of ``collector.findings.engine`` takes as its explanation when both runs ha
 ``startup``
     Epoch 1's time per step is at least ``STARTUP_RATIO`` times the settled epochs'.
     Its extra time is split: input wait (first reads; with the training's own storage
-    reads of epoch 1 against later ones) versus compute and the rest (graph building,
-    compilation, allocator warm-up).
+    reads of epoch 1 against later ones) versus compute and the rest: the framework's own
+    warm-up, worded from the run's framework (TensorFlow's graph building and XLA
+    compilation, MXNet's hybridize, an eager PyTorch loop's loader workers starting,
+    first-batch allocation and cudnn autotune).
 """
 
 from __future__ import annotations
@@ -163,25 +168,37 @@ def training_reads(reads: Reads, rows: list[RankEpoch], key: str = PROCESS_READ)
 def attribute_scaling_loss(
     reference: StepProfile,
     run: StepProfile,
-    ranks: int,
-) -> tuple[float, list[PartChange]]:
-    """(lost images/s over the run, each part's share of it). The per-step growth of each
-    part, over the growth of the whole step, apportions the loss."""
-    lost = ranks * (reference.images_per_second_per_rank - run.images_per_second_per_rank)
+    lost: float | None,
+) -> list[PartChange]:
+    """Each part's share of the loss: its growth per step over the growth of the whole step
+    (the parts add up to the step, so the shares to 1 when the step grew), and that share
+    of ``lost``, the scaling table's images/s lost (``lost_to_scaling``)."""
     growth = run.seconds - reference.seconds
     parts = []
     for name in PARTS:
         delta = run.part(name) - reference.part(name)
         share = delta / growth if growth > 0 else 0.0
-        parts.append(PartChange(name, reference.part(name), run.part(name), lost * share))
-    parts.sort(key=lambda p: -p.lost_images_per_second)
-    return lost, parts
+        parts.append(
+            PartChange(
+                name,
+                reference.part(name),
+                run.part(name),
+                share,
+                lost * share if lost is not None else None,
+            )
+        )
+    parts.sort(key=lambda p: -p.loss_share)
+    return parts
 
 
-def scaling_attribution(context: RunContext, reference: RunFacts) -> ScalingAttribution | None:
+def scaling_attribution(
+    context: RunContext, reference: RunFacts, lost: float | None
+) -> ScalingAttribution | None:
     """This run's step anatomy against ``reference``'s (the ``scaling_loss`` rule's reference
-    run) over each run's settled complete epochs; None unless both runs' ranks sent the
-    anatomy and the reference has fewer ranks."""
+    run) over each run's settled complete epochs, splitting ``lost`` (the scaling table's
+    images/s lost, ``collector.analysis.scaling.lost_to_scaling``) over the parts of the
+    step; None unless both runs' ranks sent the anatomy and the reference has fewer
+    ranks."""
     mine = _complete(context, rank_epochs(context.model))
     ranks = len({(r.host, r.rank) for r in mine})
     if ranks <= 1:
@@ -197,11 +214,12 @@ def scaling_attribution(context: RunContext, reference: RunFacts) -> ScalingAttr
     if ref_ranks >= ranks:
         return None
     ref_rate = ref_profile.images_per_second_per_rank
-    lost, parts = attribute_scaling_loss(ref_profile, run_profile, ranks)
     return ScalingAttribution(
         reference_run=reference.run.run_id,
         reference_ranks=ref_ranks,
         ranks=ranks,
+        epochs=sorted({r.epoch for r in run_rows}),
+        reference_epochs=sorted({r.epoch for r in ref_rows}),
         reference_images_per_second_per_rank=ref_rate,
         images_per_second_per_rank=run_profile.images_per_second_per_rank,
         lost_images_per_second=lost,
@@ -210,7 +228,7 @@ def scaling_attribution(context: RunContext, reference: RunFacts) -> ScalingAttr
         else 0.0,
         reference_seconds_per_step=ref_profile.seconds,
         seconds_per_step=run_profile.seconds,
-        parts=parts,
+        parts=attribute_scaling_loss(ref_profile, run_profile, lost),
         reference_fabric_bytes_per_step=_fabric_bytes_per_step(ref_report.rows, ref_rows),
         fabric_bytes_per_step=_fabric_bytes_per_step(context.report.rows, run_rows),
         start_up_included=one_epoch,
@@ -316,7 +334,7 @@ def detect_stragglers(mine: list[RankEpoch]) -> Stragglers | None:
 # --------------------------------------------------------------------------------------
 
 
-def detect_startup(mine: list[RankEpoch], reads: Reads) -> Startup | None:
+def detect_startup(mine: list[RankEpoch], reads: Reads, framework: str = "") -> Startup | None:
     epochs = sorted({r.epoch for r in mine})
     if len(epochs) < 2:
         return None
@@ -353,6 +371,7 @@ def detect_startup(mine: list[RankEpoch], reads: Reads) -> Startup | None:
         cause=cause,
         first_read_bytes=first_reads,
         settled_read_bytes=later_reads / later_epochs if later_reads is not None else None,
+        framework=framework,
     )
 
 
@@ -386,7 +405,7 @@ def straggler(context: RunContext) -> list[Finding]:
 
 def startup(context: RunContext) -> list[Finding]:
     rows = _complete(context, rank_epochs(context.model))
-    return _worded(detect_startup(rows, epoch_reads(context.model)))
+    return _worded(detect_startup(rows, epoch_reads(context.model), context.run.framework))
 
 
 # the scaling loss is the scaling_loss rule's (collector.findings.engine), explained by

@@ -25,6 +25,7 @@ from collector.findings.evidence import (
 from collector.findings.rules import (
     detect_cache_warmup,
     detect_dataset_fits_in_memory,
+    detect_epoch_restart,
     detect_fabric_carries_storage,
     detect_input_bound,
     detect_precision_read_demand,
@@ -72,6 +73,7 @@ DETECTORS: dict[str, Detector] = {
     "fabric_carries_storage": detect_fabric_carries_storage,
     "storage_bound": detect_storage_bound,
     "input_bound": detect_input_bound,
+    "epoch_restart": detect_epoch_restart,
     "scaling_loss": detect_scaling_loss,
     "precision_read_demand": detect_precision_read_demand,
 }
@@ -80,6 +82,7 @@ dataset_fits_in_memory = rule(detect_dataset_fits_in_memory, "dataset_fits_in_me
 fabric_carries_storage = rule(detect_fabric_carries_storage, "fabric_carries_storage")
 storage_bound = rule(detect_storage_bound, "storage_bound")
 input_bound = rule(detect_input_bound, "input_bound")
+epoch_restart = rule(detect_epoch_restart, "epoch_restart")
 scaling_loss = rule(detect_scaling_loss, "scaling_loss")
 precision_read_demand = rule(detect_precision_read_demand, "precision_read_demand")
 RULES: tuple[Rule, ...] = (
@@ -88,6 +91,7 @@ RULES: tuple[Rule, ...] = (
     fabric_carries_storage,
     storage_bound,
     input_bound,
+    epoch_restart,
     scaling_loss,
     precision_read_demand,
 )

@@ -63,6 +63,11 @@ INPUT_WAIT_SHARE = 0.20
 STORAGE_READ_SHARE = 0.5  # read_bytes / rchar: the training's reads came from storage
 STRAGGLER_RATIO = 1.25
 STARTUP_RATIO = 1.5
+# epoch restart: an epoch's first timed step takes 3x the median of its others, and the
+# extra time is at least 5% of the epoch
+EPOCH_RESTART_RATIO = 3.0
+EPOCH_RESTART_SHARE = 0.05
+MIN_STEPS_FOR_RESTART = 3  # other timed steps in the epoch to take their median
 # precision read demand
 PRECISION_READ_RATIO = 1.25  # study 003: FP16 read 550 MB/s where FP32 read 430 (1.28x)
 # inference (collector.analysis.inference)
@@ -317,27 +322,36 @@ STEP_PARTS = (
 @dataclass(frozen=True)
 class PartChange:
     """One part of the step (``STEP_PARTS``) in the reference run and in this run, mean
-    seconds per step, and its share of the images/s lost (negative: it shrank, offsetting)."""
+    seconds per step, its share of the step's growth per step (negative: it shrank,
+    offsetting) and that share of the images/s lost to scaling (the scaling table's)."""
 
     part: str
     reference_seconds: float  # per step
     run_seconds: float
-    lost_images_per_second: float  # over the whole run
+    loss_share: float = field(metadata=digits(4))  # of the growth of the whole step
+    # loss_share x the scaling table's images/s lost; None when the group has no 1-GPU run
+    lost_images_per_second: float | None
 
 
 @dataclass(frozen=True)
 class ScalingAttribution:
     """The step anatomy of this run against the reference run's, over the settled epochs
-    (every epoch after the first when there are two or more): each rank's images/s, the
-    images/s lost over the run (ranks x the per-rank loss) and how the parts of the step
-    that grew share it, with the fabric's bytes per step per node beside them."""
+    (every epoch after the first when there are two or more; ``epochs`` and
+    ``reference_epochs`` name them): each rank's images/s there, and how the parts of the
+    step that grew share the images/s lost to scaling. That loss is the scaling table's,
+    ideal - actual over the whole run (``collector.analysis.scaling.lost_to_scaling``): the
+    parts' shares of the per-rank slow-down measured in those epochs, applied to it, so
+    that they add up to it. The fabric's bytes per step per node stand beside them."""
 
     reference_run: str
     reference_ranks: int
     ranks: int
+    epochs: list[int]  # this run's epochs the split was measured on
+    reference_epochs: list[int]  # the reference run's
     reference_images_per_second_per_rank: float
     images_per_second_per_rank: float
-    lost_images_per_second: float  # over the whole run: ranks x per-rank loss
+    # the scaling table's ideal - actual for this run; None: the group has no 1-GPU run
+    lost_images_per_second: float | None
     lost_fraction_per_rank: float = field(metadata=digits(4))  # of the reference's per rank
     reference_seconds_per_step: float
     seconds_per_step: float
@@ -349,15 +363,13 @@ class ScalingAttribution:
 
     @property
     def grown(self) -> list[PartChange]:
-        """The parts that took longer per step and so explain some of the loss (a change
-        below a millionth of the loss is rounding, not growth)."""
-        noise = 1e-6 * abs(self.lost_images_per_second)
-        return [p for p in self.parts if p.lost_images_per_second > noise]
+        """The parts that took longer per step and so explain some of the loss (a share
+        below a millionth is rounding, not growth)."""
+        return [p for p in self.parts if p.loss_share > 1e-6]
 
     @property
     def shrunk(self) -> list[PartChange]:
-        noise = 1e-6 * abs(self.lost_images_per_second)
-        return [p for p in self.parts if p.lost_images_per_second < -noise]
+        return [p for p in self.parts if p.loss_share < -1e-6]
 
 
 @dataclass(frozen=True)
@@ -374,6 +386,8 @@ class ScalingLoss:
     ideal: float | None  # None: the group has no 1-GPU baseline
     efficiency_percent: float | None
     scope: str
+    # the scaling table's ideal - actual (collector.analysis.scaling.lost_to_scaling)
+    lost_images_per_second: float | None
     # against the reference run, when the group has one
     reference_run: str | None = field(default=None, metadata=IF_KNOWN)
     reference_gpus: int | None = field(default=None, metadata=IF_KNOWN)
@@ -421,6 +435,35 @@ class PrecisionReadDemand:
     nfs_read_most: bool = field(
         default=False, metadata=HIDDEN
     )  # NFS reads at least the local disks'
+
+
+@dataclass(frozen=True)
+class RestartEpoch:
+    """One epoch after the first, on one rank (the median rank's figures when several):
+    its first timed step against the median of its other timed steps."""
+
+    epoch: int
+    first_step_seconds: float
+    other_steps_median_seconds: float
+    extra_seconds: float  # first step - the others' median
+    epoch_seconds: float  # the rank's timed steps in the epoch, the first included
+    extra_share: float = field(metadata=digits(4))  # of epoch_seconds
+
+
+@dataclass(frozen=True)
+class EpochRestart:
+    """In epochs after the first, the first timed step took at least
+    ``EPOCH_RESTART_RATIO`` times the median of the epoch's other steps, and its extra time
+    was at least ``EPOCH_RESTART_SHARE`` of the epoch: something restarts with every epoch
+    (a PyTorch DataLoader's worker processes, without ``persistent_workers=True``)."""
+
+    epochs: list[RestartEpoch]  # the epochs it was found in
+    epochs_checked: int  # epochs after the first with enough timed steps
+    extra_seconds_mean: float  # per epoch found, over them
+    extra_share_mean: float = field(metadata=digits(4))
+    framework: str = ""  # the run's framework tag: what the restart is worded as
+    threshold_ratio: float = EPOCH_RESTART_RATIO
+    threshold_share: float = EPOCH_RESTART_SHARE
 
 
 # --------------------------------------------------------------------------------------
@@ -473,10 +516,11 @@ class Startup:
     settled_seconds_per_step: float
     extra_seconds: float  # per rank, over epoch 1's steps
     extra_seconds_by_part: dict[str, float]  # per rank, seconds
-    cause: str  # build (graph building / compilation) | reads (first reads) | mixed
+    cause: str  # build (the framework's warm-up: compute and the rest) | reads | mixed
     first_read_bytes: float | None  # the training's storage reads in epoch 1 (all ranks)
     settled_read_bytes: float | None  # per settled epoch
     threshold_ratio: float = STARTUP_RATIO
+    framework: str = ""  # the run's framework tag: what its warm-up is worded as
 
 
 # --------------------------------------------------------------------------------------

@@ -30,17 +30,24 @@ encode what the published studies found by hand:
 ``input_bound``
     CPU saturated while the GPUs are mostly idle: the input pipeline (decoding,
     augmentation) cannot feed the GPUs.
+``epoch_restart``
+    In epochs after the first, an epoch's first timed step takes at least
+    ``EPOCH_RESTART_RATIO`` times the median of the epoch's other timed steps and its extra
+    time is at least ``EPOCH_RESTART_SHARE`` of the epoch (the stored step events, per
+    rank): something restarts with every epoch, in PyTorch the DataLoader's worker
+    processes unless ``persistent_workers=True``.
 ``scaling_loss``
     Scaling efficiency below ``SCALING_EFFICIENCY_FLOOR`` against the group's 1-GPU
     baseline, or, when both this run and the reference run (a run on fewer nodes, else the
     1-GPU run) have a step anatomy, each rank at least ``SCALING_LOSS_MIN_FRACTION`` slower
     than the reference's. Explained by the step anatomy when both have one
-    (``collector.findings.anatomy.scaling_attribution``: the lost images/s split into more
-    all-reduce, more input wait, slower compute and the rest, with the fabric's bytes per
-    step), else by the resources that *grew* against the reference run: fabric bytes per
-    image, storage reads per node (judged as ``cache_warmup`` does, the same reads for
-    both runs), CPU and GPU utilisation. Runs compare only within one scaling group
-    (framework, model, precision, batch per rank, data format, image size).
+    (``collector.findings.anatomy.scaling_attribution``: the images/s lost, the scaling
+    table's ideal - actual, split into more all-reduce, more input wait, slower compute and
+    the rest, with the fabric's bytes per step), else by the resources that *grew* against
+    the reference run: fabric bytes per image, storage reads per node (judged as
+    ``cache_warmup`` does, the same reads for both runs), CPU and GPU utilisation. Runs
+    compare only within one scaling group (framework, model, precision, batch per rank,
+    data format, image size).
 ``precision_read_demand``
     The run reads storage in its first epoch at least ``PRECISION_READ_RATIO`` times as
     fast as a like run at another precision (``like_for_precision``: model, framework,
@@ -66,6 +73,8 @@ from collector.analysis.scaling import GroupKey, RunFacts, run_facts, scaling_gr
 from collector.findings.context import RunContext, complete_epochs
 from collector.findings.evidence import (
     CPU_SATURATED_PERCENT,
+    EPOCH_RESTART_RATIO,
+    EPOCH_RESTART_SHARE,
     FABRIC_MATCH_TOLERANCE,
     FIRST_EPOCH_DATASET_SHARE,
     GPU_LOW_PERCENT,
@@ -73,6 +82,7 @@ from collector.findings.evidence import (
     MIN_FIRST_EPOCH_READ_BYTES,
     MIN_NETWORK_STORAGE_MBPS,
     MIN_STEPS_FOR_CV,
+    MIN_STEPS_FOR_RESTART,
     MIN_STORAGE_MBPS,
     MLPERF_STORAGE_RAM_MULTIPLE,
     PRECISION_READ_RATIO,
@@ -85,11 +95,13 @@ from collector.findings.evidence import (
     BusyHostEpoch,
     CacheWarmup,
     DatasetFitsInMemory,
+    EpochRestart,
     FabricCarriesStorage,
     InputBound,
     PrecisionReadDemand,
     RateGrowth,
     ResourceUse,
+    RestartEpoch,
     ScalingLoss,
     StorageBound,
     StorageReads,
@@ -276,6 +288,19 @@ def step_epochs(steps: StepTable, model: RunModel) -> np.ndarray:
     return epochs
 
 
+def timed_step_rows(steps: StepTable, epochs: np.ndarray, warmup_steps: int) -> np.ndarray:
+    """The rows of the steps that find an epoch (``epochs``: ``step_epochs``) after each
+    rank's first ``warmup_steps`` of them, in table order."""
+    rows = np.flatnonzero(~np.isnan(epochs))
+    if not rows.size:
+        return rows
+    # each step's place among its (host, rank)'s steps with an epoch, from 0
+    order, starts = _stable_groups(steps.host_index[rows], steps.rank[rows])
+    place = np.empty(rows.size, dtype=np.int64)
+    place[order] = np.arange(rows.size) - np.repeat(starts, np.diff(starts, append=rows.size))
+    return rows[place >= warmup_steps]
+
+
 def step_rates(
     steps: StepTable, model: RunModel, warmup_steps: int
 ) -> dict[tuple[str, int], list[float]]:
@@ -283,14 +308,7 @@ def step_rates(
     find an epoch (``step_epochs``) count towards their rank's warm-up; those with a
     numeric ``images`` and a positive ``seconds`` give a rate. Rates are in step order."""
     epochs = step_epochs(steps, model)
-    rows = np.flatnonzero(~np.isnan(epochs))
-    if not rows.size:
-        return {}
-    # each step's place among its (host, rank)'s steps with an epoch, from 0
-    order, starts = _stable_groups(steps.host_index[rows], steps.rank[rows])
-    place = np.empty(rows.size, dtype=np.int64)
-    place[order] = np.arange(rows.size) - np.repeat(starts, np.diff(starts, append=rows.size))
-    rows = rows[place >= warmup_steps]
+    rows = timed_step_rows(steps, epochs, warmup_steps)
     with np.errstate(invalid="ignore"):
         rows = rows[~np.isnan(steps.images[rows]) & (steps.seconds[rows] > 0)]
     if not rows.size:
@@ -408,6 +426,71 @@ def detect_input_bound(context: RunContext) -> InputBound | None:
 
 
 # --------------------------------------------------------------------------------------
+# epoch restart
+# --------------------------------------------------------------------------------------
+
+
+def _restart_on_rank(epoch: int, seconds: np.ndarray) -> RestartEpoch | None:
+    """A rank's timed steps of one epoch, in order: the first against the others' median."""
+    if seconds.size < 1 + MIN_STEPS_FOR_RESTART:
+        return None
+    first, median = float(seconds[0]), float(np.median(seconds[1:]))
+    total = float(seconds.sum())
+    if median <= 0 or total <= 0:
+        return None
+    extra = first - median
+    return RestartEpoch(epoch, first, median, extra, total, extra / total)
+
+
+def detect_epoch_restart(context: RunContext) -> EpochRestart | None:
+    """In epochs after the first, each epoch's first timed step (after the run's warm-up
+    steps) against the median of the epoch's other timed steps, per rank from the stored
+    step events; per epoch the median rank's. Found where the first step takes at least
+    ``EPOCH_RESTART_RATIO`` times the median and its extra time is at least
+    ``EPOCH_RESTART_SHARE`` of the epoch's timed steps."""
+    complete = complete_epochs(context.report)
+    if len(complete) < 2:
+        return None
+    steps = context.steps()
+    epochs = step_epochs(steps, context.model)
+    warmup = int(_config_number(context.config, Workload.WARMUP_STEPS) or 0)
+    rows = timed_step_rows(steps, epochs, warmup)
+    with np.errstate(invalid="ignore"):
+        rows = rows[steps.seconds[rows] > 0]
+    first_epoch = min(complete)
+    rows = rows[np.isin(epochs[rows], [e for e in complete if e != first_epoch])]
+    if not rows.size:
+        return None
+    # in time order within each (host, rank, epoch)
+    rows = rows[np.argsort(steps.time_ns[rows], kind="stable")]
+    order, starts = _stable_groups(steps.host_index[rows], steps.rank[rows], epochs[rows])
+    by_epoch: dict[int, list[RestartEpoch]] = {}
+    for group in np.split(rows[order], starts[1:]):
+        epoch = int(epochs[group[0]])
+        found = _restart_on_rank(epoch, steps.seconds[group])
+        if found is not None:
+            by_epoch.setdefault(epoch, []).append(found)
+    hits = []
+    for epoch in sorted(by_epoch):
+        ranks = sorted(by_epoch[epoch], key=lambda r: r.extra_share)
+        middle = ranks[len(ranks) // 2]  # the median rank (the upper one of two)
+        if (
+            middle.first_step_seconds >= EPOCH_RESTART_RATIO * middle.other_steps_median_seconds
+            and middle.extra_share >= EPOCH_RESTART_SHARE
+        ):
+            hits.append(middle)
+    if not hits:
+        return None
+    return EpochRestart(
+        epochs=hits,
+        epochs_checked=len(by_epoch),
+        extra_seconds_mean=float(np.mean([h.extra_seconds for h in hits])),
+        extra_share_mean=float(np.mean([h.extra_share for h in hits])),
+        framework=context.run.framework,
+    )
+
+
+# --------------------------------------------------------------------------------------
 # scaling loss
 # --------------------------------------------------------------------------------------
 
@@ -499,6 +582,7 @@ def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
         ideal=me.row.ideal,
         efficiency_percent=me.row.efficiency_percent,
         scope=me.row.scope,
+        lost_images_per_second=me.row.lost_images_per_second,
         on_gpus=resource_use(context.report, mine.nodes, StorageReads.HOSTS).gpu_util_percent
         is not None,
     )
@@ -507,7 +591,7 @@ def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
     if reference is not None:
         from collector.findings.anatomy import scaling_attribution  # builds on this module
 
-        attribution = scaling_attribution(context, reference)
+        attribution = scaling_attribution(context, reference, me.row.lost_images_per_second)
     slower = attribution is not None and (
         attribution.lost_fraction_per_rank >= SCALING_LOSS_MIN_FRACTION
     )

@@ -17,6 +17,7 @@ from functools import singledispatch
 
 from collector.findings.evidence import (
     CRITICAL,
+    EPOCH_RESTART_SHARE,
     INFO,
     INPUT_WAIT_SHARE,
     INT8_TOP1_LOSS_LIMIT,
@@ -34,6 +35,7 @@ from collector.findings.evidence import (
     WARNING,
     CacheWarmup,
     DatasetFitsInMemory,
+    EpochRestart,
     FabricCarriesStorage,
     Finding,
     InputBound,
@@ -46,6 +48,7 @@ from collector.findings.evidence import (
     PartChange,
     PrecisionReadDemand,
     RateGrowth,
+    RestartEpoch,
     ScalingAttribution,
     ScalingLoss,
     Startup,
@@ -322,13 +325,29 @@ def _ms(seconds: float) -> str:
 
 
 def part_change_text(change: PartChange) -> str:
+    lost = change.lost_images_per_second
+    share = (
+        f"{abs(lost):,.1f} images/s"
+        if lost is not None
+        else f"{format_fraction(abs(change.loss_share))} of the loss"
+    )
     return (
         f"{PART_LABELS[change.part]} {_ms(change.reference_seconds)} -> "
-        f"{_ms(change.run_seconds)} ms/step: {abs(change.lost_images_per_second):,.1f} images/s"
+        f"{_ms(change.run_seconds)} ms/step: {share}"
     )
 
 
 NOTHING_GREW = "no part of the step (input wait, compute, all-reduce, the rest) grew"
+
+
+def _epochs_text(epochs: list[int]) -> str:
+    if not epochs:
+        return "no epoch"
+    if len(epochs) == 1:
+        return f"epoch {epochs[0]}"
+    if epochs == list(range(epochs[0], epochs[-1] + 1)):
+        return f"epochs {epochs[0]}-{epochs[-1]}"
+    return "epochs " + ", ".join(map(str, epochs))
 
 
 def attribution_text(found: ScalingAttribution, against: str) -> str:
@@ -339,26 +358,38 @@ def attribution_text(found: ScalingAttribution, against: str) -> str:
         else "over the epochs after the first"
     )
     text = (
-        f" Against {against}, measured by the step anatomy {over}, "
+        f" Against {against}, measured by the step anatomy {over} "
+        f"({_epochs_text(found.epochs)}; the reference's {_epochs_text(found.reference_epochs)}), "
         f"each of the {found.ranks} ranks trained "
         f"{found.images_per_second_per_rank:,.1f} images/s against "
         f"{found.reference_images_per_second_per_rank:,.1f} per rank "
     )
-    if found.lost_images_per_second <= 0:
+    if found.lost_fraction_per_rank <= 0:
         return text + (
             f"(no fewer), a step taking {_ms(found.seconds_per_step)} ms against "
             f"{_ms(found.reference_seconds_per_step)}: {NOTHING_GREW}; the images/s were "
             "lost outside those steps (epoch 1's start-up), or were lost already in the "
             "reference run."
         )
+    lost = found.lost_images_per_second
     text += (
-        f"({format_fraction(found.lost_fraction_per_rank)} fewer): "
-        f"{found.lost_images_per_second:,.1f} images/s lost over the run, a step taking "
+        f"({format_fraction(found.lost_fraction_per_rank)} fewer), a step taking "
         f"{_ms(found.seconds_per_step)} ms instead of {_ms(found.reference_seconds_per_step)}."
     )
     if found.grown:
-        text += " Where the time went: " + "; ".join(map(part_change_text, found.grown)) + "."
-        offsets = [p for p in found.shrunk if -p.lost_images_per_second >= 0.05]  # shows as 0.1
+        split = (
+            f" The {lost:,.1f} images/s lost over the run (ideal - actual, as the scaling "
+            "table gives it) split by each part's share of that slower step: "
+            if lost is not None
+            else " With no 1-GPU run to give the images/s lost, each part's share of that "
+            "slower step: "
+        )
+        text += split + "; ".join(map(part_change_text, found.grown)) + "."
+        offsets = [
+            p
+            for p in found.shrunk
+            if (-p.lost_images_per_second >= 0.05 if lost is not None else -p.loss_share >= 1e-3)
+        ]  # shows as 0.1 images/s, or 0.1 %
         if offsets:
             text += " Offset by: " + "; ".join(map(part_change_text, offsets)) + "."
     else:
@@ -389,7 +420,12 @@ def _(found: ScalingLoss) -> Finding:
         explanation = (
             f"{ranks} on {nodes_text(found.nodes)} reached {_images(found.images_per_second)} "
             f"images/s of an ideal {_images(found.ideal)} (1 x {found.gpus}): {efficiency} "
-            "efficiency."
+            "efficiency"
+            + (
+                f", {_images(found.lost_images_per_second)} images/s lost."
+                if found.lost_images_per_second and found.lost_images_per_second > 0
+                else "."
+            )
         )
         title = f"Scaling efficiency {efficiency} on {ranks}"
     else:
@@ -413,12 +449,16 @@ def _(found: ScalingLoss) -> Finding:
         explanation += attribution_text(attribution, against)
         if attribution.lost_fraction_per_rank >= SCALING_LOSS_MIN_FRACTION:
             severities.append(attribution_severity(attribution))
-        if attribution.lost_images_per_second > 0 and attribution.grown:
+        lost = attribution.lost_images_per_second
+        if attribution.lost_fraction_per_rank > 0 and attribution.grown:
             top = attribution.grown[0]
-            title += (
-                f": {attribution.lost_images_per_second:,.1f} images/s lost to scaling, "
-                f"mostly {PART_LABELS[top.part]}"
+            how_much = (
+                f"{lost:,.1f} images/s lost to scaling"
+                if lost is not None and lost > 0
+                else f"{format_fraction(attribution.lost_fraction_per_rank)} fewer images/s "
+                "per rank"
             )
+            title += f": {how_much}, mostly {PART_LABELS[top.part]}"
             chart = CHART_BY_PART[top.part].name
         else:
             title += f": no part of the step grew against {found.reference_run}"
@@ -450,6 +490,69 @@ def _(found: ScalingLoss) -> Finding:
         explanation=explanation,
         evidence=evidence_json(found),
         chart=chart,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# epoch restart
+# --------------------------------------------------------------------------------------
+
+# what restarts with every epoch, and what keeps it, per framework (framework_kind)
+RESTART_WORDS = {
+    "pytorch": (
+        "DataLoader worker start-up",
+        "the DataLoader's worker processes start again at every epoch (each new iterator "
+        "forks num_workers processes, which import, open the data set and fill their "
+        "prefetch queues before the first batch). Create the DataLoader with "
+        "persistent_workers=True (and num_workers > 0) to keep them across epochs",
+    ),
+    "tensorflow": (
+        "input pipeline restart",
+        "the input pipeline starts again at every epoch (a new tf.data iterator fills its "
+        "shuffle and prefetch buffers before the first batch). Iterate one repeated data "
+        "set across epochs to keep it",
+    ),
+    "mxnet": (
+        "data loader restart",
+        "the data loader starts again at every epoch (its workers and prefetch before the "
+        "first batch). Keep one loader's workers across epochs to avoid it",
+    ),
+    "unknown": (
+        "input restart",
+        "something starts again at every epoch, most often the input pipeline's workers "
+        "or iterator (for a PyTorch DataLoader: persistent_workers=True keeps them)",
+    ),
+}
+
+
+def restart_text(hit: RestartEpoch) -> str:
+    return (
+        f"epoch {hit.epoch}: {hit.first_step_seconds:,.2f} s against "
+        f"{hit.other_steps_median_seconds:,.2f} s ({format_fraction(hit.extra_share)} of the "
+        "epoch)"
+    )
+
+
+@words.register
+def _(found: EpochRestart) -> Finding:
+    short, long = RESTART_WORDS[framework_kind(found.framework)]
+    worst = max(found.epochs, key=lambda h: h.first_step_seconds / h.other_steps_median_seconds)
+    ratio = worst.first_step_seconds / worst.other_steps_median_seconds
+    listing = "; ".join(restart_text(h) for h in found.epochs[:6])
+    more = f" and {len(found.epochs) - 6} more" if len(found.epochs) > 6 else ""
+    return Finding(
+        rule="epoch_restart",
+        severity=WARNING if found.extra_share_mean >= 2 * EPOCH_RESTART_SHARE else INFO,
+        title=f"An epoch's first step took up to {ratio:.1f}x its others: {short}",
+        explanation=(
+            f"In {len(found.epochs)} of {found.epochs_checked} epochs after the first, the "
+            f"first timed step took at least {found.threshold_ratio:.0f}x the median of the "
+            f"epoch's other steps, {found.extra_seconds_mean:,.2f} s extra per epoch "
+            f"({format_fraction(found.extra_share_mean)} of it): {listing}{more}. Most "
+            f"likely {long}."
+        ),
+        evidence=evidence_json(found),
+        chart=IMAGES_PER_SECOND,
     )
 
 
@@ -579,22 +682,50 @@ def startup_reads_text(found: Startup) -> str:
     )
 
 
+def framework_kind(framework: str) -> str:
+    """``tensorflow``, ``mxnet``, ``pytorch`` or ``unknown``, from a run's framework tag."""
+    name = (framework or "").lower()
+    if name in ("tensorflow", "tf", "keras") or name.startswith("tensorflow"):
+        return "tensorflow"
+    if name.startswith("mxnet"):
+        return "mxnet"
+    if name in ("pytorch", "torch", "lightning") or name.startswith("pytorch"):
+        return "pytorch"
+    return "unknown"
+
+
+# what a framework does in its first steps besides reading: (short, with its parts)
+WARMUP_WORDS = {
+    "tensorflow": ("graph building and XLA compilation", "graph building and XLA compilation"),
+    "mxnet": ("hybridize and graph building", "hybridize (building the symbolic graph)"),
+    "pytorch": (
+        "eager start-up",
+        "the eager loop's start-up: data loader workers starting, first-batch allocation, "
+        "cudnn autotune",
+    ),
+    "unknown": ("warm-up", "warm-up"),
+}
+
+
 @words.register
 def _(found: Startup) -> Finding:
     ratio = found.first_seconds_per_step / found.settled_seconds_per_step
     parts = ", ".join(
         f"{PART_LABELS[p]} +{s:,.1f} s" for p, s in found.extra_seconds_by_part.items() if s > 0.05
     )
-    cause = {
-        "build": "graph building, compilation and warm-up (compute and the rest of the "
-        "step), not storage",
-        "reads": "the first reads of the data set (input wait)",
-        "mixed": "both graph building/compilation and first reads",
+    short, long = WARMUP_WORDS[framework_kind(found.framework)]
+    title_cause, cause = {
+        "build": (short, f"{long} (compute and the rest of the step), not storage"),
+        "reads": (
+            "the first reads of the data set",
+            "the first reads of the data set (input wait)",
+        ),
+        "mixed": (f"both {short} and first reads", f"both {long}; and first reads"),
     }[found.cause]
     return Finding(
         rule="startup",
         severity=INFO,
-        title=f"Epoch 1 took {ratio:.1f}x as long per step: {cause.split(' (')[0]}",
+        title=f"Epoch 1 took {ratio:.1f}x as long per step: {title_cause}",
         explanation=(
             f"Epoch 1 ran {found.first_seconds_per_step * 1000:,.0f} ms per step against "
             f"{found.settled_seconds_per_step * 1000:,.0f} later: {found.extra_seconds:,.1f} s "

@@ -269,6 +269,7 @@ SCALING_COLUMNS = (
     "ideal",
     "efficiency_percent",
     "speedup",
+    "lost_images_per_second",
     "scope",
     "throughput_source",
     "startup_seconds",

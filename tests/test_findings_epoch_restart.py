@@ -1,0 +1,88 @@
+"""The ``epoch_restart`` rule on runs stored through the write path: an epoch's first timed
+step against the median of its others, from the stored step events (a PyTorch loop whose
+DataLoader workers start again at every epoch), beside its near misses."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.findings.engine import Finding, run_findings
+from tests.support.run_builder import RunBuilder
+
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
+
+STEPS = 40
+
+
+def findings_of(store, run_id: str) -> list[Finding]:
+    return [f for f in run_findings(store, run_id) if f.rule == "epoch_restart"]
+
+
+def restart_run(
+    run_id: str,
+    first_step: float,
+    framework: str = "pytorch",
+    steps: int = STEPS,
+    later_epochs: bool = True,
+    **settings,
+) -> RunBuilder:
+    """Three epochs of ``steps`` 0.1 s steps whose first takes ``first_step`` s (in epoch 1
+    always, in the later epochs when ``later_epochs``)."""
+    run = RunBuilder(run_id, framework=framework, steps_per_epoch=steps, warmup_steps=2, **settings)
+    for epoch in range(3):
+        first = first_step if epoch == 0 or later_epochs else 0.1
+        pattern = (first / 0.1,) + (1.0,) * (steps - 1)
+        run.epoch(first + 0.1 * (steps - 1), 64 * steps, step_pattern=pattern)
+    return run
+
+
+def test_pytorch_workers_starting_at_every_epoch(make_store):
+    # 1.5 s first steps against 0.1 s: 1.4 s extra of a 5.4 s epoch, on each of 4 ranks
+    store = make_store(restart_run("torch", 1.5, hosts=("n1", "n2"), ranks_per_host=2).points())
+    (finding,) = findings_of(store, "torch")
+    evidence = finding.evidence
+    assert [e["epoch"] for e in evidence["epochs"]] == [2, 3]  # never epoch 1: start-up
+    assert evidence["epochs_checked"] == 2
+    hit = evidence["epochs"][0]
+    assert hit["first_step_seconds"] == pytest.approx(1.5)
+    assert hit["other_steps_median_seconds"] == pytest.approx(0.1)
+    assert hit["extra_seconds"] == pytest.approx(1.4)
+    assert hit["epoch_seconds"] == pytest.approx(5.4)
+    assert hit["extra_share"] == pytest.approx(round(1.4 / 5.4, 4))
+    assert evidence["framework"] == "pytorch"
+    assert (
+        finding.title
+        == "An epoch's first step took up to 15.0x its others: DataLoader worker start-up"
+    )
+    assert "persistent_workers=True" in finding.explanation
+    assert "In 2 of 2 epochs after the first" in finding.explanation
+    assert finding.severity == "warning"  # 26% of every epoch
+    assert finding.chart == "images_per_second"
+
+
+@pytest.mark.parametrize(
+    ("framework", "named"),
+    [("tensorflow", "tf.data iterator"), ("mxnet", "data loader"), ("custom", "input pipeline")],
+)
+def test_worded_for_the_runs_framework(make_store, framework, named):
+    store = make_store(restart_run("fw", 1.5, framework=framework).points())
+    (finding,) = findings_of(store, "fw")
+    assert named in finding.explanation
+    if framework == "tensorflow":
+        assert "persistent_workers" not in finding.explanation
+
+
+@pytest.mark.parametrize(
+    ("first_step", "steps", "later_epochs", "why"),
+    [
+        (0.1, STEPS, True, "steady steps"),
+        (0.25, STEPS, True, "first step 2.5x the others: below 3x"),
+        (0.4, 200, True, "4x, but 0.3 s extra is 1.5% of a 20.3 s epoch: below 5%"),
+        (1.5, STEPS, False, "only epoch 1 is slow: the run's start-up, not a restart"),
+    ],
+)
+def test_silent_when_no_epoch_restarts(make_store, first_step, steps, later_epochs, why):
+    store = make_store(
+        restart_run("calm", first_step, steps=steps, later_epochs=later_epochs).points()
+    )
+    assert findings_of(store, "calm") == [], why
