@@ -29,15 +29,30 @@ from contract.markers import ALL_HOSTS
 
 
 def write_json(data: Any, out) -> None:
-    """A list as one element per line (json's C encoder; ``indent`` would switch to the
-    pure-Python one), anything else indented."""
+    """JSON a person can read and a program parses fast to write: a list as one element
+    per line, an object as one key per line with its lists so too, every element by json's
+    C encoder (``indent`` would switch all of it to the pure-Python one: 0.4 s of a big
+    report's 1.5 s)."""
+    out.write(_readable_json(data, "") + "\n")
+
+
+def _readable_json(data: Any, indent: str) -> str:
+    inner = indent + "  "
     if isinstance(data, list):
-        out.write("[\n")
-        out.write(",\n".join(json.dumps(item, allow_nan=False) for item in data))
-        out.write("\n]\n" if data else "]\n")
-        return
-    json.dump(data, out, indent=2, allow_nan=False)
-    out.write("\n")
+        if not data:
+            return "[]"
+        prefix = inner if indent else ""  # a list alone: one element a line, as before
+        items = ",\n".join(prefix + json.dumps(item, allow_nan=False) for item in data)
+        return f"[\n{items}\n{indent}]"
+    if isinstance(data, dict) and indent == "":
+        if not data:
+            return "{}"
+        members = ",\n".join(
+            f"{inner}{json.dumps(str(key))}: {_readable_json(value, inner)}"
+            for key, value in data.items()
+        )
+        return f"{{\n{members}\n}}"
+    return json.dumps(data, allow_nan=False)
 
 
 def write_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str], out) -> None:
