@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
 import signal
@@ -89,6 +88,8 @@ class Parser(argparse.ArgumentParser):
 
     def _unknown_option_exit(self, option: str) -> NoReturn:
         known = sorted({o for a in self._actions for o in a.option_strings})
+        import difflib  # only when an option is misspelt
+
         near = difflib.get_close_matches(option, known, n=1, cutoff=0.6)
         hint = f"did you mean {near[0]}?" if near else f"see `{self.prog} --help`"
         self.exit(USAGE_STATUS, f"{self.prog}: unknown option {option}: {hint}\n")

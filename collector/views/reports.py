@@ -33,8 +33,6 @@ from collector.analysis.epochs import COLUMNS, build_report, iso_utc
 from collector.analysis.throughput import rank_epoch_work, run_throughput
 from collector.store.api import ReadStore, RunInfo
 from collector.views.errors import CliError
-from collector.views.inference import print_inference
-from collector.views.jobs import print_job, print_jobs
 from collector.views.output import (
     DEFAULT_COLUMNS,
     console_for,
@@ -45,6 +43,7 @@ from collector.views.output import (
     write_findings,
     write_json,
 )
+from collector.views.printers import printer
 from contract.units import format_clock_duration, format_fraction, format_number
 
 _console = console_for  # (the name tests and older callers use)
@@ -355,13 +354,5 @@ def render(args: argparse.Namespace, store: ReadStore | None = None, err=None) -
         print_report(store if store is not None else open_store(args), args, buffer, err)
     else:
         store = store if store is not None else open_store(args)
-        printers = {
-            "runs": print_runs,
-            "scaling": print_stored_scaling,
-            "inference": print_inference,
-            "jobs": print_jobs,
-            "job": print_job,
-            "hosts": print_hosts,
-        }
-        printers[args.command](store, args, buffer)
+        printer(args.command)(store, args, buffer)
     return buffer.getvalue()
