@@ -12,13 +12,16 @@ import time
 
 import pytest
 
-from tests.support.browser import chrome_options, chromium_available, figure_data, server_runner
+from tests.support.browser import (
+    chromium_available,
+    dash_browser,
+    figure_data,
+)
 
 pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
 if not chromium_available():
     pytest.skip("needs Debian's chromium and chromium-driver", allow_module_level=True)
 
-from dash.testing.composite import DashComposite
 from selenium.webdriver.common.action_chains import ActionChains
 
 from collector.views.query import COLUMN_HELP
@@ -53,17 +56,7 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dash_duo(store, tmp_path_factory):
     app = create_app(DataSource(store), poll_seconds=POLL_SECONDS)
-    with (
-        server_runner() as runner,  # the server `dashboard serve` runs, its limits
-        DashComposite(
-            server=runner,
-            browser="Chrome",
-            headless=False,  # chrome_options() already carries --headless
-            options=[chrome_options()],
-            download_path=str(tmp_path_factory.mktemp("downloads")),
-        ) as duo,
-    ):
-        duo.start_server(app, start_timeout=60)
+    with dash_browser(app, str(tmp_path_factory.mktemp("downloads"))) as duo:
         yield duo
 
 

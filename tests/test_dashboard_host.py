@@ -22,7 +22,11 @@ from dashboard import figures, ids, pages
 from dashboard.app import create_app
 from dashboard.server import make_dashboard_server
 from dashboard.source import DataSource
-from tests.support.browser import chrome_options, chromium_available, figure_data, server_runner
+from tests.support.browser import (
+    chromium_available,
+    dash_browser,
+    figure_data,
+)
 from tests.support.plain_hosts import (
     EPOCH_SECONDS,
     HOSTILE,
@@ -232,20 +236,8 @@ def test_no_store_value_reaches_plotly_as_markup(source):
 def duo(store, tmp_path_factory):
     if not chromium_available():
         pytest.skip("needs Debian's chromium and chromium-driver")
-    from dash.testing.composite import DashComposite
-
     app = create_app(DataSource(store), poll_seconds=0.5)
-    with (
-        server_runner() as runner,
-        DashComposite(
-            server=runner,
-            browser="Chrome",
-            headless=False,  # chrome_options() already carries --headless
-            options=[chrome_options()],
-            download_path=str(tmp_path_factory.mktemp("downloads")),
-        ) as composite,
-    ):
-        composite.start_server(app, start_timeout=60)
+    with dash_browser(app, str(tmp_path_factory.mktemp("downloads"))) as composite:
         yield composite
 
 

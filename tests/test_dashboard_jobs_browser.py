@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import chrome_options, chromium_available, server_runner
+from tests.support.browser import chromium_available, dash_browser
 
 pytest.importorskip("collector.store", reason="the SQLite store is not in this tree")
 if not chromium_available():
     pytest.skip("needs Debian's chromium and chromium-driver", allow_module_level=True)
 
-from dash.testing.composite import DashComposite
 
 from collector.store import SqliteStore
 from dashboard import ids
@@ -31,17 +30,7 @@ def dash_duo(tmp_path_factory):
     store = SqliteStore(tmp_path_factory.mktemp("store") / "epochscope.sqlite")
     store.write_points(two_jobs().points())
     app = create_app(DataSource(store), poll_seconds=0.5)
-    with (
-        server_runner() as runner,
-        DashComposite(
-            server=runner,
-            browser="Chrome",
-            headless=False,  # chrome_options() already carries --headless
-            options=[chrome_options()],
-            download_path=str(tmp_path_factory.mktemp("downloads")),
-        ) as duo,
-    ):
-        duo.start_server(app, start_timeout=60)
+    with dash_browser(app, str(tmp_path_factory.mktemp("downloads"))) as duo:
         yield duo
     store.close()
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import chrome_options, chromium_available, figure_data, server_runner
+from tests.support.browser import (
+    chromium_available,
+    dash_browser,
+    figure_data,
+)
 
 if not chromium_available():
     pytest.skip("needs Debian's chromium and chromium-driver", allow_module_level=True)
 
-from dash.testing.composite import DashComposite
 
 from collector.store import SqliteStore
 from collector.views.inference import format_points, format_rate, format_speedup, inference_report
@@ -43,17 +46,7 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dash_duo(store, tmp_path_factory):
     app = create_app(DataSource(store), poll_seconds=0.4)
-    with (
-        server_runner() as runner,  # the server `dashboard serve` runs, its limits
-        DashComposite(
-            server=runner,
-            browser="Chrome",
-            headless=False,  # chrome_options() already carries --headless
-            options=[chrome_options()],
-            download_path=str(tmp_path_factory.mktemp("downloads")),
-        ) as duo,
-    ):
-        duo.start_server(app, start_timeout=60)
+    with dash_browser(app, str(tmp_path_factory.mktemp("downloads"))) as duo:
         yield duo
 
 

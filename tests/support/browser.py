@@ -8,8 +8,10 @@ updates, no background fetches) and working as root in a container.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
 CHROMIUM = os.environ.get("EPOCHSCOPE_CHROMIUM", "/usr/bin/chromium")
@@ -96,3 +98,23 @@ def server_runner(limits: Any = None) -> Any:
                 self.thread.join(timeout=10)
 
     return ServerRunner()
+
+
+@contextlib.contextmanager
+def dash_browser(app: Any, download_path: str) -> Iterator[Any]:
+    """A ``dash.testing`` composite (``dash_duo``) driving headless Chromium against
+    ``app`` served as ``dashboard serve`` serves it (``server_runner``)."""
+    from dash.testing.composite import DashComposite
+
+    with (
+        server_runner() as runner,
+        DashComposite(
+            server=runner,
+            browser="Chrome",
+            headless=False,  # chrome_options() already carries --headless
+            options=[chrome_options()],
+            download_path=download_path,
+        ) as duo,
+    ):
+        duo.start_server(app, start_timeout=60)
+        yield duo
