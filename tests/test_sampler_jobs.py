@@ -336,3 +336,20 @@ def test_process_io_and_environment_of_live_processes(tmp_path):
         for child in children:
             child.kill()
             child.wait()
+
+
+def test_a_stale_job_cgroup_with_no_process_left_is_not_reported(tmp_path):
+    """A slurmstepd killed with SIGKILL leaves its job's cgroup behind, empty once the
+    job's processes are gone (tests/test_slurm_stepd_killed.py on a real Slurm): no
+    process listed, no job reported, nothing kept about it."""
+    job = tmp_path / "cpuacct" / "slurm" / "uid_1000" / "job_5"
+    task = job / "step_batch" / "task_0"
+    task.mkdir(parents=True)
+    (job / "cpuacct.usage").write_text("2500000000\n")
+    for directory in (job, job / "step_batch", task):
+        (directory / "cgroup.procs").write_text("")
+    sampler = JobsSampler(Roots(tmp_path / "proc", tmp_path, tmp_path), users=no_users)
+    assert by_job(sampler.sample(1), Job.NAME) == {}
+    assert sampler._jobs == {}
+    (task / "cgroup.procs").write_text(f"{os.getpid()}\n")  # a process in it: reported
+    assert by_job(sampler.sample(2), Job.NAME)["5"].fields["processes"] == 1.0

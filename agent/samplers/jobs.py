@@ -332,6 +332,12 @@ def job_pids(job: JobCgroup) -> tuple[list[int], list[int]]:
     return sorted(every), tasks
 
 
+def lists_processes(job: JobCgroup) -> bool:
+    """Whether the job's cgroup lists its processes (a live cgroup file system always
+    does: ``cgroup.procs``), so that none listed means none is left."""
+    return any((Path(directory) / "cgroup.procs").is_file() for directory in job.dirs.values())
+
+
 # ---------------------------------------------------------------- the sampler
 
 
@@ -381,8 +387,11 @@ class JobsSampler:
             job = jobs[job_id]
             state = self._jobs.setdefault(job_id, _JobState())
             usage, info = self._sample_job(job, state)
-            if not job_dir_exists(job):
-                continue  # ended while being read: not reported
+            if not job_dir_exists(job) or (not usage[Job.PROCESSES] and lists_processes(job)):
+                # ended while being read, or a stale cgroup: no process is left in it (a
+                # slurmstepd killed with SIGKILL leaves its job's cgroup behind)
+                del self._jobs[job_id]
+                continue
             points.append(Point(Job.NAME, {Tag.JOB_ID: job_id}, usage, now_ns))
             points.append(Point(JobInfo.NAME, info[0], info[1], now_ns))
         return points

@@ -1,0 +1,85 @@
+"""A job whose slurmstepd is killed with SIGKILL (a crash, an OOM kill of the daemon) is
+not reported once Slurm has let it go: the hardest of the issue's three ends of a job,
+next to scancel (tests/test_slurm_real.py) and a failed epilog. A real one-node Slurm
+(tests/support/slurm_cluster.py); skipped only when it cannot start here."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.samplers.base import Roots
+from agent.samplers.jobs import JobsSampler
+from contract.schema import Job
+from tests.support.slurm_cluster import ClusterUnavailable, SlurmCluster, make_cluster
+from tests.test_slurm_real import BURN, INTERVAL, by_job, wait_running
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SlurmCluster]:
+    try:
+        made = make_cluster()
+    except ClusterUnavailable as why:
+        pytest.skip(f"no Slurm cluster here: {why}")
+    try:
+        made.start()
+    except ClusterUnavailable as why:
+        made.stop()
+        pytest.skip(f"slurmd/slurmctld cannot start here: {why}")
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+def stepd_pids(job_id: str) -> list[int]:
+    """The slurmstepd processes of ``job_id`` (their command line names the job)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].startswith(b"slurmstepd") and f"[{job_id}.".encode() in argv[0]:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_job_whose_slurmstepd_is_killed_is_not_reported_after_slurm_lets_it_go(
+    cluster: SlurmCluster,
+):
+    script = cluster.base / "jobs" / "burn-killed.py"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(BURN.replace("time.time() + 10", "time.time() + 60"))
+    script.chmod(0o755)
+    job = cluster.sbatch(script, "--ntasks=1", "--mem=256M")
+    wait_running(cluster, [job])
+    sampler = JobsSampler(Roots())
+    assert job in by_job(sampler.sample(time.time_ns()), Job.NAME)
+    pids = stepd_pids(job)
+    assert pids, f"no slurmstepd for job {job}"
+    killed_at = time.monotonic()
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    absent_at = None
+    while time.monotonic() - killed_at < 120 and absent_at is None:
+        existed = cluster.job_cgroup("cpuacct", job).exists()
+        if job not in by_job(sampler.sample(time.time_ns()), Job.NAME):
+            absent_at = time.monotonic()
+        else:
+            assert existed, "reported after its cgroup was gone"
+        time.sleep(INTERVAL)
+    assert absent_at is not None, f"still reported 120 s after kill -9\n{cluster.logs()}"
+    print(
+        f"slurmstepd killed: unreported after {absent_at - killed_at:.2f} s; "
+        f"Slurm says {cluster.job_states().get(job, 'gone')}"
+    )
