@@ -154,11 +154,12 @@ def test_kill_9_of_an_agent_during_an_outage_loses_at_most_the_tick_in_flight(tm
             agent.kill()
     first_run_lines = agent.spooled_lines()
     first_run_ticks = _ticks_of(first_run_lines)
-    # Every tick the agent finished is in the spool whole (61 lines); the one being
+    # Every tick the agent finished is in the spool whole (67 lines: 61 sampled and each of
+    # the 6 samplers' agent_sampler point); the one being
     # written when it died may be there in part (its complete lines), or not at all.
     per_tick = Counter(line.rsplit(" ", 1)[1] for line in first_run_lines)
     sizes = [per_tick[str(tick)] for tick in first_run_ticks]
-    assert set(sizes[:-1]) == {61}, per_tick
+    assert set(sizes[:-1]) == {61 + 6}, per_tick
     assert set(per_tick) == {str(tick) for tick in first_run_ticks} or (
         len(set(per_tick) - {str(t) for t in first_run_ticks}) == 1  # torn before its self point
     )
@@ -208,7 +209,8 @@ def test_kill_9_of_an_agent_during_an_outage_loses_at_most_the_tick_in_flight(tm
 def test_a_full_spool_drops_the_oldest_counts_them_and_logs_once(tmp_path):
     token, token_file = harness.write_token_file(tmp_path)
     collector = _collector(tmp_path, token_file)  # down until the spool has overflowed
-    samplers = ("cpu", "memory", AgentSelf.NAME)  # 3 lines a tick, about 700 bytes
+    samplers = ("cpu", "memory", AgentSelf.NAME)
+    per_tick = 2 * len(samplers)  # each sampler's point and its agent_sampler point
     agent = harness.Agent(
         host="fullspool",
         workdir=tmp_path / "agent",
@@ -216,7 +218,7 @@ def test_a_full_spool_drops_the_oldest_counts_them_and_logs_once(tmp_path):
         token=token,
         interval_seconds=0.2,
         batch_seconds=0.2,
-        spool_max_bytes=3000,  # room for about four ticks
+        spool_max_bytes=3000,  # room for about two ticks
         samplers=samplers,
         log_level="debug",
     )
@@ -247,8 +249,8 @@ def test_a_full_spool_drops_the_oldest_counts_them_and_logs_once(tmp_path):
     # The last agent point stored carries the dropped count the agent kept.
     last_self = stored[(agent.host, AgentSelf.NAME, (), stored_ticks[-1])]
     dropped = last_self[AgentSelf.POINTS_DROPPED]
-    assert dropped >= dropped_while_down and dropped % len(samplers) == 0
-    dropped_ticks = int(dropped) // len(samplers)
+    assert dropped >= dropped_while_down and dropped % per_tick == 0
+    dropped_ticks = int(dropped) // per_tick
     # Every tick is either stored or dropped, and the dropped ones are the oldest: the
     # stored ticks are consecutive (no hole) after the dropped prefix.
     interval_ns = int(0.2 * S)
@@ -259,7 +261,7 @@ def test_a_full_spool_drops_the_oldest_counts_them_and_logs_once(tmp_path):
     assert len(stored_ticks) + dropped_ticks == ticks
     for key in stored:
         assert key[3] in set(stored_ticks)  # every stored tick is complete
-    assert len(stored) == len(stored_ticks) * len(samplers)
+    assert len(stored) == len(stored_ticks) * per_tick
     # the process was not signalled or restarted: one start, one clean stop
     assert log.count("agent started") == 1
     assert signal.SIGTERM.name + ": flushing and stopping" in log

@@ -81,7 +81,8 @@ def test_the_route_list_is_what_the_server_routes():
     assert methods == {"GET", "HEAD", "POST"}
     assert paths == {"/api/v2/write", "/write", "/ping", "/health", "/ready",
                      "/api/v1/runs", "/api/v1/report", "/api/v1/scaling",
-                     "/api/v1/inference"}  # fmt: skip
+                     "/api/v1/inference", "/api/v1/jobs", "/api/v1/job",
+                     "/api/v1/hosts"}  # fmt: skip
 
 
 CREDENTIALS = {
@@ -136,6 +137,9 @@ def test_the_routes_that_answer(routes):
         ("GET", "/api/v1/report"): 400,
         ("GET", "/api/v1/scaling"): 400,
         ("GET", "/api/v1/inference"): 400,
+        ("GET", "/api/v1/jobs"): 400,
+        ("GET", "/api/v1/job"): 400,
+        ("GET", "/api/v1/hosts"): 400,
     }
 
 
