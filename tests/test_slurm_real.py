@@ -136,10 +136,13 @@ def test_two_jobs_seen_measured_and_gone_after_scancel(cluster: SlurmCluster):
                 assert other in reported or not cluster.job_cgroup("cpuacct", other).exists()
             next_sample += INTERVAL
         time.sleep(0.05)
-    assert gone_at is not None and absent_at is not None, cluster.logs()
-    assert absent_at - gone_at <= INTERVAL + 0.2
-    print(f"scancel: cgroup gone after {gone_at - cancel_at:.2f} s, unreported after", end=" ")
-    print(f"{absent_at - cancel_at:.2f} s")
+    assert absent_at is not None, cluster.logs()
+    # unreported within an interval of its cgroup going away, or before it: once the
+    # cgroup lists no process left (the job's processes killed, the directory not yet
+    # removed) the job has ended
+    assert gone_at is None or absent_at - gone_at <= INTERVAL + 0.2
+    gone = "not yet" if gone_at is None else f"after {gone_at - cancel_at:.2f} s"
+    print(f"scancel: cgroup gone {gone}, unreported after {absent_at - cancel_at:.2f} s")
     assert set(sampler._jobs) <= {other}  # nothing kept about the cancelled job
 
 

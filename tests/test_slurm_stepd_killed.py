@@ -5,6 +5,7 @@ next to scancel (tests/test_slurm_real.py) and a failed epilog. A real one-node 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -54,6 +55,21 @@ def stepd_pids(job_id: str) -> list[int]:
     return found
 
 
+def remove_stale_cgroups(cluster: SlurmCluster, job_id: str, timeout: float = 30) -> None:
+    """What Slurm leaves behind when its slurmstepd was killed: the job's cgroup in every
+    controller, removed once its processes are gone (deepest first), so that the machine
+    is left as it was found."""
+    deadline = time.monotonic() + timeout
+    for controller in ("cpuacct", "memory", "cpuset", "freezer", "cpu", "devices"):
+        top = cluster.job_cgroup(controller, job_id)
+        while top.exists() and time.monotonic() < deadline:
+            for directory in [*sorted(top.rglob("*"), key=lambda p: -len(p.parts)), top]:
+                if directory.is_dir():
+                    with contextlib.suppress(OSError):  # busy until its processes end
+                        directory.rmdir()
+            time.sleep(0.2)
+
+
 def test_a_job_whose_slurmstepd_is_killed_is_not_reported_after_slurm_lets_it_go(
     cluster: SlurmCluster,
 ):
@@ -71,13 +87,18 @@ def test_a_job_whose_slurmstepd_is_killed_is_not_reported_after_slurm_lets_it_go
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     absent_at = None
-    while time.monotonic() - killed_at < 120 and absent_at is None:
-        existed = cluster.job_cgroup("cpuacct", job).exists()
-        if job not in by_job(sampler.sample(time.time_ns()), Job.NAME):
-            absent_at = time.monotonic()
-        else:
-            assert existed, "reported after its cgroup was gone"
-        time.sleep(INTERVAL)
+    try:
+        while time.monotonic() - killed_at < 120 and absent_at is None:
+            existed = cluster.job_cgroup("cpuacct", job).exists()
+            if job not in by_job(sampler.sample(time.time_ns()), Job.NAME):
+                absent_at = time.monotonic()
+            else:
+                assert existed, "reported after its cgroup was gone"
+            time.sleep(INTERVAL)
+    finally:
+        with contextlib.suppress(Exception):  # Slurm may have let the job go already
+            cluster.run("scancel", "--signal=KILL", job)
+        remove_stale_cgroups(cluster, job)
     assert absent_at is not None, f"still reported 120 s after kill -9\n{cluster.logs()}"
     print(
         f"slurmstepd killed: unreported after {absent_at - killed_at:.2f} s; "
