@@ -25,7 +25,10 @@ import pytest
 from agent.samplers.base import Roots
 from agent.samplers.jobs import JobsSampler, parse_int
 from contract.schema import Job, JobInfo
-from tests.support.slurm_cluster import ClusterUnavailable, SlurmCluster, make_cluster
+from tests.support.slurm_cluster import (
+    SlurmCluster,
+    running_cluster,
+)
 from workloads.record.events import read_events_file
 
 pytestmark = pytest.mark.slow
@@ -44,19 +47,8 @@ while time.time() < end:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
-    try:
-        made = make_cluster()
-    except ClusterUnavailable as why:
-        pytest.skip(f"no Slurm cluster here: {why}")
-    try:
-        made.start()
-    except ClusterUnavailable as why:
-        made.stop()
-        pytest.skip(f"slurmd/slurmctld cannot start here: {why}")
-    try:
-        yield made
-    finally:
-        made.stop()
+    with running_cluster() as started:
+        yield started
 
 
 def read_usage(cluster: SlurmCluster, job_id: str) -> tuple[float, float]:

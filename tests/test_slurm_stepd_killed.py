@@ -17,7 +17,10 @@ import pytest
 from agent.samplers.base import Roots
 from agent.samplers.jobs import JobsSampler
 from contract.schema import Job
-from tests.support.slurm_cluster import ClusterUnavailable, SlurmCluster, make_cluster
+from tests.support.slurm_cluster import (
+    SlurmCluster,
+    running_cluster,
+)
 from tests.test_slurm_real import BURN, INTERVAL, by_job, wait_running
 
 pytestmark = pytest.mark.slow
@@ -25,19 +28,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
-    try:
-        made = make_cluster()
-    except ClusterUnavailable as why:
-        pytest.skip(f"no Slurm cluster here: {why}")
-    try:
-        made.start()
-    except ClusterUnavailable as why:
-        made.stop()
-        pytest.skip(f"slurmd/slurmctld cannot start here: {why}")
-    try:
-        yield made
-    finally:
-        made.stop()
+    with running_cluster() as started:
+        yield started
 
 
 def stepd_pids(job_id: str) -> list[int]:

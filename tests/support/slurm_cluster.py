@@ -14,6 +14,7 @@ the directory. Commands are argument lists; nothing goes through a shell.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -22,7 +23,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -279,3 +280,24 @@ def make_cluster(extra_conf: Sequence[str] = ()) -> SlurmCluster:
     )
     env = {**os.environ, "SLURM_CONF": str(base / "etc" / "slurm.conf")}
     return SlurmCluster(base, node, env)
+
+
+@contextlib.contextmanager
+def running_cluster(extra_conf: Sequence[str] = ()) -> Iterator[SlurmCluster]:
+    """A started cluster, stopped on the way out; the test is skipped, with the reason,
+    when it cannot be made or started here."""
+    import pytest
+
+    try:
+        made = make_cluster(extra_conf)
+    except ClusterUnavailable as why:
+        pytest.skip(f"no Slurm cluster here: {why}")
+    try:
+        made.start()
+    except ClusterUnavailable as why:
+        made.stop()
+        pytest.skip(f"slurmd/slurmctld cannot start here: {why}")
+    try:
+        yield made
+    finally:
+        made.stop()
