@@ -6,7 +6,7 @@ SYSTEM_PACKAGES := chromium chromium-driver openssh-server victoria-metrics prom
 	prometheus-node-exporter iproute2 slurm-wlm munge
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test env frameworks user-torch-env system-packages lint bench clean
+.PHONY: demo test scenarios env frameworks user-torch-env system-packages lint bench clean
 
 # The main job: ResNet-50 with Horovod + TensorFlow, 2 processes, 3 epochs, profiled by a
 # local agent and collector, on a small TFRecord data set made once and dropped from the
@@ -26,7 +26,13 @@ demo: env frameworks
 
 test: env frameworks system-packages user-torch-env
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest --ignore=tests/scenarios
+	$(MAKE) --no-print-directory scenarios
+
+# Real trainings with each effect a finding explains produced for real (tests/scenarios/):
+# run last, on a machine no other test is loading.
+scenarios: env frameworks system-packages
+	$(PY) -m pytest tests/scenarios
 
 env: $(VENV)/.installed
 

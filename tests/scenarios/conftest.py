@@ -1,0 +1,105 @@
+"""Real-run scenarios: each effect a finding explains is produced for real on this machine
+(a data set dropped from or kept in the page cache, a CPU hog beside the run, a cgroup
+limit on one rank, ...), a real training runs under ``workloads run --profile`` with its
+local agent and collector, and the test asserts the right finding fires and no wrong one.
+
+``make scenarios`` runs this folder; ``make test`` calls it after the rest of the suite, so
+the scenarios get a machine no other test is loading (they are about contention).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workloads.train.datasets import make_dataset
+
+pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class ScenarioRun:
+    """One finished real run: its command's output and its report as ``collector report
+    --format json --findings`` gives it."""
+
+    run_id: str
+    db: Path
+    stdout: str
+    stderr: str
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        return self.report["findings"]
+
+    @property
+    def rules(self) -> set[str]:
+        return {finding["rule"] for finding in self.findings}
+
+    def finding(self, rule: str) -> dict[str, Any]:
+        (found,) = [f for f in self.findings if f["rule"] == rule]
+        return found
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.report["rows"]
+
+
+def collector_report(db: Path, run_id: str, env: dict[str, str]) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-m", "collector", "report", run_id, "--db", str(db),
+         "--format", "json", "--findings"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def run_training(
+    runs_dir: Path,
+    run_id: str,
+    *workload_args: str,
+    env: dict[str, str],
+    prefix: tuple[str, ...] = (),
+    timeout: float = 900,
+) -> ScenarioRun:
+    """``workloads run --profile`` with ``workload_args`` (framework, data, sizes), its
+    embedded store under ``runs_dir``; ``prefix`` wraps the command (e.g. ``cgexec``)."""
+    command = [*prefix, sys.executable, "-m", "workloads", "run", *workload_args,
+               "--profile", "--run-id", run_id, "--runs-dir", str(runs_dir)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    db = runs_dir / f"{run_id}.sqlite"
+    run = ScenarioRun(run_id, db, result.stdout, result.stderr)
+    run.report = collector_report(db, run_id, env)
+    return run
+
+
+FORMATS = {"pytorch": "jpeg", "mxnet": "recordio", "tensorflow": "tfrecord"}
+
+
+@pytest.fixture(scope="session")
+def scenario_data(tmp_path_factory):
+    """``scenario_data(framework)``: a small data set in that framework's native format,
+    made once per session: 256 training and 64 validation pictures of 4 classes, stored at
+    256 px (trained at 32 px) so reading it is visible beside the libraries a rank loads."""
+    root = tmp_path_factory.mktemp("scenario-data")
+    made: dict[str, Path] = {}
+
+    def data_for(framework: str) -> Path:
+        if framework not in made:
+            path = root / FORMATS[framework]
+            make_dataset(path, FORMATS[framework], images=256, classes=4, image_size=256,
+                         val_images=64, shards=4, progress=False)  # fmt: skip
+            made[framework] = path
+        return made[framework]
+
+    return data_for
