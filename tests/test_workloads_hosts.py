@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -28,6 +29,7 @@ from workloads.train.datasets import make_dataset
 pytestmark = pytest.mark.timeout(120)
 SSHD = Path("/usr/sbin/sshd")
 ADDRESS = "127.0.0.2"  # loopback, but not a name the launcher treats as local
+SECOND_ADDRESS = "127.0.0.3"  # a second "host" on the same sshd, for two-host runs
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,8 @@ def sshd(tmp_path_factory):
     port = free_port(ADDRESS)
     config = work / "sshd_config"
     config.write_text(
-        f"Port {port}\nListenAddress {ADDRESS}\nHostKey {work / 'host_key'}\n"
+        f"Port {port}\nListenAddress {ADDRESS}\nListenAddress {SECOND_ADDRESS}\n"
+        f"HostKey {work / 'host_key'}\n"
         f"AuthorizedKeysFile {work / 'authorized_keys'}\nPidFile {work / 'sshd.pid'}\n"
         "StrictModes no\nUsePAM no\nPasswordAuthentication no\n"
         "PermitRootLogin prohibit-password\n"
@@ -200,3 +203,49 @@ def test_a_host_whose_token_the_collector_refuses_stops_the_run_before_training(
                        rf"from --token-file {plan.token_file} \(from "):  # fmt: skip
         prepare(plan, args)
     remove_tokens(plan, args)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+@pytest.mark.timeout(300)
+def test_ctrl_c_on_a_two_host_pytorch_run_stops_every_host_as_interrupted(sshd, tmp_path):
+    """torchrun started over SSH on two hosts: Ctrl-C writes the stop file on each host
+    and sends each torchrun SIGTERM, so every rank ends the run as interrupted (one state),
+    no traceback is shown, and nothing of the run outlives the launcher."""
+    pytest.importorskip("torch")
+    from contract.schema import Event, RunState, Workload
+    from workloads.launch.summary import read_events_dir
+
+    port, key = sshd
+    runs, run_id = tmp_path / "runs", "two-host-stop"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "workloads", "run", "--framework", "pytorch", "--synthetic",
+         "--np", "2", "--hosts", f"{ADDRESS}:1,{SECOND_ADDRESS}:1", "--ssh-port", str(port),
+         "--ssh-key", str(key), "--epochs", "50", "--steps-per-epoch", "6",
+         "--batch-size", "2", "--image-size", "32", "--num-classes", "4", "--warmup-steps",
+         "1", "--run-id", run_id, "--runs-dir", str(runs)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    events = runs / run_id / "events"
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline and launcher.poll() is None:
+        ends = [p for p in read_events_dir(events) if p.fields.get(Workload.EVENT)
+                == Event.EPOCH_END] if events.is_dir() else []  # fmt: skip
+        if ends:
+            break
+        time.sleep(1)
+    assert launcher.poll() is None, launcher.communicate()
+    launcher.send_signal(signal.SIGINT)
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode != 0
+    assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
+    assert f"run {run_id} stopped by" in out and "marked interrupted" in out
+    states = {
+        point.tags.get("rank"): point.fields[Workload.STATE]
+        for point in read_events_dir(events)
+        if point.fields.get(Workload.EVENT) == Event.RUN_END
+    }
+    assert states == {"0": RunState.INTERRUPTED, "1": RunState.INTERRUPTED}
+    left = subprocess.run(["pgrep", "-f", f"--run-id {run_id}"], capture_output=True, text=True)
+    assert left.stdout == "", f"processes of the run left behind: {left.stdout}"

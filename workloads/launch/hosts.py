@@ -145,6 +145,17 @@ class RemoteHost:
         err = stderr.read().decode(errors="replace")
         return stdout.channel.recv_exit_status(), out, err
 
+    def start(self, argv: list[str]) -> RemoteProcess:
+        """Start ``argv`` on the host and learn its pid (a fixed ``sh`` line prints it and
+        execs the command; the command's words stay positional arguments, never parsed
+        by the remote shell), so that it can be signalled when the run is stopped."""
+        wrapped = ["sh", "-c", 'echo "$$"; exec "$@"', "sh", *argv]
+        _, stdout, stderr = self.client.exec_command(shlex.join(wrapped))
+        first = stdout.readline().strip()
+        if not first.isdigit():
+            raise HostError(f"{self.name}: cannot start {argv[0]}: {stderr.read().decode()}")
+        return RemoteProcess(self, int(first), stdout, stderr)
+
     def put_private(self, text: str, remote_path: str, python: str) -> None:
         """Write a secret to the absolute remote_path, mode 0600 from creation, through
         stdin (never on a command line, no SFTP subsystem needed)."""
@@ -163,6 +174,36 @@ class RemoteHost:
 
     def close(self) -> None:
         self.client.close()
+
+
+class RemoteProcess:
+    """A command running on a remote host (``RemoteHost.start``): its output is copied to
+    ours line by line as it comes, and it can be signalled by pid."""
+
+    def __init__(self, host: RemoteHost, pid: int, stdout, stderr) -> None:
+        self.host, self.pid = host, pid
+        self._stdout, self._stderr = stdout, stderr
+
+    def relay_and_wait(self) -> int:
+        """Copy its stderr (in a thread) and stdout to ours until it exits; its status."""
+        import threading
+
+        def copy(stream, to) -> None:
+            for line in stream:
+                to.write(line)
+                to.flush()
+
+        errors = threading.Thread(target=copy, args=(self._stderr, sys.stderr), daemon=True)
+        errors.start()
+        copy(self._stdout, sys.stdout)
+        errors.join(timeout=5)
+        return self._stdout.channel.recv_exit_status()
+
+    def signal_children(self, name: str = "TERM") -> None:
+        """Signal its children (torchrun's ranks: stopped first, they write their last
+        events and exit, and torchrun then exits quietly)."""
+        with contextlib.suppress(Exception):  # gone already, or the host unreachable
+            self.host.run(["pkill", f"-{name}", "-P", str(self.pid)], timeout=10)
 
 
 # The same steps as write_private() and remove_private() below, run by a remote Python.

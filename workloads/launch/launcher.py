@@ -24,6 +24,7 @@ launcher where it can read the run's events back (the embedded collector of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -44,6 +45,7 @@ from workloads.launch.hosts import (
     HostReport,
     HostSlots,
     RemoteHost,
+    RemoteProcess,
     check_slots,
     parse_hosts,
     placement,
@@ -469,11 +471,15 @@ def run_tool(
 
 
 def _torchrun_over_ssh(plan: Plan, share, args: argparse.Namespace) -> int:
-    """torchrun on every host, started over SSH; the first host is the rendezvous."""
+    """torchrun on every host, started over SSH; the first host is the rendezvous. When
+    the user stops the run, every host is told so first (the run's stop file written
+    there: a rank on another machine cannot see ours), then each torchrun's ranks get
+    SIGTERM, end the run as interrupted and exit, and torchrun exits quietly."""
     import threading
 
     master, port = share[0][0].name, free_port("0.0.0.0")
     statuses: dict[str, int] = {}
+    started: list[RemoteProcess] = []
 
     def node(index: int, host: HostSlots, per_node: int) -> None:
         command = torchrun_command(plan, len(share), per_node, index, master, port)
@@ -481,10 +487,9 @@ def _torchrun_over_ssh(plan: Plan, share, args: argparse.Namespace) -> int:
             command = ["env", f"{TOKEN_FILE_ENV}={plan.token_file}", *command]
         remote = RemoteHost(host.name, args.ssh_user, args.ssh_port, args.ssh_key)
         try:
-            status, out, err = remote.run(command, timeout=None)
-            sys.stdout.write(out)
-            sys.stderr.write(err)
-            statuses[host.name] = status
+            process = remote.start(command)
+            started.append(process)
+            statuses[host.name] = process.relay_and_wait()
         finally:
             remote.close()
 
@@ -494,9 +499,36 @@ def _torchrun_over_ssh(plan: Plan, share, args: argparse.Namespace) -> int:
     ]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except Interrupted as error:
+        stop_remote_ranks(plan, list(started), str(error))
+        for thread in threads:
+            thread.join(timeout=STOP_GRACE_SECONDS)
+        raise
     return max(statuses.values(), default=1)
+
+
+STOP_GRACE_SECONDS = 30.0
+
+
+def stop_remote_ranks(plan: Plan, processes: list[RemoteProcess], reason: str) -> None:
+    """Write the run's stop file on every host of ``processes`` (in parallel), then send
+    their ranks SIGTERM; a host that cannot be reached is left to its SSH session's end."""
+    import threading
+
+    def stop(process: RemoteProcess) -> None:
+        if plan.spec.stop_file:
+            with contextlib.suppress(Exception):
+                process.host.put_private(f"{reason}\n", plan.spec.stop_file, remote_python())
+        process.signal_children("TERM")
+
+    threads = [threading.Thread(target=stop, args=(p,), daemon=True) for p in processes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=15)
 
 
 def run(args: argparse.Namespace) -> int:
