@@ -750,6 +750,14 @@ STEP_PARTS = (
     ("communication_percent", "all-reduce", "#1f77b4"),
 )
 OTHER_PART_COLOUR = "#b0b0b0"
+
+
+def has_step_anatomy(rows: list[dict[str, Any]]) -> bool:
+    """Whether any epoch row has a part of its step time (the ranks timed their steps'
+    parts: not with ``--no-anatomy``, nor in a loop ``workloads profile`` cannot hook)."""
+    return any(row.get(column) is not None for row in rows for column, _, _ in STEP_PARTS)
+
+
 PART_DASHES = ("solid", "dot", "dash")
 
 

@@ -514,6 +514,18 @@ def absent_note(rows: list[dict[str, Any]], absent: list[figures.Measurement]) -
     return text + ": their charts are left out."
 
 
+def anatomy_note(live: bool, rows: list[dict[str, Any]]) -> str:
+    """Why a finished run has no step anatomy ("" while live: its parts come with its
+    epochs, or when it has them); its two charts are then left out."""
+    if live or not rows or figures.has_step_anatomy(rows):
+        return ""
+    return (
+        "This run's ranks did not time the parts of their steps (run with --no-anatomy, or "
+        "a training loop that workloads profile does not hook): only whole steps were "
+        "timed, so throughput is above and the node's metrics below."
+    )
+
+
 def graph(element_id: str, figure: dict[str, Any]) -> dcc.Graph:
     return dcc.Graph(id=element_id, figure=figure, config=GRAPH_CONFIG)
 
@@ -639,8 +651,15 @@ def run_page(
                 "all-reduce part; an input-bound run as a growing input wait.",
                 className="lead",
             ),
-            html.Div(graph(EPOCH_CHARTS[3], anatomy), className="panel"),
-            html.Div(graph(ids.STEP_SHARES_GRAPH, shares), className="panel"),
+            html.P(anatomy_note(live, rows), id=ids.STEP_ANATOMY_NOTE, className="note"),
+            html.Div(
+                [
+                    html.Div(graph(EPOCH_CHARTS[3], anatomy), className="panel"),
+                    html.Div(graph(ids.STEP_SHARES_GRAPH, shares), className="panel"),
+                ],
+                id=ids.STEP_ANATOMY_PANELS,
+                style=HIDDEN if anatomy_note(live, rows) else {},
+            ),
             html.H2("Over time", id=ids.OVER_TIME),
             html.P(note, className="lead", id=ids.BUCKET_NOTE),
             host_legend(order),

@@ -279,6 +279,12 @@ def test_plain_host_run_page_in_chromium(duo):
     assert visible(duo, ids.EPOCH_DISK_PANEL)
     assert not visible(duo, ids.EPOCH_NFS_PANEL) and not visible(duo, ids.EPOCH_FABRIC)
     assert not visible(duo, ids.EPOCH_TABLE_HOSTS)  # one host: no switch
+    # its ranks timed whole steps only: a line says so instead of two empty charts
+    assert not visible(duo, ids.STEP_ANATOMY_PANELS)
+    assert (
+        "did not time the parts of their steps"
+        in duo.find_element(f"#{ids.STEP_ANATOMY_NOTE}").text
+    )
     names = {t["name"] for t in figure_data(duo.driver, ids.TIMESERIES_GRAPH)}
     assert not any("NFS" in n or "IB" in n or "GPU" in n for n in names)
     hosts = duo.driver.execute_script(
@@ -367,3 +373,37 @@ def test_every_response_carries_the_security_headers(store):
         server.server_close()
         thread.join(timeout=10)
     assert plain_run().run_id == PLAIN_RUN
+
+
+def _component(tree, element_id: str):
+    """The component of ``element_id`` in a Dash layout tree (depth first)."""
+    if getattr(tree, "id", None) == element_id:
+        return tree
+    children = getattr(tree, "children", None)
+    for child in children if isinstance(children, list) else [children]:
+        if child is not None and not isinstance(child, str | int | float):
+            found = _component(child, element_id)
+            if found is not None:
+                return found
+    return None
+
+
+def test_a_run_without_step_anatomy_says_why_instead_of_two_empty_charts(source, plain):
+    run = source.run(PLAIN_RUN)
+    # the plain run's ranks timed whole steps only (as a loop nothing hooks would)
+    bare = plain["rows"]
+    parts = [column for column, _, _ in figures.STEP_PARTS]
+    timed = [{**row, **dict.fromkeys(parts, 30.0)} for row in bare]
+    assert not figures.has_step_anatomy(bare) and figures.has_step_anatomy(timed)
+
+    def section(rows, live):
+        state = {"run_id": PLAIN_RUN, "epochs": []}
+        page = pages.run_page(run, plain["ts"], plain["boundaries"], rows, live, 5000, state)
+        note = _component(page, ids.STEP_ANATOMY_NOTE).children
+        return note, _component(page, ids.STEP_ANATOMY_PANELS).style
+
+    note, style = section(bare, live=False)
+    assert style == pages.HIDDEN
+    assert note.startswith("This run's ranks did not time the parts of their steps")
+    assert section(timed, live=False) == ("", {})
+    assert section(bare, live=True) == ("", {})  # live: its parts come with its epochs
