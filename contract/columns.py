@@ -153,6 +153,10 @@ SPEC: tuple[ReportColumn, ...] = (
             "Share of the ranks' step time waiting for the gradient all-reduce once the "
             "gradients were ready (including waiting for slower ranks)", "steps",
             default=True),
+    _column("accelerator_util_percent", "AU %", "Accelerator utilisation %", PERCENT, 2,
+            "AU as MLPerf Storage defines it: the share of the ranks' timed steps' wall time "
+            "not spent waiting for input (warm-up steps left out); MLPerf Storage passes "
+            "ResNet-50 at 90% or more", "steps", default=True),
     _column("training_read_bytes", "own read", "Training's storage reads", BYTES, None,
             "What the training's own processes (ranks and their data loaders) read from "
             "storage: /proc/<pid>/io read_bytes, mapped libraries included", "training_io",

@@ -587,6 +587,11 @@ class Workload(Measurement):
         "seconds",
         "All-reduce in flight while backward was still computing (not in the sum)",
     )
+    # epoch_end: the input wait of the epoch's timed steps only (those of timed_seconds),
+    # for the accelerator utilisation (AU) the MLPerf Storage way
+    TIMED_INPUT_WAIT_SECONDS = gauge(
+        "timed_input_wait_seconds", "seconds", "input_wait_seconds of the post-warm-up steps"
+    )
     # epoch_end: /proc/<pid>/io growth over the epoch of the rank and its data loaders
     PROCESS_READ_BYTES = gauge(
         "process_read_bytes", "bytes", "read_bytes: what the rank's processes read from storage"

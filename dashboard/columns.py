@@ -83,6 +83,7 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
             "input_wait_percent",
             "compute_percent",
             "communication_percent",
+            "accelerator_util_percent",
             "training_read_bytes",
             "training_cache_read_bytes",
         )

@@ -37,6 +37,7 @@ CHART_ANCHORS = {
     "input_wait_percent": ids.STEP_ANATOMY,
     "compute_percent": ids.STEP_ANATOMY,
     "communication_percent": ids.STEP_ANATOMY,
+    "accelerator_util_percent": ids.STEP_ANATOMY,
     "seconds_per_step": ids.STEP_ANATOMY,
     "images_per_second": ids.OVER_TIME,
     "disk_read_mbps": ids.EPOCH_STORAGE,

@@ -164,6 +164,9 @@ def test_recorder_writes_each_steps_parts_and_the_epochs_sums():
     assert math.isclose(end[Workload.COMMUNICATION_SECONDS], 0.6)
     assert math.isclose(end[Workload.OTHER_STEP_SECONDS], 0.9)
     assert math.isclose(sum(end[p] for p in PARTS), end[Workload.SECONDS])
+    # AU's input wait: the timed steps' only (2 and 3, after the one warm-up step)
+    assert math.isclose(end[Workload.TIMED_INPUT_WAIT_SECONDS], 0.5 + 0.75)
+    assert math.isclose(end[Workload.TIMED_SECONDS], 3.0)
     assert (end[Workload.PROCESS_READ_BYTES], end[Workload.PROCESS_RCHAR_BYTES]) == (2000, 5000)
     assert isinstance(end[Workload.PROCESS_READ_BYTES], int)
 

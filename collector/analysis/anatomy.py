@@ -41,9 +41,23 @@ OTHER = "anatomy_other"
 STEP_SECONDS = "anatomy_step_seconds"  # the ranks' step seconds the parts add up to
 STEPS = "anatomy_steps"  # the ranks' steps
 OVERLAP = "anatomy_overlap"
+# the accelerator utilisation's terms: the timed steps' wall time less their input wait,
+# and that wall time (timed_seconds), when every rank sent both
+TIMED_BUSY = "anatomy_timed_busy"
+TIMED_STEP_SECONDS = "anatomy_timed_step_seconds"
 PROCESS_READ = "process_read"
 PROCESS_RCHAR = "process_rchar"
-AMOUNT_KEYS = (INPUT_WAIT, COMPUTE, COMMUNICATION, OTHER, STEP_SECONDS, STEPS, OVERLAP)
+AMOUNT_KEYS = (
+    INPUT_WAIT,
+    COMPUTE,
+    COMMUNICATION,
+    OTHER,
+    STEP_SECONDS,
+    STEPS,
+    OVERLAP,
+    TIMED_BUSY,
+    TIMED_STEP_SECONDS,
+)
 IO_KEYS = (PROCESS_READ, PROCESS_RCHAR)
 
 
@@ -66,6 +80,15 @@ class RankEpoch:
     timed_seconds: float | None
     read_bytes: float | None
     rchar: float | None
+    timed_busy: float | None = None  # the timed steps' wall time not waiting for input
+
+    @property
+    def accelerator_utilisation(self) -> float | None:
+        """AU (0..1): the timed steps' wall time not spent waiting for input, over that wall
+        time (``accelerator_util_percent``); None where the rank did not send it."""
+        if self.timed_busy is None or not self.timed_seconds:
+            return None
+        return self.timed_busy / self.timed_seconds
 
     @property
     def seconds_per_step(self) -> float | None:
@@ -112,10 +135,20 @@ def rank_epochs(model: RunModel) -> list[RankEpoch]:
                 timed_seconds=record.timed_seconds,
                 read_bytes=record.read_bytes,
                 rchar=record.rchar,
+                timed_busy=timed_busy(record.timed_seconds, record.timed_input_wait),
             )
         )
     out.sort(key=lambda r: (r.epoch, r.host, r.rank))
     return out
+
+
+def timed_busy(timed_seconds: float | None, timed_input_wait: float | None) -> float | None:
+    """What AU counts as busy: every part of the timed steps but the input wait (forward,
+    backward, all-reduce and the optimizer update: all the accelerator's work, as MLPerf
+    Storage's "compute time" is everything between batches)."""
+    if timed_seconds is None or timed_input_wait is None:
+        return None
+    return max(timed_seconds - timed_input_wait, 0.0)
 
 
 def epoch_amounts(ranks: Iterable[RankEpoch]) -> dict[tuple[str, int], dict[str, float]]:
@@ -137,6 +170,9 @@ def epoch_amounts(ranks: Iterable[RankEpoch]) -> dict[tuple[str, int], dict[str,
             values[STEPS] = float(sum(r.steps for r in members))
         if all(r.overlap is not None for r in members):
             values[OVERLAP] = sum(r.overlap or 0.0 for r in members)
+        if all(r.timed_busy is not None and r.timed_seconds for r in members):
+            values[TIMED_BUSY] = sum(r.timed_busy or 0.0 for r in members)
+            values[TIMED_STEP_SECONDS] = sum(r.timed_seconds or 0.0 for r in members)
         out[key] = values
     return out
 

@@ -45,6 +45,11 @@ seconds_per_step           the ranks' mean step wall time (their step seconds ov
 input_wait_percent,        the ranks' step time split (``collector.analysis.anatomy``): each part's
 compute_percent,           sum over the host's ranks over the sum of their step seconds;
 communication_percent      the rest (optimizer update, callbacks) is 100 minus the three
+accelerator_util_percent   AU, the MLPerf Storage way: the share of the ranks' timed steps'
+                           wall time not spent waiting for input (forward, backward,
+                           all-reduce, optimizer: the accelerator's work); warm-up steps left
+                           out, as images/s leaves them out (MLPerf leaves out the first step:
+                           --warmup-steps 1)
 training_read_bytes        what the ranks and their data loaders read from storage
                            (/proc/<pid>/io read_bytes, mapped libraries' page-ins included)
 training_cache_read_bytes  what their reads got from the page cache (rchar - read_bytes)
@@ -414,6 +419,7 @@ class EpochRow:
     input_wait_percent: float | None
     compute_percent: float | None
     communication_percent: float | None
+    accelerator_util_percent: float | None
     training_read_bytes: int | None
     training_cache_read_bytes: int | None
     interpolated_edges: str = ""  # "start", "end", "start,end": no edge sample there
@@ -514,6 +520,9 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             "input_wait_percent": share(anatomy.INPUT_WAIT),
             "compute_percent": share(anatomy.COMPUTE),
             "communication_percent": share(anatomy.COMMUNICATION),
+            "accelerator_util_percent": anatomy.share_percent(
+                column(anatomy.TIMED_BUSY), column(anatomy.TIMED_STEP_SECONDS)
+            ),
             "training_read_bytes": training_read,
             "training_cache_read_bytes": cache_read,
         }

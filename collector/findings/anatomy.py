@@ -56,6 +56,7 @@ from collector.analysis.epochs import EpochRow
 from collector.analysis.scaling import RunFacts
 from collector.findings.context import RunContext
 from collector.findings.evidence import (
+    AU_PASS,
     CPU_SATURATED_PERCENT,
     INPUT_WAIT_SHARE,
     IOWAIT_HIGH_PERCENT,
@@ -63,9 +64,11 @@ from collector.findings.evidence import (
     STEP_PARTS,
     STORAGE_READ_SHARE,
     STRAGGLER_RATIO,
+    AcceleratorUtilisation,
     Finding,
     InputWaitHost,
     PartChange,
+    RankUtilisation,
     ScalingAttribution,
     Startup,
     StragglerEpoch,
@@ -282,7 +285,57 @@ def detect_input_wait(
         else:
             cause = "undetermined"
         found.append(
-            InputWaitHost(host, epochs, share, cause, cpu, iowait, read_bytes, rchar_bytes, storage)
+            InputWaitHost(
+                host, epochs, share, cause, cpu, iowait, read_bytes, rchar_bytes, storage,
+                accelerator_utilisation=pooled_utilisation(members),
+            )
+        )  # fmt: skip
+    return found
+
+
+# --------------------------------------------------------------------------------------
+# accelerator utilisation (AU, the MLPerf Storage way)
+# --------------------------------------------------------------------------------------
+
+
+def pooled_utilisation(members: list[RankEpoch]) -> float | None:
+    """AU over ``members``' timed steps, pooled as the per-epoch column pools it (their
+    busy seconds over their timed seconds); None unless every one of them sent it."""
+    if not members or any(r.timed_busy is None or not r.timed_seconds for r in members):
+        return None
+    return sum(r.timed_busy or 0.0 for r in members) / sum(r.timed_seconds or 0.0 for r in members)
+
+
+def detect_accelerator_utilisation(mine: list[RankEpoch]) -> list[AcceleratorUtilisation]:
+    """Per host, over the settled epochs: AU under ``AU_PASS`` while the input wait of the
+    steps stays under ``INPUT_WAIT_SHARE`` (above it the input_wait finding, which states
+    the AU too, is the one to read)."""
+    by_host: dict[str, list[RankEpoch]] = defaultdict(list)
+    for r in settled(mine):
+        by_host[r.host].append(r)
+    found = []
+    for host, members in sorted(by_host.items()):
+        utilisation = pooled_utilisation(members)
+        seconds = sum(r.seconds for r in members)
+        if utilisation is None or utilisation >= AU_PASS or seconds <= 0:
+            continue
+        share = sum(r.input_wait for r in members) / seconds
+        if share >= INPUT_WAIT_SHARE:
+            continue
+        ranks = defaultdict(list)
+        for r in members:
+            ranks[r.rank].append(r)
+        found.append(
+            AcceleratorUtilisation(
+                host=host,
+                epochs=sorted({r.epoch for r in members}),
+                accelerator_utilisation=utilisation,
+                input_wait_share=share,
+                ranks=[
+                    RankUtilisation(host, rank, pooled_utilisation(rows) or 0.0)
+                    for rank, rows in sorted(ranks.items())
+                ],
+            )
         )
     return found
 
@@ -399,6 +452,11 @@ def input_wait(context: RunContext) -> list[Finding]:
     return [words(found) for found in detect_input_wait(context, rows, reads)]
 
 
+def accelerator_utilisation(context: RunContext) -> list[Finding]:
+    rows = _complete(context, rank_epochs(context.model))
+    return [words(found) for found in detect_accelerator_utilisation(rows)]
+
+
 def straggler(context: RunContext) -> list[Finding]:
     return _worded(detect_stragglers(_complete(context, rank_epochs(context.model))))
 
@@ -410,4 +468,4 @@ def startup(context: RunContext) -> list[Finding]:
 
 # the scaling loss is the scaling_loss rule's (collector.findings.engine), explained by
 # scaling_attribution when both runs have an anatomy
-ANATOMY_RULES = (input_wait, straggler, startup)
+ANATOMY_RULES = (input_wait, accelerator_utilisation, straggler, startup)

@@ -61,6 +61,8 @@ SCALING_CRITICAL_FRACTION = 0.25
 # input wait, stragglers and start-up (collector.findings.anatomy)
 INPUT_WAIT_SHARE = 0.20
 STORAGE_READ_SHARE = 0.5  # read_bytes / rchar: the training's reads came from storage
+# MLPerf Storage's pass mark for ResNet-50 (and UNet3D): accelerator utilisation >= 90%
+AU_PASS = 0.90
 STRAGGLER_RATIO = 1.25
 STARTUP_RATIO = 1.5
 # epoch restart: an epoch's first timed step takes 3x the median of its others, and the
@@ -486,6 +488,27 @@ class InputWaitHost:
     training_rchar_bytes: float | None
     storage_read_mbps: float | None
     threshold_share: float = INPUT_WAIT_SHARE
+    accelerator_utilisation: float | None = field(default=None, metadata=digits(4))
+
+
+@dataclass(frozen=True)
+class RankUtilisation:
+    host: str
+    rank: int
+    accelerator_utilisation: float = field(metadata=digits(4))
+
+
+@dataclass(frozen=True)
+class AcceleratorUtilisation:
+    """A host whose ranks' AU over the settled epochs' timed steps is under MLPerf
+    Storage's pass mark while their input wait stays under the input_wait rule's."""
+
+    host: str
+    epochs: list[int]
+    accelerator_utilisation: float = field(metadata=digits(4))
+    input_wait_share: float = field(metadata=digits(4))
+    ranks: list[RankUtilisation] = field(default_factory=list)
+    pass_mark: float = AU_PASS
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from functools import singledispatch
 
 from collector.findings.evidence import (
+    AU_PASS,
     CRITICAL,
     EPOCH_RESTART_SHARE,
     INFO,
@@ -33,6 +34,7 @@ from collector.findings.evidence import (
     SEVERITY_ORDER,
     SPREAD_LIMIT,
     WARNING,
+    AcceleratorUtilisation,
     CacheWarmup,
     DatasetFitsInMemory,
     EpochRestart,
@@ -69,6 +71,7 @@ NFS_SERVER_READ = BY_NAME["nfs_server_read_mbps"]
 PAGE_CACHE_DELTA = BY_NAME["page_cache_delta_bytes"]
 RX_MINUS_TX = BY_NAME["rx_minus_tx_mbps"]
 IMAGES_PER_SECOND = BY_NAME["images_per_second"]
+ACCELERATOR_UTIL = BY_NAME["accelerator_util_percent"]
 CPU_UTIL = BY_NAME["cpu_util_percent"]
 INPUT_WAIT = BY_NAME["input_wait_percent"]
 COMPUTE = BY_NAME["compute_percent"]
@@ -629,9 +632,50 @@ def _(found: InputWaitHost) -> Finding:
             f"{_measured_bytes(found.training_rchar_bytes)} read in all. "
             + CAUSE_TEXT[found.cause]
             + "."
+            + au_sentence(found.accelerator_utilisation)
         ),
         evidence=evidence_json(found),
         chart=INPUT_WAIT,
+    )
+
+
+def au_sentence(utilisation: float | None) -> str:
+    """The AU the MLPerf Storage way, against its pass mark (empty when not measured)."""
+    if utilisation is None:
+        return ""
+    verdict = "under" if utilisation < AU_PASS else "at or over"
+    return (
+        f" Accelerator utilisation (AU, the MLPerf Storage way: timed step time not "
+        f"waiting for input) was {format_fraction(utilisation)}, {verdict} the "
+        f"{format_fraction(AU_PASS)} MLPerf Storage requires for ResNet-50."
+    )
+
+
+@words.register
+def _(found: AcceleratorUtilisation) -> Finding:
+    ranks = ", ".join(
+        f"rank {r.rank} {format_fraction(r.accelerator_utilisation)}" for r in found.ranks
+    )
+    return Finding(
+        rule="accelerator_utilisation",
+        severity=INFO,
+        title=(
+            f"AU {format_fraction(found.accelerator_utilisation)} on {found.host}: under "
+            f"MLPerf Storage's {format_fraction(found.pass_mark)} for ResNet-50"
+        ),
+        explanation=(
+            f"In epoch{'s' if len(found.epochs) > 1 else ''} "
+            f"{', '.join(map(str, found.epochs))} the ranks on {found.host} spent "
+            f"{format_fraction(found.accelerator_utilisation)} of their timed step time "
+            f"computing (forward, backward, all-reduce, optimizer) and the rest waiting for "
+            f"their next batch ({ranks}). The wait is "
+            f"{format_fraction(found.input_wait_share)} of step time, under the "
+            f"{format_fraction(INPUT_WAIT_SHARE)} that makes it input-bound, but a storage "
+            "system MLPerf Storage would pass keeps the accelerators busy "
+            f"{format_fraction(found.pass_mark)} of the time or more."
+        ),
+        evidence=evidence_json(found),
+        chart=ACCELERATOR_UTIL,
     )
 
 

@@ -428,6 +428,7 @@ class RunBuilder:
                     if spec.top1 is not None:
                         end_fields[Workload.TOP1] = spec.top1
                     end_fields |= self._anatomy_fields(spec, host, rank, step_number)
+                    end_fields |= self._timed_parts(spec, host, rank, timed_seconds)
                     out.append(event(end + skew, end_fields))
                 if self.state != RunState.LIVE:
                     out.append(
@@ -451,6 +452,15 @@ class RunBuilder:
             Workload.COMMUNICATION_SECONDS: communication,
             Workload.OTHER_STEP_SECONDS: seconds - wait - compute - communication,
         }
+
+    def _timed_parts(
+        self, spec: EpochSpec, host: str, rank: int, timed_seconds: float
+    ) -> dict[str, float]:
+        """The timed steps' input wait, at the epoch's shares."""
+        parts = self._step_parts(spec, host, rank, timed_seconds)
+        if not parts or not timed_seconds:
+            return {}
+        return {Workload.TIMED_INPUT_WAIT_SECONDS: parts[Workload.INPUT_WAIT_SECONDS]}
 
     def _anatomy_fields(
         self, spec: EpochSpec, host: str, rank: int, step_number: int

@@ -126,7 +126,12 @@ def print_epoch_table(events_dir: Path) -> None:
 # the report's columns (contract.columns) that tell where a profiled run's input came from
 # and where its step time went; NFS only where a host read over NFS, the training's own reads
 # only where its ranks sent them, the step anatomy only where the run's steps carried one
-ANATOMY_COLUMNS = ("input_wait_percent", "compute_percent", "communication_percent")
+ANATOMY_COLUMNS = (
+    "input_wait_percent",
+    "compute_percent",
+    "communication_percent",
+    "accelerator_util_percent",
+)
 PROFILE_COLUMNS = (
     "state",  # only when an epoch did not end
     "seconds",

@@ -55,6 +55,7 @@ class EpochStats:
     top1: float | None = None
     top5: float | None = None
     anatomy: StepAnatomy | None = None  # sums over the epoch's steps that had one
+    timed_anatomy: StepAnatomy | None = None  # the same over its timed steps only
     io: ProcessIo | None = None  # the rank's own reads over the epoch
 
     @property
@@ -137,6 +138,8 @@ class Recorder:
         stats.timed_steps += 1
         stats.timed_images += self.batch_size
         stats.timed_seconds += seconds
+        if anatomy is not None:
+            stats.timed_anatomy = add(stats.timed_anatomy or ZERO, anatomy)
         if seconds > 0:
             self.step_rates.append(self.batch_size / seconds)
         if stats.timed_steps % self.step_every == 0:
@@ -178,6 +181,7 @@ class Recorder:
                 Workload.TOP1: top1,
                 Workload.TOP5: top5,
                 **anatomy_fields(stats.anatomy),
+                **timed_anatomy_fields(stats.timed_anatomy),
                 **io_fields(stats.io),
             },
         )
@@ -207,6 +211,13 @@ class Recorder:
             f"images/sec: {overall:.1f} over {len(self.step_rates)} timed steps "
             f"(per step {mean:.1f} +/- {spread:.1f})"
         )
+
+
+def timed_anatomy_fields(anatomy: StepAnatomy | None) -> dict[str, object]:
+    """The input wait of the timed steps (none when no timed step had an anatomy)."""
+    if anatomy is None:
+        return {}
+    return {Workload.TIMED_INPUT_WAIT_SECONDS: anatomy.input_wait}
 
 
 def anatomy_fields(anatomy: StepAnatomy | None) -> dict[str, object]:
