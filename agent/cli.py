@@ -106,7 +106,29 @@ Refusals are logged once a minute per kind and client (docs/reliability.md).""",
     )
     run.add_argument("--config", type=Path, help="TOML configuration file")
 
-    for command in (sample, run):
+    ceilings = commands.add_parser(
+        "ceilings",
+        help="measure this node's ceilings once (disk, links, PCIe, JPEG decode) and keep them",
+        description="Measures what this node's hardware delivers at most and writes it to "
+        "the ceilings file, which the running agent's ceilings sampler reports at every tick "
+        "(docs/ceilings.md). Run it again to measure again.",
+    )
+    ceilings.add_argument(
+        "--data-dir", type=Path, default=Path("."),
+        help="a directory on the disk that holds the training data (a scratch file is "
+        "written and read there, then removed; default: the current directory)",
+    )  # fmt: skip
+    ceilings.add_argument("--disk-mib", type=_positive_int, default=256,
+                          help="scratch file size (default 256)")  # fmt: skip
+    ceilings.add_argument("--disk-seconds", type=float, default=5.0,
+                          help="at most this long per disk pass (default 5)")  # fmt: skip
+    ceilings.add_argument("--cpu-seconds", type=float, default=2.0,
+                          help="JPEG decoding time (default 2)")  # fmt: skip
+    ceilings.add_argument("--out", type=Path,
+                          help="the ceilings file (default $EPOCHSCOPE_CEILINGS_FILE or "
+                          "/var/lib/epochscope/ceilings.json)")  # fmt: skip
+
+    for command in (sample, run, ceilings):
         command.add_argument("--proc-root", type=Path, help="procfs root (default /proc)")
         command.add_argument("--sys-root", type=Path, help="sysfs root (default /sys)")
         command.add_argument(
@@ -140,6 +162,34 @@ def _now_ns() -> int:
     import time
 
     return time.time_ns()
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def cmd_ceilings(args: argparse.Namespace) -> int:
+    from agent import ceilings
+
+    if not args.data_dir.is_dir():
+        log.error("--data-dir %s is not a directory", args.data_dir)
+        return EXIT_USAGE
+    out = args.out or ceilings.ceilings_file()
+    found = ceilings.measure(
+        args.data_dir, args.disk_mib, args.disk_seconds, args.cpu_seconds,
+        args.sys_root or Roots.sys,
+    )  # fmt: skip
+    for measured in found:
+        print(ceilings.describe(measured))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = out.with_name(out.name + ".new")
+    scratch.write_text(ceilings.to_json(found))
+    scratch.replace(out)  # the sampler never reads half a file
+    print(f"kept in {out}: the agent reports them from its next tick")
+    return EXIT_OK
 
 
 def _load_config(args: argparse.Namespace) -> AgentConfig:
@@ -278,6 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "sample":
             return cmd_sample(args)
+        if args.command == "ceilings":
+            return cmd_ceilings(args)
         return cmd_run(args)
     except BrokenPipeError:
         # `agent sample ... | head`: the reader left; no traceback, and nothing more written

@@ -88,6 +88,10 @@ SPEC: tuple[ReportColumn, ...] = (
             "Reads from local block devices of kind disk (partitions, device-mapper, md and "
             "loop devices left out: their I/O is already counted on the disk below them)",
             "storage"),
+    _column("disk_read_ceiling_percent", "disk % max", "Disk read % of ceiling", PERCENT,
+            1, "Disk read MB/s as a share of this host's measured sequential read ceiling "
+            "(agent ceilings: direct I/O, 1 MiB reads); – where none was measured",
+            "storage"),
     _column("disk_write_bytes", "disk write", "Disk write", BYTES, None,
             "Bytes written to local block devices of kind disk", "storage"),
     _column("nfs_server_read_bytes", "NFS server", "NFS server read", BYTES, None,

@@ -132,6 +132,7 @@ class Tag:
     USER = "user"  # slurm_job: the job owner's name, where it resolves
     ACCOUNT = "account"  # slurm_job: SLURM_JOB_ACCOUNT of a job process
     PARTITION = "partition"  # slurm_job: SLURM_JOB_PARTITION of a job process
+    METHOD = "method"  # ceiling: how the ceiling was measured
     GPUS = "gpus"  # slurm_job: the job's GPUs as Slurm or CUDA names them ("0,1", "GPU-...")
 
 
@@ -459,6 +460,35 @@ class SamplerSelf(Measurement):
     SUCCESS = gauge(
         "success", "boolean", "1 if the sampler's sample() returned at the last tick, 0 if raised"
     )
+
+
+class Ceiling(Measurement):
+    """The most a node's hardware delivers, measured once by ``agent ceilings`` and kept
+    in a file the ``ceilings`` sampler reports at every tick (``agent/ceilings.py``), so
+    a run's per-epoch rates can be stated as a share of them. ``device``: the disk, the
+    interface or InfiniBand port (``mlx5_0/1``), the GPU index, or ``cpu``; ``method``:
+    how it was measured (``o_direct``, ``fadvise``, ``sysfs``, ``nvml``, ``pillow``)."""
+
+    NAME = "ceiling"
+    TAGS = (Tag.HOST, Tag.DEVICE, Tag.KIND, Tag.METHOD)
+    DISK_SEQUENTIAL_READ = gauge(
+        "disk_sequential_read_bytes_per_second",
+        "bytes/s",
+        "1 MiB reads in order, direct I/O, on the device that holds the data",
+    )
+    DISK_RANDOM_READ = gauge(
+        "disk_random_read_bytes_per_second",
+        "bytes/s",
+        "128 KiB reads at random offsets (a JPEG's size), direct I/O, same device",
+    )
+    LINK = gauge("link_bytes_per_second", "bytes/s", "A NIC's or InfiniBand port's link rate")
+    PCIE = gauge("pcie_bytes_per_second", "bytes/s", "A GPU's PCIe link, one direction, at its max")
+    JPEG_DECODE = gauge(
+        "jpeg_decode_images_per_second_per_core",
+        "images/s",
+        "JPEG decode + resize to 224 px of a 500x375 picture, one core",
+    )
+    MEASURED_AT = gauge("measured_at_seconds", "unix seconds", "When it was measured")
 
 
 class Job(Measurement):

@@ -15,6 +15,7 @@ SAMPLER_NAMES: tuple[str, ...] = (
     "nfs",
     "jobs",
     "gpu",
+    "ceilings",
     "agent",
 )
 

@@ -31,6 +31,8 @@ rx_minus_tx_mbps           receive minus send on the fabric: InfiniBand when the
                            any InfiniBand traffic during the run, else the NICs. With shared
                            storage on the fabric this is the storage read rate (gradients
                            are sent and received in equal amounts).
+disk_read_ceiling_percent  disk_read_mbps as a share of the host's measured sequential read
+                           ceiling (``agent ceilings``: the sum over the disks it measured)
 page_cache_delta_bytes     ``memory.cached_bytes`` at end minus at start
 major_faults               ``memory.pgmajfault`` growth
 cpu_util_percent           share of all CPU time that is neither idle nor iowait
@@ -109,6 +111,7 @@ from collector.store.api import ReadStore, SeriesData, SeriesInfo
 from contract.columns import BY_NAME, COMPLETE, INTERRUPTED, REPORT_COLUMN_NAMES, RUNNING
 from contract.markers import ALL_HOSTS
 from contract.schema import (
+    Ceiling,
     Cpu,
     Disk,
     DiskKind,
@@ -314,6 +317,8 @@ HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal("gpu_energy", Gpu.NAME, Gpu.ENERGY_JOULES, COUNTER, _whole_gpu),
     HostTotal("gpu_pcie_rx", Gpu.NAME, Gpu.PCIE_RX_BYTES, COUNTER, _whole_gpu),
     HostTotal("gpu_pcie_tx", Gpu.NAME, Gpu.PCIE_TX_BYTES, COUNTER, _whole_gpu),
+    # the measured ceilings (agent ceilings): the sum of the measured disks' rates
+    HostTotal("disk_read_ceiling", Ceiling.NAME, Ceiling.DISK_SEQUENTIAL_READ, GAUGE_MEAN),
 )
 
 
@@ -395,6 +400,7 @@ class EpochRow:
     images_per_second: float | None
     disk_read_bytes: int | None
     disk_read_mbps: float | None
+    disk_read_ceiling_percent: float | None
     disk_write_bytes: int | None
     nfs_server_read_bytes: int | None
     nfs_server_read_mbps: float | None
@@ -496,6 +502,10 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             "images_per_second": rate,
             "disk_read_bytes": column("disk_read"),
             "disk_read_mbps": mbps("disk_read"),
+            "disk_read_ceiling_percent": 100.0
+            * column("disk_read")
+            * per_second
+            / np.where(column("disk_read_ceiling") > 0, column("disk_read_ceiling"), np.nan),
             "disk_write_bytes": column("disk_write"),
             "nfs_server_read_bytes": column("nfs_server_read"),
             "nfs_server_read_mbps": mbps("nfs_server_read"),

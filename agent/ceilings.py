@@ -1,0 +1,285 @@
+"""A node's ceilings: the most its disks, links, GPUs' PCIe and CPUs deliver, measured
+once by ``agent ceilings`` and kept in a JSON file that the ``ceilings`` sampler reports
+at every tick, so that the collector can state a run's rates as a share of them.
+
+What is measured, and how (``method``):
+
+- **disk** (``o_direct``): the device holding ``--data-dir``; a scratch file of
+  ``--disk-mib`` written there and read back with ``O_DIRECT`` (the page cache bypassed):
+  1 MiB reads in order, then 128 KiB reads at random offsets (an ImageNet JPEG's size).
+  Where the file system refuses ``O_DIRECT`` (tmpfs, some overlays) the file's pages are
+  dropped with ``posix_fadvise(DONTNEED)`` before each pass instead (``fadvise``), which
+  readahead can flatter. fio does the same with more knobs; this needs nothing installed.
+- **links** (``sysfs``): each physical NIC's ``speed`` (Mb/s) and each InfiniBand port's
+  ``rate`` (``100 Gb/sec (4X EDR)``): the negotiated rate, not a measured throughput.
+- **PCIe** (``nvml``): each GPU's maximum link generation and width, as bytes/s per
+  direction (128b/130b encoding from generation 3).
+- **JPEG decode** (``pillow``): one core decoding a 500x375 JPEG and resizing it to
+  224 px for ``--cpu-seconds``: the bundled input pipeline's work per picture.
+
+Shared storage under other tenants' load, a disk's cache on a short test, and links
+that are shared upstream (an oversubscribed fabric) are not seen: the docs say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import mmap
+import os
+import random
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from contract.point import Point
+from contract.schema import Ceiling, Tag
+
+DEFAULT_FILE = Path("/var/lib/epochscope/ceilings.json")
+FILE_ENV = "EPOCHSCOPE_CEILINGS_FILE"
+SEQUENTIAL_BLOCK = 1 << 20
+RANDOM_BLOCK = 128 << 10
+BYTES_PER_MBIT = 1_000_000 / 8
+# PCIe bytes/s per lane and direction, by generation (after line encoding)
+PCIE_LANE_BYTES = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969.2e6, 5: 3938.5e6, 6: 7877e6}
+
+
+def ceilings_file() -> Path:
+    return Path(os.environ.get(FILE_ENV) or DEFAULT_FILE)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One ceiling: which field of ``contract.schema.Ceiling``, of which device, how."""
+
+    field: str
+    device: str
+    kind: str  # disk | net | infiniband | gpu | cpu
+    method: str
+    value: float
+    measured_at: float  # unix seconds
+
+    def point(self, now_ns: int) -> Point:
+        return Point(
+            Ceiling.NAME,
+            {Tag.DEVICE: self.device, Tag.KIND: self.kind, Tag.METHOD: self.method},
+            {self.field: self.value, str(Ceiling.MEASURED_AT): self.measured_at},
+            now_ns,
+        )
+
+
+# --- parsing (pure) --------------------------------------------------------------------
+
+
+_IB_RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
+
+
+def parse_ib_rate(text: str) -> float | None:
+    """``/sys/class/infiniband/<hca>/ports/<n>/rate`` (``100 Gb/sec (4X EDR)``) ->
+    bytes/s, or None when it says no rate."""
+    found = _IB_RATE.match(text)
+    if found is None:
+        return None
+    gbits = float(found.group(1))
+    return gbits * 1e9 / 8 if gbits > 0 else None
+
+
+def parse_net_speed(text: str) -> float | None:
+    """``/sys/class/net/<if>/speed`` (Mb/s; -1 or empty when the link is down) ->
+    bytes/s, or None."""
+    try:
+        mbits = int(text.strip())
+    except ValueError:
+        return None
+    return mbits * BYTES_PER_MBIT if mbits > 0 else None
+
+
+def pcie_bytes_per_second(generation: int, width: int) -> float | None:
+    lane = PCIE_LANE_BYTES.get(generation)
+    return lane * width if lane is not None and width > 0 else None
+
+
+def from_json(text: str) -> list[Measured]:
+    """The kept file's ceilings; ValueError (with what is wrong) for a damaged file."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("ceilings"), list):
+        raise ValueError('not a ceilings file: no "ceilings" list')
+    known = set(Ceiling.fields())
+    out = []
+    for number, entry in enumerate(data["ceilings"], start=1):
+        try:
+            measured = Measured(**entry)
+        except TypeError as error:
+            raise ValueError(f"ceiling {number}: {error}") from None
+        if measured.field not in known or not isinstance(measured.value, int | float):
+            raise ValueError(f"ceiling {number}: unknown field or value {entry!r}")
+        out.append(measured)
+    return out
+
+
+def to_json(ceilings: list[Measured]) -> str:
+    return json.dumps({"ceilings": [asdict(c) for c in ceilings]}, indent=1) + "\n"
+
+
+# --- measuring -------------------------------------------------------------------------
+
+
+def link_ceilings(sys_root: Path, now: float) -> list[Measured]:
+    """Physical NICs' and InfiniBand ports' link rates from sysfs."""
+    out = []
+    net = sys_root / "class" / "net"
+    for interface in sorted(net.iterdir()) if net.is_dir() else []:
+        with contextlib.suppress(OSError):
+            if "/virtual/" in os.path.realpath(interface):
+                continue  # bridges, veth, loopback: no wire of their own
+            rate = parse_net_speed((interface / "speed").read_text())
+            if rate is not None:
+                field = str(Ceiling.LINK)
+                out.append(Measured(field, interface.name, "net", "sysfs", rate, now))
+    ib = sys_root / "class" / "infiniband"
+    for port in sorted(ib.glob("*/ports/*")) if ib.is_dir() else []:
+        with contextlib.suppress(OSError):
+            rate = parse_ib_rate((port / "rate").read_text())
+            if rate is not None:
+                device = f"{port.parent.parent.name}/{port.name}"
+                out.append(Measured(str(Ceiling.LINK), device, "infiniband", "sysfs", rate, now))
+    return out
+
+
+def block_device_of(path: Path, sys_root: Path = Path("/sys")) -> str:
+    """The name of the whole disk that holds ``path`` (``sda`` for ``sda2``), or the
+    device number as ``major:minor`` when sysfs does not know it (overlay, tmpfs)."""
+    number = os.stat(path).st_dev
+    ident = f"{os.major(number)}:{os.minor(number)}"
+    device = sys_root / "dev" / "block" / ident
+    if not device.exists():
+        return ident
+    real = Path(os.path.realpath(device))
+    return real.parent.name if (real / "partition").exists() else real.name
+
+
+def _timed_reads(fd: int, offsets: list[int], block: int, budget: float) -> float:
+    """Bytes/s over the reads at ``offsets`` (stopping after ``budget`` seconds)."""
+    buffer = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT needs
+    done, start = 0, time.perf_counter()
+    try:
+        for offset in offsets:
+            done += os.preadv(fd, [buffer], offset)
+            if time.perf_counter() - start > budget:
+                break
+    finally:
+        buffer.close()
+    elapsed = time.perf_counter() - start
+    return done / elapsed if elapsed > 0 else 0.0
+
+
+def disk_ceilings(
+    directory: Path, size_mib: int, seconds: float, now: float, sys_root: Path = Path("/sys")
+) -> list[Measured]:
+    """Sequential and random read rates of the disk under ``directory``, on a scratch
+    file written there (and removed)."""
+    size = size_mib << 20
+    device = block_device_of(directory, sys_root)
+    scratch = directory / f".epochscope-ceiling-{os.getpid()}"
+    try:
+        with scratch.open("wb") as out:
+            chunk = os.urandom(SEQUENTIAL_BLOCK)
+            for _ in range(size // SEQUENTIAL_BLOCK):
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        method = "o_direct"
+        try:
+            fd = os.open(scratch, os.O_RDONLY | os.O_DIRECT)
+            os.preadv(fd, [mmap.mmap(-1, 4096)], 0)
+        except OSError:
+            method = "fadvise"
+            fd = os.open(scratch, os.O_RDONLY)
+        try:
+            blocks = size // SEQUENTIAL_BLOCK
+            if method == "fadvise":
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            sequential = _timed_reads(
+                fd, [i * SEQUENTIAL_BLOCK for i in range(blocks)], SEQUENTIAL_BLOCK, seconds
+            )
+            if method == "fadvise":
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            spots = size // RANDOM_BLOCK
+            offsets = [random.randrange(spots) * RANDOM_BLOCK for _ in range(spots)]
+            scattered = _timed_reads(fd, offsets, RANDOM_BLOCK, seconds)
+        finally:
+            os.close(fd)
+    finally:
+        scratch.unlink(missing_ok=True)
+    return [
+        Measured(str(Ceiling.DISK_SEQUENTIAL_READ), device, "disk", method, sequential, now),
+        Measured(str(Ceiling.DISK_RANDOM_READ), device, "disk", method, scattered, now),
+    ]
+
+
+def jpeg_decode_ceiling(seconds: float, now: float) -> Measured | None:
+    """Pictures/s one core decodes and resizes (None without Pillow)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    picture = Image.effect_noise((500, 375), 40).convert("RGB")
+    encoded = io.BytesIO()
+    picture.save(encoded, "JPEG", quality=90)
+    data = encoded.getvalue()
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        with Image.open(io.BytesIO(data)) as image:
+            image.convert("RGB").resize((224, 224))
+        count += 1
+    rate = count / (time.perf_counter() - start)
+    return Measured(str(Ceiling.JPEG_DECODE), "cpu", "cpu", "pillow", rate, now)
+
+
+def pcie_ceilings(now: float) -> list[Measured]:
+    """Each GPU's PCIe link at its maximum generation and width (NVML); none without."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no library: no GPU ceilings
+        return []
+    out = []
+    try:
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            rate = pcie_bytes_per_second(
+                pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle),
+                pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle),
+            )
+            if rate is not None:
+                out.append(Measured(str(Ceiling.PCIE), str(index), "gpu", "nvml", rate, now))
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    return out
+
+
+def measure(
+    data_dir: Path, disk_mib: int, disk_seconds: float, cpu_seconds: float, sys_root: Path
+) -> list[Measured]:
+    now = time.time()
+    found = disk_ceilings(data_dir, disk_mib, disk_seconds, now, sys_root)
+    found += link_ceilings(sys_root, now)
+    found += pcie_ceilings(now)
+    decode = jpeg_decode_ceiling(cpu_seconds, now)
+    if decode is not None:
+        found.append(decode)
+    return found
+
+
+def describe(measured: Measured) -> str:
+    value = measured.value
+    if measured.field == str(Ceiling.JPEG_DECODE):
+        amount = f"{value:,.0f} pictures/s per core"
+    else:
+        amount = f"{value / 1e6:,.1f} MB/s"
+    where = f"{measured.kind:<10} {measured.device:<12} {measured.field:<40}"
+    return f"{where} {amount} ({measured.method})"

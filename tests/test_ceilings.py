@@ -1,0 +1,136 @@
+"""A node's ceilings (``agent ceilings``): link rates parsed from the captured sysfs trees,
+a real disk measured with direct I/O, a real JPEG decode rate, the file the ``ceilings``
+sampler reports at every tick, and the per-epoch share of the disk's ceiling the report
+computes from those samples."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agent import ceilings
+from agent.samplers.ceilings import CeilingsSampler
+from collector.analysis.epochs import build_report
+from contract.point import Point
+from contract.schema import Ceiling, Tag
+from tests.conftest import REPO_ROOT
+from tests.support.run_builder import NS, T0_NS, RunBuilder
+
+pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
+
+FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "roots"
+GBIT = 1e9 / 8
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("100 Gb/sec (4X EDR)\n", 100 * GBIT),
+        ("40 Gb/sec (4X QDR)\n", 40 * GBIT),
+        ("25 Gb/sec (1X EDR)", 25 * GBIT),
+        ("0 Gb/sec (4X SDR)", None),  # a port with no link
+        ("garbage", None),
+    ],
+)
+def test_parse_ib_rate(text, expected):
+    assert ceilings.parse_ib_rate(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("10000\n", 1.25e9), ("-1\n", None), ("", None), ("25000", 3.125e9)]
+)
+def test_parse_net_speed(text, expected):
+    assert ceilings.parse_net_speed(text) == expected
+
+
+def test_infiniband_ports_of_a_captured_host():
+    root = FIXTURES / "procfs-mlx-hfi" / "sys"
+    if not root.is_dir():
+        pytest.skip("the shared fixtures are not beside this checkout")
+    found = {m.device: m.value for m in ceilings.link_ceilings(root, 0.0)}
+    assert found == {
+        "hfi1_0/1": 100 * GBIT,
+        "mlx4_0/1": 40 * GBIT,
+        "mlx4_0/2": 40 * GBIT,
+        "mlx5_0/1": 25 * GBIT,
+    }
+
+
+def test_pcie_rate_per_direction():
+    assert ceilings.pcie_bytes_per_second(3, 16) == pytest.approx(15.75e9, rel=1e-3)
+    assert ceilings.pcie_bytes_per_second(4, 16) == pytest.approx(31.5e9, rel=1e-3)
+    assert ceilings.pcie_bytes_per_second(9, 16) is None
+
+
+def test_a_real_disk_and_a_real_decoder_measured(tmp_path):
+    found = ceilings.disk_ceilings(tmp_path, 16, 2.0, 123.0)
+    sequential, scattered = found
+    assert sequential.field == str(Ceiling.DISK_SEQUENTIAL_READ)
+    assert scattered.field == str(Ceiling.DISK_RANDOM_READ)
+    assert sequential.device == ceilings.block_device_of(tmp_path)
+    assert sequential.method in ("o_direct", "fadvise") and sequential.value > 1e6
+    assert scattered.value > 1e5
+    assert list(tmp_path.iterdir()) == []  # the scratch file is gone
+    decode = ceilings.jpeg_decode_ceiling(0.3, 123.0)
+    assert decode is not None and decode.value > 1 and decode.device == "cpu"
+
+
+def test_the_command_keeps_a_file_the_sampler_reports(tmp_path, repo_env):
+    kept = tmp_path / "state" / "ceilings.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "agent", "ceilings", "--data-dir", str(tmp_path),
+         "--disk-mib", "8", "--disk-seconds", "1", "--cpu-seconds", "0.2", "--out", str(kept)],
+        capture_output=True, text=True, env=repo_env, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "disk_sequential_read_bytes_per_second" in result.stdout
+    measured = ceilings.from_json(kept.read_text())
+    sampler = CeilingsSampler(None, kept)
+    assert sampler.available()
+    points = sampler.sample(5 * NS)
+    assert len(points) == len(measured)
+    first = points[0]
+    assert first.measurement == Ceiling.NAME and first.time_ns == 5 * NS
+    assert first.fields[str(Ceiling.DISK_SEQUENTIAL_READ)] == measured[0].value
+    assert first.tags[Tag.METHOD] == measured[0].method
+    # a damaged file: logged, the last good ceilings kept
+    kept.write_text("{not json")
+    assert len(sampler.sample(6 * NS)) == len(measured)
+    with pytest.raises(ValueError, match="ceiling 1"):
+        ceilings.from_json(json.dumps({"ceilings": [{"field": "x"}]}))
+
+
+def test_no_file_turns_the_sampler_off(tmp_path):
+    assert not CeilingsSampler(None, tmp_path / "none.json").available()
+
+
+def test_the_report_states_disk_reads_as_a_share_of_the_ceiling(make_store):
+    run = RunBuilder("ceil", warmup_steps=2)
+    run.epoch(20, 400, disk_read=40e6)  # 40 MB/s
+    run.epoch(20, 400, disk_read=0.0)
+    ceiling = [
+        Point(
+            Ceiling.NAME,
+            {Tag.HOST: host, Tag.DEVICE: "sda", Tag.KIND: "disk", Tag.METHOD: "o_direct"},
+            {str(Ceiling.DISK_SEQUENTIAL_READ): 160e6, str(Ceiling.MEASURED_AT): 1.0},
+            T0_NS + second * NS,
+        )
+        for host in run.hosts
+        for second in range(-5, 60)
+    ]
+    store = make_store([*run.points(), *ceiling])
+    rows = {(r.host, r.epoch): r for r in build_report(store, "ceil").rows}
+    host = run.hosts[0]
+    assert rows[(host, 1)].disk_read_mbps == pytest.approx(40.0, rel=0.02)
+    assert rows[(host, 1)].disk_read_ceiling_percent == pytest.approx(25.0, rel=0.02)
+    assert rows[(host, 2)].disk_read_ceiling_percent == 0.0
+
+
+def test_a_run_without_ceilings_has_no_share(make_store):
+    run = RunBuilder("bare", warmup_steps=2)
+    run.epoch(20, 400, disk_read=40e6)
+    (row, *_) = build_report(make_store(run.points()), "bare").rows
+    assert row.disk_read_ceiling_percent is None
