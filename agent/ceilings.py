@@ -61,13 +61,26 @@ class Measured:
     value: float
     measured_at: float  # unix seconds
 
-    def point(self, now_ns: int) -> Point:
-        return Point(
-            Ceiling.NAME,
-            {Tag.DEVICE: self.device, Tag.KIND: self.kind, Tag.METHOD: self.method},
-            {self.field: self.value, str(Ceiling.MEASURED_AT): self.measured_at},
-            now_ns,
-        )
+    @property
+    def tags(self) -> tuple[str, str, str]:
+        return (self.device, self.kind, self.method)
+
+
+def points(ceilings: list[Measured], now_ns: int) -> list[Point]:
+    """One point per device, kind and method, with every ceiling measured there and the
+    latest ``measured_at_seconds`` (one series per metric and label set on /metrics)."""
+    grouped: dict[tuple[str, str, str], dict[str, float]] = {}
+    for ceiling in ceilings:
+        fields = grouped.setdefault(ceiling.tags, {})
+        fields[ceiling.field] = ceiling.value
+        at = str(Ceiling.MEASURED_AT)
+        fields[at] = max(fields.get(at, 0.0), ceiling.measured_at)
+    return [
+        Point(
+            Ceiling.NAME, {Tag.DEVICE: device, Tag.KIND: kind, Tag.METHOD: method}, fields, now_ns
+        )  # fmt: skip
+        for (device, kind, method), fields in grouped.items()
+    ]
 
 
 # --- parsing (pure) --------------------------------------------------------------------

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import config as agent_config
+from agent.ceilings import FILE_ENV as CEILINGS_FILE_ENV
 from agent.config import AgentConfig, ConfigError
 from agent.samplers import SAMPLER_NAMES, Roots
 from contract.point import encode_line, encode_lines
@@ -243,6 +244,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from agent.samplers.agent import AgentStats
 
     config = _load_config(args)
+    if config.ceilings_file is not None:  # where the ceilings sampler finds them
+        os.environ[CEILINGS_FILE_ENV] = str(config.ceilings_file)
     if config.push is not None and config.push.token is not None:
         # From here on the token cannot reach the log, whatever prints it.
         setup_logging(args.log_level, [config.push.token.reveal()])

@@ -132,6 +132,7 @@ class AgentConfig:
     push: PushConfig | None = None
     metrics: MetricsListen | None = MetricsListen("127.0.0.1", 9711)
     gpu_call_timeout_seconds: float = DEFAULT_GPU_CALL_TIMEOUT_SECONDS
+    ceilings_file: Path | None = None  # None: $EPOCHSCOPE_CEILINGS_FILE or the default
 
 
 # The accepted keys and the type each must have, per section ("" is the top level).
@@ -145,6 +146,7 @@ _KEYS: dict[str, dict[str, str]] = {
         "cgroup_root": _STR,
         "samplers": _STR_LIST,
         "gpu_call_timeout_seconds": _NUMBER,
+        "ceilings_file": _STR,
     },
     "push": {
         "url": _STR,
@@ -425,6 +427,7 @@ def build(raw: Mapping[str, Any]) -> AgentConfig:
         push=_push_config(raw.get("push", {})),
         metrics=_metrics_config(metrics_table),
         gpu_call_timeout_seconds=gpu_timeout,
+        ceilings_file=Path(raw["ceilings_file"]) if "ceilings_file" in raw else None,
     )
 
 

@@ -693,6 +693,7 @@ SAMPLE_MEASUREMENTS: tuple[type[Measurement], ...] = (
     GpuProcess,
     Job,
     JobInfo,
+    Ceiling,
     AgentSelf,
     SamplerSelf,
 )

@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import base64
 import grp
+import json
 import os
 import pwd
 import shutil
 import stat
 import subprocess
+import time
 import tomllib
 import urllib.error
 import urllib.request
@@ -477,6 +479,30 @@ def test_config_change_restarts_only_that_agent_and_an_unreachable_host_fails_cl
     assert tomllib.loads((node2.config_dir / "agent.toml").read_text())["interval_seconds"] == 2
     for name, node in cluster.nodes.items():
         assert f'host="{name}"' in fetch_metrics(node)
+
+
+def test_ceilings_measured_on_every_node_are_reported_by_the_running_agents(cluster):
+    """`--tags ceilings` runs `agent ceilings` on each node (a small scratch file here);
+    the running agent reports them from its next tick, without a restart."""
+    pids = cluster.agent_pids()
+    run = cluster.play(
+        "deploy-agents.yml", "--tags", "ceilings",
+        "-e", '{"epochscope_ceilings_args": ["--disk-mib", "8", "--disk-seconds", "1", '
+        '"--cpu-seconds", "0.2"]}',
+    )  # fmt: skip
+    assert run.returncode == 0, run.describe()
+    for name, node in cluster.nodes.items():
+        assert run.recap[name].changed == 1 and run.recap[name].failed == 0, run.describe()
+        kept = json.loads((node.state_dir / "ceilings.json").read_text())
+        assert {c["field"] for c in kept["ceilings"]} >= {
+            "disk_sequential_read_bytes_per_second",
+            "disk_random_read_bytes_per_second",
+        }
+        deadline = time.monotonic() + 60
+        while "epochscope_ceiling_disk_sequential_read" not in fetch_metrics(node):
+            assert time.monotonic() < deadline, "the agent never reported its ceilings"
+            time.sleep(1)
+    assert cluster.agent_pids() == pids  # picked up, not restarted
 
 
 def test_uninstall_leaves_nothing_behind(cluster):

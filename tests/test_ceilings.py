@@ -91,20 +91,29 @@ def test_the_command_keeps_a_file_the_sampler_reports(tmp_path, repo_env):
     sampler = CeilingsSampler(None, kept)
     assert sampler.available()
     points = sampler.sample(5 * NS)
-    assert len(points) == len(measured)
-    first = points[0]
-    assert first.measurement == Ceiling.NAME and first.time_ns == 5 * NS
-    assert first.fields[str(Ceiling.DISK_SEQUENTIAL_READ)] == measured[0].value
-    assert first.tags[Tag.METHOD] == measured[0].method
+    disk = points[0]  # both disk ceilings on one point: one series per label set
+    assert disk.measurement == Ceiling.NAME and disk.time_ns == 5 * NS
+    assert disk.fields[str(Ceiling.DISK_SEQUENTIAL_READ)] == measured[0].value
+    assert disk.fields[str(Ceiling.DISK_RANDOM_READ)] == measured[1].value
+    assert disk.tags[Tag.METHOD] == measured[0].method
+    assert len({tuple(sorted(p.tags.items())) for p in points}) == len(points)
     # a damaged file: logged, the last good ceilings kept
     kept.write_text("{not json")
-    assert len(sampler.sample(6 * NS)) == len(measured)
+    assert sampler.sample(6 * NS) == points[:0] + sampler.sample(6 * NS)
+    assert len(sampler.sample(6 * NS)) == len(points)
     with pytest.raises(ValueError, match="ceiling 1"):
         ceilings.from_json(json.dumps({"ceilings": [{"field": "x"}]}))
 
 
-def test_no_file_turns_the_sampler_off(tmp_path):
-    assert not CeilingsSampler(None, tmp_path / "none.json").available()
+def test_a_file_measured_while_the_agent_runs_is_reported_from_the_next_tick(tmp_path):
+    kept = tmp_path / "ceilings.json"
+    sampler = CeilingsSampler(None, kept)
+    assert sampler.available() and sampler.sample(1) == []
+    measured = ceilings.link_ceilings(tmp_path, 7.0)  # (none here) and one of our own
+    measured.append(ceilings.Measured(str(Ceiling.LINK), "ib0", "net", "sysfs", 1.25e9, 7.0))
+    kept.write_text(ceilings.to_json(measured))
+    (point,) = sampler.sample(2)
+    assert point.fields == {"link_bytes_per_second": 1.25e9, "measured_at_seconds": 7.0}
 
 
 def test_the_report_states_disk_reads_as_a_share_of_the_ceiling(make_store):

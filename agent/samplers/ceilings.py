@@ -2,10 +2,12 @@
 every tick from the file that command keeps, so that they sit beside the node's samples
 in whatever store receives them (the collector's, VictoriaMetrics, Prometheus).
 
-Measurement ``ceiling``, tags ``device``, ``kind`` and ``method``; one field per point
-(``contract.schema.Ceiling``) and ``measured_at_seconds``. The file (``$EPOCHSCOPE_CEILINGS_FILE``,
+Measurement ``ceiling``, tags ``device``, ``kind`` and ``method``; one point per such
+device with each ceiling measured there (``contract.schema.Ceiling``) and the latest
+``measured_at_seconds``. The file (``$EPOCHSCOPE_CEILINGS_FILE``,
 default ``/var/lib/epochscope/ceilings.json``) is read again when its modification time
-changes; a damaged file is logged once and its last good ceilings are kept.
+changes, so ceilings measured while the agent runs are reported from its next tick; a
+damaged file is logged once and its last good ceilings are kept.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from agent.ceilings import Measured, ceilings_file, from_json
+from agent.ceilings import Measured, ceilings_file, from_json, points
 from agent.samplers.base import Roots
 from contract.point import Point
 
@@ -29,9 +31,10 @@ class CeilingsSampler:
         self._ceilings: list[Measured] = []
 
     def available(self) -> bool:
+        """Always: the file may come later (``agent ceilings`` while the agent runs); until
+        then a tick costs one failed ``stat``."""
         if not self.path.is_file():
-            log.info("sampler ceilings is off: no %s (measure them: agent ceilings)", self.path)
-            return False
+            log.info("ceilings: none measured yet (%s; agent ceilings measures them)", self.path)
         return True
 
     def _reload(self) -> None:
@@ -49,7 +52,7 @@ class CeilingsSampler:
 
     def sample(self, now_ns: int) -> list[Point]:
         self._reload()
-        return [ceiling.point(now_ns) for ceiling in self._ceilings]
+        return points(self._ceilings, now_ns)
 
 
 SAMPLER = CeilingsSampler
