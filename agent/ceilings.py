@@ -78,7 +78,7 @@ def points(ceilings: list[Measured], now_ns: int) -> list[Point]:
     return [
         Point(
             Ceiling.NAME, {Tag.DEVICE: device, Tag.KIND: kind, Tag.METHOD: method}, fields, now_ns
-        )  # fmt: skip
+        )
         for (device, kind, method), fields in grouped.items()
     ]
 
