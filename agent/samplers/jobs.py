@@ -21,6 +21,7 @@ text; the walk over the tree takes the root as a parameter.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import pwd
@@ -39,6 +40,7 @@ V1_CONTROLLERS = ("cpuacct", "memory", "cpuset", "blkio")
 _SLURM_DIR = re.compile(r"slurm(?:_[^/]+)?")
 _UID_DIR = re.compile(r"uid_([0-9]+)")
 _JOB_DIR = re.compile(r"job_([0-9A-Za-z]+)")
+_STEPD_SCOPE = re.compile(r".*slurmstepd\.scope")
 _UNLIMITED = 1 << 62  # v1 prints PAGE_COUNTER_MAX pages (~2^63) for "no limit"
 # The environment variables that name a job's GPUs, most specific first: SLURM_JOB_GPUS
 # holds the node's own indices; CUDA_VISIBLE_DEVICES is renumbered from 0 when Slurm
@@ -183,6 +185,26 @@ def parse_environ(data: bytes) -> dict[str, str]:
     return environment
 
 
+def job_of_cgroup_path(path: str) -> str | None:
+    """The Slurm job a cgroup path lies in: the ``job_<id>`` right under ``uid_<uid>``
+    (v1) or ``[<node>_]slurmstepd.scope`` (v2), else None (not a Slurm job)."""
+    parts = path.split("/")
+    for above, name in itertools.pairwise(parts):
+        match = _JOB_DIR.fullmatch(name)
+        if match and (_UID_DIR.fullmatch(above) or _STEPD_SCOPE.fullmatch(above)):
+            return match.group(1)
+    return None
+
+
+def parse_proc_cgroup_job(text: str) -> str | None:
+    """``/proc/<pid>/cgroup`` ("<id>:<controllers>:<path>" lines): the process's job."""
+    for line in text.splitlines():
+        job = job_of_cgroup_path(line.split(":", 2)[-1])
+        if job is not None:
+            return job
+    return None
+
+
 def gpus_from_environment(environment: dict[str, str]) -> list[str] | None:
     """The job's GPUs as its environment names them (indices or ``GPU-<uuid>``s).
 
@@ -274,7 +296,7 @@ def find_jobs_v2(root: Path) -> dict[str, JobCgroup]:
     """The jobs under ``[<node>_]slurmstepd.scope`` of the unified hierarchy."""
     jobs: dict[str, JobCgroup] = {}
     for unified in v2_roots(root):
-        for scope, _ in _subdirs(unified / "system.slice", re.compile(r".*slurmstepd\.scope")):
+        for scope, _ in _subdirs(unified / "system.slice", _STEPD_SCOPE):
             for job, match in _subdirs(scope, _JOB_DIR):
                 jobs.setdefault(match.group(1), JobCgroup(match.group(1), 2, {"": job}))
     return jobs
@@ -291,9 +313,9 @@ def slurm_cgroups_present(root: Path) -> bool:
         for hierarchy in _controller_dirs(root, controller):
             if any(True for _ in _subdirs(hierarchy, _SLURM_DIR)):
                 return True
-    pattern = re.compile(r".*slurmstepd\.scope")
     return any(
-        any(True for _ in _subdirs(unified / "system.slice", pattern)) for unified in v2_roots(root)
+        any(True for _ in _subdirs(unified / "system.slice", _STEPD_SCOPE))
+        for unified in v2_roots(root)
     )
 
 

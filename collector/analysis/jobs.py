@@ -32,9 +32,20 @@ and the runs' ``run_start`` ``slurm_job_id``. Every number is defined once, here
     The time-weighted mean ``utilization_percent`` of the job's GPUs (``gpus`` matched
     to the node's ``gpu`` series by index or UUID) over its span, averaged over them.
 ``gpus_without_process``
-    The job's GPUs with no ``gpu_process`` sample in its span; None (not known) on a node
+    The job's GPUs with no ``gpu_process`` sample in its span from a process of this job
+    (a process tagged with another ``job_id`` is not this job's; one without the tag, from
+    an agent that could not read its cgroup, still counts); None (not known) on a node
     whose agent sent no ``gpu_process`` sample at all (no GPU sampler, or NVML cannot list
     processes there).
+``gpu_memory_peak_bytes``
+    From the ``gpu_process`` samples tagged with the job (the agent joins NVML's pid to
+    the job's cgroup): per GPU (or MIG device), the highest sum of the job's processes'
+    ``memory_used_bytes`` at one reading; summed over the GPUs.
+``gpu_process_sm_percent``
+    The same samples' ``sm_utilization_percent``: per GPU, the mean over its readings of
+    the sum over the job's processes; averaged over the job's GPUs (its ``gpus``, a GPU
+    with no process of the job counting 0, else the GPUs its processes used). The job's
+    own share of its GPUs, where ``gpu_util_percent`` is the GPUs' whoever used them.
 
 A job over several nodes adds up CPU seconds, allocated CPU seconds and I/O over them, so
 its CPU efficiency is ``sum(cpu_seconds) / sum(allocated_cpu_seconds)``; its memory is
@@ -131,6 +142,8 @@ class JobNode:
     process_write_bytes: float | None = None
     gpu_util_percent: float | None = None
     gpus_without_process: tuple[str, ...] | None = None
+    gpu_memory_peak_bytes: float | None = None
+    gpu_process_sm_percent: float | None = None
 
     @property
     def elapsed_seconds(self) -> float | None:
@@ -262,6 +275,22 @@ class JobReport:
             return None
         return sum(u * w for u, w in pairs) / sum(w for _, w in pairs)
 
+    @property
+    def gpu_memory_peak_bytes(self) -> float | None:
+        return _sum(n.gpu_memory_peak_bytes for n in self.nodes)
+
+    @property
+    def gpu_process_sm_percent(self) -> float | None:
+        """Mean over the nodes' GPUs (each node's mean weighted by its GPUs)."""
+        pairs = [
+            (n.gpu_process_sm_percent, len(n.gpus) or 1)
+            for n in self.nodes
+            if n.gpu_process_sm_percent is not None
+        ]
+        if not pairs:
+            return None
+        return sum(u * w for u, w in pairs) / sum(w for _, w in pairs)
+
     def io_bytes(self, name: str) -> float | None:
         """``block_read_bytes``, ``process_write_bytes``... summed over the nodes."""
         return _sum(getattr(n, name) for n in self.nodes)
@@ -356,8 +385,57 @@ def _gpu_matches(info: SeriesInfo, gpus: tuple[str, ...]) -> bool:
     return info.tags.get(Tag.GPU) in gpus or info.tags.get(Tag.UUID) in gpus
 
 
+def _device(info: SeriesInfo) -> tuple[str, str]:
+    return (info.tags.get(Tag.UUID) or info.tags.get(Tag.GPU, ""), info.tags.get(Tag.MIG, ""))
+
+
+def device_sums(series: Iterable[SeriesData]) -> dict[tuple[str, str], np.ndarray]:
+    """Per GPU or MIG device, the sum over processes of each reading (one reading of a
+    device gives all its processes the same time); NaNs are left out."""
+    by_time: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    for data in series:
+        sums = by_time[_device(data.info)]
+        for time_ns, value in zip(data.times_ns.tolist(), data.values.tolist(), strict=True):
+            if not math.isnan(value):
+                sums[time_ns] = sums.get(time_ns, 0.0) + value
+    return {device: np.array(list(sums.values())) for device, sums in by_time.items() if sums}
+
+
+def job_gpu_use(
+    memory: Iterable[SeriesData], sm: Iterable[SeriesData], gpus: int
+) -> tuple[float | None, float | None]:
+    """(``gpu_memory_peak_bytes``, ``gpu_process_sm_percent``) of one job on one node from
+    its processes' samples; ``gpus``: the GPUs it was given (0: not said)."""
+    memory_sums = device_sums(memory)
+    peak = sum(float(v.max()) for v in memory_sums.values()) if memory_sums else None
+    sm_sums = device_sums(sm)
+    if not sm_sums:
+        return peak, None
+    share = sum(float(v.mean()) for v in sm_sums.values())
+    return peak, share / max(gpus, len(sm_sums))
+
+
+def _with_job_processes(store: ReadStore, node: JobNode) -> JobNode:
+    """GPU memory and SM share of the job's own processes (``gpu_process`` ``job_id``)."""
+    series = {
+        name: [
+            info
+            for info in store.list_series(GpuProcess.NAME, name, node.host)
+            if _job_of(info) == node.job_id
+        ]
+        for name in (GpuProcess.MEMORY_USED_BYTES, GpuProcess.SM_UTILIZATION_PERCENT)
+    }
+    if not any(series.values()):
+        return node
+    memory, sm = (store.read_series(infos, *ALL_TIME) if infos else [] for infos in series.values())
+    peak, share = job_gpu_use(memory, sm, len(node.gpus))
+    return replace(node, gpu_memory_peak_bytes=peak, gpu_process_sm_percent=share)
+
+
 def _with_gpus(store: ReadStore, node: JobNode) -> JobNode:
-    """The node's GPU utilisation and GPUs without a process, where the node says."""
+    """The node's GPU utilisation and GPUs without a process, where the node says, and
+    what the job's own processes used."""
+    node = _with_job_processes(store, node)
     if not node.gpus:
         return node
     whole = [
@@ -376,7 +454,11 @@ def _with_gpus(store: ReadStore, node: JobNode) -> JobNode:
     without: tuple[str, ...] | None = None
     if processes:
         busy: set[str] = set()
-        mine = [info for info in processes if _gpu_matches(info, node.gpus)]
+        mine = [
+            info
+            for info in processes
+            if _gpu_matches(info, node.gpus) and _job_of(info) in (None, node.job_id)
+        ]
         for data in store.read_series(mine, node.first_ns, node.last_ns):
             inside = (data.times_ns >= node.first_ns) & (data.times_ns <= node.last_ns)
             if inside.any():

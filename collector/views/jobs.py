@@ -54,6 +54,8 @@ JOB_KEYS = (
     "allocated_gpus",
     "gpus",
     "gpu_util_percent",
+    "gpu_memory_peak_bytes",
+    "gpu_process_sm_percent",
     "runs",
 )
 NODE_KEYS = (
@@ -80,6 +82,8 @@ NODE_KEYS = (
     "gpus",
     "gpu_util_percent",
     "gpus_without_process",
+    "gpu_memory_peak_bytes",
+    "gpu_process_sm_percent",
 )
 # the summary stays well under Slurm's field sizes: at most this many nodes and runs named
 SUMMARY_MAX_NAMES = 32
@@ -112,6 +116,8 @@ def job_row(report: JobReport) -> dict[str, Any]:
         "allocated_gpus": report.allocated_gpus,
         "gpus": gpus,
         "gpu_util_percent": _round(report.gpu_util_percent, 2),
+        "gpu_memory_peak_bytes": report.gpu_memory_peak_bytes,
+        "gpu_process_sm_percent": _round(report.gpu_process_sm_percent, 2),
         "runs": list(report.runs),
     }
 
@@ -143,6 +149,8 @@ def node_row(node: JobNode) -> dict[str, Any]:
         "gpus_without_process": None
         if node.gpus_without_process is None
         else list(node.gpus_without_process),
+        "gpu_memory_peak_bytes": node.gpu_memory_peak_bytes,
+        "gpu_process_sm_percent": _round(node.gpu_process_sm_percent, 2),
     }
 
 
@@ -225,6 +233,8 @@ def job_summary(store: ReadStore, report: JobReport) -> dict[str, Any]:
         },
         "gpus": report.allocated_gpus,
         "gpu_util": _round(report.gpu_util_percent, 1),
+        "gpu_mem_peak": report.gpu_memory_peak_bytes,
+        "gpu_sm_own": _round(report.gpu_process_sm_percent, 1),
         "runs": [
             {"run_id": run_id, "images_per_second": _round(throughput.get(run_id), 1)}
             for run_id in report.runs[:SUMMARY_MAX_NAMES]
@@ -281,6 +291,10 @@ def _gpus(row: dict[str, Any]) -> str:
     text = f"{row['allocated_gpus']:g}"
     if row.get("gpu_util_percent") is not None:
         text += f" ({row['gpu_util_percent']:.1f}% busy)"
+    if row.get("gpu_memory_peak_bytes") is not None:
+        text += f", own procs {human_bytes(row['gpu_memory_peak_bytes'])}"
+        if row.get("gpu_process_sm_percent") is not None:
+            text += f" {row['gpu_process_sm_percent']:.1f}% SM"
     return text
 
 
