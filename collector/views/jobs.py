@@ -18,10 +18,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
+import weakref
 from typing import Any
 
 from collector.analysis.epochs import iso_utc
-from collector.analysis.jobs import IO_FIELDS, JobNode, JobReport, job_report, job_reports
+from collector.analysis.jobs import (
+    IO_FIELDS,
+    JobNode,
+    JobReport,
+    KeptNodes,
+    job_report,
+    job_reports,
+)
 from collector.store.api import ReadStore
 from collector.views.errors import CliError
 from collector.views.output import console_for, print_findings, report_table, write_csv, write_json
@@ -154,9 +163,25 @@ def node_row(node: JobNode) -> dict[str, Any]:
     }
 
 
+_KEPT: weakref.WeakKeyDictionary[Any, KeptNodes] = weakref.WeakKeyDictionary()
+_KEPT_LOCK = threading.Lock()
+
+
+def kept_nodes(store: ReadStore) -> KeptNodes | None:
+    """The finished jobs' nodes kept for ``store`` (one per store object, for as long as
+    it lives: the read API's and the dashboard's), or None for a store that cannot be
+    referenced weakly."""
+    with _KEPT_LOCK:
+        try:
+            return _KEPT.setdefault(store, KeptNodes())
+        except TypeError:
+            return None
+
+
 def jobs_rows(store: ReadStore) -> list[dict[str, Any]]:
-    """Every job, newest first (``JOB_KEYS``)."""
-    return [job_row(report) for report in job_reports(store)]
+    """Every job, newest first (``JOB_KEYS``); a finished job's samples are read once
+    per store (``kept_nodes``)."""
+    return [job_row(report) for report in job_reports(store, kept_nodes(store))]
 
 
 def _find_job(store: ReadStore, job_id: str) -> JobReport:
