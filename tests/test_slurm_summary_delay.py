@@ -9,8 +9,8 @@ after Slurm stops listing it. The summary is complete when it is the one it keep
 from then on, and it must agree with Slurm's ``RunTime`` within one interval (plus
 Slurm's whole seconds). Its delay after Slurm's ``EndTime`` and after the job's last
 sample is printed and recorded in docs/slurm.md. The bound asserted is what the design
-allows on this loaded 2-core machine: one interval for the agent's last tick, one batch
-for the push, and 5 s for a busy machine to run the processes involved."""
+allows after the last sample (taken before the job ends): one batch until the push, and
+5 s on this loaded 2-core machine for the push and the store's write."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_the_summary_is_complete_within_an_interval_and_a_batch_of_the_job_end(
         print("delays after Slurm's EndTime (whole s) / after the job's last sample:",
               ", ".join(f"{end:.2f} / {last:.2f} s" for end, last in delays))  # fmt: skip
         for _, after_last_sample in delays:
-            assert after_last_sample <= INTERVAL + BATCH_SECONDS + 5
+            assert after_last_sample <= BATCH_SECONDS + 5
     finally:
         agent.terminate()
         agent.wait(30)
