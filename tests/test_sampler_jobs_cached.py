@@ -169,3 +169,24 @@ def test_kept_files_give_the_same_points_as_files_opened_each_time(live):
     fields = by_job(kept.sample(3), Job.NAME)["990311"].fields
     assert fields[Job.CPU_SECONDS] == int((job / "cpuacct.usage").read_text()) / 1e9
     assert fields[Job.PROCESSES] == 1.0
+
+
+def test_a_controller_directory_made_later_keeps_the_jobs_state(tmp_path):
+    """Slurm makes a job's cgroup in one controller after another: a job first seen in
+    ``cpuacct`` alone gains its ``memory`` directory; its files are opened anew and what
+    the sampler carried about it (its processes' I/O, its environment) stays."""
+    job = tmp_path / "cpuacct" / "slurm" / "uid_0" / "job_8"
+    task = job / "step_0" / "task_0"
+    task.mkdir(parents=True)
+    (job / "cpuacct.usage").write_text("1000000000\n")
+    (task / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    sampler = JobsSampler(Roots(Path("/proc"), tmp_path, tmp_path), users=lambda uid: None)
+    first = by_job(sampler.sample(1), Job.NAME)["8"].fields
+    assert Job.MEMORY_BYTES not in first
+    state = sampler._jobs["8"]
+    memory = tmp_path / "memory" / "slurm" / "uid_0" / "job_8"
+    memory.mkdir(parents=True)
+    (memory / "memory.usage_in_bytes").write_text("4096\n")
+    second = by_job(sampler.sample(2), Job.NAME)["8"].fields
+    assert second[Job.MEMORY_BYTES] == 4096.0 and second[Job.CPU_SECONDS] == 1.0
+    assert sampler._jobs["8"] is state

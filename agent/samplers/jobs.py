@@ -541,9 +541,13 @@ class JobsSampler:
         self._seen = {}
         jobs = find_jobs(self._cgroup, self._seen)
         for job_id in list(self._cgroups):
-            if job_id not in jobs or self._cgroups[job_id].job != jobs[job_id]:
+            if job_id not in jobs:
                 self._cgroups.pop(job_id).close()
                 self._drop(job_id)
+            elif self._cgroups[job_id].job != jobs[job_id]:
+                # one more controller's directory (Slurm makes them one after another):
+                # new files, the same job, its process I/O carried on
+                self._cgroups.pop(job_id).close()
         for job_id, job in jobs.items():
             if job_id not in self._cgroups:
                 self._cgroups[job_id] = JobFiles(job, self._budget)
