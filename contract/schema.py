@@ -398,7 +398,8 @@ class GpuProcess(Measurement):
     """NVML per process: one point per (GPU or MIG device, compute process)."""
 
     NAME = "gpu_process"
-    TAGS = (Tag.HOST, Tag.GPU, Tag.UUID, Tag.MIG, Tag.PID)
+    # job_id: the Slurm job whose cgroup holds the pid (agent/samplers/gpu.py)
+    TAGS = (Tag.HOST, Tag.GPU, Tag.UUID, Tag.MIG, Tag.PID, Tag.JOB_ID)
     MEMORY_USED_BYTES = gauge("memory_used_bytes", "bytes", "Device memory the process uses")
     SM_UTILIZATION_PERCENT = gauge(
         "sm_utilization_percent",

@@ -165,6 +165,18 @@ _JOB_NUMBERS: tuple[Column, ...] = (
     Column("process_write_bytes", "Written", "write_bytes of the job's processes", "bytes"),
     Column("allocated_gpus", "GPUs", "GPUs Slurm gave the job", "int"),
     Column("gpu_util_percent", "GPU %", "Mean utilisation of the job's GPUs", "percent"),
+    Column(
+        "gpu_memory_peak_bytes",
+        "GPU mem",
+        "Peak GPU memory of the job's own processes (NVML pid -> job cgroup)",
+        "bytes",
+    ),
+    Column(
+        "gpu_process_sm_percent",
+        "Own SM %",
+        "The job's processes' share of its GPUs' SM time",
+        "percent",
+    ),
 )
 JOB_COLUMNS: tuple[Column, ...] = (
     Column("job_id", "Job", "Slurm job id (opens the job)", "text"),

@@ -96,6 +96,7 @@ FUNCTIONS = (
     "nvmlDeviceGetName",
     "nvmlDeviceGetUUID",
     "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetSamples",
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetPowerUsage",
@@ -286,6 +287,10 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list:
         processes = self._answer(self._gpu(handle, "processes").get("processes", []))
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list:
+        processes = self._answer(self._gpu(handle, "graphics").get("graphics_processes", []))
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in processes]
 
     def nvmlDeviceGetProcessUtilization(self, handle: Any, after_us: int) -> list:

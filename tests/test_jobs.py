@@ -88,6 +88,8 @@ def test_jobs_json_has_every_number_exactly(make_store):
         "allocated_gpus": 4.0,
         "gpus": ["0", "1", "0", "1"],
         "gpu_util_percent": 78.0,
+        "gpu_memory_peak_bytes": 2e9,  # 1 GB on GPU 0 of each node, the job's own process
+        "gpu_process_sm_percent": None,  # no SM share sampled
         "runs": ["run-a"],
     }
     assert new["user"] == "bob" and new["account"] is None and new["nodes"] == ["n1"]

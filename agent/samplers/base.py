@@ -61,8 +61,9 @@ class ProcFile:
 
     _INITIAL_SIZE = 64 * 1024
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keep: bool = True) -> None:
         self.path = path
+        self.keep = keep  # False: opened at every read whatever it is (an fd budget)
         self._fd: int | None = None
         self._size = self._INITIAL_SIZE
 
@@ -78,7 +79,7 @@ class ProcFile:
             data = self._read_all(fd)
             if not kept:
                 info = os.fstat(fd)
-                if stat.S_ISREG(info.st_mode) and info.st_size == 0 and data:
+                if self.keep and stat.S_ISREG(info.st_mode) and info.st_size == 0 and data:
                     self._fd, fd = fd, None  # a pseudo-file: keep it
         except OSError:
             self._fd = None

@@ -36,9 +36,11 @@ Counters where NVML has them:
     readings counts; ``nvmlDeviceGetUtilizationRates`` (NVML's last sample period) when
     samples are not supported or none is new.
 
-Per process: ``nvmlDeviceGetComputeRunningProcesses`` (pid, memory) and
+Per process: ``nvmlDeviceGetComputeRunningProcesses`` and
+``nvmlDeviceGetGraphicsRunningProcesses`` (pid, memory; a pid in both counted once) and
 ``nvmlDeviceGetProcessUtilization`` (SM and memory share per pid, mean of the samples
-since the last reading), tagged ``pid``; on a GPU in MIG mode, per MIG device.
+since the last reading), tagged ``pid`` and, for a process in a Slurm job's cgroup
+(``/proc/<pid>/cgroup``), ``job_id``; on a GPU in MIG mode, per MIG device.
 
 MIG: a GPU with MIG enabled gives its own point (power, energy, PCIe, temperature:
 whole-GPU values; utilisation is not supported under MIG) and one point per MIG device,
@@ -60,7 +62,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.samplers.agent import AgentStats
-from agent.samplers.base import Roots
+from agent.samplers.base import Roots, read_text
+from agent.samplers.jobs import parse_proc_cgroup_job
 from contract.point import Point
 from contract.schema import Gpu, GpuProcess, Tag
 
@@ -159,6 +162,27 @@ def process_fields(process: ProcessReading) -> dict[str, int | float]:
     if process.memory_utilization_percent is not None:
         fields[GpuProcess.MEMORY_UTILIZATION_PERCENT] = process.memory_utilization_percent
     return fields
+
+
+def _used_memory(process: Any) -> int | None:
+    """``usedGpuMemory``: None where NVML cannot tell (Windows WDDM, some containers:
+    NVML_VALUE_NOT_AVAILABLE, 2^64-1)."""
+    used = getattr(process, "usedGpuMemory", None)
+    return None if used is None or used > INT64_MAX else int(used)
+
+
+def merge_processes(compute: Sequence[Any], graphics: Sequence[Any]) -> dict[int, int | None]:
+    """Device memory per pid over NVML's compute and graphics process lists.
+
+    A process with both contexts (CUDA and OpenGL/Vulkan) is listed in both with the same
+    memory, its whole use on the device: it is counted once (the larger answer).
+    """
+    used: dict[int, int | None] = {}
+    for process in (*compute, *graphics):
+        pid, memory = int(process.pid), _used_memory(process)
+        known = used.get(pid)
+        used[pid] = memory if known is None else max(known, memory or 0)
+    return used
 
 
 def process_utilization(
@@ -482,9 +506,13 @@ class GpuReader:
         return devices
 
     def _processes(self, device: _Device) -> list[ProcessReading]:
-        running = self._nvml_call(
+        compute = self._nvml_call(
             "nvmlDeviceGetComputeRunningProcesses", device.handle, device=device
         )
+        graphics = self._nvml_call(
+            "nvmlDeviceGetGraphicsRunningProcesses", device.handle, device=device
+        )
+        running = merge_processes(compute or [], graphics or [])
         if not running:
             return []
         key = (device.uuid, "processes")
@@ -494,10 +522,9 @@ class GpuReader:
         )
         utilization, self._last_sample_us[key] = process_utilization(samples or [], after)
         processes = []
-        for process in running:
-            pid = int(process.pid)
+        for pid, used in running.items():
             sm, memory = utilization.get(pid, (None, None))
-            processes.append(ProcessReading(pid, process.usedGpuMemory, sm, memory))
+            processes.append(ProcessReading(pid, used, sm, memory))
         return processes
 
     def _tags(self, device: _Device) -> dict[str, str]:
@@ -545,7 +572,7 @@ class GpuSampler:
     name = "gpu"
 
     def __init__(self, roots: Roots) -> None:
-        del roots  # NVML finds the GPUs itself
+        self._proc = roots.proc  # NVML finds the GPUs; /proc names a pid's Slurm job
         self._nvml: Any = None
         self.readers: list[GpuReader] = []
         self._conditions: dict[int, _Condition] = {}
@@ -688,12 +715,19 @@ class GpuSampler:
                 fields = {**fields, Gpu.READING_AGE_SECONDS: age}
                 points.append(Point(Gpu.NAME, dict(tags), fields, reading.time_ns))
             for tags, fields in reading.processes:
-                points.append(Point(GpuProcess.NAME, dict(tags), dict(fields), reading.time_ns))
+                tags = {**tags, **self._job_tag(tags[Tag.PID])}
+                points.append(Point(GpuProcess.NAME, tags, dict(fields), reading.time_ns))
         self._schedule()
         stats = self.stats
         stats.gpus_hung, stats.gpus_failing, stats.gpus_lost = hung, failing, lost
         stats.gpu_reading_age_seconds = oldest_age
         return points
+
+    def _job_tag(self, pid: str) -> dict[str, str]:
+        """``job_id`` of the Slurm job whose cgroup holds ``pid`` (``/proc/<pid>/cgroup``);
+        no tag outside a job or once the process is gone."""
+        job = parse_proc_cgroup_job(read_text(self._proc / pid / "cgroup") or "")
+        return {} if job is None else {Tag.JOB_ID: job}
 
     def close(self) -> None:
         """Stop the readers and shut NVML down (once); the sampler then reports nothing."""

@@ -17,19 +17,25 @@ A job is a ``job_<id>`` directory; ``<id>`` is taken as Slurm spells it (digits,
 letter-and-digit SLUID). A job whose directory is gone is not reported, and everything
 the sampler kept about it is dropped. The parse functions below are pure functions of
 text; the walk over the tree takes the root as a parameter.
+
+A tick is cheap (docs/slurm.md, "Cost"): the scan for jobs is redone only when a directory
+it listed gained or lost an entry (``signature``), and every file read at each tick is
+kept open and re-read with ``pread`` (``JobFiles``, ``FileBudget``).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import pwd
 import re
+import resource
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.samplers.base import Roots, read_text
+from agent.samplers.base import ProcFile, Roots, read_text
 from contract.point import Point
 from contract.schema import Job, JobInfo, Tag
 
@@ -39,6 +45,7 @@ V1_CONTROLLERS = ("cpuacct", "memory", "cpuset", "blkio")
 _SLURM_DIR = re.compile(r"slurm(?:_[^/]+)?")
 _UID_DIR = re.compile(r"uid_([0-9]+)")
 _JOB_DIR = re.compile(r"job_([0-9A-Za-z]+)")
+_STEPD_SCOPE = re.compile(r".*slurmstepd\.scope")
 _UNLIMITED = 1 << 62  # v1 prints PAGE_COUNTER_MAX pages (~2^63) for "no limit"
 # The environment variables that name a job's GPUs, most specific first: SLURM_JOB_GPUS
 # holds the node's own indices; CUDA_VISIBLE_DEVICES is renumbered from 0 when Slurm
@@ -63,16 +70,6 @@ class ProcessIo:
     ppid: int
     read_bytes: int
     write_bytes: int
-
-
-@dataclass
-class _JobState:
-    processes: dict[tuple[int, int], ProcessIo] = field(default_factory=dict)
-    carried_read: int = 0
-    carried_write: int = 0
-    last_read: int = 0
-    last_write: int = 0
-    environment: dict[str, str] | None = None  # SLURM_* of a job process, once read
 
 
 # ---------------------------------------------------------------- parse functions
@@ -183,6 +180,26 @@ def parse_environ(data: bytes) -> dict[str, str]:
     return environment
 
 
+def job_of_cgroup_path(path: str) -> str | None:
+    """The Slurm job a cgroup path lies in: the ``job_<id>`` right under ``uid_<uid>``
+    (v1) or ``[<node>_]slurmstepd.scope`` (v2), else None (not a Slurm job)."""
+    parts = path.split("/")
+    for above, name in itertools.pairwise(parts):
+        match = _JOB_DIR.fullmatch(name)
+        if match and (_UID_DIR.fullmatch(above) or _STEPD_SCOPE.fullmatch(above)):
+            return match.group(1)
+    return None
+
+
+def parse_proc_cgroup_job(text: str) -> str | None:
+    """``/proc/<pid>/cgroup`` ("<id>:<controllers>:<path>" lines): the process's job."""
+    for line in text.splitlines():
+        job = job_of_cgroup_path(line.split(":", 2)[-1])
+        if job is not None:
+            return job
+    return None
+
+
 def gpus_from_environment(environment: dict[str, str]) -> list[str] | None:
     """The job's GPUs as its environment names them (indices or ``GPU-<uuid>``s).
 
@@ -224,11 +241,13 @@ def exited_io(
 # ---------------------------------------------------------------- the tree
 
 
-def _controller_dirs(root: Path, controller: str) -> list[Path]:
+def _controller_dirs(root: Path, controller: str, seen: Seen | None = None) -> list[Path]:
     """The v1 hierarchy holding ``controller``: ``<root>/cpuacct`` or ``cpu,cpuacct``."""
     direct = root / controller
     if direct.is_dir():
         return [direct]
+    if seen is not None:
+        seen[str(root)] = signature(str(root))
     try:
         entries = list(os.scandir(root))
     except OSError:
@@ -236,7 +255,28 @@ def _controller_dirs(root: Path, controller: str) -> list[Path]:
     return [Path(e.path) for e in entries if controller in e.name.split(",") and e.is_dir()]
 
 
-def _subdirs(path: Path, pattern: re.Pattern[str]) -> Iterator[tuple[Path, re.Match[str]]]:
+Signature = tuple[int, int] | None  # a directory's (mtime_ns, nlink); None: not there
+
+
+def signature(path: str) -> Signature:
+    """What changes when a directory gains or loses an entry. On cgroupfs (kernfs) a
+    directory's mtime stays put when a child cgroup is made or removed, but its link
+    count follows its subdirectories; on a plain file system (captured trees) both do."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_nlink)
+
+
+Seen = dict[str, Signature]  # the directories a scan listed, with their signatures
+
+
+def _subdirs(
+    path: Path, pattern: re.Pattern[str], seen: Seen | None = None
+) -> Iterator[tuple[Path, re.Match[str]]]:
+    if seen is not None:
+        seen[str(path)] = signature(str(path))
     try:
         entries = list(os.scandir(path))
     except OSError:
@@ -247,15 +287,16 @@ def _subdirs(path: Path, pattern: re.Pattern[str]) -> Iterator[tuple[Path, re.Ma
             yield Path(entry.path), match
 
 
-def find_jobs_v1(root: Path) -> dict[str, JobCgroup]:
-    """The jobs under the v1 hierarchies of ``root`` (a cgroup root), by job id."""
+def find_jobs_v1(root: Path, seen: Seen | None = None) -> dict[str, JobCgroup]:
+    """The jobs under the v1 hierarchies of ``root`` (a cgroup root), by job id;
+    ``seen`` gets every directory listed."""
     dirs: dict[str, dict[str, Path]] = {}
     uids: dict[str, int] = {}
     for controller in V1_CONTROLLERS:
-        for hierarchy in _controller_dirs(root, controller):
-            for slurm, _ in _subdirs(hierarchy, _SLURM_DIR):
-                for user, uid_match in _subdirs(slurm, _UID_DIR):
-                    for job, job_match in _subdirs(user, _JOB_DIR):
+        for hierarchy in _controller_dirs(root, controller, seen):
+            for slurm, _ in _subdirs(hierarchy, _SLURM_DIR, seen):
+                for user, uid_match in _subdirs(slurm, _UID_DIR, seen):
+                    for job, job_match in _subdirs(user, _JOB_DIR, seen):
                         job_id = job_match.group(1)
                         dirs.setdefault(job_id, {})[controller] = job
                         uids[job_id] = int(uid_match.group(1))
@@ -270,19 +311,24 @@ def v2_roots(root: Path) -> list[Path]:
     return [root, root / "unified"]
 
 
-def find_jobs_v2(root: Path) -> dict[str, JobCgroup]:
+def find_jobs_v2(root: Path, seen: Seen | None = None) -> dict[str, JobCgroup]:
     """The jobs under ``[<node>_]slurmstepd.scope`` of the unified hierarchy."""
     jobs: dict[str, JobCgroup] = {}
     for unified in v2_roots(root):
-        for scope, _ in _subdirs(unified / "system.slice", re.compile(r".*slurmstepd\.scope")):
-            for job, match in _subdirs(scope, _JOB_DIR):
+        for scope, _ in _subdirs(unified / "system.slice", _STEPD_SCOPE, seen):
+            for job, match in _subdirs(scope, _JOB_DIR, seen):
                 jobs.setdefault(match.group(1), JobCgroup(match.group(1), 2, {"": job}))
     return jobs
 
 
-def find_jobs(root: Path) -> dict[str, JobCgroup]:
+def find_jobs(root: Path, seen: Seen | None = None) -> dict[str, JobCgroup]:
     """Every job under ``root``; a job seen in both (hybrid mounts) is taken from v1."""
-    return {**find_jobs_v2(root), **find_jobs_v1(root)}
+    return {**find_jobs_v2(root, seen), **find_jobs_v1(root, seen)}
+
+
+def unchanged(seen: Seen) -> bool:
+    """Has no directory a scan listed gained or lost an entry (or come or gone) since?"""
+    return all(signature(path) == before for path, before in seen.items())
 
 
 def slurm_cgroups_present(root: Path) -> bool:
@@ -291,9 +337,9 @@ def slurm_cgroups_present(root: Path) -> bool:
         for hierarchy in _controller_dirs(root, controller):
             if any(True for _ in _subdirs(hierarchy, _SLURM_DIR)):
                 return True
-    pattern = re.compile(r".*slurmstepd\.scope")
     return any(
-        any(True for _ in _subdirs(unified / "system.slice", pattern)) for unified in v2_roots(root)
+        any(True for _ in _subdirs(unified / "system.slice", _STEPD_SCOPE))
+        for unified in v2_roots(root)
     )
 
 
@@ -309,27 +355,28 @@ def slurmd_running(proc: Path) -> bool:
     )
 
 
-def job_pids(job: JobCgroup) -> tuple[list[int], list[int]]:
-    """(every pid in the job's cgroups, the pids in its ``task_<n>`` cgroups).
-
-    v1: the pids of the hierarchy its CPU time is read from (``cpuacct``, else
-    ``memory``): ``cpuset`` also holds slurmstepd in its step cgroups. v2: the whole
-    subtree, slurmstepd in ``step_<s>/slurm`` included, as its CPU time is. The task
-    pids are the job's own processes.
-    """
+def job_top(job: JobCgroup) -> Path:
+    """Where the job's processes are listed: v1 the hierarchy its CPU time is read from
+    (``cpuacct``, else ``memory``: ``cpuset`` also holds slurmstepd in its step cgroups);
+    v2 the job's one directory (slurmstepd in ``step_<s>/slurm`` included, as its CPU
+    time is)."""
     top = next((job.dirs[c] for c in ("cpuacct", "memory", "") if c in job.dirs), None)
-    if top is None:
-        top = next(iter(job.dirs.values()))
-    every: set[int] = set()
-    tasks: list[int] = []
-    for directory, _, files in os.walk(top):
-        if "cgroup.procs" not in files:
-            continue
-        pids = parse_pids(read_text(Path(directory) / "cgroup.procs") or "")
-        every.update(pids)
-        if os.path.basename(directory).startswith("task_"):
-            tasks.extend(pid for pid in pids if pid not in tasks)
-    return sorted(every), tasks
+    return top if top is not None else next(iter(job.dirs.values()))
+
+
+def walk_cgroups(top: str, seen: Seen) -> list[str]:
+    """Every directory of the subtree at ``top`` (``top`` first), each one's signature
+    in ``seen`` taken before it is listed, so that a change after is seen next time."""
+    seen[top] = signature(top)
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
+        return []
+    found = [top]
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            found += walk_cgroups(entry.path, seen)
+    return found
 
 
 def lists_processes(job: JobCgroup) -> bool:
@@ -349,8 +396,7 @@ def user_name(uid: int) -> str | None:
         return None
 
 
-def _read(path: Path, parse: Callable[[str], object]) -> object | None:
-    text = read_text(path)
+def _parse(text: str | None, parse: Callable[[str], object]) -> object | None:
     if text is None:
         return None
     try:
@@ -359,14 +405,124 @@ def _read(path: Path, parse: Callable[[str], object]) -> object | None:
         return None
 
 
+def _read(path: Path, parse: Callable[[str], object]) -> object | None:
+    return _parse(read_text(path), parse)
+
+
+Reader = Callable[[str, str], "str | None"]  # (controller, file name) -> the file's text
+
+
+class FileBudget:
+    """Opens the files read at every tick (``ProcFile``: kept open, re-read with pread),
+    keeping at most ``limit`` of them open: half the process's soft open-file limit by
+    default, so that thousands of job processes cannot exhaust it; beyond, files are
+    opened at each read as before."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2 if limit is None else limit
+        self.kept = 0
+
+    def open(self, path: Path) -> ProcFile:
+        keep = self.kept < self.limit
+        self.kept += keep
+        return ProcFile(path, keep=keep)
+
+    def close(self, file: ProcFile) -> None:
+        self.kept -= file.keep
+        file.close()
+
+
+class JobFiles:
+    """One job's cgroup files, opened once, and the directories of its subtree, listed
+    again only when one of them gains or loses a subdirectory (``signature``)."""
+
+    def __init__(self, job: JobCgroup, budget: FileBudget) -> None:
+        self.job = job
+        self.lists_processes = lists_processes(job)
+        self._budget = budget
+        self._files: dict[tuple[str, str], ProcFile] = {}
+        self._top = str(job_top(job))
+        self._tree: Seen = {}
+        self._procs: list[tuple[ProcFile, bool]] = []  # (cgroup.procs, of a task_<n>)
+
+    def read(self, controller: str, name: str) -> str | None:
+        file = self._files.get((controller, name))
+        if file is None:
+            file = self._budget.open(self.job.dirs[controller] / name)
+            self._files[(controller, name)] = file
+        return file.read()
+
+    def pids(self) -> tuple[list[int], list[int]]:
+        """(every pid in the job's cgroups, the pids in its ``task_<n>`` cgroups: the
+        job's own processes)."""
+        if not self._tree or not unchanged(self._tree):
+            self._list_tree()
+        every: set[int] = set()
+        tasks: list[int] = []
+        for procs, of_task in self._procs:
+            pids = parse_pids(procs.read() or "")
+            every.update(pids)
+            if of_task:
+                tasks.extend(pid for pid in pids if pid not in tasks)
+        return sorted(every), tasks
+
+    def _list_tree(self) -> None:
+        for procs, _ in self._procs:
+            self._budget.close(procs)
+        self._tree = {}
+        self._procs = [
+            (self._budget.open(Path(directory, "cgroup.procs")), _is_task(directory))
+            for directory in walk_cgroups(self._top, self._tree)
+            if os.path.isfile(os.path.join(directory, "cgroup.procs"))
+        ]
+
+    def close(self) -> None:
+        for file in [*self._files.values(), *(procs for procs, _ in self._procs)]:
+            self._budget.close(file)
+        self._files.clear()
+        self._procs = []
+
+
+def _is_task(directory: str) -> bool:
+    return os.path.basename(directory).startswith("task_")
+
+
+def job_pids(job: JobCgroup) -> tuple[list[int], list[int]]:
+    """(every pid in the job's cgroups, the pids in its ``task_<n>`` cgroups), read once."""
+    files = JobFiles(job, FileBudget(0))
+    try:
+        return files.pids()
+    finally:
+        files.close()
+
+
+@dataclass
+class _JobState:
+    processes: dict[tuple[int, int], ProcessIo] = field(default_factory=dict)
+    carried_read: int = 0
+    carried_write: int = 0
+    last_read: int = 0
+    last_write: int = 0
+    environment: dict[str, str] | None = None  # SLURM_* of a job process, once read
+    pid_files: dict[int, tuple[ProcFile, ProcFile]] = field(default_factory=dict)  # stat, io
+
+
 class JobsSampler:
     name = "jobs"
 
-    def __init__(self, roots: Roots, users: Callable[[int], str | None] = user_name) -> None:
+    def __init__(
+        self,
+        roots: Roots,
+        users: Callable[[int], str | None] = user_name,
+        budget: FileBudget | None = None,
+    ) -> None:
         self._proc = roots.proc
         self._cgroup = roots.cgroup_root
         self._users = users
-        self._jobs: dict[str, _JobState] = {}
+        self._budget = budget or FileBudget()
+        self._seen: Seen | None = None  # the last scan's directories; None: scan again
+        self._cgroups: dict[str, JobFiles] = {}  # every job directory the scan found
+        self._jobs: dict[str, _JobState] = {}  # the jobs reported (with processes)
 
     def available(self) -> bool:
         if slurm_cgroups_present(self._cgroup) or slurmd_running(self._proc):
@@ -378,30 +534,70 @@ class JobsSampler:
         )
         return False
 
+    def _scan(self) -> None:
+        """Find the jobs again: only when a directory the last scan listed changed."""
+        if self._seen is not None and unchanged(self._seen):
+            return
+        self._seen = {}
+        jobs = find_jobs(self._cgroup, self._seen)
+        for job_id in list(self._cgroups):
+            if job_id not in jobs:
+                self._cgroups.pop(job_id).close()
+                self._drop(job_id)
+            elif self._cgroups[job_id].job != jobs[job_id]:
+                # one more controller's directory (Slurm makes them one after another):
+                # new files, the same job, its process I/O carried on
+                self._cgroups.pop(job_id).close()
+        for job_id, job in jobs.items():
+            if job_id not in self._cgroups:
+                self._cgroups[job_id] = JobFiles(job, self._budget)
+
+    def _drop(self, job_id: str) -> None:
+        state = self._jobs.pop(job_id, None)
+        if state is not None:
+            for files in state.pid_files.values():
+                for file in files:
+                    self._budget.close(file)
+
     def sample(self, now_ns: int) -> list[Point]:
-        jobs = find_jobs(self._cgroup)
-        for gone in set(self._jobs) - set(jobs):
-            del self._jobs[gone]
-        points: list[Point] = []
-        for job_id in sorted(jobs, key=_job_order):
-            job = jobs[job_id]
-            state = self._jobs.setdefault(job_id, _JobState())
-            usage, info = self._sample_job(job, state)
-            if not job_dir_exists(job) or (not usage[Job.PROCESSES] and lists_processes(job)):
-                # ended while being read, or a stale cgroup: no process is left in it (a
-                # slurmstepd killed with SIGKILL leaves its job's cgroup behind)
-                del self._jobs[job_id]
-                continue
-            points.append(Point(Job.NAME, {Tag.JOB_ID: job_id}, usage, now_ns))
-            points.append(Point(JobInfo.NAME, info[0], info[1], now_ns))
+        self._scan()
+        points, gone = self._sample_jobs(list(self._cgroups), now_ns)
+        if gone:
+            # One job's cgroup went: another may have come in its place between two
+            # ticks, leaving every link count as it was. Look again now.
+            self._seen = None
+            known = set(self._cgroups)
+            self._scan()
+            points += self._sample_jobs([j for j in self._cgroups if j not in known], now_ns)[0]
         return points
 
+    def _sample_jobs(self, job_ids: list[str], now_ns: int) -> tuple[list[Point], bool]:
+        """The jobs' points, and whether a job's cgroup was found gone."""
+        points: list[Point] = []
+        gone = False
+        for job_id in sorted(job_ids, key=_job_order):
+            files = self._cgroups[job_id]
+            state = self._jobs.setdefault(job_id, _JobState())
+            usage, info = self._sample_job(files, state)
+            if not files.lists_processes or not usage[Job.PROCESSES]:
+                exists = job_dir_exists(files.job)
+                gone = gone or not exists
+                if not exists or files.lists_processes:
+                    # ended while being read, or a stale cgroup: no process is left in it
+                    # (a slurmstepd killed with SIGKILL leaves its job's cgroup behind)
+                    self._drop(job_id)
+                    continue
+            points.append(Point(Job.NAME, {Tag.JOB_ID: job_id}, usage, now_ns))
+            points.append(Point(JobInfo.NAME, info[0], info[1], now_ns))
+        return points, gone
+
     def _sample_job(
-        self, job: JobCgroup, state: _JobState
+        self, files: JobFiles, state: _JobState
     ) -> tuple[dict[str, int | float], tuple[dict[str, str], dict[str, int | float]]]:
-        usage = cgroup_usage(job)
-        limits = cgroup_allocation(job)
-        pids, tasks = job_pids(job)
+        job = files.job
+        usage = cgroup_usage(job, files.read)
+        limits = cgroup_allocation(job, files.read)
+        pids, tasks = files.pids()
         usage[Job.PROCESSES] = float(len(pids))
         usage.update(self._process_io(pids, state))
         if state.environment is None:
@@ -427,13 +623,26 @@ class JobsSampler:
             fields[JobInfo.ALLOCATED_GPUS] = float(len(gpus))
         return usage, (tags, fields)
 
+    def _pid_files(self, pid: int, state: _JobState) -> tuple[ProcFile, ProcFile]:
+        files = state.pid_files.get(pid)
+        if files is None:
+            directory = self._proc / str(pid)
+            files = (self._budget.open(directory / "stat"), self._budget.open(directory / "io"))
+            state.pid_files[pid] = files
+        return files
+
     def _process_io(self, pids: Iterable[int], state: _JobState) -> dict[str, int | float]:
         current: dict[tuple[int, int], ProcessIo] = {}
-        for pid in pids:
-            stat = _read(self._proc / str(pid) / "stat", parse_proc_stat)
-            io = _read(self._proc / str(pid) / "io", parse_proc_io)
+        listed = set(pids)
+        for pid in listed:
+            stat_file, io_file = self._pid_files(pid, state)
+            stat = _parse(stat_file.read(), parse_proc_stat)
+            io = _parse(io_file.read(), parse_proc_io)
             if isinstance(stat, tuple) and isinstance(io, tuple):
                 current[(pid, stat[1])] = ProcessIo(stat[0], io[0], io[1])
+        for pid in [pid for pid in state.pid_files if pid not in listed]:
+            for file in state.pid_files.pop(pid):
+                self._budget.close(file)
         if not current and not state.processes:
             return {}  # no readable /proc/<pid>/io: no field, not a zero
         read, write = exited_io(state.processes, current)
@@ -482,74 +691,91 @@ def job_dir_exists(job: JobCgroup) -> bool:
     return any(path.is_dir() for path in job.dirs.values())
 
 
-def cgroup_usage(job: JobCgroup) -> dict[str, int | float]:
+def _read_file(job: JobCgroup) -> Reader:
+    return lambda controller, name: read_text(job.dirs[controller] / name)
+
+
+def keyed_value(text: str, key: str) -> int | None:
+    """One key's value in a "key value" file (``memory.stat``), without parsing it all."""
+    needle = f"\n{key} "
+    if text.startswith(needle[1:]):
+        start = len(needle) - 1
+    elif (at := text.find(needle)) >= 0:
+        start = at + len(needle)
+    else:
+        return None
+    end = text.find("\n", start)
+    value = text[start : end if end >= 0 else None].strip()
+    return int(value) if value.isdigit() else None
+
+
+def cgroup_usage(job: JobCgroup, read: Reader | None = None) -> dict[str, int | float]:
     """The job's ``job`` fields from its cgroup files; a missing file gives no field."""
+    read = read or _read_file(job)
     fields: dict[str, int | float] = {}
     if job.version == 1:
-        cpuacct, memory, blkio = (job.dirs.get(c) for c in ("cpuacct", "memory", "blkio"))
-        if cpuacct is not None:
-            usage_ns = _read(cpuacct / "cpuacct.usage", parse_int)
+        if "cpuacct" in job.dirs:
+            usage_ns = _parse(read("cpuacct", "cpuacct.usage"), parse_int)
             if isinstance(usage_ns, int):
                 fields[Job.CPU_SECONDS] = usage_ns / 1e9
-        if memory is not None:
-            _gauge(fields, Job.MEMORY_BYTES, memory / "memory.usage_in_bytes")
-            _gauge(fields, Job.MEMORY_PEAK_BYTES, memory / "memory.max_usage_in_bytes")
-            stat = _read(memory / "memory.stat", parse_flat_keyed)
-            if isinstance(stat, dict):
-                cache = stat.get("total_cache", stat.get("cache"))  # total_: with children
+        if "memory" in job.dirs:
+            _gauge(fields, Job.MEMORY_BYTES, read("memory", "memory.usage_in_bytes"))
+            _gauge(fields, Job.MEMORY_PEAK_BYTES, read("memory", "memory.max_usage_in_bytes"))
+            stat = read("memory", "memory.stat")
+            if stat is not None:
+                cache = keyed_value(stat, "total_cache")  # total_: with children
+                if cache is None:
+                    cache = keyed_value(stat, "cache")
                 if cache is not None:
                     fields[Job.CACHE_BYTES] = float(cache)
-        if blkio is not None:
+        if "blkio" in job.dirs:
             for name in (
                 "blkio.throttle.io_service_bytes_recursive",
                 "blkio.throttle.io_service_bytes",
             ):
-                io = _read(blkio / name, parse_blkio)
+                io = _parse(read("blkio", name), parse_blkio)
                 if isinstance(io, tuple):
                     fields[Job.BLOCK_READ_BYTES], fields[Job.BLOCK_WRITE_BYTES] = io
                     break
         return fields
-    top = job.dirs[""]
-    cpu = _read(top / "cpu.stat", parse_flat_keyed)
+    cpu = _parse(read("", "cpu.stat"), parse_flat_keyed)
     if isinstance(cpu, dict) and "usage_usec" in cpu:
         fields[Job.CPU_SECONDS] = cpu["usage_usec"] / 1e6
-    _gauge(fields, Job.MEMORY_BYTES, top / "memory.current")
-    _gauge(fields, Job.MEMORY_PEAK_BYTES, top / "memory.peak")  # Linux 5.19+
-    stat = _read(top / "memory.stat", parse_flat_keyed)
-    if isinstance(stat, dict) and "file" in stat:
-        fields[Job.CACHE_BYTES] = float(stat["file"])
-    io = _read(top / "io.stat", parse_io_stat)
+    _gauge(fields, Job.MEMORY_BYTES, read("", "memory.current"))
+    _gauge(fields, Job.MEMORY_PEAK_BYTES, read("", "memory.peak"))  # Linux 5.19+
+    stat = read("", "memory.stat")
+    file_cache = None if stat is None else keyed_value(stat, "file")
+    if file_cache is not None:
+        fields[Job.CACHE_BYTES] = float(file_cache)
+    io = _parse(read("", "io.stat"), parse_io_stat)
     if isinstance(io, tuple):
         fields[Job.BLOCK_READ_BYTES], fields[Job.BLOCK_WRITE_BYTES] = io
     return fields
 
 
-def cgroup_allocation(job: JobCgroup) -> dict[str, int | float]:
+def cgroup_allocation(job: JobCgroup, read: Reader | None = None) -> dict[str, int | float]:
     """The ``slurm_job`` fields the cgroup tells: CPUs in its cpuset, its memory limit."""
+    read = read or _read_file(job)
     fields: dict[str, int | float] = {}
     if job.version == 1:
-        cpuset, memory = job.dirs.get("cpuset"), job.dirs.get("memory")
-        cpus_file = cpuset / "cpuset.cpus" if cpuset is not None else None
-        limit_file = memory / "memory.limit_in_bytes" if memory is not None else None
+        cpus_text = read("cpuset", "cpuset.cpus") if "cpuset" in job.dirs else None
+        limit_text = read("memory", "memory.limit_in_bytes") if "memory" in job.dirs else None
     else:
-        top = job.dirs[""]
-        cpus_file = top / "cpuset.cpus.effective"
-        if not cpus_file.exists():
-            cpus_file = top / "cpuset.cpus"
-        limit_file = top / "memory.max"
-    if cpus_file is not None:
-        cpus = _read(cpus_file, parse_cpu_list)
-        if isinstance(cpus, list) and cpus:
-            fields[JobInfo.ALLOCATED_CPUS] = float(len(cpus))
-    if limit_file is not None:
-        limit = _read(limit_file, parse_limit)
-        if isinstance(limit, int):
-            fields[JobInfo.ALLOCATED_MEMORY_BYTES] = float(limit)
+        cpus_text = read("", "cpuset.cpus.effective")
+        if cpus_text is None:
+            cpus_text = read("", "cpuset.cpus")
+        limit_text = read("", "memory.max")
+    cpus = _parse(cpus_text, parse_cpu_list)
+    if isinstance(cpus, list) and cpus:
+        fields[JobInfo.ALLOCATED_CPUS] = float(len(cpus))
+    limit = _parse(limit_text, parse_limit)
+    if isinstance(limit, int):
+        fields[JobInfo.ALLOCATED_MEMORY_BYTES] = float(limit)
     return fields
 
 
-def _gauge(fields: dict[str, int | float], name: str, path: Path) -> None:
-    value = _read(path, parse_int)
+def _gauge(fields: dict[str, int | float], name: str, text: str | None) -> None:
+    value = _parse(text, parse_int)
     if isinstance(value, int):
         fields[name] = float(value)
 

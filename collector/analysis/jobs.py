@@ -32,9 +32,20 @@ and the runs' ``run_start`` ``slurm_job_id``. Every number is defined once, here
     The time-weighted mean ``utilization_percent`` of the job's GPUs (``gpus`` matched
     to the node's ``gpu`` series by index or UUID) over its span, averaged over them.
 ``gpus_without_process``
-    The job's GPUs with no ``gpu_process`` sample in its span; None (not known) on a node
+    The job's GPUs with no ``gpu_process`` sample in its span from a process of this job
+    (a process tagged with another ``job_id`` is not this job's; one without the tag, from
+    an agent that could not read its cgroup, still counts); None (not known) on a node
     whose agent sent no ``gpu_process`` sample at all (no GPU sampler, or NVML cannot list
     processes there).
+``gpu_memory_peak_bytes``
+    From the ``gpu_process`` samples tagged with the job (the agent joins NVML's pid to
+    the job's cgroup): per GPU (or MIG device), the highest sum of the job's processes'
+    ``memory_used_bytes`` at one reading; summed over the GPUs.
+``gpu_process_sm_percent``
+    The same samples' ``sm_utilization_percent``: per GPU, the mean over its readings of
+    the sum over the job's processes; averaged over the job's GPUs (its ``gpus``, a GPU
+    with no process of the job counting 0, else the GPUs its processes used). The job's
+    own share of its GPUs, where ``gpu_util_percent`` is the GPUs' whoever used them.
 
 A job over several nodes adds up CPU seconds, allocated CPU seconds and I/O over them, so
 its CPU efficiency is ``sum(cpu_seconds) / sum(allocated_cpu_seconds)``; its memory is
@@ -131,6 +142,8 @@ class JobNode:
     process_write_bytes: float | None = None
     gpu_util_percent: float | None = None
     gpus_without_process: tuple[str, ...] | None = None
+    gpu_memory_peak_bytes: float | None = None
+    gpu_process_sm_percent: float | None = None
 
     @property
     def elapsed_seconds(self) -> float | None:
@@ -262,6 +275,22 @@ class JobReport:
             return None
         return sum(u * w for u, w in pairs) / sum(w for _, w in pairs)
 
+    @property
+    def gpu_memory_peak_bytes(self) -> float | None:
+        return _sum(n.gpu_memory_peak_bytes for n in self.nodes)
+
+    @property
+    def gpu_process_sm_percent(self) -> float | None:
+        """Mean over the nodes' GPUs (each node's mean weighted by its GPUs)."""
+        pairs = [
+            (n.gpu_process_sm_percent, len(n.gpus) or 1)
+            for n in self.nodes
+            if n.gpu_process_sm_percent is not None
+        ]
+        if not pairs:
+            return None
+        return sum(u * w for u, w in pairs) / sum(w for _, w in pairs)
+
     def io_bytes(self, name: str) -> float | None:
         """``block_read_bytes``, ``process_write_bytes``... summed over the nodes."""
         return _sum(getattr(n, name) for n in self.nodes)
@@ -356,8 +385,62 @@ def _gpu_matches(info: SeriesInfo, gpus: tuple[str, ...]) -> bool:
     return info.tags.get(Tag.GPU) in gpus or info.tags.get(Tag.UUID) in gpus
 
 
+def _device(info: SeriesInfo) -> tuple[str, str]:
+    return (info.tags.get(Tag.UUID) or info.tags.get(Tag.GPU, ""), info.tags.get(Tag.MIG, ""))
+
+
+def device_sums(series: Iterable[SeriesData]) -> dict[tuple[str, str], np.ndarray]:
+    """Per GPU or MIG device, the sum over processes of each reading (one reading of a
+    device gives all its processes the same time); NaNs are left out."""
+    by_device: dict[tuple[str, str], list[SeriesData]] = defaultdict(list)
+    for data in series:
+        by_device[_device(data.info)].append(data)
+    sums: dict[tuple[str, str], np.ndarray] = {}
+    for device, group in by_device.items():
+        times = np.concatenate([d.times_ns for d in group])
+        values = np.concatenate([d.values for d in group])
+        known = ~np.isnan(values)
+        if known.any():
+            _, reading = np.unique(times[known], return_inverse=True)
+            sums[device] = np.bincount(reading, weights=values[known])
+    return sums
+
+
+def job_gpu_use(
+    memory: Iterable[SeriesData], sm: Iterable[SeriesData], gpus: int
+) -> tuple[float | None, float | None]:
+    """(``gpu_memory_peak_bytes``, ``gpu_process_sm_percent``) of one job on one node from
+    its processes' samples; ``gpus``: the GPUs it was given (0: not said)."""
+    memory_sums = device_sums(memory)
+    peak = sum(float(v.max()) for v in memory_sums.values()) if memory_sums else None
+    sm_sums = device_sums(sm)
+    if not sm_sums:
+        return peak, None
+    share = sum(float(v.mean()) for v in sm_sums.values())
+    return peak, share / max(gpus, len(sm_sums))
+
+
+def _with_job_processes(store: ReadStore, node: JobNode) -> JobNode:
+    """GPU memory and SM share of the job's own processes (``gpu_process`` ``job_id``)."""
+    series = {
+        name: [
+            info
+            for info in store.list_series(GpuProcess.NAME, name, node.host)
+            if _job_of(info) == node.job_id
+        ]
+        for name in (GpuProcess.MEMORY_USED_BYTES, GpuProcess.SM_UTILIZATION_PERCENT)
+    }
+    if not any(series.values()):
+        return node
+    memory, sm = (store.read_series(infos, *ALL_TIME) if infos else [] for infos in series.values())
+    peak, share = job_gpu_use(memory, sm, len(node.gpus))
+    return replace(node, gpu_memory_peak_bytes=peak, gpu_process_sm_percent=share)
+
+
 def _with_gpus(store: ReadStore, node: JobNode) -> JobNode:
-    """The node's GPU utilisation and GPUs without a process, where the node says."""
+    """The node's GPU utilisation and GPUs without a process, where the node says, and
+    what the job's own processes used."""
+    node = _with_job_processes(store, node)
     if not node.gpus:
         return node
     whole = [
@@ -376,7 +459,11 @@ def _with_gpus(store: ReadStore, node: JobNode) -> JobNode:
     without: tuple[str, ...] | None = None
     if processes:
         busy: set[str] = set()
-        mine = [info for info in processes if _gpu_matches(info, node.gpus)]
+        mine = [
+            info
+            for info in processes
+            if _gpu_matches(info, node.gpus) and _job_of(info) in (None, node.job_id)
+        ]
         for data in store.read_series(mine, node.first_ns, node.last_ns):
             inside = (data.times_ns >= node.first_ns) & (data.times_ns <= node.last_ns)
             if inside.any():
@@ -389,22 +476,85 @@ def _with_gpus(store: ReadStore, node: JobNode) -> JobNode:
     return replace(node, gpu_util_percent=utilisation, gpus_without_process=without)
 
 
-def _read_nodes(store: ReadStore, job_id: str | None) -> list[JobNode]:
-    usage_infos = _list(store, Job.NAME, Job.fields(), job_id)
-    info_infos = _list(store, JobInfo.NAME, JobInfo.fields(), job_id)
-    usage: dict[tuple[str, str], dict[str, SeriesData]] = defaultdict(dict)
-    info: dict[tuple[str, str], list[SeriesData]] = defaultdict(list)
-    for data in store.read_series(usage_infos, *ALL_TIME):
+NodeKey = tuple[str, str]  # (host, job id)
+# A job's node is finished once its host has samples of another job this many of its
+# intervals after its last: the agent sends a host's samples in time order, so nothing of
+# it can come later.
+FINISHED_AFTER_INTERVALS = 3
+KEPT_NODES_MAX = 50_000  # a kept node is ~1 kB
+
+
+@dataclass
+class KeptNodes:
+    """Finished jobs' nodes from earlier calls on one store, each kept with the ids of
+    the series it was read from: ``job_reports`` reads a kept node's samples again only
+    when its series change."""
+
+    nodes: dict[NodeKey, tuple[frozenset[int], JobNode]] = field(default_factory=dict)
+    read: int = 0  # nodes read from their samples, for tests and the bench
+    reused: int = 0
+
+
+def _series_by_node(store: ReadStore, job_id: str | None) -> dict[NodeKey, list[SeriesInfo]]:
+    found: dict[NodeKey, list[SeriesInfo]] = defaultdict(list)
+    for info in [
+        *_list(store, Job.NAME, Job.fields(), job_id),
+        *_list(store, JobInfo.NAME, JobInfo.fields(), job_id),
+    ]:
+        found[(info.host, info.tags[Tag.JOB_ID])].append(info)
+    return found
+
+
+def _read_nodes(store: ReadStore, series: dict[NodeKey, list[SeriesInfo]]) -> list[JobNode]:
+    """The nodes of ``series``, every sample of their series read (one job's series exist
+    only while it ran), with their GPU use."""
+    wanted = [info for infos in series.values() for info in infos]
+    usage: dict[NodeKey, dict[str, SeriesData]] = defaultdict(dict)
+    info: dict[NodeKey, list[SeriesData]] = defaultdict(list)
+    for data in store.read_series(wanted, *ALL_TIME):
         key = (data.info.host, data.info.tags[Tag.JOB_ID])
-        usage[key][data.info.field] = data
-    for data in store.read_series(info_infos, *ALL_TIME):
-        info[(data.info.host, data.info.tags[Tag.JOB_ID])].append(data)
+        if data.info.measurement == Job.NAME:
+            usage[key][data.info.field] = data
+        else:
+            info[key].append(data)
     nodes = []
-    for host, job in sorted(set(usage) | set(info)):
+    for host, job in sorted(series):
         node = _node(job, host, usage.get((host, job), {}), info.get((host, job), []))
         if node is not None:
-            nodes.append(node)
+            nodes.append(_with_gpus(store, node))
     return nodes
+
+
+def job_nodes(
+    store: ReadStore, job_id: str | None = None, kept: KeptNodes | None = None
+) -> list[JobNode]:
+    """Every job's nodes (or one job's), by host then job id. With ``kept``, a finished
+    node kept from an earlier call is used as it is while its series are the same, and
+    the nodes found finished now are kept."""
+    series = _series_by_node(store, job_id)
+    if kept is None:
+        return _read_nodes(store, series)
+    ids = {key: frozenset(info.series_id for info in infos) for key, infos in series.items()}
+    reused = {
+        key: kept.nodes[key][1]
+        for key in series
+        if key in kept.nodes and kept.nodes[key][0] == ids[key]
+    }
+    fresh = _read_nodes(store, {k: v for k, v in series.items() if k not in reused})
+    kept.read += len(fresh)
+    kept.reused += len(reused)
+    nodes = [*reused.values(), *fresh]
+    newest: dict[str, int] = {}
+    for node in nodes:
+        newest[node.host] = max(newest.get(node.host, node.last_ns), node.last_ns)
+    if len(kept.nodes) > KEPT_NODES_MAX:
+        kept.nodes.clear()  # a bound on memory: they are read again, once
+    for node in fresh:
+        if node.interval_seconds is not None and newest[node.host] - node.last_ns > (
+            FINISHED_AFTER_INTERVALS * node.interval_seconds * NS_PER_SECOND
+        ):
+            kept.nodes[(node.host, node.job_id)] = (ids[(node.host, node.job_id)], node)
+    return sorted(nodes, key=lambda n: (n.host, n.job_id))
 
 
 def job_runs(runs: Iterable[RunInfo]) -> dict[str, tuple[str, ...]]:
@@ -421,12 +571,12 @@ def job_runs(runs: Iterable[RunInfo]) -> dict[str, tuple[str, ...]]:
     }
 
 
-def job_reports(store: ReadStore) -> list[JobReport]:
-    """Every job the agents saw, newest first (by its first sample); no neighbours or GPU
-    process check (``job_report`` has them)."""
+def job_reports(store: ReadStore, kept: KeptNodes | None = None) -> list[JobReport]:
+    """Every job the agents saw, newest first (by its first sample); no neighbours
+    (``job_report`` has them). ``kept``: finished jobs' nodes from earlier calls."""
     by_job: dict[str, list[JobNode]] = defaultdict(list)
-    for node in _read_nodes(store, None):
-        by_job[node.job_id].append(_with_gpus(store, node))
+    for node in job_nodes(store, None, kept):
+        by_job[node.job_id].append(node)
     runs = job_runs(store.runs())
     reports = [JobReport(job, tuple(nodes), runs.get(job, ())) for job, nodes in by_job.items()]
     return sorted(reports, key=lambda r: (r.first_ns, r.job_id), reverse=True)
@@ -469,7 +619,7 @@ def neighbours(store: ReadStore, node: JobNode) -> list[Neighbour]:
 def job_report(store: ReadStore, job_id: str) -> JobReport | None:
     """One job, with its runs, its nodes' GPU check and its neighbours; None when no agent
     sampled it."""
-    nodes = [_with_gpus(store, node) for node in _read_nodes(store, job_id)]
+    nodes = job_nodes(store, job_id)
     if not nodes:
         return None
     runs = job_runs(store.runs()).get(job_id, ())

@@ -5,7 +5,7 @@ the run rules are.
 ``job_gpus_idle``
     GPUs allocated to the job (its ``slurm_job`` ``gpus``) on which no process ran while
     it did, judged on nodes whose agent sent GPU process samples (elsewhere it is not
-    known).
+    known); a process tagged with another job's ``job_id`` is not this job's.
 ``job_cpus_unused``
     CPU efficiency (``collector.analysis.jobs.cpu_efficiency``) below
     ``JOB_CPU_EFFICIENCY_FLOOR``.

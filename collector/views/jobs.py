@@ -18,10 +18,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
+import weakref
 from typing import Any
 
 from collector.analysis.epochs import iso_utc
-from collector.analysis.jobs import IO_FIELDS, JobNode, JobReport, job_report, job_reports
+from collector.analysis.jobs import (
+    IO_FIELDS,
+    JobNode,
+    JobReport,
+    KeptNodes,
+    job_report,
+    job_reports,
+)
 from collector.store.api import ReadStore
 from collector.views.errors import CliError
 from collector.views.output import console_for, print_findings, report_table, write_csv, write_json
@@ -54,6 +63,8 @@ JOB_KEYS = (
     "allocated_gpus",
     "gpus",
     "gpu_util_percent",
+    "gpu_memory_peak_bytes",
+    "gpu_process_sm_percent",
     "runs",
 )
 NODE_KEYS = (
@@ -80,6 +91,8 @@ NODE_KEYS = (
     "gpus",
     "gpu_util_percent",
     "gpus_without_process",
+    "gpu_memory_peak_bytes",
+    "gpu_process_sm_percent",
 )
 # the summary stays well under Slurm's field sizes: at most this many nodes and runs named
 SUMMARY_MAX_NAMES = 32
@@ -112,6 +125,8 @@ def job_row(report: JobReport) -> dict[str, Any]:
         "allocated_gpus": report.allocated_gpus,
         "gpus": gpus,
         "gpu_util_percent": _round(report.gpu_util_percent, 2),
+        "gpu_memory_peak_bytes": report.gpu_memory_peak_bytes,
+        "gpu_process_sm_percent": _round(report.gpu_process_sm_percent, 2),
         "runs": list(report.runs),
     }
 
@@ -143,12 +158,30 @@ def node_row(node: JobNode) -> dict[str, Any]:
         "gpus_without_process": None
         if node.gpus_without_process is None
         else list(node.gpus_without_process),
+        "gpu_memory_peak_bytes": node.gpu_memory_peak_bytes,
+        "gpu_process_sm_percent": _round(node.gpu_process_sm_percent, 2),
     }
 
 
+_KEPT: weakref.WeakKeyDictionary[Any, KeptNodes] = weakref.WeakKeyDictionary()
+_KEPT_LOCK = threading.Lock()
+
+
+def kept_nodes(store: ReadStore) -> KeptNodes | None:
+    """The finished jobs' nodes kept for ``store`` (one per store object, for as long as
+    it lives: the read API's and the dashboard's), or None for a store that cannot be
+    referenced weakly."""
+    with _KEPT_LOCK:
+        try:
+            return _KEPT.setdefault(store, KeptNodes())
+        except TypeError:
+            return None
+
+
 def jobs_rows(store: ReadStore) -> list[dict[str, Any]]:
-    """Every job, newest first (``JOB_KEYS``)."""
-    return [job_row(report) for report in job_reports(store)]
+    """Every job, newest first (``JOB_KEYS``); a finished job's samples are read once
+    per store (``kept_nodes``)."""
+    return [job_row(report) for report in job_reports(store, kept_nodes(store))]
 
 
 def _find_job(store: ReadStore, job_id: str) -> JobReport:
@@ -225,6 +258,8 @@ def job_summary(store: ReadStore, report: JobReport) -> dict[str, Any]:
         },
         "gpus": report.allocated_gpus,
         "gpu_util": _round(report.gpu_util_percent, 1),
+        "gpu_mem_peak": report.gpu_memory_peak_bytes,
+        "gpu_sm_own": _round(report.gpu_process_sm_percent, 1),
         "runs": [
             {"run_id": run_id, "images_per_second": _round(throughput.get(run_id), 1)}
             for run_id in report.runs[:SUMMARY_MAX_NAMES]
@@ -281,6 +316,10 @@ def _gpus(row: dict[str, Any]) -> str:
     text = f"{row['allocated_gpus']:g}"
     if row.get("gpu_util_percent") is not None:
         text += f" ({row['gpu_util_percent']:.1f}% busy)"
+    if row.get("gpu_memory_peak_bytes") is not None:
+        text += f", own procs {human_bytes(row['gpu_memory_peak_bytes'])}"
+        if row.get("gpu_process_sm_percent") is not None:
+            text += f" {row['gpu_process_sm_percent']:.1f}% SM"
     return text
 
 

@@ -261,7 +261,12 @@ class RunBuilder:
             series.append(
                 (
                     GpuProcess.NAME,
-                    {Tag.GPU: gpu, Tag.UUID: f"GPU-{host}-{gpu}", Tag.PID: "4242"},
+                    {
+                        Tag.GPU: gpu,
+                        Tag.UUID: f"GPU-{host}-{gpu}",
+                        Tag.PID: "4242",
+                        Tag.JOB_ID: spec.job_id,  # the agent joins the pid to its job
+                    },
                     {GpuProcess.MEMORY_USED_BYTES: np.full(times.shape, 1e9)},
                 )
             )
