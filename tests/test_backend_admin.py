@@ -181,6 +181,7 @@ def test_edge_samples_are_compared_at_the_backends_precision(tmp_path, repo_env)
 # ------------------------------------------------------------------------------ outage
 
 
+@pytest.mark.slow
 def test_victoria_metrics_down_then_back(tmp_path, repo_env):
     """Load: two Python processes and VictoriaMetrics; nothing here is timed but the
     waits for readiness and for /health to change (seconds, generous)."""
@@ -240,6 +241,7 @@ def test_victoria_metrics_down_then_back(tmp_path, repo_env):
             stop(vm)
 
 
+@pytest.mark.slow
 def test_resent_batch_is_stored_once_with_dedup(tmp_path, repo_env):
     """A batch VictoriaMetrics took whose answer was lost (the collector restarted) is
     sent again: the same samples twice. With -dedup.minScrapeInterval=1ms it keeps one."""
@@ -271,6 +273,7 @@ def test_resent_batch_is_stored_once_with_dedup(tmp_path, repo_env):
 # ------------------------------------------------------------------------------ credentials
 
 
+@pytest.mark.slow
 def test_credentials_come_from_a_file_never_from_the_url(tmp_path, repo_env):
     vm_port, port = free_port(), free_port()
     url = f"http://127.0.0.1:{vm_port}"
