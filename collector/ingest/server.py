@@ -641,8 +641,8 @@ def run(args) -> int:
     )
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)
+    backend = serve_spec(args.backend, getattr(args, "backend_auth_file", None))  # bad: exit 2
     store = SqliteStore(args.db, check_integrity=True)  # StoreError: one line (collector.cli)
-    backend = serve_spec(args.backend, getattr(args, "backend_auth_file", None))
     # prometheus=URL forwards nothing: pushed samples are stored here
     forwarding = backend is not None and backend.forwards_writes
     forwarder = Forwarder(backend.url, backend.authorization) if forwarding else None
