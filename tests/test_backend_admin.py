@@ -331,3 +331,26 @@ def test_credentials_come_from_a_file_never_from_the_url(tmp_path, repo_env):
         assert PASSWORD not in log and "epochscope:" not in log
     finally:
         stop(vm)
+
+
+def test_dashboard_logs_a_backend_outage_once(tmp_path, caplog):
+    """``dashboard serve --backend`` with nothing listening at the backend's port: its
+    background preparation of finished runs says so in one line, not a traceback a round."""
+    import logging
+
+    from collector.store import SqliteStore
+    from dashboard.source import DataSource
+
+    run = RunBuilder("dashrun", hosts=("q1",), write_samples=False)
+    run.epoch(2.0, 100)
+    with SqliteStore(tmp_path / "c.sqlite") as local:
+        local.write_lines(encode_lines(run.event_points()))
+    spec = parse_backend_spec(f"victoriametrics=http://127.0.0.1:{free_port()}")
+    source = DataSource(open_backend_store(spec, tmp_path / "c.sqlite"), complete_ahead=False)
+    with caplog.at_level(logging.WARNING, logger="dashboard"):
+        stop = source.start_preparing(newest=1, every_s=0.05)
+        time.sleep(1.0)  # about 20 rounds
+        stop.set()
+    mine = [r for r in caplog.records if r.name.startswith("dashboard")]
+    assert len(mine) == 1 and mine[0].levelno == logging.WARNING
+    assert "unreachable" in mine[0].getMessage() and mine[0].exc_info is None
