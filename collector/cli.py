@@ -79,6 +79,12 @@ def positive_seconds(text: str) -> float:
 def _add_store_arguments(parser: argparse.ArgumentParser, backend_help: str) -> None:
     parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite file (default {DEFAULT_DB})")
     parser.add_argument("--backend", metavar="{victoriametrics,prometheus}=URL", help=backend_help)
+    parser.add_argument(
+        "--backend-auth-file",
+        metavar="FILE",
+        help="credentials for --backend: one line, USER:PASSWORD (Basic auth) or a bearer "
+        "token; never logged (a URL with credentials in it is refused)",
+    )
 
 
 def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
@@ -221,11 +227,14 @@ def _main(argv: list[str] | None) -> int:
         # (imported here: a StoreError means the store is loaded; `scaling` may not load it)
         from collector.store.database import StoreError
 
-        if not isinstance(error, StoreError):
-            raise
-        # a store file that cannot be used: one line, no traceback
-        print(f"collector {args.command}: {error}", file=sys.stderr)
-        return 2
+        if isinstance(error, StoreError):
+            # a store file that cannot be used: one line, no traceback
+            print(f"collector {args.command}: {error}", file=sys.stderr)
+            return 2
+        if type(error).__name__ == "BackendError":  # --backend down or refusing: one line
+            print(f"collector {args.command}: {error}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

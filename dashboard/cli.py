@@ -62,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
         "prometheus=URL (the runs and events from --db)",
     )
     serve.add_argument(
+        "--backend-auth-file",
+        metavar="FILE",
+        help="credentials for --backend: one line, USER:PASSWORD (Basic auth) or a bearer "
+        "token; never logged (a URL with credentials in it is refused)",
+    )
+    serve.add_argument(
         "--collector",
         metavar="URL",
         help="show a remote `collector serve` through its read API (as `collector report "
@@ -174,7 +180,9 @@ def open_store(args: argparse.Namespace) -> ReadStore:
         )
 
         try:
-            spec = parse_backend_spec(args.backend)
+            spec = parse_backend_spec(
+                args.backend, auth_file=getattr(args, "backend_auth_file", None)
+            )
         except BackendSpecError as error:
             raise CliError(f"--backend {error}") from None
     from collector.store import SqliteStore, StoreError
@@ -182,7 +190,17 @@ def open_store(args: argparse.Namespace) -> ReadStore:
     try:
         if args.backend:
             return open_backend_store(spec, events=path)
-        return SqliteStore(path)
+        store = SqliteStore(path)
+        elsewhere = store.samples_backend()
+        if elsewhere is not None:
+            log.warning(
+                "%s holds runs and events only: its collector keeps the node samples in %s; "
+                "give --backend %s for the node columns and charts",
+                path,
+                elsewhere.partition("=")[0],
+                elsewhere,
+            )
+        return store
     except StoreError as error:  # damaged, foreign or empty: one line, not a traceback
         raise CliError(str(error)) from None
 

@@ -501,8 +501,27 @@ def _either(names: list[str]) -> str:
 
 
 def absent_note(rows: list[dict[str, Any]], absent: list[figures.Measurement]) -> str:
-    """One line: what the hosts do not have, so that its charts are left out ("" when they
-    have everything)."""
+    """One line: what the hosts do not have, so that its charts are left out, and which
+    epoch edges are interpolated ("" when they have everything, every edge a reading)."""
+    return " ".join(filter(None, (_absent_text(rows, absent), interpolated_note(rows))))
+
+
+def interpolated_note(rows: list[dict[str, Any]]) -> str:
+    """Which host epochs have an edge with no real node reading (``interpolated_edges``):
+    a Prometheus backend scrapes at its own interval and never holds the agents' edge
+    samples, so there every edge is interpolated; "" when none is."""
+    hosts = [row for row in rows if row.get("host") != ALL_HOSTS]
+    flagged = [row for row in hosts if row.get("interpolated_edges")]
+    if not flagged:
+        return ""
+    return (
+        f"Interpolated epoch edges in {len(flagged)} of {len(hosts)} host epochs: no agent "
+        "edge sample there (a Prometheus backend never has them), so the node amounts near "
+        "those edges are spread evenly over the tick and a burst at an edge is misplaced."
+    )
+
+
+def _absent_text(rows: list[dict[str, Any]], absent: list[figures.Measurement]) -> str:
     where = "this host" if one_host(rows) else "these hosts"
     quiet = quiet_network(rows) and "net_mbps" not in {m.chart_id for m in absent}
     if not absent and not quiet:

@@ -211,7 +211,10 @@ class DataSource:
         return stop
 
     def _prepare_loop(self, newest: int, every_s: float, stop: threading.Event) -> None:
+        from collector.store.promql import BackendError
+
         done: set[tuple[str, int | None]] = set()
+        outage: str | None = None  # the sample backend's last complaint, logged once
         while not stop.is_set():
             try:
                 finished = [r for r in self.store.runs() if not is_live(r.state)][:newest]
@@ -222,6 +225,11 @@ class DataSource:
                         done.add((info.run_id, info.end_ns))
                         log.info("prepared run %s", info.run_id)
                 self.prepared = frozenset(run_id for run_id, _end in done)
+                outage = None
+            except BackendError as error:  # --backend down: one line, not a traceback a round
+                if str(error) != outage:
+                    log.warning("preparing runs: %s; trying again every %g s", error, every_s)
+                outage = str(error)
             except Exception:  # a bad run must not stop the others from being prepared
                 log.exception("preparing runs failed; trying again in %g s", every_s)
             stop.wait(every_s)

@@ -275,6 +275,7 @@ def live(tmp_path_factory):
             "epoch": (epoch_start, epoch_end),
             "exposed": exposed,
             "collector_log": work / "collector.log",
+            "collector_port": collector_port,
             "backfilled": PROMTOOL.exists(),
             "openmetrics": openmetrics,
             "env": env,
@@ -429,6 +430,53 @@ def test_collector_report_over_prometheus(live):
     runs = collector_cli(live, "runs", "--format", "json")
     assert runs.returncode == 0, runs.stderr
     assert [r["run_id"] for r in json.loads(runs.stdout)] == [RUN_ID]
+
+
+def test_read_api_answers_from_prometheus(live):
+    """The table a run prints after it (``collector report --collector URL``) and the read
+    API behind it read the samples from Prometheus, not from the collector's SQLite file
+    (which holds none of the agent's: Prometheus scrapes them)."""
+    port = live["collector_port"]
+    status, reply = http_get(port, f"/api/v1/report?run_id={RUN_ID}&format=json")
+    assert status == 200, reply
+    rows = {(row["host"], row["epoch"]): row for row in json.loads(reply)["rows"]}
+    row = rows[(HOST, 1)]
+    assert row["disk_read_bytes"] == MIB and row["page_cache_delta_bytes"] == MIB
+    # scrapes carry no edge samples: the edges are interpolated (a tick within 1 ms of
+    # an edge would count as its reading; both edges so is a chance of about 1e-5)
+    assert row["interpolated_edges"] in ("start", "end", "start,end")
+    table = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "collector",
+            "report",
+            RUN_ID,
+            "--collector",
+            f"http://127.0.0.1:{port}",
+        ],
+        env=live["env"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert table.returncode == 0, table.stderr
+    (host_line,) = [line for line in table.stdout.splitlines() if line.startswith(HOST)]
+    # disk read and cache growth: 1 MiB each (1.0 MB), not "–"
+    assert host_line.count("1.0 MB") == 2 and "–" not in host_line, table.stdout
+    assert "Interpolated edges" in table.stdout
+
+
+def test_dashboard_says_prometheus_epochs_are_interpolated(live):
+    from collector.views.query import epoch_table
+    from dashboard.pages import absent_note, interpolated_note
+
+    rows = epoch_table(store_for(live), RUN_ID)
+    note = interpolated_note(rows)
+    assert note.startswith("Interpolated epoch edges in 1 of 1 host epochs")
+    assert "Prometheus" in note
+    assert note in absent_note(rows, [])
 
 
 def test_serve_with_prometheus_forwards_nothing_and_keeps_samples(live):

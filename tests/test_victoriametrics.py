@@ -269,7 +269,7 @@ def test_same_answers_as_the_sqlite_store(collector, victoria, tmp_path):
         assert mine.values.tolist() == theirs.values.tolist()
 
 
-def test_victoria_metrics_down_means_503_and_nothing_kept(tmp_path, repo_env):
+def test_victoria_metrics_down_means_503_and_the_events_kept(tmp_path, repo_env):
     dead = free_port()  # nothing listens there
     port = free_port()
     log = tmp_path / "serve.log"
@@ -300,7 +300,10 @@ def test_victoria_metrics_down_means_503_and_nothing_kept(tmp_path, repo_env):
         assert status == 503
         assert json.loads(reply)["code"] == "unavailable"
         with SqliteStore(tmp_path / "e.sqlite") as local:
-            assert local.runs() == []  # the client will send it all again
+            # the samples are not kept (the client sends the batch again); the training's
+            # event is, whatever VictoriaMetrics does (a re-sent event replaces itself)
+            assert [run.run_id for run in local.runs()] == ["down"]
+            assert local.list_series("cpu", "user_seconds") == []
         assert re.search(r"listening on .*backend victoriametrics", log.read_text())
     finally:
         process.send_signal(signal.SIGTERM)

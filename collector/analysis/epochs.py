@@ -107,7 +107,7 @@ from collector.analysis.counters import (
     sampled_edges,
 )
 from collector.analysis.run import RunModel, read_run
-from collector.store.api import ReadStore, SeriesData, SeriesInfo
+from collector.store.api import ReadStore, SeriesData, SeriesInfo, time_resolution_ns
 from contract.columns import BY_NAME, COMPLETE, INTERRUPTED, REPORT_COLUMN_NAMES, RUNNING
 from contract.markers import ALL_HOSTS
 from contract.schema import (
@@ -603,11 +603,17 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
     span_start = min(w.start_ns for w in windows)
     span_end = max(w.end_ns for w in windows)
     series = read_host_series(store, HOST_TOTALS, set(by_host), span_start, span_end)
+    # A store that keeps whole ms (VictoriaMetrics, Prometheus) floors an edge sample's
+    # time: compared at that precision, the sample is the edge's reading, not one up to
+    # 1 ms inside the epoch before it with the next tick's activity interpolated after it.
+    resolution = time_resolution_ns(store)
 
     out: list[EpochAmounts] = []
     for host, host_windows in by_host.items():
         starts = np.array([w.start_ns for w in host_windows], dtype=np.int64)
         ends = np.array([w.end_ns for w in host_windows], dtype=np.int64)
+        if resolution > 1:
+            starts, ends = starts - starts % resolution, ends - ends % resolution
         values: dict[str, np.ndarray] = {}
         gpu_count = np.zeros(starts.shape)
         for total in HOST_TOTALS:

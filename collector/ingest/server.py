@@ -66,7 +66,7 @@ from collector.ingest.connections import (
 from collector.ingest.http import HttpError, _gunzip, parse_chunk_size, parse_content_length
 from collector.ingest.lineprotocol import ParsedBody, PrecisionError
 from collector.store import SqliteStore
-from collector.store.backends import forwarding_url
+from collector.store.backends import serve_spec
 from collector.store.victoriametrics import BackendError, Forwarder
 from netserve import listen
 from netserve.limits import ConnectionLimits
@@ -105,13 +105,25 @@ class Sink:
         if self.forwarder is None:
             self.store.write(parsed)
             return
+        if parsed.events:
+            # the trainings' events are kept here first, whatever the backend does
+            self.store.write(ParsedBody(events=parsed.events, points=len(parsed.events)))
         try:
             self.forwarder.forward(parsed, body, precision)
         except BackendError as error:
-            # nothing is stored: the client keeps the batch and sends it again
+            if not parsed.groups:
+                return  # events only: kept (their numbers in the backend are not read)
+            # the samples are not stored: the client keeps the batch and sends it again
+            # (its events, already kept, replace themselves)
             raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", str(error)) from None
-        if parsed.events:
-            self.store.write(ParsedBody(events=parsed.events, points=len(parsed.events)))
+
+    def health(self) -> list[str]:
+        """What keeps writes from being stored now: the SQLite store's problems, and the
+        backend's when samples are forwarded."""
+        problems = self.store.health()
+        if self.forwarder is not None:
+            problems += [f"sample backend: {problem}" for problem in self.forwarder.health()]
+        return problems
 
 
 def exit_with_parent(parent_pid: int) -> None:
@@ -386,7 +398,7 @@ class WriteHandler(BaseHTTPRequestHandler):
             "commit": "",
         }
         # a store that cannot write, compact or be read fails, as InfluxDB's does
-        problems = self.server.sink.store.health()
+        problems = self.server.sink.health()
         if problems:
             health.update(status="fail", message="store unavailable: " + "; ".join(problems))
             self._send_json(HTTPStatus.SERVICE_UNAVAILABLE, health)
@@ -403,6 +415,9 @@ class WriteHandler(BaseHTTPRequestHandler):
             return
         except CLIENT_GONE:
             raise
+        except BackendError as error:  # the backend is down or refuses: say so, not 500
+            self._send_error(HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", str(error)))
+            return
         except Exception:
             log.exception("read of %s failed", view)
             self._send_error(
@@ -626,9 +641,12 @@ def run(args) -> int:
     )
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)
+    backend = serve_spec(args.backend, getattr(args, "backend_auth_file", None))  # bad: exit 2
     store = SqliteStore(args.db, check_integrity=True)  # StoreError: one line (collector.cli)
-    forward_to = forwarding_url(args.backend)  # None: store here (prometheus=URL too)
-    forwarder = Forwarder(forward_to) if forward_to else None
+    # prometheus=URL forwards nothing: pushed samples are stored here
+    forwarding = backend is not None and backend.forwards_writes
+    forwarder = Forwarder(backend.url, backend.authorization) if forwarding else None
+    store.set_samples_backend(backend.label if backend is not None else None)
     workers = args.parse_workers or min(os.cpu_count() or 1, 8)
     pool = ParsePool(workers)
     descriptors = raise_descriptor_limit()
@@ -662,10 +680,14 @@ def run(args) -> int:
         raise SystemExit(f"collector: {cannot_listen(host, port, error)}") from None
     # worker processes import numpy: start them beside the server, once it has its port
     threading.Thread(target=pool.start, name="parse-pool-start", daemon=True).start()
-    if forwarder is not None:  # the read API's samples are in the backend too
-        from collector.store.backends import open_backend_store, parse_backend_spec
+    if forwarder is not None:
+        threading.Thread(
+            target=forwarder.warn_if_duplicates_kept, name="backend-check", daemon=True
+        ).start()
+    if backend is not None:  # the read API answers from where the samples are read
+        from collector.store.backends import open_backend_store
 
-        server.read_store = open_backend_store(parse_backend_spec(args.backend), args.db)
+        server.read_store = open_backend_store(backend, store)
     maintenance = Maintenance(store, args.retention_days)
     maintenance.start()
 

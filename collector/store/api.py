@@ -270,3 +270,18 @@ class ReadStore(Protocol):
         ``StepTable.from_events(self.events(run_id, since_ns, kinds=(Event.STEP,)))`` gives,
         without decoding each event."""
         ...
+
+
+def time_resolution_ns(store: object) -> int:
+    """The precision of the sample times ``store`` keeps, in ns: 1 for SQLite, 1,000,000
+    for VictoriaMetrics and Prometheus (whole ms). A store in front of another (the
+    dashboard's caches, ``.store``) has its inner store's."""
+    for _ in range(8):  # wrappers nest a few deep at most
+        resolution = getattr(store, "time_resolution_ns", None)
+        if isinstance(resolution, int) and resolution > 0:
+            return resolution
+        inner = getattr(store, "store", None)
+        if inner is None:
+            return 1
+        store = inner
+    return 1

@@ -56,14 +56,18 @@ class BackendError(RuntimeError):
 class HttpClient:
     """Keep-alive connections to one base URL, one per thread."""
 
-    def __init__(self, url: str, backend: str, timeout: float = 60.0) -> None:
+    def __init__(
+        self, url: str, backend: str, timeout: float = 60.0, authorization: str | None = None
+    ) -> None:
         parts = urlsplit(url)
+        self.url = url  # without credentials (backends.parse_backend_spec refuses them)
         self.backend = backend  # named in error messages
         self.https = parts.scheme == "https"
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if self.https else 80)
         self.prefix = parts.path.rstrip("/")
         self.timeout = timeout
+        self._authorization = authorization  # never logged nor shown
         self._local = threading.local()
 
     def _connection(self) -> http.client.HTTPConnection:
@@ -76,10 +80,13 @@ class HttpClient:
     def request(
         self, method: str, path: str, body: bytes | None = None, headers: dict | None = None
     ) -> tuple[int, bytes]:
+        headers = dict(headers or {})
+        if self._authorization is not None:
+            headers["Authorization"] = self._authorization
         for attempt in (1, 2):  # a kept-alive connection may have been closed meanwhile
             conn = self._connection()
             try:
-                conn.request(method, self.prefix + path, body=body, headers=headers or {})
+                conn.request(method, self.prefix + path, body=body, headers=headers)
                 response = conn.getresponse()
                 return response.status, response.read()
             except (OSError, http.client.HTTPException) as error:
@@ -87,7 +94,8 @@ class HttpClient:
                 self._local.conn = None
                 if attempt == 2:
                     raise BackendError(
-                        f"{self.backend}: {type(error).__name__}: {error}"
+                        f"{self.backend} at {self.url} is unreachable: "
+                        f"{type(error).__name__}: {error}"
                     ) from error
         raise AssertionError("unreachable")
 
@@ -100,14 +108,23 @@ class HttpClient:
             {"Content-Type": "application/x-www-form-urlencoded"},
         )
         if status != 200:
-            raise BackendError(f"{self.backend} {path}: HTTP {status}: {reply[:300]!r}")
+            raise BackendError(self.refusal(path, status, reply))
         return reply
+
+    def refusal(self, path: str, status: int, reply: bytes) -> str:
+        """What a non-200 answer means, in one line (401/403: the credentials)."""
+        if status in (401, 403):
+            return (
+                f"{self.backend} at {self.url} refused {path} (HTTP {status}): give or check "
+                "--backend-auth-file"
+            )
+        return f"{self.backend} {path}: HTTP {status}: {reply[:300]!r}"
 
     def get(self, path: str, fields: list[tuple[str, str]]) -> bytes:
         """GET with a query string (Prometheus takes label values by GET only)."""
         status, reply = self.request("GET", f"{path}?{urlencode(fields)}")
         if status != 200:
-            raise BackendError(f"{self.backend} {path}: HTTP {status}: {reply[:300]!r}")
+            raise BackendError(self.refusal(path, status, reply))
         return reply
 
     def query(self, promql: str, at_ms: int) -> list[dict[str, Any]]:
@@ -169,17 +186,23 @@ class PromqlStore:
     """``ReadStore`` over a Prometheus-API server, with runs and events from SQLite."""
 
     backend = "prometheus-api"  # in error messages
+    # the servers keep whole milliseconds: the analysis compares edges at this precision
+    time_resolution_ns = 1_000_000
     scrape_labels: frozenset[str] = frozenset()
     host_match: str | None = None  # a match[] that limits hosts() to our series
 
     def __init__(
-        self, url: str, events: EventStore | SqliteStore | str | os.PathLike[str] | None = None
+        self,
+        url: str,
+        events: EventStore | SqliteStore | str | os.PathLike[str] | None = None,
+        authorization: str | None = None,
     ) -> None:
         """``events``: the store file (its path, its ``EventStore``, or a ``SqliteStore``
         over it) ``collector serve`` keeps the workload events in; by default the ``--db``
-        default (``$EPOCHSCOPE_DB`` or runs/epochscope.sqlite) when that file exists."""
+        default (``$EPOCHSCOPE_DB`` or runs/epochscope.sqlite) when that file exists.
+        ``authorization``: the ``Authorization`` header every request carries."""
         self.url = url.rstrip("/")
-        self.http = HttpClient(self.url, self.backend)
+        self.http = HttpClient(self.url, self.backend, authorization=authorization)
         if events is None:
             from collector.store.database import DEFAULT_DB
 

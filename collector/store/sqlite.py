@@ -105,6 +105,32 @@ class SqliteStore:
             self._failures.pop(what, None)
         return result
 
+    # ---------------------------------------------------------------- where samples live
+
+    SAMPLES_BACKEND_KEY = "samples_backend"
+
+    def set_samples_backend(self, label: str | None) -> None:
+        """Record that ``collector serve`` keeps this file's samples in a backend
+        (``victoriametrics=URL``, no credentials), or here (None), so that a reader of the
+        file alone can say where the node columns are."""
+        with self.db.transaction() as conn:
+            if label is None:
+                conn.execute("DELETE FROM meta WHERE key = ?", (self.SAMPLES_BACKEND_KEY,))
+            else:
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                    (self.SAMPLES_BACKEND_KEY, label),
+                )
+
+    def samples_backend(self) -> str | None:
+        """The backend ``collector serve`` last kept this file's samples in, or None."""
+        row = (
+            self.db.read_conn()
+            .execute("SELECT value FROM meta WHERE key = ?", (self.SAMPLES_BACKEND_KEY,))
+            .fetchone()
+        )
+        return row[0] if row else None
+
     # ---------------------------------------------------------------- writes
 
     def write(self, parsed: ParsedBody) -> WriteResult:

@@ -1,12 +1,24 @@
 """VictoriaMetrics as the scale-out sample store (``--backend victoriametrics=URL``).
 
 Writes: ``collector serve`` still parses every body (to answer 400 per line, and to keep
-workload events), then forwards the valid lines to VictoriaMetrics' InfluxDB endpoint
-(``/write``). Bodies of numeric lines with timestamps go as they came; any other body is
-re-encoded from what was parsed, numeric fields only (VictoriaMetrics would store a string
-field as a 0 series) and with the server time made explicit. Workload events go there too
-(their numeric fields: ``workload_epoch``, ``workload_images``, ...) and also into the local
-SQLite ``events`` table, where runs and epochs are listed from.
+workload events), stores the workload events in its SQLite file first (``events`` table,
+where runs and epochs are listed from: a training's events never wait on VictoriaMetrics),
+then forwards the valid lines to VictoriaMetrics' InfluxDB endpoint (``/write``). Bodies
+of numeric lines with timestamps go as they came; any other body is re-encoded from what
+was parsed, numeric fields only (VictoriaMetrics would store a string field as a 0 series)
+and with the server time made explicit. The events' numeric fields (``workload_epoch``,
+``workload_images``, ...) go along; nothing reads them from there.
+
+While VictoriaMetrics does not take writes, bodies with samples are answered 503 (the
+agents keep them and send them again; their events are already kept, and a re-sent event
+replaces itself); an events-only body is answered 204 once its events are in SQLite. The
+:class:`Forwarder` logs the outage once when it starts and once when it ends, and
+``/health`` fails while it lasts.
+
+Duplicates: a body VictoriaMetrics took whose answer never reached the agent (the collector
+restarted in between) is sent again, and VictoriaMetrics keeps both copies of each sample
+unless started with ``-dedup.minScrapeInterval=1ms`` (one sample per series and
+millisecond; docs/scale-out.md). Reads keep one sample per timestamp either way.
 
 Reads (:class:`VictoriaMetricsStore`, a ``ReadStore`` built on
 ``collector.store.promql.PromqlStore``): VictoriaMetrics names an InfluxDB field
@@ -27,6 +39,9 @@ the schema has no such pair, so ``list_series`` trusts the name.
 from __future__ import annotations
 
 import json
+import logging
+import threading
+import time
 
 import numpy as np
 
@@ -44,6 +59,9 @@ from collector.store.promql import (
 from contract.point import Point, encode_line
 
 __all__ = ["BackendError", "Forwarder", "VictoriaMetricsStore", "series_id"]
+
+log = logging.getLogger("collector.store.victoriametrics")
+HEALTH_TIMEOUT_SECONDS = 2.0
 
 EXPORT_MARGIN_MS = 10 * 60 * 1000
 NEIGHBOUR_WINDOW = "30d"  # VictoriaMetrics' default export limit is 30 days
@@ -63,11 +81,90 @@ _VM_PRECISION = {
 class Forwarder:
     """The write side: parsed bodies to VictoriaMetrics' InfluxDB endpoint."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, authorization: str | None = None) -> None:
         self.url = url
-        self.http = HttpClient(url, "victoriametrics")
+        self.http = HttpClient(url, "victoriametrics", authorization=authorization)
+        self.probe = HttpClient(
+            url, "victoriametrics", timeout=HEALTH_TIMEOUT_SECONDS, authorization=authorization
+        )
+        self._state_lock = threading.Lock()
+        self.down_since: float | None = None  # monotonic time of the first failed write
+        self.refused_writes = 0  # writes not forwarded during the present outage
 
     def forward(self, parsed: ParsedBody, body: bytes, precision: str) -> None:
+        """Send the body's numeric lines; ``BackendError`` when VictoriaMetrics does not
+        take them (the outage is logged once, not per write)."""
+        try:
+            self._forward(parsed, body, precision)
+        except BackendError as error:
+            self._failed(str(error))
+            raise
+        self._succeeded()
+
+    def _failed(self, reason: str) -> None:
+        with self._state_lock:
+            self.refused_writes += 1
+            if self.down_since is not None:
+                return
+            self.down_since = time.monotonic()
+        log.error(
+            "victoriametrics at %s does not take writes (%s): writes with samples are "
+            "answered 503 and kept by the agents until it is back; events are kept here",
+            self.url,
+            reason,
+        )
+
+    def _succeeded(self) -> None:
+        with self._state_lock:
+            if self.down_since is None:
+                return
+            seconds, refused = time.monotonic() - self.down_since, self.refused_writes
+            self.down_since, self.refused_writes = None, 0
+        log.warning(
+            "victoriametrics at %s takes writes again after %.1f s (%d writes not forwarded "
+            "meanwhile)",
+            self.url,
+            seconds,
+            refused,
+        )
+
+    def health(self) -> list[str]:
+        """Why VictoriaMetrics cannot take writes now (its ``/health``, asked with a short
+        timeout), or nothing."""
+        try:
+            status, reply = self.probe.request("GET", "/health")
+        except BackendError as error:
+            return [str(error)]
+        if status != 200:
+            return [self.http.refusal("/health", status, reply)]
+        return []
+
+    def duplicates_kept(self) -> bool | None:
+        """Whether VictoriaMetrics keeps a re-sent sample twice: True when its ``/flags``
+        lack a ``-dedup.minScrapeInterval``, None when it cannot tell (down, a proxy)."""
+        try:
+            status, reply = self.probe.request("GET", "/flags")
+        except BackendError:
+            return None
+        if status != 200:
+            return None
+        for line in reply.decode("utf-8", "replace").splitlines():
+            name, _, value = line.partition("=")
+            if name.strip() == "-dedup.minScrapeInterval":
+                return value.strip().strip('"') in ("", "0", "0s", "0ms")
+        return True
+
+    def warn_if_duplicates_kept(self) -> None:
+        """Log once (at start) when a re-sent batch would be stored twice."""
+        if self.duplicates_kept():
+            log.warning(
+                "victoriametrics at %s runs without -dedup.minScrapeInterval: a batch it "
+                "took whose answer was lost (a collector restart) is re-sent and each of "
+                "its samples stored twice; start it with -dedup.minScrapeInterval=1ms",
+                self.url,
+            )
+
+    def _forward(self, parsed: ParsedBody, body: bytes, precision: str) -> None:
         if parsed.errors or parsed.untimed_lines or parsed.events or b'"' in body:
             payload = _encode_numeric(parsed).encode("utf-8")
             precision = "ns"
@@ -81,6 +178,8 @@ class Forwarder:
             payload,
             {"Content-Type": "text/plain; charset=utf-8"},
         )
+        if status in (401, 403):
+            raise BackendError(self.http.refusal("/write", status, reply))
         if status != 204:
             raise BackendError(f"victoriametrics refused a write: HTTP {status}: {reply[:300]!r}")
 

@@ -74,7 +74,7 @@ def open_store(args: argparse.Namespace) -> ReadStore:
         )
 
         try:
-            spec = parse_backend_spec(backend)
+            spec = parse_backend_spec(backend, auth_file=getattr(args, "backend_auth_file", None))
         except BackendSpecError as error:
             raise CliError(f"--backend {error}", 2) from None
         events = Path(args.db)
@@ -92,7 +92,17 @@ def open_store(args: argparse.Namespace) -> ReadStore:
         )
     from collector.store import SqliteStore
 
-    return SqliteStore(path)
+    store = SqliteStore(path)
+    elsewhere = store.samples_backend()
+    if elsewhere is not None:
+        kind = elsewhere.partition("=")[0]
+        print(
+            f"collector {args.command}: {path} holds runs and events only: its collector "
+            f"keeps the node samples in {kind}, so node columns read '–' without "
+            f"--backend {elsewhere}",
+            file=sys.stderr,
+        )
+    return store
 
 
 def _find_run(store: ReadStore, run_id: str) -> RunInfo:
