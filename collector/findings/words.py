@@ -54,6 +54,7 @@ from collector.findings.evidence import (
     Startup,
     StorageBound,
     StorageReads,
+    StragglerEpoch,
     Stragglers,
     ThroughputSaturated,
     TimingUnsteady,
@@ -635,15 +636,25 @@ def _(found: InputWaitHost) -> Finding:
     )
 
 
+def straggler_epoch_text(hit: StragglerEpoch) -> str:
+    waits = ", ".join(
+        f"rank {w.rank} on {w.host} in its {PART_LABELS[w.part]} "
+        f"(+{_ms(w.extra_seconds_per_step)} ms)"
+        for w in hit.waits
+    )
+    waited = f"; the others' wait for it landed in: {waits}" if waits else ""
+    return (
+        f"epoch {hit.epoch}: rank {hit.rank} on {hit.host} spent "
+        f"{_ms(hit.part_seconds_per_step)} ms/step in {PART_LABELS[hit.slow_part]} against "
+        f"{_ms(hit.others_part_seconds_per_step)} on the other ranks (+"
+        f"{_ms(hit.part_seconds_per_step - hit.others_part_seconds_per_step)} ms){waited}"
+    )
+
+
 @words.register
 def _(found: Stragglers) -> Finding:
     first = found.epochs[0]
-    listing = "; ".join(
-        f"epoch {h.epoch}: rank {h.rank} on {h.host} busy {h.busy_seconds_per_step * 1000:,.0f}"
-        f" ms/step against {h.others_median_seconds_per_step * 1000:,.0f} (slower in "
-        f"{PART_LABELS[h.slow_part]})"
-        for h in found.epochs
-    )
+    listing = "; ".join(straggler_epoch_text(h) for h in found.epochs)
     if found.same_rank and len(found.epochs) > 1:
         verdict = (
             f"The same rank (rank {first.rank} on {first.host}) every time: a slow node, "
@@ -660,13 +671,14 @@ def _(found: Stragglers) -> Finding:
         rule="straggler",
         severity=WARNING if found.same_rank and len(found.epochs) > 1 else INFO,
         title=(
-            f"Straggler: rank {first.rank} on {first.host}"
+            f"Straggler: rank {first.rank} on {first.host}, slow in {PART_LABELS[first.slow_part]}"
             if found.same_rank
             else "Stragglers move from rank to rank"
         ),
         explanation=(
-            "The other ranks wait for the slowest in every all-reduce, so one slow rank "
-            f"sets everyone's step time. {listing}. {verdict}"
+            "The other ranks wait for the slowest at their next collective (the all-reduce, "
+            "a buffer broadcast at the start of forward, a barrier), so one slow rank sets "
+            f"everyone's step time. {listing}. {verdict}"
         ),
         evidence=evidence_json(found),
         chart=COMMUNICATION,
