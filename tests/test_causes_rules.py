@@ -13,6 +13,7 @@ from collector.findings.causes import (
     CORES_IDLE,
     CORES_SHARED,
     OVERSUBSCRIBED,
+    RANK_QUOTA,
     WORKERS_COMPETE,
     RankCpus,
     judge_host,
@@ -90,7 +91,7 @@ def test_torchruns_one_thread_per_rank_is_named_as_the_cores_shared():
     assert found.verdict == CORES_SHARED
     finding = words(found)
     assert finding.title == "2 ranks share 2 cores on n1: 1 thread each"
-    assert "rank 0: 1 threads (OMP_NUM_THREADS=1 set by torchrun)" in finding.explanation
+    assert "rank 0: 1 thread (OMP_NUM_THREADS=1 set by torchrun)" in finding.explanation
     assert "grows about 2x" in finding.explanation
     # on GPUs the CPU threads are no compute: nothing to say
     assert judge_host("n1", [rank(0, 1, 0, source), rank(1, 1, 0, source)], 99.0, True) is None
@@ -165,3 +166,14 @@ def test_with_three_ranks_the_odd_one_out_is_named_wherever_the_wait_lands():
 def test_alike_ranks_have_no_straggler():
     ranks = [rank_epoch(0, 0.01, 0.40, 0.02, 0.02), rank_epoch(1, 0.02, 0.36, 0.05, 0.03)]
     assert detect_stragglers(ranks) is None
+
+
+def test_a_rank_under_its_own_cpu_quota_is_named():
+    found = judge_host("n1", [rank(0, 1), rank(1, 1, quota=0.25)], 90.0, on_gpus=False)
+    assert found.verdict == RANK_QUOTA
+    finding = words(found)
+    assert finding.title == "Rank 1 on n1 held to 0.25 CPUs by a cgroup quota"
+    assert (
+        "rank 1: 1 thread (set in the program) + 0 loader workers, a cgroup CPU quota of 0.25"
+        in (finding.explanation)
+    )

@@ -8,6 +8,9 @@ on (``sched_getaffinity``) and its cgroup CPU quota. Per host:
   quota when every rank has one (the ranks of one job share its cgroup);
 - **oversubscribed** (warning): the ranks' compute threads together exceed the cores:
   threads wait for a core behind each other and for the loader workers;
+- **rank quota** (warning): a rank's own cgroup allows it less CPU time than its compute
+  threads would take (a rank of its own under a CPU quota): it straggles, and the
+  ``straggler`` finding names what the others waited for;
 - **workers compete** (info): the compute threads fit, but with the loader workers
   (``ranks x (threads + workers)``) they exceed the cores while the host's CPUs were
   saturated (``CPU_SATURATED_PERCENT`` in the settled epochs): a worker is runnable only
@@ -48,6 +51,7 @@ OVERSUBSCRIBED = "oversubscribed"
 WORKERS_COMPETE = "workers_compete"
 CORES_SHARED = "cores_shared"
 CORES_IDLE = "cores_idle"
+RANK_QUOTA = "rank_quota"
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,11 @@ def host_cores(ranks: list[RankCpus]) -> tuple[float, str] | None:
     return cores, source
 
 
+def over_quota(ranks: list[RankCpus]) -> list[RankCpus]:
+    """The ranks whose own cgroup quota is less than their compute threads."""
+    return [r for r in ranks if r.quota_cpus is not None and (r.threads or 0) > r.quota_cpus]
+
+
 def judge_host(
     host: str, ranks: list[RankCpus], cpu_util_percent: float | None, on_gpus: bool
 ) -> CpuOversubscription | None:
@@ -132,6 +141,8 @@ def judge_host(
     saturated = cpu_util_percent is not None and cpu_util_percent >= CPU_SATURATED_PERCENT
     if threads > cores:
         verdict = OVERSUBSCRIBED
+    elif over_quota(ranks):
+        verdict = RANK_QUOTA
     elif threads + workers > cores and saturated:
         verdict = WORKERS_COMPETE
     elif on_gpus:
@@ -182,10 +193,15 @@ def detect_cpu_oversubscription(context: RunContext) -> list[CpuOversubscription
 # --------------------------------------------------------------------------------------
 
 
+def _count(number: int | None, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def _rank_text(r: RankCpus) -> str:
     source = f" ({r.threads_source})" if r.threads_source else ""
-    workers = "" if r.loader_workers is None else f" + {r.loader_workers} loader workers"
-    return f"rank {r.rank}: {r.threads} threads{source}{workers}"
+    workers = "" if r.loader_workers is None else f" + {_count(r.loader_workers, 'loader worker')}"
+    quota = "" if r.quota_cpus is None else f", a cgroup CPU quota of {r.quota_cpus:g} CPUs"
+    return f"rank {r.rank}: {_count(r.threads, 'thread')}{source}{workers}{quota}"
 
 
 def _cores(value: float) -> str:
@@ -214,6 +230,19 @@ def _(found: CpuOversubscription) -> Finding:
             f"loader workers on {cores}: threads wait for a core behind each other, so "
             "compute time grows with no more work done. Give each rank at most "
             "cores / ranks threads (torch.set_num_threads, OMP_NUM_THREADS)."
+        )
+    elif found.verdict == RANK_QUOTA:
+        severity = WARNING
+        held = over_quota(found.ranks)
+        names = ", ".join(f"rank {r.rank}" for r in held)
+        title = (
+            f"{names.capitalize()} on {found.host} held to "
+            f"{'/'.join(f'{r.quota_cpus:g}' for r in held)} CPUs by a cgroup quota"
+        )
+        why = (
+            f"{names.capitalize()} may use less CPU time than {_count(held[0].threads, 'thread')} "
+            "would take (cpu.cfs_quota_us / cpu.cfs_period_us of its cgroup): it computes "
+            "that much slower, and in a synchronous training every other rank waits for it."
         )
     elif found.verdict == WORKERS_COMPETE:
         severity = INFO

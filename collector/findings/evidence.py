@@ -62,8 +62,8 @@ SCALING_CRITICAL_FRACTION = 0.25
 INPUT_WAIT_SHARE = 0.20
 STORAGE_READ_SHARE = 0.5  # read_bytes / rchar: the training's reads came from storage
 # a straggler: one part of a rank's step runs longer than the other ranks' median of that
-# part by 20% of the step (and 5 ms at least)
-STRAGGLER_PART_SHARE = 0.20
+# part by 15% of the step (and 5 ms at least)
+STRAGGLER_PART_SHARE = 0.15
 STRAGGLER_MIN_SECONDS = 0.005
 STARTUP_RATIO = 1.5
 # epoch restart: an epoch's first timed step takes 3x the median of its others, and the
@@ -467,6 +467,9 @@ class EpochRestart:
     framework: str = ""  # the run's framework tag: what the restart is worded as
     threshold_ratio: float = EPOCH_RESTART_RATIO
     threshold_share: float = EPOCH_RESTART_SHARE
+    # the run's loader, as its run_start gave it (workloads/record/cpus.py)
+    loader_workers: int | None = field(default=None, metadata=IF_KNOWN)
+    persistent_workers: bool | None = field(default=None, metadata=IF_KNOWN)
 
 
 # --------------------------------------------------------------------------------------

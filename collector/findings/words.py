@@ -534,6 +534,21 @@ def restart_text(hit: RestartEpoch) -> str:
     )
 
 
+def loader_text(found: EpochRestart) -> str:
+    """What the run's ranks said of their loader (``run_start``), when they did."""
+    if found.loader_workers is None:
+        return ""
+    text = f" The training's loader: {found.loader_workers} workers"
+    if found.persistent_workers is None:
+        return text + "."
+    if found.persistent_workers and found.loader_workers > 0:
+        return (
+            text + ", persistent_workers=True: they are kept, so what restarts is another "
+            "part of the loop (a new loader or sampler made every epoch)."
+        )
+    return text + f", persistent_workers={found.persistent_workers}."
+
+
 @words.register
 def _(found: EpochRestart) -> Finding:
     short, long = RESTART_WORDS[framework_kind(found.framework)]
@@ -550,7 +565,7 @@ def _(found: EpochRestart) -> Finding:
             f"first timed step took at least {found.threshold_ratio:.0f}x the median of the "
             f"epoch's other steps, {found.extra_seconds_mean:,.2f} s extra per epoch "
             f"({format_fraction(found.extra_share_mean)} of it): {listing}{more}. Most "
-            f"likely {long}."
+            f"likely {long}.{loader_text(found)}"
         ),
         evidence=evidence_json(found),
         chart=IMAGES_PER_SECOND,
