@@ -18,7 +18,8 @@ from collector.findings.causes import (
     RankCpus,
     judge_host,
 )
-from collector.findings.words import words
+from collector.findings.evidence import PartChange, ScalingAttribution, evidence_json
+from collector.findings.words import threads_text, words
 from contract.cpulist import format_cpu_list, parse_cpu_list
 from workloads.record.cpus import (
     cgroup_v1_cpu_path,
@@ -177,3 +178,25 @@ def test_a_rank_under_its_own_cpu_quota_is_named():
         "rank 1: 1 thread (set in the program) + 0 loader workers, a cgroup CPU quota of 0.25"
         in (finding.explanation)
     )
+
+
+def test_the_scaling_loss_names_fewer_threads_per_rank_as_why_compute_grew():
+    """The issue's 'mostly compute': 2 ranks with torchrun's 1 thread each against the
+    1-rank run's 2 threads."""
+    compute = PartChange("compute", 0.20, 0.40, 1.0, 24.6)
+    found = ScalingAttribution(
+        reference_run="one", reference_ranks=1, ranks=2, epochs=[2], reference_epochs=[2],
+        reference_images_per_second_per_rank=40.1, images_per_second_per_rank=20.0,
+        lost_images_per_second=24.6, lost_fraction_per_rank=0.5,
+        reference_seconds_per_step=0.2, seconds_per_step=0.4, parts=[compute],
+        reference_fabric_bytes_per_step=None, fabric_bytes_per_step=None,
+        threads_per_rank=1, threads_source="OMP_NUM_THREADS=1 set by torchrun",
+        reference_threads_per_rank=2,
+        reference_threads_source="the framework's default (one per CPU)",
+    )  # fmt: skip
+    assert threads_text(found) == (
+        " Compute grew as each rank computed with 1 thread (OMP_NUM_THREADS=1 set by "
+        "torchrun) where the reference's ranks had 2 threads (the framework's default (one "
+        "per CPU)): the ranks divided the cores (see cpu_oversubscription)."
+    )
+    assert "threads_per_rank" in evidence_json(found)

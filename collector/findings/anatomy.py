@@ -57,7 +57,9 @@ from collector.analysis.anatomy import (
     rank_epochs,
 )
 from collector.analysis.epochs import EpochRow
+from collector.analysis.run import RunModel
 from collector.analysis.scaling import RunFacts
+from collector.findings.causes import threads_per_rank
 from collector.findings.context import RunContext
 from collector.findings.evidence import (
     CPU_SATURATED_PERCENT,
@@ -238,7 +240,22 @@ def scaling_attribution(
         reference_fabric_bytes_per_step=_fabric_bytes_per_step(ref_report.rows, ref_rows),
         fabric_bytes_per_step=_fabric_bytes_per_step(context.report.rows, run_rows),
         start_up_included=one_epoch,
+        **_threads(context.model, reference.model),
     )
+
+
+def _threads(model: RunModel, reference: RunModel) -> dict[str, object]:
+    """Both runs' compute threads per rank (``threads_per_rank``), as the attribution's
+    fields; empty unless both runs' ranks said."""
+    mine, theirs = threads_per_rank(model), threads_per_rank(reference)
+    if mine is None or theirs is None:
+        return {}
+    return {
+        "threads_per_rank": mine[0],
+        "threads_source": mine[1],
+        "reference_threads_per_rank": theirs[0],
+        "reference_threads_source": theirs[1],
+    }
 
 
 # --------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from collector.analysis.run import RunModel
 from collector.findings.context import RunContext
 from collector.findings.evidence import (
     CPU_SATURATED_PERCENT,
@@ -172,11 +173,28 @@ def _settled_cpu_util(context: RunContext) -> dict[str, float]:
     return {host: sum(values) / len(values) for host, values in by_host.items() if values}
 
 
-def detect_cpu_oversubscription(context: RunContext) -> list[CpuOversubscription]:
+def run_starts(model: RunModel) -> dict[str, dict[int, WorkloadEvent]]:
+    """Each host's ranks' ``run_start`` (a rank's latest)."""
     starts: dict[str, dict[int, WorkloadEvent]] = defaultdict(dict)
-    for event in context.model.epoch_events:
+    for event in model.epoch_events:
         if event.event == Event.RUN_START:
-            starts[event.host][event.rank] = event  # a rank's latest run_start
+            starts[event.host][event.rank] = event
+    return starts
+
+
+def threads_per_rank(model: RunModel) -> tuple[int, str | None] | None:
+    """The compute threads every rank of a run had, and where they came from (the lowest
+    rank's words); None unless every rank said and all had the same count."""
+    ranks = [rank_cpus(e) for host in run_starts(model).values() for e in host.values()]
+    counts = {r.threads for r in ranks}
+    if not ranks or len(counts) != 1 or None in counts:
+        return None
+    first = min(ranks, key=lambda r: r.rank)
+    return int(first.threads or 0), first.threads_source
+
+
+def detect_cpu_oversubscription(context: RunContext) -> list[CpuOversubscription]:
+    starts = run_starts(context.model)
     util = _settled_cpu_util(context)
     on_gpus = any(row.gpu_util_percent is not None for row, _ in context.hosts_rows())
     found = []

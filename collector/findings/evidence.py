@@ -363,6 +363,11 @@ class ScalingAttribution:
     fabric_bytes_per_step: float | None
     # a run with one epoch has no settled epochs: its epoch 1, start-up included, is compared
     start_up_included: bool = False
+    # each rank's compute threads and where they came from (run_start), in both runs
+    threads_per_rank: int | None = field(default=None, metadata=IF_KNOWN)
+    threads_source: str | None = field(default=None, metadata=IF_KNOWN)
+    reference_threads_per_rank: int | None = field(default=None, metadata=IF_KNOWN)
+    reference_threads_source: str | None = field(default=None, metadata=IF_KNOWN)
 
     @property
     def grown(self) -> list[PartChange]:

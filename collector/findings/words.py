@@ -386,6 +386,7 @@ def attribution_text(found: ScalingAttribution, against: str) -> str:
             "slower step: "
         )
         text += split + "; ".join(map(part_change_text, found.grown)) + "."
+        text += threads_text(found)
         offsets = [
             p
             for p in found.shrunk
@@ -399,6 +400,24 @@ def attribution_text(found: ScalingAttribution, against: str) -> str:
     return text + (
         f" Fabric traffic per step per node: {_measured_bytes(reference)} -> "
         f"{_measured_bytes(run)}."
+    )
+
+
+def threads_text(found: ScalingAttribution) -> str:
+    """Why compute grew, when the ranks computed with fewer threads than the reference's."""
+    mine, theirs = found.threads_per_rank, found.reference_threads_per_rank
+    if mine is None or theirs is None or mine >= theirs:
+        return ""
+    if not any(p.part == "compute" for p in found.grown):
+        return ""
+
+    def said(threads: int, source: str | None) -> str:
+        return f"{threads} thread{'' if threads == 1 else 's'}" + (f" ({source})" if source else "")
+
+    return (
+        f" Compute grew as each rank computed with {said(mine, found.threads_source)} "
+        f"where the reference's ranks had {said(theirs, found.reference_threads_source)}: "
+        "the ranks divided the cores (see cpu_oversubscription)."
     )
 
 
