@@ -229,7 +229,8 @@ def _cores(value: float) -> str:
 @words.register
 def _(found: CpuOversubscription) -> Finding:
     count = len(found.ranks)
-    ranks = f"{count} rank{'s' if count != 1 else ''}"
+    ranks = _count(count, "rank")
+    run = "runs" if count == 1 else "run"
     listing = "; ".join(_rank_text(r) for r in found.ranks)
     cores = f"{_cores(found.cores)} ({found.cores_source})"
     util = (
@@ -240,11 +241,11 @@ def _(found: CpuOversubscription) -> Finding:
     if found.verdict == OVERSUBSCRIBED:
         severity = WARNING
         title = (
-            f"CPU oversubscribed on {found.host}: {found.threads} compute threads on "
-            f"{_cores(found.cores)}"
+            f"CPU oversubscribed on {found.host}: {_count(found.threads, 'compute thread')} "
+            f"on {_cores(found.cores)}"
         )
         why = (
-            f"The {ranks} run {found.threads} compute threads and {found.loader_workers} "
+            f"The {ranks} {run} {found.threads} compute threads and {found.loader_workers} "
             f"loader workers on {cores}: threads wait for a core behind each other, so "
             "compute time grows with no more work done. Give each rank at most "
             "cores / ranks threads (torch.set_num_threads, OMP_NUM_THREADS)."
@@ -266,10 +267,11 @@ def _(found: CpuOversubscription) -> Finding:
         severity = INFO
         title = (
             f"Loader workers compete with compute on {found.host}: "
-            f"{found.threads} threads + {found.loader_workers} workers on {_cores(found.cores)}"
+            f"{_count(found.threads, 'thread')} + {_count(found.loader_workers, 'worker')} on "
+            f"{_cores(found.cores)}"
         )
         why = (
-            f"The {ranks} run {found.threads} compute threads and {found.loader_workers} "
+            f"The {ranks} {run} {found.threads} compute threads and {found.loader_workers} "
             f"loader workers, {found.threads + found.loader_workers} in all, on {cores} "
             "while the CPUs were saturated: decoding takes cores from the compute threads."
         )
@@ -295,7 +297,7 @@ def _(found: CpuOversubscription) -> Finding:
             f"{_cores(found.cores)} of {found.host}"
         )
         why = (
-            f"The {ranks} compute with {found.threads} thread"
+            f"The {ranks} {'computes' if count == 1 else 'compute'} with {found.threads} thread"
             f"{'s' if found.threads != 1 else ''} in all on {cores}: "
             f"{found.cores - found.threads:g} cores are left to the loader or idle."
         )
