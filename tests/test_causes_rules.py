@@ -76,7 +76,7 @@ def rank(number: int, threads: int, workers: int = 0, source: str = "set in the 
 
 
 def test_two_ranks_of_two_threads_on_two_cores_are_oversubscribed():
-    found = judge_host("n1", [rank(0, 2, 2), rank(1, 2, 2)], 98.0, on_gpus=False)
+    (found,) = judge_host("n1", [rank(0, 2, 2), rank(1, 2, 2)], 98.0, on_gpus=False)
     assert (found.verdict, found.cores, found.threads, found.loader_workers) == (
         OVERSUBSCRIBED, 2.0, 4, 4)  # fmt: skip
     finding = words(found)
@@ -88,29 +88,36 @@ def test_two_ranks_of_two_threads_on_two_cores_are_oversubscribed():
 
 def test_torchruns_one_thread_per_rank_is_named_as_the_cores_shared():
     source = "OMP_NUM_THREADS=1 set by torchrun"
-    found = judge_host("n1", [rank(0, 1, 0, source), rank(1, 1, 0, source)], 99.0, False)
+    (found,) = judge_host("n1", [rank(0, 1, 0, source), rank(1, 1, 0, source)], 99.0, False)
     assert found.verdict == CORES_SHARED
     finding = words(found)
     assert finding.title == "2 ranks share 2 cores on n1: 1 thread each"
     assert "rank 0: 1 thread (OMP_NUM_THREADS=1 set by torchrun)" in finding.explanation
     assert "grows about 2x" in finding.explanation
     # on GPUs the CPU threads are no compute: nothing to say
-    assert judge_host("n1", [rank(0, 1, 0, source), rank(1, 1, 0, source)], 99.0, True) is None
+    assert judge_host("n1", [rank(0, 1, 0, source), rank(1, 1, 0, source)], 99.0, True) == []
 
 
 def test_workers_compete_only_while_the_cpus_are_saturated():
     ranks = [rank(0, 1, 2), rank(1, 1, 2)]
-    assert judge_host("n1", ranks, 97.0, on_gpus=True).verdict == WORKERS_COMPETE
-    assert judge_host("n1", ranks, 40.0, on_gpus=True) is None
+    assert [f.verdict for f in judge_host("n1", ranks, 97.0, on_gpus=True)] == [WORKERS_COMPETE]
+    assert judge_host("n1", ranks, 40.0, on_gpus=True) == []
+    # on CPUs the ranks also divide the cores: both are said
+    verdicts = [f.verdict for f in judge_host("n1", ranks, 97.0, on_gpus=False)]
+    assert verdicts == [WORKERS_COMPETE, CORES_SHARED]
 
 
 def test_a_quota_caps_the_cores_and_one_thread_on_two_cores_is_idle_cores():
-    found = judge_host("n1", [rank(0, 2, quota=0.5)], 50.0, on_gpus=False)
+    (found,) = judge_host("n1", [rank(0, 2, quota=0.5)], 50.0, on_gpus=False)
     assert (found.verdict, found.cores) == (OVERSUBSCRIBED, 0.5)
     assert "a cgroup CPU quota of 0.5 CPUs" in words(found).explanation
-    idle = judge_host("n1", [rank(0, 1, source="OMP_NUM_THREADS=1 set by torchrun")], 50.0, False)
+    (idle,) = judge_host(
+        "n1", [rank(0, 1, source="OMP_NUM_THREADS=1 set by torchrun")], 50.0, False
+    )
     assert idle.verdict == CORES_IDLE
-    assert judge_host("n1", [rank(0, 2)], 99.0, on_gpus=False) is None  # 2 threads, 2 cores
+    assert judge_host("n1", [rank(0, 2)], 99.0, on_gpus=False) == []  # 2 threads, 2 cores
+    # one thread on two cores, the other core busy decoding: nothing idle
+    assert judge_host("n1", [rank(0, 1, 1)], 95.0, on_gpus=False) == []
 
 
 # --------------------------------------------------------------------------------------
@@ -170,8 +177,8 @@ def test_alike_ranks_have_no_straggler():
 
 
 def test_a_rank_under_its_own_cpu_quota_is_named():
-    found = judge_host("n1", [rank(0, 1), rank(1, 1, quota=0.25)], 90.0, on_gpus=False)
-    assert found.verdict == RANK_QUOTA
+    found, shared = judge_host("n1", [rank(0, 1), rank(1, 1, quota=0.25)], 90.0, on_gpus=False)
+    assert (found.verdict, shared.verdict) == (RANK_QUOTA, CORES_SHARED)
     finding = words(found)
     assert finding.title == "Rank 1 on n1 held to 0.25 CPUs by a cgroup quota"
     assert (

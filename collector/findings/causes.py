@@ -20,7 +20,11 @@ on (``sched_getaffinity``) and its cgroup CPU quota. Per host:
   torchrun is the usual source): the ranks add no cores, so their compute per step grows
   about as the ranks do and a scaling loss that reads "mostly compute" has this cause;
 - **cores idle** (info, CPU trainings only): the ranks' compute threads together are
-  fewer than the cores (a launcher's ``OMP_NUM_THREADS=1`` on a one-rank host).
+  fewer than the cores while the CPUs were not saturated (a launcher's
+  ``OMP_NUM_THREADS=1`` on a one-rank host).
+
+A host gets at most one of the first three, and beside it (unless oversubscribed) cores
+shared or cores idle.
 
 What it cannot see: threads a library starts of its own (a BLAS with its own pool, a
 TensorFlow inter-op pool busy with input); ranks pinned to different CPUs counted right
@@ -129,34 +133,37 @@ def over_quota(ranks: list[RankCpus]) -> list[RankCpus]:
 
 def judge_host(
     host: str, ranks: list[RankCpus], cpu_util_percent: float | None, on_gpus: bool
-) -> CpuOversubscription | None:
-    """The verdict on one host's ranks (see the module's note), or None: nothing to say."""
+) -> list[CpuOversubscription]:
+    """The verdicts on one host's ranks (see the module's note): at most one of
+    oversubscribed, rank quota and workers compete, then (CPU trainings not oversubscribed)
+    cores shared or cores idle."""
     if not ranks or any(r.threads is None for r in ranks):
-        return None
+        return []
     found = host_cores(ranks)
     if found is None:
-        return None
+        return []
     cores, source = found
     threads = sum(r.threads or 0 for r in ranks)
     workers = sum(r.loader_workers or 0 for r in ranks)
     saturated = cpu_util_percent is not None and cpu_util_percent >= CPU_SATURATED_PERCENT
+    verdicts = []
     if threads > cores:
-        verdict = OVERSUBSCRIBED
+        verdicts.append(OVERSUBSCRIBED)
     elif over_quota(ranks):
-        verdict = RANK_QUOTA
+        verdicts.append(RANK_QUOTA)
     elif threads + workers > cores and saturated:
-        verdict = WORKERS_COMPETE
-    elif on_gpus:
-        return None
-    elif len(ranks) >= 2 and max(r.threads or 0 for r in ranks) < cores:
-        verdict = CORES_SHARED
-    elif threads < cores:
-        verdict = CORES_IDLE
-    else:
-        return None
-    return CpuOversubscription(
-        host, verdict, ranks, cores, source, threads, workers, cpu_util_percent, on_gpus
-    )
+        verdicts.append(WORKERS_COMPETE)
+    if not on_gpus and threads <= cores:
+        if len(ranks) >= 2 and max(r.threads or 0 for r in ranks) < cores:
+            verdicts.append(CORES_SHARED)
+        elif threads < cores and not saturated:
+            verdicts.append(CORES_IDLE)
+    return [
+        CpuOversubscription(
+            host, verdict, ranks, cores, source, threads, workers, cpu_util_percent, on_gpus
+        )
+        for verdict in verdicts
+    ]
 
 
 def _settled_cpu_util(context: RunContext) -> dict[str, float]:
@@ -200,9 +207,7 @@ def detect_cpu_oversubscription(context: RunContext) -> list[CpuOversubscription
     found = []
     for host in sorted(starts):
         ranks = [rank_cpus(starts[host][rank]) for rank in sorted(starts[host])]
-        judged = judge_host(host, ranks, util.get(host), on_gpus)
-        if judged is not None:
-            found.append(judged)
+        found.extend(judge_host(host, ranks, util.get(host), on_gpus))
     return found
 
 
