@@ -673,6 +673,31 @@ class Workload(Measurement):
     EXECUTION_PROVIDER = text("execution_provider", "ONNX Runtime provider, e.g. CPU")
     INT8_FORMAT = text("int8_format", "qdq | qoperator: how the INT8 model was quantised")
     WEIGHTS = text("weights", "The checkpoint the model came from, or 'initialised'")
+    # run_start: the CPUs a rank computes on and where its thread counts came from
+    # (workloads/record/cpus.py; the cpu_oversubscription finding reads them)
+    CPU_THREADS = gauge(
+        "cpu_threads",
+        "count",
+        "Compute threads of the rank: torch.get_num_threads(), TensorFlow's intra-op "
+        "threads, MXNet's OMP threads",
+    )
+    CPU_THREADS_SOURCE = text(
+        "cpu_threads_source",
+        "Where cpu_threads came from, e.g. 'OMP_NUM_THREADS=1 set by torchrun'",
+    )
+    INTER_OP_THREADS = gauge("inter_op_threads", "count", "TensorFlow's inter-op threads")
+    LOADER_WORKERS = gauge(
+        "loader_workers", "count", "Data loader worker processes or decode threads per rank"
+    )
+    PERSISTENT_WORKERS = gauge(
+        "persistent_workers", "boolean", "1 when the loader's workers live across epochs"
+    )
+    CPUS_ALLOWED = text(
+        "cpus_allowed", "The CPUs the rank may run on (sched_getaffinity), as a list: 0-3,8"
+    )
+    CPU_QUOTA_CPUS = gauge(
+        "cpu_quota_cpus", "cpus", "The rank's cgroup CPU quota (cfs_quota_us / cfs_period_us)"
+    )
 
 
 class RunState:

@@ -330,7 +330,7 @@ def test_the_same_straggler_every_epoch(make_store):
     assert hits[0]["others_median_seconds_per_step"] == pytest.approx(0.55 * 20)
     assert hits[0]["slow_part"] == "compute"
     assert finding.severity == "warning"
-    assert finding.title == "Straggler: rank 1 on n2"
+    assert finding.title == "Straggler: rank 1 on n2, slow in compute (forward + backward)"
 
 
 def test_a_moving_straggler(make_store):

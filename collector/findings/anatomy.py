@@ -24,11 +24,15 @@ rule of ``collector.findings.engine`` takes as its explanation when both runs ha
     at least half of ``rchar``) or iowait is high; decode-bound when the host's CPUs were
     saturated; else undetermined (too few loader workers is the usual cause).
 ``straggler``
-    In an epoch, a rank's busy time per step (the step minus its all-reduce wait: the
-    others wait for the slowest in the all-reduce, so every rank's *wall* time is the same)
-    is at least ``STRAGGLER_RATIO`` times the median of the other ranks'. Says whether the
-    same rank straggles in every epoch (a slow node or device) or a different one (data
-    loading, noise), and which part makes it slow.
+    In an epoch, one part of a rank's step (input wait, compute, all-reduce, the rest) runs
+    longer than the other ranks' median of that part by at least ``STRAGGLER_PART_SHARE``
+    of the step. Every rank's *wall* time is the same (the others wait for the slowest),
+    and where that wait lands depends on the framework (the all-reduce, DDP's buffer
+    broadcast at the start of forward, a barrier, a collective in the loss), so the ranks
+    are compared part by part and the rank whose extra part is its own work is named, with
+    the part, its milliseconds and where the others' wait landed
+    (``straggler_in_epoch``). Says whether the same rank straggles in every epoch (a slow
+    node or device) or a different one (data loading, noise).
 ``startup``
     Epoch 1's time per step is at least ``STARTUP_RATIO`` times the settled epochs'.
     Its extra time is split: input wait (first reads; with the training's own storage
@@ -53,7 +57,9 @@ from collector.analysis.anatomy import (
     rank_epochs,
 )
 from collector.analysis.epochs import EpochRow
+from collector.analysis.run import RunModel
 from collector.analysis.scaling import RunFacts
+from collector.findings.causes import threads_per_rank
 from collector.findings.context import RunContext
 from collector.findings.evidence import (
     AU_PASS,
@@ -63,12 +69,14 @@ from collector.findings.evidence import (
     STARTUP_RATIO,
     STEP_PARTS,
     STORAGE_READ_SHARE,
-    STRAGGLER_RATIO,
+    STRAGGLER_MIN_SECONDS,
+    STRAGGLER_PART_SHARE,
     AcceleratorUtilisation,
     Finding,
     InputWaitHost,
     PartChange,
     RankUtilisation,
+    RankWait,
     ScalingAttribution,
     Startup,
     StragglerEpoch,
@@ -235,7 +243,22 @@ def scaling_attribution(
         reference_fabric_bytes_per_step=_fabric_bytes_per_step(ref_report.rows, ref_rows),
         fabric_bytes_per_step=_fabric_bytes_per_step(context.report.rows, run_rows),
         start_up_included=one_epoch,
+        **_threads(context.model, reference.model),
     )
+
+
+def _threads(model: RunModel, reference: RunModel) -> dict[str, object]:
+    """Both runs' compute threads per rank (``threads_per_rank``), as the attribution's
+    fields; empty unless both runs' ranks said."""
+    mine, theirs = threads_per_rank(model), threads_per_rank(reference)
+    if mine is None or theirs is None:
+        return {}
+    return {
+        "threads_per_rank": mine[0],
+        "threads_source": mine[1],
+        "reference_threads_per_rank": theirs[0],
+        "reference_threads_source": theirs[1],
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -349,10 +372,78 @@ def _busy(r: RankEpoch) -> float:
     return (r.seconds - r.communication) / r.steps if r.steps else math.nan
 
 
+def _per_step(r: RankEpoch, part: str) -> float:
+    return float(getattr(r, part)) / r.steps
+
+
+# How likely a part is to hold a rank's wait for the others: the all-reduce always (it is
+# that wait); forward and backward often (DDP broadcasts buffers at the start of forward,
+# overlaps its all-reduce with backward; SyncBN, a collective in the loss); input wait and
+# the rest (the update, the loop's own code) only where the loop puts a collective there.
+WAIT_LIKELIHOOD = {"communication": 2, "compute": 1, "input_wait": 0, "other": 0}
+
+
+def straggler_in_epoch(epoch: int, members: list[RankEpoch]) -> StragglerEpoch | None:
+    """The rank of ``members`` (one epoch's ranks) that made the others wait, or None.
+
+    Each part per step of each rank is compared with the median of the other ranks' same
+    part; a part that exceeds it by ``STRAGGLER_PART_SHARE`` of the median step (and
+    ``STRAGGLER_MIN_SECONDS``) is extra time: the slow rank's own work, or a rank's wait
+    for the slow one, which lands in whichever part holds the next collective. With three
+    ranks or more the waiting ranks are alike and only the slow one stands out; with two,
+    each shows an extra part, and the slow one is the rank whose extra part is the less
+    likely to hold a wait (``WAIT_LIKELIHOOD``). A rank whose only extra part is the
+    all-reduce is waiting, never the straggler."""
+    median_step = statistics.median(r.seconds / r.steps for r in members)
+    threshold = max(STRAGGLER_MIN_SECONDS, STRAGGLER_PART_SHARE * median_step)
+    extra: dict[int, dict[str, float]] = {}
+    for index, rank in enumerate(members):
+        others = members[:index] + members[index + 1 :]
+        extra[index] = {}
+        for part in PARTS:
+            gap = _per_step(rank, part) - statistics.median(_per_step(m, part) for m in others)
+            if gap >= threshold:
+                extra[index][part] = gap
+
+    def own(index: int) -> dict[str, float]:
+        return {p: v for p, v in extra[index].items() if WAIT_LIKELIHOOD[p] < 2}
+
+    candidates = [index for index in extra if own(index)]
+    if not candidates:
+        return None
+
+    def order(index: int) -> tuple[int, float]:
+        parts = own(index)
+        least = min(WAIT_LIKELIHOOD[p] for p in parts)
+        return least, -sum(v for p, v in parts.items() if WAIT_LIKELIHOOD[p] == least)
+
+    slow_index = min(candidates, key=order)
+    slowest = members[slow_index]
+    others = [m for i, m in enumerate(members) if i != slow_index]
+    slow_part = max(own(slow_index).items(), key=lambda item: item[1])[0]
+    waits = [
+        RankWait(m.host, m.rank, part, gap)
+        for i, m in enumerate(members)
+        if i != slow_index and extra[i]
+        for part, gap in [max(extra[i].items(), key=lambda item: item[1])]
+    ]
+    return StragglerEpoch(
+        epoch=epoch,
+        host=slowest.host,
+        rank=slowest.rank,
+        busy_seconds_per_step=_busy(slowest),
+        others_median_seconds_per_step=statistics.median(_busy(m) for m in others),
+        slow_part=slow_part,
+        part_seconds_per_step=_per_step(slowest, slow_part),
+        others_part_seconds_per_step=statistics.median(_per_step(m, slow_part) for m in others),
+        waits=waits,
+    )
+
+
 def detect_stragglers(mine: list[RankEpoch]) -> Stragglers | None:
     by_epoch: dict[int, list[RankEpoch]] = defaultdict(list)
     for r in mine:
-        if r.steps > 0:
+        if r.steps > 0 and r.seconds > 0:
             by_epoch[r.epoch].append(r)
     hits = []
     checked = 0
@@ -360,22 +451,9 @@ def detect_stragglers(mine: list[RankEpoch]) -> Stragglers | None:
         if len(members) < 2:
             continue
         checked += 1
-        slowest = max(members, key=_busy)
-        others = [m for m in members if m is not slowest]
-        median = statistics.median(_busy(m) for m in others)
-        if median <= 0 or _busy(slowest) < STRAGGLER_RATIO * median:
-            continue
-
-        def per_step(r: RankEpoch, part: str) -> float:
-            return getattr(r, part) / r.steps
-
-        slow_part = max(
-            ("input_wait", "compute", "other"),
-            key=lambda p: per_step(slowest, p) - statistics.median(per_step(m, p) for m in others),
-        )
-        hits.append(
-            StragglerEpoch(epoch, slowest.host, slowest.rank, _busy(slowest), median, slow_part)
-        )
+        found = straggler_in_epoch(epoch, members)
+        if found is not None:
+            hits.append(found)
     if not hits:
         return None
     same = len({(h.host, h.rank) for h in hits}) == 1

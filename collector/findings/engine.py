@@ -14,6 +14,7 @@ from collector.analysis.epochs import (
     EpochReport,
 )
 from collector.findings.anatomy import ANATOMY_RULES
+from collector.findings.causes import CAUSE_RULES
 from collector.findings.context import RunContext, complete_epochs, run_context
 from collector.findings.evidence import (
     CRITICAL,
@@ -98,8 +99,8 @@ RULES: tuple[Rule, ...] = (
 
 
 def all_rules() -> tuple[Rule, ...]:
-    """These rules and the step-anatomy rules."""
-    return (*RULES, *ANATOMY_RULES)
+    """These rules, the step-anatomy rules and the named causes."""
+    return (*RULES, *ANATOMY_RULES, *CAUSE_RULES)
 
 
 def evaluate(context: RunContext, rules: tuple[Rule, ...] | None = None) -> list[Finding]:

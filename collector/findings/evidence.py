@@ -63,7 +63,10 @@ INPUT_WAIT_SHARE = 0.20
 STORAGE_READ_SHARE = 0.5  # read_bytes / rchar: the training's reads came from storage
 # MLPerf Storage's pass mark for ResNet-50 (and UNet3D): accelerator utilisation >= 90%
 AU_PASS = 0.90
-STRAGGLER_RATIO = 1.25
+# a straggler: one part of a rank's step runs longer than the other ranks' median of that
+# part by 15% of the step (and 5 ms at least)
+STRAGGLER_PART_SHARE = 0.15
+STRAGGLER_MIN_SECONDS = 0.005
 STARTUP_RATIO = 1.5
 # epoch restart: an epoch's first timed step takes 3x the median of its others, and the
 # extra time is at least 5% of the epoch
@@ -362,6 +365,11 @@ class ScalingAttribution:
     fabric_bytes_per_step: float | None
     # a run with one epoch has no settled epochs: its epoch 1, start-up included, is compared
     start_up_included: bool = False
+    # each rank's compute threads and where they came from (run_start), in both runs
+    threads_per_rank: int | None = field(default=None, metadata=IF_KNOWN)
+    threads_source: str | None = field(default=None, metadata=IF_KNOWN)
+    reference_threads_per_rank: int | None = field(default=None, metadata=IF_KNOWN)
+    reference_threads_source: str | None = field(default=None, metadata=IF_KNOWN)
 
     @property
     def grown(self) -> list[PartChange]:
@@ -466,6 +474,9 @@ class EpochRestart:
     framework: str = ""  # the run's framework tag: what the restart is worded as
     threshold_ratio: float = EPOCH_RESTART_RATIO
     threshold_share: float = EPOCH_RESTART_SHARE
+    # the run's loader, as its run_start gave it (workloads/record/cpus.py)
+    loader_workers: int | None = field(default=None, metadata=IF_KNOWN)
+    persistent_workers: bool | None = field(default=None, metadata=IF_KNOWN)
 
 
 # --------------------------------------------------------------------------------------
@@ -512,23 +523,38 @@ class AcceleratorUtilisation:
 
 
 @dataclass(frozen=True)
+class RankWait:
+    """Where another rank's wait for the straggler landed: its part that ran longest
+    against the other ranks' median, and by how much (seconds per step)."""
+
+    host: str
+    rank: int
+    part: str
+    extra_seconds_per_step: float
+
+
+@dataclass(frozen=True)
 class StragglerEpoch:
     epoch: int
     host: str
     rank: int
-    busy_seconds_per_step: float
-    others_median_seconds_per_step: float
-    slow_part: str  # input_wait | compute | other: what grew most against the others
+    busy_seconds_per_step: float  # the step minus its all-reduce wait
+    others_median_seconds_per_step: float  # the other ranks' median of the same
+    slow_part: str  # input_wait | compute | other: the part it spent longest in
+    part_seconds_per_step: float  # that part, this rank
+    others_part_seconds_per_step: float  # that part, the other ranks' median
+    waits: list[RankWait]  # where the other ranks' wait for it landed
 
 
 @dataclass(frozen=True)
 class Stragglers:
-    """Epochs in which a rank's busy time per step was ``STRAGGLER_RATIO`` times the others'."""
+    """Epochs in which a part of a rank's step ran ``STRAGGLER_PART_SHARE`` of the step
+    longer than the other ranks' median of that part (``collector.findings.anatomy``)."""
 
     epochs: list[StragglerEpoch]
     same_rank: bool  # the same rank in every epoch it was found in
     epochs_checked: int
-    threshold_ratio: float = STRAGGLER_RATIO
+    threshold_share: float = STRAGGLER_PART_SHARE
 
 
 @dataclass(frozen=True)

@@ -487,7 +487,27 @@ def detect_epoch_restart(context: RunContext) -> EpochRestart | None:
         extra_seconds_mean=float(np.mean([h.extra_seconds for h in hits])),
         extra_share_mean=float(np.mean([h.extra_share for h in hits])),
         framework=context.run.framework,
+        loader_workers=_config_int(context.config, Workload.LOADER_WORKERS),
+        persistent_workers=_config_flag(context.config, Workload.PERSISTENT_WORKERS),
     )
+
+
+def _config_count(config: dict[str, Any], name: str) -> float | None:
+    """A count or flag of the run's configuration, 0 included; None when not sent."""
+    value = config.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _config_int(config: dict[str, Any], name: str) -> int | None:
+    value = _config_count(config, name)
+    return None if value is None else int(value)
+
+
+def _config_flag(config: dict[str, Any], name: str) -> bool | None:
+    value = _config_count(config, name)
+    return None if value is None else bool(value)
 
 
 # --------------------------------------------------------------------------------------

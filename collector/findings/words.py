@@ -56,6 +56,7 @@ from collector.findings.evidence import (
     Startup,
     StorageBound,
     StorageReads,
+    StragglerEpoch,
     Stragglers,
     ThroughputSaturated,
     TimingUnsteady,
@@ -388,6 +389,7 @@ def attribution_text(found: ScalingAttribution, against: str) -> str:
             "slower step: "
         )
         text += split + "; ".join(map(part_change_text, found.grown)) + "."
+        text += threads_text(found)
         offsets = [
             p
             for p in found.shrunk
@@ -401,6 +403,24 @@ def attribution_text(found: ScalingAttribution, against: str) -> str:
     return text + (
         f" Fabric traffic per step per node: {_measured_bytes(reference)} -> "
         f"{_measured_bytes(run)}."
+    )
+
+
+def threads_text(found: ScalingAttribution) -> str:
+    """Why compute grew, when the ranks computed with fewer threads than the reference's."""
+    mine, theirs = found.threads_per_rank, found.reference_threads_per_rank
+    if mine is None or theirs is None or mine >= theirs:
+        return ""
+    if not any(p.part == "compute" for p in found.grown):
+        return ""
+
+    def said(threads: int, source: str | None) -> str:
+        return f"{threads} thread{'' if threads == 1 else 's'}" + (f" ({source})" if source else "")
+
+    return (
+        f" Compute grew as each rank computed with {said(mine, found.threads_source)} "
+        f"where the reference's ranks had {said(theirs, found.reference_threads_source)}: "
+        "the ranks divided the cores (see cpu_oversubscription)."
     )
 
 
@@ -536,6 +556,21 @@ def restart_text(hit: RestartEpoch) -> str:
     )
 
 
+def loader_text(found: EpochRestart) -> str:
+    """What the run's ranks said of their loader (``run_start``), when they did."""
+    if found.loader_workers is None:
+        return ""
+    text = f" The training's loader: {found.loader_workers} workers"
+    if found.persistent_workers is None:
+        return text + "."
+    if found.persistent_workers and found.loader_workers > 0:
+        return (
+            text + ", persistent_workers=True: they are kept, so what restarts is another "
+            "part of the loop (a new loader or sampler made every epoch)."
+        )
+    return text + f", persistent_workers={found.persistent_workers}."
+
+
 @words.register
 def _(found: EpochRestart) -> Finding:
     short, long = RESTART_WORDS[framework_kind(found.framework)]
@@ -552,7 +587,7 @@ def _(found: EpochRestart) -> Finding:
             f"first timed step took at least {found.threshold_ratio:.0f}x the median of the "
             f"epoch's other steps, {found.extra_seconds_mean:,.2f} s extra per epoch "
             f"({format_fraction(found.extra_share_mean)} of it): {listing}{more}. Most "
-            f"likely {long}."
+            f"likely {long}.{loader_text(found)}"
         ),
         evidence=evidence_json(found),
         chart=IMAGES_PER_SECOND,
@@ -679,15 +714,25 @@ def _(found: AcceleratorUtilisation) -> Finding:
     )
 
 
+def straggler_epoch_text(hit: StragglerEpoch) -> str:
+    waits = ", ".join(
+        f"rank {w.rank} on {w.host} in its {PART_LABELS[w.part]} "
+        f"(+{_ms(w.extra_seconds_per_step)} ms)"
+        for w in hit.waits
+    )
+    waited = f"; the others' wait for it landed in: {waits}" if waits else ""
+    return (
+        f"epoch {hit.epoch}: rank {hit.rank} on {hit.host} spent "
+        f"{_ms(hit.part_seconds_per_step)} ms/step in {PART_LABELS[hit.slow_part]} against "
+        f"{_ms(hit.others_part_seconds_per_step)} on the other ranks (+"
+        f"{_ms(hit.part_seconds_per_step - hit.others_part_seconds_per_step)} ms){waited}"
+    )
+
+
 @words.register
 def _(found: Stragglers) -> Finding:
     first = found.epochs[0]
-    listing = "; ".join(
-        f"epoch {h.epoch}: rank {h.rank} on {h.host} busy {h.busy_seconds_per_step * 1000:,.0f}"
-        f" ms/step against {h.others_median_seconds_per_step * 1000:,.0f} (slower in "
-        f"{PART_LABELS[h.slow_part]})"
-        for h in found.epochs
-    )
+    listing = "; ".join(straggler_epoch_text(h) for h in found.epochs)
     if found.same_rank and len(found.epochs) > 1:
         verdict = (
             f"The same rank (rank {first.rank} on {first.host}) every time: a slow node, "
@@ -704,13 +749,14 @@ def _(found: Stragglers) -> Finding:
         rule="straggler",
         severity=WARNING if found.same_rank and len(found.epochs) > 1 else INFO,
         title=(
-            f"Straggler: rank {first.rank} on {first.host}"
+            f"Straggler: rank {first.rank} on {first.host}, slow in {PART_LABELS[first.slow_part]}"
             if found.same_rank
             else "Stragglers move from rank to rank"
         ),
         explanation=(
-            "The other ranks wait for the slowest in every all-reduce, so one slow rank "
-            f"sets everyone's step time. {listing}. {verdict}"
+            "The other ranks wait for the slowest at their next collective (the all-reduce, "
+            "a buffer broadcast at the start of forward, a barrier), so one slow rank sets "
+            f"everyone's step time. {listing}. {verdict}"
         ),
         evidence=evidence_json(found),
         chart=COMMUNICATION,

@@ -149,14 +149,21 @@ class Session:
 
     # --- the run -------------------------------------------------------------------
     def start(
-        self, framework: str, model: str | None, batch_size: int | None, at_ns: int | None = None
+        self,
+        framework: str,
+        model: str | None,
+        batch_size: int | None,
+        at_ns: int | None = None,
+        loader: object = None,
     ) -> None:
         """``run_start`` for this process, as a rank (once); ``at_ns``: when its training
-        began, if before now."""
+        began, if before now; ``loader``: the training's data loader, if known (its workers
+        are recorded)."""
         with self._lock:
             if self.started:
                 return
             from contract.schema import Event, Workload
+            from workloads.record.cpus import cpu_fields
             from workloads.record.events import EventWriter, make_sink
             from workloads.record.spec import token_from_env
             from workloads.train.placement import host_memory_bytes
@@ -177,6 +184,8 @@ class Session:
                 Workload.DATASET_BYTES: self.config.dataset_bytes,
                 Workload.HOST_MEMORY_BYTES: host_memory_bytes(),
                 Workload.WARMUP_STEPS: 0,
+                **cpu_fields(getattr(loader, "num_workers", None),
+                             getattr(loader, "persistent_workers", None)),
             }, at_ns)  # fmt: skip
             atexit.register(self.finish)
 

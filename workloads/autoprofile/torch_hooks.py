@@ -180,7 +180,7 @@ class Tracker:
                 self.model = model_name(current.outermost)
             batch = getattr(loader, "batch_size", None)
             # a nanosecond before the epoch it starts with: first in time order, as it was sent
-            session.start("pytorch", self.model, batch, current.start_ns - 1)
+            session.start("pytorch", self.model, batch, current.start_ns - 1, loader)
             session.epoch_start(current.start_ns, current.start, current.io)
             self.training = current
             self._stop_watching()

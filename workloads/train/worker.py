@@ -20,6 +20,7 @@ from workloads.launch.processes import (
     raise_on_signals,
     stop_was_asked,
 )
+from workloads.record.cpus import cpu_fields
 from workloads.record.events import AgentEdges, EventWriter, make_sink
 from workloads.record.spec import TOKEN_ENV, RunSpec, token_from_env
 from workloads.record.timing import Recorder
@@ -44,6 +45,10 @@ def run_start_fields(spec: RunSpec, placement: Placement) -> dict[str, object]:
         Workload.HOST_MEMORY_BYTES: host_memory_bytes(),
         Workload.WARMUP_STEPS: spec.warmup_steps,
         Workload.TARGET_TOP1: spec.target_top1,
+        # the bundled PyTorch loader keeps its workers across epochs
+        **cpu_fields(
+            spec.loader_workers, spec.loader_workers > 0 if spec.framework == "pytorch" else None
+        ),
     }
 
 

@@ -1,0 +1,122 @@
+"""A small PyTorch training that produces one named cause for real, for the scenario suite
+(tests/scenarios/test_causes.py): run alone or under torchrun (gloo DDP), reading a
+class-per-folder JPEG tree decoded with PIL in its DataLoader workers.
+
+Usage: cause_train.py DATA_DIR [--epochs N] [--batch-size B] [--workers W]
+[--persistent-workers] [--threads T] [--sleep-rank R --sleep-ms MS] [--cgroup-rank R]
+[--images N]
+
+- ``--threads T``: ``torch.set_num_threads(T)`` (else the environment's OMP_NUM_THREADS,
+  which torchrun sets to 1 for more than one rank);
+- ``--sleep-rank R --sleep-ms MS``: rank R sleeps between ``backward()`` and
+  ``optimizer.step()`` at every step (a rank slowed outside backward);
+- ``--cgroup-rank R``: rank R moves itself (and so the loader workers it starts) into the
+  cgroup v1 directory named by ``$CAUSE_CGROUP`` before it trains (a CPU quota on one rank).
+"""
+
+import argparse
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+class JpegFolder(Dataset):
+    def __init__(self, root, size=32):
+        classes = sorted(os.listdir(root))
+        self.samples = [
+            (os.path.join(root, c, f), i)
+            for i, c in enumerate(classes)
+            for f in sorted(os.listdir(os.path.join(root, c)))
+        ]
+        self.size = size
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        path, label = self.samples[index]
+        image = Image.open(path).convert("RGB").resize((self.size, self.size))
+        array = np.asarray(image, dtype=np.float32).transpose(2, 0, 1) / 255.0
+        return torch.from_numpy(array), label
+
+
+class SmallNet(nn.Module):
+    """Convolutions with batch norm: DDP broadcasts its buffers at the start of forward."""
+
+    def __init__(self, classes):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(4),
+        )  # fmt: skip
+        self.classifier = nn.Linear(32 * 16, classes)
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("data")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--persistent-workers", action="store_true")
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--sleep-rank", type=int)
+    parser.add_argument("--sleep-ms", type=float, default=150.0)
+    parser.add_argument("--cgroup-rank", type=int)
+    parser.add_argument("--images", type=int, help="train on the first N pictures only")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        dist.init_process_group("gloo", init_method="env://")
+    rank = dist.get_rank() if distributed else 0
+    if args.cgroup_rank == rank:
+        with open(os.path.join(os.environ["CAUSE_CGROUP"], "cgroup.procs"), "w") as procs:
+            procs.write(str(os.getpid()))
+    train_set = JpegFolder(os.path.join(args.data, "train"))
+    if args.images:
+        train_set.samples = train_set.samples[:: max(1, len(train_set) // args.images)]
+    sampler = DistributedSampler(train_set) if distributed else None
+    loader = DataLoader(
+        train_set,
+        batch_size=args.batch_size,
+        shuffle=sampler is None,
+        sampler=sampler,
+        num_workers=args.workers,
+        persistent_workers=args.persistent_workers and args.workers > 0,
+    )
+    torch.manual_seed(0)
+    model = SmallNet(len(os.listdir(os.path.join(args.data, "train"))))
+    if distributed:
+        model = nn.parallel.DistributedDataParallel(model)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for epoch in range(args.epochs):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        for images, target in loader:
+            loss = criterion(model(images), target)
+            optimizer.zero_grad()
+            loss.backward()
+            if args.sleep_rank == rank:
+                time.sleep(args.sleep_ms / 1000)
+            optimizer.step()
+        print(f"rank {rank} epoch {epoch + 1}: loss {loss.item():.3f}", flush=True)
+    if distributed:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

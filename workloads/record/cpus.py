@@ -1,0 +1,155 @@
+"""The CPUs a rank computes on, for its ``run_start``: its compute threads and where that
+count came from, its loader workers, the CPUs it may run on and its cgroup CPU quota.
+
+Where the thread count came from matters as much as the count: ``torchrun`` sets
+``OMP_NUM_THREADS=1`` for every rank when it starts more than one and the variable is
+unset, so a 2-rank run computes with 1 thread per rank where the 1-rank run used every
+core. ``OMP_NUM_THREADS`` in the rank's environment but not in its parent's (the launcher's)
+was set by that launcher; read from ``/proc/<ppid>/environ`` and ``/proc/<ppid>/cmdline``.
+
+The parsers are pure functions over the text of those files; ``cpu_fields`` reads them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from contract.cpulist import format_cpu_list
+from contract.schema import Workload
+
+OMP = "OMP_NUM_THREADS"
+
+
+def parse_environ(data: bytes) -> dict[str, str]:
+    """``/proc/<pid>/environ``: NUL-separated ``NAME=value`` pairs."""
+    out = {}
+    for item in data.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            out[name.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+def launcher_name(cmdline: bytes) -> str:
+    """A short name for the process ``cmdline`` (``/proc/<pid>/cmdline``) runs: the script
+    or module after the interpreter (``torchrun``, ``torch.distributed.run``, ``mpirun``)."""
+    words = [w.decode(errors="replace") for w in cmdline.split(b"\0") if w]
+    if not words:
+        return "the parent process"
+    program = Path(words[0]).name
+    if program.startswith("python"):
+        rest = words[1:]
+        if len(rest) >= 2 and rest[0] == "-m":
+            module = rest[1]
+            return "torchrun" if module in ("torch.distributed.run", "torchrun") else module
+        if rest and not rest[0].startswith("-"):
+            return Path(rest[0]).name
+    return program
+
+
+def threads_source(
+    threads: int,
+    environ: Mapping[str, str],
+    parent_environ: Mapping[str, str] | None,
+    parent: str,
+    default: int,
+) -> str:
+    """Where a rank's ``threads`` came from, in words: ``OMP_NUM_THREADS`` set by its
+    launcher (``parent``: absent from the parent's environment) or inherited, a call in the
+    program (the count matches neither), or the framework's default (``default``)."""
+    value = environ.get(OMP, "").strip()
+    if value.isdigit() and int(value) == threads:
+        if parent_environ is not None and parent_environ.get(OMP, "").strip() != value:
+            return f"{OMP}={value} set by {parent}"
+        return f"{OMP}={value} from the environment"
+    if threads == default and not value:
+        return "the framework's default (one per CPU)"
+    return "set in the program"
+
+
+def cgroup_v1_cpu_path(proc_cgroup: str) -> str | None:
+    """The rank's cgroup v1 ``cpu`` controller path from ``/proc/<pid>/cgroup``
+    (``4:cpu,cpuacct:/slurm/job_1``); None under cgroup v2 only."""
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and "cpu" in parts[1].split(","):
+            return parts[2]
+    return None
+
+
+def quota_cpus(quota_us: str, period_us: str) -> float | None:
+    """``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` in CPUs; None when unlimited (-1)."""
+    quota, period = int(quota_us.strip()), int(period_us.strip())
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def cgroup_quota(
+    proc: Path = Path("/proc"), sys_root: Path = Path("/sys/fs/cgroup")
+) -> float | None:
+    """This process's cgroup v1 CPU quota in CPUs, or None (no quota, or not readable)."""
+    try:
+        path = cgroup_v1_cpu_path((proc / "self" / "cgroup").read_text())
+        if path is None:
+            return None
+        for mount in ("cpu", "cpu,cpuacct"):
+            folder = sys_root / mount / path.lstrip("/")
+            if (folder / "cpu.cfs_quota_us").exists():
+                return quota_cpus(
+                    (folder / "cpu.cfs_quota_us").read_text(),
+                    (folder / "cpu.cfs_period_us").read_text(),
+                )
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def framework_threads() -> tuple[int | None, int | None]:
+    """(compute threads, TensorFlow's inter-op threads) of the frameworks this process has
+    imported; never imports one."""
+    cpus = len(os.sched_getaffinity(0))
+    if "torch" in sys.modules:
+        return int(sys.modules["torch"].get_num_threads()), None
+    if "tensorflow" in sys.modules:
+        threading = sys.modules["tensorflow"].config.threading
+        intra = threading.get_intra_op_parallelism_threads() or cpus  # 0: the default
+        inter = threading.get_inter_op_parallelism_threads() or cpus
+        return int(intra), int(inter)
+    if "mxnet" in sys.modules:
+        value = os.environ.get(OMP, "").strip()
+        return (int(value) if value.isdigit() else cpus), None
+    return None, None
+
+
+def cpu_fields(
+    loader_workers: int | None = None,
+    persistent_workers: bool | None = None,
+    proc: Path = Path("/proc"),
+) -> dict[str, object]:
+    """The ``run_start`` fields of this rank's CPUs (``contract.schema.Workload``): call it
+    once the framework is imported and its threads set."""
+    cpus = os.sched_getaffinity(0)
+    threads, inter = framework_threads()
+    fields: dict[str, object] = {
+        Workload.CPUS_ALLOWED: format_cpu_list(cpus),
+        Workload.CPU_QUOTA_CPUS: cgroup_quota(proc),
+        Workload.LOADER_WORKERS: loader_workers,
+        Workload.PERSISTENT_WORKERS: None
+        if persistent_workers is None
+        else int(persistent_workers),
+        Workload.INTER_OP_THREADS: inter,
+    }
+    if threads is not None:
+        parent = proc / str(os.getppid())
+        try:
+            parent_environ: dict[str, str] | None = parse_environ((parent / "environ").read_bytes())
+            name = launcher_name((parent / "cmdline").read_bytes())
+        except OSError:
+            parent_environ, name = None, "the parent process"
+        fields[Workload.CPU_THREADS] = threads
+        fields[Workload.CPU_THREADS_SOURCE] = threads_source(
+            threads, os.environ, parent_environ, name, len(cpus)
+        )
+    return fields
