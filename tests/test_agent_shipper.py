@@ -23,7 +23,7 @@ import pytest
 
 from agent.samplers.agent import AgentStats
 from agent.shipper import HttpWriter, Shipper, line_number_in, lines_rejected_in
-from agent.spool import Spool
+from agent.spool import Spool, verified_lines
 from contract.point import Point
 from tests.support.loopback import free_port
 from tests.test_collector_ingest_server import start_server, stored
@@ -318,7 +318,8 @@ def test_restart_while_endpoint_down_replays_the_spool(endpoint, tmp_path):
         first.submit(points_for(tick))
     first.close(timeout=0.5)  # cannot flush: the points stay on disk
     on_disk = b"".join(p.read_bytes() for p in sorted(spool_dir.iterdir()))
-    assert on_disk.decode() == "".join(line + "\n" for line in expected_lines(range(3)))
+    expected = "".join(line + "\n" for line in expected_lines(range(3)))
+    assert verified_lines(on_disk)[0].decode() == expected
 
     second = Shipper(endpoint.url, "t", "o", "b", spool_dir, backoff_max_seconds=0.2)
     assert second.queue.spool.points == 9
@@ -513,7 +514,8 @@ def test_a_spool_directory_removed_while_running_is_made_again_spooled_and_deliv
 def on_disk(spool_dir: Path) -> list[str]:
     """The lines of every segment file, oldest first."""
     segments = sorted(spool_dir.glob("*.lp"))
-    return b"".join(segment.read_bytes() for segment in segments).decode().splitlines()
+    data = b"".join(segment.read_bytes() for segment in segments)
+    return verified_lines(data)[0].decode().splitlines()
 
 
 def test_memory_held_while_the_spool_fails_is_bounded_oldest_dropped_first(tmp_path):
