@@ -52,6 +52,7 @@ DEFAULT_SEGMENT_MAX_BYTES = 64 << 10
 
 
 _CHECKSUMMED = re.compile(rb"#([0-9a-f]{8}) ")
+CHECKSUM_BYTES = 10  # "#xxxxxxxx " before each spooled line
 
 
 def with_checksums(body: bytes) -> bytes:
@@ -71,7 +72,7 @@ def verified_lines(data: bytes) -> tuple[bytes, list[int]]:
         if not line:
             continue
         match = _CHECKSUMMED.match(line)
-        payload = line[10:]
+        payload = line[CHECKSUM_BYTES:]
         if match is None or int(match[1], 16) != zlib.crc32(payload):
             damaged.append(number)
             continue
