@@ -4,7 +4,8 @@
     python bench/read_api/many_runs.py --runs 20000 [--db PATH]
 
 Each run: one host, one rank, two epochs of four steps, finished (the builder's
-synthetic events, no samples). Prints the build time, then the runs table's time cold (a
+synthetic events, no samples; seven variants copied to 20,000 run ids). Prints the build
+time, then the runs table's time cold (a
 new store object: nothing kept) and warm (the same store again), and the load average.
 """
 
@@ -21,27 +22,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from collector.store import SqliteStore
 from collector.views.reports import runs_rows
+from contract.point import Point
 from tests.support.run_builder import RunBuilder
 
 HOUR_NS = 3600 * 10**9
 
 
+VARIANTS = 7  # run i is a copy of variant i % 7, moved to its own hour
+
+
+def variant(number: int) -> RunBuilder:
+    """One host, one rank, two epochs of 640 images (4 steps) in 10 + ``number`` s each,
+    finished."""
+    run = RunBuilder(f"variant{number}", hosts=("node00",), write_samples=False)
+    for _ in range(2):
+        run.epoch(seconds=10 + number, images_per_rank=640)
+    return run
+
+
 def many_runs(path: Path, count: int) -> None:
-    """``count`` finished runs ``run00000`` .. into ``path``, an hour apart; run i does
-    2 epochs of 640 images (4 steps), in 10 + i % 7 seconds each."""
+    """``count`` finished runs ``run00000`` .. into ``path``, an hour apart, each a copy of
+    ``variant(i % VARIANTS)``'s events (host node<i % 16>)."""
+    templates = [variant(number).event_points() for number in range(VARIANTS)]
     with SqliteStore(path) as store:
-        batch = []
+        batch: list[Point] = []
         for i in range(count):
-            run = RunBuilder(
-                f"run{i:05d}",
-                hosts=(f"node{i % 16:02d}",),
-                t0_ns=1_700_000_000 * 10**9 + i * HOUR_NS,
-                write_samples=False,
-            )
-            for _ in range(2):
-                run.epoch(seconds=10 + i % 7, images_per_rank=640)
-            batch += run.event_points()
-            if len(batch) > 20_000:
+            shift = i * HOUR_NS
+            for point in templates[i % VARIANTS]:
+                tags = dict(point.tags, run_id=f"run{i:05d}", host=f"node{i % 16:02d}")
+                batch.append(Point(point.measurement, tags, point.fields, point.time_ns + shift))
+            if len(batch) > 50_000:
                 store.write_points(batch)
                 batch = []
         store.write_points(batch)
