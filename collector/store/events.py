@@ -213,6 +213,29 @@ class EventStore:
             )
         ]
 
+    def events_of_runs(
+        self, run_ids: list[str], kinds: tuple[str, ...]
+    ) -> dict[str, list[WorkloadEvent]]:
+        """The events of ``kinds`` of several runs in one query (the runs table's summaries
+        of runs not summarised yet), by run, each in ``events()``'s order."""
+        by_run: dict[str, list[WorkloadEvent]] = {run_id: [] for run_id in run_ids}
+        if not run_ids:
+            return by_run
+        sql = (
+            "SELECT run_id, host, rank, framework, event, time_ns, fields FROM events"
+            " INDEXED BY events_by_run_kind"
+            f" WHERE run_id IN ({','.join('?' * len(run_ids))})"
+            f" AND event IN ({','.join('?' * len(kinds))})"
+            " ORDER BY run_id, time_ns, rank, host"
+        )
+        for run, host, rank, framework, event, time_ns, fields in self.db.read_conn().execute(
+            sql, [*run_ids, *kinds]
+        ):
+            by_run[run].append(
+                WorkloadEvent(run, host, rank, framework, event, time_ns, json.loads(fields))
+            )
+        return by_run
+
     def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
         """The run's steps as columns, picked out of the JSON by SQLite (``STEPS_SQL``):
         no event is decoded in Python."""
