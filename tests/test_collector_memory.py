@@ -128,6 +128,7 @@ def read_answer(sock: socket.socket, timeout: float) -> bytes:
     return reply
 
 
+@pytest.mark.slow
 def test_a_flood_of_stalled_large_bodies_is_held_to_the_budget_and_handed_back(tmp_path, env):
     """8 connections each announce 16 MiB, send 15 MiB and stall, under a 40 MiB budget:
     two fit (30 MiB), the third crosses the budget and each one after it gets 503 with
@@ -201,6 +202,7 @@ def disk_lines(size: int) -> bytes:
         i += 1
 
 
+@pytest.mark.slow
 def test_full_bodies_at_once_stay_within_the_budget_and_memory_comes_back(tmp_path, env):
     """12 complete 8 MiB bodies (agent-like lines) at once under a 32 MiB budget, parsed in
     the server: the ones that fit are stored (204), the rest 503; RSS peaks at no more
@@ -296,6 +298,7 @@ def test_the_minimum_rate_cuts_a_drip_and_a_stall_and_passes_a_slow_steady_body(
         server.stop()
 
 
+@pytest.mark.slow
 def test_1200_unfinished_heads_without_a_token_cost_little_and_are_given_back(tmp_path, env):
     """1,200 connections without a token each send all but the end of a head just under
     the 16 KiB limit and wait. Before (64 KiB limit and buffer): ~75 KiB a connection.
