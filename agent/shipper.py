@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.queue import PointQueue
-from agent.spool import DEFAULT_SEGMENT_MAX_BYTES
+from agent.spool import DEFAULT_SEGMENT_MAX_BYTES, Segment
 from agent.thread_names import name_this_thread
 from contract.point import Point, encode_line
 
@@ -363,9 +363,11 @@ class Shipper:
             self._pause(backoff)
             return min(backoff * 2, self.backoff_max_seconds)
         self.queue.works("read")
+        damaged = self._report_damaged(batch)
         outcome = self._write(body)
         if outcome.delivered:
-            self._count_delivered(sum(segment.points for segment in batch), len(body))
+            self._count_delivered(sum(segment.points for segment in batch) - damaged, len(body))
+            self.queue.count_dropped(damaged)
             self.queue.remove(batch)
             if self.batch_seconds > 0 and everything and not self.queue.write_failing():
                 # Caught up: let a few ticks gather so that one request carries them
@@ -378,14 +380,15 @@ class Shipper:
             return self._retry_later(outcome, backoff)
         rejected = lines_rejected_in(outcome.message)
         if rejected is not None:  # the other lines of every segment were stored
-            self._count_delivered(sum(segment.points for segment in batch) - rejected, len(body))
+            lost = rejected + damaged
+            self._count_delivered(sum(segment.points for segment in batch) - lost, len(body))
             names = (
                 batch[0].path.name
                 if len(batch) == 1
                 else (f"{batch[0].path.name}..{batch[-1].path.name}")
             )
             self._log_partial(names, rejected, sum(s.points for s in batch), outcome)
-            self.queue.count_dropped(rejected)
+            self.queue.count_dropped(lost)
             self.queue.remove(batch)
             return BACKOFF_START_SECONDS
         if len(batch) > 1:
@@ -397,6 +400,23 @@ class Shipper:
             self.queue.remove(batch, dropped=True)
         self.queue.update_stats()
         return backoff
+
+    def _report_damaged(self, batch: list[Segment]) -> int:
+        """Lines of ``batch`` whose checksum failed (left out of the body): logged once per
+        segment with their line numbers; how many."""
+        for segment in batch:
+            if segment.damaged and not segment.reported:
+                segment.reported = True
+                shown = ", ".join(str(number) for number in segment.damaged[:10])
+                more = f" and {len(segment.damaged) - 10} more" if len(segment.damaged) > 10 else ""
+                log.error(
+                    "spool: %s: line %s%s damaged on disk (checksum mismatch): skipped, "
+                    "the segment's other lines are sent",
+                    segment.path.name,
+                    shown,
+                    more,
+                )
+        return sum(len(segment.damaged) for segment in batch)
 
     def _send_memory(self, backoff: float) -> float:
         """The spool is empty and cannot take writes: send what memory holds directly."""

@@ -147,7 +147,22 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argpar
         "--body-timeout",
         type=positive_seconds,
         default=limits.body_timeout,
-        help="seconds for a body to arrive, plus one per KiB received (default %(default)s)",
+        help="the window of the minimum body rate: each this many seconds of a body must "
+        "bring --body-min-rate bytes a second, or 408 (default %(default)s)",
+    )
+    serve.add_argument(
+        "--body-min-rate",
+        type=positive_int,
+        default=limits.body_min_rate,
+        help="bytes a second a body must average over each --body-timeout window "
+        "(default %(default)s)",
+    )
+    serve.add_argument(
+        "--body-memory-bytes",
+        type=positive_int,
+        default=limits.body_memory_bytes,
+        help="memory for the bodies of all connections together (default %(default)s, at "
+        "least --max-body-bytes); beyond it a body gets 503 with Retry-After",
     )
 
     report = sub.add_parser("report", help="per-epoch, per-host table of a run")

@@ -15,9 +15,14 @@ per connection (``netserve/http_guard.py``: the agent's /metrics, the dashboard)
   sent: closed; part of a head: ``408`` and closed.
 - ``idle_timeout``: a kept-alive connection with no new request is closed.
 - ``body_timeout`` and ``body_min_rate`` (the collector, which reads bodies on its loop):
-  a body must arrive within ``body_timeout``, extended by one second for every
-  ``body_min_rate`` bytes received (Apache's mod_reqtimeout rule: a large body on a slow
-  link is fine, one trickled a byte at a time is cut); ``408`` and close.
+  a minimum transfer rate. Every ``body_timeout`` seconds of a body must bring at least
+  ``body_min_rate`` bytes a second (``BodyRate``); a body that falls below is cut, ``408``
+  and close. A large body on a slow link passes; one that sends fast, then stalls, is cut
+  one window later. (Before: a deadline that grew one second per KiB received, so 63 MiB
+  sent and a stall held the connection, and its 63 MiB, for 18 hours.)
+- ``body_memory_bytes`` (the collector): one budget for the bodies of every connection,
+  from their first byte until their answer is written (``BodyBudget``). A body whose next
+  bytes would pass it is refused, ``503`` with ``Retry-After``, and its connection closed.
 - ``write_timeout``: writing an answer (and, in a thread-per-connection server, reading a
   body) may block this long.
 - ``workers`` (the collector): threads that handle complete requests. A
@@ -32,7 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-BODY_MIN_RATE = 1024  # bytes/s; each such amount received adds a second to a body's deadline
+BODY_MIN_RATE = 4096  # bytes/s a body must average over each body_timeout window
+BODY_MEMORY_BYTES = 256 * 1024 * 1024  # the bodies of all connections together
 
 
 @dataclass(frozen=True)
@@ -42,12 +48,13 @@ class ConnectionLimits:
     idle_timeout: float = 75.0
     body_timeout: float = 30.0
     body_min_rate: int = BODY_MIN_RATE
+    body_memory_bytes: int = BODY_MEMORY_BYTES
     write_timeout: float = 30.0
     workers: int = 16
 
     def problem(self) -> str | None:
         """Why these limits cannot be used, or None."""
-        for name in ("max_connections", "body_min_rate", "workers"):
+        for name in ("max_connections", "body_min_rate", "body_memory_bytes", "workers"):
             if getattr(self, name) < 1:
                 return f"{name} must be at least 1 (got {getattr(self, name)})"
         for name in ("header_timeout", "idle_timeout", "body_timeout", "write_timeout"):
@@ -96,3 +103,46 @@ class ConnectionCap(Generic[Key]):
         del self.waiting[victim]
         self.evicted += 1
         return victim
+
+
+class BodyRate:
+    """The minimum transfer rate of one body: each window of ``body_timeout`` seconds must
+    bring ``body_min_rate x body_timeout`` bytes. ``deadline`` is when the current window
+    ends; ``received`` counts bytes and, once a window has brought its due, opens the next
+    one at once (so a body that keeps the rate never waits on a window's end)."""
+
+    def __init__(self, limits: ConnectionLimits, now: float) -> None:
+        self.window = limits.body_timeout
+        self.due = max(1, int(limits.body_min_rate * limits.body_timeout))
+        self.deadline = now + self.window
+        self.in_window = 0
+
+    def received(self, count: int, now: float) -> None:
+        self.in_window += count
+        if self.in_window >= self.due:
+            self.in_window = 0
+            self.deadline = now + self.window
+
+
+class BodyBudget:
+    """One memory budget for the request bodies of all connections: ``take`` before bytes
+    are held, ``give`` once they are let go (the answer written). Not locked: the collector
+    calls it from its event loop only."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.peak = 0
+        self.refused = 0  # bodies refused because the budget was spent
+
+    def take(self, count: int) -> bool:
+        """Hold ``count`` more bytes, or False (counted) when that would pass the budget."""
+        if self.held + count > self.limit:
+            self.refused += 1
+            return False
+        self.held += count
+        self.peak = max(self.peak, self.held)
+        return True
+
+    def give(self, count: int) -> None:
+        self.held -= count

@@ -95,6 +95,15 @@ REQUEST_TIMEOUT = Refusal(
     "request not received in time",
     "timeout",
 )
+# A body whose bytes would pass the memory budget for the bodies of all connections.
+BODY_MEMORY_SPENT = Refusal(
+    HTTPStatus.SERVICE_UNAVAILABLE,
+    "body memory budget spent",
+    "the server holds as many request bodies as its memory budget allows: "
+    f"retry in {RETRY_AFTER_SECONDS} s",
+    "unavailable",
+    retry_after=True,
+)
 
 
 def refuse_connection(sock: socket.socket, answer: bytes) -> None:

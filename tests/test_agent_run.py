@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent.spool import verified_lines
 from tests.conftest import fixture_root
 from tests.test_agent_shipper import Endpoint, free_port, wait_until
 
@@ -130,8 +131,8 @@ def test_a_killed_agent_loses_nothing_spooled_and_the_next_one_replays_it(tmp_pa
 
     def spooled_lines() -> list[str]:
         """Complete mlx4_0 port 1 lines on disk, oldest segment first."""
-        text = "".join(p.read_text() for p in sorted(spool.glob("*.lp")))
-        complete = text[: text.rfind("\n") + 1]  # a kill may cut the last line short
+        data = b"".join(p.read_bytes() for p in sorted(spool.glob("*.lp")))
+        complete = verified_lines(data[: data.rfind(b"\n") + 1])[0].decode()  # a kill may cut
         return [line for line in complete.split("\n") if line.startswith(MLX4_PORT1)]
 
     try:

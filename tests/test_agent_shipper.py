@@ -23,7 +23,7 @@ import pytest
 
 from agent.samplers.agent import AgentStats
 from agent.shipper import HttpWriter, Shipper, line_number_in, lines_rejected_in
-from agent.spool import Spool
+from agent.spool import CHECKSUM_BYTES, Spool, verified_lines
 from contract.point import Point
 from tests.support.loopback import free_port
 from tests.test_collector_ingest_server import start_server, stored
@@ -274,7 +274,8 @@ def test_outage_refused_then_503_then_back_every_point_once_in_order(endpoint, t
     time.sleep(0.5)  # several refused attempts
     assert stats.spool_points == 15  # 5 ticks x 3 points wait in the spool
     # Every line is spooled with its newline.
-    assert stats.spool_bytes == sum(len(line) + 1 for line in expected_lines(range(1, 6)))
+    spooled = sum(CHECKSUM_BYTES + len(line) + 1 for line in expected_lines(range(1, 6)))
+    assert stats.spool_bytes == spooled
 
     endpoint.start()
     endpoint.status = 503  # up, but unavailable
@@ -318,7 +319,8 @@ def test_restart_while_endpoint_down_replays_the_spool(endpoint, tmp_path):
         first.submit(points_for(tick))
     first.close(timeout=0.5)  # cannot flush: the points stay on disk
     on_disk = b"".join(p.read_bytes() for p in sorted(spool_dir.iterdir()))
-    assert on_disk.decode() == "".join(line + "\n" for line in expected_lines(range(3)))
+    expected = "".join(line + "\n" for line in expected_lines(range(3)))
+    assert verified_lines(on_disk)[0].decode() == expected
 
     second = Shipper(endpoint.url, "t", "o", "b", spool_dir, backoff_max_seconds=0.2)
     assert second.queue.spool.points == 9
@@ -332,26 +334,26 @@ def test_restart_while_endpoint_down_replays_the_spool(endpoint, tmp_path):
 
 def test_spool_full_drops_oldest_and_counts_them(tmp_path, caplog):
     # A tick of points_for(t), 1 <= t <= 9, is 3 lines and 3 newlines: each line is
-    # "disk,device=sd0,host=n1" (23) + " reads=1i" (9) + " 1000000000" (11) = 43 bytes,
-    # so 3 x 44 = 132 bytes. The spool holds 3 ticks; its segments hold one tick each
-    # (segment_max_bytes is capped at a quarter of the spool).
-    tick_bytes = sum(len(line) + 1 for line in expected_lines(range(1, 2)))
-    assert tick_bytes == 132
+    # "#<crc32> " (10) + "disk,device=sd0,host=n1" (23) + " reads=1i" (9) + " 1000000000"
+    # (11) = 53 bytes, so 3 x 54 = 162 bytes. The spool holds 3 ticks; its segments hold
+    # one tick each (segment_max_bytes is capped at a quarter of the spool).
+    tick_bytes = sum(CHECKSUM_BYTES + len(line) + 1 for line in expected_lines(range(1, 2)))
+    assert tick_bytes == 162
     from agent.samplers.agent import AgentStats
 
     stats = AgentStats()
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     shipper = Shipper(
-        down, None, "o", "b", tmp_path / "spool", spool_max_bytes=3 * 132, stats=stats
+        down, None, "o", "b", tmp_path / "spool", spool_max_bytes=3 * 162, stats=stats
     )  # not started: nothing is sent, nothing is in flight
     with caplog.at_level(logging.WARNING):
         for tick in range(1, 8):
             shipper.submit(points_for(tick))
     # Room for 3 segments: ticks 5, 6, 7 remain; ticks 1-4 (12 points) were dropped.
     assert stats.points_dropped == 12
-    assert stats.spool_points == 9 and stats.spool_bytes == 3 * 132
+    assert stats.spool_points == 9 and stats.spool_bytes == 3 * 162
     shipper.queue.spool.close()
-    remaining = Spool(tmp_path / "spool", 3 * 132)
+    remaining = Spool(tmp_path / "spool", 3 * 162)
     assert [segment.read().decode() for segment in remaining._segments] == [
         "".join(line + "\n" for line in expected_lines(range(tick, tick + 1))) for tick in (5, 6, 7)
     ]
@@ -513,7 +515,8 @@ def test_a_spool_directory_removed_while_running_is_made_again_spooled_and_deliv
 def on_disk(spool_dir: Path) -> list[str]:
     """The lines of every segment file, oldest first."""
     segments = sorted(spool_dir.glob("*.lp"))
-    return b"".join(segment.read_bytes() for segment in segments).decode().splitlines()
+    data = b"".join(segment.read_bytes() for segment in segments)
+    return verified_lines(data)[0].decode().splitlines()
 
 
 def test_memory_held_while_the_spool_fails_is_bounded_oldest_dropped_first(tmp_path):

@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from collector.ingest.http import HttpError, _gunzip
+from collector.ingest.http import MAX_GZIP_MEMBERS, HttpError, _gunzip
 
 TOO_LARGE = HttpError(413, "request too large", "request body exceeds the limit", close=True)
 LIMIT = 64 << 20
@@ -22,9 +22,20 @@ def gunzip(raw: bytes, limit: int = LIMIT) -> bytes:
 
 
 def test_many_small_non_empty_members_decode_exactly():
-    pieces = [f"cpu,host=h{i} v={i}i {i}\n".encode() for i in range(20_000)]
+    pieces = [f"cpu,host=h{i} v={i}i {i}\n".encode() for i in range(MAX_GZIP_MEMBERS)]
     body = b"".join(gzip.compress(piece, mtime=0) for piece in pieces)
     assert gunzip(body) == b"".join(pieces)
+
+
+def test_one_member_past_the_cap_is_refused_naming_it():
+    """A body of very many tiny members costs an inflater each: the cap ends it."""
+    empty = gzip.compress(b"", mtime=0)
+    with pytest.raises(HttpError) as refused:
+        gunzip(empty * (MAX_GZIP_MEMBERS + 1))
+    assert refused.value.status == 400 and refused.value.close
+    assert refused.value.message == (
+        "bad gzip body: more than 1024 gzip members (send one member, or a few concatenated)"
+    )
 
 
 def test_members_of_every_size_decode_exactly():

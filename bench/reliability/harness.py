@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.spool import verified_lines
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("EPOCHSCOPE_SHARED", REPO_ROOT.parent / "shared"))
 if not SHARED.is_dir():  # a worktree under /work/wt: shared/ sits two levels up
@@ -276,7 +278,7 @@ class Agent:
                 data = path.read_bytes()
             except FileNotFoundError:  # delivered (or dropped) while we listed
                 continue
-            complete = data[: data.rfind(b"\n") + 1].decode()
+            complete = verified_lines(data[: data.rfind(b"\n") + 1])[0].decode()
             lines += [line for line in complete.split("\n") if line]
         return lines
 

@@ -21,9 +21,20 @@ agent's /metrics and the dashboard share, with the same names and meanings):
   the connection's accept for the first request and from the first byte for later ones.
   A client that sent nothing is closed; one that sent part of a head gets 408.
 - ``--idle-timeout`` (75 s): a kept-alive connection with no new request is closed.
-- ``--body-timeout`` (30 s): a body must arrive within it, extended by one second for every
-  ``body_min_rate`` (1 KiB) bytes received (Apache's mod_reqtimeout rule: a large body on a slow
-  link is fine, a body trickled a byte at a time is cut); 408 and close.
+- ``--body-timeout`` (30 s) and ``--body-min-rate`` (4 KiB/s): a minimum transfer rate;
+  each 30 s of a body must bring 120 KiB, or it is cut: 408 and close. A large body on a
+  slow link passes; one trickled a byte at a time, or sent fast and then stalled, is cut.
+- ``--body-memory-bytes`` (256 MiB): one budget for the bodies of all connections, held
+  from their first byte until their answer is written. A body whose next bytes would pass
+  it gets 503 with ``Retry-After`` and its connection is closed (40 connections each
+  sending 63 MiB and stalling held 3 GiB before). Bodies are read into one growing buffer
+  (not a list of pieces joined at the end, which held each body twice), handed to the
+  handler without a copy, and once large ones are let go, the memory is handed back to
+  the system (``netserve.memory``): after such a flood the process held 3.5 GiB for good.
+- Heads: at most ``MAX_HEAD_BYTES`` (16 KiB; nginx's default is 8 KiB a line), read
+  through a stream buffer of about as much. An unauthenticated client sending an
+  unfinished head costs about that: before, a 64 KiB limit and a 65 KiB buffer held
+  ~75 KiB per connection (9,000 of them +670 MiB).
 - ``--max-connections`` (10,000, and never more than the descriptor limit minus
   ``RESERVED_DESCRIPTORS``): at the cap a new connection first makes room by closing the
   connection that has waited longest without a request (idle, or still sending its head,
@@ -42,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import http.client
 import io
 import json
 import logging
@@ -49,26 +61,40 @@ import resource
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from http import HTTPStatus
 from urllib.parse import parse_qs, urlsplit
 
-from collector.ingest.http import HttpError, parse_chunk_size, parse_content_length
-from netserve.limits import ConnectionCap, ConnectionLimits
-from netserve.refusals import EVICTED, REQUEST_TIMEOUT, refuse_connection, too_many_connections
+from collector.ingest.http import (
+    MAX_HEADER_LINES,
+    Head,
+    HttpError,
+    parse_chunk_size,
+    parse_content_length,
+    parse_head,
+)
+from netserve.limits import BodyBudget, BodyRate, ConnectionCap, ConnectionLimits
+from netserve.memory import TRIM_AFTER_BYTES, TRIM_INTERVAL_SECONDS, MemoryReturner
+from netserve.refusals import (
+    BODY_MEMORY_SPENT,
+    EVICTED,
+    REQUEST_TIMEOUT,
+    refuse_connection,
+    too_many_connections,
+)
 
 log = logging.getLogger("collector.ingest.server")
 
 RESERVED_DESCRIPTORS = 64  # the store, parse processes, logs: never given to clients
-MAX_HEAD_BYTES = 64 * 1024
-MAX_HEADER_LINES = 100
+MAX_HEAD_BYTES = 16 * 1024
 WRITE_PATHS = ("/api/v2/write", "/write")
 LINGER_SECONDS = 2.0  # reading (and dropping) an unread body before closing
 LINGER_BYTES = 1 << 20
 _CHUNK = 1 << 16
-STREAM_LIMIT = MAX_HEAD_BYTES + 1024  # longest line a connection's reader takes
+STREAM_LIMIT = MAX_HEAD_BYTES + 1024  # longest line a connection's reader takes; it
+# also sizes the reader's buffer (reading pauses beyond twice this)
 ACCEPT_BATCH = 16  # connections accepted per wake-up of the loop
 ACCEPT_ROOM = 32  # descriptors beyond the cap for refusals and evictions in flight
+TRIM_AFTER_CONNECTIONS = 256  # this many closed, half of those open at the peak: trim
 
 
 def raise_descriptor_limit() -> int:
@@ -124,6 +150,7 @@ class Connection:
         self.accepted = time.monotonic()
         self.partial = False  # bytes of a request head have arrived
         self.evicted = False
+        self.held = 0  # bytes of the body budget this connection's request holds
 
     def send_and_close(self, data: bytes) -> None:
         if not self.writer.is_closing():
@@ -132,27 +159,14 @@ class Connection:
         self.writer.close()
 
 
-@dataclass
-class Head:
-    raw: bytes
-    method: str
-    target: str
-    version: str
-    headers: dict[str, list[str]]  # lower-case name -> values
-
-    def one(self, name: str) -> str | None:
-        values = self.headers.get(name)
-        return values[0] if values else None
-
-
 class HttpFront:
-    """Accepts, reads and frames requests on an asyncio loop; ``handle(raw, peer)`` (run in a
-    worker thread) turns one complete request into ``(response bytes, close)``."""
+    """Accepts, reads and frames requests on an asyncio loop; ``handle(head, body, peer)``
+    (run in a worker thread) turns one complete request into ``(response bytes, close)``."""
 
     def __init__(
         self,
         sock: socket.socket,
-        handle: Callable[[bytes, tuple], tuple[bytes, bool]],
+        handle: Callable[[Head, bytes | bytearray, tuple], tuple[bytes, bool]],
         limits: ConnectionLimits,
         max_body_bytes: int,
         body_wanted: Callable[[Head], bool],
@@ -161,6 +175,11 @@ class HttpFront:
         problem = limits.problem()
         if problem:
             raise ValueError(problem)
+        if max_body_bytes > limits.body_memory_bytes:
+            raise ValueError(
+                f"the body memory budget ({limits.body_memory_bytes} bytes) is smaller than "
+                f"the largest body taken ({max_body_bytes} bytes)"
+            )
         self.sock = sock
         self.handle = handle
         self.limits = limits
@@ -168,6 +187,10 @@ class HttpFront:
         self.body_wanted = body_wanted  # False: answer from the head (401, 404)
         self.note_refusal = note_refusal
         self.connections: set[Connection] = set()
+        self.budget = BodyBudget(limits.body_memory_bytes)
+        self.memory = MemoryReturner()
+        self._trim_pending = False
+        self._open_peak = 0  # most connections open since the last trim for closed ones
         self.cap: ConnectionCap[Connection] = ConnectionCap(limits.max_connections)
         self.open = 0  # accepted sockets not yet closed: descriptors held for clients
         self.evicting = 0  # of which closed to make room, not yet gone
@@ -267,6 +290,7 @@ class HttpFront:
                 self._out_of_descriptors(error)
                 return
             self.open += 1
+            self._open_peak = max(self._open_peak, self.open)
             client.setblocking(False)
             if self.cap.full(self.open - self.evicting - 1) and not self._evict_one():
                 self._refuse(client, peer)
@@ -289,6 +313,11 @@ class HttpFront:
 
     def _closed(self, connection: Connection | None) -> None:
         self.open -= 1
+        # many connections gone (a flood of heads: a few KiB each, in the heap): trim
+        gone = self._open_peak - self.open
+        if gone >= TRIM_AFTER_CONNECTIONS and self.open <= self._open_peak // 2:
+            self._open_peak = self.open
+            self._trim_soon()
         if connection is not None and connection.evicted:
             self.evicting -= 1
         if not self._accepting and self.open < self.limits.max_connections + ACCEPT_ROOM:
@@ -339,6 +368,7 @@ class HttpFront:
         except Exception:
             log.exception("connection from %s failed", connection.peer[0])
         finally:
+            self._let_go(connection)
             self.connections.discard(connection)
             self.cap.busy(connection)
             writer.close()
@@ -365,17 +395,22 @@ class HttpFront:
             if head is None or connection.evicted:
                 return
             self.cap.busy(connection)  # never evicted from here on
-            body, close_after = await self._read_body(connection, head)
+            if head.problem is not None:  # the handler answers it; no body is read
+                body, close_after = b"", True
+            else:
+                body, close_after = await self._read_body(connection, head)
             if body is None:
                 return
             assert self._loop is not None
             response, close = await self._loop.run_in_executor(
-                self._pool, self.handle, head.raw + body, connection.peer
+                self._pool, self.handle, head, body, connection.peer
             )
+            del body
             if not response:
                 return
             connection.writer.write(response)
             await asyncio.wait_for(connection.writer.drain(), limits.write_timeout)
+            self._let_go(connection)
             if close or close_after:
                 await self._lingering_close(connection)
                 return
@@ -441,10 +476,61 @@ class HttpFront:
                 break
         return parse_head(b"".join(lines))
 
-    async def _read_body(self, connection: Connection, head: Head) -> tuple[bytes | None, bool]:
+    # ---------------------------------------------------------------- bodies and memory
+
+    async def _take(self, connection: Connection, count: int) -> bool:
+        """Hold ``count`` more bytes of ``connection``'s body against the budget; when that
+        would pass it, 503 with Retry-After, what the body held let go, and close: False."""
+        if self.budget.take(count):
+            connection.held += count
+            return True
+        self._let_go(connection)
+        refusal = BODY_MEMORY_SPENT
+        self.note_refusal(refusal.status, connection.peer[0], "-", refusal.reason)
+        await self._answer_and_close(connection, refusal.json())
+        return False
+
+    def _let_go(self, connection: Connection) -> None:
+        """Give back what ``connection``'s request held; after a large body, hand free memory
+        back to the system (one trim a second at most, always one after the last)."""
+        held, connection.held = connection.held, 0
+        if not held:
+            return
+        self.budget.give(held)
+        if held >= TRIM_AFTER_BYTES:
+            self._trim_soon()
+
+    def _trim_soon(self) -> None:
+        """Hand free memory back a second from now (one trim pending at a time)."""
+        if not self._trim_pending and self.memory.available and self._loop is not None:
+            self._trim_pending = True
+            self._loop.call_later(TRIM_INTERVAL_SECONDS, self._trim)
+
+    def _trim(self) -> None:
+        self._trim_pending = False
+        assert self._loop is not None
+        self._loop.run_in_executor(None, self.memory.trim)
+
+    async def _read_part(
+        self, connection: Connection, read, rate: BodyRate, body: bytearray
+    ) -> bytes | None:
+        """One read of a body at the minimum rate, held against the budget and appended to
+        ``body``; ``b""`` when the client closed, None when refused (answered, closing)."""
+        part = await self._read(connection, read, rate.deadline)
+        if part:
+            if not await self._take(connection, len(part)):
+                return None
+            rate.received(len(part), time.monotonic())
+            body += part
+        return part
+
+    async def _read_body(
+        self, connection: Connection, head: Head
+    ) -> tuple[bytes | bytearray | None, bool]:
         """The body's raw bytes as they came (chunk framing included), and whether the
         connection must close after the answer (a body that was not read). ``b""`` when
-        the handler answers from the head alone (it refuses the request, or has none)."""
+        the handler answers from the head alone (it refuses the request, or has none);
+        None when the body was refused here (answered, closing)."""
         transfer_encoding = head.one("transfer-encoding")
         lengths = head.headers.get("content-length", [])
         has_body = transfer_encoding is not None or any(v.strip(" \t") != "0" for v in lengths)
@@ -459,7 +545,8 @@ class HttpFront:
             # Content-Length beside chunked: the chunks are the body, and the connection
             # closes after the answer (RFC 9112 6.1: the two could frame it differently
             # for a proxy in front, and the next "request" be smuggled)
-            return await self._read_chunked(connection), bool(lengths)
+            chunked = await self._read_chunked(connection)
+            return chunked, chunked is None or bool(lengths)
         try:
             length = parse_content_length(lengths)
         except HttpError:
@@ -467,63 +554,63 @@ class HttpFront:
         if length > self.max_body_bytes:
             return b"", True
         self._continue(connection, head)
-        reading = BodyDeadline(self.limits)
-        parts: list[bytes] = []
+        rate = BodyRate(self.limits, time.monotonic())
+        body = bytearray()
         remaining = length
         while remaining:
-            part = await self._read(
-                connection, connection.reader.read(min(remaining, _CHUNK)), reading.deadline
-            )
+            read = connection.reader.read(min(remaining, _CHUNK))
+            part = await self._read_part(connection, read, rate, body)
+            if part is None:
+                return None, True
             if not part:  # the client closed early: the handler answers "body truncated"
                 break
-            reading.received(len(part))
-            parts.append(part)
             remaining -= len(part)
-        return b"".join(parts), False
+        return body, False
 
-    async def _read_chunked(self, connection: Connection) -> bytes:
+    async def _read_chunked(self, connection: Connection) -> bytearray | None:
         """Chunks as they came, up to the last one and its trailers, or up to the first
         fault (a bad size line, too large, the client gone): the handler then answers with
         the same checks as it parses them."""
         reader = connection.reader
-        reading = BodyDeadline(self.limits)
-        parts: list[bytes] = []
+        rate = BodyRate(self.limits, time.monotonic())
+        body = bytearray()
         total = 0
         while True:
             try:
-                size_line = await self._read(connection, reader.readline(), reading.deadline)
+                size_line = await self._read_part(connection, reader.readline(), rate, body)
             except ValueError:
-                return b"".join(parts) + b"?\n"  # an endless size line: not a hex number
-            parts.append(size_line)
-            reading.received(len(size_line))
+                return body + b"?\n"  # an endless size line: not a hex number
+            if size_line is None:
+                return None
             try:
                 size = parse_chunk_size(size_line[:1024])
             except HttpError:
-                return b"".join(parts)
+                return body
             if size == 0:
                 for _ in range(101):
-                    trailer = await self._read(connection, reader.readline(), reading.deadline)
-                    parts.append(trailer)
+                    trailer = await self._read_part(connection, reader.readline(), rate, body)
+                    if trailer is None:
+                        return None
                     if trailer in (b"\r\n", b"\n", b""):
                         break
-                return b"".join(parts)
+                return body
             total += size
             if total > self.max_body_bytes:
-                return b"".join(parts)
+                return body
             remaining = size
             while remaining:
-                part = await self._read(
-                    connection, reader.read(min(remaining, _CHUNK)), reading.deadline
-                )
+                read = reader.read(min(remaining, _CHUNK))
+                part = await self._read_part(connection, read, rate, body)
+                if part is None:
+                    return None
                 if not part:
-                    return b"".join(parts)
-                reading.received(len(part))
-                parts.append(part)
+                    return body
                 remaining -= len(part)
-            line_end = await self._read(connection, reader.readline(), reading.deadline)
-            parts.append(line_end)
+            line_end = await self._read_part(connection, reader.readline(), rate, body)
+            if line_end is None:
+                return None
             if line_end not in (b"\r\n", b"\n"):
-                return b"".join(parts)  # the handler names the fault
+                return body  # the handler names the fault
 
     def _continue(self, connection: Connection, head: Head) -> None:
         """``Expect: 100-continue``: the body will be read, tell the client to send it."""
@@ -562,47 +649,61 @@ class HttpFront:
             pass
 
 
-class BodyDeadline:
-    """``body_timeout`` seconds for a body, plus one for every ``body_min_rate`` bytes
-    received."""
+class BodyReader:
+    """A request's body as the handler's ``rfile``: reading all of it at once hands over
+    the body itself (a 64 MiB body is not copied again), anything else reads a copy."""
 
-    def __init__(self, limits: ConnectionLimits) -> None:
-        self.deadline = time.monotonic() + limits.body_timeout
-        self.min_rate = limits.body_min_rate
+    def __init__(self, body: bytes | bytearray) -> None:
+        self.body = body
+        self.position = 0
 
-    def received(self, count: int) -> None:
-        self.deadline += count / self.min_rate
+    def read(self, size: int = -1) -> bytes | bytearray:
+        end = len(self.body) if size < 0 else min(len(self.body), self.position + size)
+        if self.position == 0 and end == len(self.body):
+            part = self.body
+        else:
+            part = bytes(self.body[self.position : end])
+        self.position = end
+        return part
 
-
-def parse_head(raw: bytes) -> Head:
-    """The method, target and headers of a request head; what it cannot make out is left
-    empty (the handler answers the malformed head with its own 400)."""
-    lines = raw.split(b"\n")
-    words = lines[0].decode("latin-1").split()
-    method, target = (words[0], words[1]) if len(words) >= 2 else ("", "")
-    version = words[2] if len(words) >= 3 else ""
-    headers: dict[str, list[str]] = {}
-    for line in lines[1:]:
-        name, sep, value = line.decode("latin-1").partition(":")
-        if sep:
-            headers.setdefault(name.strip().lower(), []).append(value.strip(" \t\r"))
-    return Head(raw, method, target, version, headers)
+    def readline(self, size: int = -1) -> bytes:
+        end = self.body.find(b"\n", self.position)
+        end = len(self.body) if end < 0 else end + 1
+        if size >= 0:
+            end = min(end, self.position + size)
+        part = bytes(self.body[self.position : end])
+        self.position = end
+        return part
 
 
 def buffered_request(
-    handler_class: type, server: object, raw: bytes, peer: tuple
+    handler_class: type, server: object, head: Head, body: bytes | bytearray, peer: tuple
 ) -> tuple[bytes, bool]:
-    """Run a ``BaseHTTPRequestHandler`` over one complete request held in memory: the
+    """Run a ``BaseHTTPRequestHandler`` over one complete request held in memory, read by
+    ``parse_head`` (the one reading of heads: ``http.server``'s own is not used): the
     response bytes, and whether the connection must close."""
     handler = handler_class.__new__(handler_class)
     handler.server = server
     handler.client_address = peer
     handler.request = None
-    handler.rfile = io.BytesIO(raw)
+    handler.rfile = BodyReader(body)
     handler.wfile = io.BytesIO()
-    handler.close_connection = True
+    handler.requestline = head.raw.split(b"\n", 1)[0].rstrip(b"\r").decode("latin-1")
+    handler.command, handler.path = head.method, head.target
+    handler.request_version = head.version or handler.protocol_version
+    handler.close_connection = head.close
+    message = http.client.HTTPMessage()
+    for name, values in head.headers.items():
+        for value in values:
+            message[name] = value
+    handler.headers = message
     try:
-        handler.handle_one_request()
+        if head.problem is not None:
+            handler.send_error(head.problem.status, head.problem.message)
+        elif not hasattr(handler, "do_" + head.method):
+            handler.send_error(HTTPStatus.NOT_IMPLEMENTED, f"unsupported method {head.method!r}")
+        else:
+            getattr(handler, "do_" + head.method)()
     except Exception:
         log.exception("request from %s failed", peer[0])
         return (

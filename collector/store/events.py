@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 
 from collector.store.api import RunInfo, StepTable, WorkloadEvent
 from collector.store.database import Database
@@ -28,6 +29,9 @@ class EventStore:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        # run id -> (what its record is made of, the record): see runs()
+        self._kept: dict[str, tuple[tuple, RunInfo]] = {}
+        self._kept_lock = threading.Lock()
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> EventStore:
@@ -90,6 +94,10 @@ class EventStore:
         return [host for (host,) in rows if host]
 
     def runs(self) -> list[RunInfo]:
+        """Every run, newest first. A run's record is rebuilt only when what it is made of
+        changed (its span, hosts, framework or number of run_start/run_end events, counted
+        from the index): decoding 40,000 such events took most of the runs table's time
+        over 20,000 runs, on every request."""
         with self.db.read_snapshot() as conn:
             spans = conn.execute(
                 "SELECT run_id, framework, first_ns, last_ns FROM runs WHERE run_id != ''"
@@ -97,19 +105,68 @@ class EventStore:
             hosts: dict[str, list[str]] = {}
             for run_id, host in conn.execute("SELECT run_id, host FROM run_hosts ORDER BY 1, 2"):
                 hosts.setdefault(run_id, []).append(host)
-            marks: dict[str, list[tuple]] = {}
-            for row in conn.execute(
+            counts = dict(
+                conn.execute(
+                    "SELECT run_id, count(*) FROM events INDEXED BY events_by_kind"
+                    " WHERE event IN (?, ?) GROUP BY run_id",
+                    (Event.RUN_START, Event.RUN_END),
+                ).fetchall()
+            )
+            keys = {
+                run_id: (framework, first, last, tuple(hosts.get(run_id, [])), counts.get(run_id))
+                for run_id, framework, first, last in spans
+            }
+            with self._kept_lock:
+                stale = [
+                    run_id
+                    for run_id, key in keys.items()
+                    if self._kept.get(run_id, ())[:1] != (key,)
+                ]
+            marks = self._marks(conn, stale, len(keys)) if stale else {}
+        stale_ids = set(stale)
+        fresh = {
+            run_id: run_info(
+                run_id, framework, first, last, hosts.get(run_id, []), marks.get(run_id, [])
+            )
+            for run_id, framework, first, last in spans
+            if run_id in stale_ids
+        }
+        with self._kept_lock:
+            for run_id, info in fresh.items():
+                self._kept[run_id] = (keys[run_id], info)
+            for gone in set(self._kept) - set(keys):
+                del self._kept[gone]
+            found = [self._kept[run_id][1] for run_id in keys]
+        found.sort(key=lambda run: (run.start_ns, run.run_id), reverse=True)
+        return found
+
+    def _marks(
+        self, conn: sqlite3.Connection, run_ids: list[str], runs: int
+    ) -> dict[str, list[tuple]]:
+        """The run_start and run_end events of ``run_ids`` (all of them in one pass when
+        they are many of ``runs``), by run, in time order."""
+        marks: dict[str, list[tuple]] = {}
+        if len(run_ids) * 4 > runs:
+            wanted = set(run_ids)
+            rows = conn.execute(
                 "SELECT run_id, event, time_ns, rank, fields FROM events"
                 " WHERE event IN (?, ?) ORDER BY time_ns",
                 (Event.RUN_START, Event.RUN_END),
-            ):
-                marks.setdefault(row[0], []).append(row[1:])
-        found = [
-            run_info(run_id, framework, first, last, hosts.get(run_id, []), marks.get(run_id, []))
-            for run_id, framework, first, last in spans
-        ]
-        found.sort(key=lambda run: (run.start_ns, run.run_id), reverse=True)
-        return found
+            )
+            for row in rows:
+                if row[0] in wanted:
+                    marks.setdefault(row[0], []).append(row[1:])
+            return marks
+        for run_id in run_ids:
+            marks[run_id] = [
+                tuple(row)
+                for row in conn.execute(
+                    "SELECT event, time_ns, rank, fields FROM events"
+                    " WHERE run_id = ? AND event IN (?, ?) ORDER BY time_ns",
+                    (run_id, Event.RUN_START, Event.RUN_END),
+                )
+            ]
+        return marks
 
     def run(self, run_id: str) -> RunInfo | None:
         with self.db.read_snapshot() as conn:
@@ -155,6 +212,29 @@ class EventStore:
                 sql, args
             )
         ]
+
+    def events_of_runs(
+        self, run_ids: list[str], kinds: tuple[str, ...]
+    ) -> dict[str, list[WorkloadEvent]]:
+        """The events of ``kinds`` of several runs in one query (the runs table's summaries
+        of runs not summarised yet), by run, each in ``events()``'s order."""
+        by_run: dict[str, list[WorkloadEvent]] = {run_id: [] for run_id in run_ids}
+        if not run_ids:
+            return by_run
+        sql = (
+            "SELECT run_id, host, rank, framework, event, time_ns, fields FROM events"
+            " INDEXED BY events_by_run_kind"
+            f" WHERE run_id IN ({','.join('?' * len(run_ids))})"
+            f" AND event IN ({','.join('?' * len(kinds))})"
+            " ORDER BY run_id, time_ns, rank, host"
+        )
+        for run, host, rank, framework, event, time_ns, fields in self.db.read_conn().execute(
+            sql, [*run_ids, *kinds]
+        ):
+            by_run[run].append(
+                WorkloadEvent(run, host, rank, framework, event, time_ns, json.loads(fields))
+            )
+        return by_run
 
     def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
         """The run's steps as columns, picked out of the JSON by SQLite (``STEPS_SQL``):

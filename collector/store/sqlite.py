@@ -196,6 +196,11 @@ class SqliteStore:
     def run(self, run_id: str) -> RunInfo | None:
         return self.event_store.run(run_id)
 
+    def events_of_runs(
+        self, run_ids: list[str], kinds: tuple[str, ...]
+    ) -> dict[str, list[WorkloadEvent]]:
+        return self.event_store.events_of_runs(run_ids, kinds)
+
     def events(
         self, run_id: str, since_ns: int | None = None, kinds: tuple[str, ...] | None = None
     ) -> list[WorkloadEvent]:

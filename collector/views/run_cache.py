@@ -77,23 +77,26 @@ class _Cache:
 
 
 FINISHED_CHARTS_KEPT = 16  # runs' down-sampled charts, ~100 kB each at 500 points
+SUMMARIES_KEPT = 50_000  # runs' summaries (the runs table), ~1.5 kB each
 
 
 class RunCache:
-    """What is kept about one store's finished runs: small results (summaries, tables,
-    reports, findings), the down-sampled charts of the 16 runs last drawn, the steps of the
-    2 runs last asked about (56 bytes a step) and the samples of the last one (as much
-    again). Owned by its store: ``run_cache(store)``; the only cache of finished runs (the
-    dashboard keeps none of its own)."""
+    """What is kept about one store's finished runs: small results (tables, reports,
+    findings; 256), the summaries of up to 50,000 runs (the runs table), the down-sampled
+    charts of the 16 runs last drawn, the steps of the 2 runs last asked about (56 bytes a
+    step) and the samples of the last one (as much again). Owned by its store:
+    ``run_cache(store)``; the only cache of finished runs (the dashboard keeps none of its
+    own)."""
 
     def __init__(self) -> None:
         self.results = _Cache(256)
+        self.summaries = _Cache(SUMMARIES_KEPT)
         self.charts = _Cache(FINISHED_CHARTS_KEPT)
         self.steps = _Cache(2)
         self.samples = _Cache(1)
 
     def clear(self) -> None:
-        for cache in (self.results, self.charts, self.steps, self.samples):
+        for cache in (self.results, self.summaries, self.charts, self.steps, self.samples):
             cache.clear()
 
 
