@@ -280,6 +280,10 @@ class UnstableHostEpoch:
     dataset_cached_start_percent: float | None = field(
         default=None, metadata={**IF_KNOWN, **digits(1)}
     )
+    dataset_cached_end_percent: float | None = field(
+        default=None, metadata={**IF_KNOWN, **digits(1)}
+    )
+    input_wait_percent: float | None = field(default=None, metadata={**IF_KNOWN, **digits(1)})
 
 
 @dataclass(frozen=True)
@@ -297,6 +301,7 @@ class StorageBound:
     thresholds: dict[str, float] = field(
         default_factory=lambda: {
             "iowait_percent": IOWAIT_HIGH_PERCENT,
+            "input_wait_percent": 100 * INPUT_WAIT_SHARE,
             "step_cv": STEP_CV_UNSTABLE,
             "storage_share_of_peak": STORAGE_HIGH_SHARE_OF_PEAK,
         }

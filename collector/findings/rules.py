@@ -33,9 +33,12 @@ encode what the published studies found by hand:
     ``FABRIC_MATCH_TOLERANCE`` of the NFS read rate: gradients are sent and received in equal
     amounts, so the surplus received is the data set crossing the same fabric.
 ``storage_bound``
-    Epochs with high iowait, unstable step throughput (coefficient of variation of the
-    steps' images/s) and high storage reads at once: training waits on storage
-    (the Caffe2 behaviour while uncached). Storage reads judged as ``cache_warmup`` does.
+    Epochs with high iowait (or the ranks waiting for input at least ``INPUT_WAIT_SHARE``
+    of their step time: on a shared node others' work hides iowait), unstable step
+    throughput (coefficient of variation of the steps' images/s) and high storage reads at
+    once (at least ``MIN_STORAGE_MBPS``, or however slow where the epoch brought a quarter
+    of the data set into the page cache, measured): training waits on storage (the Caffe2
+    behaviour while uncached). Storage reads judged as ``cache_warmup`` does.
     A host-epoch whose data set was measured at least ``CACHED_PERCENT`` cached at its start
     and end read none of it from storage, and is never one.
 ``input_bound``
@@ -91,6 +94,7 @@ from collector.findings.evidence import (
     FABRIC_MATCH_TOLERANCE,
     FIRST_EPOCH_DATASET_SHARE,
     GPU_LOW_PERCENT,
+    INPUT_WAIT_SHARE,
     IOWAIT_HIGH_PERCENT,
     MIN_FIRST_EPOCH_READ_BYTES,
     MIN_NETWORK_STORAGE_MBPS,
@@ -467,6 +471,22 @@ def _dataset_stayed_cached(row: EpochRow) -> bool:
     return start is not None and end is not None and min(start, end) >= CACHED_PERCENT
 
 
+def _dataset_came_in(row: EpochRow) -> bool:
+    """The epoch brought at least ``FIRST_EPOCH_DATASET_SHARE`` of the data set into the
+    host's page cache (measured): it read that much of it from storage, however slowly."""
+    start, end = row.dataset_cached_start_percent, row.dataset_cached_end_percent
+    return start is not None and end is not None and end - start >= 100 * FIRST_EPOCH_DATASET_SHARE
+
+
+def _waited(row: EpochRow) -> bool:
+    """The host's CPUs waited on I/O, or its ranks waited for input: on a shared node other
+    processes' work fills the idle time iowait would show, the ranks' own input wait not."""
+    iowait, input_wait = row.iowait_percent, row.input_wait_percent
+    return (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT) or (
+        input_wait is not None and input_wait >= 100 * INPUT_WAIT_SHARE
+    )
+
+
 def detect_storage_bound(context: RunContext) -> StorageBound | None:
     """Storage reads (``judged_reads``) high, iowait high and step throughput unstable in the
     same host-epochs."""
@@ -480,19 +500,12 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
 
     def reading(row: EpochRow) -> bool:
         rate = rates[(row.host, row.epoch)]
-        return (
-            rate is not None
-            and rate >= MIN_STORAGE_MBPS
-            and rate >= STORAGE_HIGH_SHARE_OF_PEAK * peak
-        )
+        if rate is None or rate < STORAGE_HIGH_SHARE_OF_PEAK * peak:
+            return False
+        return rate >= MIN_STORAGE_MBPS or _dataset_came_in(row)
 
     candidates = [
-        row
-        for row in rows
-        if reading(row)
-        and row.iowait_percent is not None
-        and row.iowait_percent >= IOWAIT_HIGH_PERCENT
-        and not _dataset_stayed_cached(row)
+        row for row in rows if reading(row) and _waited(row) and not _dataset_stayed_cached(row)
     ]
     if not candidates:  # no step event is read for a run that never waited on storage
         return None
@@ -514,6 +527,8 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
                     step_images_per_second_cv=cv,
                     storage_read_mbps=rates[(row.host, row.epoch)],
                     dataset_cached_start_percent=row.dataset_cached_start_percent,
+                    dataset_cached_end_percent=row.dataset_cached_end_percent,
+                    input_wait_percent=row.input_wait_percent,
                 )
             )
         elif not reading(row):

@@ -21,6 +21,7 @@ from collector.findings.evidence import (
     INFO,
     INPUT_WAIT_SHARE,
     INT8_TOP1_LOSS_LIMIT,
+    IOWAIT_HIGH_PERCENT,
     MIN_TIMED_SECONDS,
     MLPERF_STORAGE_RAM_MULTIPLE,
     RESOURCE_CHANGE_RATIO,
@@ -32,6 +33,7 @@ from collector.findings.evidence import (
     SETTLED_READ_FRACTION,
     SEVERITY_ORDER,
     SPREAD_LIMIT,
+    STEP_CV_UNSTABLE,
     WARNING,
     CacheWarmup,
     DatasetCachedBeforeRun,
@@ -303,24 +305,36 @@ def _(found: FabricCarriesStorage) -> Finding:
 def _(found: StorageBound) -> Finding:
     worst = found.worst
     epochs = epoch_list(found.epochs)
+    iowait = worst.iowait_percent
+    if iowait is not None and iowait >= IOWAIT_HIGH_PERCENT:
+        waited = f"CPUs waited on I/O ({iowait:.0f}% iowait)"
+    else:
+        waited = (
+            f"the ranks waited for input {_percent(worst.input_wait_percent)} of their step time"
+        )
     explanation = (
         f"In epoch{_plural(found.epochs)} {epochs}, step throughput was unstable "
         f"(coefficient of variation up to {worst.step_images_per_second_cv:.2f} on "
-        f"{worst.host}) while CPUs waited on I/O ({worst.iowait_percent:.0f}% iowait) and "
-        f"{READER[found.reads_judged]} read storage at {worst.storage_read_mbps:,.0f} MB/s: "
+        f"{worst.host}) while {waited} and "
+        f"{READER[found.reads_judged]} read storage at {worst.storage_read_mbps:,.1f} MB/s: "
         "training waited on storage."
     )
     if worst.dataset_cached_start_percent is not None:
         explanation += (
             f" The data set was {_percent(worst.dataset_cached_start_percent)} in "
-            f"{worst.host}'s page cache as epoch {worst.epoch} began (measured with mincore): "
-            "the rest came from storage."
+            f"{worst.host}'s page cache as epoch {worst.epoch} began and "
+            f"{_percent(worst.dataset_cached_end_percent)} as it ended (measured with "
+            "mincore): the epoch read it from storage."
         )
     if found.cv_without_storage_reads is not None:
         explanation += (
             f" In epochs without storage reads the variation was "
-            f"{found.cv_without_storage_reads:.2f}: once the data is cached, throughput is "
-            "steady."
+            f"{found.cv_without_storage_reads:.2f}: "
+            + (
+                "once the data is cached, throughput is steady."
+                if found.cv_without_storage_reads < STEP_CV_UNSTABLE
+                else "unsteady too, so part of the variation is not storage's."
+            )
         )
     return Finding(
         rule="storage_bound",
