@@ -24,6 +24,7 @@ from tests.support.run_builder import RunBuilder
 from workloads.record.events import EventWriter, MemorySink
 from workloads.record.spec import RunSpec
 from workloads.record.timing import Recorder
+from workloads.train.datasets import make_dataset
 from workloads.train.pagecache import (
     PAGE_SIZE,
     DatasetResidency,
@@ -271,3 +272,17 @@ def test_without_a_measured_residency_the_reads_still_decide(make_store):
     found = rules(make_store(run.points()), "unmeasured")
     assert "dataset_cached_before_run" not in found
     assert found["cache_warmup"].title.startswith("Storage reads stop after epoch 1")
+
+
+def test_a_profiled_script_with_a_data_dir_measures_it_too(tmp_path):
+    from workloads.autoprofile.config import ProfileConfig
+    from workloads.autoprofile.session import Session
+
+    data = tmp_path / "set"
+    make_dataset(data, "jpeg", images=4, classes=2, image_size=16, progress=False)
+    config = ProfileConfig("r", "http://127.0.0.1:1", str(tmp_path / "spool"), data_dir=str(data))
+    fields = Session(config)._residency_fields()
+    assert fields[Workload.DATASET_FILES_BYTES] == sum(
+        p.stat().st_size for p in (data / "train").rglob("*") if p.is_file()
+    )
+    assert Session(ProfileConfig("r", "u", str(tmp_path)))._residency_fields() == {}
