@@ -191,25 +191,21 @@ class MeasuredResidency:
 
 
 def measured_residency(context: RunContext) -> MeasuredResidency | None:
-    """None unless every host measured the data set before the run, and its first complete
-    epoch both at its start and its end."""
+    """None unless every host that ran an epoch measured the data set before the run
+    (``run_start``) and the first complete epoch was measured at its end."""
     totals = context.totals()
-    if not totals:
+    if not totals or totals[0].dataset_cached_end_percent is None:
         return None
-    first = totals[0].epoch
-    hosts = {row.host: row for row, _ in context.hosts_rows() if row.epoch == first}
-    before = {host: row.dataset_cached_start_percent for host, row in hosts.items()}
-    if not before or any(value is None for value in before.values()):
+    measured = residency.before_run(context.model)
+    hosts = {row.host for row, _ in context.hosts_rows()}
+    if not hosts or not hosts <= set(measured):
         return None
-    if totals[0].dataset_cached_end_percent is None:
-        return None
-    files = next(
-        (a.values.get(residency.FILES_START) for r, a in context.hosts_rows() if r.epoch == first),
-        None,
-    )
+    before = {
+        host: round(float(residency.cached_percent(*measured[host])), 1) for host in sorted(hosts)
+    }
     return MeasuredResidency(
-        before_run_percent=min(before.values()),  # type: ignore[type-var]
-        hosts_before_run_percent=before,  # type: ignore[arg-type]
+        before_run_percent=min(before.values()),
+        hosts_before_run_percent=before,
         start_percent={
             r.epoch: r.dataset_cached_start_percent
             for r in totals
@@ -220,7 +216,7 @@ def measured_residency(context: RunContext) -> MeasuredResidency | None:
             for r in totals
             if r.dataset_cached_end_percent is not None
         },
-        files_bytes=files or 0.0,
+        files_bytes=max(files for _, files in measured.values()),
     )
 
 
