@@ -286,3 +286,16 @@ def test_a_profiled_script_with_a_data_dir_measures_it_too(tmp_path):
         p.stat().st_size for p in (data / "train").rglob("*") if p.is_file()
     )
     assert Session(ProfileConfig("r", "u", str(tmp_path)))._residency_fields() == {}
+
+
+def test_every_host_must_have_had_it_cached_before_the_run(make_store):
+    points = with_residency(two_host_run("mixed").points(), 50 * MB, {"n1": 1.0, "n2": 0.0},
+                            {"n1": [1.0, 1.0, 1.0], "n2": [1.0, 1.0, 1.0]})  # fmt: skip
+    found = rules(make_store(points), "mixed")
+    assert "dataset_cached_before_run" not in found  # n2 read it from storage in epoch 1
+    assert found["cache_warmup"].evidence["dataset_cached_before_run_percent"] == 0.0
+    points = with_residency(two_host_run("both").points(), 50 * MB, {"n1": 1.0, "n2": 0.97},
+                            {"n1": [1.0, 1.0, 1.0], "n2": [1.0, 1.0, 1.0]})  # fmt: skip
+    cached = rules(make_store(points), "both")["dataset_cached_before_run"]
+    assert cached.evidence["hosts_cached_before_run_percent"] == {"n1": 100.0, "n2": 97.0}
+    assert "every host's page cache" in cached.explanation
