@@ -134,6 +134,12 @@ READER = {
 }
 
 
+def _mbps_text(rate: float) -> str:
+    """A read rate: whole MB/s from 10 on (as the findings always wrote them), two
+    significant digits below (a throttled 1.4 MB/s, not "1", nor 37 kB/s as "0.0")."""
+    return f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"
+
+
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}%"  # 99.6% is not rounded up to 100%
 
@@ -152,7 +158,7 @@ def _(found: CacheWarmup) -> Finding:
     took = (
         f"{READS_TEXT[found.reads_judged]} took "
         f"{_bytes(found.first_epoch_storage_read_bytes)} from storage"
-        + (f" at {rate:,.1f} MB/s" if rate is not None else "")
+        + (f" at {_mbps_text(rate)} MB/s" if rate is not None else "")
     )
     if found.measured:
         later = {
@@ -316,7 +322,8 @@ def _(found: StorageBound) -> Finding:
         f"In epoch{_plural(found.epochs)} {epochs}, step throughput was unstable "
         f"(coefficient of variation up to {worst.step_images_per_second_cv:.2f} on "
         f"{worst.host}) while {waited} and "
-        f"{READER[found.reads_judged]} read storage at {worst.storage_read_mbps:,.1f} MB/s: "
+        f"{READER[found.reads_judged]} read storage at {_mbps_text(worst.storage_read_mbps)} "
+        "MB/s: "
         "training waited on storage."
     )
     if worst.dataset_cached_start_percent is not None:
