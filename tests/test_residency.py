@@ -86,6 +86,8 @@ def test_a_large_set_is_measured_on_an_even_sample_and_scaled_to_its_bytes(tmp_p
     measured = sampled.measure()
     assert measured.total_bytes == 160 * PAGE_SIZE
     assert measured.fraction == pytest.approx(0.6, abs=0.02)
+    # a manifest's byte count spares stat-ing every file of a large set
+    assert DatasetResidency(paths, sample_files=5, total_bytes=10**6).measure().total_bytes == 10**6
 
 
 def test_a_host_first_rank_sends_the_residency_at_run_start_and_every_epoch_end(tmp_path):

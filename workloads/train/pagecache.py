@@ -110,11 +110,20 @@ class DatasetResidency:
     random order, so a spread sample fills as the whole does). Files that vanished count
     as not cached."""
 
-    def __init__(self, paths: list[Path], sample_files: int = RESIDENCY_SAMPLE_FILES) -> None:
+    def __init__(
+        self,
+        paths: list[Path],
+        sample_files: int = RESIDENCY_SAMPLE_FILES,
+        total_bytes: int | None = None,
+    ) -> None:
+        """``total_bytes``: the files' bytes when known (a manifest's), else summed here once
+        for a sampled set (a second or more for a million files)."""
         step = -(-len(paths) // sample_files) if paths else 1
         self.files = len(paths)
         self.sample = paths[::step]
-        self.total_bytes = sum(map(_size, paths)) if step > 1 else None  # once, here
+        self.total_bytes = None
+        if step > 1:
+            self.total_bytes = total_bytes if total_bytes else sum(map(_size, paths))
 
     def measure(self) -> Residency:
         measured = resident = 0

@@ -56,7 +56,9 @@ def residency_probe(spec: RunSpec, placement: Placement):
     from workloads.train.pagecache import DatasetResidency
 
     info = DatasetInfo.from_json(spec.dataset)
-    residency = DatasetResidency(info.paths("train") + info.paths("val"))
+    residency = DatasetResidency(
+        info.paths("train") + info.paths("val"), total_bytes=info.train.bytes + info.val.bytes
+    )
 
     def measure() -> tuple[int, int]:
         now = residency.measure()
