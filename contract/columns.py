@@ -168,6 +168,16 @@ SPEC: tuple[ReportColumn, ...] = (
     _column("training_cache_read_bytes", "own cached", "Training's cache reads", BYTES,
             None, "What the training's own reads got from the page cache: rchar - read_bytes",
             "training_io"),
+    _column("dataset_cached_start_percent", "data cached %", "Data set cached at start %",
+            PERCENT, 1,
+            "Share of the data set's bytes (its files under --data-dir) in the host's page "
+            "cache as the epoch began (mincore, by the host's first rank; epoch 1: before the "
+            "run): 100 means the epoch read it from memory, not storage", "memory",
+            default=True),
+    _column("dataset_cached_end_percent", "cached at end %", "Data set cached at end %",
+            PERCENT, 1,
+            "Share of the data set's bytes in the host's page cache as the epoch ended",
+            "memory"),
     _column("interpolated_edges", "interp. edges", "Interpolated edges", TEXT, None,
             "Epoch edges (start, end) with no agent edge sample at them: the node amounts "
             "there are interpolated between two agent ticks (no agent answered the rank, or "

@@ -698,6 +698,15 @@ class Workload(Measurement):
     CPU_QUOTA_CPUS = gauge(
         "cpu_quota_cpus", "cpus", "The rank's cgroup CPU quota (cfs_quota_us / cfs_period_us)"
     )
+    # run_start and epoch_end of a host's local rank 0, with --data-dir: how much of the data
+    # set's files (train and val) sat in this host's page cache then (mincore(2);
+    # workloads/train/pagecache.py); cached / files is the share
+    DATASET_CACHED_BYTES = gauge(
+        "dataset_cached_bytes", "bytes", "Bytes of the data set's files in this host's page cache"
+    )
+    DATASET_FILES_BYTES = gauge(
+        "dataset_files_bytes", "bytes", "Bytes of the data set's files dataset_cached_bytes is of"
+    )
 
 
 class RunState:

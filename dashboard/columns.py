@@ -75,6 +75,8 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
             "net_tx_mbps",
             "rx_minus_tx_mbps",
             "page_cache_delta_bytes",
+            "dataset_cached_start_percent",
+            "dataset_cached_end_percent",
             "major_faults",
             "cpu_util_percent",
             "iowait_percent",

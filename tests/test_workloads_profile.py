@@ -584,6 +584,9 @@ def test_imagenet_example_one_process_reads_the_data_set_in_epoch_1_only(data, r
     assert own[0] >= 0.8 * BIG_TRAIN * 100_000 and max(own[1:]) < own[0] / 10, own
     assert all(row["training_cache_read_bytes"] >= 0.8 * BIG_TRAIN * 100_000 for row in rows[1:])
     assert "own read" in result.stdout  # in the table printed at the end
+    # the data set's residency, measured by the rank (mincore): dropped, then read in epoch 1
+    cached = [row["dataset_cached_start_percent"] for row in rows]
+    assert cached[0] <= 1.0 and min(cached[1:]) >= 50.0, cached  # the training split at least
 
 
 @pytest.mark.slow

@@ -55,6 +55,10 @@ accelerator_util_percent   AU, the MLPerf Storage way: the share of the ranks' t
 training_read_bytes        what the ranks and their data loaders read from storage
                            (/proc/<pid>/io read_bytes, mapped libraries' page-ins included)
 training_cache_read_bytes  what their reads got from the page cache (rchar - read_bytes)
+dataset_cached_start/      share of the data set's bytes in the host's page cache as the
+end_percent                epoch began / ended (``collector.analysis.residency``: measured
+                           with mincore by the host's first rank; epoch 1 starts from the
+                           ``run_start`` measurement, before the run)
 state                      ``complete``; ``running``: a rank of the host started the epoch
                            and has not ended it, and the run is live; ``interrupted``: so,
                            but the run is no longer live (a rank's ``run_end``, failed after
@@ -97,7 +101,7 @@ from typing import Any
 
 import numpy as np
 
-from collector.analysis import anatomy, throughput
+from collector.analysis import anatomy, residency, throughput
 from collector.analysis.counters import (
     NS_PER_SECOND,
     counter_increases,
@@ -428,6 +432,8 @@ class EpochRow:
     accelerator_util_percent: float | None
     training_read_bytes: int | None
     training_cache_read_bytes: int | None
+    dataset_cached_start_percent: float | None = None
+    dataset_cached_end_percent: float | None = None
     interpolated_edges: str = ""  # "start", "end", "start,end": no edge sample there
 
     @property
@@ -535,6 +541,12 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             ),
             "training_read_bytes": training_read,
             "training_cache_read_bytes": cache_read,
+            "dataset_cached_start_percent": residency.cached_percent(
+                column(residency.CACHED_START), column(residency.FILES_START)
+            ),
+            "dataset_cached_end_percent": residency.cached_percent(
+                column(residency.CACHED_END), column(residency.FILES_END)
+            ),
         }
     values = {name: _column_values(array, BY_NAME[name].digits) for name, array in derived.items()}
     values["seconds"] = np.round(seconds, BY_NAME["seconds"].digits).tolist()
@@ -697,10 +709,12 @@ def report_of(store: ReadStore, model: RunModel) -> EpochReport:
     host_rates, epoch_rates = throughput.epoch_rates(throughput.rank_epoch_work(model))
     step_parts = anatomy.epoch_amounts(anatomy.rank_epochs(model))
     training_reads = anatomy.epoch_reads(model)
+    cached = residency.epoch_residency(model)
     for host_amounts in amounts:
         key = (host_amounts.host, host_amounts.epoch)
         host_amounts.values.update(step_parts.get(key, {}))
         host_amounts.values.update(training_reads.get(key, {}))
+        host_amounts.values.update(cached.get(key, {}))
         host_amounts.images_per_second = host_rates.get(key, math.nan)
     ordered = with_all_hosts(amounts, epoch_rates)
     return EpochReport(model.run_id, windows, rows_from_amounts(ordered), ordered, model)

@@ -25,6 +25,7 @@ from collector.findings.evidence import (
 )
 from collector.findings.rules import (
     detect_cache_warmup,
+    detect_dataset_cached_before_run,
     detect_dataset_fits_in_memory,
     detect_epoch_restart,
     detect_fabric_carries_storage,
@@ -70,6 +71,7 @@ def rule(detect: Detector, name: str) -> Rule:
 
 DETECTORS: dict[str, Detector] = {
     "cache_warmup": detect_cache_warmup,
+    "dataset_cached_before_run": detect_dataset_cached_before_run,
     "dataset_fits_in_memory": detect_dataset_fits_in_memory,
     "fabric_carries_storage": detect_fabric_carries_storage,
     "storage_bound": detect_storage_bound,
@@ -79,6 +81,7 @@ DETECTORS: dict[str, Detector] = {
     "precision_read_demand": detect_precision_read_demand,
 }
 cache_warmup = rule(detect_cache_warmup, "cache_warmup")
+dataset_cached_before_run = rule(detect_dataset_cached_before_run, "dataset_cached_before_run")
 dataset_fits_in_memory = rule(detect_dataset_fits_in_memory, "dataset_fits_in_memory")
 fabric_carries_storage = rule(detect_fabric_carries_storage, "fabric_carries_storage")
 storage_bound = rule(detect_storage_bound, "storage_bound")
@@ -88,6 +91,7 @@ scaling_loss = rule(detect_scaling_loss, "scaling_loss")
 precision_read_demand = rule(detect_precision_read_demand, "precision_read_demand")
 RULES: tuple[Rule, ...] = (
     cache_warmup,
+    dataset_cached_before_run,
     dataset_fits_in_memory,
     fabric_carries_storage,
     storage_bound,

@@ -36,6 +36,9 @@ SETTLED_READ_FRACTION = 0.10
 # without the data set's size: epoch 1 read at least this much, later epochs a tenth of it
 MIN_FIRST_EPOCH_READ_BYTES = 100 * BYTES_PER_MB
 MLPERF_STORAGE_RAM_MULTIPLE = 5  # data set >= 5 x RAM to measure storage
+# the data set's measured page-cache residency (collector.analysis.residency): at least this
+# share of its bytes cached is "in memory" (a few pages of a file may be out at any time)
+CACHED_PERCENT = 95.0
 # fabric carries storage
 FABRIC_MATCH_TOLERANCE = 0.10
 MIN_NETWORK_STORAGE_MBPS = 5.0
@@ -192,12 +195,48 @@ class CacheWarmup:
     dataset_bytes: float | None = None
     host_memory_bytes: float | None = None
     dataset_to_memory_ratio: float | None = field(default=None, metadata=digits(3))
+    # measured (mincore): the data set's share in the page cache before the run, at the
+    # end of the first epoch, and at the start of each epoch (the first 10); None: the
+    # ranks did not measure it, and the reads alone decided
+    dataset_cached_before_run_percent: float | None = field(
+        default=None, metadata={**IF_KNOWN, **digits(1)}
+    )
+    dataset_cached_after_first_epoch_percent: float | None = field(
+        default=None, metadata={**IF_KNOWN, **digits(1)}
+    )
+    dataset_cached_start_percent_by_epoch: dict[int, float] | None = field(
+        default=None, metadata=IF_KNOWN
+    )
+
+    @property
+    def measured(self) -> bool:
+        """The data set's residency was measured (and decided the finding)."""
+        return self.dataset_cached_before_run_percent is not None
 
     @property
     def measures_memory(self) -> bool:
         """Later epochs measure memory: the data set is below MLPerf Storage's 5 x RAM."""
         ratio = self.dataset_to_memory_ratio
         return ratio is not None and ratio < MLPERF_STORAGE_RAM_MULTIPLE
+
+
+@dataclass(frozen=True)
+class DatasetCachedBeforeRun:
+    """At least ``CACHED_PERCENT`` of the data set sat in every host's page cache before the
+    run (measured with mincore): epoch 1 read it from memory, and its storage reads were
+    other files (the libraries the ranks loaded)."""
+
+    dataset_cached_before_run_percent: float = field(metadata=digits(1))  # the least host's
+    dataset_files_bytes: float  # the data set's files (train and val) on one host
+    first_epoch: int
+    # what the training (or the hosts) read from storage in that epoch: not the data set
+    first_epoch_storage_read_bytes: float | None
+    reads_judged: StorageReads = StorageReads.HOSTS
+    dataset_cached_start_percent_by_epoch: dict[int, float] = field(default_factory=dict)
+    hosts_cached_before_run_percent: dict[str, float] | None = field(
+        default=None, metadata=IF_KNOWN
+    )  # several hosts: each one's
+    dataset_to_memory_ratio: float | None = field(default=None, metadata=digits(4))
 
 
 @dataclass(frozen=True)
@@ -208,6 +247,10 @@ class DatasetFitsInMemory:
     host_memory_bytes: float
     dataset_to_memory_ratio: float = field(metadata=digits(3))
     required_ratio: int = MLPERF_STORAGE_RAM_MULTIPLE
+    # measured: the data set's share in the page cache at the end of the run's last epoch
+    dataset_cached_at_end_percent: float | None = field(
+        default=None, metadata={**IF_KNOWN, **digits(1)}
+    )
 
     @property
     def fits(self) -> bool:
@@ -238,6 +281,14 @@ class UnstableHostEpoch:
     iowait_percent: float | None
     step_images_per_second_cv: float = field(metadata=digits(4))
     storage_read_mbps: float | None = None
+    # the data set's share in the host's page cache as the epoch began (None: not measured)
+    dataset_cached_start_percent: float | None = field(
+        default=None, metadata={**IF_KNOWN, **digits(1)}
+    )
+    dataset_cached_end_percent: float | None = field(
+        default=None, metadata={**IF_KNOWN, **digits(1)}
+    )
+    input_wait_percent: float | None = field(default=None, metadata={**IF_KNOWN, **digits(1)})
 
 
 @dataclass(frozen=True)
@@ -255,6 +306,7 @@ class StorageBound:
     thresholds: dict[str, float] = field(
         default_factory=lambda: {
             "iowait_percent": IOWAIT_HIGH_PERCENT,
+            "input_wait_percent": 100 * INPUT_WAIT_SHARE,
             "step_cv": STEP_CV_UNSTABLE,
             "storage_share_of_peak": STORAGE_HIGH_SHARE_OF_PEAK,
         }

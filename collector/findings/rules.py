@@ -16,6 +16,15 @@ encode what the published studies found by hand:
     hosts' (disk plus NFS server, every process's). Warning when the data set is smaller
     than ``MLPERF_STORAGE_RAM_MULTIPLE`` x RAM, since those later epochs then measure
     memory, not storage.
+    Where the ranks measured the data set's page-cache residency (``--data-dir``: mincore
+    at run start and every epoch end), that decides instead: it fires when the data set
+    went from under ``CACHED_PERCENT`` cached before the run to at least that at the end of
+    the first epoch and stayed so at the start of every later epoch; the reads are its
+    evidence, not its test (they include the libraries the ranks loaded).
+``dataset_cached_before_run``
+    At least ``CACHED_PERCENT`` of the data set sat in every host's page cache before the
+    run (measured): epoch 1 read it from memory and tells nothing about storage, whatever
+    storage reads the run made (libraries, model code); ``cache_warmup`` stays silent then.
 ``dataset_fits_in_memory``
     From the run's configuration alone: a data set below 5 x a host's RAM cannot measure
     storage past the first epoch (MLPerf Storage's rule); warning when it fits outright.
@@ -24,9 +33,14 @@ encode what the published studies found by hand:
     ``FABRIC_MATCH_TOLERANCE`` of the NFS read rate: gradients are sent and received in equal
     amounts, so the surplus received is the data set crossing the same fabric.
 ``storage_bound``
-    Epochs with high iowait, unstable step throughput (coefficient of variation of the
-    steps' images/s) and high storage reads at once: training waits on storage
-    (the Caffe2 behaviour while uncached). Storage reads judged as ``cache_warmup`` does.
+    Epochs with high iowait (or the ranks waiting for input at least ``INPUT_WAIT_SHARE``
+    of their step time: on a shared node others' work hides iowait), unstable step
+    throughput (coefficient of variation of the steps' images/s) and high storage reads at
+    once (at least ``MIN_STORAGE_MBPS``, or however slow where the epoch brought a quarter
+    of the data set into the page cache, measured): training waits on storage (the Caffe2
+    behaviour while uncached). Storage reads judged as ``cache_warmup`` does.
+    A host-epoch whose data set was measured at least ``CACHED_PERCENT`` cached at its start
+    and end read none of it from storage, and is never one.
 ``input_bound``
     CPU saturated while the GPUs are mostly idle: the input pipeline (decoding,
     augmentation) cannot feed the GPUs.
@@ -62,22 +76,25 @@ Every finding carries ``evidence``, the numbers behind it (the evidence as JSON)
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from collector.analysis import residency
 from collector.analysis.epochs import BYTES_PER_MB, EpochReport, EpochRow
 from collector.analysis.run import RunModel
 from collector.analysis.scaling import GroupKey, RunFacts, run_facts, scaling_groups
 from collector.findings.context import RunContext, complete_epochs
 from collector.findings.evidence import (
+    CACHED_PERCENT,
     CPU_SATURATED_PERCENT,
     EPOCH_RESTART_RATIO,
     EPOCH_RESTART_SHARE,
     FABRIC_MATCH_TOLERANCE,
     FIRST_EPOCH_DATASET_SHARE,
     GPU_LOW_PERCENT,
+    INPUT_WAIT_SHARE,
     IOWAIT_HIGH_PERCENT,
     MIN_FIRST_EPOCH_READ_BYTES,
     MIN_NETWORK_STORAGE_MBPS,
@@ -94,6 +111,7 @@ from collector.findings.evidence import (
     UTILISATION_CHANGE_POINTS,
     BusyHostEpoch,
     CacheWarmup,
+    DatasetCachedBeforeRun,
     DatasetFitsInMemory,
     EpochRestart,
     FabricCarriesStorage,
@@ -159,29 +177,97 @@ def _read_mbps(row: EpochRow, reads: StorageReads) -> float | None:
     return row.storage_read_mbps
 
 
+@dataclass(frozen=True)
+class MeasuredResidency:
+    """The data set's page-cache residency over the run's complete epochs, as measured
+    (``collector.analysis.residency``): the least host's before the run, and per epoch the
+    all-hosts share at its start and end."""
+
+    before_run_percent: float  # the least cached host's, before the run
+    hosts_before_run_percent: dict[str, float]
+    start_percent: dict[int, float]  # the '*' rows'
+    end_percent: dict[int, float]
+    files_bytes: float  # the data set's files on one host
+
+
+def measured_residency(context: RunContext) -> MeasuredResidency | None:
+    """None unless every host that ran an epoch measured the data set before the run
+    (``run_start``) and the first complete epoch was measured at its end."""
+    totals = context.totals()
+    if not totals or totals[0].dataset_cached_end_percent is None:
+        return None
+    measured = residency.before_run(context.model)
+    hosts = {row.host for row, _ in context.hosts_rows()}
+    if not hosts or not hosts <= set(measured):
+        return None
+    before = {
+        host: round(float(residency.cached_percent(*measured[host])), 1) for host in sorted(hosts)
+    }
+    return MeasuredResidency(
+        before_run_percent=min(before.values()),
+        hosts_before_run_percent=before,
+        start_percent={
+            r.epoch: r.dataset_cached_start_percent
+            for r in totals
+            if r.dataset_cached_start_percent is not None
+        },
+        end_percent={
+            r.epoch: r.dataset_cached_end_percent
+            for r in totals
+            if r.dataset_cached_end_percent is not None
+        },
+        files_bytes=max(files for _, files in measured.values()),
+    )
+
+
+def _warmed_up(measured: MeasuredResidency, first_epoch: int) -> bool:
+    """Epoch 1 brought the data set into the page cache and every later epoch began with it
+    there."""
+    later = [value for epoch, value in measured.start_percent.items() if epoch > first_epoch]
+    return (
+        measured.before_run_percent < CACHED_PERCENT
+        and measured.end_percent.get(first_epoch, 0.0) >= CACHED_PERCENT
+        and bool(later)
+        and min(later) >= CACHED_PERCENT
+    )
+
+
 def detect_cache_warmup(context: RunContext) -> CacheWarmup | None:
     """Epoch 1 read a large share of the data set from storage and later epochs little:
-    judged on the training's own reads when every rank sent them (``judged_reads``)."""
+    decided on the data set's measured residency where the ranks measured it
+    (``measured_residency``), else on the training's own reads when every rank sent them
+    (``judged_reads``), else the hosts'."""
     reads = judged_reads(context.report)
     totals = [r for r in context.totals() if _read_bytes(r, reads) is not None]
+    measured = measured_residency(context)
+    if measured is not None:
+        totals = context.totals()  # residency decides: the reads are only evidence
     if len(totals) < 2:
         return None
     by_epoch = {r.epoch: _read_bytes(r, reads) or 0 for r in totals}
     first, later = totals[0], totals[1:]
     first_bytes = by_epoch[first.epoch]
     dataset, memory, ratio = _memory_fit(context.config)
-    if dataset:
-        if first_bytes <= 0 or first_bytes < FIRST_EPOCH_DATASET_SHARE * dataset:
-            return None
-        settled_limit = SETTLED_READ_FRACTION * min(dataset, first_bytes)
-    else:
-        if first_bytes < MIN_FIRST_EPOCH_READ_BYTES:
-            return None
-        settled_limit = SETTLED_READ_FRACTION * first_bytes
     settled = later[len(later) // 2 :]  # the second half of the later epochs
     settled_mean = float(np.mean([by_epoch[r.epoch] for r in settled]))
-    if settled_mean > settled_limit:
-        return None
+    if measured is not None:
+        if not _warmed_up(measured, first.epoch):
+            return None
+        settled_from = next(
+            r.epoch for r in later if measured.start_percent.get(r.epoch, 0) >= CACHED_PERCENT
+        )
+    else:
+        if dataset:
+            if first_bytes <= 0 or first_bytes < FIRST_EPOCH_DATASET_SHARE * dataset:
+                return None
+            settled_limit = SETTLED_READ_FRACTION * min(dataset, first_bytes)
+        else:
+            if first_bytes < MIN_FIRST_EPOCH_READ_BYTES:
+                return None
+            settled_limit = SETTLED_READ_FRACTION * first_bytes
+        if settled_mean > settled_limit:
+            return None
+        settled_from = next(r.epoch for r in later if by_epoch[r.epoch] <= settled_limit)
     hosts = max(1, len(context.run.hosts))
     growth = first.page_cache_delta_bytes
     return CacheWarmup(
@@ -189,9 +275,9 @@ def detect_cache_warmup(context: RunContext) -> CacheWarmup | None:
         first_epoch=first.epoch,
         first_epoch_storage_read_bytes=first_bytes,
         first_epoch_storage_read_mbps=_read_mbps(first, reads),
-        settled_from_epoch=next(r.epoch for r in later if by_epoch[r.epoch] <= settled_limit),
+        settled_from_epoch=settled_from,
         settled_storage_read_bytes_mean=settled_mean,
-        settled_to_first_ratio=settled_mean / first_bytes,
+        settled_to_first_ratio=settled_mean / first_bytes if first_bytes else 0.0,
         first_epoch_read_to_dataset_ratio=first_bytes / dataset if dataset else None,
         storage_read_bytes_by_epoch={r.epoch: by_epoch[r.epoch] for r in totals[:10]},
         hosts_storage_read_bytes_by_epoch=(
@@ -208,6 +294,34 @@ def detect_cache_warmup(context: RunContext) -> CacheWarmup | None:
         dataset_bytes=dataset,
         host_memory_bytes=memory,
         dataset_to_memory_ratio=ratio,
+        dataset_cached_before_run_percent=measured.before_run_percent if measured else None,
+        dataset_cached_after_first_epoch_percent=(
+            measured.end_percent.get(first.epoch) if measured else None
+        ),
+        dataset_cached_start_percent_by_epoch=(
+            dict(list(measured.start_percent.items())[:10]) if measured else None
+        ),
+    )
+
+
+def detect_dataset_cached_before_run(context: RunContext) -> DatasetCachedBeforeRun | None:
+    """The data set was (measured) in every host's page cache before the run."""
+    measured = measured_residency(context)
+    if measured is None or measured.before_run_percent < CACHED_PERCENT:
+        return None
+    reads = judged_reads(context.report)
+    first = context.totals()[0]
+    _, _, ratio = _memory_fit(context.config)
+    several = len(measured.hosts_before_run_percent) > 1
+    return DatasetCachedBeforeRun(
+        dataset_cached_before_run_percent=measured.before_run_percent,
+        dataset_files_bytes=measured.files_bytes,
+        first_epoch=first.epoch,
+        first_epoch_storage_read_bytes=_read_bytes(first, reads),
+        reads_judged=reads,
+        dataset_cached_start_percent_by_epoch=dict(list(measured.start_percent.items())[:10]),
+        hosts_cached_before_run_percent=measured.hosts_before_run_percent if several else None,
+        dataset_to_memory_ratio=ratio,
     )
 
 
@@ -215,8 +329,12 @@ def detect_dataset_fits_in_memory(context: RunContext) -> DatasetFitsInMemory | 
     dataset, memory, ratio = _memory_fit(context.config)
     if ratio is None or ratio >= MLPERF_STORAGE_RAM_MULTIPLE:
         return None
+    totals = context.totals()
     return DatasetFitsInMemory(
-        dataset_bytes=dataset, host_memory_bytes=memory, dataset_to_memory_ratio=ratio
+        dataset_bytes=dataset,
+        host_memory_bytes=memory,
+        dataset_to_memory_ratio=ratio,
+        dataset_cached_at_end_percent=totals[-1].dataset_cached_end_percent if totals else None,
     )
 
 
@@ -342,6 +460,29 @@ def coefficient_of_variation(values: list[float]) -> float | None:
     return float(array.std() / mean) if mean > 0 else None
 
 
+def _dataset_stayed_cached(row: EpochRow) -> bool:
+    """The data set was measured in the host's page cache at the epoch's start and end: the
+    epoch read none of it from storage."""
+    start, end = row.dataset_cached_start_percent, row.dataset_cached_end_percent
+    return start is not None and end is not None and min(start, end) >= CACHED_PERCENT
+
+
+def _dataset_came_in(row: EpochRow) -> bool:
+    """The epoch brought at least ``FIRST_EPOCH_DATASET_SHARE`` of the data set into the
+    host's page cache (measured): it read that much of it from storage, however slowly."""
+    start, end = row.dataset_cached_start_percent, row.dataset_cached_end_percent
+    return start is not None and end is not None and end - start >= 100 * FIRST_EPOCH_DATASET_SHARE
+
+
+def _waited(row: EpochRow) -> bool:
+    """The host's CPUs waited on I/O, or its ranks waited for input: on a shared node other
+    processes' work fills the idle time iowait would show, the ranks' own input wait not."""
+    iowait, input_wait = row.iowait_percent, row.input_wait_percent
+    return (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT) or (
+        input_wait is not None and input_wait >= 100 * INPUT_WAIT_SHARE
+    )
+
+
 def detect_storage_bound(context: RunContext) -> StorageBound | None:
     """Storage reads (``judged_reads``) high, iowait high and step throughput unstable in the
     same host-epochs."""
@@ -355,18 +496,12 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
 
     def reading(row: EpochRow) -> bool:
         rate = rates[(row.host, row.epoch)]
-        return (
-            rate is not None
-            and rate >= MIN_STORAGE_MBPS
-            and rate >= STORAGE_HIGH_SHARE_OF_PEAK * peak
-        )
+        if rate is None or rate < STORAGE_HIGH_SHARE_OF_PEAK * peak:
+            return False
+        return rate >= MIN_STORAGE_MBPS or _dataset_came_in(row)
 
     candidates = [
-        row
-        for row in rows
-        if reading(row)
-        and row.iowait_percent is not None
-        and row.iowait_percent >= IOWAIT_HIGH_PERCENT
+        row for row in rows if reading(row) and _waited(row) and not _dataset_stayed_cached(row)
     ]
     if not candidates:  # no step event is read for a run that never waited on storage
         return None
@@ -387,6 +522,9 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
                     iowait_percent=row.iowait_percent,
                     step_images_per_second_cv=cv,
                     storage_read_mbps=rates[(row.host, row.epoch)],
+                    dataset_cached_start_percent=row.dataset_cached_start_percent,
+                    dataset_cached_end_percent=row.dataset_cached_end_percent,
+                    input_wait_percent=row.input_wait_percent,
                 )
             )
         elif not reading(row):

@@ -22,6 +22,7 @@ from collector.findings.evidence import (
     INFO,
     INPUT_WAIT_SHARE,
     INT8_TOP1_LOSS_LIMIT,
+    IOWAIT_HIGH_PERCENT,
     MIN_TIMED_SECONDS,
     MLPERF_STORAGE_RAM_MULTIPLE,
     RESOURCE_CHANGE_RATIO,
@@ -33,9 +34,11 @@ from collector.findings.evidence import (
     SETTLED_READ_FRACTION,
     SEVERITY_ORDER,
     SPREAD_LIMIT,
+    STEP_CV_UNSTABLE,
     WARNING,
     AcceleratorUtilisation,
     CacheWarmup,
+    DatasetCachedBeforeRun,
     DatasetFitsInMemory,
     EpochRestart,
     FabricCarriesStorage,
@@ -79,6 +82,7 @@ COMPUTE = BY_NAME["compute_percent"]
 COMMUNICATION = BY_NAME["communication_percent"]
 NO_REPORT_COLUMN = ""  # inference findings: no per-epoch column (see the module's note)
 TRAINING_READ = BY_NAME["training_read_bytes"]
+DATASET_CACHED = BY_NAME["dataset_cached_start_percent"]
 
 RESOURCE_LABELS = {
     "fabric_bytes_per_image": "network bytes per image",
@@ -134,21 +138,58 @@ READER = {
 }
 
 
+def _mbps_text(rate: float) -> str:
+    """A read rate: whole MB/s from 10 on (as the findings always wrote them), two
+    significant digits below (a throttled 1.4 MB/s, not "1", nor 37 kB/s as "0.0")."""
+    return f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}%"  # 99.6% is not rounded up to 100%
+
+
+def _cached_by_epoch(by_epoch: dict[int, float]) -> str:
+    """``epoch 1 100%, epoch 2 100%``: the data set's share cached as each epoch began."""
+    return ", ".join(f"epoch {epoch} {_percent(value)}" for epoch, value in by_epoch.items())
+
+
 @words.register
 def _(found: CacheWarmup) -> Finding:
     dataset = found.dataset_bytes
     growth = found.first_epoch_page_cache_growth_bytes_per_host
     of_what = f"of the data set ({_bytes(dataset)})" if dataset else "of that"
     rate = found.first_epoch_storage_read_mbps
-    explanation = (
-        f"In epoch {found.first_epoch} {READS_TEXT[found.reads_judged]} took "
+    took = (
+        f"{READS_TEXT[found.reads_judged]} took "
         f"{_bytes(found.first_epoch_storage_read_bytes)} from storage"
-        + (f" at {rate:,.1f} MB/s" if rate is not None else "")
-        + f"; by epoch {found.settled_from_epoch} they had fallen below "
-        f"{format_fraction(SETTLED_READ_FRACTION)} {of_what}, and the last epochs read "
-        f"{_bytes(found.settled_storage_read_bytes_mean)} on average. The data set is being "
-        "served from the page cache after the first pass."
+        + (f" at {_mbps_text(rate)} MB/s" if rate is not None else "")
     )
+    if found.measured:
+        later = {
+            epoch: value
+            for epoch, value in (found.dataset_cached_start_percent_by_epoch or {}).items()
+            if epoch > found.first_epoch
+        }
+        explanation = (
+            f"The data set was {_percent(found.dataset_cached_before_run_percent)} in the page "
+            f"cache before the run and {_percent(found.dataset_cached_after_first_epoch_percent)}"
+            f" at the end of epoch {found.first_epoch} (measured with mincore): epoch "
+            f"{found.first_epoch} read it from storage; {took}. The later epochs began with "
+            f"it cached ({_cached_by_epoch(later)}): they were served from the page cache and "
+            f"read {_bytes(found.settled_storage_read_bytes_mean)} from storage on average."
+        )
+        title = (
+            f"Epoch {found.first_epoch} read the data set from storage; later epochs ran from "
+            "the page cache"
+        )
+    else:
+        explanation = (
+            f"In epoch {found.first_epoch} {took}; by epoch {found.settled_from_epoch} they had "
+            f"fallen below {format_fraction(SETTLED_READ_FRACTION)} {of_what}, and the last "
+            f"epochs read {_bytes(found.settled_storage_read_bytes_mean)} on average. The data "
+            "set is being served from the page cache after the first pass."
+        )
+        title = f"Storage reads stop after epoch {found.first_epoch}: later epochs run from cache"
     if growth is not None and growth > 0:
         explanation += (
             f" The page cache grew by {_bytes(growth)} per host during epoch "
@@ -164,10 +205,41 @@ def _(found: CacheWarmup) -> Finding:
     return Finding(
         rule="cache_warmup",
         severity=WARNING if found.measures_memory else INFO,
-        title=f"Storage reads stop after epoch {found.first_epoch}: later epochs run from cache",
+        title=title,
         explanation=explanation,
         evidence=evidence_json(found),
-        chart=READS_CHART[found.reads_judged],
+        chart=DATASET_CACHED if found.measured else READS_CHART[found.reads_judged],
+    )
+
+
+@words.register
+def _(found: DatasetCachedBeforeRun) -> Finding:
+    read = found.first_epoch_storage_read_bytes
+    explanation = (
+        f"Before the run {_percent(found.dataset_cached_before_run_percent)} of the data set's "
+        f"{_bytes(found.dataset_files_bytes)} sat in "
+        + ("every host's" if found.hosts_cached_before_run_percent else "the host's")
+        + f" page cache (measured with mincore): epoch {found.first_epoch} read it from "
+        "memory, not from storage, so no epoch of this run tells anything about storage "
+        f"(as each epoch began: {_cached_by_epoch(found.dataset_cached_start_percent_by_epoch)})."
+    )
+    if read:
+        explanation += (
+            f" The {_bytes(read)} {READER[found.reads_judged]} read from storage in epoch "
+            f"{found.first_epoch} were other files, not the data set: the libraries, model and "
+            "code the ranks loaded."
+        )
+    explanation += (
+        " To measure storage, run with --drop-caches (the data set is evicted before the run)."
+    )
+    return Finding(
+        rule="dataset_cached_before_run",
+        severity=INFO,
+        title="The data set was already in the page cache before the run: epoch 1 read it "
+        "from memory",
+        explanation=explanation,
+        evidence=evidence_json(found),
+        chart=DATASET_CACHED,
     )
 
 
@@ -186,6 +258,12 @@ def _(found: DatasetFitsInMemory) -> Finding:
             "memory, not storage. "
             if found.fits
             else "A large part of it stays in the page cache between epochs. "
+        )
+        + (
+            f"Measured: {_percent(found.dataset_cached_at_end_percent)} of it was in the page "
+            "cache at the end of the run. "
+            if found.dataset_cached_at_end_percent is not None
+            else ""
         )
         + f"MLPerf Storage requires a data set of at least {MLPERF_STORAGE_RAM_MULTIPLE}x "
         "RAM to measure storage."
@@ -237,18 +315,37 @@ def _(found: FabricCarriesStorage) -> Finding:
 def _(found: StorageBound) -> Finding:
     worst = found.worst
     epochs = epoch_list(found.epochs)
+    iowait = worst.iowait_percent
+    if iowait is not None and iowait >= IOWAIT_HIGH_PERCENT:
+        waited = f"CPUs waited on I/O ({iowait:.0f}% iowait)"
+    else:
+        waited = (
+            f"the ranks waited for input {_percent(worst.input_wait_percent)} of their step time"
+        )
     explanation = (
         f"In epoch{_plural(found.epochs)} {epochs}, step throughput was unstable "
         f"(coefficient of variation up to {worst.step_images_per_second_cv:.2f} on "
-        f"{worst.host}) while CPUs waited on I/O ({worst.iowait_percent:.0f}% iowait) and "
-        f"{READER[found.reads_judged]} read storage at {worst.storage_read_mbps:,.0f} MB/s: "
+        f"{worst.host}) while {waited} and "
+        f"{READER[found.reads_judged]} read storage at {_mbps_text(worst.storage_read_mbps)} "
+        "MB/s: "
         "training waited on storage."
     )
+    if worst.dataset_cached_start_percent is not None:
+        explanation += (
+            f" The data set was {_percent(worst.dataset_cached_start_percent)} in "
+            f"{worst.host}'s page cache as epoch {worst.epoch} began and "
+            f"{_percent(worst.dataset_cached_end_percent)} as it ended (measured with "
+            "mincore): the epoch read it from storage."
+        )
     if found.cv_without_storage_reads is not None:
         explanation += (
             f" In epochs without storage reads the variation was "
-            f"{found.cv_without_storage_reads:.2f}: once the data is cached, throughput is "
-            "steady."
+            f"{found.cv_without_storage_reads:.2f}: "
+            + (
+                "once the data is cached, throughput is steady."
+                if found.cv_without_storage_reads < STEP_CV_UNSTABLE
+                else "unsteady too, so part of the variation is not storage's."
+            )
         )
     return Finding(
         rule="storage_bound",

@@ -10,8 +10,10 @@ the scenarios get a machine no other test is loading (they are about contention)
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,3 +105,56 @@ def scenario_data(tmp_path_factory):
         return made[framework]
 
     return data_for
+
+
+@pytest.fixture(scope="session")
+def sized_data(tmp_path_factory):
+    """``sized_data(framework, images, val_images, image_size)``: like ``scenario_data`` but
+    of the size asked for (a set one epoch reads whole, pictures large enough for a read
+    throttle to hold the loader back), made once per session."""
+    root = tmp_path_factory.mktemp("sized-data")
+    made: dict[tuple[str, int, int, int], Path] = {}
+
+    def data_for(framework: str, images: int, val_images: int, image_size: int) -> Path:
+        key = (framework, images, val_images, image_size)
+        if key not in made:
+            path = root / f"{FORMATS[framework]}-{images}-{val_images}-{image_size}"
+            make_dataset(path, FORMATS[framework], images=images, classes=4,
+                         image_size=image_size, val_images=val_images, shards=4,
+                         progress=False)  # fmt: skip
+            made[key] = path
+        return made[key]
+
+    return data_for
+
+
+BLKIO = Path("/sys/fs/cgroup/blkio")
+
+
+def block_device_of(path: Path) -> str:
+    """``major:minor`` of the block device holding ``path`` (what blkio's files take)."""
+    device = path.stat().st_dev
+    return f"{os.major(device)}:{os.minor(device)}"
+
+
+@contextmanager
+def blkio_read_limit(name: str, path: Path, bytes_per_second: int):
+    """A cgroup v1 blkio group whose processes read the device holding ``path`` at most at
+    ``bytes_per_second``; yields the command prefix that runs a command inside it (a small
+    Python wrapper writes its own pid into ``tasks``, then execs the command: children,
+    the data loader's workers among them, inherit the group). Removed afterwards."""
+    group = BLKIO / name
+    group.mkdir()
+    try:
+        (group / "blkio.throttle.read_bps_device").write_text(
+            f"{block_device_of(path)} {bytes_per_second}\n"
+        )
+        enter = (
+            "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
+            "os.execvp(sys.argv[2], sys.argv[2:])"
+        )
+        yield (sys.executable, "-c", enter, str(group / "tasks"))
+    finally:
+        for pid in (group / "tasks").read_text().split():  # none left once the run ended
+            (BLKIO / "tasks").write_text(pid)
+        group.rmdir()

@@ -180,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
             data_format=dataset.format if dataset else None,
             dataset_images=dataset.train.images if dataset else None,
             dataset_bytes=dataset.train.bytes if dataset else None,
+            data_dir=str(dataset.root) if dataset else None,
         )
         launched = True
         try:

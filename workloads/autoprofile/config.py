@@ -28,6 +28,7 @@ class ProfileConfig:
     data_format: str | None = None  # of --data-dir
     dataset_images: int | None = None
     dataset_bytes: int | None = None
+    data_dir: str | None = None  # its page-cache residency goes with run_start and epoch_end
 
     def encode(self) -> str:
         return json.dumps(asdict(self))

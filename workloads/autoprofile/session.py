@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from workloads.autoprofile.config import ProfileConfig
 from workloads.record.anatomy import (
@@ -135,6 +136,7 @@ class Session:
         self.driver: str | None = None
         self._read_io: ProcessTreeIo | None = None
         self._agent_edges: object = False  # AgentEdges | None, once asked
+        self._residency: object = False  # DatasetResidency | None, once built
         self._mark = 0.0
         self._lock = threading.RLock()
 
@@ -186,8 +188,34 @@ class Session:
                 Workload.WARMUP_STEPS: 0,
                 **cpu_fields(getattr(loader, "num_workers", None),
                              getattr(loader, "persistent_workers", None)),
+                **self._residency_fields(),
             }, at_ns)  # fmt: skip
             atexit.register(self.finish)
+
+    def _residency_fields(self) -> dict[str, int]:
+        """The data set's page-cache residency now, from a host's first rank with
+        ``--data-dir`` (``workloads.record.timing`` sends the same); {} otherwise."""
+        from contract.schema import Workload
+
+        if self._residency is False:
+            self._residency = None
+            local_rank = self.placement.local_rank if self.placement else 0
+            if self.config.data_dir and local_rank == 0:
+                from workloads.train.datasets import DatasetError, describe
+                from workloads.train.pagecache import DatasetResidency
+
+                try:
+                    info = describe(Path(self.config.data_dir))
+                except (DatasetError, OSError) as error:
+                    print(f"epochscope: no page-cache residency of {self.config.data_dir}: "
+                          f"{error}", file=sys.stderr, flush=True)  # fmt: skip
+                else:
+                    self._residency = DatasetResidency(info.paths("train") + info.paths("val"))
+        if self._residency is None:
+            return {}
+        now = self._residency.measure()  # type: ignore[attr-defined]
+        return {Workload.DATASET_CACHED_BYTES: now.resident_bytes,
+                Workload.DATASET_FILES_BYTES: now.total_bytes}  # fmt: skip
 
     @property
     def _edges(self):
@@ -333,6 +361,7 @@ class Session:
                 Workload.LOSS: loss,
                 Workload.TOP1: epoch.top1,
                 Workload.TOP5: epoch.top5,
+                **self._residency_fields(),
             }, None if now else end_ns or epoch.end_ns or self.clock_ns())  # fmt: skip
 
     def finish(self) -> None:

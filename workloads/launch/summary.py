@@ -142,6 +142,7 @@ PROFILE_COLUMNS = (
     "nfs_server_read_bytes",
     "training_read_bytes",
     "page_cache_delta_bytes",
+    "dataset_cached_start_percent",  # only where the ranks measured it (a data set)
     "cpu_util_percent",
     "iowait_percent",
     *ANATOMY_COLUMNS,
@@ -161,6 +162,9 @@ def format_profile_table(rows: list[dict]) -> str:
         # ranks that sent their /proc/<pid>/io (0 is a reading)
         "training_read_bytes": any(row.get("training_read_bytes") is not None for row in rows),
         "state": any(row.get("state", COMPLETE) != COMPLETE for row in rows),
+        "dataset_cached_start_percent": any(
+            row.get("dataset_cached_start_percent") is not None for row in rows
+        ),
     }
     columns = [BY_NAME[name] for name in PROFILE_COLUMNS if optional.get(name, True)]
     headers = ["epoch", "host", *(c.heading for c in columns)]

@@ -19,6 +19,10 @@ the step's wall time into input wait, compute, communication and the rest, the `
 event carries that step's parts and ``epoch_end`` their sums over every step of the epoch,
 with the rank's own reads (``/proc/<pid>/io`` of the rank and its data loaders) over the
 epoch. A trainer that marks nothing writes no anatomy fields.
+
+Given ``dataset_residency`` (a host's local rank 0 with a data set), ``run_start`` and
+every ``epoch_end`` also carry how much of the data set sat in the page cache then
+(``residency_fields``), measured outside the timed steps.
 """
 
 from __future__ import annotations
@@ -76,12 +80,14 @@ class Recorder:
     epochs: list[EpochStats] = field(default_factory=list)
     step_rates: list[float] = field(default_factory=list)  # timed per-step images/s
     read_io: Callable[[], ProcessIo | None] = field(default_factory=ProcessTreeIo)
+    # (cached bytes, data set bytes) now; None: this rank does not measure it
+    dataset_residency: Callable[[], tuple[int, int]] | None = None
     _mark: float = 0.0
     _marks: StepMarks = field(default_factory=StepMarks)
     _io_at_start: ProcessIo | None = None
 
     def run_start(self, config: dict[str, object]) -> None:
-        self.writer.emit(Event.RUN_START, config)
+        self.writer.emit(Event.RUN_START, {**config, **self.residency_fields()})
         if self.verbose:
             print("Step\tImg/sec\ttotal_loss", flush=True)
 
@@ -183,6 +189,7 @@ class Recorder:
                 **anatomy_fields(stats.anatomy),
                 **timed_anatomy_fields(stats.timed_anatomy),
                 **io_fields(stats.io),
+                **self.residency_fields(),
             },
         )
         if self.verbose:
@@ -191,6 +198,12 @@ class Recorder:
             accuracy = f", top-1 {top1:.3f}" if top1 is not None else ""
             print(f"epoch {stats.epoch}: {rate_text} on this rank{accuracy}", flush=True)
         return stats
+
+    def residency_fields(self) -> dict[str, object]:
+        if self.dataset_residency is None:
+            return {}
+        cached, total = self.dataset_residency()
+        return {Workload.DATASET_CACHED_BYTES: cached, Workload.DATASET_FILES_BYTES: total}
 
     def run_end(self, state: str = RunState.FINISHED) -> None:
         fields: dict[str, object] = {Workload.STATE: state, Workload.STEP: self.global_step}

@@ -52,6 +52,26 @@ def run_start_fields(spec: RunSpec, placement: Placement) -> dict[str, object]:
     }
 
 
+def residency_probe(spec: RunSpec, placement: Placement):
+    """What measures the data set's page-cache residency for this rank's events: one rank per
+    host (local rank 0) with a data set; None otherwise."""
+    if spec.dataset is None or placement.local_rank != 0:
+        return None
+    from workloads.train.datasets import DatasetInfo
+    from workloads.train.pagecache import DatasetResidency
+
+    info = DatasetInfo.from_json(spec.dataset)
+    residency = DatasetResidency(
+        info.paths("train") + info.paths("val"), total_bytes=info.train.bytes + info.val.bytes
+    )
+
+    def measure() -> tuple[int, int]:
+        now = residency.measure()
+        return now.resident_bytes, now.total_bytes
+
+    return measure
+
+
 def make_recorder(spec: RunSpec, placement: Placement) -> Recorder:
     sink = make_sink(
         spec.collector_url,
@@ -69,6 +89,7 @@ def make_recorder(spec: RunSpec, placement: Placement) -> Recorder:
         warmup_steps=spec.warmup_steps,
         step_every=spec.step_every,
         verbose=placement.is_chief,
+        dataset_residency=residency_probe(spec, placement),
     )
 
 

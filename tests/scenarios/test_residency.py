@@ -1,0 +1,122 @@
+"""The data set's page-cache residency on real PyTorch runs: cached before the run, dropped
+before it, and read through a cgroup v1 blkio throttle.
+
+Each run is one process, two epochs of a small JPEG set at 32 px. Residency is measured by
+the rank itself (mincore over the set's files), so it does not depend on the machine's
+load. The storage-bound run's signals do: with other work on the machine iowait stays at 0
+(others fill the idle time), so the rule reads the rank's own input wait instead, and the
+step variation of a loaded machine is high in every epoch. Its data set is throttled hard
+enough that epoch 1 waits on reads whatever the load: measured at load 15 on 2 cores,
+input wait 37-56% (rule: 20%) in epoch 1 against 1.8% in epoch 2, step variation 0.41-0.62
+(rule: 0.2). On a quiet machine the two loader workers' batches, read side by side through
+the one limit, arrive in pairs: long and short steps alternate, and the variation is high
+in epoch 1 only. Wall times here, at load 9-15: 73-157 s a run; most of it is start-up
+(the two epochs took 25-60 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.scenarios.conftest import BLKIO, REPO, blkio_read_limit, run_training
+from workloads.train.datasets import make_dataset
+
+TRAINING = ("--framework", "pytorch", "--np", "1", "--epochs", "2", "--image-size", "32")
+APP15 = b"\xff\xef"  # an application segment a JPEG reader reads and skips
+SEGMENT_BYTES = 65_000
+
+
+@pytest.fixture
+def env() -> dict[str, str]:
+    # evict the data set only, never the node's page cache (others' work on this machine)
+    return {**os.environ, "PYTHONPATH": str(REPO), "EPOCHSCOPE_DROP_METHOD": "fadvise"}
+
+
+def read_whole(root: Path) -> None:
+    """``cat`` every file of the data set to /dev/null: it is in the page cache after."""
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with path.open("rb") as handle:
+                while handle.read(1 << 20):
+                    pass
+
+
+def test_a_data_set_cached_before_the_run_says_so_and_claims_no_storage_reads(
+    sized_data, tmp_path, env
+):
+    data = sized_data("pytorch", images=24, val_images=4, image_size=256)
+    read_whole(data)
+    run = run_training(tmp_path, "cached", *TRAINING, "--data-dir", str(data),
+                       "--batch-size", "4", "--no-validate", env=env)  # fmt: skip
+    first = next(r for r in run.rows if r["epoch"] == 1)
+    assert first["dataset_cached_start_percent"] >= 99.0
+    assert "cache_warmup" not in run.rules and "storage_bound" not in run.rules
+    cached = run.finding("dataset_cached_before_run")
+    assert cached["evidence"]["dataset_cached_before_run_percent"] >= 99.0
+    assert "read it from memory" in cached["explanation"]
+    assert "data cached %" in run.stdout  # the launcher's table shows the column
+
+
+def test_a_dropped_data_set_is_read_in_epoch_1_and_served_from_the_cache_after(
+    sized_data, tmp_path, env
+):
+    data = sized_data("pytorch", images=24, val_images=4, image_size=256)
+    run = run_training(tmp_path, "cold", *TRAINING, "--data-dir", str(data),
+                       "--batch-size", "4", "--drop-caches", env=env)  # fmt: skip
+    assert "dataset_cached_before_run" not in run.rules
+    warm = run.finding("cache_warmup")
+    evidence = warm["evidence"]
+    # a whole pass (train, then validation) brings every file of the set in
+    assert evidence["dataset_cached_before_run_percent"] <= 1.0
+    assert evidence["dataset_cached_after_first_epoch_percent"] >= 99.0
+    assert evidence["dataset_cached_start_percent_by_epoch"]["2"] >= 99.0
+    assert warm["title"].startswith("Epoch 1 read the data set from storage")
+
+
+def pad_jpegs(root: Path, extra_bytes: int) -> None:
+    """Grow every picture by ``extra_bytes`` of APP15 segments after its start marker (as a
+    camera's metadata would), so reading it takes long while decoding it stays cheap; the
+    manifest's byte counts follow."""
+    filler = bytes(range(256)) * (SEGMENT_BYTES // 256 + 1)
+    for path in root.rglob("*.JPEG"):
+        picture = path.read_bytes()
+        segments = bytearray()
+        left = extra_bytes
+        while left > 0:
+            size = min(SEGMENT_BYTES, left)
+            segments += APP15 + (size + 2).to_bytes(2, "big") + filler[:size]
+            left -= size + 4
+        path.write_bytes(picture[:2] + bytes(segments) + picture[2:])
+    manifest_path = root / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for split in ("train", "val"):
+        files = manifest[split]["files"]
+        manifest[split]["bytes"] = sum((root / name).stat().st_size for name in files)
+    manifest_path.write_text(json.dumps(manifest))
+
+
+READ_LIMIT = 1_500_000  # bytes/s: a loaded rank steps at ~1 s, a batch needs ~3 s of reads
+
+
+@pytest.mark.skipif(not os.access(BLKIO, os.W_OK), reason="needs root and cgroup v1 blkio")
+def test_reads_throttled_by_blkio_make_epoch_1_storage_bound(tmp_path, env):
+    data = tmp_path / "padded"
+    make_dataset(data, "jpeg", images=16, classes=4, image_size=64, val_images=2,
+                 progress=False)  # fmt: skip
+    pad_jpegs(data, 2_500_000)  # 45 MB: 30 s of reads at the limit
+    with blkio_read_limit(f"epochscope-throttle-{os.getpid()}", data, READ_LIMIT) as prefix:
+        run = run_training(tmp_path / "runs", "throttled", *TRAINING, "--data-dir", str(data),
+                           "--batch-size", "2", "--loader-workers", "2", "--warmup-steps", "2",
+                           "--step-every", "1", "--drop-caches", env=env,
+                           prefix=prefix)  # fmt: skip
+    bound = run.finding("storage_bound")
+    assert bound["evidence"]["epochs"] == [1]  # epoch 2 read the set from the page cache
+    (host_epoch,) = bound["evidence"]["host_epochs"]
+    assert host_epoch["dataset_cached_start_percent"] <= 1.0
+    assert host_epoch["dataset_cached_end_percent"] >= 99.0
+    # the limit held: the training read no faster than it allows (the window has start-up)
+    assert host_epoch["storage_read_mbps"] <= READ_LIMIT / 1e6 * 1.1
+    assert "dataset_cached_before_run" not in run.rules
