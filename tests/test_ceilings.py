@@ -143,3 +143,37 @@ def test_a_run_without_ceilings_has_no_share(make_store):
     run.epoch(20, 400, disk_read=40e6)
     (row, *_) = build_report(make_store(run.points()), "bare").rows
     assert row.disk_read_ceiling_percent is None
+
+
+def ceiling_points(hosts, bytes_per_second: float) -> list[Point]:
+    return [
+        Point(
+            Ceiling.NAME,
+            {Tag.HOST: host, Tag.DEVICE: "sda", Tag.KIND: "disk", Tag.METHOD: "o_direct"},
+            {str(Ceiling.DISK_SEQUENTIAL_READ): bytes_per_second, str(Ceiling.MEASURED_AT): 1.0},
+            T0_NS + second * NS,
+        )
+        for host in hosts
+        for second in range(-5, 200, 5)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("ceiling", "share", "verdict"),
+    [(200e6, 90, "the disk was at its limit"), (1000e6, 18, "under the 80% that would mean")],
+)
+def test_the_storage_bound_finding_states_reads_against_the_ceiling(
+    make_store, ceiling, share, verdict
+):
+    from collector.findings.engine import run_findings
+
+    run = RunBuilder("bound", steps_per_epoch=6)
+    run.epoch(100, 6_000, step_pattern=(1, 3), disk_read=180e6, cpu_busy=0.3, cpu_iowait=0.2)
+    run.epoch(60, 6_000, cpu_busy=0.6)
+    store = make_store([*run.points(), *ceiling_points(run.hosts, ceiling)])
+    (finding,) = [f for f in run_findings(store, "bound") if f.rule == "storage_bound"]
+    assert finding.evidence["host_epochs"][0]["disk_read_ceiling_percent"] == share
+    assert f"That is {share}% of {run.hosts[0]}'s measured disk read ceiling" in (
+        finding.explanation
+    )
+    assert verdict in finding.explanation

@@ -63,6 +63,8 @@ SCALING_WARNING_FRACTION = 0.10
 SCALING_CRITICAL_FRACTION = 0.25
 # input wait, stragglers and start-up (collector.findings.anatomy)
 INPUT_WAIT_SHARE = 0.20
+# reads at >= 80% of the disk's measured ceiling (agent ceilings) are at its limit
+CEILING_BOUND_SHARE = 0.80
 STORAGE_READ_SHARE = 0.5  # read_bytes / rchar: the training's reads came from storage
 # MLPerf Storage's pass mark for ResNet-50 (and UNet3D): accelerator utilisation >= 90%
 AU_PASS = 0.90
@@ -289,6 +291,10 @@ class UnstableHostEpoch:
         default=None, metadata={**IF_KNOWN, **digits(1)}
     )
     input_wait_percent: float | None = field(default=None, metadata={**IF_KNOWN, **digits(1)})
+    # the disk reads as a share of the host's measured ceiling (agent ceilings)
+    disk_read_ceiling_percent: float | None = field(
+        default=None, metadata={**IF_KNOWN, **digits(1)}
+    )
 
 
 @dataclass(frozen=True)

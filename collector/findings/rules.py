@@ -525,6 +525,7 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
                     dataset_cached_start_percent=row.dataset_cached_start_percent,
                     dataset_cached_end_percent=row.dataset_cached_end_percent,
                     input_wait_percent=row.input_wait_percent,
+                    disk_read_ceiling_percent=row.disk_read_ceiling_percent,
                 )
             )
         elif not reading(row):

@@ -17,6 +17,7 @@ from functools import singledispatch
 
 from collector.findings.evidence import (
     AU_PASS,
+    CEILING_BOUND_SHARE,
     CRITICAL,
     EPOCH_RESTART_SHARE,
     INFO,
@@ -311,6 +312,22 @@ def _(found: FabricCarriesStorage) -> Finding:
 # --------------------------------------------------------------------------------------
 
 
+def ceiling_sentence(host: str, percent: float) -> str:
+    """Disk reads against the host's measured ceiling, with the rule for "at its limit"."""
+    if percent >= 100 * CEILING_BOUND_SHARE:
+        return (
+            f"That is {percent:.0f}% of {host}'s measured disk read ceiling (agent ceilings): "
+            "the disk was at its limit; faster storage, or the data set cached or local, "
+            "would help."
+        )
+    return (
+        f"That is {percent:.0f}% of {host}'s measured disk read ceiling (agent ceilings), "
+        f"under the {100 * CEILING_BOUND_SHARE:.0f}% that would mean bandwidth: reads too "
+        "small or too few at a time (latency), or a limit set elsewhere (a cgroup, a shared "
+        "device)."
+    )
+
+
 @words.register
 def _(found: StorageBound) -> Finding:
     worst = found.worst
@@ -330,6 +347,8 @@ def _(found: StorageBound) -> Finding:
         "MB/s: "
         "training waited on storage."
     )
+    if worst.disk_read_ceiling_percent is not None:
+        explanation += " " + ceiling_sentence(worst.host, worst.disk_read_ceiling_percent)
     if worst.dataset_cached_start_percent is not None:
         explanation += (
             f" The data set was {_percent(worst.dataset_cached_start_percent)} in "
