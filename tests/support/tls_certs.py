@@ -53,7 +53,8 @@ class TestCa:
             .sign(self.key, hashes.SHA256())
         )  # fmt: skip
         self.ca_file = directory / f"{name.replace(' ', '-')}.pem"
-        self.ca_file.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
+        self.key_file = directory / f"{name.replace(' ', '-')}.key"  # a site's CA key
+        write_pair(self.cert, self.key, self.ca_file, self.key_file)
 
     def issue(self, name: str, server: bool = True) -> Issued:
         key = ec.generate_private_key(ec.SECP256R1())
