@@ -395,3 +395,55 @@ def test_dashboard_serves_over_tls(pki, tmp_path, repo_env):
             assert r.status == 200 and b"<html" in r.read().lower()
     finally:
         stop(dashboard)
+
+
+def test_a_half_renewed_pair_keeps_the_old_certificate_until_the_pair_loads(pki, tmp_path):
+    """A renewal caught half-way (the new certificate beside the old key) does not load: the
+    server keeps serving the old pair, then takes the new one once its key arrives."""
+    from agent.exposition import MetricsServer
+    from netserve.tls import ServerTls, TlsFiles
+
+    ca = TestCa(tmp_path / "ca", "renewal CA")
+    first = ca.issue("node")
+    cert_file, key_file = first.cert_file, first.key_file
+    tls = ServerTls(TlsFiles(cert_file, key_file), check_seconds=0.0)
+    server = MetricsServer("127.0.0.1", 0, tls=tls)
+    try:
+        assert peer_serial(server.port, ca.ca_file) == first.serial
+        saved_key = key_file.read_bytes()
+        second = ca.issue("node")  # writes both; put the old key back: a half renewal
+        new_key = key_file.read_bytes()
+        key_file.write_bytes(saved_key)
+        assert peer_serial(server.port, ca.ca_file) == first.serial
+        assert tls.reloads == 0
+        key_file.write_bytes(new_key)
+        assert peer_serial(server.port, ca.ca_file) == second.serial
+        assert tls.reloads == 1
+    finally:
+        server.close()
+
+
+def test_agent_config_takes_the_tls_keys_and_refuses_half_of_a_pair(tmp_path):
+    from agent.config import ConfigError, build
+
+    token = tmp_path / "token"
+    token.write_text("t")
+    token.chmod(0o600)
+    config = build(
+        {
+            "push": {"url": "https://head:8086", "ca_file": "/ca.pem"},
+            "metrics": {
+                "listen": "127.0.0.1:9711",
+                "tls_cert_file": "/c.pem",
+                "tls_key_file": "/c.key",
+                "bearer_token_file": str(token),
+            },
+        }
+    )
+    assert config.push is not None and str(config.push.ca_file) == "/ca.pem"
+    assert config.metrics is not None and config.metrics.tls is not None
+    assert config.metrics.bearer_token_file == token
+    with pytest.raises(ConfigError, match="tls_cert_file"):
+        build({"metrics": {"tls_cert_file": "/c.pem"}})
+    with pytest.raises(ConfigError, match="https"):
+        build({"push": {"url": "http://head:8086", "ca_file": "/ca.pem"}})
