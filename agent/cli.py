@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -191,13 +192,16 @@ def check_spool_holds_a_tick(samplers: Sequence[Any], spool_max_bytes: int) -> N
 
 
 def push_tls(push: agent_config.PushConfig) -> Any:
-    """The shipper's client context for an https push url (None for http)."""
+    """What makes the shipper's client context for an https push url (None for http),
+    tried once here so that unusable files are said at start."""
     if not push.url.startswith("https://"):
         return None
+    make = functools.partial(client_context, push.ca_file, push.cert_file, push.key_file)
     try:
-        return client_context(push.ca_file, push.cert_file, push.key_file)
+        make()
     except TlsConfigError as error:
         raise ConfigError("push.ca_file", str(error)) from None
+    return make
 
 
 def metrics_tls(metrics: agent_config.MetricsListen) -> ServerTls | None:

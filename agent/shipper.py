@@ -48,7 +48,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,15 +131,16 @@ class HttpWriter:
         token: str | None,
         org: str,
         bucket: str,
-        tls: ssl.SSLContext | None = None,
+        tls: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"push url {url!r}: want http://HOST[:PORT] or https://...")
         self._https = parts.scheme == "https"
         # https: the collector verified against push.ca_file or $EPOCHSCOPE_CA_FILE (else
-        # the system's CAs), a client certificate presented where configured
-        self._tls = tls if tls is not None or not self._https else client_context()
+        # the system's CAs), a client certificate presented where configured; the context
+        # is made for each new connection, so renewed files are read again
+        self._tls = tls or client_context
         self._host = parts.hostname
         self._port = parts.port
         query = urllib.parse.urlencode({"org": org, "bucket": bucket, "precision": "ns"})
@@ -188,7 +189,7 @@ class HttpWriter:
         if self._https:
             return http.client.HTTPSConnection(
                 self._host, self._port, timeout=HTTP_TIMEOUT_SECONDS,
-                context=self._tls,
+                context=self._tls(),
             )  # fmt: skip
         return http.client.HTTPConnection(self._host, self._port, timeout=HTTP_TIMEOUT_SECONDS)
 
@@ -224,7 +225,7 @@ class Shipper:
         batch_seconds: float = 0.0,
         backoff_max_seconds: float = 30.0,
         segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES,
-        tls: ssl.SSLContext | None = None,
+        tls: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
         self.url = url
         self._tls = tls

@@ -202,7 +202,7 @@ def test_collector_with_client_ca_refuses_missing_and_wrong_client_certificates(
     # the agent's shipper with push.ca_file, cert_file and key_file delivers
     shipper = Shipper(
         f"https://127.0.0.1:{port}", WRITE_TOKEN, "o", "b", tmp_path / "spool",
-        tls=client_context(ca.ca_file, right.cert_file, right.key_file),
+        tls=lambda: client_context(ca.ca_file, right.cert_file, right.key_file),
     )  # fmt: skip
     shipper.start()
     try:
