@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -30,6 +31,8 @@ from agent.config import AgentConfig, ConfigError
 from agent.samplers import SAMPLER_NAMES, Roots
 from contract.point import encode_line, encode_lines
 from netserve.listen import cannot_listen
+from netserve.tls import ServerTls, TlsConfigError, client_context
+from netserve.tokens import WatchedToken
 
 log = logging.getLogger("agent")
 
@@ -239,6 +242,28 @@ def check_spool_holds_a_tick(samplers: Sequence[Any], spool_max_bytes: int) -> N
         )
 
 
+def push_tls(push: agent_config.PushConfig) -> Any:
+    """What makes the shipper's client context for an https push url (None for http),
+    tried once here so that unusable files are said at start."""
+    if not push.url.startswith("https://"):
+        return None
+    make = functools.partial(client_context, push.ca_file, push.cert_file, push.key_file)
+    try:
+        make()
+    except TlsConfigError as error:
+        raise ConfigError("push.ca_file", str(error)) from None
+    return make
+
+
+def metrics_tls(metrics: agent_config.MetricsListen) -> ServerTls | None:
+    if metrics.tls is None:
+        return None
+    try:
+        return ServerTls(metrics.tls)
+    except TlsConfigError as error:
+        raise ConfigError("metrics.tls_cert_file", str(error)) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from agent.daemon import Daemon, build_samplers
     from agent.samplers.agent import AgentStats
@@ -279,6 +304,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 push.spool_max_bytes,
                 stats,
                 batch_seconds=push.batch_seconds,
+                tls=push_tls(push),
             )
         except OSError as error:
             raise ConfigError(
@@ -292,7 +318,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         try:
             metrics_server = MetricsServer(
-                config.metrics.address, config.metrics.port, config.metrics.limits
+                config.metrics.address,
+                config.metrics.port,
+                config.metrics.limits,
+                metrics_tls(config.metrics),
+                WatchedToken(config.metrics.bearer_token_file, "metrics bearer token file")
+                if config.metrics.bearer_token_file
+                else None,
             )
         except OSError as error:
             message = cannot_listen(
@@ -308,7 +340,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config.interval_seconds,
         ",".join(sampler.name for sampler in samplers) or "none",
         config.push.url if config.push else "off",
-        f"http://{metrics_server.address}:{metrics_server.port}/metrics"
+        f"{'https' if config.metrics and config.metrics.tls else 'http'}://"
+        f"{metrics_server.address}:{metrics_server.port}/metrics"
         if metrics_server
         else "off",
     )

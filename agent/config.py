@@ -18,12 +18,19 @@ Keys (all optional)::
     spool_dir = "/var/lib/epochscope/spool"
     spool_max_bytes = 536870912   # 512 MiB; when full the oldest points are dropped
     batch_seconds = 5             # once caught up, send at most this often (0: every tick)
+    ca_file = "/etc/epochscope/ca.pem"  # https url: verify the collector against this CA
+    cert_file = "/etc/epochscope/agent.pem"  # a client certificate, where the collector
+    key_file = "/etc/epochscope/agent.key"   # asks for one (--tls-client-ca-file)
 
     [metrics]
     listen = "127.0.0.1:9711"     # Prometheus /metrics; "" turns it off
     max_connections = 64          # open at once; at the cap the longest-waiting one is closed
     header_timeout_seconds = 10   # a request's whole head must arrive within this
     idle_timeout_seconds = 75     # a kept-alive connection with no request is closed
+    tls_cert_file = "/etc/epochscope/node.pem"  # serve /metrics over TLS (netserve.tls)
+    tls_key_file = "/etc/epochscope/node.key"
+    tls_client_ca_file = "/etc/epochscope/ca.pem"  # scrapers must show a cert it signed
+    bearer_token_file = "/etc/epochscope/metrics-token"  # scrapes must send this token
 
 Every key can be overridden from the environment: ``EPOCHSCOPE_<KEY>`` for a top-level
 key and ``EPOCHSCOPE_<SECTION>_<KEY>`` for a key in a section (``EPOCHSCOPE_PUSH_TOKEN``,
@@ -52,7 +59,8 @@ from contract.identifiers import tag_problem
 from contract.schema import Tag
 from netserve import listen
 from netserve.limits import ConnectionLimits
-from netserve.listen import ListenError
+from netserve.listen import ListenError, is_loopback
+from netserve.tls import TlsConfigError, TlsFiles
 from netserve.tokens import TokenFileError, header_safe, read_token_file, warn_if_readable_by_others
 
 log = logging.getLogger(__name__)
@@ -111,6 +119,9 @@ class PushConfig:
     spool_dir: Path = DEFAULT_SPOOL_DIR
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
     batch_seconds: float = DEFAULT_BATCH_SECONDS
+    ca_file: Path | None = None  # https: the CA the collector is verified against
+    cert_file: Path | None = None  # a client certificate for the collector, with its key
+    key_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,8 @@ class MetricsListen:
     address: str
     port: int
     limits: ConnectionLimits = METRICS_LIMITS  # see netserve.http_guard
+    tls: TlsFiles | None = None  # None: plain HTTP
+    bearer_token_file: Path | None = None  # set: /metrics wants `Authorization: Bearer`
 
 
 @dataclass(frozen=True)
@@ -157,12 +170,19 @@ _KEYS: dict[str, dict[str, str]] = {
         "spool_dir": _STR,
         "spool_max_bytes": _INT,
         "batch_seconds": _NUMBER,
+        "ca_file": _STR,
+        "cert_file": _STR,
+        "key_file": _STR,
     },
     "metrics": {
         "listen": _STR,
         "max_connections": _INT,
         "header_timeout_seconds": _NUMBER,
         "idle_timeout_seconds": _NUMBER,
+        "tls_cert_file": _STR,
+        "tls_key_file": _STR,
+        "tls_client_ca_file": _STR,
+        "bearer_token_file": _STR,
     },
 }
 _SECRET_KEYS = {"push.token"}
@@ -277,7 +297,33 @@ def _metrics_config(table: Mapping[str, Any]) -> MetricsListen | None:
         header_timeout=timeouts["header_timeout_seconds"],
         idle_timeout=timeouts["idle_timeout_seconds"],
     )
-    return dataclasses.replace(listen, limits=limits)
+    try:
+        tls = TlsFiles.of(
+            table.get("tls_cert_file"),
+            table.get("tls_key_file"),
+            table.get("tls_client_ca_file"),
+            "metrics.tls_",
+        )
+    except TlsConfigError as error:
+        raise ConfigError("metrics.tls_cert_file", str(error).replace("-", "_")) from None
+    token_file = table.get("bearer_token_file")
+    if token_file:
+        try:
+            read_token_file(token_file, "metrics bearer token file")
+        except TokenFileError as error:
+            raise ConfigError("metrics.bearer_token_file", str(error)) from None
+        if tls is None and not is_loopback(listen.address):
+            log.warning(
+                "metrics.bearer_token_file without TLS on %s: the token crosses the network "
+                "in clear (give metrics.tls_cert_file and tls_key_file)",
+                listen.address,
+            )
+    return dataclasses.replace(
+        listen,
+        limits=limits,
+        tls=tls,
+        bearer_token_file=Path(token_file) if token_file else None,
+    )
 
 
 def _read_token_file(path: Path) -> Secret:
@@ -379,7 +425,14 @@ def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
             raise ConfigError(f"push.{key}", "must not be empty")
     spool_dir = Path(table.get("spool_dir", DEFAULT_SPOOL_DIR))
     _check_spool_dir(spool_dir)
+    if bool(table.get("cert_file")) != bool(table.get("key_file")):
+        raise ConfigError("push.cert_file", "give both cert_file and key_file, or neither")
+    tls_keys = ("ca_file", "cert_file", "key_file")
+    tls_files = {key: Path(table[key]) for key in tls_keys if table.get(key)}
+    if tls_files and not url.startswith("https://"):
+        raise ConfigError("push.ca_file", f"goes with an https:// url (got {url!r})")
     return PushConfig(
+        **tls_files,
         url=url.rstrip("/"),
         token=token,
         bucket=table.get("bucket", DEFAULT_BUCKET),

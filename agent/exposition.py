@@ -33,6 +33,8 @@ from contract.point import Point
 from netserve.http_guard import ConnectionGuard, GuardedThreadingMixIn
 from netserve.limits import ConnectionLimits
 from netserve.refusals import RefusalLog
+from netserve.tls import ServerTls, TlsServerMixIn
+from netserve.tokens import WatchedToken
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +257,10 @@ class _Handler(BaseHTTPRequestHandler):
         if route is None:
             self._reply(404, b"not found: try /metrics\n", "text/plain; charset=utf-8")
             return
+        if not self._authorized(headers):
+            self.server.refusals.refused(401, self.client_address[0], path, "no valid bearer token")
+            self._reply(401, b"unauthorized\n", "text/plain; charset=utf-8", bearer=True)
+            return
         content_type, body = route()
         self._reply(200, body, content_type)
 
@@ -275,19 +281,31 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(200, body, content_type)
 
-    def _reply(self, status: int, body: bytes, content_type: str, close: bool = False) -> None:
+    def _authorized(self, headers: _Headers) -> bool:
+        """Without ``[metrics] bearer_token_file`` every scrape is; with it, one that sends
+        ``Authorization: Bearer <token>`` (Prometheus: ``authorization: credentials_file``)."""
+        token = self.server.bearer_token
+        if token is None:
+            return True
+        scheme, _, offered = (headers.get("authorization") or "").strip().partition(" ")
+        return scheme.lower() == "bearer" and token.matches(offered.strip())
+
+    def _reply(
+        self, status: int, body: bytes, content_type: str, close: bool = False, bearer: bool = False
+    ) -> None:
         if close:
             self.close_connection = True
         head = (
             f"HTTP/1.1 {status} {self.responses[status][0]}\r\n"
             f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            + ('WWW-Authenticate: Bearer realm="epochscope"\r\n' if bearer else "")
             + ("Connection: close\r\n" if self.close_connection else "")
             + "\r\n"
         ).encode()
         self.wfile.write(head if self.command == "HEAD" else head + body)
 
 
-class MetricsHTTPServer(GuardedThreadingMixIn, ThreadingHTTPServer):
+class MetricsHTTPServer(TlsServerMixIn, GuardedThreadingMixIn, ThreadingHTTPServer):
     """A thread per connection, within ``netserve.http_guard``'s limits (a scraper needs one
     or two connections): at most ``max_connections`` (64) open; at the cap a new one
     closes the connection that has waited longest for a request, and when every one has
@@ -296,25 +314,46 @@ class MetricsHTTPServer(GuardedThreadingMixIn, ThreadingHTTPServer):
     connection with no request is closed after ``idle_timeout`` (75 s: longer than
     Prometheus's default 1-minute scrape interval, so its connection is reused). So idle
     or slow clients cannot hold an unbounded number of threads, nor one thread for long,
-    nor lock out Prometheus."""
+    nor lock out Prometheus.
+
+    With ``tls`` every connection is TLS (``netserve.tls``: renewed files are picked up,
+    and a client CA file makes a client certificate required); with ``bearer_token``
+    ``/metrics`` answers 401 to a scrape without it (``/edge`` stays loopback-only)."""
 
     daemon_threads = True
     request_queue_size = 64
     routes: dict[str, Callable[[], tuple[str, bytes]]]
     post_routes: dict[str, Callable[[], tuple[str, bytes]]]
 
-    def __init__(self, address: tuple[str, int], handler: type, limits: ConnectionLimits) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type,
+        limits: ConnectionLimits,
+        tls: ServerTls | None = None,
+        bearer_token: WatchedToken | None = None,
+    ) -> None:
         super().__init__(address, handler)
         self.guard = ConnectionGuard(limits, log, "metrics-http")
         self.refusals = RefusalLog(log)  # one line per kind of refusal per minute
+        self.tls = tls
+        self.bearer_token = bearer_token
 
 
 class MetricsServer:
-    """/metrics over HTTP on ``address:port`` (port 0: any free port)."""
+    """/metrics over HTTP (or HTTPS with ``tls``) on ``address:port`` (port 0: any free
+    port); ``bearer_token``: the token a scrape must send."""
 
-    def __init__(self, address: str, port: int, limits: ConnectionLimits = LIMITS) -> None:
+    def __init__(
+        self,
+        address: str,
+        port: int,
+        limits: ConnectionLimits = LIMITS,
+        tls: ServerTls | None = None,
+        bearer_token: WatchedToken | None = None,
+    ) -> None:
         self.latest = LatestSample()
-        self._server = MetricsHTTPServer((address, port), _Handler, limits)
+        self._server = MetricsHTTPServer((address, port), _Handler, limits, tls, bearer_token)
         self._server.routes = {"/metrics": lambda: (CONTENT_TYPE, self.latest.page())}
         self._server.post_routes = {}
         self.address, self.port = self._server.server_address[:2]

@@ -48,7 +48,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +57,7 @@ from agent.queue import PointQueue
 from agent.spool import DEFAULT_SEGMENT_MAX_BYTES, Segment
 from agent.thread_names import name_this_thread
 from contract.point import Point, encode_line
+from netserve.tls import client_context
 
 if TYPE_CHECKING:
     from agent.samplers.agent import AgentStats
@@ -124,11 +125,22 @@ class HttpWriter:
     more on a new connection, as urllib3 does; any other failure is the endpoint's outage.
     """
 
-    def __init__(self, url: str, token: str | None, org: str, bucket: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        org: str,
+        bucket: str,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+    ) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"push url {url!r}: want http://HOST[:PORT] or https://...")
         self._https = parts.scheme == "https"
+        # https: the collector verified against push.ca_file or $EPOCHSCOPE_CA_FILE (else
+        # the system's CAs), a client certificate presented where configured; the context
+        # is made for each new connection, so renewed files are read again
+        self._tls = tls or client_context
         self._host = parts.hostname
         self._port = parts.port
         query = urllib.parse.urlencode({"org": org, "bucket": bucket, "precision": "ns"})
@@ -177,7 +189,7 @@ class HttpWriter:
         if self._https:
             return http.client.HTTPSConnection(
                 self._host, self._port, timeout=HTTP_TIMEOUT_SECONDS,
-                context=ssl.create_default_context(),
+                context=self._tls(),
             )  # fmt: skip
         return http.client.HTTPConnection(self._host, self._port, timeout=HTTP_TIMEOUT_SECONDS)
 
@@ -213,8 +225,10 @@ class Shipper:
         batch_seconds: float = 0.0,
         backoff_max_seconds: float = 30.0,
         segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES,
+        tls: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
         self.url = url
+        self._tls = tls
         self._token = token
         self._org = org
         self._bucket = bucket
@@ -246,7 +260,7 @@ class Shipper:
     def start(self) -> None:
         if self._thread is not None:
             return
-        self._writer = HttpWriter(self.url, self._token, self._org, self._bucket)
+        self._writer = HttpWriter(self.url, self._token, self._org, self._bucket, self._tls)
         self._thread = threading.Thread(target=self._run, name=SHIPPER_THREAD, daemon=True)
         self._thread.start()
 

@@ -14,6 +14,7 @@ import sys
 from collector.store.database import DEFAULT_DB
 from contract.commandline import Parser, quiet_broken_pipe
 from netserve.limits import ConnectionLimits
+from netserve.tls import add_client_arguments, add_server_arguments
 
 DEFAULT_LISTEN = "127.0.0.1:8086"
 
@@ -94,6 +95,7 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
         help="ask the collector at URL (its read API) instead of reading --db here",
     )
     parser.add_argument("--token-file", help="file holding the collector's token (--collector)")
+    add_client_arguments(parser)
 
 
 def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argparse.ArgumentParser:
@@ -105,6 +107,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argpar
     _add_store_arguments(serve, BACKEND_HELP["serve"])
     serve.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
     serve.add_argument("--token-file", help="file holding the write/query token")
+    add_server_arguments(serve, "the write and read API")
     serve.add_argument(
         "--retention-days",
         type=retention_days,

@@ -36,6 +36,7 @@ from dashboard.server import LIMITS
 from dashboard.source import DEFAULT_MAX_POINTS
 from netserve.limits import ConnectionLimits
 from netserve.listen import ListenError, cannot_listen, check_port, shown
+from netserve.tls import TlsConfigError, add_client_arguments, add_server_arguments, server_tls_of
 
 AUTH_ENV = "EPOCHSCOPE_DASHBOARD_AUTH"
 log = logging.getLogger("dashboard")
@@ -74,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--collector URL`); no --db",
     )
     serve.add_argument("--token-file", help="file holding the collector's token (--collector)")
+    add_client_arguments(serve)
+    add_server_arguments(serve, "the dashboard")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (%(default)s)")
     serve.add_argument("--port", type=int, default=8050, help="port (%(default)s)")
     serve.add_argument(
@@ -150,11 +153,12 @@ def check_options(args: argparse.Namespace) -> None:
 
 def open_remote(args: argparse.Namespace, max_points: int):
     """The remote collector's read API as the pages' source, checked with one question."""
-    from collector.api.client import RemoteError, token_of
+    from collector.api.client import RemoteError, tls_of, token_of
     from dashboard.remote import RemoteSource, shown_url
 
     try:
-        source = RemoteSource(args.collector, token_of(args.token_file), max_points)
+        tls = tls_of(args.ca_file) if args.collector.startswith("https://") else None
+        source = RemoteSource(args.collector, token_of(args.token_file), max_points, tls)
         source.check()
     except RemoteError as error:
         message = str(error)
@@ -225,6 +229,10 @@ def serve(args: argparse.Namespace) -> int:
     if args.max_connections < 1 or not args.header_timeout > 0:
         raise CliError("--max-connections must be at least 1 and --header-timeout > 0")
     check_options(args)
+    try:
+        tls = server_tls_of(args)
+    except TlsConfigError as error:
+        raise CliError(str(error)) from None
     limits = ConnectionLimits(
         max_connections=args.max_connections,
         header_timeout=args.header_timeout,
@@ -244,7 +252,7 @@ def serve(args: argparse.Namespace) -> int:
         source = DataSource(store, max_points=args.max_points)
     app = create_app(source, poll_seconds=args.poll_seconds, credentials=credentials)
     try:
-        server = make_dashboard_server(args.host, args.port, app.server, limits)
+        server = make_dashboard_server(args.host, args.port, app.server, limits, tls)
     except OSError as error:
         message = cannot_listen(args.host, args.port, error, fix="--host and --port")
         raise CliError(message, status=1) from None
@@ -259,7 +267,8 @@ def serve(args: argparse.Namespace) -> int:
         from dashboard.remote import shown_url
 
         who += f", over the collector at {shown_url(args.collector)}"
-    log.info("dashboard on http://%s/%s", shown(args.host, server.server_port), who)
+    scheme = "https" if tls else "http"
+    log.info("dashboard on %s://%s/%s", scheme, shown(args.host, server.server_port), who)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

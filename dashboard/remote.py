@@ -14,6 +14,7 @@ logged or put in a URL.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import urllib.parse
 from contextlib import nullcontext
@@ -29,11 +30,18 @@ from dashboard.source import DEFAULT_MAX_POINTS, DataSource, Timeseries, is_live
 class RemoteSource(DataSource):
     """A ``DataSource`` whose store is a remote collector's read API."""
 
-    def __init__(self, url: str, token: str | None, max_points: int = DEFAULT_MAX_POINTS) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        max_points: int = DEFAULT_MAX_POINTS,
+        tls: ssl.SSLContext | None = None,  # https: the collector verified with it
+    ) -> None:
         # no local store: every question goes to the collector (its RunCache keeps
         # finished runs' answers), so nothing is prepared or completed here
         self.url = url.rstrip("/")
         self.token = token
+        self.tls = tls
         self.max_points = max_points
         self.complete_ahead = False
         self._background: set[threading.Thread] = set()
@@ -43,7 +51,7 @@ class RemoteSource(DataSource):
     def ask(self, question: str, **params: Any) -> Any:
         """The collector's JSON answer to one question; ``RemoteError`` as the client says."""
         query = {name: str(value) for name, value in params.items() if value is not None}
-        return json.loads(fetch_view(self.url, DASHBOARD + question, query, self.token))
+        return json.loads(fetch_view(self.url, DASHBOARD + question, query, self.token, self.tls))
 
     def check(self) -> None:
         """One question, so that a wrong URL or token is said at start, not on every page."""

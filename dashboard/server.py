@@ -25,6 +25,7 @@ from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 
 from netserve.http_guard import ConnectionGuard, GuardedThreadingMixIn
 from netserve.limits import ConnectionLimits
+from netserve.tls import ServerTls, TlsServerMixIn
 
 log = logging.getLogger("dashboard")
 
@@ -54,15 +55,29 @@ class GuardedRequestHandler(WSGIRequestHandler):
             super().log_error(format, *args)
 
 
-class DashboardServer(GuardedThreadingMixIn, ThreadedWSGIServer):
-    def __init__(self, host: str, port: int, app: Any, limits: ConnectionLimits) -> None:
+class DashboardServer(TlsServerMixIn, GuardedThreadingMixIn, ThreadedWSGIServer):
+    """With ``tls`` every connection is TLS (``netserve.tls``), its handshake in the
+    connection's thread under the header deadline (werkzeug's own ``ssl_context`` would
+    wrap the listening socket and shake hands in the accepting thread, where one silent
+    client stops every accept)."""
+
+    def __init__(
+        self, host: str, port: int, app: Any, limits: ConnectionLimits, tls: ServerTls | None
+    ) -> None:
         super().__init__(host, port, app, handler=GuardedRequestHandler)
         self.guard = ConnectionGuard(limits, log, "dashboard-http")
+        self.tls = tls
+        # werkzeug reads this for wsgi.url_scheme (https) and its SSL error lines only
+        self.ssl_context = tls.context() if tls else None
 
 
 def make_dashboard_server(
-    host: str, port: int, app: Any, limits: ConnectionLimits = LIMITS
+    host: str,
+    port: int,
+    app: Any,
+    limits: ConnectionLimits = LIMITS,
+    tls: ServerTls | None = None,
 ) -> DashboardServer:
     """The server for ``app`` (a WSGI app: the Dash app's Flask ``server``) on
-    ``host:port`` (0: any free port); ``serve_forever`` it."""
-    return DashboardServer(host, port, app, limits)
+    ``host:port`` (0: any free port), HTTPS with ``tls``; ``serve_forever`` it."""
+    return DashboardServer(host, port, app, limits, tls)

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import math
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -226,8 +227,9 @@ class ConnectionGuard:
         if connection.partial or _bytes_waiting(connection.sock):
             refusal = EVICTED if evicted else HEAD_TIMEOUT
             note = (refusal.status, connection.client, refusal.reason)
-            with contextlib.suppress(OSError):
-                connection.sock.send(refusal.plain(), socket.MSG_DONTWAIT)
+            if not isinstance(connection.sock, ssl.SSLSocket):  # no plain answer inside TLS
+                with contextlib.suppress(OSError):
+                    connection.sock.send(refusal.plain(), socket.MSG_DONTWAIT)
         with contextlib.suppress(OSError):
             connection.sock.shutdown(socket.SHUT_RDWR)
         return note
@@ -241,9 +243,10 @@ class ConnectionGuard:
 
 def _bytes_waiting(sock: socket.socket) -> bool:
     """Whether the client has sent bytes its thread has not read yet (a thread slow to
-    start on a loaded machine has not marked its connection ``partial``)."""
+    start on a loaded machine has not marked its connection ``partial``). A TLS socket is
+    peeked beneath TLS: any byte of its handshake counts."""
     try:
-        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        return bool(socket.socket.recv(sock, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
     except OSError:
         return False
 

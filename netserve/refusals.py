@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -109,7 +110,10 @@ BODY_MEMORY_SPENT = Refusal(
 def refuse_connection(sock: socket.socket, answer: bytes) -> None:
     """Answer a connection refused at once (the socket is left non-blocking, and open):
     what it sent is read first, since closing over unread data resets the connection and
-    the client could lose the answer."""
+    the client could lose the answer. A TLS connection (its handshake not begun) is
+    left for the caller to close: a plain answer inside TLS would be noise."""
+    if isinstance(sock, ssl.SSLSocket):
+        return
     with contextlib.suppress(OSError):
         sock.setblocking(False)
         for _ in range(16):

@@ -8,7 +8,10 @@ A file others can read is accepted with a warning: it holds a secret (chmod 600 
 
 from __future__ import annotations
 
+import hmac
 import logging
+import threading
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -58,3 +61,44 @@ def warn_if_readable_by_others(path: Path, what: str, mode: int | None = None) -
         log.warning(
             "%s %s is readable by group/others (mode %o): chmod 600 it", what, path, mode & 0o777
         )
+
+
+class WatchedToken:
+    """A server's token from a file, read again when the file changes (its modification
+    time or size, looked at most once a second): a rotated token takes effect without a
+    restart. A file that stops being usable keeps the last good token (and says so once)."""
+
+    def __init__(self, path: str | Path, what: str = "token file", check_seconds: float = 1.0):
+        self.path = Path(path)
+        self.what = what
+        self.check_seconds = check_seconds
+        self._token = read_token_file(self.path, what)
+        self._state = self._stat()
+        self._checked = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _stat(self) -> tuple[int, int] | None:
+        try:
+            info = self.path.stat()
+        except OSError:
+            return None
+        return info.st_mtime_ns, info.st_size
+
+    def matches(self, offered: str) -> bool:
+        """Whether ``offered`` is the token (compared in constant time)."""
+        return hmac.compare_digest(offered.encode("latin-1", "replace"), self.token().encode())
+
+    def token(self) -> str:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked >= self.check_seconds:
+                self._checked = now
+                state = self._stat()
+                if state != self._state:
+                    self._state = state
+                    try:
+                        self._token = read_token_file(self.path, self.what)
+                        log.info("%s %s changed: the new token is in use", self.what, self.path)
+                    except TokenFileError as error:
+                        log.warning("%s; keeping the previous token", error)
+            return self._token

@@ -34,7 +34,7 @@ SHARED = Path(os.environ.get("EPOCHSCOPE_SHARED", REPO_ROOT.parent / "shared"))
 if not SHARED.is_dir():  # a worktree under /work/wt: shared/ sits two levels up
     SHARED = Path("/work/shared")
 FIXTURE_TREE = SHARED / "fixtures" / "roots" / "procfs-mlx-hfi"
-_LISTENING = re.compile(r"listening on http://([\d.]+):(\d+)")
+_LISTENING = re.compile(r"listening on https?://([\d.]+):(\d+)")
 _STOPPED = re.compile(r"agent stopped after (\d+) samples")
 
 # (host, measurement, tags as sorted key=value pairs, time_ns): one point.

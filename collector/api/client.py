@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 import urllib.error
 import urllib.parse
@@ -36,6 +37,7 @@ import urllib.request
 from http import HTTPStatus
 
 from collector.api.routes import LOCAL_ONLY, PREFIX
+from netserve.tls import TlsConfigError, client_context
 from netserve.tokens import TokenFileError, read_token_file
 
 TIMEOUT_SECONDS = 120.0
@@ -57,14 +59,24 @@ def query_of(args: argparse.Namespace) -> dict[str, str]:
     return query
 
 
-def fetch_view(url: str, view: str, query: dict[str, str], token: str | None) -> str:
-    """What ``GET URL/api/v1/VIEW?query`` answers, as text; RemoteError with the fix."""
+def fetch_view(
+    url: str,
+    view: str,
+    query: dict[str, str],
+    token: str | None,
+    tls: ssl.SSLContext | None = None,
+) -> str:
+    """What ``GET URL/api/v1/VIEW?query`` answers, as text; RemoteError with the fix. An
+    https collector is verified against ``tls`` (default: ``$EPOCHSCOPE_CA_FILE``, else the
+    system's CAs; ``netserve.tls.client_context``)."""
     address = f"{url.rstrip('/')}{PREFIX}{view}?{urllib.parse.urlencode(query)}"
     request = urllib.request.Request(address, headers={"Accept": "application/json"})
     if token:
         request.add_header("Authorization", f"Token {token}")
+    if tls is None and address.startswith("https://"):
+        tls = tls_of(None)
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=tls) as response:
             return response.read().decode("utf-8")
     except urllib.error.HTTPError as problem:
         message = _message(problem.read())
@@ -97,9 +109,18 @@ def token_of(path: str | None) -> str | None:
         raise RemoteError(f"--token-file: {problem}", 2) from None
 
 
+def tls_of(ca_file: str | None) -> ssl.SSLContext:
+    """The client context verifying against ``--ca-file`` (``netserve.tls``)."""
+    try:
+        return client_context(ca_file)
+    except TlsConfigError as problem:
+        raise RemoteError(f"--ca-file: {problem}", 2) from None
+
+
 def run_remote(args: argparse.Namespace, out, err=None) -> int:
     """``collector VIEW --collector URL``: print what the collector's read API answers."""
     token = token_of(getattr(args, "token_file", None))
+    tls = tls_of(args.ca_file) if args.collector.startswith("https://") else None
     query = query_of(args)
     if args.command == "report" and args.format == "csv" and args.findings:
         # locally the findings go to stderr beside the CSV; an answer has one body, so
@@ -108,11 +129,11 @@ def run_remote(args: argparse.Namespace, out, err=None) -> int:
         from collector.views.output import write_findings
 
         query.pop("findings")
-        out.write(fetch_view(args.collector, "report", query, token))
+        out.write(fetch_view(args.collector, "report", query, token, tls))
         asked = {"run_id": args.run_id, "format": "json", "findings": "true"}
-        document = json.loads(fetch_view(args.collector, "report", asked, token))
+        document = json.loads(fetch_view(args.collector, "report", asked, token, tls))
         findings = [Finding(**finding) for finding in document["findings"]]
         write_findings(findings, sys.stderr if err is None else err)
         return 0
-    out.write(fetch_view(args.collector, args.command, query, token))
+    out.write(fetch_view(args.collector, args.command, query, token, tls))
     return 0

@@ -5,6 +5,15 @@ VIEWS = ("runs", "report", "scaling", "inference", "jobs", "job", "hosts")
 DASHBOARD = "dashboard/"  # /api/v1/dashboard/<question>: collector.views.questions
 # options of the local commands that name the local store or the remote one: never sent
 LOCAL_ONLY = frozenset(
-    {"command", "db", "backend", "backend_auth_file", "collector", "token_file", "throughput"}
+    {
+        "command",
+        "db",
+        "backend",
+        "backend_auth_file",
+        "collector",
+        "token_file",
+        "ca_file",
+        "throughput",
+    }
 )
 CONTENT_TYPES = {"json": "application/json; charset=utf-8", "csv": "text/csv; charset=utf-8"}

@@ -81,6 +81,7 @@ from netserve.refusals import (
     refuse_connection,
     too_many_connections,
 )
+from netserve.tls import ServerTls
 
 log = logging.getLogger("collector.ingest.server")
 
@@ -171,6 +172,7 @@ class HttpFront:
         max_body_bytes: int,
         body_wanted: Callable[[Head], bool],
         note_refusal: Callable[[int, str, str, str], object],
+        tls: ServerTls | None = None,
     ) -> None:
         problem = limits.problem()
         if problem:
@@ -186,6 +188,7 @@ class HttpFront:
         self.max_body_bytes = max_body_bytes
         self.body_wanted = body_wanted  # False: answer from the head (401, 404)
         self.note_refusal = note_refusal
+        self.tls = tls  # every connection TLS, renewed files picked up (netserve.tls)
         self.connections: set[Connection] = set()
         self.budget = BodyBudget(limits.body_memory_bytes)
         self.memory = MemoryReturner()
@@ -328,7 +331,8 @@ class HttpFront:
         answered and closed at once."""
         refusal = too_many_connections(self.limits.max_connections)
         self.note_refusal(refusal.status, peer[0], "-", refusal.reason)
-        refuse_connection(client, refusal.json())
+        if self.tls is None:  # a plain answer would be noise to a TLS client: closed
+            refuse_connection(client, refusal.json())
         with contextlib.suppress(OSError):
             client.shutdown(socket.SHUT_WR)
         client.close()
@@ -354,8 +358,10 @@ class HttpFront:
 
     async def _connection(self, client: socket.socket, peer: tuple) -> None:
         try:
-            reader, writer = await asyncio.open_connection(sock=client, limit=STREAM_LIMIT)
-        except OSError:
+            reader, writer = await self._open(client)
+        except (OSError, TimeoutError, asyncio.CancelledError) as error:
+            # a failed TLS handshake: no CA, a wrong client certificate, plain HTTP
+            log.debug("connection from %s not opened: %r", peer[0], error)
             client.close()
             self._closed(None)
             return
@@ -375,6 +381,25 @@ class HttpFront:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
             self._closed(connection)
+
+    async def _open(
+        self, client: socket.socket
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Streams over ``client``; with TLS, after its handshake, which must be done within
+        the header timeout (it is part of the first request's head, as far as a slow
+        client is concerned)."""
+        if self.tls is None:
+            return await asyncio.open_connection(sock=client, limit=STREAM_LIMIT)
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=STREAM_LIMIT, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        transport, _ = await loop.connect_accepted_socket(
+            lambda: protocol,
+            sock=client,
+            ssl=self.tls.context(),
+            ssl_handshake_timeout=self.limits.header_timeout,
+        )
+        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
     async def _serve_connection(self, connection: Connection) -> None:
         limits = self.limits

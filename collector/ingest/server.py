@@ -77,6 +77,7 @@ from netserve import listen
 from netserve.limits import ConnectionLimits
 from netserve.listen import ListenError
 from netserve.refusals import RefusalLog
+from netserve.tls import ServerTls, TlsConfigError, server_tls_of
 from netserve.tokens import TokenFileError, read_token_file
 
 log = logging.getLogger("collector.ingest.server")
@@ -246,6 +247,7 @@ class CollectorServer:
         max_body_bytes: int = 64 * 1024 * 1024,
         parse_pool: ParsePool | None = None,
         limits: ConnectionLimits | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.socket = listening_socket(*address)  # OSError: collector.ingest.server.cannot_listen
         self.server_address = self.socket.getsockname()
@@ -265,6 +267,7 @@ class CollectorServer:
             max_body_bytes,
             self.body_wanted,
             self.refusals.refused,
+            tls,
         )
 
     def handle(self, head: Head, body: bytes | bytearray, peer: tuple) -> tuple[bytes, bool]:
@@ -641,6 +644,16 @@ def run(args) -> int:
     token = read_token(args.token_file)
     host, port = parse_listen(args.listen)
     backend = serve_spec(args.backend, getattr(args, "backend_auth_file", None))  # bad: exit 2
+    try:
+        tls = server_tls_of(args)
+    except TlsConfigError as error:
+        raise SystemExit(f"collector: {error}") from None
+    if token and tls is None and not listen.is_loopback(host):
+        log.warning(
+            "the token crosses the network in clear on %s: give --tls-cert-file and "
+            "--tls-key-file (docs/deploy.md)",
+            host,
+        )
     store = SqliteStore(args.db, check_integrity=True)  # StoreError: one line (collector.cli)
     # prometheus=URL forwards nothing: pushed samples are stored here
     forwarding = backend is not None and backend.forwards_writes
@@ -679,6 +692,7 @@ def run(args) -> int:
             max_body_bytes=args.max_body_bytes,
             parse_pool=pool,
             limits=limits,
+            tls=tls,
         )
     except OSError as error:
         pool.close()
@@ -708,12 +722,14 @@ def run(args) -> int:
     bound_host, bound_port = server.server_address[:2]
     where = f"backend {args.backend.partition('=')[0]}" if args.backend else f"db {args.db}"
     log.info(
-        "listening on http://%s:%d (%s, token %s, at most %d connections)",
+        "listening on %s://%s:%d (%s, token %s, at most %d connections%s)",
+        "https" if tls else "http",
         bound_host,
         bound_port,
         where,
         "required" if token else "not required",
         max_connections,
+        ", client certificates required" if tls and tls.files.client_ca_file else "",
     )
     sys.stderr.flush()
     try:

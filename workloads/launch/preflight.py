@@ -18,6 +18,7 @@ import urllib.request
 from http import HTTPStatus
 from pathlib import Path
 
+from netserve.tls import client_context
 from workloads.record.events import DEFAULT_BUCKET, DEFAULT_ORG
 
 CHECK_TIMEOUT_SECONDS = 10.0
@@ -57,8 +58,10 @@ def check_collector(
     request.add_header("Content-Type", "text/plain; charset=utf-8")
     if token:
         request.add_header("Authorization", f"Token {token}")
+    # https: the collector verified against $EPOCHSCOPE_CA_FILE, as the rank's pushes are
+    tls = client_context() if address.startswith("https://") else None
     try:
-        with urllib.request.urlopen(request, timeout=CHECK_TIMEOUT_SECONDS):
+        with urllib.request.urlopen(request, timeout=CHECK_TIMEOUT_SECONDS, context=tls):
             return
     except urllib.error.HTTPError as error:
         status = error.code
