@@ -315,10 +315,18 @@ def test_credentials_come_from_a_file_never_from_the_url(tmp_path, repo_env):
             body, _, _ = edge_run()
             assert write(port, body)[0] == 204
             assert http_get(port, "/health")[0] == 200
-            status, reply = http_get(port, "/api/v1/report?run_id=msrun&format=json")
-            assert status == 200
-            (row,) = [r for r in json.loads(reply)["rows"] if r["host"] == "ms1"]
-            assert row["page_cache_delta_bytes"] == 1 * GB
+
+            def ms1_row() -> dict:
+                status, reply = http_get(port, "/api/v1/report?run_id=msrun&format=json")
+                assert status == 200
+                (row,) = [r for r in json.loads(reply)["rows"] if r["host"] == "ms1"]
+                return row
+
+            # the collector forwards in the background and VictoriaMetrics makes a write
+            # searchable within about a second: wait for it rather than race it
+            wait_for(lambda: ms1_row()["page_cache_delta_bytes"] is not None, collector,
+                     "the forwarded samples in VictoriaMetrics")  # fmt: skip
+            assert ms1_row()["page_cache_delta_bytes"] == 1 * GB
         finally:
             stop(collector)
         backend = ["--db", db, "--backend", f"victoriametrics={url}"]
