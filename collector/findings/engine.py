@@ -14,6 +14,7 @@ from collector.analysis.epochs import (
     EpochReport,
 )
 from collector.findings.anatomy import ANATOMY_RULES
+from collector.findings.contention import detect_contention
 from collector.findings.context import RunContext, complete_epochs, run_context
 from collector.findings.evidence import (
     CRITICAL,
@@ -76,6 +77,7 @@ DETECTORS: dict[str, Detector] = {
     "epoch_restart": detect_epoch_restart,
     "scaling_loss": detect_scaling_loss,
     "precision_read_demand": detect_precision_read_demand,
+    "contention": detect_contention,
 }
 cache_warmup = rule(detect_cache_warmup, "cache_warmup")
 dataset_fits_in_memory = rule(detect_dataset_fits_in_memory, "dataset_fits_in_memory")
@@ -85,6 +87,7 @@ input_bound = rule(detect_input_bound, "input_bound")
 epoch_restart = rule(detect_epoch_restart, "epoch_restart")
 scaling_loss = rule(detect_scaling_loss, "scaling_loss")
 precision_read_demand = rule(detect_precision_read_demand, "precision_read_demand")
+contention = rule(detect_contention, "contention")
 RULES: tuple[Rule, ...] = (
     cache_warmup,
     dataset_fits_in_memory,
@@ -94,6 +97,7 @@ RULES: tuple[Rule, ...] = (
     epoch_restart,
     scaling_loss,
     precision_read_demand,
+    contention,
 )
 
 
