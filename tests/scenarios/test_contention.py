@@ -27,9 +27,14 @@ from tests.scenarios.conftest import collector_report, run_training
 from workloads.launch.local_stack import child_env
 
 HOG_NAME = "es-cpu-hog"
-# a busy loop that names itself (prctl PR_SET_NAME), so its comm is recognisable
+# a busy loop that names itself (prctl PR_SET_NAME), so its comm is recognisable. It asks
+# for nice -10 where it may (root): with other engineers' work on this machine (load
+# averages of 13-17 on 2 cores) a nice-0 loop gets a fair share among ~17 runnable
+# threads, about 4 % of the CPU time, and is not among the busiest; at -10 it takes about
+# its core's worth, as a CPU-hungry process on an otherwise quiet node does.
 HOG = (
-    "import ctypes, sys\nctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)\n"
+    "import ctypes, os, sys\nctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)\n"
+    "try:\n    os.nice(-10)\nexcept PermissionError:\n    pass\n"
     "while True: pass\n"
 )
 
@@ -72,9 +77,8 @@ def test_a_cpu_hog_beside_the_run_is_named(tmp_path, scenario_data):
     named = {p["pid"]: p for p in found["evidence"]["processes"]}
     assert hog.pid in named, found["evidence"]["processes"]
     assert named[hog.pid]["command"] == HOG_NAME
-    # one spinning thread on a 2-core host: up to half its CPU time when nothing else runs;
-    # with other engineers' work on this machine it gets a fair share with all of it (4 %
-    # of the host's CPU time at a load average of 17)
+    # one spinning thread on a 2-core host: up to half its CPU time (less where others'
+    # work shares its core and it could not raise its priority)
     assert 0.02 <= named[hog.pid]["cpu_share"] <= 0.55
     assert not own_pids(run.db, run.run_id) & set(named)
     # the table shows what the finding says, per epoch
