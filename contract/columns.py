@@ -178,6 +178,17 @@ SPEC: tuple[ReportColumn, ...] = (
             PERCENT, 1,
             "Share of the data set's bytes in the host's page cache as the epoch ended",
             "memory"),
+    # who else was on the host (collector.analysis.contention): the training's share of the
+    # host's CPU time against everything else's, and the storage reads that were not its own
+    _column("training_cpu_percent", "own CPU %", "Training's CPU %", PERCENT, 2,
+            "Share of all the host's CPU time the training's own processes used (its ranks "
+            "and their data loaders, as each rank counts itself)", "cpu"),
+    _column("other_cpu_percent", "others' CPU %", "Others' CPU %", PERCENT, 2,
+            "Share of all the host's CPU time every other process used: busy CPU time "
+            "(CPU %) minus the training's own, floored at 0", "cpu", default=True),
+    _column("other_read_bytes", "others' read", "Others' storage reads", BYTES, None,
+            "Storage reads (disk plus NFS server) that were not the training's own: the "
+            "host's minus the training's read_bytes, floored at 0", "training_io"),
     _column("interpolated_edges", "interp. edges", "Interpolated edges", TEXT, None,
             "Epoch edges (start, end) with no agent edge sample at them: the node amounts "
             "there are interpolated between two agent ticks (no agent answered the rank, or "

@@ -134,6 +134,7 @@ class Tag:
     PARTITION = "partition"  # slurm_job: SLURM_JOB_PARTITION of a job process
     METHOD = "method"  # ceiling: how the ceiling was measured
     GPUS = "gpus"  # slurm_job: the job's GPUs as Slurm or CUDA names them ("0,1", "GPU-...")
+    COMMAND = "command"  # process: the process's name as the kernel keeps it (comm)
 
 
 class DiskKind:
@@ -555,6 +556,38 @@ class JobInfo(Measurement):
     )
 
 
+class Process(Measurement):
+    """One of the node's busiest processes since the agent's previous sample
+    (``agent/samplers/processes.py``): the top few by CPU and the top few by storage I/O.
+
+    A process is reported only while it is among the busiest, so its series has gaps; its
+    counters (the process's own, from its start) stay right across them. ``job_id`` is
+    set when the process is in a Slurm job's cgroup, ``user`` when its uid resolves.
+    """
+
+    NAME = "process"
+    TAGS = (Tag.HOST, Tag.PID, Tag.COMMAND, Tag.USER, Tag.JOB_ID)
+    CPU_SECONDS = counter(
+        "cpu_seconds", "seconds", "utime + stime of the process since it started (/proc/<pid>/stat)"
+    )
+    READ_BYTES = counter(
+        "read_bytes", "bytes", "Bytes the process had fetched from storage (/proc/<pid>/io)"
+    )
+    WRITE_BYTES = counter(
+        "write_bytes", "bytes", "Bytes the process had sent to storage (/proc/<pid>/io)"
+    )
+    CPU_SECONDS_PER_SECOND = gauge(
+        "cpu_seconds_per_second", "seconds/s", "CPU seconds per second since the last sample"
+    )
+    READ_BYTES_PER_SECOND = gauge(
+        "read_bytes_per_second", "bytes/s", "Storage reads per second since the last sample"
+    )
+    WRITE_BYTES_PER_SECOND = gauge(
+        "write_bytes_per_second", "bytes/s", "Storage writes per second since the last sample"
+    )
+    PPID = gauge("ppid", "", "The parent's pid (a training's data loaders are its rank's)")
+
+
 class Event:
     """Values of the ``event`` field of ``workload`` points."""
 
@@ -651,6 +684,13 @@ class Workload(Measurement):
     # slurm_job series on its node (text: Slurm ids need not be numbers)
     SLURM_JOB_ID = text("slurm_job_id", "SLURM_JOB_ID of the rank's environment")
     SLURM_STEP_ID = text("slurm_step_id", "SLURM_STEP_ID of the rank's environment (srun steps)")
+    # run_start: the rank's pid, so the node's busiest processes (``process``) can be told
+    # apart into the training's own (the rank and its children) and everything else's
+    PID = gauge("pid", "", "The rank's process id on its host")
+    # epoch_end: CPU seconds of the rank and its children (data loaders) over the epoch
+    CPU_SECONDS = gauge(
+        "cpu_seconds", "seconds", "CPU time (user + system) of the rank and its loaders"
+    )
     # inference events (``workloads infer``): precision, batch_size, timed_images and
     # timed_seconds (the timed batches: images/s is contract.throughput's rule), top1 on the
     # validation split, and these:
@@ -731,6 +771,7 @@ SAMPLE_MEASUREMENTS: tuple[type[Measurement], ...] = (
     Ceiling,
     AgentSelf,
     SamplerSelf,
+    Process,
 )
 ALL_MEASUREMENTS: tuple[type[Measurement], ...] = (*SAMPLE_MEASUREMENTS, Workload)
 BY_NAME: dict[str, type[Measurement]] = {m.NAME: m for m in ALL_MEASUREMENTS}

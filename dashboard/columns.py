@@ -89,6 +89,9 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
             "accelerator_util_percent",
             "training_read_bytes",
             "training_cache_read_bytes",
+            "training_cpu_percent",
+            "other_cpu_percent",
+            "other_read_bytes",
         )
     ),
 )

@@ -178,8 +178,9 @@ def test_warm_up_steps_are_excluded_from_throughput():
     # 5 steps of batch 8 taking 3, 1, 0.5, 0.5, 0.5 s; 2 warm-up steps; a step event every 2
     clock = FakeClock([3, 1, 0.5, 0.5, 0.5])
     recorder = Recorder(
-        writer, batch_size=8, warmup_steps=2, step_every=2, clock=clock, read_io=lambda: None
-    )
+        writer, batch_size=8, warmup_steps=2, step_every=2, clock=clock, read_io=lambda: None,
+        read_cpu=lambda: None,
+    )  # fmt: skip
     recorder.epoch_start(1)
     for step in range(5):
         clock.advance()

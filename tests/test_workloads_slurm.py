@@ -29,6 +29,7 @@ def test_run_start_carries_the_slurm_job_and_step():
         "model": "resnet50",
         "slurm_job_id": "4242",
         "slurm_step_id": "0",
+        "pid": os.getpid(),  # the rank's, to tell its processes from others on the host
     }
     assert "slurm_job_id" not in epoch.fields  # once per run, not on every event
     assert start.tags == {"host": "n01", "run_id": "run-1", "rank": "0", "framework": "pytorch"}
@@ -40,7 +41,7 @@ def test_outside_slurm_no_field_and_a_batch_script_has_no_step():
     assert slurm_fields({"SLURM_JOB_ID": " ", "SLURM_STEP_ID": ""}) == {}
     events, sink = writer({})
     events.emit(Event.RUN_START, {})
-    assert sink.points[0].fields == {"event": "run_start"}
+    assert sink.points[0].fields == {"event": "run_start", "pid": os.getpid()}
 
 
 def test_a_field_the_caller_gives_wins():

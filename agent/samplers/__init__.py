@@ -14,6 +14,7 @@ SAMPLER_NAMES: tuple[str, ...] = (
     "infiniband",
     "nfs",
     "jobs",
+    "processes",
     "gpu",
     "ceilings",
     "agent",

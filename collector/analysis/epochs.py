@@ -59,6 +59,11 @@ dataset_cached_start/      share of the data set's bytes in the host's page cach
 end_percent                epoch began / ended (``collector.analysis.residency``: measured
                            with mincore by the host's first rank; epoch 1 starts from the
                            ``run_start`` measurement, before the run)
+training_cpu_percent       the ranks' own CPU seconds (each with its loaders, ``epoch_end``)
+                           over all the host's CPU time (``collector.analysis.contention``)
+other_cpu_percent          busy CPU time minus the training's, over all CPU time: everything
+                           else on the host (other jobs, the agent, the collector if local)
+other_read_bytes           disk + NFS-server reads minus the training's read_bytes, floored
 state                      ``complete``; ``running``: a rank of the host started the epoch
                            and has not ended it, and the run is live; ``interrupted``: so,
                            but the run is no longer live (a rank's ``run_end``, failed after
@@ -102,6 +107,7 @@ from typing import Any
 import numpy as np
 
 from collector.analysis import anatomy, residency, throughput
+from collector.analysis.contention import TRAINING_CPU, epoch_cpu
 from collector.analysis.counters import (
     NS_PER_SECOND,
     counter_increases,
@@ -432,6 +438,9 @@ class EpochRow:
     accelerator_util_percent: float | None
     training_read_bytes: int | None
     training_cache_read_bytes: int | None
+    training_cpu_percent: float | None
+    other_cpu_percent: float | None
+    other_read_bytes: int | None
     dataset_cached_start_percent: float | None = None
     dataset_cached_end_percent: float | None = None
     interpolated_edges: str = ""  # "start", "end", "start,end": no edge sample there
@@ -466,6 +475,29 @@ def _column_values(values: np.ndarray, digits: int | None) -> list[float | int |
     if digits is None:
         return [None if v != v else int(v) for v in rounded]
     return [None if v != v else v for v in rounded]
+
+
+def storage_read(column: Callable[[str], np.ndarray]) -> np.ndarray:
+    """Disk plus NFS-server reads per row (what ``EpochRow.storage_read_bytes`` adds up);
+    NaN where neither was measured."""
+    return nansum_or_nan([column("disk_read"), column("nfs_server_read")], column("disk_read").size)
+
+
+def contention_columns(
+    training_cpu: np.ndarray,
+    cpu_busy: np.ndarray,
+    cpu_total: np.ndarray,
+    host_reads: np.ndarray,
+    training_reads: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The training's share of the host's CPU time against everything else's, and the
+    storage reads that were not its own (the one computation every view writes)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {
+            "training_cpu_percent": 100.0 * training_cpu / cpu_total,
+            "other_cpu_percent": 100.0 * np.maximum(cpu_busy - training_cpu, 0.0) / cpu_total,
+            "other_read_bytes": np.maximum(host_reads - training_reads, 0.0),
+        }
 
 
 def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
@@ -546,6 +578,9 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             ),
             "dataset_cached_end_percent": residency.cached_percent(
                 column(residency.CACHED_END), column(residency.FILES_END)
+            ),
+            **contention_columns(
+                column(TRAINING_CPU), cpu_busy, cpu_total, storage_read(column), training_read
             ),
         }
     values = {name: _column_values(array, BY_NAME[name].digits) for name, array in derived.items()}
@@ -710,11 +745,13 @@ def report_of(store: ReadStore, model: RunModel) -> EpochReport:
     step_parts = anatomy.epoch_amounts(anatomy.rank_epochs(model))
     training_reads = anatomy.epoch_reads(model)
     cached = residency.epoch_residency(model)
+    training_cpu = epoch_cpu(model)
     for host_amounts in amounts:
         key = (host_amounts.host, host_amounts.epoch)
         host_amounts.values.update(step_parts.get(key, {}))
         host_amounts.values.update(training_reads.get(key, {}))
         host_amounts.values.update(cached.get(key, {}))
+        host_amounts.values.update(training_cpu.get(key, {}))
         host_amounts.images_per_second = host_rates.get(key, math.nan)
     ordered = with_all_hosts(amounts, epoch_rates)
     return EpochReport(model.run_id, windows, rows_from_amounts(ordered), ordered, model)

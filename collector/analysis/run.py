@@ -102,6 +102,7 @@ class RankEpochRecord:
     read_bytes: float | None  # /proc/<pid>/io read_bytes of the rank and its loaders
     rchar: float | None  # /proc/<pid>/io rchar of the same processes
     timed_input_wait: float | None  # input wait over its timed steps only
+    cpu_seconds: float | None  # CPU time of the rank and its loaders over the epoch
     step_times_ns: tuple[int, ...]  # its step events' times
     step_images: float  # the images of its step events (a step without images counts 0)
     timed_step_work: TimedWork | None  # its step events with both images and seconds
@@ -149,7 +150,7 @@ class RunModel:
         return {(event.host, event.rank) for event in self.epoch_events}
 
 
-# what an epoch_end carries, in RankEpochRecord's order (images .. timed_input_wait)
+# what an epoch_end carries, in RankEpochRecord's order (images .. cpu_seconds)
 EPOCH_END_FIELDS = (
     Workload.IMAGES,
     Workload.SECONDS,
@@ -164,6 +165,7 @@ EPOCH_END_FIELDS = (
     Workload.PROCESS_READ_BYTES,
     Workload.PROCESS_RCHAR_BYTES,
     Workload.TIMED_INPUT_WAIT_SECONDS,
+    Workload.CPU_SECONDS,
 )
 _NOT_ENDED = (None,) * len(EPOCH_END_FIELDS)
 

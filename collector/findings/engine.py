@@ -15,6 +15,7 @@ from collector.analysis.epochs import (
 )
 from collector.findings.anatomy import ANATOMY_RULES
 from collector.findings.causes import CAUSE_RULES
+from collector.findings.contention import detect_contention
 from collector.findings.context import RunContext, complete_epochs, run_context
 from collector.findings.evidence import (
     CRITICAL,
@@ -79,6 +80,7 @@ DETECTORS: dict[str, Detector] = {
     "epoch_restart": detect_epoch_restart,
     "scaling_loss": detect_scaling_loss,
     "precision_read_demand": detect_precision_read_demand,
+    "contention": detect_contention,
 }
 cache_warmup = rule(detect_cache_warmup, "cache_warmup")
 dataset_cached_before_run = rule(detect_dataset_cached_before_run, "dataset_cached_before_run")
@@ -89,6 +91,7 @@ input_bound = rule(detect_input_bound, "input_bound")
 epoch_restart = rule(detect_epoch_restart, "epoch_restart")
 scaling_loss = rule(detect_scaling_loss, "scaling_loss")
 precision_read_demand = rule(detect_precision_read_demand, "precision_read_demand")
+contention = rule(detect_contention, "contention")
 RULES: tuple[Rule, ...] = (
     cache_warmup,
     dataset_cached_before_run,
@@ -99,6 +102,7 @@ RULES: tuple[Rule, ...] = (
     epoch_restart,
     scaling_loss,
     precision_read_demand,
+    contention,
 )
 
 

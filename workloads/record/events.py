@@ -417,6 +417,7 @@ class EventWriter:
         values: dict[str, int | float | str] = {Workload.EVENT: event}
         if event == Event.RUN_START:
             values.update(slurm_fields(self.environ))
+            values[Workload.PID] = os.getpid()  # tells its processes from others on the host
         for name, value in (fields or {}).items():
             if value is not None:
                 values[name] = coerce(name, value)

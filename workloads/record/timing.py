@@ -17,8 +17,9 @@ The anatomy (``workloads.record.anatomy``): a trainer marks ``input_ready``, ``c
 ``communication_done`` during a step (and may add all-reduce intervals); ``step_done`` splits
 the step's wall time into input wait, compute, communication and the rest, the ``step``
 event carries that step's parts and ``epoch_end`` their sums over every step of the epoch,
-with the rank's own reads (``/proc/<pid>/io`` of the rank and its data loaders) over the
-epoch. A trainer that marks nothing writes no anatomy fields.
+with the rank's own reads (``/proc/<pid>/io`` of the rank and its data loaders) and CPU
+seconds (``workloads.record.cputime``) over the epoch. A trainer that marks nothing
+writes no anatomy fields.
 
 Given ``dataset_residency`` (a host's local rank 0 with a data set), ``run_start`` and
 every ``epoch_end`` also carry how much of the data set sat in the page cache then
@@ -43,6 +44,7 @@ from workloads.record.anatomy import (
     add,
     split_step,
 )
+from workloads.record.cputime import ProcessTreeCpu
 from workloads.record.events import EventWriter
 
 
@@ -61,6 +63,7 @@ class EpochStats:
     anatomy: StepAnatomy | None = None  # sums over the epoch's steps that had one
     timed_anatomy: StepAnatomy | None = None  # the same over its timed steps only
     io: ProcessIo | None = None  # the rank's own reads over the epoch
+    cpu_seconds: float | None = None  # CPU time of the rank and its loaders over the epoch
 
     @property
     def images_per_second(self) -> float | None:
@@ -85,6 +88,8 @@ class Recorder:
     _mark: float = 0.0
     _marks: StepMarks = field(default_factory=StepMarks)
     _io_at_start: ProcessIo | None = None
+    read_cpu: Callable[[], float | None] = field(default_factory=ProcessTreeCpu)
+    _cpu_at_start: float | None = None
 
     def run_start(self, config: dict[str, object]) -> None:
         self.writer.emit(Event.RUN_START, {**config, **self.residency_fields()})
@@ -95,6 +100,7 @@ class Recorder:
         self.epochs.append(EpochStats(epoch))
         self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: epoch})
         self._io_at_start = self.read_io()
+        self._cpu_at_start = self.read_cpu()
         self._mark = self.clock()
         self._marks = StepMarks()
 
@@ -174,6 +180,9 @@ class Recorder:
         io_now = self.read_io()
         if io_now is not None and self._io_at_start is not None:
             stats.io = io_now - self._io_at_start
+        cpu_now = self.read_cpu()
+        if cpu_now is not None and self._cpu_at_start is not None:
+            stats.cpu_seconds = cpu_now - self._cpu_at_start
         self.writer.emit(
             Event.EPOCH_END,
             {
@@ -190,6 +199,7 @@ class Recorder:
                 **timed_anatomy_fields(stats.timed_anatomy),
                 **io_fields(stats.io),
                 **self.residency_fields(),
+                Workload.CPU_SECONDS: stats.cpu_seconds,
             },
         )
         if self.verbose:
