@@ -438,11 +438,11 @@ class EpochRow:
     accelerator_util_percent: float | None
     training_read_bytes: int | None
     training_cache_read_bytes: int | None
-    training_cpu_percent: float | None
-    other_cpu_percent: float | None
-    other_read_bytes: int | None
     dataset_cached_start_percent: float | None = None
     dataset_cached_end_percent: float | None = None
+    training_cpu_percent: float | None = None
+    other_cpu_percent: float | None = None
+    other_read_bytes: int | None = None
     interpolated_edges: str = ""  # "start", "end", "start,end": no edge sample there
 
     @property
