@@ -22,6 +22,7 @@ from collector.findings.evidence import (
     WARNING,
     Finding,
 )
+from collector.findings.learning import detect_divergence, detect_not_learning
 from collector.findings.rules import (
     detect_cache_warmup,
     detect_dataset_fits_in_memory,
@@ -76,6 +77,8 @@ DETECTORS: dict[str, Detector] = {
     "epoch_restart": detect_epoch_restart,
     "scaling_loss": detect_scaling_loss,
     "precision_read_demand": detect_precision_read_demand,
+    "divergence": detect_divergence,
+    "not_learning": detect_not_learning,
 }
 cache_warmup = rule(detect_cache_warmup, "cache_warmup")
 dataset_fits_in_memory = rule(detect_dataset_fits_in_memory, "dataset_fits_in_memory")
@@ -85,6 +88,8 @@ input_bound = rule(detect_input_bound, "input_bound")
 epoch_restart = rule(detect_epoch_restart, "epoch_restart")
 scaling_loss = rule(detect_scaling_loss, "scaling_loss")
 precision_read_demand = rule(detect_precision_read_demand, "precision_read_demand")
+divergence = rule(detect_divergence, "divergence")
+not_learning = rule(detect_not_learning, "not_learning")
 RULES: tuple[Rule, ...] = (
     cache_warmup,
     dataset_fits_in_memory,
@@ -94,6 +99,8 @@ RULES: tuple[Rule, ...] = (
     epoch_restart,
     scaling_loss,
     precision_read_demand,
+    divergence,
+    not_learning,
 )
 
 

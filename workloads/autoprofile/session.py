@@ -298,7 +298,7 @@ class Session:
         """``epoch_end`` of the open epoch, at ``end_ns`` or the latest time it ran to;
         ``now``: it ends now (stamped with the agent's edge sample)."""
         from contract.schema import Event, Workload
-        from workloads.record.timing import anatomy_fields, io_fields
+        from workloads.record.timing import anatomy_fields, io_fields, loss_fields
 
         with self._lock:
             epoch, self.epoch = self.epoch, None
@@ -321,7 +321,7 @@ class Session:
                 Workload.INPUT_WAIT_SECONDS: epoch.input_wait,
                 **anatomy_fields(epoch.anatomy if epoch.steps else None),
                 **io_fields(reads),
-                Workload.LOSS: loss,
+                **loss_fields(loss),
                 Workload.TOP1: epoch.top1,
                 Workload.TOP5: epoch.top5,
             }, None if now else end_ns or epoch.end_ns or self.clock_ns())  # fmt: skip

@@ -44,6 +44,7 @@ def run_start_fields(spec: RunSpec, placement: Placement) -> dict[str, object]:
         Workload.HOST_MEMORY_BYTES: host_memory_bytes(),
         Workload.WARMUP_STEPS: spec.warmup_steps,
         Workload.TARGET_TOP1: spec.target_top1,
+        Workload.NUM_CLASSES: spec.num_classes,
     }
 
 
