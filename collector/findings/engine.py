@@ -33,6 +33,7 @@ from collector.findings.rules import (
     detect_scaling_loss,
     detect_storage_bound,
 )
+from collector.findings.target_scaling import detect_extra_epochs_to_target
 from collector.findings.words import words
 from collector.store.api import ReadStore
 
@@ -79,6 +80,7 @@ DETECTORS: dict[str, Detector] = {
     "precision_read_demand": detect_precision_read_demand,
     "divergence": detect_divergence,
     "not_learning": detect_not_learning,
+    "extra_epochs_to_target": detect_extra_epochs_to_target,
 }
 cache_warmup = rule(detect_cache_warmup, "cache_warmup")
 dataset_fits_in_memory = rule(detect_dataset_fits_in_memory, "dataset_fits_in_memory")
@@ -90,6 +92,7 @@ scaling_loss = rule(detect_scaling_loss, "scaling_loss")
 precision_read_demand = rule(detect_precision_read_demand, "precision_read_demand")
 divergence = rule(detect_divergence, "divergence")
 not_learning = rule(detect_not_learning, "not_learning")
+extra_epochs_to_target = rule(detect_extra_epochs_to_target, "extra_epochs_to_target")
 RULES: tuple[Rule, ...] = (
     cache_warmup,
     dataset_fits_in_memory,
@@ -101,6 +104,7 @@ RULES: tuple[Rule, ...] = (
     precision_read_demand,
     divergence,
     not_learning,
+    extra_epochs_to_target,
 )
 
 
