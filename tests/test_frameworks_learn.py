@@ -75,3 +75,24 @@ def test_tensorflows_start_up_lines_are_not_shown(repo_env):
                             env=repo_env, timeout=300)  # fmt: skip
     assert result.stdout.strip() == "2", result.stderr
     assert "cpu_feature_guard" not in result.stderr and "oneDNN" not in result.stderr
+
+
+def test_mxnet_residual_blocks_start_as_the_identity():
+    """Each of ResNet-50's 16 residual blocks starts with its last batch-norm scale at zero
+    (the PyTorch trainer's start too): with Gluon's default of one, the first steps blew the
+    weights up and validation sat at chance (workloads/train/mx_train.py says how)."""
+    mx = pytest.importorskip("mxnet")
+    from mxnet import gluon
+
+    from workloads.train.mx_train import zero_init_last_batch_norms
+
+    net = gluon.model_zoo.vision.resnet50_v1(classes=CLASSES)
+    assert zero_init_last_batch_norms(net, gluon) == 16
+    net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2))
+    net(mx.nd.zeros((1, 3, SIZE, SIZE)))
+    gammas = {name: p.data() for name, p in net.collect_params(".*gamma").items()}
+    zero = {name for name, data in gammas.items() if float(data.abs().sum().asscalar()) == 0}
+    lasts = {block.body[-1].gamma.name for stage in net.features[4:8] for block in stage}
+    assert len(lasts) == 16 and zero == lasts  # each block's last batch-norm, no other
+    ones = [data for name, data in gammas.items() if name not in zero]
+    assert all(float(data.min().asscalar()) == 1.0 for data in ones)
