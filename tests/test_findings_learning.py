@@ -78,7 +78,7 @@ def test_a_loss_far_above_a_uniform_guess_is_divergence(make_store):
     assert finding.evidence["kind"] == "above_uniform"
     assert finding.evidence["epoch"] == 1
     assert finding.evidence["uniform_guess_loss"] == pytest.approx(round(math.log(4), 4))
-    assert finding.title == "The training is unstable: epoch 1's loss is 9x a uniform guess's"
+    assert finding.title == "The training is unstable: epoch 1's loss is 8.7x a uniform guess's"
 
 
 def test_a_flat_loss_at_chance_does_not_learn(make_store):
@@ -111,6 +111,13 @@ def test_without_validation_the_loss_is_judged_against_a_uniform_guess(make_stor
     (finding,) = findings_of(store, "noval")
     assert finding.evidence["judged_by"] == "loss"
     assert finding.title == "The training does not learn: the loss stays at a uniform guess's"
+
+
+def test_huge_losses_are_written_short(make_store):
+    store = make_store(learning_run("huge", [3.35e14]).points())
+    (finding,) = findings_of(store, "huge")
+    assert finding.title == "The training is unstable: epoch 1's loss is 2.4e+14x a uniform guess's"
+    assert "its mean training loss, 3.35e+14, was 2.4e+14x the loss" in finding.explanation
 
 
 @pytest.mark.parametrize(

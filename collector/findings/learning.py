@@ -170,7 +170,13 @@ def detect_not_learning(context: RunContext) -> NotLearning | None:
 
 
 def _loss_text(value: float | None) -> str:
-    return "NaN/Inf" if value is None else f"{value:,.3f}"
+    if value is None:
+        return "NaN/Inf"
+    return f"{value:.3f}" if abs(value) < 1000 else f"{value:.3g}"  # 3.35e+14
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.1f}x" if ratio < 1000 else f"{ratio:.2g}x"
 
 
 def _series(values: list[float | None]) -> str:
@@ -185,20 +191,20 @@ def _(found: Divergence) -> Finding:
         how = "its mean training loss was not a number (NaN) or infinite on some rank"
     elif found.kind == DivergenceKind.GREW:
         ratio = (found.loss or 0) / max(found.lowest_loss_before or 0, 1e-12)
-        title = f"The training diverged: the loss grew {ratio:.1f}x by epoch {found.epoch}"
+        title = f"The training diverged: the loss grew {_times(ratio)} by epoch {found.epoch}"
         how = (
-            f"its mean training loss, {_loss_text(found.loss)}, was {ratio:.1f}x epoch "
+            f"its mean training loss, {_loss_text(found.loss)}, was {_times(ratio)} epoch "
             f"{found.lowest_loss_epoch}'s {_loss_text(found.lowest_loss_before)} (at least "
             f"{found.threshold_ratio:.0f}x counts)"
         )
     else:
         multiple = (found.loss or 0) / (found.uniform_guess_loss or 1)
         title = (
-            f"The training is unstable: epoch {found.epoch}'s loss is {multiple:.0f}x a "
+            f"The training is unstable: epoch {found.epoch}'s loss is {_times(multiple)} a "
             "uniform guess's"
         )
         how = (
-            f"its mean training loss, {_loss_text(found.loss)}, was {multiple:.1f}x the "
+            f"its mean training loss, {_loss_text(found.loss)}, was {_times(multiple)} the "
             f"loss of a uniform guess over the classes ({found.uniform_guess_loss:.3f}): "
             "the model is confidently wrong"
         )

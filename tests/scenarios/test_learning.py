@@ -30,7 +30,7 @@ def pytorch_run(tmp_path, scenario_data, repo_env, run_id: str, *args: str):
 
 
 def test_a_huge_learning_rate_diverges(tmp_path, scenario_data, repo_env):
-    # SGD at learning rate 1000: the weights overflow within epoch 1, its loss is NaN
+    # SGD at learning rate 1000: the weights blow up within epoch 1
     # (4 steps, no validation: the loss alone decides)
     run = pytorch_run(tmp_path, scenario_data, repo_env, "diverges", "--epochs", "1",
                       "--steps-per-epoch", "4", "--no-validate",
@@ -39,7 +39,9 @@ def test_a_huge_learning_rate_diverges(tmp_path, scenario_data, repo_env):
     print(finding["title"], finding["evidence"])
     assert finding["severity"] == "critical"
     assert finding["evidence"]["epoch"] == 1
-    assert finding["evidence"]["kind"] == "not_finite"
+    # within 4 steps the loss overflows: to NaN or Inf, or (seen) a finite 3.4e14, 2.4e14x
+    # a uniform guess's, depending on the step it blows up in
+    assert finding["evidence"]["kind"] in ("not_finite", "above_uniform")
     assert "not_learning" not in run.rules  # the divergence is the cause
 
 
