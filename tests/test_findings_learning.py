@@ -129,6 +129,7 @@ def test_huge_losses_are_written_short(make_store):
         ([1.4], [0.25], 4, "one epoch is too few to judge"),
         ([1.4, 1.4, 1.4], [0.25] * 3, None, "no number of classes: no chance level"),
         ([1.2, 0.9], None, 4, "no validation, loss well under ln 4"),
+        ([3.0, 1.3], None, 4, "no validation, loss above ln 4 but falling"),
         ([0.002, 0.001, 0.004], [1.0] * 3, 4, "4x near zero is no divergence"),
         ([6.0, 5.0], [0.6, 0.7], 1000, "6.0 is under 5 x ln 1000"),
     ],

@@ -141,6 +141,8 @@ def not_learning(curve: list[EpochLearning], classes: int | None) -> NotLearning
         return None
     first, last = (losses[0], losses[-1]) if losses else (None, None)
     falls = first is not None and last is not None and last < (1 - LOSS_FALL_MIN) * first
+    if falls and judged_by == "loss":  # falling towards a uniform guess's: it learns
+        return None
     return NotLearning(
         epochs=len(curve),
         classes=classes,
