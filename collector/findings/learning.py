@@ -12,7 +12,8 @@ and validation top-1 from their ``epoch_end`` events).
 ``not_learning``
     Over at least ``MIN_EPOCHS`` ended epochs the run stayed at chance: validation top-1
     at most ``CHANCE_RATIO`` times ``1/classes`` in every epoch, or (without validation)
-    a loss at least ``UNIFORM_LOSS_SHARE`` of a uniform guess's in every epoch. Worded
+    a loss at least ``UNIFORM_LOSS_SHARE`` of a uniform guess's in every epoch and not
+    falling. Worded
     two ways: the loss did not fall either (by less than ``LOSS_FALL_MIN`` from the first
     epoch to the last: nothing is learned), or it fell while top-1 stayed at chance (what
     is learned does not carry to validation: the batch-norm moving statistics, a label
