@@ -680,6 +680,14 @@ class Workload(Measurement):
     HOST_MEMORY_BYTES = gauge("host_memory_bytes", "bytes", "RAM of this host")
     WARMUP_STEPS = gauge("warmup_steps", "count", "Steps excluded from throughput")
     TARGET_TOP1 = gauge("target_top1", "fraction", "Top-1 the run aims for, if any")
+    # learning (collector.analysis.learning): chance top-1 is 1/num_classes; line protocol
+    # carries no NaN or Inf, so an epoch_end says when its mean loss was one
+    NUM_CLASSES = gauge("num_classes", "count", "Classes the model tells apart")
+    LOSS_NOT_FINITE = gauge(
+        "loss_not_finite",
+        "count",
+        "epoch_end: 1 when the epoch's mean training loss was NaN or Inf",
+    )
     # run_start of a rank inside a Slurm job: the job_id tag of the agent's job and
     # slurm_job series on its node (text: Slurm ids need not be numbers)
     SLURM_JOB_ID = text("slurm_job_id", "SLURM_JOB_ID of the rank's environment")

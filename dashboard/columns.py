@@ -143,6 +143,12 @@ SCALING_COLUMNS: tuple[Column, ...] = (
         "Wall time from the run's start until top-1 reached the target",
         "duration",
     ),
+    Column(
+        "time_to_target_speedup",
+        "Time-to-target speed-up",
+        "The group's smallest run that reached the same target: its time to target / this run's",
+        "ratio2",
+    ),
 )
 
 # a Slurm job's numbers (collector.analysis.jobs defines each; collector.views.jobs names them)

@@ -54,7 +54,13 @@ CHART_ANCHORS = {
     "iowait_percent": ids.OVER_TIME,
     "gpu_util_percent": ids.OVER_TIME,
 }
-ACCURACY_KEYS = ("final_top1", "target_top1", "epochs_to_target", "seconds_to_target")
+ACCURACY_KEYS = (
+    "final_top1",
+    "target_top1",
+    "epochs_to_target",
+    "seconds_to_target",
+    "time_to_target_speedup",
+)
 
 
 def run_href(run_id: str, anchor: str | None = None) -> str:

@@ -12,6 +12,7 @@ import pytest
 
 from collector.cli import build_parser
 from collector.views.query import runs_summary, scaling_table
+from collector.views.questions import answer
 from collector.views.reports import render
 from contract.throughput import TimedWork, images_per_second
 from dashboard.columns import format_value
@@ -38,10 +39,13 @@ def text_of(component) -> str:
     return " ".join(text_of(child) for child in children)
 
 
-def two_runs() -> tuple[RunBuilder, RunBuilder]:
+def two_runs(target_top1: float | None = None) -> tuple[RunBuilder, RunBuilder]:
     """A 1-rank baseline and a 4-rank run on 2 hosts, 3 epochs, 2 warm-up steps whose steps
-    are slower (graph building): epoch images / epoch seconds is NOT the timed rate."""
-    one = RunBuilder("one", steps_per_epoch=8, warmup_steps=2, write_samples=False)
+    are slower (graph building): epoch images / epoch seconds is NOT the timed rate. With
+    ``target_top1`` 0.75: the 1-rank run reaches it in epoch 3 (40 s), the 4-rank run in
+    epoch 2 (30 s)."""
+    one = RunBuilder("one", steps_per_epoch=8, warmup_steps=2, write_samples=False,
+                     target_top1=target_top1)  # fmt: skip
     four = RunBuilder(
         "four",
         hosts=("a", "b"),
@@ -50,11 +54,15 @@ def two_runs() -> tuple[RunBuilder, RunBuilder]:
         warmup_steps=2,
         t0_ns=T0_NS + 86_400 * NS,
         write_samples=False,
+        target_top1=target_top1,
     )
+    curves = {"one": (0.5, 0.7, 0.76), "four": (0.6, 0.8, 0.85)}
     for run, images in ((one, 800), (four, 760)):
-        run.epoch(20, images, step_pattern=(6, 6, 1, 1, 1, 1, 1, 1))  # warm-up: 2 slow steps
-        run.epoch(10, images)
-        run.epoch(10, images)
+        top1 = curves[run.run_id] if target_top1 is not None else (None, None, None)
+        # warm-up: 2 slow steps
+        run.epoch(20, images, step_pattern=(6, 6, 1, 1, 1, 1, 1, 1), top1=top1[0])
+        run.epoch(10, images, top1=top1[1])
+        run.epoch(10, images, top1=top1[2])
     return one, four
 
 
@@ -116,3 +124,19 @@ def test_epoch_rows_use_the_same_rule_per_epoch(make_store):
     assert hosts[("a", 2)] == pytest.approx(152.0)  # the host's two ranks
     # images / window seconds would say 4 x 760 / 20 = 152 for epoch 1: not the rule
     assert totals[1] != pytest.approx(152.0)
+
+
+def test_every_view_shows_the_same_time_to_target_speedup(make_store):
+    """``collector.analysis.target_scaling`` computes it once: ``collector scaling`` (JSON and
+    table), the read API's scaling answer and the dashboard's scaling page format it."""
+    one, four = two_runs(target_top1=0.75)
+    store = make_store(one.points() + four.points())
+    scaling = {r["run_id"]: r for r in json.loads(cli(store, "scaling", "--format", "json"))}
+    assert (scaling["one"]["seconds_to_target"], scaling["four"]["seconds_to_target"]) == (40, 30)
+    speedup = scaling["four"]["time_to_target_speedup"]
+    assert speedup == pytest.approx(40 / 30)
+    assert scaling["four"]["time_to_target_baseline"] == "one"
+    api = {r["run_id"]: r for r in answer(store, "scaling", {})}
+    assert api["four"]["time_to_target_speedup"] == speedup
+    assert f"{speedup:.2f}x" in cli(store, "scaling")
+    assert format_value(speedup, "ratio2") in text_of(scaling_page(scaling_table(store)))

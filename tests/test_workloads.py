@@ -197,7 +197,8 @@ def test_warm_up_steps_are_excluded_from_throughput():
                          "loss": 7.0}  # fmt: skip
     assert events[2] == {"event": "epoch_end", "epoch": 1, "step": 5, "images": 40,
                          "seconds": 5.5, "timed_images": 24, "timed_seconds": 1.5,
-                         "loss": 2.5, "top1": 0.25, "top5": 0.5}  # fmt: skip
+                         "loss": 2.5, "loss_not_finite": 0, "top1": 0.25,
+                         "top5": 0.5}  # fmt: skip
     # per-step rates 16, 16, 16 images/s
     assert recorder.summary().startswith("images/sec: 16.0 over 3 timed steps")
 

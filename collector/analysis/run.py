@@ -106,6 +106,11 @@ class RankEpochRecord:
     step_times_ns: tuple[int, ...]  # its step events' times
     step_images: float  # the images of its step events (a step without images counts 0)
     timed_step_work: TimedWork | None  # its step events with both images and seconds
+    # learning (collector.analysis.learning): its epoch_end's mean training loss, whether
+    # that was NaN or Inf (line protocol carries neither: the loss is then absent), top-1
+    loss: float | None = None
+    loss_not_finite: bool = False
+    top1: float | None = None
 
     @property
     def ended(self) -> bool:
@@ -194,7 +199,19 @@ def _record(
         tuple(step.time_ns for step in steps),
         step_images,
         timed,
+        **_learning(end),
     )
+
+
+def _learning(end: WorkloadEvent | None) -> dict[str, object]:
+    """The learning fields of an ``epoch_end`` (none when the epoch has not ended)."""
+    if end is None:
+        return {}
+    return {
+        "loss": event_number(end, Workload.LOSS),
+        "loss_not_finite": bool(event_number(end, Workload.LOSS_NOT_FINITE)),
+        "top1": event_number(end, Workload.TOP1),
+    }
 
 
 def run_model(

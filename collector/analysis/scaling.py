@@ -20,7 +20,9 @@ images/s lost to scaling, the one figure the ``scaling_loss`` finding and its st
 split show too.
 
 Runs that report top-1 accuracy also get the time and number of epochs to reach the run's
-``target_top1`` (on the reporting rank's own clock, from its ``run_start``).
+``target_top1`` (on the reporting rank's own clock, from its ``run_start``) and
+``time_to_target_speedup``, that time's speed-up over ``time_to_target_baseline``, the
+group's smallest run that reached the same target (``collector.analysis.target_scaling``).
 
 Run throughput is the one definition of ``contract.throughput``: every rank's timed steps
 (after the warm-up) over their seconds, summed over ranks, read from the ranks'
@@ -33,10 +35,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from collector.analysis.run import RunModel, read_run
+from collector.analysis.target_scaling import TargetRun, TargetSpeedup, target_speedups
 from collector.analysis.throughput import RunThroughput, rank_epoch_work, run_throughput
 from collector.store.api import ReadStore, RunInfo, WorkloadEvent, event_number
 from contract.schema import INFERENCE_FRAMEWORK, Event, RunState, Workload
@@ -222,6 +225,9 @@ class RunScaling:
     throughput_source: str
     startup_seconds: float | None
     accuracy: Accuracy
+    # against the group's smallest run that reached the same target
+    # (collector.analysis.target_scaling); None when this run did not reach it
+    target: TargetSpeedup | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -235,7 +241,16 @@ class RunScaling:
             "target_top1": self.accuracy.target_top1,
             "epochs_to_target": self.accuracy.epochs_to_target,
             "seconds_to_target": self.accuracy.seconds_to_target,
+            **target_dict(self.target),
         }
+
+
+def target_dict(target: TargetSpeedup | None) -> dict[str, Any]:
+    """The time-to-target comparison's keys of a scaling row (None where not reached)."""
+    return {
+        "time_to_target_speedup": target.time_to_target_speedup if target else None,
+        "time_to_target_baseline": target.baseline_run_id if target else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -313,8 +328,29 @@ def scaling_groups(
                     accuracy=fact.accuracy,
                 )
             )
-        out[key] = rows
+        out[key] = with_target_speedups(rows)
     return out
+
+
+def with_target_speedups(rows: list[RunScaling]) -> list[RunScaling]:
+    """One group's rows, each with its time-to-target speed-up over the group's smallest
+    run that reached the same target (``collector.analysis.target_scaling``)."""
+    speedups = target_speedups(
+        [
+            TargetRun(
+                run_id=row.run_id,
+                gpus=row.row.gpus,
+                start_ns=row.start_ns,
+                finished=row.state == RunState.FINISHED,
+                images_per_second=row.row.images_per_second,
+                target_top1=row.accuracy.target_top1,
+                epochs_to_target=row.accuracy.epochs_to_target,
+                seconds_to_target=row.accuracy.seconds_to_target,
+            )
+            for row in rows
+        ]
+    )
+    return [replace(row, target=speedups.get(row.run_id)) for row in rows]
 
 
 def scaling_rows(store: ReadStore) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from collector.findings.evidence import (
     WARNING,
     Finding,
 )
+from collector.findings.learning import detect_divergence, detect_not_learning
 from collector.findings.rules import (
     detect_cache_warmup,
     detect_dataset_cached_before_run,
@@ -35,6 +36,7 @@ from collector.findings.rules import (
     detect_scaling_loss,
     detect_storage_bound,
 )
+from collector.findings.target_scaling import detect_extra_epochs_to_target
 from collector.findings.words import words
 from collector.store.api import ReadStore
 
@@ -81,6 +83,9 @@ DETECTORS: dict[str, Detector] = {
     "scaling_loss": detect_scaling_loss,
     "precision_read_demand": detect_precision_read_demand,
     "contention": detect_contention,
+    "divergence": detect_divergence,
+    "not_learning": detect_not_learning,
+    "extra_epochs_to_target": detect_extra_epochs_to_target,
 }
 cache_warmup = rule(detect_cache_warmup, "cache_warmup")
 dataset_cached_before_run = rule(detect_dataset_cached_before_run, "dataset_cached_before_run")
@@ -92,6 +97,9 @@ epoch_restart = rule(detect_epoch_restart, "epoch_restart")
 scaling_loss = rule(detect_scaling_loss, "scaling_loss")
 precision_read_demand = rule(detect_precision_read_demand, "precision_read_demand")
 contention = rule(detect_contention, "contention")
+divergence = rule(detect_divergence, "divergence")
+not_learning = rule(detect_not_learning, "not_learning")
+extra_epochs_to_target = rule(detect_extra_epochs_to_target, "extra_epochs_to_target")
 RULES: tuple[Rule, ...] = (
     cache_warmup,
     dataset_cached_before_run,
@@ -103,6 +111,9 @@ RULES: tuple[Rule, ...] = (
     scaling_loss,
     precision_read_demand,
     contention,
+    divergence,
+    not_learning,
+    extra_epochs_to_target,
 )
 
 

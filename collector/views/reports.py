@@ -286,7 +286,14 @@ SCALING_COLUMNS = (
     "target_top1",
     "epochs_to_target",
     "seconds_to_target",
+    "time_to_target_speedup",
+    "time_to_target_baseline",
 )
+
+
+def format_speedup(value: float | None) -> str:
+    """A speed-up as the scaling table prints it (1.85x; – when there is none)."""
+    return "–" if value is None else f"{value:.2f}x"
 
 
 def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int:
@@ -322,6 +329,7 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
         "top-1",
         "epochs to target",
         "time to target",
+        "TTA speedup",
     )
     for header in headers:
         table.add_column(header, justify="left" if header in ("group", "run") else "right")
@@ -342,11 +350,12 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
             format_number(row["images_per_second"]),
             format_number(row["ideal"]),
             format_efficiency(row["efficiency_percent"]),
-            "–" if row["speedup"] is None else f"{row['speedup']:.2f}x",
+            format_speedup(row["speedup"]),
             row["scope"],
             "–" if row["final_top1"] is None else format_fraction(row["final_top1"]),
             "–" if row["epochs_to_target"] is None else str(row["epochs_to_target"]),
             format_clock_duration(row["seconds_to_target"]),
+            format_speedup(row["time_to_target_speedup"]),
         )
         previous = group
     console.print(table)

@@ -55,6 +55,7 @@ from contract.schema import (
     Tag,
     Workload,
 )
+from workloads.record.timing import loss_fields
 
 NS = 1_000_000_000
 T0_NS = 1_700_000_000 * NS  # 2023-11-14T22:13:20Z
@@ -97,6 +98,7 @@ class EpochSpec:
     shares: Shares | None = None
     reads: tuple[int, int] | None = None  # each rank's (read_bytes, rchar) in the epoch
     steps: int | None = None  # step events in the epoch (default: the run's steps_per_epoch)
+    loss: float | None = None  # the ranks' mean training loss; NaN or Inf: loss_not_finite
 
 
 @dataclass
@@ -155,6 +157,7 @@ class RunBuilder:
     epochs: list[EpochSpec] = field(default_factory=list)
     jobs: list[JobSpec] = field(default_factory=list)
     slurm_job_id: str | None = None  # the run's job: run_start's slurm_job_id
+    num_classes: int | None = None  # run_start's num_classes (None: not sent)
 
     def epoch(
         self,
@@ -166,13 +169,16 @@ class RunBuilder:
         shares: Shares | None = None,
         reads: tuple[int, int] | None = None,
         steps: int | None = None,
+        loss: float | None = None,
         **rates: Rate,
     ) -> RunBuilder:
         unknown = set(rates) - set(RATE_KEYS)
         if unknown:
             raise ValueError(f"unknown rates {sorted(unknown)}")
         self.epochs.append(
-            EpochSpec(seconds, images_per_rank, rates, step_pattern, top1, shares, reads, steps)
+            EpochSpec(
+                seconds, images_per_rank, rates, step_pattern, top1, shares, reads, steps, loss
+            )
         )
         return self
 
@@ -371,6 +377,8 @@ class RunBuilder:
         }
         if self.target_top1 is not None:
             fields[Workload.TARGET_TOP1] = self.target_top1
+        if self.num_classes is not None:
+            fields[Workload.NUM_CLASSES] = self.num_classes
         if self.slurm_job_id is not None:
             fields[Workload.SLURM_JOB_ID] = self.slurm_job_id
             fields[Workload.SLURM_STEP_ID] = "0"
@@ -432,6 +440,8 @@ class RunBuilder:
                     }
                     if spec.top1 is not None:
                         end_fields[Workload.TOP1] = spec.top1
+                    if spec.loss is not None:  # as workloads.record.timing.loss_fields sends it
+                        end_fields |= loss_fields(spec.loss)
                     end_fields |= self._anatomy_fields(spec, host, rank, step_number)
                     end_fields |= self._timed_parts(spec, host, rank, timed_seconds)
                     out.append(event(end + skew, end_fields))

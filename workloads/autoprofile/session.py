@@ -335,7 +335,7 @@ class Session:
         """``epoch_end`` of the open epoch, at ``end_ns`` or the latest time it ran to;
         ``now``: it ends now (stamped with the agent's edge sample)."""
         from contract.schema import Event, Workload
-        from workloads.record.timing import anatomy_fields, io_fields
+        from workloads.record.timing import anatomy_fields, io_fields, loss_fields
 
         with self._lock:
             epoch, self.epoch = self.epoch, None
@@ -358,7 +358,7 @@ class Session:
                 Workload.INPUT_WAIT_SECONDS: epoch.input_wait,
                 **anatomy_fields(epoch.anatomy if epoch.steps else None),
                 **io_fields(reads),
-                Workload.LOSS: loss,
+                **loss_fields(loss),
                 Workload.TOP1: epoch.top1,
                 Workload.TOP5: epoch.top5,
                 **self._residency_fields(),

@@ -28,6 +28,7 @@ every ``epoch_end`` also carry how much of the data set sat in the page cache th
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -192,7 +193,7 @@ class Recorder:
                 Workload.SECONDS: stats.seconds,
                 Workload.TIMED_IMAGES: stats.timed_images,
                 Workload.TIMED_SECONDS: stats.timed_seconds,
-                Workload.LOSS: loss,
+                **loss_fields(loss),
                 Workload.TOP1: top1,
                 Workload.TOP5: top5,
                 **anatomy_fields(stats.anatomy),
@@ -253,6 +254,15 @@ def anatomy_fields(anatomy: StepAnatomy | None) -> dict[str, object]:
         Workload.OTHER_STEP_SECONDS: anatomy.other,
         Workload.OVERLAP_SECONDS: anatomy.overlap,  # None (not written) when not timed
     }
+
+
+def loss_fields(loss: float | None) -> dict[str, object]:
+    """An epoch's mean training loss and whether it was NaN or Inf: line protocol drops
+    both, so without ``loss_not_finite`` a diverged epoch would read as one without a loss."""
+    if loss is None:
+        return {}
+    value = float(loss)
+    return {Workload.LOSS: value, Workload.LOSS_NOT_FINITE: 0 if math.isfinite(value) else 1}
 
 
 def io_fields(io: ProcessIo | None) -> dict[str, object]:

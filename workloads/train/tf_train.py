@@ -376,7 +376,8 @@ def run(spec: RunSpec, start_recorder):
             top1 = top5 = None
             if val is not None:
                 top1, top5 = evaluate(tf, self.model, val, hvd.allreduce_sum)
-            recorder.epoch_end(loss=float((logs or {}).get("loss", math.nan)), top1=top1, top5=top5)
+            loss = (logs or {}).get("loss")  # none sent rather than a NaN read as divergence
+            recorder.epoch_end(loss=None if loss is None else float(loss), top1=top1, top5=top5)
 
     model.fit(
         data,

@@ -49,6 +49,7 @@ def run_start_fields(spec: RunSpec, placement: Placement) -> dict[str, object]:
         **cpu_fields(
             spec.loader_workers, spec.loader_workers > 0 if spec.framework == "pytorch" else None
         ),
+        Workload.NUM_CLASSES: spec.num_classes,
     }
 
 
