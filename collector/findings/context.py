@@ -16,8 +16,10 @@ from collector.analysis.epochs import (
     report_of,
 )
 from collector.analysis.run import RunModel, read_run
+from collector.analysis.scaling import GroupKey, RunFacts, run_facts
 from collector.store.api import ReadStore, RunInfo, StepTable
 from contract.markers import ALL_HOSTS
+from contract.schema import RunState
 
 
 @dataclass
@@ -36,6 +38,20 @@ class RunContext:
     @property
     def config(self) -> dict[str, Any]:
         return self.run.config
+
+    def group_facts(self) -> dict[str, RunFacts]:
+        """The facts of every run of this run's scaling group that did not fail, this run
+        included (its own from its events, read already), by run id."""
+        key = GroupKey.of(self.run)
+        group_runs = [
+            r for r in self.store.runs() if r.state != RunState.FAILED and GroupKey.of(r) == key
+        ]
+        if self.run.run_id not in {r.run_id for r in group_runs}:
+            group_runs.append(self.run)
+        return {
+            r.run_id: run_facts(self.store, r, self.model if r.run_id == self.run.run_id else None)
+            for r in group_runs
+        }
 
     def report_of(self, run_id: str) -> EpochReport:
         """The per-epoch report of ``run_id`` (this run's own, or a compared run's)."""

@@ -84,7 +84,7 @@ import numpy as np
 from collector.analysis import residency
 from collector.analysis.epochs import BYTES_PER_MB, EpochReport, EpochRow
 from collector.analysis.run import RunModel
-from collector.analysis.scaling import GroupKey, RunFacts, run_facts, scaling_groups
+from collector.analysis.scaling import GroupKey, RunFacts, scaling_groups
 from collector.findings.context import RunContext, complete_epochs
 from collector.findings.evidence import (
     CACHED_PERCENT,
@@ -719,16 +719,7 @@ def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
     """Throughput lost to scaling, explained by the step anatomy when this run and its
     reference run both have one, else by the resources that grew."""
     key = GroupKey.of(context.run)
-    group_runs = [
-        r for r in context.store.runs() if r.state != RunState.FAILED and GroupKey.of(r) == key
-    ]
-    if context.run.run_id not in {r.run_id for r in group_runs}:
-        group_runs.append(context.run)
-    this_run = context.run.run_id
-    facts = {  # this run's from its events read already
-        r.run_id: run_facts(context.store, r, context.model if r.run_id == this_run else None)
-        for r in group_runs
-    }
+    facts = context.group_facts()
     table = scaling_groups(context.store, list(facts.values())).get(key, [])
     me = next((m for m in table if m.run_id == context.run.run_id), None)
     if me is None or me.row.gpus <= 1 or not me.row.images_per_second:

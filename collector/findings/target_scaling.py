@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from collector.analysis.scaling import GroupKey, run_facts, scaling_groups
+from collector.analysis.scaling import GroupKey, scaling_groups
 from collector.findings.context import RunContext
 from collector.findings.evidence import INFO, WARNING, Finding, digits, evidence_json
 from collector.findings.words import words
-from contract.schema import RunState
 from contract.units import format_fraction
 
 # the extra epochs explain at least half of a gap of at least 10 % of the throughput
@@ -46,16 +45,8 @@ class ExtraEpochsToTarget:
 
 def detect_extra_epochs_to_target(context: RunContext) -> ExtraEpochsToTarget | None:
     key = GroupKey.of(context.run)
-    group_runs = [
-        r for r in context.store.runs() if r.state != RunState.FAILED and GroupKey.of(r) == key
-    ]
-    if context.run.run_id not in {r.run_id for r in group_runs}:
-        group_runs.append(context.run)
     this_run = context.run.run_id
-    facts = [
-        run_facts(context.store, r, context.model if r.run_id == this_run else None)
-        for r in group_runs
-    ]
+    facts = list(context.group_facts().values())
     table = scaling_groups(context.store, facts).get(key, [])
     me = next((m for m in table if m.run_id == this_run), None)
     target = me.target if me is not None else None
