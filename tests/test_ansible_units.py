@@ -292,6 +292,7 @@ def test_agent_toml_holds_exactly_the_inventory_values(rendered):
         "sys_root": "/sys",
         "samplers": ["cpu", "net", "gpu"],
         "gpu_call_timeout_seconds": 5.0,
+        "ceilings_file": "/var/lib/epochscope/ceilings.json",  # agent ceilings keeps them
         "push": {
             "url": "http://head01:8086",
             "token": 'a"b\\c é',
