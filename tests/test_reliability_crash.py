@@ -154,12 +154,13 @@ def test_kill_9_of_an_agent_during_an_outage_loses_at_most_the_tick_in_flight(tm
             agent.kill()
     first_run_lines = agent.spooled_lines()
     first_run_ticks = _ticks_of(first_run_lines)
-    # Every tick the agent finished is in the spool whole (67 lines: 61 sampled and each of
-    # the 6 samplers' agent_sampler point); the one being
+    # Every tick the agent finished is in the spool whole (68 lines: 61 sampled and each of
+    # the 7 samplers' agent_sampler point, the ceilings sampler's with no ceilings measured
+    # on the fixture tree among them); the one being
     # written when it died may be there in part (its complete lines), or not at all.
     per_tick = Counter(line.rsplit(" ", 1)[1] for line in first_run_lines)
     sizes = [per_tick[str(tick)] for tick in first_run_ticks]
-    assert set(sizes[:-1]) == {61 + 6}, per_tick
+    assert set(sizes[:-1]) == {61 + 7}, per_tick
     assert set(per_tick) == {str(tick) for tick in first_run_ticks} or (
         len(set(per_tick) - {str(t) for t in first_run_ticks}) == 1  # torn before its self point
     )

@@ -394,7 +394,7 @@ def test_profile_table_shows_the_input_columns_per_epoch():
 
 
 def test_profile_table_shows_the_step_split_where_the_run_has_an_anatomy():
-    """The step anatomy is the headline: input %, compute % and comm % (contract.columns'
+    """The step anatomy is the headline: input %, compute %, comm % and AU % (contract.columns'
     headings) close the `--profile` summary when the run's steps carried one."""
     rows = [dict(_report_row("vm", 1, 1_000), input_wait_percent=61.25, compute_percent=30.5,
                  communication_percent=0.0),
@@ -402,12 +402,13 @@ def test_profile_table_shows_the_step_split_where_the_run_has_an_anatomy():
                  communication_percent=None)]  # fmt: skip
     lines = format_profile_table(rows).splitlines()
     cells = [re.split(r"\s{2,}", line.strip()) for line in lines]
-    assert cells[0][-3:] == ["input %", "compute %", "comm %"]
-    assert cells[1][-3:] == ["61.2", "30.5", "0.0"]  # 0 is a reading: shown, not "–"
-    assert cells[2][-3:] == ["–", "–", "–"]  # an epoch without the anatomy's fields
+    assert cells[0][-4:] == ["input %", "compute %", "comm %", "AU %"]
+    # 0 is a reading: shown, not "–"; AU needs the timed steps' input wait, not sent here
+    assert cells[1][-4:] == ["61.2", "30.5", "0.0", "–"]
+    assert cells[2][-4:] == ["–", "–", "–", "–"]  # an epoch without the anatomy's fields
     # no step anatomy anywhere (--no-anatomy, a loop nothing timed): no step columns
     plain = format_profile_table([_report_row("vm", 1, 1_000)]).splitlines()[0]
-    assert "input %" not in plain and "comm %" not in plain
+    assert "input %" not in plain and "comm %" not in plain and "AU %" not in plain
 
 
 def test_cache_drop_evicts_the_data_set_only_and_says_so(tmp_path, repo_env):

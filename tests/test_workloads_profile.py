@@ -396,9 +396,13 @@ def test_pytorch_loop_recognised_unmodified(data, runs):
     assert "run pt: per epoch" in result.stdout and "epoch  host" in result.stdout
     # the summary's step split: the report's input/compute/all-reduce shares, per epoch
     table = result.stdout[result.stdout.index("epoch  host") :].splitlines()
-    assert re.split(r"\s{2,}", table[0].strip())[-3:] == ["input %", "compute %", "comm %"]
-    shares = [re.split(r"\s{2,}", line.strip())[-3:] for line in table[1:3]]
+    heads = re.split(r"\s{2,}", table[0].strip())[-4:]
+    assert heads == ["input %", "compute %", "comm %", "AU %"]
+    shares = [re.split(r"\s{2,}", line.strip())[-4:] for line in table[1:3]]
     assert all(float(share[1]) > 0 and share[2] == "0.0" for share in shares), table
+    # AU: the timed steps' time not waiting for input; "–" for an epoch whose few steps
+    # were all warm-up (AU, like images/s, leaves them out)
+    assert all(share[3] == "–" or 0 < float(share[3]) <= 100 for share in shares), table
     # every edge exact: the agent sampled at the first pass's start (before the loader was
     # known to train) and at each epoch's last pass end (validation), not only between ticks
     rows = report_rows(sys.executable, runs, "pt")
