@@ -165,13 +165,15 @@ def test_a_rank_under_a_cgroup_cpu_quota_is_named(tmp_path, scenario_data):
 
 def test_loader_workers_started_again_every_epoch(tmp_path, scenario_data):
     """One rank, 2 loader workers without persistent_workers, 3 epochs: each epoch's first
-    step waits for 2 fresh workers to start and decode their first batches. One compute
-    thread and batches of 4 keep a step short beside that start-up (two OpenMP threads
-    spinning at their barriers on a loaded machine made a step 0.5 s, as long as the
-    start-up). The same loop with persistent workers as the contrast: its epochs' first
-    steps have no workers to start; one noisy first step may still cross the rule's
-    threshold on a loaded machine, so it is held to well under the restarting run's."""
-    args = ("--workers", "2", "--epochs", "3", "--threads", "1", "--batch-size", "4")
+    step waits for 2 fresh workers to start (0.5 s each, as workers that import libraries
+    or open files do: on a quiet machine a bare fork starts in tens of ms, no more than
+    the first batch's prefetch that every epoch pays) and decode their first batches. One
+    compute thread and batches of 4 keep a step short beside that start-up. The same loop
+    with persistent workers as the contrast: its epochs' first steps have no workers to
+    start, only the first batch to prefetch, which may still cross the rule's threshold,
+    so it is held to well under the restarting run's."""
+    args = ("--workers", "2", "--epochs", "3", "--threads", "1", "--batch-size", "4",
+            "--worker-start-ms", "500")  # fmt: skip
     run = profile_script(tmp_path, "restart", scenario_data("pytorch"), *args,
                          env=scenario_env())  # fmt: skip
     restart = run.finding("epoch_restart")

@@ -3,8 +3,11 @@
 class-per-folder JPEG tree decoded with PIL in its DataLoader workers.
 
 Usage: cause_train.py DATA_DIR [--epochs N] [--batch-size B] [--workers W]
-[--persistent-workers] [--threads T] [--sleep-rank R --sleep-ms MS] [--cgroup-rank R]
-[--images N]
+[--persistent-workers] [--worker-start-ms MS] [--threads T] [--sleep-rank R --sleep-ms MS]
+[--cgroup-rank R] [--images N]
+
+- ``--worker-start-ms MS``: each loader worker spends MS starting (its ``worker_init_fn``),
+  as workers that import libraries or open files do before their first batch;
 
 - ``--threads T``: ``torch.set_num_threads(T)`` (else the environment's OMP_NUM_THREADS,
   which torchrun sets to 1 for more than one rank);
@@ -63,6 +66,17 @@ class SmallNet(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
+class WorkerStart:
+    """A loader worker's start-up: ``seconds`` of work before its first batch (picklable,
+    for workers started by spawn as well as fork)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, worker_id: int) -> None:
+        time.sleep(self.seconds)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("data")
@@ -70,6 +84,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--persistent-workers", action="store_true")
+    parser.add_argument("--worker-start-ms", type=float, default=0.0)
     parser.add_argument("--threads", type=int)
     parser.add_argument("--sleep-rank", type=int)
     parser.add_argument("--sleep-ms", type=float, default=150.0)
@@ -96,6 +111,7 @@ def main():
         sampler=sampler,
         num_workers=args.workers,
         persistent_workers=args.persistent_workers and args.workers > 0,
+        worker_init_fn=WorkerStart(args.worker_start_ms / 1000) if args.workers else None,
     )
     torch.manual_seed(0)
     model = SmallNet(len(os.listdir(os.path.join(args.data, "train"))))
