@@ -107,10 +107,22 @@ def test_a_falling_loss_with_top1_at_chance_names_validation(make_store):
 
 
 def test_without_validation_the_loss_is_judged_against_a_uniform_guess(make_store):
-    store = make_store(learning_run("noval", [1.39, 1.40]).points())
+    run = learning_run("noval", [1.39, 1.40], steps_per_epoch=60)
+    for spec in run.epochs:
+        spec.shares = (0.0, 0.9, 0.0)
+    store = make_store(run.points())
     (finding,) = findings_of(store, "noval")
     assert finding.evidence["judged_by"] == "loss"
     assert finding.title == "The training does not learn: the loss stays at a uniform guess's"
+
+
+def test_without_validation_a_few_steps_are_too_few_to_judge(make_store):
+    # make demo: 3 epochs of 4 steps, loss 6.3, 8.8, 7.0 against ln 10 = 2.3: a freshly
+    # initialised network's first steps, not a training that cannot learn
+    run = learning_run("demo", [6.303, 8.792, 7.009], classes=10, steps_per_epoch=4)
+    for spec in run.epochs:  # the ranks' epoch_end carry their step count (with the anatomy)
+        spec.shares = (0.0, 0.9, 0.0)
+    assert findings_of(make_store(run.points()), "demo") == []
 
 
 def test_huge_losses_are_written_short(make_store):

@@ -42,6 +42,10 @@ from collector.findings.words import words
 MIN_EPOCHS = 2
 CHANCE_RATIO = 1.5  # 0.375 for 4 classes: 2.3 standard deviations above chance on 64 pictures
 UNIFORM_LOSS_SHARE = 0.9  # without validation: a loss >= 90 % of ln(classes) is at chance
+# without validation, the training loss is judged only after this many steps per rank: in
+# its first steps a freshly initialised network's loss swings above a uniform guess's
+# before it falls (make demo's 12 steps: 6.3, 8.8, 7.0 against ln 10 = 2.3)
+MIN_LOSS_STEPS = 100
 LOSS_FALL_MIN = 0.10  # the last epoch's loss at least 10 % below the first's: it falls
 DIVERGENCE_RATIO = 3.0
 UNIFORM_LOSS_MULTIPLE = 5.0  # 6.9 for 4 classes, 34.5 for 1000
@@ -125,8 +129,12 @@ def divergence(curve: list[EpochLearning], classes: int | None) -> Divergence | 
     return None
 
 
-def not_learning(curve: list[EpochLearning], classes: int | None) -> NotLearning | None:
-    """The run at chance over at least ``MIN_EPOCHS`` epochs (see the module's note)."""
+def not_learning(
+    curve: list[EpochLearning], classes: int | None, steps: int | None = None
+) -> NotLearning | None:
+    """The run at chance over at least ``MIN_EPOCHS`` epochs (see the module's note);
+    ``steps``: its ranks' steps, which must reach ``MIN_LOSS_STEPS`` for the training loss
+    alone (no validation) to decide."""
     if classes is None or divergence(curve, classes) is not None:
         return None
     chance, uniform = chance_top1(classes), uniform_guess_loss(classes)
@@ -134,7 +142,7 @@ def not_learning(curve: list[EpochLearning], classes: int | None) -> NotLearning
     losses = [e.loss for e in curve if e.loss is not None]
     if len(top1) >= MIN_EPOCHS:
         judged_by, at_chance = "top1", max(top1) <= CHANCE_RATIO * chance
-    elif len(losses) >= MIN_EPOCHS:
+    elif len(losses) >= MIN_EPOCHS and (steps is None or steps >= MIN_LOSS_STEPS):
         judged_by, at_chance = "loss", min(losses) >= UNIFORM_LOSS_SHARE * uniform
     else:
         return None
@@ -164,7 +172,9 @@ def detect_divergence(context: RunContext) -> Divergence | None:
 
 
 def detect_not_learning(context: RunContext) -> NotLearning | None:
-    return not_learning(learning_curve(context.model), classes_of(context.config))
+    counted = [r.global_step for r in context.model.records if r.global_step is not None]
+    steps = int(max(counted)) if counted else None  # None: its ranks sent no step count
+    return not_learning(learning_curve(context.model), classes_of(context.config), steps)
 
 
 # --------------------------------------------------------------------------------------
