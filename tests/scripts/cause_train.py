@@ -21,33 +21,12 @@ import argparse
 import os
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
-
-
-class JpegFolder(Dataset):
-    def __init__(self, root, size=32):
-        classes = sorted(os.listdir(root))
-        self.samples = [
-            (os.path.join(root, c, f), i)
-            for i, c in enumerate(classes)
-            for f in sorted(os.listdir(os.path.join(root, c)))
-        ]
-        self.size = size
-
-    def __len__(self):
-        return len(self.samples)
-
-    def __getitem__(self, index):
-        path, label = self.samples[index]
-        image = Image.open(path).convert("RGB").resize((self.size, self.size))
-        array = np.asarray(image, dtype=np.float32).transpose(2, 0, 1) / 255.0
-        return torch.from_numpy(array), label
+from torch_folder_train import JpegFolder  # this script's folder is on sys.path
 
 
 class SmallNet(nn.Module):
