@@ -22,7 +22,15 @@ import pytest
 
 from workloads.train.datasets import make_dataset
 
-pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
+
+def pytest_collection_modifyitems(items) -> None:
+    """Every scenario is slow and needs the frameworks (a conftest's ``pytestmark`` would
+    mark nothing)."""
+    for item in items:
+        if "tests/scenarios/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.frameworks)
+
 
 REPO = Path(__file__).resolve().parents[2]
 
