@@ -203,11 +203,13 @@ def disk_ceilings(
                 out.write(chunk)
             out.flush()
             os.fsync(out.fileno())
-        method = "o_direct"
-        try:
+        method, fd = "o_direct", None
+        try:  # refused at the open or the first read where O_DIRECT is not supported
             fd = os.open(scratch, os.O_RDONLY | os.O_DIRECT)
-            os.preadv(fd, [mmap.mmap(-1, 4096)], 0)
+            _timed_reads(fd, [0], 4096, 1.0)
         except OSError:
+            if fd is not None:
+                os.close(fd)
             method = "fadvise"
             fd = os.open(scratch, os.O_RDONLY)
         try:

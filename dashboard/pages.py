@@ -626,6 +626,7 @@ def run_page(
     finished run whose charts are not computed yet: decoding its step events is most of
     the cost) the time series come by a callback of their own too (``ids.RUN_PENDING``)."""
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
+    no_anatomy = anatomy_note(live, rows)
     disk, nfs, fabric, anatomy = epoch_figures(rows, order, rank_parts)
     absent = figures.absent_measurements(rows, ts.hosts if ts is not None else None)
     disk_style, nfs_style, fabric_style = epoch_chart_styles(rows, absent)
@@ -677,14 +678,14 @@ def run_page(
                 "all-reduce part; an input-bound run as a growing input wait.",
                 className="lead",
             ),
-            html.P(anatomy_note(live, rows), id=ids.STEP_ANATOMY_NOTE, className="note"),
+            html.P(no_anatomy, id=ids.STEP_ANATOMY_NOTE, className="note"),
             html.Div(
                 [
                     html.Div(graph(EPOCH_CHARTS[3], anatomy), className="panel"),
                     html.Div(graph(ids.STEP_SHARES_GRAPH, shares), className="panel"),
                 ],
                 id=ids.STEP_ANATOMY_PANELS,
-                style=HIDDEN if anatomy_note(live, rows) else {},
+                style=HIDDEN if no_anatomy else {},
             ),
             html.H2("Over time", id=ids.OVER_TIME),
             html.P(note, className="lead", id=ids.BUCKET_NOTE),

@@ -55,6 +55,7 @@ from collector.analysis.anatomy import (
     RankEpoch,
     epoch_reads,
     rank_epochs,
+    share_percent,
 )
 from collector.analysis.epochs import EpochRow
 from collector.analysis.run import RunModel
@@ -326,7 +327,8 @@ def pooled_utilisation(members: list[RankEpoch]) -> float | None:
     busy seconds over their timed seconds); None unless every one of them sent it."""
     if not members or any(r.timed_busy is None or not r.timed_seconds for r in members):
         return None
-    return sum(r.timed_busy or 0.0 for r in members) / sum(r.timed_seconds or 0.0 for r in members)
+    busy = sum(r.timed_busy or 0.0 for r in members)
+    return float(share_percent(busy, sum(r.timed_seconds or 0.0 for r in members))) / 100
 
 
 def detect_accelerator_utilisation(mine: list[RankEpoch]) -> list[AcceleratorUtilisation]:
