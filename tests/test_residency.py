@@ -283,11 +283,11 @@ def test_a_profiled_script_with_a_data_dir_measures_it_too(tmp_path):
     data = tmp_path / "set"
     make_dataset(data, "jpeg", images=4, classes=2, image_size=16, progress=False)
     config = ProfileConfig("r", "http://127.0.0.1:1", str(tmp_path / "spool"), data_dir=str(data))
-    fields = Session(config)._residency_fields()
+    fields = Session(config).residency_fields()
     assert fields[Workload.DATASET_FILES_BYTES] == sum(
         p.stat().st_size for p in (data / "train").rglob("*") if p.is_file()
     )
-    assert Session(ProfileConfig("r", "u", str(tmp_path)))._residency_fields() == {}
+    assert Session(ProfileConfig("r", "u", str(tmp_path))).residency_fields() == {}
 
 
 def test_every_host_must_have_had_it_cached_before_the_run(make_store):

@@ -157,10 +157,12 @@ class Session:
         batch_size: int | None,
         at_ns: int | None = None,
         loader: object = None,
+        residency: dict[str, int] | None = None,
     ) -> None:
         """``run_start`` for this process, as a rank (once); ``at_ns``: when its training
         began, if before now; ``loader``: the training's data loader, if known (its workers
-        are recorded)."""
+        are recorded); ``residency``: the data set's residency at ``at_ns``
+        (``residency_fields`` then), else measured now."""
         with self._lock:
             if self.started:
                 return
@@ -188,18 +190,21 @@ class Session:
                 Workload.WARMUP_STEPS: 0,
                 **cpu_fields(getattr(loader, "num_workers", None),
                              getattr(loader, "persistent_workers", None)),
-                **self._residency_fields(),
+                **(residency if residency is not None else self.residency_fields()),
             }, at_ns)  # fmt: skip
             atexit.register(self.finish)
 
-    def _residency_fields(self) -> dict[str, int]:
+    def residency_fields(self) -> dict[str, int]:
         """The data set's page-cache residency now, from a host's first rank with
-        ``--data-dir`` (``workloads.record.timing`` sends the same); {} otherwise."""
+        ``--data-dir`` (``workloads.record.timing`` sends the same); {} otherwise. Asked
+        before the process is known to train too: a loader's workers read ahead of the
+        first step, so the run's start is measured when its first pass began."""
         from contract.schema import Workload
 
         if self._residency is False:
             self._residency = None
-            local_rank = self.placement.local_rank if self.placement else 0
+            placement = self.placement or placement_from(dict(os.environ), torch_distributed())
+            local_rank = placement.local_rank
             if self.config.data_dir and local_rank == 0:
                 from workloads.train.datasets import DatasetError, describe
                 from workloads.train.pagecache import DatasetResidency
@@ -361,7 +366,7 @@ class Session:
                 **loss_fields(loss),
                 Workload.TOP1: epoch.top1,
                 Workload.TOP5: epoch.top5,
-                **self._residency_fields(),
+                **self.residency_fields(),
             }, None if now else end_ns or epoch.end_ns or self.clock_ns())  # fmt: skip
 
     def finish(self) -> None:

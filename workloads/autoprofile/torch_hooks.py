@@ -59,8 +59,15 @@ TOP5_CLASSES = 5
 
 
 class Pass:
-    def __init__(self, loader: object, io: object = None, start_ns: int | None = None) -> None:
+    def __init__(
+        self,
+        loader: object,
+        io: object = None,
+        start_ns: int | None = None,
+        residency: dict[str, int] | None = None,
+    ) -> None:
         self.loader = weakref.ref(loader)
+        self.residency = residency  # the data set's, when a pass that may be the first began
         self.start_ns = start_ns or time.time_ns()
         self.start = time.perf_counter()
         self.io = io  # the process's reads when the pass began
@@ -109,7 +116,11 @@ class Tracker:
         role = self.roles.get(loader)
         # before training is seen, a pass may be the first epoch: its start is an edge
         maybe_first = not session.started and loader not in self.untrained
-        current = Pass(loader, session.process_io(), session.edge_ns() if maybe_first else None)
+        if maybe_first:  # the data set's residency before the loader's workers read ahead
+            residency = session.residency_fields()
+            current = Pass(loader, session.process_io(), session.edge_ns(), residency)
+        else:
+            current = Pass(loader, session.process_io())
         if session.started:
             if role == TRAIN:
                 session.epoch_start(None, current.start, current.io)  # now: an edge
@@ -180,7 +191,8 @@ class Tracker:
                 self.model = model_name(current.outermost)
             batch = getattr(loader, "batch_size", None)
             # a nanosecond before the epoch it starts with: first in time order, as it was sent
-            session.start("pytorch", self.model, batch, current.start_ns - 1, loader)
+            session.start("pytorch", self.model, batch, current.start_ns - 1, loader,
+                          current.residency)  # fmt: skip
             session.epoch_start(current.start_ns, current.start, current.io)
             self.training = current
             self._stop_watching()
