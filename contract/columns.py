@@ -92,6 +92,10 @@ SPEC: tuple[ReportColumn, ...] = (
             1, "Disk read MB/s as a share of this host's measured sequential read ceiling "
             "(agent ceilings: direct I/O, 1 MiB reads); – where none was measured",
             "storage"),
+    _column("decode_ceiling_percent", "decode % max", "Decode % of ceiling", PERCENT, 1,
+            "Images/s as a share of this host's decode ceiling: the measured JPEG decode rate "
+            "per core (agent ceilings) times the cores the ranks may use (CPUs allowed, "
+            "capped by a cgroup CPU quota); JPEG data sets only, – elsewhere", "cpu"),
     _column("disk_write_bytes", "disk write", "Disk write", BYTES, None,
             "Bytes written to local block devices of kind disk", "storage"),
     _column("nfs_server_read_bytes", "NFS server", "NFS server read", BYTES, None,

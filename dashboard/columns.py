@@ -67,6 +67,7 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
             "images_per_second",
             "disk_read_mbps",
             "disk_read_ceiling_percent",
+            "decode_ceiling_percent",
             "nfs_server_read_mbps",
             "nfs_cache_hit_ratio",
             "ib_rcv_mbps",

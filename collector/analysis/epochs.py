@@ -33,6 +33,9 @@ rx_minus_tx_mbps           receive minus send on the fabric: InfiniBand when the
                            are sent and received in equal amounts).
 disk_read_ceiling_percent  disk_read_mbps as a share of the host's measured sequential read
                            ceiling (``agent ceilings``: the sum over the disks it measured)
+decode_ceiling_percent     images_per_second as a share of the host's decode ceiling: its
+                           measured JPEG decode rate per core times the cores the ranks may
+                           use (``collector.analysis.decode``); JPEG data sets only
 page_cache_delta_bytes     ``memory.cached_bytes`` at end minus at start
 major_faults               ``memory.pgmajfault`` growth
 cpu_util_percent           share of all CPU time that is neither idle nor iowait
@@ -106,7 +109,7 @@ from typing import Any
 
 import numpy as np
 
-from collector.analysis import anatomy, residency, throughput
+from collector.analysis import anatomy, decode, residency, throughput
 from collector.analysis.contention import TRAINING_CPU, epoch_cpu
 from collector.analysis.counters import (
     NS_PER_SECOND,
@@ -329,6 +332,7 @@ HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal("gpu_pcie_tx", Gpu.NAME, Gpu.PCIE_TX_BYTES, COUNTER, _whole_gpu),
     # the measured ceilings (agent ceilings): the sum of the measured disks' rates
     HostTotal("disk_read_ceiling", Ceiling.NAME, Ceiling.DISK_SEQUENTIAL_READ, GAUGE_MEAN),
+    HostTotal(decode.DECODE_PER_CORE, Ceiling.NAME, Ceiling.JPEG_DECODE, GAUGE_MEAN),
 )
 
 
@@ -411,6 +415,7 @@ class EpochRow:
     disk_read_bytes: int | None
     disk_read_mbps: float | None
     disk_read_ceiling_percent: float | None
+    decode_ceiling_percent: float | None
     disk_write_bytes: int | None
     nfs_server_read_bytes: int | None
     nfs_server_read_mbps: float | None
@@ -544,6 +549,9 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             * column("disk_read")
             * per_second
             / np.where(column("disk_read_ceiling") > 0, column("disk_read_ceiling"), np.nan),
+            "decode_ceiling_percent": 100.0
+            * rate
+            / np.where(column(decode.DECODE_CEILING) > 0, column(decode.DECODE_CEILING), np.nan),
             "disk_write_bytes": column("disk_write"),
             "nfs_server_read_bytes": column("nfs_server_read"),
             "nfs_server_read_mbps": mbps("nfs_server_read"),
@@ -746,12 +754,17 @@ def report_of(store: ReadStore, model: RunModel) -> EpochReport:
     training_reads = anatomy.epoch_reads(model)
     cached = residency.epoch_residency(model)
     training_cpu = epoch_cpu(model)
+    cores = decode.epoch_decode_cores(model, [(a.host, a.epoch) for a in amounts])
     for host_amounts in amounts:
         key = (host_amounts.host, host_amounts.epoch)
         host_amounts.values.update(step_parts.get(key, {}))
         host_amounts.values.update(training_reads.get(key, {}))
         host_amounts.values.update(cached.get(key, {}))
         host_amounts.values.update(training_cpu.get(key, {}))
+        host_amounts.values.update(cores.get(key, {}))
+        host_amounts.values[decode.DECODE_CEILING] = host_amounts.values.get(
+            decode.DECODE_PER_CORE, math.nan
+        ) * host_amounts.values.get(decode.DECODE_CORES, math.nan)
         host_amounts.images_per_second = host_rates.get(key, math.nan)
     ordered = with_all_hosts(amounts, epoch_rates)
     return EpochReport(model.run_id, windows, rows_from_amounts(ordered), ordered, model)

@@ -21,8 +21,12 @@ rule of ``collector.findings.engine`` takes as its explanation when both runs ha
 ``input_wait``
     Input wait is at least ``INPUT_WAIT_SHARE`` of the step time on a host in settled
     epochs. Storage-bound when the training's own reads came from storage (``read_bytes``
-    at least half of ``rchar``) or iowait is high; decode-bound when the host's CPUs were
-    saturated; else undetermined (too few loader workers is the usual cause).
+    at least half of ``rchar``) or iowait is high; decode-bound when the epochs' images/s
+    reached ``CEILING_BOUND_SHARE`` of the host's decode ceiling (JPEG data sets with a
+    measured decode rate per core, ``decode_ceiling_percent``: a cgroup quota's cores are
+    saturated while the host's CPUs are not) or the host's CPUs were saturated; else
+    undetermined (too few loader workers is the usual cause). The share of the decode
+    ceiling is stated beside it where measured.
 ``straggler``
     In an epoch, one part of a rank's step (input wait, compute, all-reduce, the rest) runs
     longer than the other ranks' median of that part by at least ``STRAGGLER_PART_SHARE``
@@ -57,6 +61,7 @@ from collector.analysis.anatomy import (
     rank_epochs,
     share_percent,
 )
+from collector.analysis.decode import run_host_cores
 from collector.analysis.epochs import EpochRow
 from collector.analysis.run import RunModel
 from collector.analysis.scaling import RunFacts
@@ -64,6 +69,7 @@ from collector.findings.causes import threads_per_rank
 from collector.findings.context import RunContext
 from collector.findings.evidence import (
     AU_PASS,
+    CEILING_BOUND_SHARE,
     CPU_SATURATED_PERCENT,
     INPUT_WAIT_SHARE,
     IOWAIT_HIGH_PERCENT,
@@ -271,6 +277,17 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _decode_bound(decode_ceiling_percent: float | None, cpu_util_percent: float | None) -> bool:
+    """Decoding at the decode ceiling's bound (the quota's cores full, whatever the host's
+    CPUs did), or the host's CPUs saturated."""
+    at_ceiling = decode_ceiling_percent is not None and (
+        decode_ceiling_percent >= 100 * CEILING_BOUND_SHARE
+    )
+    return at_ceiling or (
+        cpu_util_percent is not None and cpu_util_percent >= CPU_SATURATED_PERCENT
+    )
+
+
 def detect_input_wait(
     context: RunContext, mine: list[RankEpoch], reads: Reads
 ) -> list[InputWaitHost]:
@@ -281,6 +298,7 @@ def detect_input_wait(
     report_rows = {
         (row.host, row.epoch): row for row in context.report.rows if row.host != ALL_HOSTS
     }
+    cores = run_host_cores(context.model)
     found = []
     for host, members in sorted(by_host.items()):
         seconds = sum(r.seconds for r in members)
@@ -294,6 +312,9 @@ def detect_input_wait(
         cpu = _mean([r.cpu_util_percent for r in host_rows if r.cpu_util_percent is not None])
         iowait = _mean([r.iowait_percent for r in host_rows if r.iowait_percent is not None])
         storage = _mean([r.storage_read_mbps for r in host_rows if r.storage_read_mbps is not None])
+        decoding = _mean(
+            [r.decode_ceiling_percent for r in host_rows if r.decode_ceiling_percent is not None]
+        )
         read_bytes = training_reads(reads, members)
         rchar_bytes = training_reads(reads, members, PROCESS_RCHAR)
         from_storage = (
@@ -304,7 +325,7 @@ def detect_input_wait(
         )
         if from_storage or (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT):
             cause = "storage"
-        elif cpu is not None and cpu >= CPU_SATURATED_PERCENT:
+        elif _decode_bound(decoding, cpu):
             cause = "decode"
         else:
             cause = "undetermined"
@@ -312,6 +333,8 @@ def detect_input_wait(
             InputWaitHost(
                 host, epochs, share, cause, cpu, iowait, read_bytes, rchar_bytes, storage,
                 accelerator_utilisation=pooled_utilisation(members),
+                decode_ceiling_percent=decoding,
+                decode_cores=cores.get(host, (None, ""))[0] if decoding is not None else None,
             )
         )  # fmt: skip
     return found

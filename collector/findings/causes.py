@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from collector.analysis import decode
 from collector.analysis.run import RunModel
 from collector.findings.context import RunContext
 from collector.findings.evidence import (
@@ -49,7 +50,6 @@ from collector.findings.evidence import (
 )
 from collector.findings.words import CPU_UTIL, words
 from collector.store.api import WorkloadEvent, event_number
-from contract.cpulist import parse_cpu_list
 from contract.schema import Event, Workload
 
 OVERSUBSCRIBED = "oversubscribed"
@@ -109,21 +109,10 @@ def rank_cpus(event: WorkloadEvent) -> RankCpus:
 
 
 def host_cores(ranks: list[RankCpus]) -> tuple[float, str] | None:
-    """The cores a host's ranks may use and where that came from; None when a rank did not
-    say which CPUs it may use."""
-    if any(r.cpus_allowed is None for r in ranks):
-        return None
-    allowed: set[int] = set()
-    for r in ranks:
-        allowed |= parse_cpu_list(r.cpus_allowed or "")
-    lists = ",".join(sorted({r.cpus_allowed or "" for r in ranks}))
-    cores, source = float(len(allowed)), f"CPUs {lists} allowed (sched_getaffinity)"
-    quotas = [r.quota_cpus for r in ranks]
-    if quotas and all(q is not None for q in quotas):
-        quota = max(q for q in quotas if q is not None)
-        if quota < cores:
-            cores, source = quota, f"a cgroup CPU quota of {quota:g} CPUs"
-    return cores, source
+    """The cores a host's ranks may use and where that came from
+    (``collector.analysis.decode.host_cores``); None when a rank did not say which CPUs it
+    may use."""
+    return decode.host_cores([r.cpus_allowed for r in ranks], [r.quota_cpus for r in ranks])
 
 
 def over_quota(ranks: list[RankCpus]) -> list[RankCpus]:

@@ -558,6 +558,10 @@ class InputWaitHost:
     storage_read_mbps: float | None
     threshold_share: float = INPUT_WAIT_SHARE
     accelerator_utilisation: float | None = field(default=None, metadata=digits(4))
+    # images/s over the decode ceiling (measured rate per core x the ranks' cores), mean
+    # over the epochs; None: not a JPEG run, or no ceiling or CPU list measured
+    decode_ceiling_percent: float | None = field(default=None, metadata=digits(1))
+    decode_cores: float | None = field(default=None, metadata=digits(2))
 
 
 @dataclass(frozen=True)

@@ -783,10 +783,27 @@ def _(found: InputWaitHost) -> Finding:
             f"{_measured_bytes(found.training_rchar_bytes)} read in all. "
             + CAUSE_TEXT[found.cause]
             + "."
+            + decode_sentence(found.decode_ceiling_percent, found.decode_cores)
             + au_sentence(found.accelerator_utilisation)
         ),
         evidence=evidence_json(found),
         chart=INPUT_WAIT,
+    )
+
+
+def decode_sentence(percent: float | None, cores: float | None) -> str:
+    """The input's images/s against the decode ceiling, with the rule for "CPU-bound
+    input" (empty when not measured)."""
+    if percent is None or cores is None:
+        return ""
+    of = f"the measured decode rate of {cores:g} core{'' if cores == 1 else 's'}"
+    if percent >= 100 * CEILING_BOUND_SHARE:
+        return f" Input decoding at {percent:.0f}% of {of}: CPU-bound input."
+    return (
+        f" Input decoding at {percent:.0f}% of {of}, under the "
+        f"{100 * CEILING_BOUND_SHARE:.0f}% that would mean the cores could decode no faster: "
+        "the cores were also busy with other work (the training's own compute on CPU-only "
+        "ranks, other processes) or the loader's workers were too few."
     )
 
 

@@ -158,6 +158,7 @@ class RunBuilder:
     jobs: list[JobSpec] = field(default_factory=list)
     slurm_job_id: str | None = None  # the run's job: run_start's slurm_job_id
     num_classes: int | None = None  # run_start's num_classes (None: not sent)
+    run_start_fields: dict[str, object] = field(default_factory=dict)  # more run_start fields
 
     def epoch(
         self,
@@ -382,7 +383,7 @@ class RunBuilder:
         if self.slurm_job_id is not None:
             fields[Workload.SLURM_JOB_ID] = self.slurm_job_id
             fields[Workload.SLURM_STEP_ID] = "0"
-        return fields
+        return fields | self.run_start_fields
 
     def event_points(self) -> list[Point]:
         out: list[Point] = []
