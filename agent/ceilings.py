@@ -14,8 +14,11 @@ What is measured, and how (``method``):
   ``rate`` (``100 Gb/sec (4X EDR)``): the negotiated rate, not a measured throughput.
 - **PCIe** (``nvml``): each GPU's maximum link generation and width, as bytes/s per
   direction (128b/130b encoding from generation 3).
-- **JPEG decode** (``pillow``): one core decoding a 500x375 JPEG and resizing it to
-  224 px for ``--cpu-seconds``: the bundled input pipeline's work per picture.
+- **JPEG decode** (``pillow``): one thread decoding a 500x375 JPEG and resizing it to
+  224 px for ``--cpu-seconds`` of the clock: the bundled input pipeline's work per
+  picture, as pictures per CPU second (per core), so that a cgroup CPU quota on the
+  command, or other work on the node, takes clock time from it but leaves the rate per
+  core alone. The command states the CPUs and quota it ran under.
 
 Shared storage under other tenants' load, a disk's cache on a short test, and links
 that are shared upstream (an oversubscribed fabric) are not seen: the docs say so.
@@ -34,10 +37,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from contract.cpulist import cgroup_quota, format_cpu_list
 from contract.point import Point
 from contract.schema import Ceiling, Tag
 
 DEFAULT_FILE = Path("/var/lib/epochscope/ceilings.json")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 FILE_ENV = "EPOCHSCOPE_CEILINGS_FILE"
 SEQUENTIAL_BLOCK = 1 << 20
 RANDOM_BLOCK = 128 << 10
@@ -234,8 +239,19 @@ def disk_ceilings(
     ]
 
 
-def jpeg_decode_ceiling(seconds: float, now: float) -> Measured | None:
-    """Pictures/s one core decodes and resizes (None without Pillow)."""
+@dataclass(frozen=True)
+class DecodeRates:
+    """One core's JPEG decoding: pictures per CPU second (the ceiling, per core whatever
+    quota the measuring process runs under) and per second of the clock (what this process
+    got: under a cgroup CPU quota of half a core, about half)."""
+
+    per_cpu_second: float
+    per_wall_second: float
+
+
+def decode_rates(seconds: float) -> DecodeRates | None:
+    """Decode and resize a 500x375 JPEG to 224 px for ``seconds`` of the clock, in this
+    one thread (None without Pillow)."""
     try:
         from PIL import Image
     except ImportError:
@@ -244,13 +260,39 @@ def jpeg_decode_ceiling(seconds: float, now: float) -> Measured | None:
     encoded = io.BytesIO()
     picture.save(encoded, "JPEG", quality=90)
     data = encoded.getvalue()
-    count, start = 0, time.perf_counter()
+    count, start, cpu_start = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         with Image.open(io.BytesIO(data)) as image:
             image.convert("RGB").resize((224, 224))
         count += 1
-    rate = count / (time.perf_counter() - start)
-    return Measured(str(Ceiling.JPEG_DECODE), "cpu", "cpu", "pillow", rate, now)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    return DecodeRates(count / cpu if cpu > 0 else 0.0, count / wall)
+
+
+def jpeg_decode_ceiling(seconds: float, now: float) -> Measured | None:
+    """Pictures one core decodes and resizes per CPU second (None without Pillow): per CPU
+    second, so that a CPU quota or other processes on the node while it measures take the
+    clock's seconds, not the rate per core."""
+    rates = decode_rates(seconds)
+    if rates is None:
+        return None
+    field = str(Ceiling.JPEG_DECODE)
+    return Measured(field, "cpu", "cpu", "pillow", rates.per_cpu_second, now)
+
+
+def allowed_cpus_text(proc: Path = Path("/proc"), cgroup_root: Path = CGROUP_ROOT) -> str:
+    """What this process may use, in words: the decode ceiling is per core, a run's share
+    is of the cores its own ranks may use (their CPU list and quota, not these)."""
+    cpus = os.sched_getaffinity(0)
+    quota = cgroup_quota(proc, cgroup_root)
+    held = f"{len(cpus)} CPUs allowed ({format_cpu_list(cpus)})"
+    if quota is not None:
+        held += f", a cgroup CPU quota of {quota:g} CPUs"
+    return (
+        f"cpu: this command ran on {held}; the JPEG decode rate is per core (per CPU second), "
+        "so neither lowers it; a run's decode ceiling is that rate x the cores its own ranks "
+        "may use"
+    )
 
 
 def pcie_ceilings(now: float) -> list[Measured]:
@@ -293,7 +335,7 @@ def measure(
 def describe(measured: Measured) -> str:
     value = measured.value
     if measured.field == str(Ceiling.JPEG_DECODE):
-        amount = f"{value:,.0f} pictures/s per core"
+        amount = f"{value:,.0f} pictures/s per core (per CPU second)"
     else:
         amount = f"{value / 1e6:,.1f} MB/s"
     where = f"{measured.kind:<10} {measured.device:<12} {measured.field:<40}"

@@ -188,6 +188,7 @@ def cmd_ceilings(args: argparse.Namespace) -> int:
     )  # fmt: skip
     for measured in found:
         print(ceilings.describe(measured))
+    print(ceilings.allowed_cpus_text())
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = out.with_name(out.name + ".new")
     scratch.write_text(ceilings.to_json(found))

@@ -17,7 +17,12 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from contract.cpulist import format_cpu_list
+from contract.cpulist import (  # noqa: F401 (the rank's quota readers, defined there)
+    cgroup_quota,
+    cgroup_v1_cpu_path,
+    format_cpu_list,
+    quota_cpus,
+)
 from contract.schema import Workload
 
 OMP = "OMP_NUM_THREADS"
@@ -68,42 +73,6 @@ def threads_source(
     if threads == default and not value:
         return "the framework's default (one per CPU)"
     return "set in the program"
-
-
-def cgroup_v1_cpu_path(proc_cgroup: str) -> str | None:
-    """The rank's cgroup v1 ``cpu`` controller path from ``/proc/<pid>/cgroup``
-    (``4:cpu,cpuacct:/slurm/job_1``); None under cgroup v2 only."""
-    for line in proc_cgroup.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3 and "cpu" in parts[1].split(","):
-            return parts[2]
-    return None
-
-
-def quota_cpus(quota_us: str, period_us: str) -> float | None:
-    """``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` in CPUs; None when unlimited (-1)."""
-    quota, period = int(quota_us.strip()), int(period_us.strip())
-    return quota / period if quota > 0 and period > 0 else None
-
-
-def cgroup_quota(
-    proc: Path = Path("/proc"), sys_root: Path = Path("/sys/fs/cgroup")
-) -> float | None:
-    """This process's cgroup v1 CPU quota in CPUs, or None (no quota, or not readable)."""
-    try:
-        path = cgroup_v1_cpu_path((proc / "self" / "cgroup").read_text())
-        if path is None:
-            return None
-        for mount in ("cpu", "cpu,cpuacct"):
-            folder = sys_root / mount / path.lstrip("/")
-            if (folder / "cpu.cfs_quota_us").exists():
-                return quota_cpus(
-                    (folder / "cpu.cfs_quota_us").read_text(),
-                    (folder / "cpu.cfs_period_us").read_text(),
-                )
-    except (OSError, ValueError):
-        return None
-    return None
 
 
 def framework_threads() -> tuple[int | None, int | None]:

@@ -1,0 +1,99 @@
+"""``agent ceilings`` under real cgroup v1 limits (issue 29, "a CPU quota sets a known decode
+ceiling"): the decode rate per core is what a core decodes per CPU second, so a quota of
+half a core on the measuring command halves what it decodes by the clock and leaves the
+rate per core alone, and the command says which CPUs and quota it ran under. A run's own
+quota is what caps its decode ceiling (tests/test_decode_ceiling.py).
+
+The machine is shared with other trainings: they take clock time from the command, never
+the quota's share of it upwards, so the clock's rate is bounded above by the quota (with
+the CFS period's slack) and the rate per CPU second is compared with a tolerance that
+cache and frequency effects of a loaded 2-core machine stay inside."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from contract.schema import Ceiling
+
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
+QUOTA_CPUS = 0.5
+PER_CORE_TOLERANCE = 0.30  # rate per CPU second, quota against none
+QUOTA_SLACK = 0.10  # clock rate over rate per CPU second may exceed the quota by this
+REPO = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def cpu_quota(share: float):
+    """A cgroup v1 CPU cgroup allowed ``share`` of one CPU (no burst), removed afterwards."""
+    if not os.access(CGROUP_CPU, os.W_OK):
+        pytest.skip(f"{CGROUP_CPU} is not writable here")
+    path = CGROUP_CPU / f"epochscope-test-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    try:
+        period = int((path / "cpu.cfs_period_us").read_text())
+        (path / "cpu.cfs_quota_us").write_text(str(int(period * share)))
+        yield path
+    finally:
+        for _ in range(50):  # the moved process's exit may still be under way
+            try:
+                path.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def python_in(cgroup: Path | None, *argv: str) -> str:
+    """``python argv`` run from the repository, moved into ``cgroup`` before it starts."""
+    procs = None if cgroup is None else str(cgroup / "cgroup.procs")
+
+    def enter() -> None:
+        if procs is not None:
+            Path(procs).write_text(str(os.getpid()))
+
+    result = subprocess.run(
+        [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=120,
+        preexec_fn=enter,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+RATES = (
+    "import json; from agent.ceilings import decode_rates; r = decode_rates({seconds});"
+    "print(json.dumps([r.per_cpu_second, r.per_wall_second]))"
+)
+
+
+def test_a_cpu_quota_takes_clock_time_not_the_rate_per_core():
+    free_cpu, _ = json.loads(python_in(None, "-c", RATES.format(seconds=2.0)))
+    with cpu_quota(QUOTA_CPUS) as cgroup:
+        held_cpu, held_wall = json.loads(python_in(cgroup, "-c", RATES.format(seconds=2.0)))
+    assert held_cpu == pytest.approx(free_cpu, rel=PER_CORE_TOLERANCE)
+    # by the clock, the quota's half a core at most: the known decode ceiling it sets. (Not
+    # compared with the free run's clock rate: on this loaded machine a free process gets
+    # about a quarter of a core, no more than the quota's share.)
+    assert held_wall / held_cpu <= QUOTA_CPUS + QUOTA_SLACK
+
+
+def test_agent_ceilings_under_a_quota_keeps_the_rate_per_core_and_says_so(tmp_path):
+    out = tmp_path / "ceilings.json"
+    with cpu_quota(QUOTA_CPUS) as cgroup:
+        printed = python_in(
+            cgroup, "-m", "agent", "ceilings", "--data-dir", str(tmp_path), "--disk-mib", "4",
+            "--disk-seconds", "0.2", "--cpu-seconds", "1.5", "--out", str(out),
+        )  # fmt: skip
+    free_cpu, _ = json.loads(python_in(None, "-c", RATES.format(seconds=1.5)))
+    (decode,) = [c for c in json.loads(out.read_text())["ceilings"] if c["kind"] == "cpu"]
+    assert decode["field"] == str(Ceiling.JPEG_DECODE)
+    assert decode["value"] == pytest.approx(free_cpu, rel=PER_CORE_TOLERANCE)
+    assert f"a cgroup CPU quota of {QUOTA_CPUS:g} CPUs" in printed
+    assert "pictures/s per core (per CPU second)" in printed
