@@ -30,6 +30,8 @@ PER_CORE_TOLERANCE = 0.30  # rate per CPU second, quota against none
 QUOTA_SLACK = 0.10  # clock rate over rate per CPU second may exceed the quota by this
 REPO = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.slow  # two real 2-second decode passes each, in subprocesses
+
 
 @contextmanager
 def cpu_quota(share: float):
