@@ -125,3 +125,51 @@ def test_an_unreachable_peer_is_an_error_and_keeps_the_file(tmp_path, repo_env):
     assert result.returncode == 1
     assert "--serve-peer" in result.stderr
     assert ceilings.from_json(kept.read_text()) == []
+
+
+TC_RATE_MBIT = 200
+# tbf counts whole frames: a full TCP segment carries 1448 payload bytes (MTU 1500 less IP,
+# TCP and timestamp headers) in 1514 bytes on the veth (the Ethernet header added)
+TCP_PAYLOAD_SHARE = 1448 / 1514
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_over_a_tc_limited_link_the_peer_rate_is_the_tc_rate(tmp_path, repo_env):
+    """Two network namespaces joined by a veth pair (tests/test_cluster_netns.py's
+    Cluster); a token bucket (tc tbf) on h1's side sets the link to 200 Mbit/s. The rate
+    counts whole frames, so TCP's payload can be ~95.6% of it (``TCP_PAYLOAD_SHARE``):
+    the measurement must land within 10% of that, and so also within 10% of the tc rate
+    itself (measured here: 23.3 MB/s of 23.9 payload, 25.0 tc, at load average 9 on 2
+    cores; a sender needs a few % of a core for 25 MB/s, so load hardly moves it)."""
+    from test_cluster_netns import Cluster, run_checked, skip_unless_possible
+
+    skip_unless_possible(horovod=False)
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.create()
+        h1, h2 = cluster.namespaces["h1"], cluster.namespaces["h2"]
+        bucket = ["tbf", "rate", f"{TC_RATE_MBIT}mbit", "burst", "64kb", "latency", "50ms"]
+        run_checked(["tc", "-n", h1, "qdisc", "add", "dev", "eth0", "root", *bucket])
+        receiver = subprocess.Popen(
+            ["ip", "netns", "exec", h2, sys.executable, "-m", "agent", "ceilings",
+             "--serve-peer", "--bind", cluster.addresses["h2"], "--serve-seconds", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=repo_env,
+        )  # fmt: skip
+        cluster.processes.append(receiver)
+        assert receiver.stdout.readline().startswith("receiving on"), receiver.stderr.read()
+        kept = tmp_path / "ceilings.json"
+        result = run_checked(
+            ["ip", "netns", "exec", h1, sys.executable, "-m", "agent", "ceilings",
+             "--peer", cluster.addresses["h2"], "--peer-only", "--peer-seconds", "4",
+             "--out", str(kept)],
+            env=repo_env, timeout=60,
+        )  # fmt: skip
+        print(result.stdout)
+        (measured,) = ceilings.from_json(kept.read_text())
+        assert measured.device == f"{cluster.addresses['h2']}:{peer.DEFAULT_PORT}"
+        tc_rate = TC_RATE_MBIT * 1e6 / 8
+        assert measured.value == pytest.approx(tc_rate * TCP_PAYLOAD_SHARE, rel=0.10)
+        assert measured.value == pytest.approx(tc_rate, rel=0.10)
+    finally:
+        cluster.destroy()
