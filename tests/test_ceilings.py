@@ -195,8 +195,9 @@ def fabric_ceiling_points(hosts, device: str, kind: str, method: str, field, val
 def test_the_report_states_the_fabric_against_the_peer_throughput_else_the_link(make_store):
     """eth0 moves 50 MB/s in and 20 MB/s out: the busier direction is judged. A measured
     peer throughput (what TCP gets over the path) is preferred to the link's sysfs rate;
-    without one the link rate is the ceiling; with neither there is no share."""
-    run = RunBuilder("fab", hosts=("node1", "node2"), warmup_steps=2)
+    without one the link rate is the ceiling; with neither there is no share, and the host
+    counts on neither side of the * row's."""
+    run = RunBuilder("fab", hosts=("node1", "node2", "node3"), warmup_steps=2)
     run.epoch(20, 400, net_rx=50e6, net_tx=20e6)
     link = fabric_ceiling_points(("node1", "node2"), "eth0", "net", "sysfs", Ceiling.LINK, 1.25e9)
     measured_peer = fabric_ceiling_points(
@@ -210,7 +211,8 @@ def test_the_report_states_the_fabric_against_the_peer_throughput_else_the_link(
     assert rows["node1"].fabric_ceiling_percent == pytest.approx(50.0, rel=0.02)
     assert rows["node2"].fabric_ceiling_mbps == pytest.approx(1250.0)
     assert rows["node2"].fabric_ceiling_percent == pytest.approx(4.0, rel=0.02)
-    # the * row: both hosts' busier directions over the sum of their ceilings
+    assert rows["node3"].fabric_ceiling_percent is None  # it measured none
+    # the * row: the busier directions of the hosts with a ceiling over their sum
     assert rows["*"].fabric_ceiling_mbps == pytest.approx(1350.0)
     assert rows["*"].fabric_ceiling_percent == pytest.approx(100 * 100 / 1350, rel=0.02)
     (bare,) = build_report(make_store(run.points()), "fab").rows[:1]

@@ -748,7 +748,7 @@ def fabric_ceiling_amounts(values: dict[str, np.ndarray], fabric: str) -> dict[s
     """Per window, the fabric's busier direction (bytes) and its ceiling (bytes/s, one
     direction): InfiniBand against its ports' rates; the NICs against the throughput
     measured to a peer where there is one (the path's, what TCP gets), else their link
-    rates. Both add up over hosts for the ``*`` row, like the disk's."""
+    rates. Both add up over hosts for the ``*`` row (the hosts with a ceiling)."""
     if fabric == "ib":
         busier = np.fmax(values["ib_rcv"], values["ib_xmit"])
         ceiling = values["ib_link_ceiling"]
@@ -758,7 +758,8 @@ def fabric_ceiling_amounts(values: dict[str, np.ndarray], fabric: str) -> dict[s
         ceiling = np.where(np.isnan(peer), values["net_link_ceiling"], peer)
     else:
         return {}
-    return {"fabric_busier": busier, "fabric_ceiling": ceiling}
+    # a host without a ceiling adds nothing to the * row's share, neither side of it
+    return {"fabric_busier": np.where(np.isnan(ceiling), np.nan, busier), "fabric_ceiling": ceiling}
 
 
 def _host_fabric(
