@@ -136,7 +136,7 @@ Refusals are logged once a minute per kind and client (docs/reliability.md).""",
         "TCP throughput to another node, which runs `agent ceilings --serve-peer` meanwhile",
     )
     peer.add_argument("--peer", metavar="HOST[:PORT]", type=_peer_address,
-                      help="measure the throughput to this node's receiver (port 5291 unless "
+                      help="measure the throughput to that node's receiver (port 5291 unless "
                       "given) and keep it beside the links' rates")  # fmt: skip
     peer.add_argument("--peer-seconds", type=_send_seconds, default=5.0,
                       help="sending time (default 5, at most 30)")  # fmt: skip
