@@ -532,6 +532,13 @@ def test_the_scaling_loss_says_when_epoch_1s_start_up_is_in_the_comparison(make_
     [
         (2500.0, 10, "under the 80% that would mean bandwidth: not bandwidth; latency"),
         (312.5, 80, "bandwidth-bound; a faster link"),
+        # 1,250 MB per step need 12.5 s at 100 MB/s: the wait of 5 s was not all of it
+        (
+            100.0,
+            250,
+            "more than the link carries, so the wait was not the whole transfer. "
+            "At the link's rate the gradients need at least 12,500 ms per step",
+        ),
     ],
 )
 def test_the_all_reduce_is_worded_against_the_fabrics_measured_ceiling(

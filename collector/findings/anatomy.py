@@ -189,13 +189,15 @@ def allreduce_against_ceiling(
     nodes = len({row.host for row in hosts})
     if not ceilings or not gradient_bytes or steps <= 0 or communication_per_step <= 0:
         return {}
-    rate = sum(gradient_bytes) / nodes / steps / communication_per_step
+    per_step = sum(gradient_bytes) / nodes / steps
+    rate = per_step / communication_per_step
     ceiling = sum(ceilings) / len(ceilings) * BYTES_PER_MB
     share = float(fabric_ceiling_percent(np.array([rate]), np.array([ceiling]))[0])
     return {
         "allreduce_bytes_per_second": rate,
         "fabric_ceiling_bytes_per_second": ceiling,
         "allreduce_ceiling_percent": share,
+        "allreduce_seconds_at_ceiling": per_step / ceiling,
     }
 
 
