@@ -14,6 +14,10 @@ What is measured, and how (``method``):
   ``rate`` (``100 Gb/sec (4X EDR)``): the negotiated rate, not a measured throughput.
 - **PCIe** (``nvml``): each GPU's maximum link generation and width, as bytes/s per
   direction (128b/130b encoding from generation 3).
+- **peer throughput** (``tcp``, with ``--peer HOST[:PORT]``): one TCP stream to the
+  receiver ``agent ceilings --serve-peer`` runs on another node (``agent/peer.py``), the
+  receiver's count over its clock: what the path between the two delivers, not the port's
+  negotiated rate. Kept beside the link rates; re-measured alone with ``--peer-only``.
 - **JPEG decode** (``pillow``): one thread decoding a 500x375 JPEG and resizing it to
   224 px for ``--cpu-seconds`` of the clock: the bundled input pipeline's work per
   picture, as pictures per CPU second (per core), so that a cgroup CPU quota on the
@@ -323,6 +327,29 @@ def pcie_ceilings(now: float) -> list[Measured]:
     return out
 
 
+PEER_KIND = "net"
+PEER_METHOD = "tcp"
+
+
+def peer_ceiling(host: str, port: int, seconds: float, now: float) -> Measured:
+    """The receiver-counted TCP throughput to ``host:port`` (OSError when unreachable)."""
+    from agent import peer
+
+    received = peer.measure(host, port, seconds)
+    device = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return Measured(
+        str(Ceiling.PEER_THROUGHPUT), device, PEER_KIND, PEER_METHOD,
+        received.bytes_per_second, now,
+    )  # fmt: skip
+
+
+def with_peer(kept: list[Measured], peer: Measured) -> list[Measured]:
+    """``kept`` with ``peer`` in place of any earlier peer throughput: one peer ceiling per
+    node, so that the collector never adds two measurements of the same path."""
+    field = str(Ceiling.PEER_THROUGHPUT)
+    return [c for c in kept if c.field != field] + [peer]
+
+
 def measure(
     data_dir: Path, disk_mib: int, disk_seconds: float, cpu_seconds: float, sys_root: Path
 ) -> list[Measured]:
@@ -338,7 +365,9 @@ def measure(
 
 def describe(measured: Measured) -> str:
     value = measured.value
-    if measured.field == str(Ceiling.JPEG_DECODE):
+    if measured.field == str(Ceiling.PEER_THROUGHPUT):
+        amount = f"{value / 1e6:,.1f} MB/s ({value * 8 / 1e9:,.2f} Gb/s)"
+    elif measured.field == str(Ceiling.JPEG_DECODE):
         amount = f"{value:,.0f} pictures/s per core (per CPU second)"
     else:
         amount = f"{value / 1e6:,.1f} MB/s"

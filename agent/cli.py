@@ -131,6 +131,27 @@ Refusals are logged once a minute per kind and client (docs/reliability.md).""",
     ceilings.add_argument("--out", type=Path,
                           help="the ceilings file (default $EPOCHSCOPE_CEILINGS_FILE or "
                           "/var/lib/epochscope/ceilings.json)")  # fmt: skip
+    peer = ceilings.add_argument_group(
+        "peer throughput",
+        "TCP throughput to another node, which runs `agent ceilings --serve-peer` meanwhile",
+    )
+    peer.add_argument("--peer", metavar="HOST[:PORT]", type=_peer_address,
+                      help="measure the throughput to that node's receiver (port 5291 unless "
+                      "given) and keep it beside the links' rates")  # fmt: skip
+    peer.add_argument("--peer-seconds", type=_send_seconds, default=5.0,
+                      help="sending time (default 5, at most 30)")  # fmt: skip
+    peer.add_argument("--peer-only", action="store_true",
+                      help="measure the peer only; the file's other ceilings are kept")  # fmt: skip
+    peer.add_argument("--serve-peer", action="store_true",
+                      help="be the receiver another node's --peer measures against "
+                      "(until --serve-seconds)")  # fmt: skip
+    peer.add_argument("--bind", default="127.0.0.1",
+                      help="the receiver's address (default 127.0.0.1: name the address "
+                      "the peer reaches, e.g. the fabric's)")  # fmt: skip
+    peer.add_argument("--port", type=int, default=5291, help="the receiver's port (default 5291)")
+    peer.add_argument("--serve-seconds", type=float, default=600.0,
+                      help="the receiver exits after this long (default 600); each sender is "
+                      "bounded to 60 s and 64 GiB")  # fmt: skip
 
     for command in (sample, run, ceilings):
         command.add_argument("--proc-root", type=Path, help="procfs root (default /proc)")
@@ -175,17 +196,75 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _peer_address(text: str) -> tuple[str, int]:
+    from agent.peer import parse_peer
+
+    try:
+        return parse_peer(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _send_seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 30:
+        raise argparse.ArgumentTypeError(f"must be in (0, 30], got {value:g}")
+    return value
+
+
+def cmd_serve_peer(args: argparse.Namespace) -> int:
+    from agent import peer
+
+    def ready(address: str, port: int) -> None:
+        print(f"receiving on {address}:{port} for {args.serve_seconds:g} s", flush=True)
+
+    try:
+        count = peer.serve(args.bind, args.port, args.serve_seconds, ready=ready)
+    except OSError as error:
+        log.error("%s", cannot_listen(args.bind, args.port, error, fix="--bind/--port"))
+        return EXIT_ERROR
+    print(f"measured {count} sender{'' if count == 1 else 's'}")
+    return EXIT_OK
+
+
 def cmd_ceilings(args: argparse.Namespace) -> int:
     from agent import ceilings
 
-    if not args.data_dir.is_dir():
-        log.error("--data-dir %s is not a directory", args.data_dir)
+    if args.serve_peer:
+        return cmd_serve_peer(args)
+    if args.peer_only and args.peer is None:
+        log.error("--peer-only needs --peer HOST[:PORT]")
         return EXIT_USAGE
     out = args.out or ceilings.ceilings_file()
-    found = ceilings.measure(
-        args.data_dir, args.disk_mib, args.disk_seconds, args.cpu_seconds,
-        args.sys_root or Roots.sys,
-    )  # fmt: skip
+    found: list[ceilings.Measured] = []
+    if args.peer_only:
+        if out.is_file():
+            try:
+                found = ceilings.from_json(out.read_text())
+            except ValueError as error:
+                log.error("%s: %s (measure everything again without --peer-only)", out, error)
+                return EXIT_ERROR
+    else:
+        if not args.data_dir.is_dir():
+            log.error("--data-dir %s is not a directory", args.data_dir)
+            return EXIT_USAGE
+        found = ceilings.measure(
+            args.data_dir, args.disk_mib, args.disk_seconds, args.cpu_seconds,
+            args.sys_root or Roots.sys,
+        )  # fmt: skip
+    status = EXIT_OK
+    if args.peer is not None:
+        host, port = args.peer
+        try:
+            found = ceilings.with_peer(
+                found, ceilings.peer_ceiling(host, port, args.peer_seconds, time.time())
+            )
+        except OSError as error:
+            log.error("peer %s:%d: %s (is `agent ceilings --serve-peer` running there, "
+                      "bound to an address this node reaches?)", host, port, error)  # fmt: skip
+            status = EXIT_ERROR
+            if args.peer_only:
+                return status
     for measured in found:
         print(ceilings.describe(measured))
     print(ceilings.allowed_cpus_text())
@@ -194,7 +273,7 @@ def cmd_ceilings(args: argparse.Namespace) -> int:
     scratch.write_text(ceilings.to_json(found))
     scratch.replace(out)  # the sampler never reads half a file
     print(f"kept in {out}: the agent reports them from its next tick")
-    return EXIT_OK
+    return status
 
 
 def _load_config(args: argparse.Namespace) -> AgentConfig:

@@ -193,6 +193,17 @@ SPEC: tuple[ReportColumn, ...] = (
     _column("other_read_bytes", "others' read", "Others' storage reads", BYTES, None,
             "Storage reads (disk plus NFS server) that were not the training's own: the "
             "host's minus the training's read_bytes, floored at 0", "training_io"),
+    # the fabric against its measured ceiling (agent ceilings; collector.analysis.epochs)
+    _column("fabric_ceiling_mbps", "fabric max MB/s", "Fabric ceiling MB/s", MBPS, 3,
+            "The fabric's ceiling, one direction: the TCP throughput agent ceilings --peer "
+            "measured to another node where there is one, else the NICs' negotiated link "
+            "rates (sysfs); InfiniBand ports' rates when the fabric is InfiniBand",
+            "fabric"),
+    _column("fabric_ceiling_percent", "fabric % max", "Fabric % of ceiling", PERCENT, 1,
+            "The fabric's busier direction (InfiniBand when the host has any, else the "
+            "NICs) in MB/s as a share of its ceiling (fabric max MB/s); averaged over the "
+            "epoch, so an all-reduce's bursts peak higher; – where none was measured",
+            "fabric"),
     _column("interpolated_edges", "interp. edges", "Interpolated edges", TEXT, None,
             "Epoch edges (start, end) with no agent edge sample at them: the node amounts "
             "there are interpolated between two agent ticks (no agent answered the rank, or "

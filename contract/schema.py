@@ -468,8 +468,9 @@ class Ceiling(Measurement):
     """The most a node's hardware delivers, measured once by ``agent ceilings`` and kept
     in a file the ``ceilings`` sampler reports at every tick (``agent/ceilings.py``), so
     a run's per-epoch rates can be stated as a share of them. ``device``: the disk, the
-    interface or InfiniBand port (``mlx5_0/1``), the GPU index, or ``cpu``; ``method``:
-    how it was measured (``o_direct``, ``fadvise``, ``sysfs``, ``nvml``, ``pillow``)."""
+    interface or InfiniBand port (``mlx5_0/1``), the GPU index, ``cpu``, or the peer a
+    throughput was measured to (``10.0.0.2:5291``); ``method``: how it was measured
+    (``o_direct``, ``fadvise``, ``sysfs``, ``nvml``, ``pillow``, ``tcp``)."""
 
     NAME = "ceiling"
     TAGS = (Tag.HOST, Tag.DEVICE, Tag.KIND, Tag.METHOD)
@@ -489,6 +490,11 @@ class Ceiling(Measurement):
         "jpeg_decode_images_per_second_per_core",
         "images/s",
         "JPEG decode + resize to 224 px of a 500x375 picture, one core",
+    )
+    PEER_THROUGHPUT = gauge(
+        "peer_throughput_bytes_per_second",
+        "bytes/s",
+        "TCP throughput to a peer node's receiver (agent ceilings --peer), one stream",
     )
     MEASURED_AT = gauge("measured_at_seconds", "unix seconds", "When it was measured")
 

@@ -75,6 +75,7 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
             "net_rx_mbps",
             "net_tx_mbps",
             "rx_minus_tx_mbps",
+            "fabric_ceiling_percent",
             "page_cache_delta_bytes",
             "dataset_cached_start_percent",
             "dataset_cached_end_percent",

@@ -525,3 +525,53 @@ def test_the_scaling_loss_says_when_epoch_1s_start_up_is_in_the_comparison(make_
     assert included is (epochs == 1)
     assert ("the epochs after the first" in finding.explanation) is (epochs == 2)
     assert ("with epoch 1's start-up included" in finding.explanation) is (epochs == 1)
+
+
+@pytest.mark.parametrize(
+    ("peer_mbps", "share", "verdict"),
+    [
+        (2500.0, 10, "under the 80% that would mean bandwidth: not bandwidth; latency"),
+        (312.5, 80, "bandwidth-bound; a faster link"),
+        # 1,250 MB per step need 12.5 s at 100 MB/s: the wait of 5 s was not all of it
+        (
+            100.0,
+            250,
+            "more than the link carries, so the wait was not the whole transfer. "
+            "At the link's rate the gradients need at least 12,500 ms per step",
+        ),
+    ],
+)
+def test_the_all_reduce_is_worded_against_the_fabrics_measured_ceiling(
+    make_store, peer_mbps, share, verdict
+):
+    """The 2-rank run's NIC moves 50 MB/s each way: over epoch 2's 125 s, 6,250 MB of
+    gradients per node, 1,250 MB per step, in a 5 s all-reduce wait per step: 250 MB/s
+    against the peer throughput agent ceilings measured (stored as the sampler reports it)."""
+    from contract.point import Point
+    from contract.schema import Ceiling, Tag
+
+    runs = scaling_pair(125.0, (1.0, 17.0, 5.0))
+    peer = [
+        Point(
+            Ceiling.NAME,
+            {Tag.HOST: "node1", Tag.DEVICE: "node2:5291", Tag.KIND: "net", Tag.METHOD: "tcp"},
+            {str(Ceiling.PEER_THROUGHPUT): peer_mbps * MB, str(Ceiling.MEASURED_AT): 1.0},
+            T0_NS + DAY + second * NS,
+        )
+        for second in range(-5, 300, 5)
+    ]
+    store = make_store([p for run in runs for p in run.points()] + peer)
+    (finding,) = [f for f in run_findings(store, "two") if f.rule == "scaling_loss"]
+    anatomy = finding.evidence["attribution"]
+    assert anatomy["allreduce_bytes_per_second"] == pytest.approx(250 * MB, rel=0.01)
+    assert anatomy["fabric_ceiling_bytes_per_second"] == pytest.approx(peer_mbps * MB)
+    assert anatomy["allreduce_ceiling_percent"] == pytest.approx(share, abs=0.2)
+    assert (
+        f"While the ranks waited on it, the all-reduce moved 250 MB/s per node, {share}% of "
+        "the fabric's measured"
+    ) in finding.explanation
+    assert verdict in finding.explanation
+    # without a measured ceiling the finding says nothing of the link
+    (plain,) = scaling_findings(make_store, scaling_pair(125.0, (1.0, 17.0, 5.0)))
+    assert "allreduce_ceiling_percent" not in plain.evidence["attribution"]
+    assert "While the ranks waited on it" not in plain.explanation

@@ -177,3 +177,52 @@ def test_the_storage_bound_finding_states_reads_against_the_ceiling(
         finding.explanation
     )
     assert verdict in finding.explanation
+
+
+def fabric_ceiling_points(hosts, device: str, kind: str, method: str, field, value: float):
+    return [
+        Point(
+            Ceiling.NAME,
+            {Tag.HOST: host, Tag.DEVICE: device, Tag.KIND: kind, Tag.METHOD: method},
+            {str(field): value, str(Ceiling.MEASURED_AT): 1.0},
+            T0_NS + second * NS,
+        )
+        for host in hosts
+        for second in range(-5, 200, 5)
+    ]
+
+
+def test_the_report_states_the_fabric_against_the_peer_throughput_else_the_link(make_store):
+    """eth0 moves 50 MB/s in and 20 MB/s out: the busier direction is judged. A measured
+    peer throughput (what TCP gets over the path) is preferred to the link's sysfs rate;
+    without one the link rate is the ceiling; with neither there is no share, and the host
+    counts on neither side of the * row's."""
+    run = RunBuilder("fab", hosts=("node1", "node2", "node3"), warmup_steps=2)
+    run.epoch(20, 400, net_rx=50e6, net_tx=20e6)
+    link = fabric_ceiling_points(("node1", "node2"), "eth0", "net", "sysfs", Ceiling.LINK, 1.25e9)
+    measured_peer = fabric_ceiling_points(
+        ("node1",), "node2:5291", "net", "tcp", Ceiling.PEER_THROUGHPUT, 100e6
+    )
+    # an InfiniBand port that moved nothing: the fabric is the NICs, its rate not used
+    ib = fabric_ceiling_points(("node1",), "mlx5_0/1", "infiniband", "sysfs", Ceiling.LINK, 12.5e9)
+    store = make_store([*run.points(), *link, *measured_peer, *ib])
+    rows = {r.host: r for r in build_report(store, "fab").rows}
+    assert rows["node1"].fabric_ceiling_mbps == pytest.approx(100.0)
+    assert rows["node1"].fabric_ceiling_percent == pytest.approx(50.0, rel=0.02)
+    assert rows["node2"].fabric_ceiling_mbps == pytest.approx(1250.0)
+    assert rows["node2"].fabric_ceiling_percent == pytest.approx(4.0, rel=0.02)
+    assert rows["node3"].fabric_ceiling_percent is None  # it measured none
+    # the * row: the busier directions of the hosts with a ceiling over their sum
+    assert rows["*"].fabric_ceiling_mbps == pytest.approx(1350.0)
+    assert rows["*"].fabric_ceiling_percent == pytest.approx(100 * 100 / 1350, rel=0.02)
+    (bare,) = build_report(make_store(run.points()), "fab").rows[:1]
+    assert bare.fabric_ceiling_percent is None and bare.fabric_ceiling_mbps is None
+
+
+def test_an_infiniband_fabric_is_judged_against_its_ports(make_store):
+    run = RunBuilder("ibfab", warmup_steps=2)
+    run.epoch(20, 400, ib_rcv=3e9, ib_xmit=1e9, net_rx=1e6, net_tx=1e6)
+    ib = fabric_ceiling_points(run.hosts, "mlx5_0/1", "infiniband", "sysfs", Ceiling.LINK, 12.5e9)
+    (row, *_) = build_report(make_store([*run.points(), *ib]), "ibfab").rows
+    assert row.fabric_ceiling_mbps == pytest.approx(12_500.0)
+    assert row.fabric_ceiling_percent == pytest.approx(24.0, rel=0.02)

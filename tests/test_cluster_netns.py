@@ -13,6 +13,11 @@ gradients all-reduced over the veth link. The per-epoch report (`collector repor
 --format json`) then has rows for both hosts, and each host's interface carried the
 gradient traffic both ways, rx and tx of the same order.
 
+A `tc` token bucket of ``TC_RATE_MBIT`` on each end of the link sets its rate; before the
+run each host measures its peer throughput to the other (`agent ceilings --peer`, the other
+running `--serve-peer`) and its agent reports it (the ceilings sampler), so the report
+states each epoch's traffic as a share of the measured link.
+
 Needs root (namespaces), iproute2, util-linux `unshare`, OpenSSH and TensorFlow with
 Horovod; where any of these is missing the test is skipped and says which.
 """
@@ -166,6 +171,36 @@ def wait_for_log(path: Path, text: str, timeout: float) -> None:
     raise AssertionError(f"{text!r} not in {path} after {timeout} s:\n{path.read_text()[-3000:]}")
 
 
+TC_RATE_MBIT = 400  # each direction: 50 MB/s, two seconds of gradients per step
+PEER_PORT = 5291
+
+
+def measure_peers(cluster: Cluster, base: Path, env: dict[str, str]) -> dict[str, Path]:
+    """Each host's ceilings file with its peer throughput to the other host, measured
+    over the rate-limited link (the receiver bound to the other host's address)."""
+    files = {}
+    for host, other in (HOSTS, HOSTS[::-1]):
+        receiver = subprocess.Popen(
+            ["ip", "netns", "exec", cluster.namespaces[other], sys.executable, "-m", "agent",
+             "ceilings", "--serve-peer", "--bind", cluster.addresses[other],
+             "--serve-seconds", "30"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        try:
+            assert receiver.stdout.readline().startswith("receiving on"), receiver.stderr.read()
+            files[host] = base / f"ceilings-{host}.json"
+            run_checked(
+                ["ip", "netns", "exec", cluster.namespaces[host], sys.executable, "-m",
+                 "agent", "ceilings", "--peer", f"{cluster.addresses[other]}:{PEER_PORT}",
+                 "--peer-only", "--peer-seconds", "3", "--out", str(files[host])],
+                env=env, timeout=60,
+            )  # fmt: skip
+        finally:
+            receiver.terminate()
+            receiver.wait(10)
+    return files
+
+
 def write_ssh_setup(base: Path, cluster: Cluster) -> tuple[Path, Path, Path]:
     """Host key, client key, known_hosts and an `ssh` wrapper that keeps horovodrun's ssh
     to these files (never ~/.ssh of the user running the test)."""
@@ -220,6 +255,10 @@ def trained(tmp_path_factory):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     try:
         cluster.create()
+        bucket = ["tbf", "rate", f"{TC_RATE_MBIT}mbit", "burst", "64kb", "latency", "50ms"]
+        for ns in cluster.namespaces.values():
+            run_checked(["tc", "-n", ns, "qdisc", "add", "dev", INTERFACE, "root", *bucket])
+        ceilings_files = measure_peers(cluster, base, env)
         keys, client_key, wrapper_dir = write_ssh_setup(base, cluster)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         for host in HOSTS:
@@ -243,7 +282,9 @@ def trained(tmp_path_factory):
         for host in HOSTS:
             config = base / f"agent-{host}.toml"
             config.write_text(
-                f'host = "{host}"\ninterval_seconds = 1\nsamplers = ["cpu", "net", "agent"]\n'
+                f'host = "{host}"\ninterval_seconds = 1\n'
+                'samplers = ["cpu", "net", "agent", "ceilings"]\n'
+                f'ceilings_file = "{ceilings_files[host]}"\n'
                 f'[push]\nurl = "{collector_url}"\ntoken = "{token}"\n'
                 f'spool_dir = "{base / ("spool-" + host)}"\nbatch_seconds = 1\n'
                 f'[metrics]\nlisten = "0.0.0.0:{AGENT_PORT}"\n'
@@ -270,17 +311,21 @@ def trained(tmp_path_factory):
         files = ["--data-dir", str(data), "--runs-dir", str(base / "runs"), "--run-id", run_id]
         files += ["--collector", collector_url, "--token-file", str(token_file)]
         files += ["--ssh-key", str(client_key)]
-        workloads = subprocess.run(
-            cluster.on_host("h1", [sys.executable, "-m", "workloads", *training.split(), *files]),
-            env=launcher_env,
-            # not $HOME: the token file the ranks read is at one absolute path on each host
-            cwd=base,
-            capture_output=True,
-            text=True,
-            timeout=1500,
-        )
-        output = workloads.stdout + workloads.stderr
-        assert workloads.returncode == 0, output[-8000:]
+        # the scaling loss's reference: one rank on h1 alone, no all-reduce
+        alone = training.replace("--np 2 --hosts h1:1,h2:1", "--np 1 --hosts h1:1").split()
+        alone_files = [f"{run_id}-one" if part == run_id else part for part in files]
+        for argv in (alone + alone_files, training.split() + files):
+            workloads = subprocess.run(
+                cluster.on_host("h1", [sys.executable, "-m", "workloads", *argv]),
+                env=launcher_env,
+                # not $HOME: the token file the ranks read is at one absolute path on each host
+                cwd=base,
+                capture_output=True,
+                text=True,
+                timeout=1500,
+            )
+            output = workloads.stdout + workloads.stderr
+            assert workloads.returncode == 0, output[-8000:]
         time.sleep(3)  # the agents' last samples of the run reach the collector
         report = run_checked(
             [
@@ -293,12 +338,17 @@ def trained(tmp_path_factory):
                 str(db),
                 "--format",
                 "json",
+                "--findings",
             ],
             env=env,
             timeout=300,
         )
         yield {
+            "ceilings": {
+                h: json.loads(f.read_text())["ceilings"] for h, f in ceilings_files.items()
+            },
             "rows": json.loads(report.stdout)["rows"],
+            "findings": json.loads(report.stdout)["findings"],
             "output": output,
             "steps": steps_per_epoch,
             "epochs": epochs,
@@ -331,3 +381,45 @@ def test_gradient_traffic_crosses_both_hosts_interfaces_both_ways(trained):
         print(f"{host}: rx {rx / 1e6:.1f} MB, tx {tx / 1e6:.1f} MB over the run's epochs")
         assert tx > least and rx > least, (host, rx, tx, least)
         assert 0.5 < rx / tx < 2.0, (host, rx, tx)
+
+
+def test_each_epochs_traffic_is_a_share_of_the_measured_link(trained):
+    """Each host measured its peer: at most 47.8 MB/s (50 MB/s of frames, TCP's payload
+    share of it; tests/test_ceilings_peer.py holds it to 10% on its own). Here, on a machine
+    at load 15 on 2 cores, it measured 43.9, 44.6 and 46.0 (up to 8% under), so 15% is
+    asked. The report judges the host's busier direction against it."""
+    payload_rate = TC_RATE_MBIT * 1e6 / 8 * 1448 / 1514
+    for host in HOSTS:
+        (peer,) = trained["ceilings"][host]
+        print(f"{host}: peer {peer['device']} {peer['value'] / 1e6:.1f} MB/s")
+        assert peer["method"] == "tcp"
+        assert peer["value"] == pytest.approx(payload_rate, rel=0.15), peer
+        for row in (row for row in trained["rows"] if row["host"] == host):
+            assert row["fabric_ceiling_mbps"] == pytest.approx(peer["value"] / 1e6, rel=1e-3)
+            busier = max(row["net_rx_bytes"], row["net_tx_bytes"]) / row["seconds"] / 1e6
+            share = 100 * busier / row["fabric_ceiling_mbps"]
+            print(f"{host} epoch {row['epoch']}: {busier:.1f} MB/s, {share:.1f}% of the link")
+            assert row["fabric_ceiling_percent"] == pytest.approx(share, abs=0.2)
+            assert 0 < row["fabric_ceiling_percent"] <= 105  # tc lets no more through
+
+
+def test_the_all_reduce_is_stated_against_the_measured_link(trained):
+    """Against the one-rank run, the two ranks lost images/s to an all-reduce over a
+    50 MB/s link; the scaling-loss finding states it against the measured link: each node
+    sends a whole gradient's bytes per step (half in the reduce-scatter, half in the
+    all-gather), 2 s at that rate, so the all-reduce is bandwidth-bound. Measured in two
+    runs: waits of 809 and 967 ms per step for ~98 MB (270% and 225% of the link: Horovod
+    ran the rest behind backward), 2,180 ms at the link's rate. The whole module took
+    7.6 min at load 10-15 on 2 cores."""
+    (finding,) = [f for f in trained["findings"] if f["rule"] == "scaling_loss"]
+    anatomy = finding["evidence"]["attribution"]
+    print(finding["explanation"])
+    (peer,) = trained["ceilings"]["h1"]
+    assert anatomy["fabric_ceiling_bytes_per_second"] == pytest.approx(
+        (peer["value"] + trained["ceilings"]["h2"][0]["value"]) / 2, rel=1e-3
+    )
+    share = anatomy["allreduce_ceiling_percent"]
+    assert f"{share:.0f}% of the fabric's measured" in finding["explanation"]
+    per_step = anatomy["allreduce_seconds_at_ceiling"] * anatomy["fabric_ceiling_bytes_per_second"]
+    assert 0.9 * GRADIENT_BYTES_PER_STEP < per_step < 1.3 * GRADIENT_BYTES_PER_STEP
+    assert "bandwidth-bound" in finding["explanation"]

@@ -36,6 +36,10 @@ disk_read_ceiling_percent  disk_read_mbps as a share of the host's measured sequ
 decode_ceiling_percent     images_per_second as a share of the host's decode ceiling: its
                            measured JPEG decode rate per core times the cores the ranks may
                            use (``collector.analysis.decode``); JPEG data sets only
+fabric_ceiling_mbps        the fabric's ceiling, one direction (``fabric_ceiling``): the
+                           measured peer throughput, else the NICs' sysfs link rates; the
+                           InfiniBand ports' rates when the fabric is InfiniBand
+fabric_ceiling_percent     the fabric's busier direction (rx or tx) per second over it
 page_cache_delta_bytes     ``memory.cached_bytes`` at end minus at start
 major_faults               ``memory.pgmajfault`` growth
 cpu_util_percent           share of all CPU time that is neither idle nor iowait
@@ -296,6 +300,13 @@ def _whole_gpu(info: SeriesInfo) -> bool:
     return not info.tags.get(Tag.MIG)
 
 
+def _ceiling_of(kind: str) -> Callable[[SeriesInfo], bool]:
+    def keep(info: SeriesInfo) -> bool:
+        return info.tags.get(Tag.KIND) == kind
+
+    return keep
+
+
 COUNTER, GAUGE_DELTA, GAUGE_MEAN = "counter", "gauge_delta", "gauge_mean"
 
 
@@ -333,6 +344,10 @@ HOST_TOTALS: tuple[HostTotal, ...] = (
     # the measured ceilings (agent ceilings): the sum of the measured disks' rates
     HostTotal("disk_read_ceiling", Ceiling.NAME, Ceiling.DISK_SEQUENTIAL_READ, GAUGE_MEAN),
     HostTotal(decode.DECODE_PER_CORE, Ceiling.NAME, Ceiling.JPEG_DECODE, GAUGE_MEAN),
+    # the fabric's: NICs' and InfiniBand ports' link rates, and a measured peer throughput
+    HostTotal("net_link_ceiling", Ceiling.NAME, Ceiling.LINK, GAUGE_MEAN, _ceiling_of("net")),
+    HostTotal("ib_link_ceiling", Ceiling.NAME, Ceiling.LINK, GAUGE_MEAN, _ceiling_of("infiniband")),
+    HostTotal("peer_ceiling", Ceiling.NAME, Ceiling.PEER_THROUGHPUT, GAUGE_MEAN),
 )
 
 
@@ -448,6 +463,8 @@ class EpochRow:
     training_cpu_percent: float | None = None
     other_cpu_percent: float | None = None
     other_read_bytes: int | None = None
+    fabric_ceiling_mbps: float | None = None
+    fabric_ceiling_percent: float | None = None
     interpolated_edges: str = ""  # "start", "end", "start,end": no edge sample there
 
     @property
@@ -480,6 +497,13 @@ def _column_values(values: np.ndarray, digits: int | None) -> list[float | int |
     if digits is None:
         return [None if v != v else int(v) for v in rounded]
     return [None if v != v else v for v in rounded]
+
+
+def fabric_ceiling_percent(bytes_per_second: np.ndarray, ceiling: np.ndarray) -> np.ndarray:
+    """A fabric rate as a share of its ceiling (bytes/s), NaN where none was measured: the
+    one definition the report's column and the all-reduce finding use."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 100.0 * bytes_per_second / np.where(ceiling > 0, ceiling, np.nan)
 
 
 def storage_read(column: Callable[[str], np.ndarray]) -> np.ndarray:
@@ -578,6 +602,10 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             "communication_percent": share(anatomy.COMMUNICATION),
             "accelerator_util_percent": anatomy.share_percent(
                 column(anatomy.TIMED_BUSY), column(anatomy.TIMED_STEP_SECONDS)
+            ),
+            "fabric_ceiling_mbps": column("fabric_ceiling") / BYTES_PER_MB,
+            "fabric_ceiling_percent": fabric_ceiling_percent(
+                column("fabric_busier") * per_second, column("fabric_ceiling")
             ),
             "training_read_bytes": training_read,
             "training_cache_read_bytes": cache_read,
@@ -684,6 +712,7 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
             values["fabric_net"] = values["ib_rcv"] - values["ib_xmit"]
         elif fabric == "net":
             values["fabric_net"] = values["net_rx"] - values["net_tx"]
+        values.update(fabric_ceiling_amounts(values, fabric))
         for i, window in enumerate(host_windows):
             out.append(
                 EpochAmounts(
@@ -721,6 +750,24 @@ def interpolated_edges(
         tuple(edge for edge, sampled in zip(EDGES, pair, strict=True) if not sampled)
         for pair in zip(at_start, at_end, strict=True)
     ]
+
+
+def fabric_ceiling_amounts(values: dict[str, np.ndarray], fabric: str) -> dict[str, np.ndarray]:
+    """Per window, the fabric's busier direction (bytes) and its ceiling (bytes/s, one
+    direction): InfiniBand against its ports' rates; the NICs against the throughput
+    measured to a peer where there is one (the path's, what TCP gets), else their link
+    rates. Both add up over hosts for the ``*`` row (the hosts with a ceiling)."""
+    if fabric == "ib":
+        busier = np.fmax(values["ib_rcv"], values["ib_xmit"])
+        ceiling = values["ib_link_ceiling"]
+    elif fabric == "net":
+        busier = np.fmax(values["net_rx"], values["net_tx"])
+        peer = values["peer_ceiling"]
+        ceiling = np.where(np.isnan(peer), values["net_link_ceiling"], peer)
+    else:
+        return {}
+    # a host without a ceiling adds nothing to the * row's share, neither side of it
+    return {"fabric_busier": np.where(np.isnan(ceiling), np.nan, busier), "fabric_ceiling": ceiling}
 
 
 def _host_fabric(

@@ -53,6 +53,8 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 from collector.analysis.anatomy import (
     PROCESS_RCHAR,
     PROCESS_READ,
@@ -62,13 +64,14 @@ from collector.analysis.anatomy import (
     share_percent,
 )
 from collector.analysis.decode import run_host_cores
-from collector.analysis.epochs import EpochRow
+from collector.analysis.epochs import EpochRow, fabric_ceiling_percent
 from collector.analysis.run import RunModel
 from collector.analysis.scaling import RunFacts
 from collector.findings.causes import threads_per_rank
 from collector.findings.context import RunContext
 from collector.findings.evidence import (
     AU_PASS,
+    BYTES_PER_MB,
     CEILING_BOUND_SHARE,
     CPU_SATURATED_PERCENT,
     INPUT_WAIT_SHARE,
@@ -166,6 +169,44 @@ def _fabric_bytes_per_step(report_rows: list[EpochRow], rows: list[RankEpoch]) -
     return total / steps / nodes
 
 
+def allreduce_against_ceiling(
+    report_rows: list[EpochRow], rows: list[RankEpoch], communication_per_step: float
+) -> dict[str, float]:
+    """The all-reduce's rate per node while the ranks waited on it, the fabric's ceiling
+    and the share (``fabric_ceiling_percent``, the report column's definition), over the
+    settled epochs of ``rows``; empty without a ceiling, fabric bytes or an all-reduce wait.
+
+    Gradient bytes are the fabric's smaller direction (a ring all-reduce sends and receives
+    the same; storage on the fabric adds to the received side only)."""
+    epochs = {r.epoch for r in rows}
+    hosts = [r for r in report_rows if r.host != ALL_HOSTS and r.epoch in epochs]
+    ceilings = [r.fabric_ceiling_mbps for r in hosts if r.fabric_ceiling_mbps]
+    gradient_bytes = []
+    for row in hosts:
+        ib = (row.ib_rcv_bytes, row.ib_xmit_bytes)
+        net = (row.net_rx_bytes, row.net_tx_bytes)
+        chosen = ib if None not in ib and sum(ib) > 0 else net  # type: ignore[arg-type]
+        if None not in chosen:
+            gradient_bytes.append(min(chosen))  # type: ignore[type-var]
+    per_rank = defaultdict(int)
+    for r in rows:
+        per_rank[(r.host, r.rank)] += r.steps
+    steps = max(per_rank.values(), default=0)
+    nodes = len({row.host for row in hosts})
+    if not ceilings or not gradient_bytes or steps <= 0 or communication_per_step <= 0:
+        return {}
+    per_step = sum(gradient_bytes) / nodes / steps
+    rate = per_step / communication_per_step
+    ceiling = sum(ceilings) / len(ceilings) * BYTES_PER_MB
+    share = float(fabric_ceiling_percent(np.array([rate]), np.array([ceiling]))[0])
+    return {
+        "allreduce_bytes_per_second": rate,
+        "fabric_ceiling_bytes_per_second": ceiling,
+        "allreduce_ceiling_percent": share,
+        "allreduce_seconds_at_ceiling": per_step / ceiling,
+    }
+
+
 Reads = dict[tuple[str, int], dict[str, float]]  # collector.analysis.anatomy.epoch_reads
 
 
@@ -251,6 +292,7 @@ def scaling_attribution(
         fabric_bytes_per_step=_fabric_bytes_per_step(context.report.rows, run_rows),
         start_up_included=one_epoch,
         **_threads(context.model, reference.model),
+        **allreduce_against_ceiling(context.report.rows, run_rows, run_profile.communication),
     )
 
 

@@ -428,6 +428,18 @@ class ScalingAttribution:
     threads_source: str | None = field(default=None, metadata=IF_KNOWN)
     reference_threads_per_rank: int | None = field(default=None, metadata=IF_KNOWN)
     reference_threads_source: str | None = field(default=None, metadata=IF_KNOWN)
+    # the all-reduce against the fabric's measured ceiling (agent ceilings), per node: the
+    # gradient bytes per step (the fabric's smaller direction: storage adds to one only)
+    # over the ranks' all-reduce wait per step, an upper bound where the all-reduce also ran
+    # behind backward (above 100%: it did); ``allreduce_ceiling_percent`` of
+    # ``fabric_ceiling_bytes_per_second``
+    allreduce_bytes_per_second: float | None = field(default=None, metadata=IF_KNOWN)
+    fabric_ceiling_bytes_per_second: float | None = field(default=None, metadata=IF_KNOWN)
+    allreduce_ceiling_percent: float | None = field(
+        default=None, metadata={**IF_KNOWN, **digits(1)}
+    )
+    # the gradient bytes per step at the ceiling's rate: the least time the link needs
+    allreduce_seconds_at_ceiling: float | None = field(default=None, metadata=IF_KNOWN)
 
     @property
     def grown(self) -> list[PartChange]:

@@ -516,9 +516,51 @@ def attribution_text(found: ScalingAttribution, against: str) -> str:
     else:
         text += f" But {NOTHING_GREW}: the images/s were lost outside the timed steps."
     reference, run = found.reference_fabric_bytes_per_step, found.fabric_bytes_per_step
+    return (
+        text
+        + (
+            f" Fabric traffic per step per node: {_measured_bytes(reference)} -> "
+            f"{_measured_bytes(run)}."
+        )
+        + allreduce_ceiling_text(found)
+    )
+
+
+def _bytes_rate(bytes_per_second: float) -> str:
+    if bytes_per_second >= 1e9:
+        return f"{bytes_per_second / 1e9:,.1f} GB/s"
+    return f"{_mbps_text(bytes_per_second / 1e6)} MB/s"
+
+
+OVER_CEILING = 1.10  # above it a rate is more than the link carries, not a noisy reading
+
+
+def allreduce_ceiling_text(found: ScalingAttribution) -> str:
+    """The all-reduce's rate against the fabric's measured ceiling, with the rule for
+    "bandwidth-bound" (``CEILING_BOUND_SHARE``, the disk's rule); "" without a ceiling."""
+    rate, ceiling = found.allreduce_bytes_per_second, found.fabric_ceiling_bytes_per_second
+    share = found.allreduce_ceiling_percent
+    if rate is None or ceiling is None or share is None:
+        return ""
+    text = (
+        f" While the ranks waited on it, the all-reduce moved {_bytes_rate(rate)} per node, "
+        f"{share:.0f}% of the fabric's measured {_bytes_rate(ceiling)} (agent ceilings)"
+    )
+    helps = "a faster link or fewer gradient bytes (fp16, compression) would help."
+    least = found.allreduce_seconds_at_ceiling
+    if share > 100 * OVER_CEILING and least is not None:
+        return text + (
+            f": more than the link carries, so the wait was not the whole transfer. At the "
+            f"link's rate the gradients need at least {_ms(least)} ms per step; the rest "
+            "ran behind backward, in compute's time: the link bounds the all-reduce "
+            f"(bandwidth-bound); {helps}"
+        )
+    if share >= 100 * CEILING_BOUND_SHARE:
+        return text + f": bandwidth-bound; {helps}"
     return text + (
-        f" Fabric traffic per step per node: {_measured_bytes(reference)} -> "
-        f"{_measured_bytes(run)}."
+        f", under the {100 * CEILING_BOUND_SHARE:.0f}% that would mean bandwidth: not "
+        "bandwidth; latency (many small tensors: fusion helps) or waiting for slower ranks, "
+        "or too little overlap with backward."
     )
 
 
