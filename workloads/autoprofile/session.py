@@ -9,7 +9,10 @@ is stamped with an agent edge sample when it happens (``edge_ns``), so the edge 
 The run ends at interpreter exit: ``failed`` after an uncaught exception or a non-zero
 ``sys.exit``, else ``finished``.
 
-Every image of an epoch is counted (no warm-up steps: ``timed_images == images``).
+Every image of an epoch is counted (no warm-up steps: ``timed_images == images``). The
+accelerator utilisation (AU) leaves each epoch's first step out, as MLPerf Storage and DLIO
+do (``au_step_seconds``, ``au_input_wait_seconds``): a pass's first step holds its loader's
+start (workers started, or a persistent one's prefetch restarted), not the steady state.
 
 A step's time runs from the previous step's end (or the epoch's start) on the
 ``perf_counter`` clock. Given the step's marks (``workloads.record.anatomy.StepMarks``) it is split
@@ -109,6 +112,8 @@ class Epoch:
     seconds: float = 0.0
     input_wait: float = 0.0
     anatomy: StepAnatomy | None = ZERO  # the steps' parts summed; None once a step had none
+    au_seconds: float = 0.0  # wall time of the steps after the first (AU's)
+    au_input_wait: float = 0.0  # and their input wait
     io_at_start: ProcessIo | None = None  # the rank's reads when the epoch began
     loss_sum: object = None  # a float, or a framework scalar summed without a device sync
     losses: int = 0
@@ -311,6 +316,9 @@ class Session:
             epoch.anatomy = None if epoch.anatomy is None or parts is None else (
                 add(epoch.anatomy, parts)
             )  # fmt: skip
+            if epoch.steps > 1 and parts is not None:
+                epoch.au_seconds += seconds
+                epoch.au_input_wait += parts.input_wait
             if loss is not None:
                 epoch.loss_sum = loss if epoch.loss_sum is None else epoch.loss_sum + loss
                 epoch.losses += 1
@@ -340,7 +348,12 @@ class Session:
         """``epoch_end`` of the open epoch, at ``end_ns`` or the latest time it ran to;
         ``now``: it ends now (stamped with the agent's edge sample)."""
         from contract.schema import Event, Workload
-        from workloads.record.timing import anatomy_fields, io_fields, loss_fields
+        from workloads.record.timing import (
+            anatomy_fields,
+            io_fields,
+            loss_fields,
+            timed_anatomy_fields,
+        )
 
         with self._lock:
             epoch, self.epoch = self.epoch, None
@@ -362,6 +375,8 @@ class Session:
                 Workload.TIMED_SECONDS: epoch.seconds,
                 Workload.INPUT_WAIT_SECONDS: epoch.input_wait,
                 **anatomy_fields(epoch.anatomy if epoch.steps else None),
+                **timed_anatomy_fields(epoch.anatomy if epoch.steps else None),
+                **au_fields(epoch),
                 **io_fields(reads),
                 **loss_fields(loss),
                 Workload.TOP1: epoch.top1,
@@ -386,6 +401,16 @@ class Session:
             print(f"epochscope: events not yet delivered stay in {spool}; send them with: "
                   f"workloads resend --spool {spool} --collector {self.config.collector_url}",
                   file=sys.stderr)  # fmt: skip
+
+
+def au_fields(epoch: Epoch) -> dict[str, float]:
+    """AU's steps (all but the epoch's first), when every step of the epoch had its parts."""
+    from contract.schema import Workload
+
+    if epoch.anatomy is None or epoch.steps < 2:
+        return {}
+    return {Workload.AU_STEP_SECONDS: epoch.au_seconds,
+            Workload.AU_INPUT_WAIT_SECONDS: epoch.au_input_wait}  # fmt: skip
 
 
 def scalar(value: object) -> float | None:
