@@ -146,11 +146,13 @@ def rank_epochs(model: RunModel) -> list[RankEpoch]:
 
 
 def au_steps(record: RankEpochRecord) -> tuple[float | None, float | None]:
-    """(wall time, input wait) of the steps AU is over: the epoch's steps after its first
-    where the rank sent them (a profiled rank, whose steps are all timed: MLPerf Storage's
-    rule, DLIO's too), else its timed steps (after the run's warm-up steps)."""
-    if record.au_seconds is not None and record.au_input_wait is not None:
-        return record.au_seconds, record.au_input_wait
+    """(wall time, the accelerator's idle time) of the steps AU is over: the epoch's steps
+    after its first where the rank sent them (a profiled rank, whose steps are all timed:
+    MLPerf Storage's rule, DLIO's too; idle: their input wait, or for an emulated
+    accelerator all but its emulated compute), else its timed steps (after the run's
+    warm-up steps) and their input wait."""
+    if record.au_seconds is not None and record.au_idle is not None:
+        return record.au_seconds, record.au_idle
     return record.timed_seconds, record.timed_input_wait
 
 

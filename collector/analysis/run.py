@@ -104,7 +104,7 @@ class RankEpochRecord:
     timed_input_wait: float | None  # input wait over its timed steps only
     cpu_seconds: float | None  # CPU time of the rank and its loaders over the epoch
     au_seconds: float | None  # wall time of the steps its AU is over (profiled ranks: the
-    au_input_wait: float | None  # epoch's steps after its first), and their input wait
+    au_idle: float | None  # epoch's steps after its first), and the accelerator's idle time
     step_times_ns: tuple[int, ...]  # its step events' times
     step_images: float  # the images of its step events (a step without images counts 0)
     timed_step_work: TimedWork | None  # its step events with both images and seconds
@@ -174,7 +174,7 @@ EPOCH_END_FIELDS = (
     Workload.TIMED_INPUT_WAIT_SECONDS,
     Workload.CPU_SECONDS,
     Workload.AU_STEP_SECONDS,
-    Workload.AU_INPUT_WAIT_SECONDS,
+    Workload.AU_IDLE_SECONDS,
 )
 _NOT_ENDED = (None,) * len(EPOCH_END_FIELDS)
 

@@ -11,8 +11,10 @@ The run ends at interpreter exit: ``failed`` after an uncaught exception or a no
 
 Every image of an epoch is counted (no warm-up steps: ``timed_images == images``). The
 accelerator utilisation (AU) leaves each epoch's first step out, as MLPerf Storage and DLIO
-do (``au_step_seconds``, ``au_input_wait_seconds``): a pass's first step holds its loader's
-start (workers started, or a persistent one's prefetch restarted), not the steady state.
+do (``au_step_seconds``, ``au_idle_seconds``): a pass's first step holds its loader's start
+(workers started, or a persistent one's prefetch restarted), not the steady state. The
+accelerator is idle while a step waits for input, or, for an emulated accelerator (DLIO),
+whenever it is not doing its emulated compute (``Session.step``'s ``accelerator_busy``).
 
 A step's time runs from the previous step's end (or the epoch's start) on the
 ``perf_counter`` clock. Given the step's marks (``workloads.record.anatomy.StepMarks``) it is split
@@ -113,7 +115,7 @@ class Epoch:
     input_wait: float = 0.0
     anatomy: StepAnatomy | None = ZERO  # the steps' parts summed; None once a step had none
     au_seconds: float = 0.0  # wall time of the steps after the first (AU's)
-    au_input_wait: float = 0.0  # and their input wait
+    au_idle: float = 0.0  # and the accelerator's idle time in them
     io_at_start: ProcessIo | None = None  # the rank's reads when the epoch began
     loss_sum: object = None  # a float, or a framework scalar summed without a device sync
     losses: int = 0
@@ -290,13 +292,17 @@ class Session:
         loss: object = None,
         marks: StepMarks | None = None,
         end: tuple[int, float] | None = None,
+        accelerator_busy: float | None = None,
     ) -> None:
         """One training step ended now (or at ``end``: ``clock_ns`` and ``clock`` readings),
         on ``images`` images; its time runs from the previous step's end (or the epoch's
         start), so waiting for input counts.
 
         ``marks`` (on ``clock``): where the step's time went, split by ``split_step`` into
-        the four parts of the anatomy (its input wait then replaces ``input_wait``)."""
+        the four parts of the anatomy (its input wait then replaces ``input_wait``).
+        ``accelerator_busy``: an emulated accelerator's work in the step, in seconds (DLIO's
+        configured computation time): the rest of the step is its idle time in AU; else the
+        accelerator is idle only while the step waits for input."""
         from contract.schema import Event, Workload
         from workloads.record.timing import anatomy_fields
 
@@ -318,7 +324,10 @@ class Session:
             )  # fmt: skip
             if epoch.steps > 1 and parts is not None:
                 epoch.au_seconds += seconds
-                epoch.au_input_wait += parts.input_wait
+                epoch.au_idle += (
+                    parts.input_wait if accelerator_busy is None
+                    else max(0.0, seconds - accelerator_busy)
+                )  # fmt: skip
             if loss is not None:
                 epoch.loss_sum = loss if epoch.loss_sum is None else epoch.loss_sum + loss
                 epoch.losses += 1
@@ -410,7 +419,7 @@ def au_fields(epoch: Epoch) -> dict[str, float]:
     if epoch.anatomy is None or epoch.steps < 2:
         return {}
     return {Workload.AU_STEP_SECONDS: epoch.au_seconds,
-            Workload.AU_INPUT_WAIT_SECONDS: epoch.au_input_wait}  # fmt: skip
+            Workload.AU_IDLE_SECONDS: epoch.au_idle}  # fmt: skip
 
 
 def scalar(value: object) -> float | None:
