@@ -6,7 +6,7 @@ SYSTEM_PACKAGES := chromium chromium-driver openssh-server victoria-metrics prom
 	prometheus-node-exporter iproute2 slurm-wlm munge
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test scenarios env frameworks user-torch-env system-packages lint bench clean
+.PHONY: demo test scenarios env frameworks user-torch-env dlio-env system-packages lint bench clean
 
 # The main job: ResNet-50 with Horovod + TensorFlow, 2 processes, 3 epochs, profiled by a
 # local agent and collector, on a small TFRecord data set made once and dropped from the
@@ -24,7 +24,7 @@ demo: env frameworks
 		$(PY) -m workloads dataset make $(DEMO_DATA_ARGS) --out $(DEMO_DATA)
 	$(PY) -m workloads run $(DEMO_RUN_ARGS)
 
-test: env frameworks system-packages user-torch-env
+test: env frameworks system-packages user-torch-env dlio-env
 	$(PY) -m ruff check .
 	$(PY) -m pytest --ignore=tests/scenarios
 	$(MAKE) --no-print-directory scenarios
@@ -99,6 +99,29 @@ user-torch-env: $(VENV)/.installed
 	@$(USER_PY) -I -c 'import sys, workloads; sys.exit(not workloads.__file__.startswith("$(CURDIR)/"))' \
 		2>/dev/null || $(USER_PY) -m pip install -q -e '.[profile]'
 	$(USER_PY) -c 'import torch, torchvision, lightning; assert torch.__version__.startswith("$(USER_TORCH)"), torch.__version__'
+
+# DLIO (dlio-benchmark $(DLIO_VERSION), MLPerf Storage's emulated trainings), against whose own
+# report `workloads profile`'s AU and samples/s are checked (tests/test_dlio_crosscheck.py):
+# in its own venv outside the checkout, made once like the user's torch one, with this
+# checkout installed into it the way a user installs epochscope. Its mpi4py is built
+# against Open MPI (libopenmpi-dev), which it also runs on (a lone rank needs no mpirun).
+DLIO_VERSION := 2.0.0
+DLIO_VENV := $(HOME)/.cache/epochscope/venvs/dlio-$(DLIO_VERSION)-py311
+DLIO_PY := $(DLIO_VENV)/bin/python
+
+dlio-env: $(VENV)/.installed
+	@command -v mpicc >/dev/null || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
+		libopenmpi-dev openmpi-bin; }
+	@if [ ! -f $(DLIO_VENV)/.installed ]; then \
+		echo "making $(DLIO_VENV): dlio-benchmark $(DLIO_VERSION) (minutes)"; \
+		rm -rf $(DLIO_VENV) && python3 -m venv $(DLIO_VENV) && \
+		$(DLIO_PY) -m pip install -q dlio-benchmark==$(DLIO_VERSION) && \
+		touch $(DLIO_VENV)/.installed; \
+	fi
+	@$(DLIO_PY) -I -c 'import sys, workloads; sys.exit(not workloads.__file__.startswith("$(CURDIR)/"))' \
+		2>/dev/null || $(DLIO_PY) -m pip install -q -e '.[profile]'
+	$(DLIO_PY) -c 'import dlio_benchmark.main, mpi4py.MPI'
 
 # Debian packages the tests drive for real. Services are kept from starting on install
 # (policy-rc.d): each test starts its own on loopback.

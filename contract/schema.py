@@ -662,6 +662,17 @@ class Workload(Measurement):
     TIMED_INPUT_WAIT_SECONDS = gauge(
         "timed_input_wait_seconds", "seconds", "input_wait_seconds of the post-warm-up steps"
     )
+    # epoch_end of a profiled rank (``workloads profile``: every step is timed): the wall
+    # time of the epoch's steps after its first, which its AU is over (MLPerf Storage's rule,
+    # as DLIO computes it: each epoch's first step left out), and the part of it in which
+    # the accelerator did not work: their input wait; for an emulated accelerator (DLIO's
+    # sleep) everything but its emulated compute
+    AU_STEP_SECONDS = gauge(
+        "au_step_seconds", "seconds", "Wall time of the epoch's steps after its first (AU's)"
+    )
+    AU_IDLE_SECONDS = gauge(
+        "au_idle_seconds", "seconds", "The accelerator's idle time in au_step_seconds"
+    )
     # epoch_end: /proc/<pid>/io growth over the epoch of the rank and its data loaders
     PROCESS_READ_BYTES = gauge(
         "process_read_bytes", "bytes", "read_bytes: what the rank's processes read from storage"

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from collector.analysis.run import RunModel
+from collector.analysis.run import RankEpochRecord, RunModel
 from collector.store.api import StepTable
 from contract.columns import BY_NAME
 
@@ -41,8 +41,9 @@ OTHER = "anatomy_other"
 STEP_SECONDS = "anatomy_step_seconds"  # the ranks' step seconds the parts add up to
 STEPS = "anatomy_steps"  # the ranks' steps
 OVERLAP = "anatomy_overlap"
-# the accelerator utilisation's terms: the timed steps' wall time less their input wait,
-# and that wall time (timed_seconds), when every rank sent both
+# the accelerator utilisation's terms: AU's steps' wall time less their input wait, and that
+# wall time (``au_steps``: the timed steps, or a profiled epoch's after its first), when
+# every rank sent both
 TIMED_BUSY = "anatomy_timed_busy"
 TIMED_STEP_SECONDS = "anatomy_timed_step_seconds"
 PROCESS_READ = "process_read"
@@ -80,15 +81,16 @@ class RankEpoch:
     timed_seconds: float | None
     read_bytes: float | None
     rchar: float | None
-    timed_busy: float | None = None  # the timed steps' wall time not waiting for input
+    timed_busy: float | None = None  # AU's steps' wall time not waiting for input
+    au_seconds: float | None = None  # AU's steps' wall time (``au_steps``)
 
     @property
     def accelerator_utilisation(self) -> float | None:
-        """AU (0..1): the timed steps' wall time not spent waiting for input, over that wall
+        """AU (0..1): AU's steps' wall time not spent waiting for input, over that wall
         time (``accelerator_util_percent``); None where the rank did not send it."""
-        if self.timed_busy is None or not self.timed_seconds:
+        if self.timed_busy is None or not self.au_seconds:
             return None
-        return self.timed_busy / self.timed_seconds
+        return self.timed_busy / self.au_seconds
 
     @property
     def seconds_per_step(self) -> float | None:
@@ -135,11 +137,23 @@ def rank_epochs(model: RunModel) -> list[RankEpoch]:
                 timed_seconds=record.timed_seconds,
                 read_bytes=record.read_bytes,
                 rchar=record.rchar,
-                timed_busy=timed_busy(record.timed_seconds, record.timed_input_wait),
+                timed_busy=timed_busy(*au_steps(record)),
+                au_seconds=au_steps(record)[0],
             )
         )
     out.sort(key=lambda r: (r.epoch, r.host, r.rank))
     return out
+
+
+def au_steps(record: RankEpochRecord) -> tuple[float | None, float | None]:
+    """(wall time, the accelerator's idle time) of the steps AU is over: the epoch's steps
+    after its first where the rank sent them (a profiled rank, whose steps are all timed:
+    MLPerf Storage's rule, DLIO's too; idle: their input wait, or for an emulated
+    accelerator all but its emulated compute), else its timed steps (after the run's
+    warm-up steps) and their input wait."""
+    if record.au_seconds is not None and record.au_idle is not None:
+        return record.au_seconds, record.au_idle
+    return record.timed_seconds, record.timed_input_wait
 
 
 def timed_busy(timed_seconds: float | None, timed_input_wait: float | None) -> float | None:
@@ -170,9 +184,9 @@ def epoch_amounts(ranks: Iterable[RankEpoch]) -> dict[tuple[str, int], dict[str,
             values[STEPS] = float(sum(r.steps for r in members))
         if all(r.overlap is not None for r in members):
             values[OVERLAP] = sum(r.overlap or 0.0 for r in members)
-        if all(r.timed_busy is not None and r.timed_seconds for r in members):
+        if all(r.timed_busy is not None and r.au_seconds for r in members):
             values[TIMED_BUSY] = sum(r.timed_busy or 0.0 for r in members)
-            values[TIMED_STEP_SECONDS] = sum(r.timed_seconds or 0.0 for r in members)
+            values[TIMED_STEP_SECONDS] = sum(r.au_seconds or 0.0 for r in members)
         out[key] = values
     return out
 

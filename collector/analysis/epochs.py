@@ -58,7 +58,8 @@ accelerator_util_percent   AU, the MLPerf Storage way: the share of the ranks' t
                            wall time not spent waiting for input (forward, backward,
                            all-reduce, optimizer: the accelerator's work); warm-up steps left
                            out, as images/s leaves them out (MLPerf leaves out the first step:
-                           --warmup-steps 1)
+                           --warmup-steps 1); a profiled rank's over each epoch's steps after
+                           its first (``anatomy.au_steps``: DLIO's rule)
 training_read_bytes        what the ranks and their data loaders read from storage
                            (/proc/<pid>/io read_bytes, mapped libraries' page-ins included)
 training_cache_read_bytes  what their reads got from the page cache (rchar - read_bytes)

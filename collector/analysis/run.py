@@ -103,6 +103,8 @@ class RankEpochRecord:
     rchar: float | None  # /proc/<pid>/io rchar of the same processes
     timed_input_wait: float | None  # input wait over its timed steps only
     cpu_seconds: float | None  # CPU time of the rank and its loaders over the epoch
+    au_seconds: float | None  # wall time of the steps its AU is over (profiled ranks: the
+    au_idle: float | None  # epoch's steps after its first), and the accelerator's idle time
     step_times_ns: tuple[int, ...]  # its step events' times
     step_images: float  # the images of its step events (a step without images counts 0)
     timed_step_work: TimedWork | None  # its step events with both images and seconds
@@ -171,6 +173,8 @@ EPOCH_END_FIELDS = (
     Workload.PROCESS_RCHAR_BYTES,
     Workload.TIMED_INPUT_WAIT_SECONDS,
     Workload.CPU_SECONDS,
+    Workload.AU_STEP_SECONDS,
+    Workload.AU_IDLE_SECONDS,
 )
 _NOT_ENDED = (None,) * len(EPOCH_END_FIELDS)
 

@@ -390,10 +390,10 @@ def detect_input_wait(
 def pooled_utilisation(members: list[RankEpoch]) -> float | None:
     """AU over ``members``' timed steps, pooled as the per-epoch column pools it (their
     busy seconds over their timed seconds); None unless every one of them sent it."""
-    if not members or any(r.timed_busy is None or not r.timed_seconds for r in members):
+    if not members or any(r.timed_busy is None or not r.au_seconds for r in members):
         return None
     busy = sum(r.timed_busy or 0.0 for r in members)
-    return float(share_percent(busy, sum(r.timed_seconds or 0.0 for r in members))) / 100
+    return float(share_percent(busy, sum(r.au_seconds or 0.0 for r in members))) / 100
 
 
 def detect_accelerator_utilisation(mine: list[RankEpoch]) -> list[AcceleratorUtilisation]:

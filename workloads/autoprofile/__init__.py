@@ -9,7 +9,8 @@ The hooks patch a framework only when the script imports it:
 - PyTorch (``torch_hooks``): ``DataLoader`` passes, optimizer steps, the loss's
   ``backward``, the model's forward on validation batches;
 - Keras 2 (``keras_hooks``): a callback added to every ``Model.fit``;
-- PyTorch Lightning (``lightning_hooks``): a callback added to every ``Trainer.fit``.
+- PyTorch Lightning (``lightning_hooks``): a callback added to every ``Trainer.fit``;
+- DLIO's emulated training (``dlio_hooks``): its ``compute`` sleep ends a PyTorch step.
 
 Both report to the process's ``Session`` (``session``), which becomes a rank, with a
 ``run_start``, only when a training step is seen: a launcher (torchrun, horovodrun), a

@@ -57,6 +57,18 @@ def _keras_training(module: ModuleType) -> None:
     keras_hooks.patch_fit(module)
 
 
+def _dlio_torch_framework(module: ModuleType) -> None:
+    from workloads.autoprofile import dlio_hooks
+
+    dlio_hooks.patch_torch_framework(module)
+
+
+def _dlio_benchmark(module: ModuleType) -> None:
+    from workloads.autoprofile import dlio_hooks
+
+    dlio_hooks.patch_benchmark(module)
+
+
 PATCHES: dict[str, Patch] = {
     "torch.utils.data.dataloader": _torch_dataloader,
     "torch.optim.optimizer": _torch_optimizer,
@@ -67,6 +79,8 @@ PATCHES: dict[str, Patch] = {
     "keras.src.engine.training": _keras_training,  # Keras 2.13-2.15 (TF 2.13-2.15)
     "keras.engine.training": _keras_training,  # Keras 2.6-2.12
     "tf_keras.src.engine.training": _keras_training,  # Keras 2 beside TF >= 2.16
+    "dlio_benchmark.framework.torch_framework": _dlio_torch_framework,  # DLIO 2.0
+    "dlio_benchmark.main": _dlio_benchmark,
 }
 
 

@@ -9,7 +9,12 @@ is stamped with an agent edge sample when it happens (``edge_ns``), so the edge 
 The run ends at interpreter exit: ``failed`` after an uncaught exception or a non-zero
 ``sys.exit``, else ``finished``.
 
-Every image of an epoch is counted (no warm-up steps: ``timed_images == images``).
+Every image of an epoch is counted (no warm-up steps: ``timed_images == images``). The
+accelerator utilisation (AU) leaves each epoch's first step out, as MLPerf Storage and DLIO
+do (``au_step_seconds``, ``au_idle_seconds``): a pass's first step holds its loader's start
+(workers started, or a persistent one's prefetch restarted), not the steady state. The
+accelerator is idle while a step waits for input, or, for an emulated accelerator (DLIO),
+whenever it is not doing its emulated compute (``Session.step``'s ``accelerator_busy``).
 
 A step's time runs from the previous step's end (or the epoch's start) on the
 ``perf_counter`` clock. Given the step's marks (``workloads.record.anatomy.StepMarks``) it is split
@@ -109,6 +114,8 @@ class Epoch:
     seconds: float = 0.0
     input_wait: float = 0.0
     anatomy: StepAnatomy | None = ZERO  # the steps' parts summed; None once a step had none
+    au_seconds: float = 0.0  # wall time of the steps after the first (AU's)
+    au_idle: float = 0.0  # and the accelerator's idle time in them
     io_at_start: ProcessIo | None = None  # the rank's reads when the epoch began
     loss_sum: object = None  # a float, or a framework scalar summed without a device sync
     losses: int = 0
@@ -285,13 +292,17 @@ class Session:
         loss: object = None,
         marks: StepMarks | None = None,
         end: tuple[int, float] | None = None,
+        accelerator_busy: float | None = None,
     ) -> None:
         """One training step ended now (or at ``end``: ``clock_ns`` and ``clock`` readings),
         on ``images`` images; its time runs from the previous step's end (or the epoch's
         start), so waiting for input counts.
 
         ``marks`` (on ``clock``): where the step's time went, split by ``split_step`` into
-        the four parts of the anatomy (its input wait then replaces ``input_wait``)."""
+        the four parts of the anatomy (its input wait then replaces ``input_wait``).
+        ``accelerator_busy``: an emulated accelerator's work in the step, in seconds (DLIO's
+        configured computation time): the rest of the step is its idle time in AU; else the
+        accelerator is idle only while the step waits for input."""
         from contract.schema import Event, Workload
         from workloads.record.timing import anatomy_fields
 
@@ -311,6 +322,12 @@ class Session:
             epoch.anatomy = None if epoch.anatomy is None or parts is None else (
                 add(epoch.anatomy, parts)
             )  # fmt: skip
+            if epoch.steps > 1 and parts is not None:
+                epoch.au_seconds += seconds
+                epoch.au_idle += (
+                    parts.input_wait if accelerator_busy is None
+                    else max(0.0, seconds - accelerator_busy)
+                )  # fmt: skip
             if loss is not None:
                 epoch.loss_sum = loss if epoch.loss_sum is None else epoch.loss_sum + loss
                 epoch.losses += 1
@@ -340,7 +357,12 @@ class Session:
         """``epoch_end`` of the open epoch, at ``end_ns`` or the latest time it ran to;
         ``now``: it ends now (stamped with the agent's edge sample)."""
         from contract.schema import Event, Workload
-        from workloads.record.timing import anatomy_fields, io_fields, loss_fields
+        from workloads.record.timing import (
+            anatomy_fields,
+            io_fields,
+            loss_fields,
+            timed_anatomy_fields,
+        )
 
         with self._lock:
             epoch, self.epoch = self.epoch, None
@@ -362,6 +384,8 @@ class Session:
                 Workload.TIMED_SECONDS: epoch.seconds,
                 Workload.INPUT_WAIT_SECONDS: epoch.input_wait,
                 **anatomy_fields(epoch.anatomy if epoch.steps else None),
+                **timed_anatomy_fields(epoch.anatomy if epoch.steps else None),
+                **au_fields(epoch),
                 **io_fields(reads),
                 **loss_fields(loss),
                 Workload.TOP1: epoch.top1,
@@ -386,6 +410,16 @@ class Session:
             print(f"epochscope: events not yet delivered stay in {spool}; send them with: "
                   f"workloads resend --spool {spool} --collector {self.config.collector_url}",
                   file=sys.stderr)  # fmt: skip
+
+
+def au_fields(epoch: Epoch) -> dict[str, float]:
+    """AU's steps (all but the epoch's first), when every step of the epoch had its parts."""
+    from contract.schema import Workload
+
+    if epoch.anatomy is None or epoch.steps < 2:
+        return {}
+    return {Workload.AU_STEP_SECONDS: epoch.au_seconds,
+            Workload.AU_IDLE_SECONDS: epoch.au_idle}  # fmt: skip
 
 
 def scalar(value: object) -> float | None:

@@ -65,11 +65,16 @@ class Pass:
         io: object = None,
         start_ns: int | None = None,
         residency: dict[str, int] | None = None,
+        start: float | None = None,
     ) -> None:
         self.loader = weakref.ref(loader)
         self.residency = residency  # the data set's, when a pass that may be the first began
         self.start_ns = start_ns or time.time_ns()
-        self.start = time.perf_counter()
+        # perf_counter: the pass was asked for (``start``), and epochscope's own work at its
+        # start (an agent edge sample, the reads so far) was done (``opened``): the first
+        # step's input wait runs from ``opened``, the time before it is the step's other
+        self.opened = time.perf_counter()
+        self.start = self.opened if start is None else start
         self.io = io  # the process's reads when the pass began
         self.batches = 0
         self.images = 0  # drawn since the last optimizer step
@@ -110,6 +115,7 @@ class Tracker:
 
     # DataLoader.__iter__, before its workers start
     def pass_started(self, loader: object) -> Pass:
+        asked = time.perf_counter()
         session = sessions.current()
         if session is None or session.explicit:
             return Pass(loader)
@@ -118,9 +124,9 @@ class Tracker:
         maybe_first = not session.started and loader not in self.untrained
         if maybe_first:  # the data set's residency before the loader's workers read ahead
             residency = session.residency_fields()
-            current = Pass(loader, session.process_io(), session.edge_ns(), residency)
+            current = Pass(loader, session.process_io(), session.edge_ns(), residency, asked)
         else:
-            current = Pass(loader, session.process_io())
+            current = Pass(loader, session.process_io(), start=asked)
         if session.started:
             if role == TRAIN:
                 session.epoch_start(None, current.start, current.io)  # now: an edge
@@ -140,7 +146,7 @@ class Tracker:
         current.images += batch_size(batch)
         current.input_wait += wait
         if current.ready is None:
-            current.requested = current.start if current.batches == 1 else began
+            current.requested = current.opened if current.batches == 1 else began
             current.ready = began + wait
         else:
             current.later_wait += wait
@@ -176,8 +182,12 @@ class Tracker:
         self._stop_watching()
 
     # the global optimizer step post hook
-    def optimizer_stepped(self) -> None:
-        end = time.time_ns(), time.perf_counter()  # before the session's own start-up
+    def optimizer_stepped(
+        self, compute_done: float | None = None, accelerator_busy: float | None = None
+    ) -> None:
+        """A training step ended now (``compute_done``, ``accelerator_busy``: an emulated
+        accelerator's step, ``emulated_step``)."""
+        end = time.time_ns(), time.perf_counter()
         current = self.last
         session = sessions.current()
         if current is None or session is None or session.explicit or current.images == 0:
@@ -196,19 +206,37 @@ class Tracker:
             session.epoch_start(current.start_ns, current.start, current.io)
             self.training = current
             self._stop_watching()
+            # the session's own start-up is the first step's (its other), which AU leaves
+            # out, not the next one's
+            end = time.time_ns(), time.perf_counter()
         elif self._inside_edge_asked and current is self.training:
             self.evaluates_inside_epochs = True  # that pass's end was not the epoch's end
         self._inside_edge_asked = False
         loss, self.loss = self.loss, None
-        marks = self._marks(current, session)
-        session.step(current.images, current.input_wait, loss, marks, end)
+        marks = self._marks(current, session, compute_done)
+        session.step(current.images, current.input_wait, loss, marks, end, accelerator_busy)
         current.images, current.input_wait = 0, 0.0
         current.requested, current.ready, current.later_wait = None, None, 0.0
 
-    def _marks(self, current: Pass, session: sessions.Session) -> StepMarks | None:
+    def emulated_step(self, started: float, busy: float) -> None:
+        """A step of an emulated accelerator ended now (DLIO's ``compute``, a sleep of
+        ``busy`` seconds from ``started`` on perf_counter: no optimizer, no backward, no
+        all-reduce): its compute ran from its batch's arrival until the emulated work was
+        done, and only that work is the accelerator's (``Session.step``)."""
+        done = min(started + busy, time.perf_counter())
+        self.optimizer_stepped(compute_done=done, accelerator_busy=busy)
+
+    def _marks(
+        self, current: Pass, session: sessions.Session, compute_done: float | None = None
+    ) -> StepMarks | None:
         if current.ready is None:
             self.step_marks(session, 0.0, 0.0)  # forget the step's all-reduce and backward
             return None
+        if compute_done is not None:
+            self.step_marks(session, 0.0, 0.0)
+            return StepMarks(input_requested=current.requested,
+                             input_ready=current.ready + current.later_wait,
+                             compute_done=compute_done)  # fmt: skip
         # the waits for the step's further batches count as input wait, not compute
         return self.step_marks(session, current.requested, current.ready + current.later_wait)
 
