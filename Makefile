@@ -3,7 +3,8 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 SYSTEM_PACKAGES := chromium chromium-driver openssh-server victoria-metrics prometheus \
-	prometheus-node-exporter iproute2 slurm-wlm munge
+	prometheus-node-exporter iproute2 slurm-wlm munge \
+	libopenmpi-dev openmpi-bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test scenarios env frameworks user-torch-env dlio-env system-packages lint bench clean
@@ -109,10 +110,7 @@ DLIO_VERSION := 2.0.0
 DLIO_VENV := $(HOME)/.cache/epochscope/venvs/dlio-$(DLIO_VERSION)-py311
 DLIO_PY := $(DLIO_VENV)/bin/python
 
-dlio-env: $(VENV)/.installed
-	@command -v mpicc >/dev/null || { $(SUDO) apt-get update -q && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
-		libopenmpi-dev openmpi-bin; }
+dlio-env: $(VENV)/.installed system-packages
 	@if [ ! -f $(DLIO_VENV)/.installed ]; then \
 		echo "making $(DLIO_VENV): dlio-benchmark $(DLIO_VERSION) (minutes)"; \
 		rm -rf $(DLIO_VENV) && python3 -m venv $(DLIO_VENV) && \
