@@ -349,6 +349,12 @@ class Spool:
             self._in_flight.update(segment.seq for segment in batch)
             return batch, len(batch) == len(self._segments)
 
+    def newer_than(self, segment: Segment) -> Segment | None:
+        """The segment after ``segment`` in the queue, if any."""
+        with self._lock:
+            later = [other for other in self._segments if other.seq > segment.seq]
+            return later[0] if later else None
+
     def release(self, batch: list[Segment]) -> None:
         """The batch was not sent: it stays, no longer in flight."""
         with self._lock:
