@@ -71,7 +71,9 @@ def test_clock_steps_keep_samples_in_order_and_every_point_stored(tmp_path, monk
     real_repo_env = harness.repo_env
     for process, offset in ((collector, collector_offset), (agent, agent_offset)):
         monkeypatch.setattr(
-            harness, "repo_env", lambda **extra: real_repo_env(**_stepped(library, offset))
+            harness,
+            "repo_env",
+            lambda offset=offset, **extra: real_repo_env(**_stepped(library, offset)),
         )
         process.start()
     monkeypatch.setattr(harness, "repo_env", real_repo_env)
