@@ -7,7 +7,8 @@ does. A control file that holds a name limits the fault to the files of that nam
 sector under one file). The errors come back from the kernel to the process using the
 mount, as a failing disk's do; device-mapper's ``error`` and ``flakey`` targets (the usual
 way) are not in this machine's kernel, FUSE is. ``direct_io``: every read reaches this
-process, none is served from the page cache.
+process, none is served from the page cache (``cached`` as a 4th argument keeps the page
+cache, for SQLite's shared memory map).
 
 Needs fusepy and libfuse2 (``make system-packages``), and root to mount.
 """
@@ -81,7 +82,7 @@ class FaultyPassthrough(Operations):
         return os.open(self._path(path), flags)
 
     def create(self, path, mode, fi=None):
-        return os.open(self._path(path), os.O_WRONLY | os.O_CREAT, mode)
+        return os.open(self._path(path), os.O_RDWR | os.O_CREAT, mode)  # mmap reads too
 
     def read(self, path, size, offset, fh):
         self._fail_if("read", path)
@@ -111,12 +112,16 @@ class FaultyPassthrough(Operations):
 
 def main() -> None:
     backing, mountpoint, control = (Path(arg) for arg in sys.argv[1:4])
+    # "cached" (a 4th argument): the page cache kept, as SQLite's shared memory map needs
+    # (writes still reach this process at once; reads may not).
+    cached = {"attr_timeout": 0, "entry_timeout": 0}  # sizes fresh for mmap
+    options = cached if sys.argv[4:5] == ["cached"] else {"direct_io": True}
     FUSE(
         FaultyPassthrough(backing, control),
         str(mountpoint),
         foreground=True,
         nothreads=True,
-        direct_io=True,
+        **options,
     )
 
 
