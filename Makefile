@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 SYSTEM_PACKAGES := chromium chromium-driver openssh-server victoria-metrics prometheus \
-	prometheus-node-exporter iproute2 slurm-wlm munge \
+	prometheus-node-exporter iproute2 slurm-wlm munge libfuse2 \
 	libopenmpi-dev openmpi-bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -2,8 +2,16 @@
 
 Ticks sit on multiples of the interval on the wall clock (1 s: every whole second), so
 the points of every node line up. The next tick is always the next multiple after now:
-a slow sample skips ticks rather than queueing them, and a clock step does not make the
-loop race or stall.
+a slow sample skips ticks rather than queueing them.
+
+The wall clock stepped (``date -s``, an NTP step; found by comparing it with the monotonic
+clock between ticks, 1 s of difference or more): samples stay in time order, so that no
+point already stored is overwritten and no counter goes backwards within a series.
+Stepped back by X s: no tick (and no edge sample: that edge is interpolated) until the
+wall clock passes the last sample's time again, a gap of about X s, with a warning when
+it starts and a line when sampling resumes. Stepped forward by X s: sampling goes on at
+the new time, a gap of X s in the series (a counter's rate across it is averaged over X s
+that did not pass), with a warning; the ticks it jumped over are not counted as skipped.
 
 Each tick: every sampler's ``sample(now_ns)`` (a sampler that raises is logged once and
 tried again next tick), the ``host`` tag added, the points published to /metrics and
@@ -40,6 +48,8 @@ from contract.point import Point
 from contract.schema import AgentSelf, SamplerSelf, Tag
 
 log = logging.getLogger(__name__)
+
+CLOCK_STEP_NS = 1_000_000_000  # wall and monotonic clocks apart by this much: a step
 
 
 class Publisher(Protocol):
@@ -212,8 +222,13 @@ class Daemon:
         publishers: Sequence[Publisher] = (),
         submitters: Sequence[Submitter] = (),
         clock_ns: Callable[[], int] = time.time_ns,
+        monotonic_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.interval_ns = round(config.interval_seconds * 1e9)
+        self.monotonic_ns = monotonic_ns
+        self._last_sample_ns = 0  # the newest sample's time: samples never go before it
+        self._holding_since: int | None = None  # last sample's time, while stepped back
+        self.clock_steps = 0
         self.sample_round = SampleRound(samplers, config.host)
         self._report_samplers = self.sample_round.reports_samplers
         self.stats = stats
@@ -235,6 +250,7 @@ class Daemon:
         with self._sampling:
             started = time.perf_counter()
             now_ns = self.clock_ns()
+            self._last_sample_ns = max(self._last_sample_ns, now_ns)
             points = self.sample_round(now_ns)
             self.stats.sample_duration_seconds = time.perf_counter() - started
             if self._report_samplers:
@@ -262,6 +278,9 @@ class Daemon:
                 # answers every rank that asked at once
                 self.edges_coalesced += 1
                 return self._last_edge_ns
+            now_ns = self.clock_ns()
+            if now_ns < self._last_sample_ns:
+                raise EdgeBusy("the wall clock was stepped back: samples wait until it catches up")
             if not self.edge_budget.take():
                 self.edges_over_budget += 1
                 raise EdgeBusy(
@@ -269,8 +288,8 @@ class Daemon:
                     f"{self.edge_budget.rate:g} a second)"
                 )
             self.edge_samples += 1
+            self._last_sample_ns = now_ns
             self.stats.edge_samples = self.edge_samples  # the sample's own agent point counts it
-            now_ns = self.clock_ns()
             self._edge_points.extend(self.sample_round(now_ns, skip=EDGE_SKIPPED_SAMPLERS))
             self._last_edge_ns = now_ns
             self._last_edge_done = time.monotonic()
@@ -296,19 +315,53 @@ class Daemon:
     def run(self, wait: Callable[[float], bool]) -> None:
         """Tick until ``wait(seconds)`` returns True (a stop was asked for)."""
         next_ns = next_tick_ns(self.clock_ns(), self.interval_ns)
+        last_wall, last_mono = self.clock_ns(), self.monotonic_ns()
         while True:
             now_ns = self.clock_ns()
             if next_ns - now_ns > self.interval_ns:  # the clock was stepped back
-                next_ns = next_tick_ns(now_ns, self.interval_ns)
-            if wait(max(0, next_ns - now_ns) / 1e9):
+                next_ns = next_tick_ns(max(now_ns, self._last_sample_ns), self.interval_ns)
+                self._hold(now_ns)
+            # Never wait longer than an interval at once: a step while waiting is seen.
+            if wait(min(max(0, next_ns - now_ns), self.interval_ns) / 1e9):
                 self.ship_edge_samples()
                 return
             if self.clock_ns() < next_ns:
                 continue  # woken early: wait for the rest
+            wall, mono = self.clock_ns(), self.monotonic_ns()
+            stepped_forward = (wall - last_wall) - (mono - last_mono) >= CLOCK_STEP_NS
+            if stepped_forward:
+                self._report_forward_step((wall - last_wall) - (mono - last_mono))
+            self._resume()
             self.tick()
-            after = next_tick_ns(self.clock_ns(), self.interval_ns)
+            last_wall, last_mono = self.clock_ns(), self.monotonic_ns()
+            after = next_tick_ns(last_wall, self.interval_ns)
             missed = (after - next_ns) // self.interval_ns - 1
-            if missed > 0:
+            if missed > 0 and not stepped_forward:
                 self.skipped_ticks += missed
                 log.debug("sampling took longer than the interval: skipped %d ticks", missed)
             next_ns = after
+
+    def _hold(self, now_ns: int) -> None:
+        """The wall clock is behind the last sample: say so once per step."""
+        if self._holding_since is not None or now_ns >= self._last_sample_ns:
+            return
+        self._holding_since = self._last_sample_ns
+        self.clock_steps += 1
+        log.warning(
+            "the wall clock was stepped back by %.1f s: no samples until it passes the last "
+            "sample's time again (samples stay in time order; a gap of that length)",
+            (self._last_sample_ns - now_ns) / 1e9,
+        )
+
+    def _resume(self) -> None:
+        if self._holding_since is not None:
+            self._holding_since = None
+            log.info("the wall clock passed the last sample's time: sampling resumes")
+
+    def _report_forward_step(self, step_ns: int) -> None:
+        self.clock_steps += 1
+        log.warning(
+            "the wall clock was stepped forward by %.1f s: a gap in the samples (a rate "
+            "across it is averaged over time that did not pass)",
+            step_ns / 1e9,
+        )

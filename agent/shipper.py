@@ -31,7 +31,10 @@ When the spool itself fails (any ``OSError``: a full disk while writing or seali
 segment, a read-only directory when deleting a delivered one, an unreadable segment),
 delivery goes on: the queue logs each failing operation once until it works again and
 keeps new points in memory; the shipper sends them from there while the spool has
-nothing older, and retries the failed operation with the same doubling backoff.
+nothing older, and retries the failed operation with the same doubling backoff. A segment
+that cannot be read (EIO: a bad sector) while the next one can is dropped after
+``UNREADABLE_SEGMENT_TRIES`` tries, counted and named in one line; a disk that fails every
+read drops nothing.
 
 Counts are mirrored into the ``AgentStats`` the self sampler reports (see
 ``agent.queue``).
@@ -66,6 +69,9 @@ log = logging.getLogger(__name__)
 
 SHIPPER_THREAD = "es-shipper"  # its kernel name too (agent.thread_names)
 BACKOFF_START_SECONDS = 0.5
+# A segment whose reads fail this many times in a row while a newer one reads is set aside
+# (a bad sector, not a failing disk): its points are dropped, the rest of the spool is sent.
+UNREADABLE_SEGMENT_TRIES = 4
 BATCH_MAX_BYTES = 1 << 20
 BATCH_MAX_SEGMENTS = 64
 HTTP_TIMEOUT_SECONDS = 10.0
@@ -242,6 +248,7 @@ class Shipper:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._isolate_until_seq = 0  # send one segment at a time up to this one
+        self._read_failures = (0, 0)  # (segment seq, reads of it that failed in a row)
         self._outage_logged = False
         # what the endpoint took since start (line-protocol lines, body bytes); written by
         # the sender thread only (`workloads resend` says how much it delivered)
@@ -373,10 +380,13 @@ class Shipper:
                 self.queue.remove([batch[0]], dropped=True)
                 return backoff
             self.queue.fails("read", error)
+            if self._set_aside_unreadable(batch):
+                return backoff
             self.queue.update_stats()
             self._pause(backoff)
             return min(backoff * 2, self.backoff_max_seconds)
         self.queue.works("read")
+        self._read_failures = (0, 0)
         damaged = self._report_damaged(batch)
         outcome = self._write(body)
         if outcome.delivered:
@@ -414,6 +424,43 @@ class Shipper:
             self.queue.remove(batch, dropped=True)
         self.queue.update_stats()
         return backoff
+
+    def _set_aside_unreadable(self, batch: list[Segment]) -> bool:
+        """After a failed read: whether the batch's one segment was dropped as unreadable.
+
+        A batch of several is read one segment at a time next, to find the one that fails.
+        One segment that failed ``UNREADABLE_SEGMENT_TRIES`` times in a row is dropped only
+        when the next segment reads: a disk that fails every read keeps all its points
+        (they wait, retried with backoff) rather than losing the spool a segment at a time.
+        """
+        if len(batch) > 1:
+            self._isolate_until_seq = batch[-1].seq
+            return False
+        segment = batch[0]
+        seq, failures = self._read_failures
+        failures = failures + 1 if seq == segment.seq else 1
+        self._read_failures = (segment.seq, failures)
+        if failures < UNREADABLE_SEGMENT_TRIES:
+            return False
+        newer = self.queue.spool.newer_than(segment)
+        if newer is None:
+            return False
+        try:
+            with newer.path.open("rb") as file:
+                file.read(1)
+        except OSError:
+            return False
+        log.error(
+            "spool: %s cannot be read after %d tries while %s can: its %d points are "
+            "dropped, the rest of the spool is sent",
+            segment.path.name,
+            failures,
+            newer.path.name,
+            segment.points,
+        )
+        self._read_failures = (0, 0)
+        self.queue.remove([segment], dropped=True)
+        return True
 
     def _report_damaged(self, batch: list[Segment]) -> int:
         """Lines of ``batch`` whose checksum failed (left out of the body): logged once per

@@ -20,11 +20,16 @@ segment, and the segments whose files went with it are forgotten, their points c
 in ``points_dropped`` (one warning). Without this, appends would go on into the deleted
 open file, and every new segment would fail until a restart.
 
-Each line carries its CRC32: ``#xxxxxxxx <line>`` (``with_checksums``; to any
-line-protocol reader the prefix makes it a comment). Reading a segment back
-(``Segment.read``, ``verified_lines``) checks every line and removes the prefix: a line
-whose bytes changed on disk (a bad sector, a stray write, random bytes that would parse as
-line protocol) is reported with its line number and skipped; nothing else of the segment
+Each line is preceded by its CRC32 on a line of its own, ``#xxxxxxxx`` (``with_checksums``):
+to any line-protocol reader that line is a comment, so an older agent replaying a newer
+spool (or any reader that sends the file as it is) still delivers every point. (The first
+checksummed spools put the checksum before the line on the same line, ``#xxxxxxxx <line>``:
+that made every line a comment to an older agent, which sent them, had them answered
+``204`` and stored nothing. Those spools are still read.) Reading a segment back
+(``Segment.read``, ``verified_lines``) checks every line and removes the checksums: a
+line whose bytes changed on disk (a bad sector, a stray write, random bytes that would
+parse as line protocol) is reported with its number among the segment's line-protocol
+lines and skipped; nothing else of the segment
 is lost. Spools written before checksums (no line starts ``#``) replay as they are; in a
 segment that has checksums, a line without one is damaged.
 
@@ -51,32 +56,61 @@ _SEGMENT_NAME = re.compile(r"^(\d{20})\.lp$")
 DEFAULT_SEGMENT_MAX_BYTES = 64 << 10
 
 
-_CHECKSUMMED = re.compile(rb"#([0-9a-f]{8}) ")
-CHECKSUM_BYTES = 10  # "#xxxxxxxx " before each spooled line
+_CHECKSUM_LINE = re.compile(rb"#([0-9a-f]{8})")  # a line of its own, before its line
+_CHECKSUM_PREFIX = re.compile(rb"#([0-9a-f]{8}) ")  # the first checksummed spools' form
+CHECKSUM_BYTES = 10  # "#xxxxxxxx\n" before each spooled line
 
 
 def with_checksums(body: bytes) -> bytes:
-    """Lines (newline-separated, no final newline) each prefixed with ``#<crc32> ``."""
-    return b"\n".join(b"#%08x %s" % (zlib.crc32(line), line) for line in body.split(b"\n"))
+    """Lines (newline-separated, no final newline) each preceded by a ``#<crc32>`` line;
+    blank lines (nothing to line protocol) are left out."""
+    return b"\n".join(b"#%08x\n%s" % (zlib.crc32(line), line) for line in body.split(b"\n") if line)
+
+
+def _is_checksum_line(line: bytes) -> bool:
+    return _CHECKSUM_LINE.fullmatch(line) is not None
 
 
 def verified_lines(data: bytes) -> tuple[bytes, list[int]]:
     """The line protocol of a segment's bytes, checksums checked and removed, and the
-    1-based numbers of the damaged lines left out. A segment without any checksum (written
-    before them) is taken as it is."""
+    1-based numbers (among the segment's line-protocol lines) of the damaged lines left out.
+
+    Two checksummed forms are read: ``#xxxxxxxx`` on a line of its own before its line
+    (written now) and ``#xxxxxxxx <line>`` (the first checksummed spools). A segment
+    without any checksum (written before them) is taken as it is.
+    """
     if not data.startswith(b"#") and b"\n#" not in data:
         return data, []
     kept: list[bytes] = []
     damaged: list[int] = []
-    for number, line in enumerate(data.split(b"\n"), 1):
+    number = 0  # line-protocol lines so far
+    expected: int | None = None  # the checksum line just read, for the next line
+    for line in data.split(b"\n"):
         if not line:
             continue
-        match = _CHECKSUMMED.match(line)
-        payload = line[CHECKSUM_BYTES:]
-        if match is None or int(match[1], 16) != zlib.crc32(payload):
-            damaged.append(number)
+        if (checksum := _CHECKSUM_LINE.fullmatch(line)) is not None:
+            if expected is not None:  # a checksum whose line is missing
+                number += 1
+                damaged.append(number)
+            expected = int(checksum[1], 16)
             continue
-        kept.append(payload + b"\n")
+        prefixed = _CHECKSUM_PREFIX.match(line) if expected is None else None
+        if prefixed is None and line.startswith(b"#"):  # a damaged checksum line
+            if expected is not None:
+                number += 1
+                damaged.append(number)
+            expected = -1  # its line cannot be checked: damaged
+            continue
+        number += 1
+        if prefixed is not None:
+            expected, line = int(prefixed[1], 16), line[prefixed.end() :]
+        if expected is None or expected != zlib.crc32(line):
+            damaged.append(number)
+        else:
+            kept.append(line + b"\n")
+        expected = None
+    if expected is not None:
+        damaged.append(number + 1)
     return b"".join(kept), damaged
 
 
@@ -107,9 +141,14 @@ def parse_segment_name(name: str) -> int | None:
 
 
 def complete_lines(data: bytes) -> tuple[int, int]:
-    """``(bytes, lines)`` of the complete (newline-terminated) lines at the start of data."""
+    """``(bytes, points)`` of the complete records at the start of data: newline-terminated
+    lines, less a checksum line at the end whose line was cut off (a torn write); checksum
+    lines are not points."""
     end = data.rfind(b"\n") + 1
-    return end, data.count(b"\n", 0, end)
+    lines = data[:end].split(b"\n")[:-1]
+    if lines and _is_checksum_line(lines[-1]):
+        end -= len(lines.pop()) + 1
+    return end, sum(1 for line in lines if line and not _is_checksum_line(line))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -348,6 +387,12 @@ class Spool:
                 total += segment.size
             self._in_flight.update(segment.seq for segment in batch)
             return batch, len(batch) == len(self._segments)
+
+    def newer_than(self, segment: Segment) -> Segment | None:
+        """The segment after ``segment`` in the queue, if any."""
+        with self._lock:
+            later = [other for other in self._segments if other.seq > segment.seq]
+            return later[0] if later else None
 
     def release(self, batch: list[Segment]) -> None:
         """The batch was not sent: it stays, no longer in flight."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import pytest
+
 from agent.config import AgentConfig
 from agent.daemon import Daemon, SampleRound, build_samplers, next_tick_ns
 from agent.samplers import Roots
@@ -91,6 +93,7 @@ def test_ticks_align_to_the_wall_clock_and_a_slow_sample_skips_ticks():
         [recorder],
         [recorder],
         clock_ns=clock,
+        monotonic_ns=clock,  # no step: both clocks move together
     )
     ref[0] = daemon
     daemon.run(stop_after(clock, 5, ref))
@@ -101,29 +104,69 @@ def test_ticks_align_to_the_wall_clock_and_a_slow_sample_skips_ticks():
     assert len(recorder.samples) == 10
 
 
-def test_fractional_interval_and_a_clock_stepped_back():
+def test_fractional_interval_and_a_clock_stepped_back_holds_samples_in_order(caplog):
     clock = FakeClock(10_050 * SECOND + 10_000_000)  # 10050.01 s
+    monotonic = FakeClock(0)
     sampler = TinySampler("s", clock)
-    daemon = Daemon(AgentConfig(interval_seconds=0.25), [sampler], AgentStats(), clock_ns=clock)
-    steps = iter([0, 0, -3600 * SECOND])  # the third wait ends with the clock an hour back
+    daemon = Daemon(
+        AgentConfig(interval_seconds=0.25),
+        [sampler],
+        AgentStats(),
+        clock_ns=clock,
+        monotonic_ns=monotonic,
+    )
+    steps = iter([0, 0, -2 * SECOND])  # the third wait ends with the clock 2 s back
 
     def wait(seconds: float) -> bool:
         if daemon.ticks >= 4:
             return True
         clock.now += round(seconds * SECOND) + next(steps, 0)
+        monotonic.now += round(seconds * SECOND)
         return False
 
-    daemon.run(wait)
+    with caplog.at_level("INFO", "agent.daemon"):
+        daemon.run(wait)
     quarter = SECOND // 4
-    # 10050.25 and 10050.5 on time. The third wait ends at 10050.75 - 3600 = 6450.75 s, a
-    # tick the loop had not aimed at: it aims at the next quarter of the new time, 6451.0,
-    # instead of waiting an hour for 10050.75; then 6451.25.
+    # 10050.25 and 10050.5 on time. The third wait ends at 10050.75 - 2 = 10048.75 s,
+    # before the last sample: no sample until the clock passes it again (a sample at
+    # 10048.75 would go before the ones taken), then 10050.75, 10051.0.
     assert sampler.calls == [
         10_050 * SECOND + quarter,
         10_050 * SECOND + 2 * quarter,
-        6451 * SECOND,
-        6451 * SECOND + quarter,
+        10_050 * SECOND + 3 * quarter,
+        10_051 * SECOND,
     ]
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("stepped back by 1.8 s" in m for m in messages) == 1, messages
+    assert sum("sampling resumes" in m for m in messages) == 1
+    assert daemon.clock_steps == 1 and daemon.skipped_ticks == 0
+
+
+def test_a_clock_stepped_forward_is_reported_not_counted_as_skipped_ticks(caplog):
+    clock = FakeClock(100 * SECOND)
+    monotonic = FakeClock(0)
+    sampler = TinySampler("s", clock)
+    daemon = Daemon(
+        AgentConfig(interval_seconds=1),
+        [sampler],
+        AgentStats(),
+        clock_ns=clock,
+        monotonic_ns=monotonic,
+    )
+    steps = iter([0, 3600 * SECOND])
+
+    def wait(seconds: float) -> bool:
+        if daemon.ticks >= 3:
+            return True
+        clock.now += round(seconds * SECOND) + next(steps, 0)
+        monotonic.now += round(seconds * SECOND)
+        return False
+
+    with caplog.at_level("INFO", "agent.daemon"):
+        daemon.run(wait)
+    assert sampler.calls == [101 * SECOND, 3702 * SECOND, 3703 * SECOND]
+    assert daemon.skipped_ticks == 0 and daemon.clock_steps == 1
+    assert any("stepped forward by 3600.0 s" in r.getMessage() for r in caplog.records)
 
 
 def test_a_failing_sampler_is_logged_once_retried_and_never_stops_the_loop(caplog):
@@ -229,8 +272,23 @@ def test_the_self_sampler_reports_this_daemons_stats(tmp_path):
     # The second sample reports the spool as the first tick left it: two lines.
     (segment,) = tmp_path.joinpath("spool").glob("*.lp")
     assert point.fields["spool_points"] == 2.0
-    first_lines = segment.read_bytes().split(b"\n")[:2]
+    first_lines = segment.read_bytes().split(b"\n")[:4]  # two points, each after its checksum
     assert point.fields["spool_bytes"] == float(sum(len(line) + 1 for line in first_lines))
     assert point.fields["points_dropped"] == 0
     assert 0 < point.fields["sample_duration_seconds"] < 5
     down.queue.close()
+
+
+def test_an_edge_sample_while_the_clock_is_behind_the_last_sample_is_refused():
+    """The rank then interpolates that edge (``EdgeBusy``: 503 on /edge) rather than get a
+    sample stamped before the ones already taken."""
+    from agent.daemon import EdgeBusy
+
+    clock = FakeClock(50 * SECOND)
+    daemon = Daemon(AgentConfig(host="n"), [TinySampler("a")], AgentStats(), clock_ns=clock)
+    daemon.tick()
+    clock.now -= 2 * SECOND
+    with pytest.raises(EdgeBusy, match="stepped back"):
+        daemon.edge_sample()
+    clock.now += 3 * SECOND
+    assert daemon.edge_sample() == 51 * SECOND

@@ -334,7 +334,7 @@ def test_restart_while_endpoint_down_replays_the_spool(endpoint, tmp_path):
 
 def test_spool_full_drops_oldest_and_counts_them(tmp_path, caplog):
     # A tick of points_for(t), 1 <= t <= 9, is 3 lines and 3 newlines: each line is
-    # "#<crc32> " (10) + "disk,device=sd0,host=n1" (23) + " reads=1i" (9) + " 1000000000"
+    # "#<crc32>\n" (10) + "disk,device=sd0,host=n1" (23) + " reads=1i" (9) + " 1000000000"
     # (11) = 53 bytes, so 3 x 54 = 162 bytes. The spool holds 3 ticks; its segments hold
     # one tick each (segment_max_bytes is capped at a quarter of the spool).
     tick_bytes = sum(CHECKSUM_BYTES + len(line) + 1 for line in expected_lines(range(1, 2)))

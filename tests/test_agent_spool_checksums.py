@@ -17,9 +17,8 @@ from tests.test_collector_ingest_server import start_server, stored
 def test_with_checksums_round_trips_and_finds_each_kind_of_damage():
     body = b"disk,host=a reads=1i 1\ndisk,host=a reads=2i 2\ndisk,host=a reads=3i 3"
     data = with_checksums(body) + b"\n"
-    assert data.split(b"\n")[0] == b"#%08x disk,host=a reads=1i 1" % zlib.crc32(
-        b"disk,host=a reads=1i 1"
-    )
+    crc = zlib.crc32(b"disk,host=a reads=1i 1")
+    assert data.split(b"\n")[:2] == [b"#%08x" % crc, b"disk,host=a reads=1i 1"]
     assert verified_lines(data) == (body + b"\n", [])
     # a digit changed: still line protocol that parses, a different value
     flipped = data.replace(b"reads=2i", b"reads=7i")
@@ -29,13 +28,24 @@ def test_with_checksums_round_trips_and_finds_each_kind_of_damage():
     )
     # the checksum itself damaged, a line without one among checksummed lines, zeros
     lines = data.split(b"\n")
-    lines[0] = b"#zzzzzzzz" + lines[0][9:]
-    lines.insert(2, b"disk,host=a reads=9i 9")
-    lines.insert(3, b"\x00" * 30)
+    lines[0] = b"#zzzzzzzz"
+    lines.insert(4, b"disk,host=a reads=9i 9")
+    lines.insert(5, b"\x00" * 30)
     assert verified_lines(b"\n".join(lines)) == (
         b"disk,host=a reads=2i 2\ndisk,host=a reads=3i 3\n",
         [1, 3, 4],
     )
+    # a checksum whose line was lost (a line break damaged), and one at the very end
+    lines = data.split(b"\n")
+    del lines[3]
+    assert verified_lines(b"\n".join(lines) + b"#00000000\n") == (
+        b"disk,host=a reads=1i 1\ndisk,host=a reads=3i 3\n",
+        [2, 4],
+    )
+    # the first checksummed form, the checksum before the line on the same line
+    first_form = b"".join(b"#%08x %s\n" % (zlib.crc32(line), line) for line in body.split(b"\n"))
+    assert verified_lines(first_form) == (body + b"\n", [])
+    assert verified_lines(first_form.replace(b"reads=2i", b"reads=7i"))[1] == [2]
     # a spool from before checksums: taken as it is
     old = b"disk,host=a reads=1i 1\ndisk,host=a reads=2i 2\n"
     assert verified_lines(old) == (old, [])
@@ -53,9 +63,9 @@ def test_a_damaged_line_is_skipped_and_reported_the_rest_delivered(tmp_path, cap
     spool.close()
     (segment,) = sorted(spool_dir.glob("*.lp"))
     lines = segment.read_bytes().split(b"\n")
-    assert len(lines) == 13 and lines[-1] == b""
-    lines[4] = lines[4].replace(b"reads=1i", b"reads=8i")  # line 5: tick 1, sd1
-    lines[7] = lines[7][:10] + b"\xde\xad\xbe\xef" + lines[7][14:]  # line 8: tick 2, sd1
+    assert len(lines) == 25 and lines[-1] == b""  # a checksum line before each of 12
+    lines[9] = lines[9].replace(b"reads=1i", b"reads=8i")  # line 5: tick 1, sd1
+    lines[15] = b"\xde\xad\xbe\xef" + lines[15][4:]  # line 8: tick 2, sd1
     segment.write_bytes(b"\n".join(lines))
 
     collector = start_server(tmp_path, repo_env)
