@@ -86,6 +86,51 @@ const watch = () => {{
 }};
 requestAnimationFrame(watch);
 """
+# Where the time from ``arguments[0]`` to ``arguments[1]`` (ms, performance.now()) went, from
+# the page's Resource Timing entries (the document's too, for a page load): "server", the
+# time some request had been sent and not yet begun to be answered (the server computing,
+# or a request queued behind another); "transfer", some answer still arriving and none
+# waiting; "browser", no request in flight (the page's script, style, layout and paint).
+# The three add up to the whole.
+TIME_SPLIT = """
+const [from, to] = [arguments[0], arguments[1]];
+const entries = performance.getEntriesByType('navigation')
+    .concat(performance.getEntriesByType('resource'))
+    .filter(e => e.startTime >= from - 1 && e.startTime < to);
+const covered = intervals => {
+    let total = 0, end = -Infinity;
+    for (const [a, b] of intervals.map(([a, b]) => [Math.max(a, from), Math.min(b, to)])
+            .filter(([a, b]) => b > a).sort((x, y) => x[0] - y[0])) {
+        if (b <= end) continue;
+        total += b - Math.max(a, end);
+        end = b;
+    }
+    return total;
+};
+const waiting = covered(entries.map(e => [e.startTime, e.responseStart]));
+const inFlight = covered(entries.map(e => [e.startTime, e.responseEnd]));
+const callbacks = entries.filter(e => e.name.includes('_dash-update-component'));
+return {
+    server_s: waiting / 1000,
+    transfer_s: (inFlight - waiting) / 1000,
+    browser_s: (to - from - inFlight) / 1000,
+    requests: entries.length,
+    callbacks: callbacks.length,
+    body_bytes: entries.reduce((sum, e) => sum + e.encodedBodySize, 0),
+    wire_bytes: entries.reduce((sum, e) => sum + e.transferSize, 0),
+    callback_bytes: callbacks.reduce((sum, e) => sum + e.encodedBodySize, 0),
+};
+"""
+SPLIT_KEYS = (
+    "server_s",
+    "transfer_s",
+    "browser_s",
+    "requests",
+    "callbacks",
+    "body_bytes",
+    "wire_bytes",
+    "callback_bytes",
+)
 
 
 def median_of(repeat: int, measure) -> float:
@@ -146,6 +191,9 @@ def server_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, A
         "cold_findings_cpu_s": findings_cpu,
         "warm_s": warm,
         "json_bytes": len(body.encode()),
+        "figure_json_bytes": {
+            graph.id: len(to_json(graph.figure).encode()) for graph in _graphs(layout)
+        },
         "points": points,
     }
 
@@ -174,12 +222,73 @@ def _graphs(component) -> list:
     return found
 
 
-def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, float]:
+class CallbackClock:
+    """Wall and CPU seconds of the serving thread for each Dash callback request, from the
+    request's start until its response is built (the callback and its JSON)."""
+
+    def __init__(self, flask_app: Any) -> None:
+        self.records: list[dict[str, Any]] = []
+        self._local = threading.local()
+        flask_app.before_request(self._start)
+        flask_app.teardown_request(self._stop)
+
+    def _start(self) -> None:
+        self._local.started = (time.perf_counter(), time.thread_time())
+
+    def _stop(self, _error: BaseException | None) -> None:
+        from flask import request
+
+        started = getattr(self._local, "started", None)
+        if started is None or not request.path.endswith("_dash-update-component"):
+            return
+        body = request.get_json(silent=True) or {}
+        self.records.append(
+            {
+                "callback": callback_label(body.get("output", "?")),
+                "wall_s": time.perf_counter() - started[0],
+                "cpu_s": time.thread_time() - started[1],
+            }
+        )
+
+
+def callback_label(output: str) -> str:
+    """A callback's outputs (Dash's ``output`` string), shortened to their first."""
+    first = output.strip(".").split("...")[0]
+    return first if len(output) <= len(first) + 4 else f"{first} (+more)"
+
+
+def median_split(splits: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(s[key] for s in splits) for key in SPLIT_KEYS}
+
+
+def per_callback(clicks: list[list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Each callback's median wall and CPU seconds over the clicks (a callback asked for
+    several times in one click counts once, summed)."""
+    totals: dict[str, list[tuple[float, float]]] = {}
+    for records in clicks:
+        summed: dict[str, tuple[float, float]] = {}
+        for record in records:
+            wall, cpu = summed.get(record["callback"], (0.0, 0.0))
+            summed[record["callback"]] = (wall + record["wall_s"], cpu + record["cpu_s"])
+        for name, value in summed.items():
+            totals.setdefault(name, []).append(value)
+    return {
+        name: {
+            "wall_s": statistics.median(w for w, _ in values),
+            "cpu_s": statistics.median(c for _, c in values),
+            "clicks": len(values),
+        }
+        for name, values in totals.items()
+    }
+
+
+def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, Any]:
     """Two ways to open the run page: loading its URL (the browser evaluates plotly.js and
     Dash's bundles again, from its cache), and clicking the run in the runs table of an open
     dashboard (how one usually gets there: the scripts are already running)."""
     source = DataSource(store, max_points=max_points)
     app = create_app(source)
+    clock = CallbackClock(app.server)
     server = make_server("127.0.0.1", 0, app.server, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_port}"
@@ -201,12 +310,18 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
     def until(script: str, started_ms: float) -> float:
         return (answer(script) - started_ms) / 1000
 
-    def load(cold: bool) -> float:
+    def load(cold: bool) -> tuple[float, dict[str, float]]:
+        """Seconds from navigation start until drawn, and where they went (TIME_SPLIT)."""
         if cold:
             source.forget()
         driver.get("about:blank")
         driver.get(base + run_path)
-        return until(PAGE_READY, 0.0)  # performance.now() counts from navigation start
+        drawn_ms = answer(PAGE_READY)  # performance.now() counts from navigation start
+        return drawn_ms / 1000, driver.execute_script(TIME_SPLIT, 0.0, drawn_ms)
+
+    def loads(cold: bool) -> tuple[float, dict[str, float]]:
+        times = [load(cold) for _ in range(repeat)]
+        return statistics.median(t for t, _ in times), median_split([s for _, s in times])
 
     browser = psutil.Process(driver.service.process.pid)
 
@@ -232,8 +347,10 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
             source.forget()
         time.sleep(0.5)  # let the runs page settle before counting CPU
         browser_before, server_before = browser_cpu(), time.process_time()
+        answered_before = len(clock.records)
         started = driver.execute_script(
-            WATCH_FRAMES + "const link = document.querySelector(`a[href='${arguments[0]}']`);"
+            WATCH_FRAMES + "performance.clearResourceTimings();"
+            "const link = document.querySelector(`a[href='${arguments[0]}']`);"
             "const now = performance.now(); link.click(); return now;",
             run_path,
         )
@@ -242,7 +359,7 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
         frames = answer(
             "return window.__findingsAt === null ? null : [window.__drawnAt, window.__findingsAt];"
         )
-        return (
+        times = (
             (frames[0] - started) / 1000,
             (frames[1] - started) / 1000,
             browser_cpu() - browser_before,
@@ -250,21 +367,33 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
             drawn_polled,
             findings_polled,
         )
+        split = driver.execute_script(TIME_SPLIT, started, frames[0])
+        return times, split, clock.records[answered_before:]
 
-    def clicks(cold: bool) -> tuple[float, ...]:
-        times = [click(cold) for _ in range(repeat)]
-        return tuple(statistics.median(t[i] for t in times) for i in range(6))
+    def clicks(cold: bool) -> tuple[tuple[float, ...], dict[str, float], dict[str, Any]]:
+        done = [click(cold) for _ in range(repeat)]
+        times = tuple(statistics.median(t[0][i] for t in done) for i in range(6))
+        return times, median_split([t[1] for t in done]), per_callback([t[2] for t in done])
 
     try:
-        first = load(True)  # the browser fetches plotly.js and Dash's bundles once
-        load_cold = median_of(repeat, lambda: load(True))
-        load_warm = median_of(repeat, lambda: load(False))
-        cold = clicks(True)
-        warm = clicks(False)
+        driver.get(base + "/")
+        driver.execute_script("performance.setResourceTimingBufferSize(100000);")
+        first, first_split = load(True)  # the browser fetches plotly.js and Dash's bundles once
+        load_cold, load_cold_split = loads(True)
+        load_warm, load_warm_split = loads(False)
+        cold, cold_split, cold_callbacks = clicks(True)
+        warm, warm_split, warm_callbacks = clicks(False)
         results = {
             "first_visit_s": first,
+            "first_visit_split": first_split,
             "load_cold_s": load_cold,
+            "load_cold_split": load_cold_split,
             "load_warm_s": load_warm,
+            "load_warm_split": load_warm_split,
+            "click_cold_split": cold_split,
+            "click_warm_split": warm_split,
+            "click_cold_callbacks": cold_callbacks,
+            "click_warm_callbacks": warm_callbacks,
             "click_cold_s": cold[0],
             "click_warm_s": warm[0],
             "click_cold_findings_s": cold[1],
@@ -329,6 +458,7 @@ def main() -> int:
             "browser": browser_side(store, max_points, args.repeat),
         }
         print(json.dumps(results[label]), flush=True)
+        print(summary(results[label]), flush=True)
     store.close()
 
     results["load_average_after"] = os.getloadavg()
@@ -345,6 +475,38 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def summary(variant: dict[str, Any]) -> str:
+    """Each way of opening the page: wall seconds, and server / transfer / browser."""
+    browser, server = variant["browser"], variant["server"]
+    lines = ["                    total   server  transfer  browser   bytes (callbacks)"]
+    for label, key in (
+        ("first visit", "first_visit"),
+        ("page load cold", "load_cold"),
+        ("page load warm", "load_warm"),
+        ("click cold", "click_cold"),
+        ("click warm", "click_warm"),
+    ):
+        split = browser[f"{key}_split"]
+        lines.append(
+            f"{label:18} {browser[f'{key}_s']:6.2f} s {split['server_s']:6.2f}  "
+            f"{split['transfer_s']:7.2f}  {split['browser_s']:7.2f}   "
+            f"{split['body_bytes']:>9,} ({split['callback_bytes']:,})"
+        )
+    lines.append(
+        f"click cold: server CPU {browser['click_cold_server_cpu_s']:.2f} s, Chromium CPU "
+        f"{browser['click_cold_browser_cpu_s']:.2f} s; per callback (wall / CPU s):"
+    )
+    for name, spent in browser["click_cold_callbacks"].items():
+        lines.append(f"    {spent['wall_s']:5.2f} / {spent['cpu_s']:5.2f}  {name}")
+    lines.append(
+        "server alone: cold route "
+        f"{server['cold_route_cpu_s']:.2f} s CPU, with time series {server['cold_cpu_s']:.2f} s;"
+        f" findings {server['cold_findings_cpu_s']:.2f} s; figures' JSON: "
+        + ", ".join(f"{k} {v:,} B" for k, v in server["figure_json_bytes"].items())
+    )
+    return "\n".join(lines)
 
 
 def _all_series(store: SqliteStore, host: str) -> list:
