@@ -35,7 +35,7 @@ test: env frameworks system-packages user-torch-env dlio-env
 scenarios: env frameworks system-packages
 	$(PY) -m pytest tests/scenarios
 
-env: $(VENV)/.installed
+env: $(VENV)/.installed dashboard/assets/plotly-basic.min.js
 
 $(VENV)/.installed: pyproject.toml
 	@command -v python3 >/dev/null || { echo "python3 is missing: apt-get install python3"; exit 1; }
@@ -45,6 +45,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
+
+# plotly.js's basic bundle for the dashboard, from the npm registry (pinned, sha512-checked)
+dashboard/assets/plotly-basic.min.js: dashboard/fetch_bundle.py | $(VENV)/.installed
+	$(PY) -m dashboard.fetch_bundle
 
 # The workloads' ML frameworks (extras tensorflow, mxnet, pytorch, infer) and Horovod 0.28.1,
 # compiled here against TensorFlow 2.15 and MXNet 1.9.1 with gloo (no MPI, no PyTorch:
