@@ -4,8 +4,10 @@ class-per-folder JPEG tree decoded with PIL in its DataLoader workers.
 
 Usage: cause_train.py DATA_DIR [--epochs N] [--batch-size B] [--workers W]
 [--persistent-workers] [--worker-start-ms MS] [--threads T] [--sleep-rank R --sleep-ms MS]
-[--cgroup-rank R] [--images N]
+[--cgroup-rank R] [--images N] [--item-sleep-ms MS]
 
+- ``--item-sleep-ms MS``: the Dataset's ``__getitem__`` sleeps MS per picture before
+  decoding it (a slow loader: a remote store, a heavy decode);
 - ``--worker-start-ms MS``: each loader worker spends MS starting (its ``worker_init_fn``),
   as workers that import libraries or open files do before their first batch;
 
@@ -45,6 +47,18 @@ class SmallNet(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
+class SlowItems(JpegFolder):
+    """The JPEG folder, each picture ``seconds`` slower to fetch."""
+
+    def __init__(self, root, seconds: float) -> None:
+        super().__init__(root)
+        self.seconds = seconds
+
+    def __getitem__(self, index):
+        time.sleep(self.seconds)
+        return super().__getitem__(index)
+
+
 class WorkerStart:
     """A loader worker's start-up: ``seconds`` of work before its first batch (picklable,
     for workers started by spawn as well as fork)."""
@@ -69,6 +83,7 @@ def main():
     parser.add_argument("--sleep-ms", type=float, default=150.0)
     parser.add_argument("--cgroup-rank", type=int)
     parser.add_argument("--images", type=int, help="train on the first N pictures only")
+    parser.add_argument("--item-sleep-ms", type=float, default=0.0)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -79,7 +94,7 @@ def main():
     if args.cgroup_rank == rank:
         with open(os.path.join(os.environ["CAUSE_CGROUP"], "cgroup.procs"), "w") as procs:
             procs.write(str(os.getpid()))
-    train_set = JpegFolder(os.path.join(args.data, "train"))
+    train_set = SlowItems(os.path.join(args.data, "train"), args.item_sleep_ms / 1000)
     if args.images:
         train_set.samples = train_set.samples[:: max(1, len(train_set) // args.images)]
     sampler = DistributedSampler(train_set) if distributed else None
