@@ -193,6 +193,7 @@ class Session:
                 Workload.DATASET_BYTES: self.config.dataset_bytes,
                 Workload.HOST_MEMORY_BYTES: host_memory_bytes(),
                 Workload.WARMUP_STEPS: 0,
+                Workload.TARGET_TOP1: self.config.target_top1,
                 **cpu_fields(getattr(loader, "num_workers", None),
                              getattr(loader, "persistent_workers", None)),
                 **(residency if residency is not None else self.residency_fields()),
