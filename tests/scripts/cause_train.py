@@ -58,7 +58,8 @@ class SlowItems(JpegFolder):
         self.seconds = seconds
 
     def __getitem__(self, index):
-        time.sleep(self.seconds)
+        if self.seconds > 0:
+            time.sleep(self.seconds)
         return super().__getitem__(index)
 
 
