@@ -22,7 +22,10 @@ from pathlib import Path
 
 PACKAGE = "plotly.js-basic-dist-min"
 VERSION = "4.1.1"
-INTEGRITY = "sha512-1oNF8PeQx2hv/y7tqEVWKD3JGwn/MGEMQ8mL9HUwsaqG9FGy/OU5FHUHvzqbqxN4mnwZGI9abTiE775C4kkjMQ=="
+INTEGRITY = (  # npm's dist.integrity of the tarball
+    "sha512-1oNF8PeQx2hv/y7tqEVWKD3JGwn/MGEMQ8mL9HUwsaqG9FGy/"
+    "OU5FHUHvzqbqxN4mnwZGI9abTiE775C4kkjMQ=="
+)
 TARBALL = f"https://registry.npmjs.org/{PACKAGE}/-/{PACKAGE}-{VERSION}.tgz"
 ASSETS = Path(__file__).parent / "assets"
 BUNDLE = ASSETS / "plotly-basic.min.js"

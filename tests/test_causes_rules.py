@@ -98,12 +98,19 @@ def test_torchruns_one_thread_per_rank_is_named_as_the_cores_shared():
     assert judge_host("n1", [rank(0, 1, 0, source), rank(1, 1, 0, source)], 99.0, True) == []
 
 
-def test_workers_compete_only_while_the_cpus_are_saturated():
+def test_workers_compete_only_while_the_trainings_own_processes_saturate_the_cores():
     ranks = [rank(0, 1, 2), rank(1, 1, 2)]
-    assert [f.verdict for f in judge_host("n1", ranks, 97.0, on_gpus=True)] == [WORKERS_COMPETE]
-    assert judge_host("n1", ranks, 40.0, on_gpus=True) == []
+    (found,) = judge_host("n1", ranks, 97.0, on_gpus=True, training_cores_busy=1.9)
+    assert found.verdict == WORKERS_COMPETE
+    assert "kept 1.90 of them busy" in words(found).explanation
+    assert judge_host("n1", ranks, 40.0, on_gpus=True, training_cores_busy=0.8) == []
+    # a host saturated by other processes while the training's own used 0.3 of its 2
+    # cores: its workers were idle, the contention finding names the others
+    assert judge_host("n1", ranks, 100.0, on_gpus=True, training_cores_busy=0.3) == []
+    # the training's CPU seconds unknown: whose the host's CPU time was is unknown too
+    assert judge_host("n1", ranks, 100.0, on_gpus=True) == []
     # on CPUs the ranks also divide the cores: both are said
-    verdicts = [f.verdict for f in judge_host("n1", ranks, 97.0, on_gpus=False)]
+    verdicts = [f.verdict for f in judge_host("n1", ranks, 97.0, False, training_cores_busy=1.9)]
     assert verdicts == [WORKERS_COMPETE, CORES_SHARED]
 
 

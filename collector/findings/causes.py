@@ -12,9 +12,13 @@ on (``sched_getaffinity``) and its cgroup CPU quota. Per host:
   threads would take (a rank of its own under a CPU quota): it straggles, and the
   ``straggler`` finding names what the others waited for;
 - **workers compete** (info): the compute threads fit, but with the loader workers
-  (``ranks x (threads + workers)``) they exceed the cores while the host's CPUs were
-  saturated (``CPU_SATURATED_PERCENT`` in the settled epochs): a worker is runnable only
-  while it decodes, so on a host with idle CPU they cost nothing;
+  (``ranks x (threads + workers)``) they exceed the cores while the training's own
+  processes (its ranks and their loaders: ``epoch_end`` ``cpu_seconds``) kept
+  ``CPU_SATURATED_PERCENT`` of the cores busy in the settled epochs. A worker is runnable
+  only while it decodes, so workers idle beside cached, small pictures cost nothing
+  however many they are; and CPUs saturated by *other* processes are the ``contention``
+  finding's, not a count of the training's own workers (on a shared host the host's
+  utilisation would name every run with workers);
 - **cores shared** (info, CPU trainings only): two or more ranks divide the host's cores
   and each computes with fewer threads than the host has (``OMP_NUM_THREADS=1`` set by
   torchrun is the usual source): the ranks add no cores, so their compute per step grows
@@ -26,17 +30,21 @@ on (``sched_getaffinity``) and its cgroup CPU quota. Per host:
 A host gets at most one of the first three, and beside it (unless oversubscribed) cores
 shared or cores idle.
 
-What it cannot see: threads a library starts of its own (a BLAS with its own pool, a
+What it cannot see: whose CPU time the training's was, compute's or the workers' (with as
+many compute threads as cores, busy compute alone saturates them, and idle workers beside
+it are named); threads a library starts of its own (a BLAS with its own pool, a
 TensorFlow inter-op pool busy with input); ranks pinned to different CPUs counted right
 only when their ``cpus_allowed`` lists say so; other trainings on the host.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from collector.analysis import decode
+from collector.analysis.contention import TRAINING_CPU
 from collector.analysis.run import RunModel
 from collector.findings.context import RunContext
 from collector.findings.evidence import (
@@ -84,6 +92,9 @@ class CpuOversubscription:
     loader_workers: int  # their loader workers, together
     cpu_util_percent: float | None = field(metadata=digits(1))
     on_gpus: bool = field(default=False, metadata=HIDDEN)
+    # the cores the training's own processes kept busy in the settled epochs (its CPU
+    # seconds over their wall time); None where a rank did not send its CPU seconds
+    training_cores_busy: float | None = field(default=None, metadata=digits(2))
 
 
 def _number(event: WorkloadEvent, name: str) -> float | None:
@@ -121,11 +132,16 @@ def over_quota(ranks: list[RankCpus]) -> list[RankCpus]:
 
 
 def judge_host(
-    host: str, ranks: list[RankCpus], cpu_util_percent: float | None, on_gpus: bool
+    host: str,
+    ranks: list[RankCpus],
+    cpu_util_percent: float | None,
+    on_gpus: bool,
+    training_cores_busy: float | None = None,
 ) -> list[CpuOversubscription]:
     """The verdicts on one host's ranks (see the module's note): at most one of
     oversubscribed, rank quota and workers compete, then (CPU trainings not oversubscribed)
-    cores shared or cores idle."""
+    cores shared or cores idle. ``cpu_util_percent`` is the host's (everyone's),
+    ``training_cores_busy`` the cores the training's own processes kept busy."""
     if not ranks or any(r.threads is None for r in ranks):
         return []
     found = host_cores(ranks)
@@ -135,12 +151,16 @@ def judge_host(
     threads = sum(r.threads or 0 for r in ranks)
     workers = sum(r.loader_workers or 0 for r in ranks)
     saturated = cpu_util_percent is not None and cpu_util_percent >= CPU_SATURATED_PERCENT
+    own_saturated = (
+        training_cores_busy is not None
+        and training_cores_busy >= CPU_SATURATED_PERCENT / 100 * cores
+    )
     verdicts = []
     if threads > cores:
         verdicts.append(OVERSUBSCRIBED)
     elif over_quota(ranks):
         verdicts.append(RANK_QUOTA)
-    elif threads + workers > cores and saturated:
+    elif threads + workers > cores and own_saturated:
         verdicts.append(WORKERS_COMPETE)
     if not on_gpus and threads <= cores:
         if len(ranks) >= 2 and max(r.threads or 0 for r in ranks) < cores:
@@ -149,7 +169,16 @@ def judge_host(
             verdicts.append(CORES_IDLE)
     return [
         CpuOversubscription(
-            host, verdict, ranks, cores, source, threads, workers, cpu_util_percent, on_gpus
+            host,
+            verdict,
+            ranks,
+            cores,
+            source,
+            threads,
+            workers,
+            cpu_util_percent,
+            on_gpus,
+            training_cores_busy,
         )
         for verdict in verdicts
     ]
@@ -167,6 +196,26 @@ def _settled_cpu_util(context: RunContext) -> dict[str, float]:
         if row.cpu_util_percent is not None:
             by_host[row.host].append(row.cpu_util_percent)
     return {host: sum(values) / len(values) for host, values in by_host.items() if values}
+
+
+def _settled_training_cores(context: RunContext) -> dict[str, float]:
+    """Each host's cores kept busy by the training's own processes over the same epochs
+    as ``_settled_cpu_util``: its CPU seconds over their wall time, when every one of
+    those epochs has them."""
+    pairs = context.hosts_rows()
+    epochs = sorted({row.epoch for row, _ in pairs})
+    if len(epochs) >= 2:
+        pairs = [(row, amounts) for row, amounts in pairs if row.epoch != epochs[0]]
+    cpu: dict[str, list[float]] = defaultdict(list)
+    seconds: dict[str, float] = defaultdict(float)
+    for row, amounts in pairs:
+        cpu[row.host].append(amounts.values.get(TRAINING_CPU, math.nan))
+        seconds[row.host] += amounts.seconds
+    return {
+        host: sum(values) / seconds[host]
+        for host, values in cpu.items()
+        if seconds[host] > 0 and not any(math.isnan(v) for v in values)
+    }
 
 
 def run_starts(model: RunModel) -> dict[str, dict[int, WorkloadEvent]]:
@@ -192,11 +241,12 @@ def threads_per_rank(model: RunModel) -> tuple[int, str | None] | None:
 def detect_cpu_oversubscription(context: RunContext) -> list[CpuOversubscription]:
     starts = run_starts(context.model)
     util = _settled_cpu_util(context)
+    training = _settled_training_cores(context)
     on_gpus = any(row.gpu_util_percent is not None for row, _ in context.hosts_rows())
     found = []
     for host in sorted(starts):
         ranks = [rank_cpus(starts[host][rank]) for rank in sorted(starts[host])]
-        found.extend(judge_host(host, ranks, util.get(host), on_gpus))
+        found.extend(judge_host(host, ranks, util.get(host), on_gpus, training.get(host)))
     return found
 
 
@@ -267,7 +317,8 @@ def _(found: CpuOversubscription) -> Finding:
         why = (
             f"The {ranks} {run} {found.threads} compute threads and {found.loader_workers} "
             f"loader workers, {found.threads + found.loader_workers} in all, on {cores} "
-            "while the CPUs were saturated: decoding takes cores from the compute threads."
+            f"while its own processes kept {found.training_cores_busy or 0:.2f} of them busy: "
+            "decoding takes cores from the compute threads."
         )
     elif found.verdict == CORES_SHARED:
         severity = INFO

@@ -4,8 +4,13 @@ class-per-folder JPEG tree decoded with PIL in its DataLoader workers.
 
 Usage: cause_train.py DATA_DIR [--epochs N] [--batch-size B] [--workers W]
 [--persistent-workers] [--worker-start-ms MS] [--threads T] [--sleep-rank R --sleep-ms MS]
-[--cgroup-rank R] [--images N]
+[--cgroup-rank R] [--images N] [--item-sleep-ms MS] [--lr LR] [--validate] [--stop-top1 X]
 
+- ``--item-sleep-ms MS``: the Dataset's ``__getitem__`` sleeps MS per picture before
+  decoding it (a slow loader: a remote store, a heavy decode);
+- ``--lr LR``: SGD's learning rate, as the user chose it (not scaled with the ranks);
+- ``--validate``: top-1 on the data set's ``val`` pictures after every epoch (each rank
+  the whole split); ``--stop-top1 X``: stop after the epoch whose top-1 reached X;
 - ``--worker-start-ms MS``: each loader worker spends MS starting (its ``worker_init_fn``),
   as workers that import libraries or open files do before their first batch;
 
@@ -45,6 +50,19 @@ class SmallNet(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
+class SlowItems(JpegFolder):
+    """The JPEG folder, each picture ``seconds`` slower to fetch."""
+
+    def __init__(self, root, seconds: float) -> None:
+        super().__init__(root)
+        self.seconds = seconds
+
+    def __getitem__(self, index):
+        if self.seconds > 0:
+            time.sleep(self.seconds)
+        return super().__getitem__(index)
+
+
 class WorkerStart:
     """A loader worker's start-up: ``seconds`` of work before its first batch (picklable,
     for workers started by spawn as well as fork)."""
@@ -54,6 +72,17 @@ class WorkerStart:
 
     def __call__(self, worker_id: int) -> None:
         time.sleep(self.seconds)
+
+
+def top1(model, loader) -> float:
+    model.eval()
+    correct = seen = 0
+    with torch.no_grad():
+        for images, target in loader:
+            correct += int((model(images).argmax(1) == target).sum())
+            seen += len(target)
+    model.train()
+    return correct / seen
 
 
 def main():
@@ -69,6 +98,10 @@ def main():
     parser.add_argument("--sleep-ms", type=float, default=150.0)
     parser.add_argument("--cgroup-rank", type=int)
     parser.add_argument("--images", type=int, help="train on the first N pictures only")
+    parser.add_argument("--item-sleep-ms", type=float, default=0.0)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--validate", action="store_true")
+    parser.add_argument("--stop-top1", type=float)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -79,7 +112,7 @@ def main():
     if args.cgroup_rank == rank:
         with open(os.path.join(os.environ["CAUSE_CGROUP"], "cgroup.procs"), "w") as procs:
             procs.write(str(os.getpid()))
-    train_set = JpegFolder(os.path.join(args.data, "train"))
+    train_set = SlowItems(os.path.join(args.data, "train"), args.item_sleep_ms / 1000)
     if args.images:
         train_set.samples = train_set.samples[:: max(1, len(train_set) // args.images)]
     sampler = DistributedSampler(train_set) if distributed else None
@@ -97,7 +130,10 @@ def main():
     if distributed:
         model = nn.parallel.DistributedDataParallel(model)
     criterion = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    val_loader = None
+    if args.validate:
+        val_loader = DataLoader(JpegFolder(os.path.join(args.data, "val")), batch_size=32)
     for epoch in range(args.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
@@ -108,7 +144,11 @@ def main():
             if args.sleep_rank == rank:
                 time.sleep(args.sleep_ms / 1000)
             optimizer.step()
-        print(f"rank {rank} epoch {epoch + 1}: loss {loss.item():.3f}", flush=True)
+        reached = top1(model, val_loader) if val_loader is not None else None
+        accuracy = "" if reached is None else f", top-1 {reached:.3f}"
+        print(f"rank {rank} epoch {epoch + 1}: loss {loss.item():.3f}{accuracy}", flush=True)
+        if reached is not None and args.stop_top1 is not None and reached >= args.stop_top1:
+            break  # every rank validates the same weights on the same split: all stop
     if distributed:
         dist.destroy_process_group()
 

@@ -52,6 +52,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     profile.add_argument("--drop-caches", action="store_true",
                          help="drop --data-dir from the page cache first")  # fmt: skip
     profile.add_argument("--step-every", type=int, default=10, help="a step event every K")
+    profile.add_argument("--target-top1", type=float,
+                         help="top-1 the run aims for (its time to reach it is compared "
+                              "across a scaling group's runs)")  # fmt: skip
     profile.add_argument("--agent-port", type=int, default=9711, help="agent /metrics port")
     profile.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
 
@@ -181,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
             dataset_images=dataset.train.images if dataset else None,
             dataset_bytes=dataset.train.bytes if dataset else None,
             data_dir=str(dataset.root) if dataset else None,
+            target_top1=args.target_top1,
         )
         launched = True
         try:

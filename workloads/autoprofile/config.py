@@ -29,6 +29,7 @@ class ProfileConfig:
     dataset_images: int | None = None
     dataset_bytes: int | None = None
     data_dir: str | None = None  # its page-cache residency goes with run_start and epoch_end
+    target_top1: float | None = None  # the top-1 the user aims for (time to accuracy)
 
     def encode(self) -> str:
         return json.dumps(asdict(self))

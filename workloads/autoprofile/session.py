@@ -20,8 +20,10 @@ A step's time runs from the previous step's end (or the epoch's start) on the
 ``perf_counter`` clock. Given the step's marks (``workloads.record.anatomy.StepMarks``) it is split
 into input wait, compute, communication and the rest exactly as the bundled workloads split
 theirs (``split_step``); ``epoch_end`` carries their sums, and the rank's own reads over the
-epoch (``ProcessTreeIo``: ``/proc/<pid>/io`` of the rank and its data-loading children),
-with the same fields (``workloads.record.timing``).
+epoch (``ProcessTreeIo``: ``/proc/<pid>/io`` of the rank and its data-loading children)
+and their CPU seconds (``ProcessTreeCpu``), with the same fields
+(``workloads.record.timing``); every step being timed, the timed steps' input wait (the
+AU's) is the epoch's.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from workloads.record.anatomy import (
     add,
     split_step,
 )
+from workloads.record.cputime import ProcessTreeCpu
 
 DELIVERY_TIMEOUT_SECONDS = 60.0
 
@@ -117,6 +120,7 @@ class Epoch:
     au_seconds: float = 0.0  # wall time of the steps after the first (AU's)
     au_idle: float = 0.0  # and the accelerator's idle time in them
     io_at_start: ProcessIo | None = None  # the rank's reads when the epoch began
+    cpu_at_start: float | None = None  # CPU seconds of the rank and its loaders by then
     loss_sum: object = None  # a float, or a framework scalar summed without a device sync
     losses: int = 0
     end_ns: int | None = None  # the latest time the epoch is known to have run to
@@ -142,6 +146,7 @@ class Session:
         # script itself (workloads.track: "track") or Lightning's callbacks ("lightning")
         self.driver: str | None = None
         self._read_io: ProcessTreeIo | None = None
+        self._read_cpu: ProcessTreeCpu | None = None
         self._agent_edges: object = False  # AgentEdges | None, once asked
         self._residency: object = False  # DatasetResidency | None, once built
         self._mark = 0.0
@@ -195,6 +200,7 @@ class Session:
                 Workload.DATASET_BYTES: self.config.dataset_bytes,
                 Workload.HOST_MEMORY_BYTES: host_memory_bytes(),
                 Workload.WARMUP_STEPS: 0,
+                Workload.TARGET_TOP1: self.config.target_top1,
                 **cpu_fields(getattr(loader, "num_workers", None),
                              getattr(loader, "persistent_workers", None)),
                 **(residency if residency is not None else self.residency_fields()),
@@ -254,6 +260,7 @@ class Session:
         start_ns: int | None = None,
         start: float | None = None,
         io: ProcessIo | None = None,
+        cpu: float | None = None,
     ) -> Epoch:
         """A new epoch from ``start_ns`` (default: now, stamped with the local agent's edge
         sample, as the bundled runs' edges are; ``start``: the same instant on ``clock``),
@@ -265,7 +272,9 @@ class Session:
             self.epoch_end()
             self.epochs_done += 1
             io_now = io if io is not None else self.process_io()
-            self.epoch = Epoch(self.epochs_done, start_ns or 0, io_at_start=io_now)
+            cpu_now = cpu if cpu is not None else self.process_cpu()
+            self.epoch = Epoch(self.epochs_done, start_ns or 0, io_at_start=io_now,
+                               cpu_at_start=cpu_now)  # fmt: skip
             self._mark = self.clock() if start is None else start
             point = self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: self.epoch.number},
                                      start_ns)  # fmt: skip
@@ -284,6 +293,13 @@ class Session:
         if self._read_io is None or self._read_io.pid != os.getpid():  # a fork's own
             self._read_io = ProcessTreeIo()
         return self._read_io()
+
+    def process_cpu(self) -> float | None:
+        """CPU seconds so far of this process and the data loaders below it, read where
+        ``process_io`` is (``workloads.record.cputime``)."""
+        if self._read_cpu is None or self._read_cpu.pid != os.getpid():
+            self._read_cpu = ProcessTreeCpu()
+        return self._read_cpu()
 
     def step(
         self,
@@ -372,6 +388,10 @@ class Session:
             reads = None
             if io_now is not None and epoch.io_at_start is not None:
                 reads = io_now - epoch.io_at_start
+            cpu_now = self.process_cpu()
+            cpu_seconds = None
+            if cpu_now is not None and epoch.cpu_at_start is not None:
+                cpu_seconds = cpu_now - epoch.cpu_at_start
             loss = epoch.loss
             if loss is None and epoch.losses:
                 loss = scalar(epoch.loss_sum) / epoch.losses
@@ -383,6 +403,8 @@ class Session:
                 Workload.TIMED_IMAGES: epoch.images,
                 Workload.TIMED_SECONDS: epoch.seconds,
                 Workload.INPUT_WAIT_SECONDS: epoch.input_wait,
+                # every step is timed here (no warm-up steps): the AU's input wait
+                Workload.TIMED_INPUT_WAIT_SECONDS: epoch.input_wait,
                 **anatomy_fields(epoch.anatomy if epoch.steps else None),
                 **timed_anatomy_fields(epoch.anatomy if epoch.steps else None),
                 **au_fields(epoch),
@@ -391,6 +413,7 @@ class Session:
                 Workload.TOP1: epoch.top1,
                 Workload.TOP5: epoch.top5,
                 **self.residency_fields(),
+                Workload.CPU_SECONDS: cpu_seconds,
             }, None if now else end_ns or epoch.end_ns or self.clock_ns())  # fmt: skip
 
     def finish(self) -> None:

@@ -66,8 +66,10 @@ class Pass:
         start_ns: int | None = None,
         residency: dict[str, int] | None = None,
         start: float | None = None,
+        cpu: float | None = None,
     ) -> None:
         self.loader = weakref.ref(loader)
+        self.cpu = cpu  # the process's CPU seconds when the pass began
         self.residency = residency  # the data set's, when a pass that may be the first began
         self.start_ns = start_ns or time.time_ns()
         # perf_counter: the pass was asked for (``start``), and epochscope's own work at its
@@ -124,12 +126,13 @@ class Tracker:
         maybe_first = not session.started and loader not in self.untrained
         if maybe_first:  # the data set's residency before the loader's workers read ahead
             residency = session.residency_fields()
-            current = Pass(loader, session.process_io(), session.edge_ns(), residency, asked)
+            current = Pass(loader, session.process_io(), session.edge_ns(), residency,
+                           start=asked, cpu=session.process_cpu())  # fmt: skip
         else:
-            current = Pass(loader, session.process_io(), start=asked)
+            current = Pass(loader, session.process_io(), start=asked, cpu=session.process_cpu())
         if session.started:
             if role == TRAIN:
-                session.epoch_start(None, current.start, current.io)  # now: an edge
+                session.epoch_start(None, current.start, current.io, current.cpu)  # an edge
                 self.training, self._inside_edge_asked = current, False
             elif session.epoch is not None:
                 self._watch_forward(current)
@@ -203,7 +206,7 @@ class Tracker:
             # a nanosecond before the epoch it starts with: first in time order, as it was sent
             session.start("pytorch", self.model, batch, current.start_ns - 1, loader,
                           current.residency)  # fmt: skip
-            session.epoch_start(current.start_ns, current.start, current.io)
+            session.epoch_start(current.start_ns, current.start, current.io, current.cpu)
             self.training = current
             self._stop_watching()
             # the session's own start-up is the first step's (its other), which AU leaves
