@@ -181,6 +181,7 @@ class ProcessesSampler:
     ) -> None:
         self._proc = str(roots.proc)
         self._users = users
+        self._user_names: dict[int, str] = {}
         self._top = top
         self._ticks_per_second = clock_ticks or os.sysconf("SC_CLK_TCK")
         # files kept open at most: a quarter of the soft open-file limit (the jobs sampler
@@ -394,12 +395,22 @@ class ProcessesSampler:
             fields[Process.WRITE_BYTES_PER_SECOND] = io_grown[1] / seconds
         return Point(Process.NAME, dict(process.tags), fields, now_ns)
 
+    def _user(self, uid: int) -> str | None:
+        """The name of ``uid``, looked up once (a uid that does not resolve is looked up
+        again next time: a directory service may know it later)."""
+        name = self._user_names.get(uid)
+        if name is None:
+            name = self._users(uid)
+            if name is not None:
+                self._user_names[uid] = name
+        return name
+
     def _tags(self, pid: int, stat: bytes) -> dict[str, str]:
         command = parse_pid_stat(stat.decode(errors="replace")).command
         tags = {Tag.PID: str(pid), Tag.COMMAND: clean_command(command) or "?"}
         status = _read_small(f"{self._proc}/{pid}/status")
         uid = parse_status_uid(status) if status is not None else None
-        user = self._users(uid) if uid is not None else None
+        user = self._user(uid) if uid is not None else None
         if user:
             tags[Tag.USER] = clean_command(user)
         cgroup = _read_small(f"{self._proc}/{pid}/cgroup")
