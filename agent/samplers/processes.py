@@ -252,6 +252,9 @@ class ProcessesSampler:
                     data = pread(process.stat_fd, STAT_BUFFER, 0)
                 except OSError:
                     data = b""  # it exited; its pid may be another process's now
+                if data and data == process.stat:  # idle: the same line as last time
+                    now[pid] = process
+                    continue
             try:
                 if data:
                     ticks = pid_stat_counters(data)[1]
