@@ -23,7 +23,9 @@ from agent.samplers.processes import (
     ProcessesSampler,
     clean_command,
     parse_cgroup_job_id,
+    parse_loadavg_last_pid,
     parse_pid_stat,
+    pid_stat_counters,
     top_keys,
 )
 from contract.point import encode_line
@@ -45,6 +47,35 @@ def test_parse_pid_stat_takes_the_name_to_the_last_parenthesis():
     assert (stat.command, stat.ppid, stat.ticks, stat.start) == ("we (b) x", 4200, 783, 987654)
     with pytest.raises(ValueError):
         parse_pid_stat("4242 (cut short) R 1 2")
+
+
+def test_stat_counters_read_from_bytes_agree_with_the_full_parse():
+    stat = parse_pid_stat(STAT_LINE)
+    assert pid_stat_counters(STAT_LINE.encode()) == (stat.ppid, stat.ticks, stat.start)
+    with pytest.raises(ValueError):
+        pid_stat_counters(b"4242 (cut short) R 1 2")
+    # every live process of this host (no captured tree holds /proc/<pid>/stat)
+    compared = 0
+    for path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue  # ended meanwhile
+        stat = parse_pid_stat(data.decode())
+        assert pid_stat_counters(data) == (stat.ppid, stat.ticks, stat.start)
+        compared += 1
+    assert compared > 1
+
+
+def test_last_allocated_pid_from_loadavg():
+    # a real line (the kernel's format: 3 load averages, running/total, last pid)
+    assert parse_loadavg_last_pid("0.20 0.18 0.12 1/80 11206\n") == 11206
+    # live: a child started now was allocated a pid after the one read before it
+    before = parse_loadavg_last_pid(Path("/proc/loadavg").read_text())
+    subprocess.run(["true"], check=True)
+    assert parse_loadavg_last_pid(Path("/proc/loadavg").read_text()) != before
+    with pytest.raises(ValueError):
+        parse_loadavg_last_pid("")
 
 
 def test_job_id_from_the_captured_slurm_node_cgroup_files():
@@ -121,10 +152,11 @@ def _sample_until(sampler: ProcessesSampler, wanted: str, seconds: float = 10.0)
     raise AssertionError(f"{wanted} never among the busiest processes")
 
 
-def test_a_busy_process_is_named_with_its_pid_user_and_cpu_rate(started):
+@pytest.mark.parametrize("open_files", [None, 0], ids=["files-kept-open", "opened-each-read"])
+def test_a_busy_process_is_named_with_its_pid_user_and_cpu_rate(started, open_files):
     spinner = started(SPIN, "es-test-spin")
     time.sleep(0.3)
-    found = _sample_until(ProcessesSampler(Roots()), "es-test-spin")
+    found = _sample_until(ProcessesSampler(Roots(), open_files=open_files), "es-test-spin")
     assert found["tags"][Tag.PID] == str(spinner.pid)
     assert found["tags"][Tag.USER] == pwd.getpwuid(os.getuid()).pw_name
     assert Tag.JOB_ID not in found["tags"]  # not in a Slurm job's cgroup
@@ -162,3 +194,35 @@ def test_first_sample_only_reads_and_later_ones_stay_few(started):
     time.sleep(0.5)
     points = sampler.sample(time.time_ns())
     assert 1 <= len(points) <= 4  # top 2 by CPU, top 2 by I/O (one process in both: once)
+
+
+def _open_proc_files(pid: int) -> list[str]:
+    """This test process's descriptors open on ``/proc/<pid>/...``."""
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue
+    return [link for link in links if link.startswith(f"/proc/{pid}/")]
+
+
+def test_a_process_started_after_quiet_samples_is_found_and_its_files_closed_when_it_ends(
+    started,
+):
+    """Samples taken while no pid was allocated skip listing /proc; a process started
+    after them is still found (its pid changed loadavg's last pid), its stat file is kept
+    open while it lives and closed once it has ended."""
+    sampler = ProcessesSampler(Roots())
+    for _ in range(3):
+        sampler.sample(time.time_ns())
+        time.sleep(0.2)
+    spinner = started(SPIN, "es-test-late")
+    time.sleep(0.3)
+    found = _sample_until(sampler, "es-test-late")
+    assert found["tags"][Tag.PID] == str(spinner.pid)
+    assert f"/proc/{spinner.pid}/stat" in _open_proc_files(spinner.pid)
+    spinner.kill()
+    spinner.wait()
+    sampler.sample(time.time_ns())
+    assert _open_proc_files(spinner.pid) == []

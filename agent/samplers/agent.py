@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
-from agent.samplers.base import Roots
+from agent.samplers.base import ProcFile, Roots
 from contract.point import Point
 from contract.schema import AgentSelf
 
@@ -90,12 +91,16 @@ class AgentSampler:
         return [Point(AgentSelf.NAME, {}, fields, now_ns)]
 
 
+_STATM = ProcFile(Path("/proc/self/statm"))  # kept open, re-read with pread each tick
+
+
 def own_rss_bytes() -> int:
     """This process's resident set, as psutil computes it on Linux, without importing psutil
     (the agent's memory is a target: importing psutil here would cost about 1 MB)."""
-    with open("/proc/self/statm") as statm:
-        resident_pages = int(statm.read().split()[1])
-    return resident_pages * PAGE_SIZE
+    text = _STATM.read()
+    if text is None:
+        raise OSError("/proc/self/statm is not readable")
+    return int(text.split()[1]) * PAGE_SIZE
 
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")

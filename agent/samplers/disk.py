@@ -89,7 +89,7 @@ _VIRTUAL_PREFIXES = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ is slow (a tick builds many)
 class DiskRow:
     """One diskstats row in the kernel's units; None where the row has no such column
     (7-field rows have no times, 14-field rows no discards, 18-field rows no flushes)."""
@@ -248,7 +248,7 @@ class DiskSampler:
         self._path = roots.proc / "diskstats"
         self._file = ProcFile(self._path)
         self._sys_root = roots.sys
-        self._sysfs_present = True
+        self._sysfs_present: bool | None = None
         self._kinds: dict[str, str] = {}  # what sysfs said; a device's kind never changes
         self._problems = ProblemLog(log, self._path)
 
@@ -259,6 +259,9 @@ class DiskSampler:
         kind = self._kinds.get(device)
         if kind is not None:
             return kind
+        # Without sysfs (a captured tree, an old kernel) skip a failed lookup per row.
+        if self._sysfs_present is None:
+            self._sysfs_present = (self._sys_root / "class" / "block").is_dir()
         kind = kind_from_sysfs(self._sys_root, device) if self._sysfs_present else None
         if kind is None:
             # Not (yet) in sysfs: judge by name, and ask sysfs again next time.
@@ -268,8 +271,7 @@ class DiskSampler:
 
     def sample(self, now_ns: int) -> list[Point]:
         points = []
-        # Without sysfs (a captured tree, an old kernel) skip a failed lookup per row.
-        self._sysfs_present = (self._sys_root / "class" / "block").is_dir()
+        self._sysfs_present = None  # looked at again, once, if a device's kind is unknown
         rows = self._read()
         for row in rows:
             fields = row.fields()

@@ -149,9 +149,10 @@ def parse_pids(text: str) -> list[int]:
 
 def parse_proc_io(text: str) -> tuple[int, int]:
     """``/proc/<pid>/io``: (read_bytes, write_bytes), what the process caused to be
-    fetched from or sent to storage. Raises ValueError without them."""
-    values = parse_flat_keyed(text.replace(":", " "))
-    return values["read_bytes"], values["write_bytes"]
+    fetched from or sent to storage. Raises KeyError without them."""
+    words = text.split()  # "name: value" lines
+    values = dict(zip(words[::2], words[1::2], strict=False))
+    return int(values["read_bytes:"]), int(values["write_bytes:"])
 
 
 def parse_proc_stat(text: str) -> tuple[int, int]:

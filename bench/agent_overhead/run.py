@@ -413,6 +413,13 @@ def summarise_runs(results: list[dict]) -> dict:
             "cpu_ms_per_sample": stats([r[name]["cpu_ms_per_sample"] for r in results]),
             "rss_max_mb": stats([r[name]["rss_max_bytes"] / 1e6 for r in results]),
             "target_cpu_ratio": TARGET_CPU_RATIO[name],
+            "sampler_ms_per_tick": {
+                sampler: stats(
+                    [r[name]["sampler_ms_per_tick"][sampler]["ms_per_tick"] for r in results]
+                )
+                for sampler in results[0][name].get("sampler_ms_per_tick", {})
+                if all(sampler in r[name].get("sampler_ms_per_tick", {}) for r in results)
+            },
         }
     summary["node_exporter"] = {
         "cpu_ms_per_sample": stats([r["node_exporter"]["cpu_ms_per_sample"] for r in results])
