@@ -5,10 +5,11 @@ senders: ``--senders`` processes, each simulating its share of the nodes with as
 one kept-alive HTTP/1.1 connection per node, as the agent's shipper has. Every node
 samples ``--series`` series (the agent's own tag sets and fields for the captured
 ``procfs-mlx-hfi`` tree plus disks; ``bench/reliability/load.py``'s templates) with its
-ticks on whole seconds, and hands its batch over once every ``--batch-seconds`` (1 by
-default: a request per node per second, five times the requests of the agent's default
-``push.batch_seconds = 5``) at its own phase in the window, a uniform random jitter, each
-request carrying every tick not sent yet: the shipper's semantics with a fixed cadence.
+ticks on whole seconds, and hands its batch over once every ``--batch-seconds`` (by
+default the agent's own ``push.batch_seconds``, 5; ``--batch-seconds 1`` sends a request
+per node per second, five times as many) at its own phase in the window, a uniform random
+jitter, each request carrying every tick not sent yet: the shipper's semantics with a
+fixed cadence. The lag is counted from the hand-over, so batching does not add to it.
 
 Senders stay light: each sender encodes ``POOL_SIZE`` nodes' lines once, without their
 timestamps, in ``VARIANTS`` value sets (counters move, gauges wander between them), and
@@ -56,6 +57,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from agent.config import DEFAULT_BATCH_SECONDS
 from bench.reliability import harness
 from bench.reliability.load import agent_templates, percentile
 
@@ -529,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", default=",".join(map(str, DEFAULT_STEPS)))
     parser.add_argument("--step-seconds", type=int, default=60)
     parser.add_argument("--series", type=int, default=300)
-    parser.add_argument("--batch-seconds", type=float, default=1.0)
+    parser.add_argument("--batch-seconds", type=float, default=DEFAULT_BATCH_SECONDS)
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--warmup-seconds", type=float, default=5.0)
     parser.add_argument("--max-lag", type=float, default=1.0)
