@@ -415,6 +415,8 @@ def run_step(
         "samples_acknowledged": acknowledged,
         "samples_per_second_acknowledged": round(acknowledged / args.step_seconds),
         "lines_acknowledged": sum(r.lines_acknowledged for r in collected),
+        # not answered 204 by the step's end + DRAIN_SECONDS (the store may still take
+        # them later: compare points_stored / vm_rows_inserted)
         "points_lost_unacknowledged": sent - acknowledged,
         "requests": sum(len(r.lags) for r in collected),
         "requests_failed": sum(r.requests_failed for r in collected),
@@ -449,7 +451,10 @@ def run_step(
 
 def verdict(step: dict, args: argparse.Namespace) -> tuple[bool, str]:
     if step["points_lost_unacknowledged"] or step["requests_failed"]:
-        return False, f"{step['requests_failed']} requests not answered 204"
+        return False, (
+            f"{step['requests_failed']} requests not answered 204 by the step's end + "
+            f"{DRAIN_SECONDS:.0f} s"
+        )
     if step["lag_p99_seconds"] is None or step["lag_p99_seconds"] > args.max_lag:
         return False, f"lag p99 {step['lag_p99_seconds']} s > {args.max_lag} s"
     growth = step["collector_rss_growth_mb_per_min"]
