@@ -25,8 +25,10 @@ more). The first ``--warmup-seconds`` of a step (every node opening its connecti
 once) are left out of the lag percentiles, not of the losses. Per step: nodes,
 samples/s, points lost (unanswered, non-204), lag p50/p99, CPU % (one core = 100) and RSS
 of the collector (its parse workers included) and of victoria-metrics where it runs, and
-the senders' CPU. After the ramp the store is counted: the SQLite store's points per step
-window (distinct times per tag set), victoria-metrics' ``vm_rows_inserted_total``.
+the senders' CPU. ``--backend vm-direct`` measures the path past one collector: the nodes
+push to a victoria-metrics alone. After the ramp the store is counted: the SQLite
+store's points per step window (distinct times per tag set), victoria-metrics'
+``vm_rows_inserted_total``.
 
     flock /work/bench.lock .venv/bin/python bench/ingest/ceiling.py
     .venv/bin/python bench/ingest/ceiling.py --backend sqlite --steps 250,500 --step-seconds 15
@@ -68,6 +70,7 @@ POOL_HOST = "poolnode"
 DEFAULT_STEPS = (250, 500, 1000, 2000, 4000, 5000, 6000)
 RESULTS = harness.REPO_ROOT / "bench" / "ingest" / "results"
 VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
+BACKENDS = ("sqlite", "victoriametrics", "vm-direct")
 DRAIN_SECONDS = 15.0  # after a step, how long answers still in flight are waited for
 
 
@@ -189,13 +192,7 @@ async def _node(
 ) -> None:
     variants, samples_per_tick = payload
     lines_per_tick = len(variants[0])
-    await asyncio.sleep(max(0.0, start + phase - time.time()))
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError as error:
-        result.errors.append(f"connect: {error}")
-        result.requests_failed += 1
-        return
+    connection = Connection(port)
     next_tick = 0
     due = start + phase
     give_up = start + seconds + DRAIN_SECONDS
@@ -209,11 +206,13 @@ async def _node(
         ticks = last_tick - next_tick + 1
         next_tick = last_tick + 1
         result.samples_sent += ticks * samples_per_tick
+        request = head + b"%d\r\n\r\n" % len(body) + body
         try:
-            writer.write(head + b"%d\r\n\r\n" % len(body) + body)
-            status = await asyncio.wait_for(_status(reader), max(0.1, give_up - time.time()))
+            status = await asyncio.wait_for(
+                connection.send(request), max(0.1, give_up - time.time())
+            )
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as error:
-            result.errors.append(f"{type(error).__name__}: {error}")
+            result.errors.append(f"{type(error).__name__} at +{due - start:.0f} s: {error}")
             result.requests_failed += 1
             break
         if status != 204:
@@ -224,20 +223,60 @@ async def _node(
         result.dues.append(due)
         result.samples_acknowledged += ticks * samples_per_tick
         result.lines_acknowledged += ticks * lines_per_tick
-    writer.close()
+    connection.close()
 
 
-async def _status(reader: asyncio.StreamReader) -> int:
+class Connection:
+    """A node's kept-alive connection as the agent's ``HttpWriter`` keeps it: opened at
+    the first request (victoria-metrics closes one that sends no request head within 5 s
+    of its accept), and a request on a kept connection the server has since closed is sent
+    once more on a new one."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def send(self, request: bytes) -> int:
+        reused = self.streams is not None
+        try:
+            return await self._send(request)
+        except (OSError, asyncio.IncompleteReadError):
+            self.close()
+            if not reused:
+                raise
+            return await self._send(request)
+
+    async def _send(self, request: bytes) -> int:
+        if self.streams is None:
+            self.streams = await asyncio.open_connection("127.0.0.1", self.port)
+        reader, writer = self.streams
+        writer.write(request)
+        status, close = await _status(reader)
+        if close:
+            self.close()
+        return status
+
+    def close(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+            self.streams = None
+
+
+async def _status(reader: asyncio.StreamReader) -> tuple[int, bool]:
+    """A response's status and whether the server closes the connection after it."""
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
-    length = 0
+    length, close = 0, False
     for line in lines[1:]:
         name, _, value = line.partition(":")
-        if name.strip().lower() == "content-length":
+        name = name.strip().lower()
+        if name == "content-length":
             length = int(value)
+        elif name == "connection":
+            close = value.strip().lower() == "close"
     if length:
         await reader.readexactly(length)
-    return int(lines[0].split()[1])
+    return int(lines[0].split()[1]), close
 
 
 # ---------------------------------------------------------------- the host's resources
@@ -288,7 +327,8 @@ class Monitor(threading.Thread):
 
 class Servers:
     """The collector (and for ``victoriametrics``, a victoria-metrics beside it) on
-    loopback, in a temporary directory."""
+    loopback, in a temporary directory; for ``vm-direct`` a victoria-metrics alone, which
+    the nodes push to as agents whose ``push.url`` names it do (docs/scale-out.md)."""
 
     def __init__(self, backend: str, workdir: Path) -> None:
         self.backend = backend
@@ -296,7 +336,7 @@ class Servers:
         self.vm: subprocess.Popen | None = None
         self.vm_port = 0
         extra: tuple[str, ...] = ()
-        if backend == "victoriametrics":
+        if backend in ("victoriametrics", "vm-direct"):
             self.vm_port = harness.free_port()
             self.vm = subprocess.Popen(
                 [
@@ -312,6 +352,10 @@ class Servers:
             harness.wait_until(lambda: self._vm_get("/health") is not None, 30)
             extra = ("--backend", f"victoriametrics=http://127.0.0.1:{self.vm_port}")
         self.token, token_file = harness.write_token_file(workdir)
+        self.collector: harness.Collector | None = None
+        if backend == "vm-direct":
+            self.port = self.vm_port
+            return
         self.collector = harness.Collector(
             db=workdir / "epochscope.sqlite",
             token_file=token_file,
@@ -319,6 +363,7 @@ class Servers:
             extra_args=extra,
         )
         self.collector.start()
+        self.port = self.collector.port
 
     def _vm_get(self, path: str) -> str | None:
         try:
@@ -328,7 +373,9 @@ class Servers:
             return None
 
     def watched(self) -> dict[str, int]:
-        pids = {"collector": self.collector.process.pid}
+        pids = {}
+        if self.collector is not None:
+            pids["collector"] = self.collector.process.pid
         if self.vm is not None:
             pids["victoriametrics"] = self.vm.pid
         return pids
@@ -342,7 +389,8 @@ class Servers:
         return total
 
     def stop(self) -> None:
-        self.collector.stop()
+        if self.collector is not None:
+            self.collector.stop()
         if self.vm is not None:
             self.vm.terminate()
             self.vm.wait(30)
@@ -364,7 +412,7 @@ def run_step(
             target=sender_main,
             args=(
                 hosts[k::senders],
-                servers.collector.port,
+                servers.port,
                 servers.token,
                 args.series,
                 args.batch_seconds,
@@ -457,10 +505,12 @@ def verdict(step: dict, args: argparse.Namespace) -> tuple[bool, str]:
         )
     if step["lag_p99_seconds"] is None or step["lag_p99_seconds"] > args.max_lag:
         return False, f"lag p99 {step['lag_p99_seconds']} s > {args.max_lag} s"
-    growth = step["collector_rss_growth_mb_per_min"]
+    # the server the nodes push to: the collector, or victoria-metrics for vm-direct
+    server = "collector" if "collector_rss_growth_mb_per_min" in step else "victoriametrics"
+    growth = step[f"{server}_rss_growth_mb_per_min"]
     # a short step's second half is within one of the store's 30 s folds: too short to tell
     if args.step_seconds >= 60 and growth > args.max_growth_mb_per_min:
-        return False, f"collector RSS grew {step['collector_rss_growth_mb_per_min']} MB/min"
+        return False, f"{server} RSS grew {growth} MB/min"
     return True, ""
 
 
@@ -516,15 +566,17 @@ def ramp(backend: str, args: argparse.Namespace) -> dict:
 
 
 def step_line(backend: str, step: dict) -> str:
-    vm = ""
-    if "victoriametrics_cpu_percent" in step:
-        vm = f" vm {step['victoriametrics_cpu_percent']}% {step['victoriametrics_rss_mb_end']} MB"
+    servers = ""
+    for name in ("collector", "victoriametrics"):
+        if f"{name}_cpu_percent" in step:
+            servers += (
+                f" | {name} {step[f'{name}_cpu_percent']}% {step[f'{name}_rss_mb_end']} MB "
+                f"(+{step[f'{name}_rss_growth_mb_per_min']} MB/min)"
+            )
     return (
         f"{backend:16} {step['nodes']:6} nodes {step['samples_per_second_acknowledged']:>9,} "
         f"samples/s lost {step['points_lost_unacknowledged']:,} "
-        f"lag p50 {step['lag_p50_seconds']} p99 {step['lag_p99_seconds']} s | collector "
-        f"{step['collector_cpu_percent']}% {step['collector_rss_mb_end']} MB "
-        f"(+{step['collector_rss_growth_mb_per_min']} MB/min){vm} | senders "
+        f"lag p50 {step['lag_p50_seconds']} p99 {step['lag_p99_seconds']} s{servers} | senders "
         f"{step['senders_cpu_percent']}% | load {step['load1_mean']} | "
         + ("held" if step["held"] else f"NOT held: {step['why_not']}")
     )
@@ -532,7 +584,12 @@ def step_line(backend: str, step: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", choices=("sqlite", "victoriametrics", "both"), default="both")
+    parser.add_argument(
+        "--backend",
+        choices=(*BACKENDS, "both", "all"),
+        default="all",
+        help="both: sqlite and victoriametrics; all: vm-direct too",
+    )
     parser.add_argument("--steps", default=",".join(map(str, DEFAULT_STEPS)))
     parser.add_argument("--step-seconds", type=int, default=60)
     parser.add_argument("--series", type=int, default=300)
@@ -548,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=RESULTS / "ceiling.json")
     args = parser.parse_args(argv)
     args.steps = [int(n) for n in args.steps.split(",")]
-    backends = ("sqlite", "victoriametrics") if args.backend == "both" else (args.backend,)
+    backends = {"both": BACKENDS[:2], "all": BACKENDS}.get(args.backend, (args.backend,))
     results = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": harness.machine(),
