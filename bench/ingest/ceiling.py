@@ -16,6 +16,10 @@ timestamps, in ``VARIANTS`` value sets (counters move, gauges wander between the
 every node it simulates is one of them under its own host tag; a request is one
 ``bytes.join`` per tick with the tick's timestamp as the separator (~6 us for 300 series).
 Their own CPU is measured and reported (they share the host's cores with the collector).
+The collector and victoria-metrics run in sessions of their own: with the kernel's
+autogroups (``/proc/sys/kernel/sched_autogroup_enabled``) CPU is shared between sessions
+first, and a service has its own; in the bench's session they would share one share with
+the senders on a loaded machine.
 
 The ramp (``--steps``, nodes per step, each run ``--step-seconds``) goes on while every
 request of a step got 204, the delivery lag's p99 (204 received minus the moment the
@@ -348,6 +352,7 @@ class Servers:
                 ],
                 stdout=(workdir / "vm.log").open("ab"),
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own autogroup, as a service has
             )
             harness.wait_until(lambda: self._vm_get("/health") is not None, 30)
             extra = ("--backend", f"victoriametrics=http://127.0.0.1:{self.vm_port}")
@@ -361,6 +366,7 @@ class Servers:
             token_file=token_file,
             log=workdir / "collector.log",
             extra_args=extra,
+            own_session=True,
         )
         self.collector.start()
         self.port = self.collector.port
