@@ -445,8 +445,9 @@ def run_step(
         process.join(10)
     end = start + args.step_seconds
     rows = [r for r in monitor.rows if start + 1 <= r["t"] <= end]
-    # the nodes' first requests open their connections at once, which a running cluster
-    # does not do: their lag is left out of the percentiles (their losses still count)
+    # requests handed over in the step's first seconds, when every node opens its
+    # connection, which a running cluster does not do, are left out of the percentiles
+    # (their losses still count); with 5 s batches there are none (due 5-10 s in)
     settled = start + args.warmup_seconds
     lags = [
         lag
