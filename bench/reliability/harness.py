@@ -98,6 +98,9 @@ class Collector:
     extra_args: tuple[str, ...] = ()
     log_level: str = "INFO"
     nice: int = 0  # run it under `nice -n` (negative: ahead of the machine's other work)
+    # its own session, hence its own autogroup: the scheduler shares CPU between sessions
+    # first, as between a collector service and whatever else runs on its host
+    own_session: bool = False
     process: subprocess.Popen | None = None
     starts: int = 0
 
@@ -119,7 +122,7 @@ class Collector:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env=repo_env(EPOCHSCOPE_LOG_LEVEL=self.log_level),
-                start_new_session=bool(self.nice),
+                start_new_session=bool(self.nice) or self.own_session,
             )
         if self.nice:
             set_autogroup_nice(self.process.pid, self.nice)
