@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from collector.store.backends import (
 from contract.point import encode_lines
 from tests.support.loopback import free_port, http_get, http_post
 from tests.support.run_builder import T0_NS, RunBuilder
+from tests.support.services import stop
 
 VICTORIA_METRICS = Path(shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics")
 pytestmark = pytest.mark.skipif(
@@ -92,15 +92,6 @@ def wait_for(condition, process: subprocess.Popen, what: str, seconds: float = 3
             pass
         time.sleep(0.05)
     pytest.fail(f"{what}: not ready within {seconds} s")
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:

@@ -19,7 +19,6 @@ import inspect
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from contract.point import encode_lines
 from tests.conftest import fixture_root
 from tests.support.loopback import free_port, http_get, http_post
 from tests.support.run_builder import RunBuilder
+from tests.support.services import start, stop, wait_until
 
 PROMETHEUS = Path(shutil.which("prometheus") or "/usr/bin/prometheus")
 PROMTOOL = Path(shutil.which("promtool") or "/usr/bin/promtool")
@@ -61,34 +61,6 @@ CACHED_BYTES = 12_007_640 * 1024  # 12_295_823_360
 SDA_READ_BYTES = 1_003_346_126 * 512  # 513_713_216_512
 # mlx4_0 port 1 counters/port_rcv_data: 2221223609 four-byte words
 MLX4_RCV_BYTES = 2_221_223_609 * 4  # 8_884_894_436
-
-
-def start(command: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    with open(log, "wb") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-
-
-def wait_until(condition, what: str, process: subprocess.Popen, log: Path, seconds=30.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"{what}: the process exited: {log.read_text()[-3000:]}")
-        try:
-            if condition():
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"{what}: not within {seconds} s; log: {log.read_text()[-3000:]}")
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
 
 
 def query(port: int, promql: str) -> list:

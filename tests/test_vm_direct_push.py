@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from contract.point import encode_lines
 from tests.conftest import fixture_root
 from tests.support.loopback import free_port, http_get, http_post
 from tests.support.run_builder import RunBuilder
+from tests.support.services import start, stop, wait_until
 
 VICTORIA_METRICS = Path(shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics")
 pytestmark = [
@@ -47,34 +47,6 @@ MIB = 1024 * 1024
 HOST = "directhost"
 RUN_ID = "directrun"
 EPOCH_SECONDS = 4.0
-
-
-def start(command: list, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    with open(log, "wb") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-
-
-def wait_until(condition, what: str, process: subprocess.Popen, log: Path, seconds=30.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"{what}: the process exited: {log.read_text()[-3000:]}")
-        try:
-            if condition():
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"{what}: not within {seconds} s; log: {log.read_text()[-3000:]}")
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
 
 
 def exported(vm_port: int, selector: str) -> list[dict]:
