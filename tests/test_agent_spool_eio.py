@@ -17,9 +17,6 @@ Needs root, /dev/fuse, libfuse2 and fusepy; skipped elsewhere.
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,6 +24,7 @@ import pytest
 
 from agent.samplers.agent import AgentStats
 from agent.shipper import UNREADABLE_SEGMENT_TRIES, Shipper
+from tests.support.faulty_mount import faulty_mount
 from tests.test_agent_shipper import Endpoint, expected_lines, points_for, wait_until
 from tests.test_agent_spool_faults import received_lines
 
@@ -34,30 +32,8 @@ from tests.test_agent_spool_faults import received_lines
 @pytest.fixture
 def faulty_disk(tmp_path):
     """(mountpoint, control directory): the FUSE mount, and where its faults are switched."""
-    pytest.importorskip("fuse", reason="needs fusepy (and libfuse2)")
-    if os.geteuid() != 0 or not Path("/dev/fuse").exists():
-        pytest.skip("needs root and /dev/fuse for a real EIO")
-    backing, mountpoint, control = (tmp_path / name for name in ("backing", "mnt", "control"))
-    for directory in (backing, mountpoint, control):
-        directory.mkdir()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.faulty_fs",
-            str(backing),
-            str(mountpoint),
-            str(control),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    if not wait_until(lambda: os.path.ismount(mountpoint), 10):
-        server.kill()
-        pytest.skip(f"FUSE mount failed: {server.communicate()[1][-500:]!r}")
-    yield mountpoint, control
-    subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
-    server.wait(10)
+    with faulty_mount(tmp_path) as mounted:
+        yield mounted
 
 
 def _shipper(endpoint: Endpoint, spool: Path, stats: AgentStats) -> Shipper:

@@ -9,15 +9,12 @@ says what is wrong on /health. Root needed for the mounts; skipped elsewhere.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from collector.store import SqliteStore
-from tests.test_agent_shipper import wait_until
+from tests.support.faulty_mount import faulty_mount
 from tests.test_collector_ingest_server import start_server
 from tests.test_store_faults import body, env, fill, small_disk  # noqa: F401 (fixtures)
 
@@ -57,25 +54,10 @@ def test_a_full_disk_and_a_kill_9_keep_every_acknowledged_write(env, tmp_path, s
 
 @pytest.fixture
 def faulty_disk(tmp_path):
-    pytest.importorskip("fuse", reason="needs fusepy (and libfuse2)")
-    if os.geteuid() != 0 or not Path("/dev/fuse").exists():
-        pytest.skip("needs root and /dev/fuse for a real EIO")
-    backing, mountpoint, control = (tmp_path / name for name in ("backing", "mnt", "control"))
-    for directory in (backing, mountpoint, control):
-        directory.mkdir()
-    paths = [str(path) for path in (backing, mountpoint, control)]
-    server = subprocess.Popen(
-        # "cached": SQLite maps its -shm file, the page cache is kept
-        [sys.executable, "-m", "tests.support.faulty_fs", *paths, "cached"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    if not wait_until(lambda: os.path.ismount(mountpoint), 10):
-        server.kill()
-        pytest.skip(f"FUSE mount failed: {server.communicate()[1][-500:]!r}")
-    yield mountpoint, control
-    subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
-    server.wait(10)
+    """(mountpoint, control directory): the FUSE mount, and where its faults are switched."""
+    # "cached": SQLite maps its -shm file, the page cache is kept
+    with faulty_mount(tmp_path, "cached") as mounted:
+        yield mounted
 
 
 def test_eio_under_the_store_is_never_acknowledged_and_passes(env, tmp_path, faulty_disk):  # noqa: F811
