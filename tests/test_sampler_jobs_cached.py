@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -169,6 +170,23 @@ def test_kept_files_give_the_same_points_as_files_opened_each_time(live):
     fields = by_job(kept.sample(3), Job.NAME)["990311"].fields
     assert fields[Job.CPU_SECONDS] == int((job / "cpuacct.usage").read_text()) / 1e9
     assert fields[Job.PROCESSES] == 1.0
+
+
+def test_a_job_whose_processes_all_ended_is_dropped_at_the_next_tick_however_soon(live):
+    """cgroup v1 keeps the pid list a ``cgroup.procs`` reader saw, for the same open file,
+    until a second passes with no read (kernel/cgroup/cgroup-v1.c, the pidlist's destroy
+    delay): a file kept open and re-read every tick under a second would list a dead
+    process for ever. A slurmstepd killed with SIGKILL leaves just such a cgroup."""
+    live.add("990321")
+    sampler = JobsSampler(Roots(), budget=FileBudget())
+    assert mine(sampler.sample(1), live) == ["990321"]
+    sleeper = live.sleepers.pop("990321")
+    sleeper.kill()
+    sleeper.wait()
+    live.sleepers["990321"] = sleeper  # its cgroups stay, as a killed slurmstepd's do
+    for tick in range(2, 6):
+        time.sleep(0.3)
+        assert mine(sampler.sample(tick), live) == [], f"tick {tick}: a dead process listed"
 
 
 def test_a_controller_directory_made_later_keeps_the_jobs_state(tmp_path):

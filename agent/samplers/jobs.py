@@ -471,8 +471,11 @@ class JobFiles:
         for procs, _ in self._procs:
             self._budget.close(procs)
         self._tree = {}
+        # opened at each read, never kept: cgroup v1 serves an open cgroup.procs the pid
+        # list of its first read again until a second passes unread (its pidlist cache),
+        # so a kept file re-read every tick under that would list ended processes
         self._procs = [
-            (self._budget.open(Path(directory, "cgroup.procs")), _is_task(directory))
+            (ProcFile(Path(directory, "cgroup.procs"), keep=False), _is_task(directory))
             for directory in walk_cgroups(self._top, self._tree)
             if os.path.isfile(os.path.join(directory, "cgroup.procs"))
         ]
