@@ -6,7 +6,6 @@ next to scancel (tests/test_slurm_real.py) and a failed epilog. A real one-node 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import time
@@ -27,16 +26,8 @@ from tests.test_slurm_real import BURN, INTERVAL, by_job, wait_running
 pytestmark = pytest.mark.slow
 
 
-PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
-    # the job's processes, orphaned by the kill, go to the nearest subreaper among their
-    # ancestors: a test before this one that ran the launcher in this process made pytest
-    # one, and its unreaped zombies would stay in the job's cgroup (as on a node whose
-    # init does not reap). Slurm's nodes have an init that reaps: be that here.
-    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
     with running_cluster() as started:
         yield started
 
