@@ -10,6 +10,13 @@ What is measured, and how (``method``):
   Where the file system refuses ``O_DIRECT`` (tmpfs, some overlays) the file's pages are
   dropped with ``posix_fadvise(DONTNEED)`` before each pass instead (``fadvise``), which
   readahead can flatter. fio does the same with more knobs; this needs nothing installed.
+- **NFS reads** (``o_direct``, else ``fadvise``): each NFS mount in
+  ``/proc/self/mountstats`` (one per server file system: mounts sharing a superblock are
+  measured once), 1 MiB reads in order of a file under it, for at most ``--nfs-seconds``
+  and ``--nfs-mib``: the ``--nfs-file`` given on that mount (a data set file), else a
+  scratch file written in ``--data-dir`` when it is on that mount, else at the mount point
+  (and removed). ``O_DIRECT`` on NFS bypasses the client's page cache, not the server's:
+  a scratch file just written is read from the server's memory.
 - **links** (``sysfs``): each physical NIC's ``speed`` (Mb/s) and each InfiniBand port's
   ``rate`` (``100 Gb/sec (4X EDR)``): the negotiated rate, not a measured throughput.
 - **PCIe** (``nvml``): each GPU's maximum link generation and width, as bytes/s per
@@ -33,23 +40,28 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import mmap
 import os
 import random
 import re
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from agent.samplers.nfs import distinct_mounts, parse_mountstats
 from contract.cpulist import cgroup_quota, format_cpu_list
 from contract.point import Point
 from contract.schema import Ceiling, Tag
+
+log = logging.getLogger(__name__)
 
 DEFAULT_FILE = Path("/var/lib/epochscope/ceilings.json")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 FILE_ENV = "EPOCHSCOPE_CEILINGS_FILE"
 SEQUENTIAL_BLOCK = 1 << 20
 RANDOM_BLOCK = 128 << 10
+NFS_KIND = "nfs"
 BYTES_PER_MBIT = 1_000_000 / 8
 # PCIe bytes/s per lane and direction, by generation (after line encoding)
 PCIE_LANE_BYTES = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969.2e6, 5: 3938.5e6, 6: 7877e6}
@@ -65,7 +77,7 @@ class Measured:
 
     field: str
     device: str
-    kind: str  # disk | net | infiniband | gpu | cpu
+    kind: str  # disk | nfs | net | infiniband | gpu | cpu
     method: str
     value: float
     measured_at: float  # unix seconds
@@ -121,6 +133,19 @@ def parse_net_speed(text: str) -> float | None:
 def pcie_bytes_per_second(generation: int, width: int) -> float | None:
     lane = PCIE_LANE_BYTES.get(generation)
     return lane * width if lane is not None and width > 0 else None
+
+
+def nfs_mountpoints(mountstats: str) -> list[str]:
+    """The NFS mounts' mount points in ``/proc/self/mountstats`` text (as the ``nfs``
+    sampler finds them), one per server file system: a later mount whose counters are an
+    earlier one's shares its superblock, and measuring it again measures the same thing."""
+    return [mount.mountpoint for mount in distinct_mounts(parse_mountstats(mountstats))]
+
+
+def mount_holding(path: str, mountpoints: list[str]) -> str | None:
+    """The deepest of ``mountpoints`` that holds the absolute ``path``, or None."""
+    holding = [m for m in mountpoints if PurePosixPath(path).is_relative_to(m)]
+    return max(holding, key=lambda m: len(PurePosixPath(m).parts), default=None)
 
 
 def from_json(text: str) -> list[Measured]:
@@ -201,6 +226,94 @@ def _timed_reads(fd: int, offsets: list[int], block: int, budget: float) -> floa
     return done / elapsed if elapsed > 0 else 0.0
 
 
+def _write_scratch(path: Path, size: int) -> None:
+    with path.open("wb") as out:
+        chunk = os.urandom(SEQUENTIAL_BLOCK)
+        for _ in range(size // SEQUENTIAL_BLOCK):
+            out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _open_uncached(path: Path) -> tuple[int, str]:
+    """A descriptor whose reads skip the page cache, and how (``o_direct``; else
+    ``fadvise``: the caller drops the file's pages before each pass)."""
+    fd = None
+    try:  # refused at the open or the first read where O_DIRECT is not supported
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        _timed_reads(fd, [0], 4096, 1.0)
+        return fd, "o_direct"
+    except OSError:
+        if fd is not None:
+            os.close(fd)
+        return os.open(path, os.O_RDONLY), "fadvise"
+
+
+def sequential_read_rate(path: Path, max_bytes: int, seconds: float) -> tuple[float, str]:
+    """(bytes/s, method) of 1 MiB reads in order from the start of ``path``, uncached, over
+    at most ``max_bytes`` and ``seconds``; ValueError for a file under two blocks (the
+    first read is not timed)."""
+    blocks = min(os.stat(path).st_size, max_bytes) // SEQUENTIAL_BLOCK
+    if blocks < 2:
+        raise ValueError(f"{path}: under {2 * SEQUENTIAL_BLOCK >> 20} MiB, too small to time")
+    fd, method = _open_uncached(path)
+    try:
+        if method == "fadvise":
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        offsets = [i * SEQUENTIAL_BLOCK for i in range(blocks)]
+        return _timed_reads(fd, offsets, SEQUENTIAL_BLOCK, seconds), method
+    finally:
+        os.close(fd)
+
+
+def nfs_ceiling(
+    mountpoint: str, file: Path | None, scratch_dir: Path, size_mib: int, seconds: float, now: float
+) -> Measured:
+    """The sequential read rate of an NFS mount: of ``file`` (a data set file on it) when
+    given, else of a scratch file of ``size_mib`` written in ``scratch_dir`` (on the mount)
+    and removed. OSError where it cannot be read or written; ValueError for a tiny file."""
+    max_bytes = size_mib << 20
+    if file is not None:
+        rate, method = sequential_read_rate(file, max_bytes, seconds)
+    else:
+        scratch = scratch_dir / f".epochscope-ceiling-{os.getpid()}"
+        try:
+            _write_scratch(scratch, max_bytes)
+            rate, method = sequential_read_rate(scratch, max_bytes, seconds)
+        finally:
+            scratch.unlink(missing_ok=True)
+    return Measured(str(Ceiling.NFS_READ), mountpoint, NFS_KIND, method, rate, now)
+
+
+@dataclass(frozen=True)
+class NfsPlan:
+    """How ``measure`` reads the NFS mounts: from ``mountstats`` (the text), with the
+    user's ``files`` (each read on the mount holding it), bounded per mount."""
+
+    mountstats: str
+    files: tuple[Path, ...] = ()
+    size_mib: int = 128
+    seconds: float = 5.0
+
+
+def nfs_ceilings(plan: NfsPlan, data_dir: Path, now: float) -> list[Measured]:
+    """One read rate per NFS mount (``nfs_ceiling``); a mount that cannot be measured is
+    logged and left out."""
+    mountpoints = nfs_mountpoints(plan.mountstats)
+    files = {mount_holding(str(f.resolve()), mountpoints): f for f in plan.files}
+    data_mount = mount_holding(str(data_dir.resolve()), mountpoints)
+    out = []
+    for mountpoint in mountpoints:
+        scratch_dir = data_dir if mountpoint == data_mount else Path(mountpoint)
+        file = files.get(mountpoint)
+        try:
+            out.append(nfs_ceiling(mountpoint, file, scratch_dir, plan.size_mib, plan.seconds, now))
+        except (OSError, ValueError) as error:
+            log.warning("NFS mount %s not measured: %s (give --nfs-file, a file on it)",
+                        mountpoint, error)  # fmt: skip
+    return out
+
+
 def disk_ceilings(
     directory: Path, size_mib: int, seconds: float, now: float, sys_root: Path = Path("/sys")
 ) -> list[Measured]:
@@ -210,21 +323,8 @@ def disk_ceilings(
     device = block_device_of(directory, sys_root)
     scratch = directory / f".epochscope-ceiling-{os.getpid()}"
     try:
-        with scratch.open("wb") as out:
-            chunk = os.urandom(SEQUENTIAL_BLOCK)
-            for _ in range(size // SEQUENTIAL_BLOCK):
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        method, fd = "o_direct", None
-        try:  # refused at the open or the first read where O_DIRECT is not supported
-            fd = os.open(scratch, os.O_RDONLY | os.O_DIRECT)
-            _timed_reads(fd, [0], 4096, 1.0)
-        except OSError:
-            if fd is not None:
-                os.close(fd)
-            method = "fadvise"
-            fd = os.open(scratch, os.O_RDONLY)
+        _write_scratch(scratch, size)
+        fd, method = _open_uncached(scratch)
         try:
             blocks = size // SEQUENTIAL_BLOCK
             if method == "fadvise":
@@ -351,10 +451,17 @@ def with_peer(kept: list[Measured], peer: Measured) -> list[Measured]:
 
 
 def measure(
-    data_dir: Path, disk_mib: int, disk_seconds: float, cpu_seconds: float, sys_root: Path
+    data_dir: Path,
+    disk_mib: int,
+    disk_seconds: float,
+    cpu_seconds: float,
+    sys_root: Path,
+    nfs: NfsPlan | None = None,
 ) -> list[Measured]:
     now = time.time()
     found = disk_ceilings(data_dir, disk_mib, disk_seconds, now, sys_root)
+    if nfs is not None:
+        found += nfs_ceilings(nfs, data_dir, now)
     found += link_ceilings(sys_root, now)
     found += pcie_ceilings(now)
     decode = jpeg_decode_ceiling(cpu_seconds, now)

@@ -29,6 +29,7 @@ from agent import config as agent_config
 from agent.ceilings import FILE_ENV as CEILINGS_FILE_ENV
 from agent.config import AgentConfig, ConfigError
 from agent.samplers import SAMPLER_NAMES, Roots
+from agent.samplers.base import read_text
 from contract.point import encode_line, encode_lines
 from netserve.listen import cannot_listen
 from netserve.tls import ServerTls, TlsConfigError, client_context
@@ -131,6 +132,20 @@ Refusals are logged once a minute per kind and client (docs/reliability.md).""",
     ceilings.add_argument("--out", type=Path,
                           help="the ceilings file (default $EPOCHSCOPE_CEILINGS_FILE or "
                           "/var/lib/epochscope/ceilings.json)")  # fmt: skip
+    nfs = ceilings.add_argument_group(
+        "NFS mounts",
+        "each NFS mount in /proc/self/mountstats (one per server file system): 1 MiB reads "
+        "in order of a file on it with O_DIRECT; a mount that cannot be read is logged",
+    )
+    nfs.add_argument("--nfs-file", type=Path, action="append", default=[],
+                     help="a file to read on the mount holding it, e.g. one of the data "
+                     "set's (repeatable); elsewhere a scratch file is written in --data-dir "
+                     "when it is on that mount, else at the mount point, and removed")  # fmt: skip
+    nfs.add_argument("--nfs-mib", type=_positive_int, default=128,
+                     help="at most this many MiB read per mount (default 128)")  # fmt: skip
+    nfs.add_argument("--nfs-seconds", type=float, default=5.0,
+                     help="at most this long reading per mount (default 5)")  # fmt: skip
+    nfs.add_argument("--no-nfs", action="store_true", help="measure no NFS mount")
     peer = ceilings.add_argument_group(
         "peer throughput",
         "TCP throughput to another node, which runs `agent ceilings --serve-peer` meanwhile",
@@ -248,9 +263,20 @@ def cmd_ceilings(args: argparse.Namespace) -> int:
         if not args.data_dir.is_dir():
             log.error("--data-dir %s is not a directory", args.data_dir)
             return EXIT_USAGE
+        missing = [str(f) for f in args.nfs_file if not f.is_file()]
+        if missing:
+            log.error("--nfs-file %s: not a file", ", ".join(missing))
+            return EXIT_USAGE
+        nfs = None
+        if not args.no_nfs:
+            mountstats = (args.proc_root or Roots.proc) / "self" / "mountstats"
+            nfs = ceilings.NfsPlan(
+                read_text(mountstats) or "", tuple(args.nfs_file), args.nfs_mib,
+                args.nfs_seconds,
+            )  # fmt: skip
         found = ceilings.measure(
             args.data_dir, args.disk_mib, args.disk_seconds, args.cpu_seconds,
-            args.sys_root or Roots.sys,
+            args.sys_root or Roots.sys, nfs,
         )  # fmt: skip
     status = EXIT_OK
     if args.peer is not None:

@@ -204,6 +204,11 @@ SPEC: tuple[ReportColumn, ...] = (
             "NICs) in MB/s as a share of its ceiling (fabric max MB/s); averaged over the "
             "epoch, so an all-reduce's bursts peak higher; – where none was measured",
             "fabric"),
+    # NFS server reads against the mounts' measured read rates (agent ceilings)
+    _column("nfs_read_ceiling_percent", "NFS % max", "NFS read % of ceiling", PERCENT, 1,
+            "NFS server read MB/s as a share of this host's measured NFS read ceiling (agent "
+            "ceilings: direct I/O, 1 MiB reads of a file on each mount, summed over the "
+            "mounts); – where none was measured", "nfs"),
     _column("interpolated_edges", "interp. edges", "Interpolated edges", TEXT, None,
             "Epoch edges (start, end) with no agent edge sample at them: the node amounts "
             "there are interpolated between two agent ticks (no agent answered the rank, or "

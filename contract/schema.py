@@ -496,6 +496,11 @@ class Ceiling(Measurement):
         "bytes/s",
         "TCP throughput to a peer node's receiver (agent ceilings --peer), one stream",
     )
+    NFS_READ = gauge(
+        "nfs_read_bytes_per_second",
+        "bytes/s",
+        "1 MiB reads in order of a file on an NFS mount, direct I/O (device: the mount point)",
+    )
     MEASURED_AT = gauge("measured_at_seconds", "unix seconds", "When it was measured")
 
 

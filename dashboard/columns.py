@@ -69,6 +69,7 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
             "disk_read_ceiling_percent",
             "decode_ceiling_percent",
             "nfs_server_read_mbps",
+            "nfs_read_ceiling_percent",
             "nfs_cache_hit_ratio",
             "ib_rcv_mbps",
             "ib_xmit_mbps",

@@ -261,6 +261,21 @@ def _counter_signature(mount: NfsMount) -> tuple:
     )
 
 
+def distinct_mounts(mounts: list[NfsMount]) -> list[NfsMount]:
+    """The mounts without the later ones whose counters are an earlier mount's (one
+    superblock: one server file system). Mounts with no ``bytes:`` line are all kept."""
+    seen: set[tuple] = set()
+    kept = []
+    for mount in mounts:
+        if mount.bytes:
+            signature = _counter_signature(mount)
+            if signature in seen:
+                continue
+            seen.add(signature)
+        kept.append(mount)
+    return kept
+
+
 def mount_points(mounts: list[NfsMount], now_ns: int) -> list[Point]:
     """One ``nfs`` point per mount; later mounts with the same counters get ``duplicate_of``."""
     first_mountpoint: dict[tuple, str] = {}

@@ -40,6 +40,8 @@ fabric_ceiling_mbps        the fabric's ceiling, one direction (``fabric_ceiling
                            measured peer throughput, else the NICs' sysfs link rates; the
                            InfiniBand ports' rates when the fabric is InfiniBand
 fabric_ceiling_percent     the fabric's busier direction (rx or tx) per second over it
+nfs_read_ceiling_percent   nfs_server_read_mbps as a share of the host's measured NFS read
+                           ceilings (``agent ceilings``: the sum over the mounts it measured)
 page_cache_delta_bytes     ``memory.cached_bytes`` at end minus at start
 major_faults               ``memory.pgmajfault`` growth
 cpu_util_percent           share of all CPU time that is neither idle nor iowait
@@ -349,6 +351,8 @@ HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal("net_link_ceiling", Ceiling.NAME, Ceiling.LINK, GAUGE_MEAN, _ceiling_of("net")),
     HostTotal("ib_link_ceiling", Ceiling.NAME, Ceiling.LINK, GAUGE_MEAN, _ceiling_of("infiniband")),
     HostTotal("peer_ceiling", Ceiling.NAME, Ceiling.PEER_THROUGHPUT, GAUGE_MEAN),
+    # the NFS mounts' measured read rates, summed as the disks' are
+    HostTotal("nfs_read_ceiling", Ceiling.NAME, Ceiling.NFS_READ, GAUGE_MEAN),
 )
 
 
@@ -466,6 +470,7 @@ class EpochRow:
     other_read_bytes: int | None = None
     fabric_ceiling_mbps: float | None = None
     fabric_ceiling_percent: float | None = None
+    nfs_read_ceiling_percent: float | None = None
     interpolated_edges: str = ""  # "start", "end", "start,end": no edge sample there
 
     @property
@@ -608,6 +613,10 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             "fabric_ceiling_percent": fabric_ceiling_percent(
                 column("fabric_busier") * per_second, column("fabric_ceiling")
             ),
+            "nfs_read_ceiling_percent": 100.0
+            * column("nfs_server_read")
+            * per_second
+            / np.where(column("nfs_read_ceiling") > 0, column("nfs_read_ceiling"), np.nan),
             "training_read_bytes": training_read,
             "training_cache_read_bytes": cache_read,
             "dataset_cached_start_percent": residency.cached_percent(

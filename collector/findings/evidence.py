@@ -295,6 +295,9 @@ class UnstableHostEpoch:
     disk_read_ceiling_percent: float | None = field(
         default=None, metadata={**IF_KNOWN, **digits(1)}
     )
+    # the NFS server reads as a share of the host's measured NFS read ceiling: only where
+    # they were most of the host-epoch's storage reads (the data set sits on NFS)
+    nfs_read_ceiling_percent: float | None = field(default=None, metadata={**IF_KNOWN, **digits(1)})
 
 
 @dataclass(frozen=True)

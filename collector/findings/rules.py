@@ -483,6 +483,16 @@ def _waited(row: EpochRow) -> bool:
     )
 
 
+def _nfs_ceiling_percent(row: EpochRow) -> float | None:
+    """The NFS server reads' share of the measured NFS ceiling where NFS brought more
+    than the local disks (the data set is on an NFS mount), else None: then the disk's
+    ceiling is the one the reads are judged against."""
+    nfs, disk = row.nfs_server_read_bytes, row.disk_read_bytes or 0
+    if nfs is None or nfs <= disk:
+        return None
+    return row.nfs_read_ceiling_percent
+
+
 def detect_storage_bound(context: RunContext) -> StorageBound | None:
     """Storage reads (``judged_reads``) high, iowait high and step throughput unstable in the
     same host-epochs."""
@@ -526,6 +536,7 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
                     dataset_cached_end_percent=row.dataset_cached_end_percent,
                     input_wait_percent=row.input_wait_percent,
                     disk_read_ceiling_percent=row.disk_read_ceiling_percent,
+                    nfs_read_ceiling_percent=_nfs_ceiling_percent(row),
                 )
             )
         elif not reading(row):

@@ -312,16 +312,22 @@ def _(found: FabricCarriesStorage) -> Finding:
 # --------------------------------------------------------------------------------------
 
 
-def ceiling_sentence(host: str, percent: float) -> str:
-    """Disk reads against the host's measured ceiling, with the rule for "at its limit"."""
+def ceiling_sentence(host: str, percent: float, nfs: bool = False) -> str:
+    """Storage reads against the host's measured ceiling (its disks', or its NFS mounts'
+    where the reads came from NFS), with the rule for "at its limit"."""
+    ceiling = "NFS read ceiling" if nfs else "disk read ceiling"
     if percent >= 100 * CEILING_BOUND_SHARE:
+        limit = (
+            "the NFS mount was at its measured limit (the server or the path to it)"
+            if nfs
+            else "the disk was at its limit"
+        )
         return (
-            f"That is {percent:.0f}% of {host}'s measured disk read ceiling (agent ceilings): "
-            "the disk was at its limit; faster storage, or the data set cached or local, "
-            "would help."
+            f"That is {percent:.0f}% of {host}'s measured {ceiling} (agent ceilings): "
+            f"{limit}; faster storage, or the data set cached or local, would help."
         )
     return (
-        f"That is {percent:.0f}% of {host}'s measured disk read ceiling (agent ceilings), "
+        f"That is {percent:.0f}% of {host}'s measured {ceiling} (agent ceilings), "
         f"under the {100 * CEILING_BOUND_SHARE:.0f}% that would mean bandwidth: reads too "
         "small or too few at a time (latency), or a limit set elsewhere (a cgroup, a shared "
         "device)."
@@ -347,7 +353,9 @@ def _(found: StorageBound) -> Finding:
         "MB/s: "
         "training waited on storage."
     )
-    if worst.disk_read_ceiling_percent is not None:
+    if worst.nfs_read_ceiling_percent is not None:
+        explanation += " " + ceiling_sentence(worst.host, worst.nfs_read_ceiling_percent, nfs=True)
+    elif worst.disk_read_ceiling_percent is not None:
         explanation += " " + ceiling_sentence(worst.host, worst.disk_read_ceiling_percent)
     if worst.dataset_cached_start_percent is not None:
         explanation += (
