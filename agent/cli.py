@@ -164,6 +164,9 @@ Refusals are logged once a minute per kind and client (docs/reliability.md).""",
                       help="the receiver's address (default 127.0.0.1: name the address "
                       "the peer reaches, e.g. the fabric's)")  # fmt: skip
     peer.add_argument("--port", type=int, default=5291, help="the receiver's port (default 5291)")
+    peer.add_argument("--serve-senders", type=_positive_int, metavar="N",
+                      help="the receiver exits once it has measured N senders (default: "
+                      "only --serve-seconds ends it)")  # fmt: skip
     peer.add_argument("--serve-seconds", type=float, default=600.0,
                       help="the receiver exits after this long (default 600); each sender is "
                       "bounded to 60 s and 64 GiB")  # fmt: skip
@@ -234,7 +237,9 @@ def cmd_serve_peer(args: argparse.Namespace) -> int:
         print(f"receiving on {address}:{port} for {args.serve_seconds:g} s", flush=True)
 
     try:
-        count = peer.serve(args.bind, args.port, args.serve_seconds, ready=ready)
+        count = peer.serve(
+            args.bind, args.port, args.serve_seconds, ready=ready, max_transfers=args.serve_senders
+        )
     except OSError as error:
         log.error("%s", cannot_listen(args.bind, args.port, error, fix="--bind/--port"))
         return EXIT_ERROR

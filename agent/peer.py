@@ -107,9 +107,10 @@ def serve(
     max_seconds: float = MAX_CONNECTION_SECONDS,
     max_bytes: int = MAX_CONNECTION_BYTES,
     ready: Callable[[str, int], None] | None = None,
+    max_transfers: int | None = None,
 ) -> int:
-    """Receive senders one at a time until ``lifetime_seconds`` have passed; the number of
-    transfers measured."""
+    """Receive senders one at a time until ``lifetime_seconds`` have passed, or until
+    ``max_transfers`` were measured; the number of transfers measured."""
     family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     measured = 0
     with socket.socket(family, socket.SOCK_STREAM) as listener:
@@ -121,6 +122,8 @@ def serve(
             ready(address, bound_port)
         deadline = time.monotonic() + lifetime_seconds
         while (left := deadline - time.monotonic()) > 0:
+            if max_transfers is not None and measured >= max_transfers:
+                break
             listener.settimeout(left)
             try:
                 connection, sender = listener.accept()

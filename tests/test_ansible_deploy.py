@@ -483,17 +483,31 @@ def test_config_change_restarts_only_that_agent_and_an_unreachable_host_fails_cl
 
 def test_ceilings_measured_on_every_node_are_reported_by_the_running_agents(cluster):
     """`--tags ceilings` runs `agent ceilings` on each node (a small scratch file here);
-    the running agent reports them from its next tick, without a restart."""
+    the running agent reports them from its next tick, without a restart. With
+    epochscope_ceilings_peer, node1 (the play's first host) receives on 127.0.0.1 (the
+    default bind) and node2 sends to it: node2 keeps the measured peer throughput, and
+    the receiver has exited at the end of the play (its port free for the next run)."""
     pids = cluster.agent_pids()
+    peer_port = free_port(HEAD_ADDRESS)
     run = cluster.play(
         "deploy-agents.yml", "--tags", "ceilings",
         "-e", '{"epochscope_ceilings_args": ["--disk-mib", "8", "--disk-seconds", "1", '
-        '"--cpu-seconds", "0.2"]}',
+        '"--cpu-seconds", "0.2"], "epochscope_ceilings_peer": true, '
+        f'"epochscope_ceilings_peer_port": {peer_port}, "epochscope_ceilings_peer_seconds": 1}}',
     )  # fmt: skip
     assert run.returncode == 0, run.describe()
+    assert not port_is_open(HEAD_ADDRESS, peer_port)  # the receiver exited
+    peers = {}
     for name, node in cluster.nodes.items():
-        assert run.recap[name].changed == 1 and run.recap[name].failed == 0, run.describe()
+        sent = 1 if name == "node2" else 0  # the measurement, and node2's sending
+        assert run.recap[name].changed == 1 + sent, run.describe()
+        assert run.recap[name].failed == 0, run.describe()
         kept = json.loads((node.state_dir / "ceilings.json").read_text())
+        peers[name] = [
+            (c["device"], c["value"])
+            for c in kept["ceilings"]
+            if c["field"] == "peer_throughput_bytes_per_second"
+        ]
         assert {c["field"] for c in kept["ceilings"]} >= {
             "disk_sequential_read_bytes_per_second",
             "disk_random_read_bytes_per_second",
@@ -503,6 +517,9 @@ def test_ceilings_measured_on_every_node_are_reported_by_the_running_agents(clus
             assert time.monotonic() < deadline, "the agent never reported its ceilings"
             time.sleep(1)
     assert cluster.agent_pids() == pids  # picked up, not restarted
+    assert peers["node1"] == []
+    ((device, rate),) = peers["node2"]
+    assert device == f"{HEAD_ADDRESS}:{peer_port}" and rate > 1e6  # loopback: well above
 
 
 def test_uninstall_leaves_nothing_behind(cluster):

@@ -173,3 +173,14 @@ def test_over_a_tc_limited_link_the_peer_rate_is_the_tc_rate(tmp_path, repo_env)
         assert measured.value == pytest.approx(tc_rate, rel=0.10)
     finally:
         cluster.destroy()
+
+
+def test_the_receiver_exits_once_it_measured_the_senders_it_was_told():
+    """``--serve-senders``: the Ansible task's receiver ends when every node has sent, not
+    at its (much longer) time bound, so the port is free for the next run."""
+    receiver = Receiver(lifetime=60.0, max_transfers=1)
+    started = time.monotonic()
+    peer.measure("127.0.0.1", receiver.port, 0.3)
+    receiver.thread.join(10)
+    assert not receiver.thread.is_alive() and receiver.count == 1
+    assert time.monotonic() - started < 10
