@@ -300,7 +300,13 @@ def nfs_ceilings(plan: NfsPlan, data_dir: Path, now: float) -> list[Measured]:
     """One read rate per NFS mount (``nfs_ceiling``); a mount that cannot be measured is
     logged and left out."""
     mountpoints = nfs_mountpoints(plan.mountstats)
-    files = {mount_holding(str(f.resolve()), mountpoints): f for f in plan.files}
+    files: dict[str, Path] = {}
+    for file in plan.files:
+        mount = mount_holding(str(file.resolve()), mountpoints)
+        if mount is None:
+            log.warning("--nfs-file %s is on no NFS mount: not read", file)
+        else:
+            files[mount] = file
     data_mount = mount_holding(str(data_dir.resolve()), mountpoints)
     out = []
     for mountpoint in mountpoints:
@@ -459,7 +465,14 @@ def measure(
     nfs: NfsPlan | None = None,
 ) -> list[Measured]:
     now = time.time()
-    found = disk_ceilings(data_dir, disk_mib, disk_seconds, now, sys_root)
+    found: list[Measured] = []
+    on_nfs = nfs is not None and mount_holding(
+        str(data_dir.resolve()), nfs_mountpoints(nfs.mountstats)
+    )
+    if on_nfs:  # its NFS ceiling is the data's; a "disk" one would be added to the disks'
+        log.info("--data-dir %s is on NFS mount %s: no disk ceiling measured", data_dir, on_nfs)
+    else:
+        found += disk_ceilings(data_dir, disk_mib, disk_seconds, now, sys_root)
     if nfs is not None:
         found += nfs_ceilings(nfs, data_dir, now)
     found += link_ceilings(sys_root, now)

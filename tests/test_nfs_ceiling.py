@@ -99,6 +99,19 @@ def test_each_mount_is_measured_or_logged(tmp_path, caplog):
     assert skipped == ["/ifsfoo", "/mnt/nfs41", "/mnt/nfsv4"]
 
 
+def test_a_data_dir_on_nfs_gets_the_mounts_ceiling_not_a_disks(tmp_path, caplog):
+    """A disk ceiling measured there would be NFS's, added to the local disks' sum."""
+    text = captured_mountstats("pcp-nfsv42-krb5p").replace(
+        "mounted on /home with", f"mounted on {tmp_path} with"
+    )
+    plan = ceilings.NfsPlan(text, files=(REPO_ROOT / "pyproject.toml",), size_mib=4, seconds=1)
+    with caplog.at_level(logging.WARNING, logger="agent.ceilings"):
+        found = ceilings.measure(tmp_path, 4, 1.0, 0.05, REPO_ROOT / "no-sys", plan)
+    assert {m.kind for m in found} == {"nfs", "cpu"}  # no disk, no link, no GPU here
+    assert list(tmp_path.iterdir()) == []  # the NFS scratch file went in --data-dir, removed
+    assert "is on no NFS mount: not read" in caplog.text  # the file outside every mount
+
+
 def test_the_command_reads_the_given_file_and_the_sampler_reports_it(tmp_path, repo_env):
     """``agent ceilings --proc-root`` over a proc tree holding the captured mountstats
     (its ``/ifs`` moved to the stand-in); ``--nfs-file`` names a data set file there."""
