@@ -114,7 +114,7 @@ def test_input_decoding_far_under_the_ceiling_is_not_called_decode_bound(make_st
     store = make_store([*run.points(), *decode_points(run.hosts, rate / 0.30 / 2)])
     finding = input_wait_of(store, "slow")
     assert finding.evidence["cause"] == "undetermined"  # CPUs 30% busy, decoding at 30%
-    assert "Input decoding at 30% of the measured decode rate of 2 cores, under the 65%" in (
+    assert "Input decoding at 30% of the measured decode rate of 2 cores, under the 60%" in (
         finding.explanation
     )
 
@@ -134,7 +134,7 @@ def test_input_past_twice_the_decode_ceiling_was_not_decoded_there(make_store):
 
 
 @pytest.mark.parametrize(
-    ("percent", "verdict"), [(64.9, "under"), (65.0, "bound"), (199.9, "bound"), (200.0, "past")]
+    ("percent", "verdict"), [(59.9, "under"), (60.0, "bound"), (199.9, "bound"), (200.0, "past")]
 )
 def test_the_decode_verdict_bounds(percent, verdict):
     assert decode_verdict(percent) == verdict
