@@ -363,6 +363,21 @@ class DecodeRates:
     per_wall_second: float
 
 
+DECODE_PICTURE = (500, 375)  # an ImageNet picture's usual size, in pixels
+DECODE_TO = (224, 224)  # the bundled pipeline's training size
+
+
+def sample_jpeg() -> bytes:
+    """The picture the decode rate is measured on: DECODE_PICTURE of noise (as hard to
+    compress as a photograph's detail), JPEG quality 90. Needs Pillow."""
+    from PIL import Image
+
+    picture = Image.effect_noise(DECODE_PICTURE, 40).convert("RGB")
+    encoded = io.BytesIO()
+    picture.save(encoded, "JPEG", quality=90)
+    return encoded.getvalue()
+
+
 def decode_rates(seconds: float) -> DecodeRates | None:
     """Decode and resize a 500x375 JPEG to 224 px for ``seconds`` of the clock, in this
     one thread (None without Pillow)."""
@@ -370,14 +385,11 @@ def decode_rates(seconds: float) -> DecodeRates | None:
         from PIL import Image
     except ImportError:
         return None
-    picture = Image.effect_noise((500, 375), 40).convert("RGB")
-    encoded = io.BytesIO()
-    picture.save(encoded, "JPEG", quality=90)
-    data = encoded.getvalue()
+    data = sample_jpeg()
     count, start, cpu_start = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         with Image.open(io.BytesIO(data)) as image:
-            image.convert("RGB").resize((224, 224))
+            image.convert("RGB").resize(DECODE_TO)
         count += 1
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return DecodeRates(count / cpu if cpu > 0 else 0.0, count / wall)

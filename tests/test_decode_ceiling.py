@@ -13,6 +13,7 @@ from collector.analysis.decode import host_cores
 from collector.analysis.epochs import build_report
 from collector.cli import build_parser
 from collector.findings.engine import run_findings
+from collector.findings.evidence import decode_verdict
 from collector.views.reports import render
 from contract.point import Point
 from contract.schema import Ceiling, Tag, Workload
@@ -113,6 +114,27 @@ def test_input_decoding_far_under_the_ceiling_is_not_called_decode_bound(make_st
     store = make_store([*run.points(), *decode_points(run.hosts, rate / 0.30 / 2)])
     finding = input_wait_of(store, "slow")
     assert finding.evidence["cause"] == "undetermined"  # CPUs 30% busy, decoding at 30%
-    assert "Input decoding at 30% of the measured decode rate of 2 cores, under the 80%" in (
+    assert "Input decoding at 30% of the measured decode rate of 2 cores, under the 60%" in (
         finding.explanation
     )
+
+
+def test_input_past_twice_the_decode_ceiling_was_not_decoded_there(make_store):
+    """Pictures/s at 4x what the quota's 2 cores decode: decoded beforehand (as the
+    scenario's pre-decoded tensors), never CPU-bound input."""
+    run = jpeg_run("cached", 0.45, cpus="0-7", quota=2.0)
+    rate = build_report(make_store(run.points()), "cached").rows[-1].images_per_second
+    store = make_store([*run.points(), *decode_points(run.hosts, rate / 4.0 / 2)])
+    finding = input_wait_of(store, "cached")
+    assert finding.evidence["cause"] == "undetermined"  # CPUs 30% busy, not decoding
+    assert "CPU-bound input" not in finding.explanation
+    assert "Input at 400% of the measured decode rate of 2 cores, past 200%: the pictures" in (
+        finding.explanation
+    )
+
+
+@pytest.mark.parametrize(
+    ("percent", "verdict"), [(59.9, "under"), (60.0, "bound"), (199.9, "bound"), (200.0, "past")]
+)
+def test_the_decode_verdict_bounds(percent, verdict):
+    assert decode_verdict(percent) == verdict

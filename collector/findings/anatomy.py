@@ -22,7 +22,7 @@ rule of ``collector.findings.engine`` takes as its explanation when both runs ha
     Input wait is at least ``INPUT_WAIT_SHARE`` of the step time on a host in settled
     epochs. Storage-bound when the training's own reads came from storage (``read_bytes``
     at least half of ``rchar``) or iowait is high; decode-bound when the epochs' images/s
-    reached ``CEILING_BOUND_SHARE`` of the host's decode ceiling (JPEG data sets with a
+    reached ``DECODE_BOUND_SHARE`` of the host's decode ceiling (JPEG data sets with a
     measured decode rate per core, ``decode_ceiling_percent``: a cgroup quota's cores are
     saturated while the host's CPUs are not) or the host's CPUs were saturated; else
     undetermined (too few loader workers is the usual cause). The share of the decode
@@ -72,7 +72,6 @@ from collector.findings.context import RunContext
 from collector.findings.evidence import (
     AU_PASS,
     BYTES_PER_MB,
-    CEILING_BOUND_SHARE,
     CPU_SATURATED_PERCENT,
     INPUT_WAIT_SHARE,
     IOWAIT_HIGH_PERCENT,
@@ -91,6 +90,7 @@ from collector.findings.evidence import (
     Startup,
     StragglerEpoch,
     Stragglers,
+    decode_verdict,
 )
 from collector.findings.words import words
 from contract.markers import ALL_HOSTS
@@ -322,8 +322,8 @@ def _mean(values: list[float]) -> float | None:
 def _decode_bound(decode_ceiling_percent: float | None, cpu_util_percent: float | None) -> bool:
     """Decoding at the decode ceiling's bound (the quota's cores full, whatever the host's
     CPUs did), or the host's CPUs saturated."""
-    at_ceiling = decode_ceiling_percent is not None and (
-        decode_ceiling_percent >= 100 * CEILING_BOUND_SHARE
+    at_ceiling = (
+        decode_ceiling_percent is not None and decode_verdict(decode_ceiling_percent) == "bound"
     )
     return at_ceiling or (
         cpu_util_percent is not None and cpu_util_percent >= CPU_SATURATED_PERCENT

@@ -19,6 +19,8 @@ from collector.findings.evidence import (
     AU_PASS,
     CEILING_BOUND_SHARE,
     CRITICAL,
+    DECODE_BOUND_SHARE,
+    DECODE_PAST_SHARE,
     EPOCH_RESTART_SHARE,
     INFO,
     INPUT_WAIT_SHARE,
@@ -65,6 +67,7 @@ from collector.findings.evidence import (
     ThroughputSaturated,
     TimingUnsteady,
     UtilisationGrowth,
+    decode_verdict,
     evidence_json,
 )
 from contract.columns import BY_NAME, human_bytes
@@ -843,15 +846,23 @@ def _(found: InputWaitHost) -> Finding:
 
 def decode_sentence(percent: float | None, cores: float | None) -> str:
     """The input's images/s against the decode ceiling, with the rule for "CPU-bound
-    input" (empty when not measured)."""
+    input" (``decode_verdict``; empty when not measured)."""
     if percent is None or cores is None:
         return ""
     of = f"the measured decode rate of {cores:g} core{'' if cores == 1 else 's'}"
-    if percent >= 100 * CEILING_BOUND_SHARE:
+    verdict = decode_verdict(percent)
+    if verdict == "bound":
         return f" Input decoding at {percent:.0f}% of {of}: CPU-bound input."
+    if verdict == "past":
+        return (
+            f" Input at {percent:.0f}% of {of}, past {100 * DECODE_PAST_SHARE:.0f}%: the "
+            "pictures were not decoded one by one at this rate (decoded beforehand and kept "
+            "as tensors, or much smaller than the 500x375 measured), so decoding was not "
+            "the limit."
+        )
     return (
         f" Input decoding at {percent:.0f}% of {of}, under the "
-        f"{100 * CEILING_BOUND_SHARE:.0f}% that would mean the cores could decode no faster: "
+        f"{100 * DECODE_BOUND_SHARE:.0f}% that would mean the cores could decode no faster: "
         "the cores were also busy with other work (the training's own compute on CPU-only "
         "ranks, other processes) or the loader's workers were too few."
     )
