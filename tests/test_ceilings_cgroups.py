@@ -6,8 +6,9 @@ quota is what caps its decode ceiling (tests/test_decode_ceiling.py).
 
 The machine is shared with other trainings: they take clock time from the command, never
 the quota's share of it upwards, so the clock's rate is bounded above by the quota (with
-the CFS period's slack) and the rate per CPU second is compared with a tolerance that
-cache and frequency effects of a loaded 2-core machine stay inside."""
+the CFS period's slack). The rate per CPU second itself moves on this VM (131-235 pictures
+per CPU second within a minute under others' load): the quota's measurement is compared
+with free ones taken just before and just after it, within a tolerance of their range."""
 
 from __future__ import annotations
 
@@ -75,11 +76,23 @@ RATES = (
 )
 
 
+def free_rate_per_cpu_second(seconds: float) -> float:
+    return json.loads(python_in(None, "-c", RATES.format(seconds=seconds)))[0]
+
+
+def assert_within_free(held: float, before: float, after: float) -> None:
+    """``held`` (under the quota) within the tolerance of the free rates around it."""
+    low, high = min(before, after), max(before, after)
+    assert low * (1 - PER_CORE_TOLERANCE) <= held <= high * (1 + PER_CORE_TOLERANCE), (
+        f"{held:.0f} pictures per CPU second under the quota; free: {before:.0f}, {after:.0f}"
+    )
+
+
 def test_a_cpu_quota_takes_clock_time_not_the_rate_per_core():
-    free_cpu, _ = json.loads(python_in(None, "-c", RATES.format(seconds=2.0)))
+    before = free_rate_per_cpu_second(2.0)
     with cpu_quota(QUOTA_CPUS) as cgroup:
         held_cpu, held_wall = json.loads(python_in(cgroup, "-c", RATES.format(seconds=2.0)))
-    assert held_cpu == pytest.approx(free_cpu, rel=PER_CORE_TOLERANCE)
+    assert_within_free(held_cpu, before, free_rate_per_cpu_second(2.0))
     # by the clock, the quota's half a core at most: the known decode ceiling it sets. (Not
     # compared with the free run's clock rate: on this loaded machine a free process gets
     # about a quarter of a core, no more than the quota's share.)
@@ -88,14 +101,15 @@ def test_a_cpu_quota_takes_clock_time_not_the_rate_per_core():
 
 def test_agent_ceilings_under_a_quota_keeps_the_rate_per_core_and_says_so(tmp_path):
     out = tmp_path / "ceilings.json"
+    before = free_rate_per_cpu_second(1.5)
     with cpu_quota(QUOTA_CPUS) as cgroup:
         printed = python_in(
             cgroup, "-m", "agent", "ceilings", "--data-dir", str(tmp_path), "--disk-mib", "4",
             "--disk-seconds", "0.2", "--cpu-seconds", "1.5", "--out", str(out),
         )  # fmt: skip
-    free_cpu, _ = json.loads(python_in(None, "-c", RATES.format(seconds=1.5)))
+    after = free_rate_per_cpu_second(1.5)
     (decode,) = [c for c in json.loads(out.read_text())["ceilings"] if c["kind"] == "cpu"]
     assert decode["field"] == str(Ceiling.JPEG_DECODE)
-    assert decode["value"] == pytest.approx(free_cpu, rel=PER_CORE_TOLERANCE)
+    assert_within_free(decode["value"], before, after)
     assert f"a cgroup CPU quota of {QUOTA_CPUS:g} CPUs" in printed
     assert "pictures/s per core (per CPU second)" in printed
