@@ -10,29 +10,38 @@ and two 2-rank runs, one rank per host, DDP over Gloo across the link:
   measured again, under the limit, and the agents report it from their next tick.
 
 Tiny synthetic pictures keep compute small while every step still all-reduces the whole
-model's gradients (``GRADIENT_BYTES_PER_STEP``, 94 MB): under the limit a step is ~4 s of
-transfer beside a fraction of a second of compute, so the all-reduce is bandwidth-bound and
-the step anatomy's exposed all-reduce wait is about the transfer; over the open veth the
+model's gradients (``GRADIENT_BYTES_PER_STEP``, 94 MB): under the limit a step is ~8 s of
+transfer beside under a second of compute, so the all-reduce is bandwidth-bound and the
+step anatomy's exposed all-reduce wait is most of the transfer; over the open veth the
 same bytes take a small part of the step. The scaling-loss finding states the all-reduce's
-rate as a share of the measured link, and says "bandwidth-bound" for the limited run and
-"not bandwidth" for the open one.
+rate as a share of the measured link: "bandwidth-bound" for the limited run, and for the
+open one "not bandwidth" or, where the rate over the wait reads high, "not shown to bound".
 
-Measured in two runs here (2 cores shared with other engineers' work, load average 2 to
-4.6 over the module):
+The rule moved with these runs. The rate over the wait is an upper bound where the
+all-reduce also ran behind backward (not measured for PyTorch), and on the open veth the
+wait is a short tail: 56 to 340 ms after 0.5 to 1.5 s of compute. Of six open runs two read
+19% and 22% ("not bandwidth"), three read 100%, 164% (load 5-6: the peer's one Python
+stream, short of CPU, measured 0.65-0.80 GB/s where it had 1.1-1.8) and 133% (load 2: a
+56 ms tail against 1.27 GB/s), and the rule said "bandwidth-bound" for all three. It now
+also needs the least the rate can have been, had the all-reduce run behind the whole of
+compute too, at 80%: 8-12% on those runs, so the finding says the link is not shown to
+bound the all-reduce. (The sixth had no scaling loss to word: its reference ran under
+load, as slow per rank as the two ranks; the test then skips, saying so.)
 
-- limited: peer ceilings 23.9/23.5 and 23.8/23.7 MB/s (tc's payload rate: 23.9); 98.4 MB
-  per node per step on the interface (the 94.1 MB of gradients and their headers); the
-  ranks waited 3,310 and 3,251 ms per step of 4,773 and 4,876 ms: 125% and 127% of the
-  link, "bandwidth-bound"; at the link's rate 4,152 and 4,140 ms per step (the truth from
-  the model and tc: 3,934 ms; the ~5% above it are the frames' headers, which the
-  interface counts and the peer's TCP payload does not);
-- open: peer ceilings 1.34/1.62 and 1.82/1.12 GB/s; waits of 291 and 340 ms per step for
-  the same bytes: 22% and 19%, "not bandwidth" (Gloo on two busy cores, not the veth).
+Measured (2 cores shared with other engineers' work):
 
-The module took 133 and 153 s (runs of 13-14, 32 and 54-67 s). Load slows compute and
-Gloo; under the limit more compute hides more of the transfer behind backward and raises
-the share further above 100%, and on the open link the peer's one Python stream slows
-with Gloo, so neither wording is near its threshold.
+- limited, 200 Mbit/s, load 2-6: peer ceilings 23.4-23.9 MB/s (tc's payload rate 23.9);
+  98.4 MB per node per step on the interface (the 94.1 MB of gradients and their
+  headers); waits of 3,251-3,585 ms per step: 118-128% of the link, least 84-93%;
+- limited, 100 Mbit/s (this file), load 2-3: peer ceilings 11.95/11.95 MB/s (truth
+  11.95); a wait of 7,748 ms of an 8,616 ms step: 105% of the link, least 95%,
+  "bandwidth-bound"; the truth's bytes and rate give 101% for that wait (the ~5% above it
+  are the frames' headers, which the interface counts and the peer's TCP payload does not);
+- open: peer ceilings 0.65-2.1 GB/s, as above.
+
+The module took 133 to 185 s at load 2 to 7 (runs of 12-24, 20-55 and 54-78 s). Load
+slows compute, which lowers the limited run's least (7.7 s at the link's rate over wait +
+compute: under 80% only past ~2 s of compute, twice what load 6 gave).
 """
 
 from __future__ import annotations
@@ -53,10 +62,11 @@ from contract.schema import Ceiling
 
 pytestmark = pytest.mark.timeout(600)
 
-TC_RATE_MBIT = 200  # 25 MB/s of frames each way: ~4 s per step for 94 MB of gradients
+TC_RATE_MBIT = 100  # 12.5 MB/s of frames each way: ~8 s per step for 94 MB of gradients
 TBF = ["tbf", "rate", f"{TC_RATE_MBIT}mbit", "burst", "64kb", "latency", "50ms"]
 PAYLOAD_SHARE = 1448 / 1514  # TCP's payload in a full frame (tests/test_ceilings_peer.py)
 PAYLOAD_RATE = TC_RATE_MBIT * 1e6 / 8 * PAYLOAD_SHARE
+CEILING_TOLERANCE = 0.15  # the measured against the truth: the peer's rate, the headers
 # fp32 gradients of workloads/train/torch_resnet.py's ResNet50(num_classes=4): 23,516,228
 # trainable parameters (25,557,032 with the 1000-class head)
 GRADIENT_BYTES_PER_STEP = 23_516_228 * 4
@@ -200,31 +210,32 @@ def _exposed_wait(anatomy: dict) -> float:
 
 
 def test_a_limited_link_makes_the_all_reduce_bandwidth_bound(runs):
-    """The ceiling is the tc rate's TCP payload; the gradients cross the link once each way
-    per step (ring all-reduce of two ranks), counted on the interface with their headers;
-    at the measured ceiling they need about the truth's time per step (the model's gradient
-    bytes at the tc payload rate), which fits in the step. The exposed wait is shorter than
-    that transfer (DDP starts its buckets during backward), so the all-reduce's rate while
-    the ranks waited is above 100% of the link: bandwidth-bound."""
+    """The truth: the model's gradient bytes cross the link once each way per step (a ring
+    all-reduce of two ranks) at tc's payload rate. The measured ceiling is within 15% of
+    that rate (tests/test_cluster_netns.py saw up to 8% under at load 15); the bytes per
+    step are counted on the interface, headers included (~5% more), and an epoch window
+    may cut a step's transfer at its edges. The exposed wait is shorter than the transfer
+    (DDP starts its buckets during backward), so the rate while the ranks waited is above
+    100% of the link; the finding's share is the one the truth gives for that same wait,
+    within those tolerances, and says bandwidth-bound."""
     text, anatomy = _scaling_loss(runs["reports"]["limited"])
     ceilings = runs["ceilings"]["limited"]
     for measured in ceilings.values():
-        assert measured == pytest.approx(PAYLOAD_RATE, rel=0.15)
+        assert measured == pytest.approx(PAYLOAD_RATE, rel=CEILING_TOLERANCE)
     ceiling = anatomy["fabric_ceiling_bytes_per_second"]
     assert ceiling == pytest.approx(sum(ceilings.values()) / len(ceilings), rel=1e-3)
     at_ceiling = anatomy["allreduce_seconds_at_ceiling"]
-    per_step = at_ceiling * ceiling
-    assert GRADIENT_BYTES_PER_STEP < per_step < 1.15 * GRADIENT_BYTES_PER_STEP
-    truth = GRADIENT_BYTES_PER_STEP / PAYLOAD_RATE
-    assert at_ceiling == pytest.approx(truth, rel=0.15)
-    assert at_ceiling <= anatomy["seconds_per_step"]  # the transfer fits in the step
+    assert 0.9 * GRADIENT_BYTES_PER_STEP < at_ceiling * ceiling < 1.15 * GRADIENT_BYTES_PER_STEP
+    truth = GRADIENT_BYTES_PER_STEP / PAYLOAD_RATE  # seconds per step on the link
+    assert at_ceiling == pytest.approx(truth, rel=CEILING_TOLERANCE)
+    assert truth <= anatomy["seconds_per_step"]  # the transfer fits in the step
+    wait = _exposed_wait(anatomy)
     share = anatomy["allreduce_ceiling_percent"]
-    assert share == pytest.approx(100 * at_ceiling / _exposed_wait(anatomy), rel=0.01)
-    assert (
-        100 * CEILING_BOUND_SHARE
-        <= share
-        <= 100 * anatomy["seconds_per_step"] / _exposed_wait(anatomy)
-    )
+    assert share == pytest.approx(100 * at_ceiling / wait, rel=0.01)
+    assert share == pytest.approx(100 * truth / wait, rel=CEILING_TOLERANCE)
+    assert share >= 100 * CEILING_BOUND_SHARE
+    # even had it also run behind the whole of compute, the link was at its bound
+    assert anatomy["allreduce_ceiling_least_percent"] >= 100 * CEILING_BOUND_SHARE
     assert anatomy["parts"][0]["part"] == "communication"  # the largest share of the loss
     assert f"{share:.0f}% of the fabric's measured" in text
     assert "bandwidth-bound" in text and "not bandwidth" not in text
@@ -232,8 +243,13 @@ def test_a_limited_link_makes_the_all_reduce_bandwidth_bound(runs):
 
 def test_an_open_link_is_not_what_bounds_the_all_reduce(runs):
     """The same bytes per step over the veth as it is: its measured ceiling is many times
-    the limited one, and the all-reduce's rate while the ranks waited a small share of it."""
-    text, anatomy = _scaling_loss(runs["reports"]["open"])
+    the limited one, and never "bandwidth-bound": "not bandwidth" when the rate while the
+    ranks waited is under 80% of it (the quieter runs), else not shown to be the link."""
+    report = runs["reports"]["open"]
+    assert not any("bandwidth-bound" in f["explanation"] for f in report["findings"])
+    if not any(f["rule"] == "scaling_loss" for f in report["findings"]):
+        pytest.skip("no scaling loss to word: the reference ran as slow per rank (load)")
+    text, anatomy = _scaling_loss(report)
     _, limited = _scaling_loss(runs["reports"]["limited"])
     ceiling = anatomy["fabric_ceiling_bytes_per_second"]
     assert ceiling > 10 * limited["fabric_ceiling_bytes_per_second"]
@@ -243,6 +259,10 @@ def test_an_open_link_is_not_what_bounds_the_all_reduce(runs):
     )
     assert per_step == pytest.approx(limited_per_step, rel=0.10)
     share = anatomy["allreduce_ceiling_percent"]
-    assert share < 100 * CEILING_BOUND_SHARE
     assert f"{share:.0f}% of the fabric's measured" in text
-    assert "not bandwidth" in text and "bandwidth-bound" not in text
+    assert "bandwidth-bound" not in text
+    if share < 100 * CEILING_BOUND_SHARE:
+        assert "not bandwidth" in text
+    else:  # a short tail after compute reads high (see the docstring)
+        assert anatomy["allreduce_ceiling_least_percent"] < 100 * CEILING_BOUND_SHARE
+        assert "the link is not shown to bound the all-reduce" in text
