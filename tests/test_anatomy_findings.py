@@ -527,30 +527,39 @@ def test_the_scaling_loss_says_when_epoch_1s_start_up_is_in_the_comparison(make_
     assert ("with epoch 1's start-up included" in finding.explanation) is (epochs == 1)
 
 
+OVER = (
+    "more than the link carries, so the wait was not the whole transfer. "
+    "At the link's rate the gradients need at least 12,500 ms per step"
+)
+UNSURE = "overlap, not only bandwidth, may explain the share; the link is not shown to bound"
+
+
 @pytest.mark.parametrize(
-    ("peer_mbps", "share", "verdict"),
+    ("peer_mbps", "share", "compute", "verdict"),
     [
-        (2500.0, 10, "under the 80% that would mean bandwidth: not bandwidth; latency"),
-        (312.5, 80, "bandwidth-bound; a faster link"),
+        (2500.0, 10, 17.0, "under the 80% that would mean bandwidth: not bandwidth; latency"),
+        # 5 s of wait beside 1 s of compute: even behind all of it, 83% of the link
+        (250.0, 100, 1.0, "100% of the fabric's measured 250 MB/s (agent ceilings): bandwidth-"),
+        # beside 17 s of compute the transfer may have taken 22 s: 18% of the link
+        (312.5, 80, 17.0, "would mean bandwidth if the wait were the whole transfer. Had it "),
         # 1,250 MB per step need 12.5 s at 100 MB/s: the wait of 5 s was not all of it
-        (
-            100.0,
-            250,
-            "more than the link carries, so the wait was not the whole transfer. "
-            "At the link's rate the gradients need at least 12,500 ms per step",
-        ),
+        (100.0, 250, 1.0, OVER + "; the rest ran behind backward, in compute's time: the link"),
+        # ... and had it run behind 17 s of compute too, 57% of the link
+        (100.0, 250, 17.0, OVER + ". Had it run behind the whole of compute too"),
     ],
 )
 def test_the_all_reduce_is_worded_against_the_fabrics_measured_ceiling(
-    make_store, peer_mbps, share, verdict
+    make_store, peer_mbps, share, compute, verdict
 ):
     """The 2-rank run's NIC moves 50 MB/s each way: over epoch 2's 125 s, 6,250 MB of
     gradients per node, 1,250 MB per step, in a 5 s all-reduce wait per step: 250 MB/s
-    against the peer throughput agent ceilings measured (stored as the sampler reports it)."""
+    against the peer throughput agent ceilings measured (stored as the sampler reports it).
+    That rate is an upper bound: bandwidth-bound needs the rate had the all-reduce run
+    behind the whole of ``compute`` too (its least) at the 80% as well."""
     from contract.point import Point
     from contract.schema import Ceiling, Tag
 
-    runs = scaling_pair(125.0, (1.0, 17.0, 5.0))
+    runs = scaling_pair(125.0, (1.0, compute, 5.0))
     peer = [
         Point(
             Ceiling.NAME,
@@ -570,7 +579,12 @@ def test_the_all_reduce_is_worded_against_the_fabrics_measured_ceiling(
         f"While the ranks waited on it, the all-reduce moved 250 MB/s per node, {share}% of "
         "the fabric's measured"
     ) in finding.explanation
+    print(finding.explanation)
     assert verdict in finding.explanation
+    least = anatomy["allreduce_ceiling_least_percent"]
+    assert least == pytest.approx(share * 5 / (5 + compute), abs=0.2)
+    assert ("bandwidth-bound" in finding.explanation) is (share >= 80 and least >= 80)
+    assert (UNSURE in finding.explanation) is (share >= 80 and least < 80)
     # without a measured ceiling the finding says nothing of the link
     (plain,) = scaling_findings(make_store, scaling_pair(125.0, (1.0, 17.0, 5.0)))
     assert "allreduce_ceiling_percent" not in plain.evidence["attribution"]

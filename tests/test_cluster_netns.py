@@ -407,10 +407,11 @@ def test_the_all_reduce_is_stated_against_the_measured_link(trained):
     """Against the one-rank run, the two ranks lost images/s to an all-reduce over a
     50 MB/s link; the scaling-loss finding states it against the measured link: each node
     sends a whole gradient's bytes per step (half in the reduce-scatter, half in the
-    all-gather), 2 s at that rate, so the all-reduce is bandwidth-bound. Measured in two
-    runs: waits of 809 and 967 ms per step for ~98 MB (270% and 225% of the link: Horovod
-    ran the rest behind backward), 2,180 ms at the link's rate. The whole module took
-    7.6 min at load 10-15 on 2 cores."""
+    all-gather), 2 s at that rate. Measured in two runs: waits of 809 and 967 ms per step
+    for ~98 MB (270% and 225% of the link: Horovod ran the rest behind backward), 2,180 ms
+    at the link's rate; two later (load 3-4): 1,331 and 1,182 ms, 156% and 175%, 2,071 ms
+    beside 2,257 and 1,637 ms of compute (least 58% and 73%: not shown to be the link).
+    The whole module took 7.6 min at load 10-15 on 2 cores, 2.6 min at load 3."""
     (finding,) = [f for f in trained["findings"] if f["rule"] == "scaling_loss"]
     anatomy = finding["evidence"]["attribution"]
     print(finding["explanation"])
@@ -422,4 +423,12 @@ def test_the_all_reduce_is_stated_against_the_measured_link(trained):
     assert f"{share:.0f}% of the fabric's measured" in finding["explanation"]
     per_step = anatomy["allreduce_seconds_at_ceiling"] * anatomy["fabric_ceiling_bytes_per_second"]
     assert 0.9 * GRADIENT_BYTES_PER_STEP < per_step < 1.3 * GRADIENT_BYTES_PER_STEP
-    assert "bandwidth-bound" in finding["explanation"]
+    # the wait is under the link's time, so part ran behind backward: bandwidth-bound when
+    # even behind the whole of compute it ran at 80% of the link; here compute is long
+    # (2,257 ms beside a 1,331 ms wait and 2,071 ms at the link's rate: 58%), so the
+    # finding may only say the link is not shown to bound it
+    assert share > 110 and "not bandwidth;" not in finding["explanation"]
+    if anatomy["allreduce_ceiling_least_percent"] >= 80:
+        assert "bandwidth-bound" in finding["explanation"]
+    else:
+        assert "the link is not shown to bound the all-reduce" in finding["explanation"]

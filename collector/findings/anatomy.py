@@ -170,11 +170,16 @@ def _fabric_bytes_per_step(report_rows: list[EpochRow], rows: list[RankEpoch]) -
 
 
 def allreduce_against_ceiling(
-    report_rows: list[EpochRow], rows: list[RankEpoch], communication_per_step: float
+    report_rows: list[EpochRow],
+    rows: list[RankEpoch],
+    communication_per_step: float,
+    compute_per_step: float = 0.0,
 ) -> dict[str, float]:
     """The all-reduce's rate per node while the ranks waited on it, the fabric's ceiling
     and the share (``fabric_ceiling_percent``, the report column's definition), over the
     settled epochs of ``rows``; empty without a ceiling, fabric bytes or an all-reduce wait.
+    The least share is the rate had the all-reduce also run behind the whole of compute
+    (what it ran behind backward is not measured; it cannot have been more).
 
     Gradient bytes are the fabric's smaller direction (a ring all-reduce sends and receives
     the same; storage on the fabric adds to the received side only)."""
@@ -204,6 +209,9 @@ def allreduce_against_ceiling(
         "fabric_ceiling_bytes_per_second": ceiling,
         "allreduce_ceiling_percent": share,
         "allreduce_seconds_at_ceiling": per_step / ceiling,
+        "allreduce_ceiling_least_percent": share
+        * communication_per_step
+        / (communication_per_step + max(compute_per_step, 0.0)),
     }
 
 
@@ -292,7 +300,9 @@ def scaling_attribution(
         fabric_bytes_per_step=_fabric_bytes_per_step(context.report.rows, run_rows),
         start_up_included=one_epoch,
         **_threads(context.model, reference.model),
-        **allreduce_against_ceiling(context.report.rows, run_rows, run_profile.communication),
+        **allreduce_against_ceiling(
+            context.report.rows, run_rows, run_profile.communication, run_profile.compute
+        ),
     )
 
 

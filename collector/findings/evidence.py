@@ -464,6 +464,11 @@ class ScalingAttribution:
     )
     # the gradient bytes per step at the ceiling's rate: the least time the link needs
     allreduce_seconds_at_ceiling: float | None = field(default=None, metadata=IF_KNOWN)
+    # the share had the all-reduce run behind the whole of compute too (bytes over wait +
+    # compute): the least it can have been; "bandwidth-bound" needs it at the bound
+    allreduce_ceiling_least_percent: float | None = field(
+        default=None, metadata={**IF_KNOWN, **digits(1)}
+    )
 
     @property
     def grown(self) -> list[PartChange]:

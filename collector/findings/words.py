@@ -559,14 +559,32 @@ def allreduce_ceiling_text(found: ScalingAttribution) -> str:
     )
     helps = "a faster link or fewer gradient bytes (fp16, compression) would help."
     least = found.allreduce_seconds_at_ceiling
+    lowest = found.allreduce_ceiling_least_percent
+    # the rate over the wait is an upper bound (a short tail after a long overlap reads
+    # high): bandwidth-bound needs the least the rate can have been at the bound too
+    shown = lowest is None or lowest >= 100 * CEILING_BOUND_SHARE
+    unsure = (
+        "Had it run behind the whole of compute too (what ran behind backward is not "
+        f"measured), it would have run at {lowest or 0:.0f}% of the link: overlap, not only "
+        "bandwidth, may explain the share; the link is not shown to bound the all-reduce."
+    )
     if share > 100 * OVER_CEILING and least is not None:
-        return text + (
+        text += (
             f": more than the link carries, so the wait was not the whole transfer. At the "
-            f"link's rate the gradients need at least {_ms(least)} ms per step; the rest "
-            "ran behind backward, in compute's time: the link bounds the all-reduce "
-            f"(bandwidth-bound); {helps}"
+            f"link's rate the gradients need at least {_ms(least)} ms per step"
+        )
+        if not shown:
+            return f"{text}. {unsure}"
+        return text + (
+            "; the rest ran behind backward, in compute's time: the link bounds the "
+            f"all-reduce (bandwidth-bound); {helps}"
         )
     if share >= 100 * CEILING_BOUND_SHARE:
+        if not shown:
+            return text + (
+                f", at or above the {100 * CEILING_BOUND_SHARE:.0f}% that would mean "
+                f"bandwidth if the wait were the whole transfer. {unsure}"
+            )
         return text + f": bandwidth-bound; {helps}"
     return text + (
         f", under the {100 * CEILING_BOUND_SHARE:.0f}% that would mean bandwidth: not "
