@@ -149,6 +149,10 @@ SPEC: tuple[ReportColumn, ...] = (
             "where the driver has them)", "gpu"),
     _column("gpu_pcie_tx_bytes", "PCIe tx", "GPU PCIe sent", BYTES, None,
             "Bytes the host's GPUs sent over PCIe, summed (NVML's PCIe byte counters)", "gpu"),
+    _column("gpu_pcie_ceiling_percent", "PCIe % max", "GPU PCIe % of ceiling", PERCENT, 1,
+            "The GPUs' busier PCIe direction (received or sent, summed over the host's GPUs) "
+            "per second as a share of their links' maxima (agent ceilings: NVML's maximum "
+            "generation and width, one direction); – where none was measured", "gpu"),
     _column("seconds_per_step", "s/step", "Seconds per step", RATIO, 4,
             "Mean wall time of one training step on the host's ranks", "steps"),
     _column("input_wait_percent", "input %", "Input wait %", PERCENT, 2,

@@ -85,6 +85,7 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
             "iowait_percent",
             "gpu_util_percent",
             "gpu_energy_joules",
+            "gpu_pcie_ceiling_percent",
             "seconds_per_step",
             "input_wait_percent",
             "compute_percent",

@@ -15,9 +15,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from agent.ceilings import pcie_bytes_per_second
 from collector.analysis.epochs import epoch_rows
 from contract.point import Point
-from contract.schema import Gpu, Tag
+from contract.schema import Ceiling, Gpu, Tag
 from tests.support.run_builder import NS, RunBuilder
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
@@ -102,3 +103,37 @@ def test_gpus_without_counters_give_none_not_zero(make_store):
         None,
         None,
     )
+
+
+def pcie_ceiling_points(run: RunBuilder, links: dict[str, list[float]]) -> list[Point]:
+    """``agent ceilings``' PCIe entries (kind ``gpu``, one per GPU, bytes/s one direction)."""
+    return [
+        Point(
+            Ceiling.NAME,
+            {Tag.HOST: host, Tag.DEVICE: str(index), Tag.KIND: "gpu", Tag.METHOD: "nvml"},
+            {str(Ceiling.PCIE): rate, str(Ceiling.MEASURED_AT): 1.0},
+            time_ns,
+        )
+        for host, rates in links.items()
+        for index, rate in enumerate(rates)
+        for time_ns in run.sample_times(host).tolist()[::5]
+    ]
+
+
+def test_the_pcie_share_is_the_busier_direction_over_the_gpus_links(make_store):
+    run = RunBuilder("r-pcie", hosts=("n1", "n2"), ranks_per_host=2, gpus=False)
+    run.epoch(SECONDS, 6400)
+    gen4_x16 = pcie_bytes_per_second(4, 16)
+    links = {"n1": [gen4_x16, gen4_x16], "n2": [gen4_x16]}
+    store = make_store(run.points() + gpu_points(run) + pcie_ceiling_points(run, links))
+    rows = {row["host"]: row for row in epoch_rows(store, "r-pcie")}
+    # received is the busier direction: (2 + 1) GB/s over two Gen4 x16 links
+    assert rows["n1"]["gpu_pcie_ceiling_percent"] == pytest.approx(
+        100 * 3e9 / (2 * gen4_x16), rel=0.01
+    )
+    assert rows["n2"]["gpu_pcie_ceiling_percent"] == pytest.approx(100 * 4e9 / gen4_x16, rel=0.01)
+    assert rows["*"]["gpu_pcie_ceiling_percent"] == pytest.approx(
+        100 * 7e9 / (3 * gen4_x16), rel=0.01
+    )
+    without = make_store(run.points() + gpu_points(run))
+    assert {row["gpu_pcie_ceiling_percent"] for row in epoch_rows(without, "r-pcie")} == {None}

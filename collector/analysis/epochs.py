@@ -42,6 +42,9 @@ fabric_ceiling_mbps        the fabric's ceiling, one direction (``fabric_ceiling
 fabric_ceiling_percent     the fabric's busier direction (rx or tx) per second over it
 nfs_read_ceiling_percent   nfs_server_read_mbps as a share of the host's measured NFS read
                            ceilings (``agent ceilings``: the sum over the mounts it measured)
+gpu_pcie_ceiling_percent   the GPUs' busier PCIe direction (rx or tx, summed over the GPUs) per
+                           second over the sum of their links' maxima (``agent ceilings``:
+                           NVML's max generation and width, one direction each)
 page_cache_delta_bytes     ``memory.cached_bytes`` at end minus at start
 major_faults               ``memory.pgmajfault`` growth
 cpu_util_percent           share of all CPU time that is neither idle nor iowait
@@ -353,6 +356,8 @@ HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal("peer_ceiling", Ceiling.NAME, Ceiling.PEER_THROUGHPUT, GAUGE_MEAN),
     # the NFS mounts' measured read rates, summed as the disks' are
     HostTotal("nfs_read_ceiling", Ceiling.NAME, Ceiling.NFS_READ, GAUGE_MEAN),
+    # the GPUs' PCIe links at their maxima, summed over the GPUs
+    HostTotal("gpu_pcie_ceiling", Ceiling.NAME, Ceiling.PCIE, GAUGE_MEAN),
 )
 
 
@@ -456,6 +461,7 @@ class EpochRow:
     gpu_energy_joules: float | None
     gpu_pcie_rx_bytes: int | None
     gpu_pcie_tx_bytes: int | None
+    gpu_pcie_ceiling_percent: float | None
     seconds_per_step: float | None
     input_wait_percent: float | None
     compute_percent: float | None
@@ -617,6 +623,10 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             * column("nfs_server_read")
             * per_second
             / np.where(column("nfs_read_ceiling") > 0, column("nfs_read_ceiling"), np.nan),
+            "gpu_pcie_ceiling_percent": 100.0
+            * np.fmax(column("gpu_pcie_rx"), column("gpu_pcie_tx"))
+            * per_second
+            / np.where(column("gpu_pcie_ceiling") > 0, column("gpu_pcie_ceiling"), np.nan),
             "training_read_bytes": training_read,
             "training_cache_read_bytes": cache_read,
             "dataset_cached_start_percent": residency.cached_percent(
