@@ -139,15 +139,13 @@ class SampleStore:
             "SELECT id FROM tagsets WHERE measurement = ? AND host = ? AND tags = ?",
             (group.measurement, host, tags_json),
         ).fetchone()
-        series_ids = []
-        for name in group.fields:
-            conn.execute(
-                "INSERT OR IGNORE INTO series (tagset_id, field) VALUES (?, ?)", (tagset_id, name)
-            )
-            (series_id,) = conn.execute(
-                "SELECT id FROM series WHERE tagset_id = ? AND field = ?", (tagset_id, name)
-            ).fetchone()
-            series_ids.append(series_id)
+        # the fields at once (a new node's ~300 series were ~600 statements one by one)
+        conn.executemany(
+            "INSERT OR IGNORE INTO series (tagset_id, field) VALUES (?, ?)",
+            [(tagset_id, name) for name in group.fields],
+        )
+        id_of = dict(conn.execute("SELECT field, id FROM series WHERE tagset_id = ?", (tagset_id,)))
+        series_ids = [id_of[name] for name in group.fields]
         return tagset_id, np.array(series_ids, dtype=np.int64).tobytes()
 
     def compact(self, batches_per_step: int = 4096, now_ns: int | None = None) -> int:
