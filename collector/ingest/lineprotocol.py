@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import itemgetter
 
 import numpy as np
 from line_protocol_parser import LineFormatError, parse_line
@@ -345,59 +343,13 @@ class _Template:
     int_columns: list[int]  # positions of i values
     uint_columns: list[int]  # positions of u values
 
-    def layout(self, lines: int) -> _Layout:
-        """Where ``lines`` lines' values of this shape sit (shared by the templates of one
-        shape: every host's)."""
-        key = (self.shape, lines)
-        layout = _layouts.get(key)
-        if layout is None:
-            if len(_layouts) >= _LAYOUT_LIMIT:
-                _layouts.clear()
-            layout = _layouts[key] = _Layout(self, lines)
-        return layout
-
     @property
     def shape(self) -> tuple:
         """Templates of one shape read the same text the same way, whatever the tags."""
         return (tuple(self.names), tuple(self.int_columns), tuple(self.uint_columns))
 
 
-class _Layout:
-    """Where the values of a template's column types sit among ``lines`` lines' values (a
-    row per line): pickers that take them out in one C call, and where they go."""
-
-    __slots__ = ("pick_plain", "plain_at", "typed")
-
-    def __init__(self, template: _Template, lines: int) -> None:
-        k = len(template.names)
-        self.typed = []
-        taken: set[int] = set()
-        for columns, *how in (
-            (template.int_columns, "i,", _NOT_INTEGER, INT64_MIN, INT64_MAX),
-            (template.uint_columns, "u,", _NOT_UNSIGNED, 0, UINT64_MAX),
-        ):
-            at = [row * k + column for row in range(lines) for column in columns]
-            if at:
-                self.typed.append((_picker(at), np.array(at, dtype=np.intp), *how))
-                taken.update(at)
-        plain = [index for index in range(lines * k) if index not in taken]
-        self.pick_plain = _picker(plain)
-        self.plain_at = np.array(plain, dtype=np.intp)
-
-
-def _picker(indexes: list[int]) -> Callable[[list[str]], tuple[str, ...]]:
-    """A function taking the items at ``indexes`` of a list, as a tuple."""
-    if len(indexes) > 1:
-        return itemgetter(*indexes)
-    if indexes:
-        only = indexes[0]
-        return lambda items: (items[only],)
-    return lambda items: ()
-
-
 _templates: dict[str, _Template] = {}  # prefix text -> template, shared by every body
-_layouts: dict[tuple, _Layout] = {}  # (template shape, lines) -> layout
-_LAYOUT_LIMIT = 4096
 _TEMPLATE_LIMIT = 100_000
 _NOT_NUMERIC = str.maketrans("", "", "0123456789.-+eE")
 _SMALLEST_NORMAL = float(np.finfo(np.float64).tiny)
@@ -513,42 +465,32 @@ def _template_columns(
     if len(parts) != 2 * n * k or parts[0::2] != template.names * n:
         return None
     values = parts[1::2]
-    layout = template.layout(n)
-    numbers = np.empty(n * k, dtype=np.float64)
-    # The integer columns' values, all at once: each must end in its suffix ("i," can only
-    # end a value: values hold no comma) and be digits and "-" without it (1.5i, 1e3i, +1i
-    # are not integers); a float column's "5i" fails the plain check below.
-    for pick, at, suffix, not_allowed, low, high in layout.typed:
-        typed = pick(values)
-        text = ",".join(typed) + ","
-        if text.count(suffix) != len(typed):
-            return None
-        stripped = text.replace(suffix, ",")
-        if stripped.replace(",", "").translate(not_allowed):
-            return None
-        integers = stripped[:-1].split(",")
-        if max(map(len, integers)) >= 19:  # beyond float64's exact integers: check the range
-            try:
-                exact = list(map(int, integers))
-            except ValueError:  # "1-2", "-"
+    # Strip the type suffix column by column: only an integer column's values may end in
+    # "i" (a float column's "1e3i" is a bad line, for the general path to name).
+    for columns, suffix, not_allowed in (
+        (template.int_columns, "i,", _NOT_INTEGER),  # 1.5i, 1e3i, +1i are not integers
+        (template.uint_columns, "u,", _NOT_UNSIGNED),
+    ):
+        for column in columns:
+            text = ",".join(values[column::k]) + ","
+            if text.count(suffix) != n:
                 return None
-            if min(exact) < low or max(exact) > high:
+            stripped = text.replace(suffix, ",")[:-1]
+            if stripped.replace(",", "").translate(not_allowed):
                 return None
-        try:
-            numbers[at] = list(map(float, integers))
-        except ValueError:  # "1-2", "-", ""
-            return None
-    plain = layout.pick_plain(values)
-    digits = "".join(plain)
+            values[column::k] = stripped.split(",")
+    digits = "".join(values)
     if digits.translate(_NOT_NUMERIC):  # nan, inf, 1_0, t, a float column's 5i ...
         return None
     if "+" in digits and digits.count("+") != digits.count("e+") + digits.count("E+"):
         return None
+    longest = max(map(len, values))
+    if longest >= 19 and not _integers_in_range(template, values):
+        return None
     try:
-        numbers[layout.plain_at] = list(map(float, plain))
+        numbers = np.array(list(map(float, values)), dtype=np.float64)
     except ValueError:  # "1-2", "", "."
         return None
-    longest = max(map(len, plain), default=0)
     if ("e" in digits or "E" in digits or longest > 300) and not _in_float_range(numbers, values):
         return None
     return times, numbers
@@ -564,8 +506,24 @@ def _in_float_range(numbers: np.ndarray, values: list[str]) -> bool:
         return False
     for index in np.flatnonzero(numbers == 0).tolist():
         mantissa = values[index].lower().partition("e")[0]
-        if mantissa.strip("-+.0iu"):  # non-zero digits read as zero (iu: an integer suffix)
+        if mantissa.strip("-+.0"):  # non-zero digits that came out as zero
             return False
+    return True
+
+
+def _integers_in_range(template: _Template, values: list[str]) -> bool:
+    k = len(template.names)
+    for columns, low, high in (
+        (template.int_columns, INT64_MIN, INT64_MAX),
+        (template.uint_columns, 0, UINT64_MAX),
+    ):
+        for column in columns:
+            try:
+                numbers = list(map(int, values[column::k]))
+            except ValueError:  # "1-2", "-": for the general path to name (was a 500)
+                return False
+            if min(numbers) < low or max(numbers) > high:
+                return False
     return True
 
 
