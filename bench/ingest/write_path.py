@@ -2,22 +2,30 @@
 
 The bodies are the ones ``ceiling.py``'s senders send: a node's 300 series (the agent's tag
 sets and fields) for ``--ticks`` ticks (5: the agent's ``push.batch_seconds``), for
-``--nodes`` nodes under their own host tags. Each is timed through three stages, every body
-in turn, a fresh store per checkout:
+``--nodes`` nodes under their own host tags. Stages, each over one body per node, a fresh
+store per checkout and round:
 
 - ``join``: a node's first body, parsed and stored (its tag sets' and series' ids made);
 - ``parse``: ``lineprotocol.parse_body_bytes`` alone, for a known node;
 - ``parse+store``: that, then ``SqliteStore.write`` (one committed transaction);
 - ``request``: the whole handler of a request held in memory, as a worker thread of
   ``collector serve`` runs it (``parse_head``, ``CollectorServer.handle``: the HTTP handler,
-  token check, parse, store, the 204's bytes), without the event loop's socket I/O.
+  token check, parse, store, the 204's bytes), without the event loop's socket I/O;
+- ``fold``: then ``compact()`` of everything the stages stored (3 bodies a node, 15 s of
+  the nodes' samples), as ``collector serve`` runs every 30 s: its CPU seconds, and the
+  wall seconds the store's write lock was held (every write waits that long).
 
-Reported per stage: bodies/s and samples/s on one core (best of ``--rounds``), and the
-microseconds per body. ``--baseline DIR`` runs the same in another checkout (its own
-``collector`` package, in a process of its own), alternating with this one round by round,
-so before and after are measured side by side under the same load:
+The WAL is checkpointed as each checkout's ``collector serve`` does it: here by its
+``Checkpointer`` thread once a second (its CPU counted in the stages'), in a checkout from
+before it by whichever commit passes 1,000 pages.
 
-    mkdir /tmp/before && git archive HEAD~3 | tar -x -C /tmp/before
+Reported per stage: microseconds of CPU per body (the process' CPU time: SQLite's and the
+checkpoints' included), bodies/s and samples/s on one core, best of ``--rounds``.
+``--baseline DIR`` runs the same in another checkout (its own ``collector`` package, in a
+process of its own), alternating with this one round by round, so before and after are
+measured side by side under the same load:
+
+    mkdir /tmp/before && git archive dde22c2 | tar -x -C /tmp/before
     .venv/bin/python bench/ingest/write_path.py --baseline /tmp/before
 """
 
@@ -65,8 +73,18 @@ def worker(bodies_path: Path) -> dict:
     rounds: list[list[bytes]] = pickle.loads(bodies_path.read_bytes())
     token = "bench-token"
     with tempfile.TemporaryDirectory(prefix="write-path-") as workdir:
-        store = SqliteStore(Path(workdir) / "store.sqlite")
+        try:  # collector serve's store: checkpoints beside the writes
+            store = SqliteStore(Path(workdir) / "store.sqlite", background_checkpoints=True)
+        except TypeError:  # a checkout from before they were
+            store = SqliteStore(Path(workdir) / "store.sqlite")
         server = CollectorServer(("127.0.0.1", 0), Sink(store), token=token)
+        try:  # and its checkpoints, once a second, their CPU counted with the stages'
+            from collector.ingest.server import Checkpointer
+
+            checkpointer = Checkpointer(store)
+            checkpointer.start()
+        except ImportError:
+            checkpointer = None
         try:
 
             def parse(body: bytes) -> None:
@@ -95,10 +113,35 @@ def worker(bodies_path: Path) -> dict:
                 for body in bodies:
                     run(body)
                 seconds[stage] = time.process_time() - started
+            seconds.update(fold(store))
             return seconds
         finally:
+            if checkpointer is not None:
+                checkpointer.stopping.set()
+                checkpointer.join()
             server.server_close()
             store.close()
+
+
+def fold(store) -> dict:
+    """``compact()`` of the store's batches: its CPU seconds and the write lock's."""
+    import contextlib
+
+    held: list[float] = []
+    transaction = store.db.transaction
+
+    @contextlib.contextmanager
+    def timed():
+        with store.db._write_lock:  # (re-entrant) from waiting for it to committing
+            started = time.perf_counter()
+            with transaction() as conn:
+                yield conn
+            held.append(time.perf_counter() - started)
+
+    store.db.transaction = timed
+    started = time.process_time()
+    store.compact()
+    return {"fold_cpu": time.process_time() - started, "fold_lock_held": sum(held)}
 
 
 def run_in(checkout: Path, bodies_path: Path) -> dict:
@@ -174,6 +217,19 @@ def main(argv: list[str] | None = None) -> int:
                 + ", ".join(f"{run[stage]:.3f}" for run in runs)
                 + ")"
             )
+    for name, runs in results.items():
+        cpu = min(run["fold_cpu"] for run in runs)
+        held = min(run["fold_lock_held"] for run in runs)
+        summary[name]["fold"] = {
+            "cpu_seconds": [round(run["fold_cpu"], 3) for run in runs],
+            "write_lock_seconds": [round(run["fold_lock_held"], 3) for run in runs],
+        }
+        print(
+            f"  {name:9s} fold of {3 * args.nodes} bodies: {cpu:.2f} CPU s, write lock held "
+            f"{held:.2f} s (best; per round: "
+            + ", ".join(f"{run['fold_lock_held']:.2f}" for run in runs)
+            + ")"
+        )
     if "baseline" in summary:
         for stage in STAGES:
             before, after = summary["baseline"][stage], summary["this"][stage]
