@@ -28,7 +28,8 @@ complete requests are handled in a bounded pool of threads. Bodies over
 Python, and the GIL would otherwise keep it on one core); the store keeps one writer
 connection behind a lock. Background maintenance folds new points into blocks (and merges
 a finished window's blocks once) every ``COMPACT_SECONDS`` and applies
-``--retention-days``.
+``--retention-days``; another thread checkpoints the WAL every ``CHECKPOINT_SECONDS``, so
+that no write's commit does (``Checkpointer``).
 """
 
 from __future__ import annotations
