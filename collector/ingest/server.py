@@ -624,11 +624,18 @@ class Checkpointer(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
+        failing = ""  # logged once while it lasts (a full disk fails it every second)
         while not self.stopping.wait(CHECKPOINT_SECONDS):
             try:
                 self.store.checkpoint()
-            except Exception:
-                log.exception("store checkpoint failed")
+            except Exception as error:
+                if str(error) != failing:
+                    failing = str(error)
+                    log.warning("store checkpoint failed: %s (the WAL grows meanwhile)", error)
+                continue
+            if failing:
+                failing = ""
+                log.info("store checkpoint works again")
 
 
 class Maintenance(threading.Thread):
