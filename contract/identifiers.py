@@ -28,6 +28,8 @@ RESERVED_HOSTS = frozenset(name.casefold() for name in (ALL_HOSTS, ALL_HOSTS_LAB
 
 
 def _hidden_character(value: str) -> str | None:
+    if value.isascii() and value.isprintable():  # no Cc (ASCII's are unprintable), no bidi
+        return None
     for char in value:
         if char in _BIDI or unicodedata.category(char) == "Cc":
             return f"U+{ord(char):04X}"

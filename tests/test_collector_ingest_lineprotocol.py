@@ -441,3 +441,40 @@ def test_float_range_edges_in_repeated_lines_as_the_c_parser_reads_them(value):
     assert [error.line for error in parsed.errors] == bad
     assert series_of(parsed) == expected
     assert bad == ([] if value in ("0e-400", "2.2250738585072014e-308") else [4])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "-i",
+        "1-2i",
+        "-9223372036854775808i",
+        "-9223372036854775809i",
+        "18446744073709551615u",
+        "18446744073709551616u",
+        "0i",
+        "-0i",
+        "007i",
+        "1.5i",
+        "5",
+    ],
+)
+def test_integer_columns_beside_long_integers_as_the_c_parser_reads_them(value):
+    # the template path converts every integer column of a body at once: a bad or
+    # out-of-range value among 19-digit counters, and a zero counter beside a gauge in
+    # e-notation (the float range check), are read as the line-by-line parser reads them
+    # (a "-i" among 19-digit values once raised ValueError out of the parse: a 500)
+    unsigned = value.endswith("u")
+    body = "\n".join(
+        f"net,host=edge,interface=ib0 "
+        f"{'rx_packets' if unsigned else 'rx_bytes'}="
+        f"{value if i == 3 else ('9999999999999999999u' if unsigned else '9223372036854775807i')},"
+        f"errors={'0i' if i % 2 else '12i'},util=1e-05 {1000 + i}"
+        for i in range(6)
+    )
+    expected, bad = reference(body, "ns")
+    parsed = parse_body(body, "ns", now_ns=NOW)
+    assert [error.line for error in parsed.errors] == bad
+    assert series_of(parsed) == expected
+    valid = value in ("-9223372036854775808i", "18446744073709551615u", "0i", "-0i", "007i", "5")
+    assert bad == ([] if valid else [4])

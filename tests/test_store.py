@@ -469,3 +469,26 @@ def test_a_run_the_user_stopped_is_interrupted_unless_a_rank_failed_first():
     assert state((5, 0, stopped), (6, 1, failed)) == stopped  # failed in the stop's wake
     assert state((4, 1, failed), (5, 0, stopped)) == failed  # a rank failed first
     assert state((5, 0, failed), (5, 1, RunState.FINISHED)) == failed
+
+
+def test_background_checkpoints_leave_the_wal_to_checkpoint(tmp_path):
+    # collector serve's store: no commit copies the WAL into the file (SQLite's default
+    # does past 1,000 pages, an fsync inside a write), checkpoint() does, writes going on
+    path = tmp_path / "bg.sqlite"
+    lines = "\n".join(
+        f"disk,host=h{h},device=sda reads={t}i,busy={t * 0.5} {t * 10**9}"
+        for t in range(1200)
+        for h in range(8)
+    )
+    with SqliteStore(path, background_checkpoints=True) as store:
+        for _ in range(24):  # each ~240 kB of batches: the WAL passes 1,000 pages
+            store.write_lines(lines)
+        wal = tmp_path / "bg.sqlite-wal"
+        assert wal.stat().st_size > 1000 * 4096
+        pages, copied = store.checkpoint()
+        assert pages > 1000 and copied == pages
+        (data,) = store.read_series(store.list_series("disk", "reads", "h3"), 0, 1200 * 10**9)
+        assert data.values.tolist() == [float(t) for t in range(1200)]
+    with SqliteStore(path) as store:  # default: commits checkpoint as SQLite does
+        store.write_lines(lines)
+        assert store.checkpoint()[0] < 1000

@@ -518,7 +518,10 @@ def _integers_in_range(template: _Template, values: list[str]) -> bool:
         (template.uint_columns, 0, UINT64_MAX),
     ):
         for column in columns:
-            numbers = list(map(int, values[column::k]))
+            try:
+                numbers = list(map(int, values[column::k]))
+            except ValueError:  # "1-2", "-": for the general path to name (was a 500)
+                return False
             if min(numbers) < low or max(numbers) > high:
                 return False
     return True

@@ -28,7 +28,8 @@ complete requests are handled in a bounded pool of threads. Bodies over
 Python, and the GIL would otherwise keep it on one core); the store keeps one writer
 connection behind a lock. Background maintenance folds new points into blocks (and merges
 a finished window's blocks once) every ``COMPACT_SECONDS`` and applies
-``--retention-days``.
+``--retention-days``; another thread checkpoints the WAL every ``CHECKPOINT_SECONDS``, so
+that no write's commit does (``Checkpointer``).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ log = logging.getLogger("collector.ingest.server")
 VERSION = "2.7.0-epochscope"  # what /ping and /health report; clients only check it exists
 PARALLEL_PARSE_BYTES = 256 * 1024
 COMPACT_SECONDS = 30.0
+CHECKPOINT_SECONDS = 1.0  # how often the WAL is copied into the store file
 RETENTION_SECONDS = 3600.0  # how often retention runs
 _READ_CHUNK = 1 << 16
 V2_PRECISIONS = ("ns", "us", "ms", "s")
@@ -611,6 +613,31 @@ def cannot_listen(host: str, port: int, error: OSError) -> str:
     return listen.cannot_listen(host, port, error, who="another collector?")
 
 
+class Checkpointer(threading.Thread):
+    """Copies the store's WAL into its file every ``CHECKPOINT_SECONDS``, beside the writes
+    (a commit that checkpointed itself held every writer for the copy and its fsync: the
+    30 s fold's commit took 0.8 s of its 2 s under the write lock that way)."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        super().__init__(name="store-checkpoint", daemon=True)
+        self.store = store
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        failing = ""  # logged once while it lasts (a full disk fails it every second)
+        while not self.stopping.wait(CHECKPOINT_SECONDS):
+            try:
+                self.store.checkpoint()
+            except Exception as error:
+                if str(error) != failing:
+                    failing = str(error)
+                    log.warning("store checkpoint failed: %s (the WAL grows meanwhile)", error)
+                continue
+            if failing:
+                failing = ""
+                log.info("store checkpoint works again")
+
+
 class Maintenance(threading.Thread):
     """Compacts small blocks and applies retention in the background."""
 
@@ -654,7 +681,8 @@ def run(args) -> int:
             "--tls-key-file (docs/deploy.md)",
             host,
         )
-    store = SqliteStore(args.db, check_integrity=True)  # StoreError: one line (collector.cli)
+    # StoreError: one line (collector.cli)
+    store = SqliteStore(args.db, check_integrity=True, background_checkpoints=True)
     # prometheus=URL forwards nothing: pushed samples are stored here
     forwarding = backend is not None and backend.forwards_writes
     forwarder = Forwarder(backend.url, backend.authorization) if forwarding else None
@@ -710,6 +738,8 @@ def run(args) -> int:
         server.read_store = open_backend_store(backend, store)
     maintenance = Maintenance(store, args.retention_days)
     maintenance.start()
+    checkpointer = Checkpointer(store)
+    checkpointer.start()
 
     stopped_by: list[str] = []
 
@@ -736,6 +766,8 @@ def run(args) -> int:
         server.serve_forever()
     finally:
         maintenance.stopping.set()
+        checkpointer.stopping.set()
+        checkpointer.join()
         server.server_close()
         pool.close()
         store.close()

@@ -140,10 +140,17 @@ class Database:
     this code does not know.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], background_checkpoints: bool = False) -> None:
+        """``background_checkpoints``: the writer's commits never checkpoint the WAL (SQLite's
+        default does, once it passes 1,000 pages: an fsync and a copy of the WAL inside
+        whichever write commits then, all writers waiting); the owner calls
+        :meth:`checkpoint` instead, from a thread of its own (``collector serve`` does)."""
         self.path = Path(path)
+        self.background_checkpoints = background_checkpoints
         self._write_lock = threading.RLock()
         self._writer: sqlite3.Connection | None = None
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpoint_lock = threading.Lock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
@@ -252,6 +259,8 @@ class Database:
                 raise RuntimeError("store is closed")
             conn = self._connect()
             conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
+            if self.background_checkpoints:
+                conn.execute("PRAGMA wal_autocheckpoint = 0")
             self._writer = conn
         return self._writer
 
@@ -271,8 +280,27 @@ class Database:
                     conn.execute("ROLLBACK")
                 raise
 
+    def checkpoint(self) -> tuple[int, int]:
+        """Copy the WAL's committed pages into the file (``PRAGMA wal_checkpoint(PASSIVE)``,
+        on a connection of its own: writers go on meanwhile, readers are not waited for);
+        (pages in the WAL, pages copied)."""
+        with self._checkpoint_lock:
+            if self._closed:
+                raise RuntimeError("store is closed")
+            if self._checkpointer is None:
+                self._checkpointer = self._connect()
+                self._checkpointer.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
+            _, pages, copied = self._checkpointer.execute(
+                "PRAGMA wal_checkpoint(PASSIVE)"
+            ).fetchone()
+            return pages, copied
+
     def close(self) -> None:
         self._closed = True
+        with self._checkpoint_lock:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
         with self._write_lock:
             if self._writer is not None:
                 self._writer.close()

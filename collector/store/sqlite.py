@@ -43,11 +43,17 @@ class SqliteStore:
     reads use one connection per thread.
     """
 
-    def __init__(self, path: str | os.PathLike[str], check_integrity: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        check_integrity: bool = False,
+        background_checkpoints: bool = False,
+    ) -> None:
         """Open (or create) the store file at ``path``; ``check_integrity``: run
-        ``PRAGMA quick_check`` first (``collector serve`` does). Raises ``StoreError`` for a
-        file that is not a usable store."""
-        self.db = Database(path)
+        ``PRAGMA quick_check`` first (``collector serve`` does); ``background_checkpoints``:
+        writes leave the WAL to :meth:`checkpoint` (``Database``). Raises ``StoreError`` for
+        a file that is not a usable store."""
+        self.db = Database(path, background_checkpoints)
         self.path = self.db.path
         if check_integrity:
             try:
@@ -62,6 +68,10 @@ class SqliteStore:
 
     def close(self) -> None:
         self.db.close()
+
+    def checkpoint(self) -> tuple[int, int]:
+        """The WAL into the file, writers going on (``Database.checkpoint``)."""
+        return self.db.checkpoint()
 
     def __enter__(self) -> SqliteStore:
         return self
