@@ -232,11 +232,8 @@ def test_each_ceiling_share_prints_the_same_in_the_table_json_and_dashboard(make
     """The fabric's and the decode ceiling's shares are computed once (the report's row);
     the CLI's table, its JSON (what the read API serves) and the dashboard's epoch table
     each write that value."""
-    from collector.cli import build_parser
-    from collector.views.reports import render
-    from contract import columns
     from contract.schema import Workload
-    from dashboard.columns import EPOCH_COLUMNS, format_value
+    from tests.support.views import assert_views_agree
     from tests.test_decode_ceiling import decode_points
 
     start = {Workload.CPUS_ALLOWED: "0-3", Workload.CPU_QUOTA_CPUS: 2.0}
@@ -244,16 +241,4 @@ def test_each_ceiling_share_prints_the_same_in_the_table_json_and_dashboard(make
     run.epoch(20, 400, net_rx=50e6, net_tx=20e6)
     link = fabric_ceiling_points(run.hosts, "eth0", "net", "sysfs", Ceiling.LINK, 1.25e9)
     store = make_store([*run.points(), *decode_points(run.hosts, 40.0), *link])
-    row = build_report(store, "views").rows[-1]
-    parser = build_parser()
-    table = render(parser.parse_args(["report", "views", "--columns", "all"]), store)
-    as_json = json.loads(render(parser.parse_args(["report", "views", "--format", "json"]), store))
-    dashboard_kinds = {column.key: column.kind for column in EPOCH_COLUMNS}
-    for name in ("decode_ceiling_percent", "fabric_ceiling_percent"):
-        value = getattr(row, name)
-        assert value is not None and value > 0, name
-        spec = columns.BY_NAME[name]
-        shown = columns.format_cell(spec, value)
-        assert shown in table, name
-        assert as_json["rows"][-1][name] == round(value, spec.digits), name
-        assert format_value(value, dashboard_kinds[name]) == shown, name
+    assert_views_agree(store, "views", ["decode_ceiling_percent", "fabric_ceiling_percent"])

@@ -161,6 +161,25 @@ class Cluster:
         self.processes.append(process)
         return log_path
 
+    def start_agents(
+        self, collector_url: str, token: str, ceilings_files: dict[str, Path], env: dict[str, str]
+    ) -> None:
+        """An agent on each host (cpu, net, its own and the ceilings samplers), pushing to
+        ``collector_url`` every second, its /metrics on AGENT_PORT for the launcher."""
+        for host in HOSTS:
+            config = self.base / f"agent-{host}.toml"
+            config.write_text(
+                f'host = "{host}"\ninterval_seconds = 1\n'
+                'samplers = ["cpu", "net", "agent", "ceilings"]\n'
+                f'ceilings_file = "{ceilings_files[host]}"\n'
+                f'[push]\nurl = "{collector_url}"\ntoken = "{token}"\n'
+                f'spool_dir = "{self.base / ("spool-" + host)}"\nbatch_seconds = 1\n'
+                f'[metrics]\nlisten = "0.0.0.0:{AGENT_PORT}"\n'
+            )
+            config.chmod(0o600)
+            self.start(host, "agent", [sys.executable, "-m", "agent", "run", "--config",
+                                       str(config)], env)  # fmt: skip
+
 
 def wait_for_log(path: Path, text: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
@@ -279,19 +298,7 @@ def trained(tmp_path_factory):
             "h1", "collector", [sys.executable, "-m", *serve, "--listen", listen], env
         )
         wait_for_log(log, "listening on", 60)
-        for host in HOSTS:
-            config = base / f"agent-{host}.toml"
-            config.write_text(
-                f'host = "{host}"\ninterval_seconds = 1\n'
-                'samplers = ["cpu", "net", "agent", "ceilings"]\n'
-                f'ceilings_file = "{ceilings_files[host]}"\n'
-                f'[push]\nurl = "{collector_url}"\ntoken = "{token}"\n'
-                f'spool_dir = "{base / ("spool-" + host)}"\nbatch_seconds = 1\n'
-                f'[metrics]\nlisten = "0.0.0.0:{AGENT_PORT}"\n'
-            )
-            config.chmod(0o600)
-            cluster.start(host, "agent", [sys.executable, "-m", "agent", "run", "--config",
-                                          str(config)], env)  # fmt: skip
+        cluster.start_agents(collector_url, token, ceilings_files, env)
 
         data = base / "data"
         make = "dataset make --format tfrecord --images 64 --classes 4 --image-size 32 --shards 2"

@@ -20,6 +20,7 @@ from collector.analysis.epochs import epoch_rows
 from contract.point import Point
 from contract.schema import Ceiling, Gpu, Tag
 from tests.support.run_builder import NS, RunBuilder
+from tests.support.views import assert_views_agree
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
@@ -140,29 +141,10 @@ def test_the_pcie_share_is_the_busier_direction_over_the_gpus_links(make_store):
 
 
 def test_the_pcie_share_prints_the_same_in_the_table_json_and_dashboard(make_store):
-    import json
-
-    from collector.analysis.epochs import build_report
-    from collector.cli import build_parser
-    from collector.views.reports import render
-    from contract import columns
-    from dashboard.columns import EPOCH_COLUMNS, format_value
-
     run = RunBuilder("r-pcieviews", hosts=("n1", "n2"), ranks_per_host=2, gpus=False)
     run.epoch(SECONDS, 6400)
     gen3_x16 = pcie_bytes_per_second(3, 16)
     links = {"n1": [gen3_x16, gen3_x16], "n2": [gen3_x16]}
     store = make_store(run.points() + gpu_points(run) + pcie_ceiling_points(run, links))
-    value = build_report(store, "r-pcieviews").rows[-1].gpu_pcie_ceiling_percent
-    assert value == pytest.approx(100 * 7e9 / (3 * gen3_x16), rel=0.01)
-    parser = build_parser()
-    table = render(parser.parse_args(["report", "r-pcieviews", "--columns", "all"]), store)
-    as_json = json.loads(
-        render(parser.parse_args(["report", "r-pcieviews", "--format", "json"]), store)
-    )
-    spec = columns.BY_NAME["gpu_pcie_ceiling_percent"]
-    shown = columns.format_cell(spec, value)
-    assert shown in table
-    assert as_json["rows"][-1]["gpu_pcie_ceiling_percent"] == round(value, spec.digits)
-    kind = {column.key: column.kind for column in EPOCH_COLUMNS}["gpu_pcie_ceiling_percent"]
-    assert format_value(value, kind) == shown
+    shown = assert_views_agree(store, "r-pcieviews", ["gpu_pcie_ceiling_percent"])
+    assert shown["gpu_pcie_ceiling_percent"] == pytest.approx(100 * 7e9 / (3 * gen3_x16), rel=0.01)

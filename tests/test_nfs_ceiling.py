@@ -10,7 +10,6 @@ not an NFS server's rate.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
@@ -202,24 +201,10 @@ def test_the_storage_bound_finding_judges_reads_against_where_they_came_from(
 
 
 def test_the_nfs_share_prints_the_same_in_the_table_json_and_dashboard(make_store):
-    from collector.cli import build_parser
-    from collector.views.reports import render
-    from contract import columns
-    from dashboard.columns import EPOCH_COLUMNS, format_value
+    from tests.support.views import assert_views_agree
 
     run = RunBuilder("nfsviews", warmup_steps=2)
     run.epoch(20, 400, nfs_server_read=50e6, nfs_app_read=60e6)
     store = make_store([*run.points(), *nfs_ceiling_points(run.hosts, 200e6)])
-    value = build_report(store, "nfsviews").rows[-1].nfs_read_ceiling_percent
-    assert value == pytest.approx(25.0, rel=0.02)
-    parser = build_parser()
-    table = render(parser.parse_args(["report", "nfsviews", "--columns", "all"]), store)
-    as_json = json.loads(
-        render(parser.parse_args(["report", "nfsviews", "--format", "json"]), store)
-    )
-    spec = columns.BY_NAME["nfs_read_ceiling_percent"]
-    shown = columns.format_cell(spec, value)
-    assert shown in table
-    assert as_json["rows"][-1]["nfs_read_ceiling_percent"] == round(value, spec.digits)
-    kind = {column.key: column.kind for column in EPOCH_COLUMNS}["nfs_read_ceiling_percent"]
-    assert format_value(value, kind) == shown
+    shown = assert_views_agree(store, "nfsviews", ["nfs_read_ceiling_percent"])
+    assert shown["nfs_read_ceiling_percent"] == pytest.approx(25.0, rel=0.02)

@@ -114,19 +114,7 @@ def _start_cluster(base: Path, env: dict[str, str]):
         env,
     )  # fmt: skip
     ceilings_files = {host: base / f"ceilings-{host}.json" for host in HOSTS}
-    for host in HOSTS:
-        config = base / f"agent-{host}.toml"
-        config.write_text(
-            f'host = "{host}"\ninterval_seconds = 1\n'
-            'samplers = ["cpu", "net", "agent", "ceilings"]\n'
-            f'ceilings_file = "{ceilings_files[host]}"\n'
-            f'[push]\nurl = "{collector_url}"\ntoken = "{token}"\n'
-            f'spool_dir = "{base / ("spool-" + host)}"\nbatch_seconds = 1\n'
-            f'[metrics]\nlisten = "0.0.0.0:{AGENT_PORT}"\n'
-        )
-        config.chmod(0o600)
-        cluster.start(host, "agent", [sys.executable, "-m", "agent", "run", "--config",
-                                      str(config)], env)  # fmt: skip
+    cluster.start_agents(collector_url, token, ceilings_files, env)
     wait_for_log(log, "listening on", 60)
     launcher = ["--ssh-user", "root", "--ssh-port", str(SSH_PORT), "--ssh-key", str(client_key),
                 "--agent-port", str(AGENT_PORT), "--collector", collector_url,
