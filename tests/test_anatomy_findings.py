@@ -297,6 +297,38 @@ def test_input_wait_storage_bound_when_the_training_reads_storage(make_store):
     assert finding.severity == "info"
 
 
+def with_training_cpu(run: RunBuilder, share: float) -> list:
+    """The run's points, each epoch_end carrying the rank's CPU seconds: ``share`` of the
+    host's CPU time (its 8 CPUs over the epoch's 100 s)."""
+    from contract.schema import Event, Workload
+
+    points = run.points()
+    for point in points:
+        if point.fields.get(Workload.EVENT) == Event.EPOCH_END:
+            point.fields[Workload.CPU_SECONDS] = share * 8 * 100.0
+    return points
+
+
+def test_input_wait_on_cpus_others_saturated_is_not_decode_bound(make_store):
+    """The host's CPUs 95% busy, the training's own processes 20% of them: the loaders
+    waited for CPU that others had; decoding is not what saturated them."""
+    run = input_run("crowded", 0.45, cpu_busy=0.95, reads=(0, 50_000_000))
+    store = make_store(with_training_cpu(run, 0.20))
+    assert build_report(store, "crowded").rows[-1].training_cpu_percent == pytest.approx(20.0)
+    (finding,) = findings_of(store, "crowded", "input_wait")
+    assert finding.evidence["cause"] == "others"
+    assert finding.evidence["training_cpu_percent"] == pytest.approx(20.0)
+    assert "saturated by other processes than the training's" in finding.explanation
+    assert "decode-bound" not in finding.explanation
+
+
+def test_input_wait_on_cpus_the_training_saturated_is_decode_bound(make_store):
+    run = input_run("own", 0.45, cpu_busy=0.95, reads=(0, 50_000_000))
+    (finding,) = findings_of(make_store(with_training_cpu(run, 0.90)), "own", "input_wait")
+    assert finding.evidence["cause"] == "decode"
+    assert "decode-bound: the training's CPUs were saturated" in finding.explanation
+
+
 def test_input_wait_silent_below_the_threshold(make_store):
     store = make_store(input_run("fast", 0.1, cpu_busy=0.95).points())
     assert findings_of(store, "fast", "input_wait") == []

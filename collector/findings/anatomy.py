@@ -24,9 +24,12 @@ rule of ``collector.findings.engine`` takes as its explanation when both runs ha
     at least half of ``rchar``) or iowait is high; decode-bound when the epochs' images/s
     reached ``DECODE_BOUND_SHARE`` of the host's decode ceiling (JPEG data sets with a
     measured decode rate per core, ``decode_ceiling_percent``: a cgroup quota's cores are
-    saturated while the host's CPUs are not) or the host's CPUs were saturated; else
-    undetermined (too few loader workers is the usual cause). The share of the decode
-    ceiling is stated beside it where measured.
+    saturated while the host's CPUs are not) or, unless the input came faster than decoding
+    allows, the training's own processes saturated the CPUs (``training_cpu_percent``; the
+    host's CPUs where not sent); others when the host's CPUs were saturated by other
+    processes than the training's (``contention`` names them); else undetermined (too few
+    loader workers is the usual cause). The share of the decode ceiling is stated beside it
+    where measured.
 ``straggler``
     In an epoch, one part of a rank's step (input wait, compute, all-reduce, the rest) runs
     longer than the other ranks' median of that part by at least ``STRAGGLER_PART_SHARE``
@@ -329,14 +332,28 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _decode_bound(decode_ceiling_percent: float | None, cpu_util_percent: float | None) -> bool:
+def _decode_bound(
+    decode_ceiling_percent: float | None, own_cpu: float | None, cpu_util_percent: float | None
+) -> bool:
     """Decoding at the decode ceiling's bound (the quota's cores full, whatever the host's
-    CPUs did), or the host's CPUs saturated."""
-    at_ceiling = (
-        decode_ceiling_percent is not None and decode_verdict(decode_ceiling_percent) == "bound"
-    )
-    return at_ceiling or (
-        cpu_util_percent is not None and cpu_util_percent >= CPU_SATURATED_PERCENT
+    CPUs did); else, unless the input came faster than decoding allows ("past": not decoded
+    here), the CPUs saturated by the training's own processes (ranks and loaders; the host's
+    CPUs where the training's share was not sent): others filling them is ``others``."""
+    verdict = None if decode_ceiling_percent is None else decode_verdict(decode_ceiling_percent)
+    if verdict in ("bound", "past"):
+        return verdict == "bound"
+    busy = own_cpu if own_cpu is not None else cpu_util_percent
+    return busy is not None and busy >= CPU_SATURATED_PERCENT
+
+
+def _others_saturate(own_cpu: float | None, cpu_util_percent: float | None) -> bool:
+    """The host's CPUs saturated while the training's own processes used less than that:
+    its loaders waited for CPU that other processes had."""
+    return (
+        own_cpu is not None
+        and cpu_util_percent is not None
+        and cpu_util_percent >= CPU_SATURATED_PERCENT
+        and own_cpu < CPU_SATURATED_PERCENT
     )
 
 
@@ -362,6 +379,9 @@ def detect_input_wait(
         epochs = sorted({r.epoch for r in members})
         host_rows = [report_rows[(host, e)] for e in epochs if (host, e) in report_rows]
         cpu = _mean([r.cpu_util_percent for r in host_rows if r.cpu_util_percent is not None])
+        own = _mean(
+            [r.training_cpu_percent for r in host_rows if r.training_cpu_percent is not None]
+        )
         iowait = _mean([r.iowait_percent for r in host_rows if r.iowait_percent is not None])
         storage = _mean([r.storage_read_mbps for r in host_rows if r.storage_read_mbps is not None])
         decoding = _mean(
@@ -377,8 +397,10 @@ def detect_input_wait(
         )
         if from_storage or (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT):
             cause = "storage"
-        elif _decode_bound(decoding, cpu):
+        elif _decode_bound(decoding, own, cpu):
             cause = "decode"
+        elif _others_saturate(own, cpu):
+            cause = "others"
         else:
             cause = "undetermined"
         found.append(
@@ -387,6 +409,7 @@ def detect_input_wait(
                 accelerator_utilisation=pooled_utilisation(members),
                 decode_ceiling_percent=decoding,
                 decode_cores=cores.get(host, (None, ""))[0] if decoding is not None else None,
+                training_cpu_percent=own,
             )
         )  # fmt: skip
     return found

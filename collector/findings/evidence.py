@@ -591,7 +591,7 @@ class InputWaitHost:
     host: str
     epochs: list[int]
     input_wait_share: float
-    cause: str  # storage | decode | undetermined
+    cause: str  # storage | decode | others | undetermined
     cpu_util_percent: float | None
     iowait_percent: float | None
     training_read_bytes: float | None
@@ -603,6 +603,8 @@ class InputWaitHost:
     # over the epochs; None: not a JPEG run, or no ceiling or CPU list measured
     decode_ceiling_percent: float | None = field(default=None, metadata=digits(1))
     decode_cores: float | None = field(default=None, metadata=digits(2))
+    # the training's own processes' share of the host's CPU time (``training_cpu_percent``)
+    training_cpu_percent: float | None = field(default=None, metadata=digits(1))
 
 
 @dataclass(frozen=True)

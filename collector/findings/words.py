@@ -824,10 +824,13 @@ CAUSE_TEXT = {
     "storage": "storage-bound: the training's reads came from storage"
     " (or the CPUs sat in iowait); a faster file system, more read-ahead or caching the data"
     " set would help",
-    "decode": "decode-bound: the CPUs were saturated decoding and augmenting; more or faster"
-    " cores, GPU decoding (DALI) or pre-processed records would help",
-    "undetermined": "neither storage nor the CPUs were saturated: more loader workers or a"
-    " deeper prefetch would help",
+    "decode": "decode-bound: the training's CPUs were saturated decoding and augmenting; more"
+    " or faster cores, GPU decoding (DALI) or pre-processed records would help",
+    "others": "the node's CPUs were saturated by other processes than the training's: its"
+    " loaders waited for CPU (the contention finding names who else ran); fewer neighbours,"
+    " a CPU reservation or pre-processed records would help",
+    "undetermined": "neither storage nor decoding was shown to be the limit: more loader"
+    " workers or a deeper prefetch would help",
 }
 
 
