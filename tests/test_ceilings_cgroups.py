@@ -6,13 +6,13 @@ quota is what caps its decode ceiling (tests/test_decode_ceiling.py).
 
 The machine is shared with other trainings: they take clock time from the command, never
 the quota's share of it upwards, so the clock's rate is bounded above by the quota (with
-the CFS period's slack). The rate per CPU second itself moves on this VM (131-235 pictures
-per CPU second within a minute under others' load, and more for a process time-sliced
-with others than for one that runs its quota's slice in a burst): every measurement runs
-with the largest ``cpu.shares``, and the quota's is compared with free ones taken just
-before and just after it, within a tolerance of their range. At load 4-5 from other
-sessions' trainings the quota's rate still read 1.4-1.8x the free ones in 3 of 5 runs (a
-slice run in a burst decodes faster than one time-sliced with others); quiet, they agree."""
+the CFS period's slack). The rate per CPU second is not the same under a quota here: a
+process the quota throttles every period decodes more pictures per CPU second than one
+running free (quiet: 177 against 116 and 116 before and after it; at load 4-5, 1.4-1.8x),
+and the rate moves by a quarter within a minute under others' load. So the quota's rate is
+compared with free ones taken just before and just after it, every measurement with the
+largest ``cpu.shares``, within bounds that say what matters: the quota's clock time does
+not bring it down towards the quota's share (a rate by the clock would read 0.5x)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from contract.schema import Ceiling
 
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
 QUOTA_CPUS = 0.5
-PER_CORE_TOLERANCE = 0.30  # rate per CPU second, quota against none
+# the quota's rate per CPU second over the free ones' (see above for why it reads higher)
+PER_CORE_LOW, PER_CORE_HIGH = 0.75, 2.0
 SHARES = 262144  # cpu.shares' largest: the measurements get their CPU before others' work
 QUOTA_SLACK = 0.10  # clock rate over rate per CPU second may exceed the quota by this
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +94,7 @@ def free_rate_per_cpu_second(seconds: float) -> float:
 def assert_within_free(held: float, before: float, after: float) -> None:
     """``held`` (under the quota) within the tolerance of the free rates around it."""
     low, high = min(before, after), max(before, after)
-    assert low * (1 - PER_CORE_TOLERANCE) <= held <= high * (1 + PER_CORE_TOLERANCE), (
+    assert low * PER_CORE_LOW <= held <= high * PER_CORE_HIGH, (
         f"{held:.0f} pictures per CPU second under the quota; free: {before:.0f}, {after:.0f}"
     )
 
