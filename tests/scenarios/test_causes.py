@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.findings.evidence import CPU_SATURATED_PERCENT
 from tests.scenarios.conftest import REPO, ScenarioRun, collector_report
 
 SCRIPT = REPO / "tests" / "scripts" / "cause_train.py"
@@ -207,8 +208,9 @@ def test_loader_workers_past_the_cores_by_count_but_idle_are_not_named(tmp_path,
         f["evidence"]["verdict"] for f in run.findings if f["rule"] == "cpu_oversubscription"
     }
     assert not verdicts & {"workers_compete", "oversubscribed"}, run.findings
-    # the measurement the rule judged: the training's own CPU, well under the 85% of the
-    # cores that "compete" needs (one compute thread reaches 50% at most)
+    # the measurement the rule judged: the training's own CPU, under the 85% of the cores
+    # that "compete" needs (one compute thread is 50%; the workers' collating of a 0.4 s
+    # epoch added up to 20.6 points on a quiet machine)
     settled = [r for r in run.rows if r["host"] != "*" and r["epoch"] >= 2]
     assert settled and all(r["training_cpu_percent"] is not None for r in settled)
-    assert max(r["training_cpu_percent"] for r in settled) < 70.0, settled
+    assert max(r["training_cpu_percent"] for r in settled) < CPU_SATURATED_PERCENT, settled
