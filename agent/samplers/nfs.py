@@ -261,26 +261,33 @@ def _counter_signature(mount: NfsMount) -> tuple:
     )
 
 
-def distinct_mounts(mounts: list[NfsMount]) -> list[NfsMount]:
-    """The mounts without the later ones whose counters are an earlier mount's (one
-    superblock: one server file system). Mounts with no ``bytes:`` line are all kept."""
-    seen: set[tuple] = set()
-    kept = []
-    for mount in mounts:
+def duplicates(mounts: list[NfsMount]) -> dict[int, str]:
+    """For each later mount whose counters are an earlier one's (one superblock: one server
+    file system), its index -> the earlier mount's mount point. Mounts with no ``bytes:``
+    line are never called the same."""
+    first_mountpoint: dict[tuple, str] = {}
+    found = {}
+    for index, mount in enumerate(mounts):
         if mount.bytes:
             signature = _counter_signature(mount)
-            if signature in seen:
-                continue
-            seen.add(signature)
-        kept.append(mount)
-    return kept
+            if signature in first_mountpoint:
+                found[index] = first_mountpoint[signature]
+            else:
+                first_mountpoint[signature] = mount.mountpoint
+    return found
+
+
+def distinct_mounts(mounts: list[NfsMount]) -> list[NfsMount]:
+    """The mounts without the later ones that share an earlier one's superblock."""
+    repeated = duplicates(mounts)
+    return [mount for index, mount in enumerate(mounts) if index not in repeated]
 
 
 def mount_points(mounts: list[NfsMount], now_ns: int) -> list[Point]:
     """One ``nfs`` point per mount; later mounts with the same counters get ``duplicate_of``."""
-    first_mountpoint: dict[tuple, str] = {}
+    repeated = duplicates(mounts)
     points = []
-    for mount in mounts:
+    for index, mount in enumerate(mounts):
         fields = mount_fields(mount)
         if not fields:
             continue
@@ -293,11 +300,8 @@ def mount_points(mounts: list[NfsMount], now_ns: int) -> list[Point]:
             tags[Tag.NFS_VERSION] = mount.nfs_version
         if mount.options.get("proto"):
             tags[Tag.PROTO] = mount.options["proto"]
-        if mount.bytes:  # never call two mounts with no statistics the same
-            signature = _counter_signature(mount)
-            primary = first_mountpoint.setdefault(signature, mount.mountpoint)
-            if primary != mount.mountpoint:
-                tags[Tag.DUPLICATE_OF] = primary
+        if repeated.get(index, mount.mountpoint) != mount.mountpoint:
+            tags[Tag.DUPLICATE_OF] = repeated[index]
         points.append(Point(Nfs.NAME, tags, fields, now_ns))
     return points
 
