@@ -121,11 +121,16 @@ def pcie_ceiling_points(run: RunBuilder, links: dict[str, list[float]]) -> list[
     ]
 
 
-def test_the_pcie_share_is_the_busier_direction_over_the_gpus_links(make_store):
-    run = RunBuilder("r-pcie", hosts=("n1", "n2"), ranks_per_host=2, gpus=False)
+def pcie_run(run_id: str, generation: int) -> tuple[RunBuilder, float, dict[str, list[float]]]:
+    """The GPUs' run (n1: two GPUs, n2: one), each GPU on a x16 link of ``generation``."""
+    run = RunBuilder(run_id, hosts=("n1", "n2"), ranks_per_host=2, gpus=False)
     run.epoch(SECONDS, 6400)
-    gen4_x16 = pcie_bytes_per_second(4, 16)
-    links = {"n1": [gen4_x16, gen4_x16], "n2": [gen4_x16]}
+    link = pcie_bytes_per_second(generation, 16)
+    return run, link, {"n1": [link, link], "n2": [link]}
+
+
+def test_the_pcie_share_is_the_busier_direction_over_the_gpus_links(make_store):
+    run, gen4_x16, links = pcie_run("r-pcie", 4)
     store = make_store(run.points() + gpu_points(run) + pcie_ceiling_points(run, links))
     rows = {row["host"]: row for row in epoch_rows(store, "r-pcie")}
     # received is the busier direction: (2 + 1) GB/s over two Gen4 x16 links
@@ -141,10 +146,7 @@ def test_the_pcie_share_is_the_busier_direction_over_the_gpus_links(make_store):
 
 
 def test_the_pcie_share_prints_the_same_in_the_table_json_and_dashboard(make_store):
-    run = RunBuilder("r-pcieviews", hosts=("n1", "n2"), ranks_per_host=2, gpus=False)
-    run.epoch(SECONDS, 6400)
-    gen3_x16 = pcie_bytes_per_second(3, 16)
-    links = {"n1": [gen3_x16, gen3_x16], "n2": [gen3_x16]}
+    run, gen3_x16, links = pcie_run("r-pcieviews", 3)
     store = make_store(run.points() + gpu_points(run) + pcie_ceiling_points(run, links))
     shown = assert_views_agree(store, "r-pcieviews", ["gpu_pcie_ceiling_percent"])
     assert shown["gpu_pcie_ceiling_percent"] == pytest.approx(100 * 7e9 / (3 * gen3_x16), rel=0.01)
