@@ -86,6 +86,19 @@ def decode_verdict(percent: float) -> str:
     return "bound" if percent >= 100 * DECODE_BOUND_SHARE else "under"
 
 
+def link_verdict(share: float, least_share: float | None) -> str:
+    """What the all-reduce's share of the link says (percent: its bytes over the ranks'
+    wait, an upper bound when it ran behind backward too), with the least share it can
+    have had (``least_share``: over the wait and the whole of compute): "bound"
+    (bandwidth-bound: both at ``CEILING_BOUND_SHARE``), "not_shown" (only the upper bound
+    is) or "under" (not bandwidth)."""
+    if share < 100 * CEILING_BOUND_SHARE:
+        return "under"
+    if least_share is not None and least_share < 100 * CEILING_BOUND_SHARE:
+        return "not_shown"
+    return "bound"
+
+
 STORAGE_READ_SHARE = 0.5  # read_bytes / rchar: the training's reads came from storage
 # MLPerf Storage's pass mark for ResNet-50 (and UNet3D): accelerator utilisation >= 90%
 AU_PASS = 0.90

@@ -69,6 +69,7 @@ from collector.findings.evidence import (
     UtilisationGrowth,
     decode_verdict,
     evidence_json,
+    link_verdict,
 )
 from contract.columns import BY_NAME, human_bytes
 from contract.units import format_efficiency, format_fraction, format_points
@@ -548,7 +549,7 @@ OVER_CEILING = 1.10  # above it a rate is more than the link carries, not a nois
 
 def allreduce_ceiling_text(found: ScalingAttribution) -> str:
     """The all-reduce's rate against the fabric's measured ceiling, with the rule for
-    "bandwidth-bound" (``CEILING_BOUND_SHARE``, the disk's rule); "" without a ceiling."""
+    "bandwidth-bound" (``link_verdict``); "" without a ceiling."""
     rate, ceiling = found.allreduce_bytes_per_second, found.fabric_ceiling_bytes_per_second
     share = found.allreduce_ceiling_percent
     if rate is None or ceiling is None or share is None:
@@ -557,40 +558,38 @@ def allreduce_ceiling_text(found: ScalingAttribution) -> str:
         f" While the ranks waited on it, the all-reduce moved {_bytes_rate(rate)} per node, "
         f"{share:.0f}% of the fabric's measured {_bytes_rate(ceiling)} (agent ceilings)"
     )
+    verdict = link_verdict(share, found.allreduce_ceiling_least_percent)
+    if verdict == "under":
+        return text + (
+            f", under the {100 * CEILING_BOUND_SHARE:.0f}% that would mean bandwidth: not "
+            "bandwidth; latency (many small tensors: fusion helps) or waiting for slower "
+            "ranks, or too little overlap with backward."
+        )
     helps = "a faster link or fewer gradient bytes (fp16, compression) would help."
-    least = found.allreduce_seconds_at_ceiling
-    lowest = found.allreduce_ceiling_least_percent
-    # the rate over the wait is an upper bound (a short tail after a long overlap reads
-    # high): bandwidth-bound needs the least the rate can have been at the bound too
-    shown = lowest is None or lowest >= 100 * CEILING_BOUND_SHARE
     unsure = (
         "Had it run behind the whole of compute too (what ran behind backward is not "
-        f"measured), it would have run at {lowest or 0:.0f}% of the link: overlap, not only "
-        "bandwidth, may explain the share; the link is not shown to bound the all-reduce."
+        f"measured), it would have run at {found.allreduce_ceiling_least_percent or 0:.0f}% "
+        "of the link: overlap, not only bandwidth, may explain the share; the link is not "
+        "shown to bound the all-reduce."
     )
+    least = found.allreduce_seconds_at_ceiling
     if share > 100 * OVER_CEILING and least is not None:
         text += (
             f": more than the link carries, so the wait was not the whole transfer. At the "
             f"link's rate the gradients need at least {_ms(least)} ms per step"
         )
-        if not shown:
+        if verdict == "not_shown":
             return f"{text}. {unsure}"
         return text + (
             "; the rest ran behind backward, in compute's time: the link bounds the "
             f"all-reduce (bandwidth-bound); {helps}"
         )
-    if share >= 100 * CEILING_BOUND_SHARE:
-        if not shown:
-            return text + (
-                f", at or above the {100 * CEILING_BOUND_SHARE:.0f}% that would mean "
-                f"bandwidth if the wait were the whole transfer. {unsure}"
-            )
-        return text + f": bandwidth-bound; {helps}"
-    return text + (
-        f", under the {100 * CEILING_BOUND_SHARE:.0f}% that would mean bandwidth: not "
-        "bandwidth; latency (many small tensors: fusion helps) or waiting for slower ranks, "
-        "or too little overlap with backward."
-    )
+    if verdict == "not_shown":
+        return text + (
+            f", at or above the {100 * CEILING_BOUND_SHARE:.0f}% that would mean "
+            f"bandwidth if the wait were the whole transfer. {unsure}"
+        )
+    return text + f": bandwidth-bound; {helps}"
 
 
 def threads_text(found: ScalingAttribution) -> str:
