@@ -416,6 +416,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 stats,
                 batch_seconds=push.batch_seconds,
                 tls=push_tls(push),
+                sync_each_batch=push.spool_sync == "batch",
             )
         except OSError as error:
             raise ConfigError(

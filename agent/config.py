@@ -18,6 +18,8 @@ Keys (all optional)::
     spool_dir = "/var/lib/epochscope/spool"
     spool_max_bytes = 536870912   # 512 MiB; when full the oldest points are dropped
     batch_seconds = 5             # once caught up, send at most this often (0: every tick)
+    spool_sync = "segment"        # fdatasync a spool segment when it is cut and not sent;
+                                  # "batch": every tick's batch (agent.spool)
     ca_file = "/etc/epochscope/ca.pem"  # https url: verify the collector against this CA
     cert_file = "/etc/epochscope/agent.pem"  # a client certificate, where the collector
     key_file = "/etc/epochscope/agent.key"   # asks for one (--tls-client-ca-file)
@@ -110,6 +112,9 @@ class Secret:
         return hash(self._value)
 
 
+SPOOL_SYNC_POLICIES = ("segment", "batch")
+
+
 @dataclass(frozen=True)
 class PushConfig:
     url: str
@@ -119,6 +124,7 @@ class PushConfig:
     spool_dir: Path = DEFAULT_SPOOL_DIR
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
     batch_seconds: float = DEFAULT_BATCH_SECONDS
+    spool_sync: str = "segment"  # "segment" or "batch": when the spool is fdatasync'd
     ca_file: Path | None = None  # https: the CA the collector is verified against
     cert_file: Path | None = None  # a client certificate for the collector, with its key
     key_file: Path | None = None
@@ -170,6 +176,7 @@ _KEYS: dict[str, dict[str, str]] = {
         "spool_dir": _STR,
         "spool_max_bytes": _INT,
         "batch_seconds": _NUMBER,
+        "spool_sync": _STR,
         "ca_file": _STR,
         "cert_file": _STR,
         "key_file": _STR,
@@ -420,6 +427,9 @@ def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
     batch_seconds = float(table.get("batch_seconds", DEFAULT_BATCH_SECONDS))
     if not 0 <= batch_seconds <= 3600:
         raise ConfigError("push.batch_seconds", f"must be 0..3600 (got {batch_seconds})")
+    spool_sync = table.get("spool_sync", "segment")
+    if spool_sync not in SPOOL_SYNC_POLICIES:
+        raise ConfigError("push.spool_sync", f'must be "segment" or "batch" (got {spool_sync!r})')
     for key in ("bucket", "org", "spool_dir"):
         if key in table and not table[key]:
             raise ConfigError(f"push.{key}", "must not be empty")
@@ -440,6 +450,7 @@ def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
         spool_dir=spool_dir,
         spool_max_bytes=spool_max_bytes,
         batch_seconds=batch_seconds,
+        spool_sync=spool_sync,
     )
 
 

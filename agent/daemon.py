@@ -26,7 +26,7 @@ grid, so that a run or epoch edge has a real reading at its own instant instead 
 interpolated between two ticks (a rank asks at each run/epoch event and uses the returned
 timestamp as the event's). The points are shipped like a tick's, handed to the shipper
 with the next tick's (``ship_edge_samples``: the reply does not wait for the spool's
-``fdatasync``, which is what a rank waiting on it would pay), and not published to
+write), and not published to
 /metrics (scrapes keep their regular grid); slow samplers (GPU: NVML) are left out. One
 lock serialises ticks and edge samples: samplers keep /proc files open and are not
 thread-safe.

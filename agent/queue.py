@@ -49,8 +49,9 @@ class PointQueue:
         max_bytes: int,
         segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES,
         stats: AgentStats | None = None,
+        sync_each_batch: bool = False,
     ) -> None:
-        self.spool = Spool(directory, max_bytes, segment_max_bytes)
+        self.spool = Spool(directory, max_bytes, segment_max_bytes, sync_each_batch)
         self.stats = stats
         self.memory_max_bytes = max(1, min(MEMORY_MAX_BYTES, max_bytes))
         self._memory: deque[MemoryEntry] = deque()

@@ -232,6 +232,7 @@ class Shipper:
         backoff_max_seconds: float = 30.0,
         segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES,
         tls: Callable[[], ssl.SSLContext] | None = None,
+        sync_each_batch: bool = False,
     ) -> None:
         self.url = url
         self._tls = tls
@@ -240,7 +241,9 @@ class Shipper:
         self._bucket = bucket
         self.batch_seconds = batch_seconds
         self.backoff_max_seconds = backoff_max_seconds
-        self.queue = PointQueue(Path(spool_dir), spool_max_bytes, segment_max_bytes, stats)
+        self.queue = PointQueue(
+            Path(spool_dir), spool_max_bytes, segment_max_bytes, stats, sync_each_batch
+        )
         self._writer: HttpWriter | None = None
         self._wake = threading.Condition()
         self._new_data = False  # set by submit: wakes an idle sender

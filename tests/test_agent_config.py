@@ -164,6 +164,7 @@ def test_push_can_come_from_the_environment_alone():
         ("[push]\nurl = 'http://h'\ntoken = 'a'\ntoken_file = 'b'", {}, "push.token", "not both"),
         ("[push]\nurl = 'http://h'\nbucket = ''", {}, "push.bucket", "must not be empty"),
         ("[push]\nurl = 'http://h'\nbatch_seconds = -1", {}, "push.batch_seconds", "0..3600"),
+        ("[push]\nurl = 'http://h'\nspool_sync = 'always'", {}, "push.spool_sync", '"batch"'),
         ("push = 1", {}, "push", "must be a table"),
         ("[metrics]\nlisten = '127.0.0.1'", {}, "metrics.listen", "ADDRESS:PORT"),
         ("[metrics]\nlisten = '127.0.0.1:70000'", {}, "metrics.listen", "0..65535"),
