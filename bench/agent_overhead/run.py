@@ -17,6 +17,7 @@ samplers: the mean wall time of each sampler's ``sample()`` per tick, from the
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -139,6 +141,44 @@ def scrape(url: str) -> bytes:
         return response.read()
 
 
+# What Prometheus sends with every scrape, captured from Debian's prometheus 2.42 (the
+# timeout is its default, 10 s): it asks for gzip unless a job sets
+# `enable_compression: false`, and keeps its connection open between scrapes.
+PROMETHEUS_HEADERS = {
+    "User-Agent": "Prometheus/2.42.0+ds",
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+    "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+    "X-Prometheus-Scrape-Timeout-Seconds": "10",
+}
+SCRAPE_STYLES = ("prometheus", "keep-alive", "new-connection")
+
+
+class Scraper:
+    """Scrapes one URL as ``style`` says: ``prometheus`` (one kept-open connection and
+    Prometheus's request headers, gzip asked for), ``keep-alive`` (one kept-open
+    connection, no gzip) or ``new-connection`` (a connection per scrape, no gzip)."""
+
+    def __init__(self, url: str, style: str) -> None:
+        self.url, self.style = url, style
+        parts = urllib.parse.urlsplit(url)
+        self._host, self._port, self._path = parts.hostname or "", parts.port, parts.path
+        self._connection: http.client.HTTPConnection | None = None
+
+    def __call__(self) -> bytes:
+        if self.style == "new-connection":
+            return scrape(self.url)
+        if self._connection is None:
+            self._connection = http.client.HTTPConnection(self._host, self._port, timeout=5)
+        headers = PROMETHEUS_HEADERS if self.style == "prometheus" else {}
+        self._connection.request("GET", self._path, headers=headers)
+        response = self._connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise OSError(f"{self.url}: HTTP {response.status}")
+        return body
+
+
 def wait_for(url: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -158,6 +198,7 @@ class Watched:
         self.name = name
         self.process = process
         self.metrics_url = metrics_url  # None: not scraped
+        self.scraper: Scraper | None = None
         self.cpu_start = 0.0
         self.cpu_end = 0.0
         self.rss_max = 0
@@ -228,7 +269,13 @@ def start_agent(
     return Watched(host, process, f"http://127.0.0.1:{port}/metrics")
 
 
-def run(seconds: float, warmup: float, out: Path, samplers: list[str] | None = None) -> dict:
+def run(
+    seconds: float,
+    warmup: float,
+    out: Path,
+    samplers: list[str] | None = None,
+    scrape_style: str = "prometheus",
+) -> dict:
     if not NODE_EXPORTER.exists():
         sys.exit(f"{NODE_EXPORTER} is missing: apt-get install prometheus-node-exporter")
     endpoint = WriteEndpoint()
@@ -251,6 +298,9 @@ def run(seconds: float, warmup: float, out: Path, samplers: list[str] | None = N
         for each in watched:
             wait_for(each.metrics_url)
         push_only.metrics_url = None  # up; from now on left alone
+        for each in watched:
+            if each.metrics_url is not None:
+                each.scraper = Scraper(each.metrics_url, scrape_style)
         time.sleep(warmup)  # past start-up: imports and first samples are not counted
         for each in watched:
             each.cpu_start = cpu_seconds(each.process.pid)
@@ -261,8 +311,8 @@ def run(seconds: float, warmup: float, out: Path, samplers: list[str] | None = N
         next_scrape = started
         while (elapsed := time.monotonic() - started) < seconds:
             for each in watched:
-                if each.metrics_url is not None:
-                    each.scrape_bytes = len(scrape(each.metrics_url))
+                if each.scraper is not None:
+                    each.scrape_bytes = len(each.scraper())
                     each.scrapes += 1
                 each.poll_rss()
             update(elapsed)
@@ -296,6 +346,7 @@ def run(seconds: float, warmup: float, out: Path, samplers: list[str] | None = N
         "load_average_start": load_start,
         "load_average_end": round(os.getloadavg()[0], 2),
         "samplers": samplers or "default (every sampler that finds its data)",
+        "scrape_style": scrape_style,
         "agent_scraped": scraped.report(),
         "agent_push_only": push_only.report(),
         "node_exporter": exporter.report(),
@@ -379,15 +430,21 @@ def main() -> None:
     parser.add_argument(
         "--runs", type=int, default=1, help="repeat; more than 1 prints the median and spread"
     )
+    parser.add_argument(
+        "--scrape",
+        choices=SCRAPE_STYLES,
+        default="prometheus",
+        help="how the agent and node_exporter are scraped (Scraper); default: as Prometheus does",
+    )
     args = parser.parse_args()
     samplers = args.samplers.split(",") if args.samplers else None
     if args.runs == 1:
-        run(args.seconds, args.warmup, args.out, samplers)
+        run(args.seconds, args.warmup, args.out, samplers, args.scrape)
         return
     results = []
     for number in range(1, args.runs + 1):
         out = args.out.with_name(f"{args.out.stem}-run{number}{args.out.suffix}")
-        results.append(run(args.seconds, args.warmup, out, samplers))
+        results.append(run(args.seconds, args.warmup, out, samplers, args.scrape))
     summary = summarise_runs(results)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
@@ -403,6 +460,7 @@ def summarise_runs(results: list[dict]) -> dict:
     summary: dict = {
         "runs": len(results),
         "seconds": results[0]["seconds"],
+        "scrape_style": results[0]["scrape_style"],
         "load_average": [[r["load_average_start"], r["load_average_end"]] for r in results],
     }
     for name in ("agent_scraped", "agent_push_only"):
