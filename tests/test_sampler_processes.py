@@ -226,3 +226,33 @@ def test_a_process_started_after_quiet_samples_is_found_and_its_files_closed_whe
     spinner.wait()
     sampler.sample(time.time_ns())
     assert _open_proc_files(spinner.pid) == []
+
+
+# One thread that sleeps, then a second thread that spins while the first waits for it:
+# the first thread (the one ``schedstat`` tells about) never runs again.
+SLEEP_THEN_SPIN_IN_A_THREAD = NAMED + (
+    "import threading, time\ntime.sleep(float(sys.argv[2]))\n"
+    "def spin():\n    while True: pass\n"
+    "worker = threading.Thread(target=spin)\nworker.start()\nworker.join()\n"
+)
+SLEEP_THEN_SPIN = NAMED + "import time\ntime.sleep(float(sys.argv[2]))\nwhile True: pass\n"
+
+
+@pytest.mark.parametrize(
+    "script", [SLEEP_THEN_SPIN, SLEEP_THEN_SPIN_IN_A_THREAD], ids=["itself", "in-a-new-thread"]
+)
+def test_a_one_thread_process_idle_for_samples_is_found_once_it_spins(started, script):
+    """A one-thread process is skipped while its ``schedstat`` (its one thread's run time)
+    stays put. Here it sleeps through several samples, then spins, itself or in a new
+    thread while the first one waits in ``join``: either way it is found, with its rate."""
+    sampler = ProcessesSampler(Roots())
+    child = started(script, "es-test-wake", "2.0")
+    time.sleep(0.3)
+    for _ in range(5):  # while it sleeps: its schedstat is read and found unchanged
+        sampler.sample(time.time_ns())
+        time.sleep(0.25)
+    process = sampler._processes[str(child.pid)]
+    assert process.one_thread and process.runtime_fd is not None and process.runtime
+    found = _sample_until(sampler, "es-test-wake")
+    assert found["tags"][Tag.PID] == str(child.pid)
+    assert 0.02 <= found["fields"][Process.CPU_SECONDS_PER_SECOND] <= 1.05  # shared machine

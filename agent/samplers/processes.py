@@ -11,7 +11,12 @@ since the previous sample and the parent's pid.
 
 What a sample costs: one ``pread`` of ``/proc/<pid>/stat`` per process (utime, stime:
 the ranking by CPU), on a file kept open since the process was first seen (an open procfs
-file stays bound to its process: no path lookup, no open/close, no start-time check); a
+file stays bound to its process: no path lookup, no open/close, no start-time check). A
+process with one thread is read through ``/proc/<pid>/schedstat`` first (the thread's run
+time in ns, kept open too; the kernel makes it in half the time of a stat line): while
+that has not changed the thread has not run, so it used no CPU and made no thread, and
+its stat line is not read. (The run time read before each stat line is the one kept, so a
+thread made after it changes it again.) A
 listing of /proc only when a pid was allocated since the last listings (``loadavg``'s
 last pid; otherwise the known processes are the live ones, less those whose read fails);
 ``/proc/<pid>/io`` (kept open too) only for the ``IO_CANDIDATES`` processes that used the
@@ -27,7 +32,10 @@ What it cannot see:
 - a process's first sample with I/O read only gives the reading (no rate yet);
 - processes that started and ended between two samples;
 - CPU time in ticks (``SC_CLK_TCK``, usually 100 a second): a rate below 0.01 s a tick
-  reads zero.
+  reads zero;
+- a one-thread process that began running a few ms before a sample, before the
+  scheduler's next tick updated its run time, is counted at the next sample (its
+  cumulative CPU is not lost, only moved by one sample).
 
 The first sample only reads (no rates, no points). A process is keyed by (pid, start
 time), so a reused pid is another process. Parsers are pure functions of text.
@@ -122,6 +130,18 @@ def pid_stat_counters(data: bytes) -> tuple[int, int, int]:
     return int(words[1]), int(words[11]) + int(words[12]), int(words[19])
 
 
+def pid_stat_ticks_threads(data: bytes) -> tuple[int, int]:
+    """(CPU ticks (utime + stime), number of threads) of a ``/proc/<pid>/stat`` line.
+    Raises ValueError on a damaged line."""
+    closing = data.rfind(b")")
+    if closing < 0:
+        raise ValueError("no (comm) in stat")
+    words = data[closing + 2 :].split(None, 18)
+    if len(words) < 19:
+        raise ValueError("short stat line")
+    return int(words[11]) + int(words[12]), int(words[17])
+
+
 def parse_loadavg_last_pid(text: str) -> int:
     """``/proc/loadavg``'s last field: the pid the kernel allocated last (to a process or
     a thread) in the reader's pid namespace. Raises ValueError on other text."""
@@ -146,6 +166,7 @@ def _read_small(path: str) -> str | None:
 
 
 STAT_BUFFER = 4096  # a stat line is at most ~1.1 kB (a 15-byte name, 52 numbers)
+RUNTIME_BUFFER = 128  # schedstat: three numbers
 IO_BUFFER = 1024
 
 
@@ -156,13 +177,29 @@ class _Process:
     is taken by a new one), so a kept file needs neither a path lookup nor a check of
     the start time at each sample."""
 
-    __slots__ = ("io", "io_fd", "key", "stat", "stat_fd", "tags", "ticks")
+    __slots__ = (
+        "io",
+        "io_fd",
+        "key",
+        "one_thread",
+        "runtime",
+        "runtime_fd",
+        "stat",
+        "stat_fd",
+        "tags",
+        "ticks",
+    )
 
     def __init__(self, key: tuple[int, int], stat_fd: int | None, stat: bytes, ticks: int):
         self.key = key
         self.stat_fd = stat_fd
         self.stat = stat  # the latest stat line (the name and parent are read from it)
         self.ticks = ticks
+        # ``schedstat`` kept open, and its line when the stat line was last read, while
+        # the process has one thread (b"": stat must be read; see ProcessesSampler._scan)
+        self.runtime_fd: int | None = None
+        self.runtime = b""
+        self.one_thread = False
         self.io_fd: int | None = None
         self.io: tuple[int, int] | None = None  # the last (read_bytes, write_bytes) read
         self.tags: dict[str, str] | None = None  # filled once, when first reported
@@ -196,6 +233,7 @@ class ProcessesSampler:
         self._last_pid: int | None = None  # loadavg's, when the pids were last listed
         self._listed_unchanged = False  # ... and it had not changed since the listing before
         self._own_namespace = self._in_own_pid_namespace()
+        self._schedstat = True  # /proc/<pid>/schedstat is there (CONFIG_SCHED_INFO)
 
     def _in_own_pid_namespace(self) -> bool:
         """Whether the /proc read is of this process's own pid namespace (``self`` is this
@@ -246,23 +284,40 @@ class ProcessesSampler:
         pread = os.pread
         for pid in self._pids_now():
             process = before.pop(pid, None)
-            data = b""
+            data = runtime = b""
             if process is not None and process.stat_fd is not None:
+                if process.one_thread and process.runtime_fd is not None:
+                    try:
+                        runtime = pread(process.runtime_fd, RUNTIME_BUFFER, 0)
+                    except OSError:
+                        runtime = b""
+                    if runtime and runtime == process.runtime:  # one thread, not run since
+                        now[pid] = process
+                        continue
                 try:
                     data = pread(process.stat_fd, STAT_BUFFER, 0)
                 except OSError:
                     data = b""  # it exited; its pid may be another process's now
                 if data and data == process.stat:  # idle: the same line as last time
+                    process.runtime = runtime
                     now[pid] = process
                     continue
             try:
                 if data:
-                    ticks = pid_stat_counters(data)[1]
+                    ticks, threads = pid_stat_ticks_threads(data)
                 else:
-                    process, data, ticks = self._reopen(pid, process)
+                    reopened, data, ticks = self._reopen(pid, process)
+                    if reopened is not process:  # another process: not its schedstat
+                        process, runtime = reopened, b""
+                    threads = pid_stat_ticks_threads(data)[1]
             except (OSError, ValueError):
                 self._forget(process)
                 continue  # ended meanwhile, or a damaged line
+            process.one_thread = threads == 1
+            # schedstat as read *before* this stat line: compared at the next sample
+            process.runtime = runtime if process.one_thread else b""
+            if process.one_thread and process.runtime_fd is None:
+                process.runtime_fd = self._open_runtime(pid)
             process.stat = data
             if ticks > process.ticks:
                 busy[process.key] = ticks - process.ticks
@@ -273,6 +328,20 @@ class ProcessesSampler:
             self._forget(gone)
         self._processes = now
         return busy, busy_processes
+
+    def _open_runtime(self, pid: str) -> int | None:
+        """``<pid>/schedstat`` opened and kept, or None (not kept, or no such file)."""
+        if not self._schedstat:
+            return None
+        fd = self._open_file(f"{self._proc}/{pid}/schedstat")
+        if fd is None:
+            # stat there, schedstat not: a kernel without CONFIG_SCHED_INFO
+            self._schedstat = not os.path.exists(f"{self._proc}/{pid}/stat")
+            return None
+        if not self._keep(fd):
+            os.close(fd)
+            return None
+        return fd
 
     def _reopen(self, pid: str, process: _Process | None) -> tuple[_Process, bytes, int]:
         """Reads ``<pid>/stat`` by its path: the process it belongs to now (``process``
@@ -326,7 +395,9 @@ class ProcessesSampler:
         if process is not None:
             self._close(process.stat_fd)
             self._close(process.io_fd)
-            process.stat_fd = process.io_fd = None
+            self._close(process.runtime_fd)
+            process.stat_fd = process.io_fd = process.runtime_fd = None
+            process.runtime = b""
 
     def sample(self, now_ns: int) -> list[Point]:
         cpu, processes = self._scan()
