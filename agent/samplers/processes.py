@@ -316,7 +316,7 @@ class ProcessesSampler:
             process.one_thread = threads == 1
             # schedstat as read *before* this stat line: compared at the next sample
             process.runtime = runtime if process.one_thread else b""
-            if process.one_thread and process.runtime_fd is None:
+            if process.one_thread and process.runtime_fd is None and process.stat_fd is not None:
                 process.runtime_fd = self._open_runtime(pid)
             process.stat = data
             if ticks > process.ticks:
