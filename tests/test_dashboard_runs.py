@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
+from dash import no_update
 
 from contract.point import Point
 from contract.schema import Event, RunState, Workload
@@ -245,7 +246,8 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     # read once as columns (no event decoded); the findings (their own callback too)
     # share them and the report
     pending = find(page, ids.RUN_PENDING).data
-    assert pending == {"run_id": PAPER_RUN}
+    # (its ranks timed whole steps only: the step-shares panel is hidden, not drawn)
+    assert pending == {"run_id": PAPER_RUN, "step_shares": False}
     assert PAPER_RUN not in counting.step_reads
     callbacks.load_pending_timeseries(pending)
     callbacks.load_run_findings({"run_id": PAPER_RUN})
@@ -299,16 +301,25 @@ def test_a_run_page_drawn_without_time_series_gets_them_by_their_own_callback(so
     fresh.forget()
     callbacks = Callbacks(fresh, poll_ms=2000)
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
-    placeholder = find(page, ids.TIMESERIES_GRAPH).figure
-    assert placeholder["data"] == []
-    assert placeholder["layout"]["height"] == figures.timeseries_height()  # no jump
-    assert find(page, ids.STEP_SHARES_GRAPH).figure["data"] == []  # the steps come with them
-    figure, note, shares = callbacks.load_pending_timeseries(find(page, ids.RUN_PENDING).data)
-    # the same figures and note as the page of the run once computed
+    # no chart stands in for them (the browser would draw each twice): a note as high as
+    # the chart (the page does not jump); the step shares come with them
+    assert find(page, ids.TIMESERIES_GRAPH) is None
+    assert find(page, ids.STEP_SHARES_GRAPH) is None
+    slot = find(page, ids.TIMESERIES_SLOT).children
+    assert slot.style["height"] == f"{figures.timeseries_height()}px"
+    time_chart, note, shares_chart = callbacks.load_pending_timeseries(
+        find(page, ids.RUN_PENDING).data
+    )
+    assert time_chart.id == ids.TIMESERIES_GRAPH
+    figure = time_chart.figure
+    # its ranks timed whole steps only: the step-shares panel stays hidden, no chart drawn
+    assert shares_chart is no_update
+    # the same figure and note as the page of the run once computed
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
     assert figure == find(page, ids.TIMESERIES_GRAPH).figure
     assert note == find(page, ids.BUCKET_NOTE).children
-    assert shares == find(page, ids.STEP_SHARES_GRAPH).figure
+    assert find(page, ids.STEP_SHARES_GRAPH) is None
+    assert find(page, ids.EPOCH_STEP_ANATOMY_GRAPH) is None
     assert note.startswith("Each host's metrics averaged over 1-second buckets")
     # 8 steps per epoch and rank of 3,000 images, 4 ranks per host: 12,000 images a step,
     # spread over the step's own seconds. Epoch 1's steps follow the pattern 1 : 1.8 : 0.6 :
