@@ -379,3 +379,40 @@ def test_prepared_runs_open_without_reading_the_store_again(source):
     Callbacks(prepared, poll_ms=2000).route(f"/runs/{PAPER_RUN}", "")
     assert counting.event_reads == reads  # the page came from what was prepared
     assert not prepared.prepare("no-such-run")
+
+
+def test_a_finished_runs_hidden_panels_draw_no_chart_a_live_runs_keep_theirs(tmp_path):
+    """A chart in a hidden panel is still drawn by the browser (about as dearly as a shown
+    one); a finished run's page never shows its hidden panels again, a live one's polls
+    may (a host's first disk or GPU sample)."""
+    from dashboard.app import Callbacks
+
+    callbacks = Callbacks(DataSource(build_store(tmp_path / "s.sqlite", with_live=True)), 2000)
+    finished, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
+    # its ranks timed whole steps only: the step-anatomy panels are hidden, no chart in them
+    assert find(finished, ids.STEP_ANATOMY_PANELS).style == {"display": "none"}
+    assert find(finished, ids.EPOCH_STEP_ANATOMY_GRAPH) is None
+    assert find(finished, ids.STEP_SHARES_GRAPH) is None
+    # the per-epoch storage and fabric panels: a chart exactly where the panel is shown
+    panels = {
+        ids.EPOCH_DISK_PANEL: ids.EPOCH_DISK_GRAPH,
+        ids.EPOCH_NFS_PANEL: ids.EPOCH_NFS_GRAPH,
+        ids.EPOCH_FABRIC: ids.EPOCH_FABRIC_GRAPH,
+    }
+    shown = {panel for panel in panels if find(finished, panel).style != {"display": "none"}}
+    assert ids.EPOCH_NFS_PANEL in shown and ids.EPOCH_FABRIC in shown  # NFS over InfiniBand
+    for panel, graph in panels.items():
+        assert (find(finished, graph) is not None) == (panel in shown), panel
+
+    live, _nav, _scroll = callbacks.route(f"/runs/{LIVE_RUN}", "")
+    # (its fabric moved nothing yet: that panel is hidden, its chart kept for the polls)
+    assert find(live, ids.EPOCH_FABRIC).style == {"display": "none"}
+    for element_id in (
+        ids.EPOCH_DISK_GRAPH,
+        ids.EPOCH_NFS_GRAPH,
+        ids.EPOCH_FABRIC_GRAPH,
+        ids.EPOCH_STEP_ANATOMY_GRAPH,
+        ids.STEP_SHARES_GRAPH,
+        ids.TIMESERIES_GRAPH,
+    ):
+        assert find(live, element_id) is not None, element_id
