@@ -150,9 +150,9 @@ class Callbacks:
             Input(ids.RUN_EPOCHS, "data"),
         )(self.load_run_findings)
         app.callback(
-            Output(ids.TIMESERIES_GRAPH, "figure", allow_duplicate=True),
+            Output(ids.TIMESERIES_SLOT, "children"),
             Output(ids.BUCKET_NOTE, "children", allow_duplicate=True),
-            Output(ids.STEP_SHARES_GRAPH, "figure", allow_duplicate=True),
+            Output(ids.STEP_SHARES_SLOT, "children"),
             Input(ids.RUN_PENDING, "data"),
             prevent_initial_call="initial_duplicate",  # called when the page comes
         )(self.load_pending_timeseries)
@@ -273,8 +273,9 @@ class Callbacks:
         }
 
     def load_pending_timeseries(self, pending: dict[str, Any] | None) -> tuple[Any, str, Any]:
-        """The time series and step shares of a run page drawn without them
-        (``ids.RUN_PENDING``)."""
+        """The time-series and step-shares charts of a run page drawn without them
+        (``ids.RUN_PENDING``), into their slots: each chart is drawn once, with its data.
+        The step shares only where the page shows them (``pending["step_shares"]``)."""
         if not pending:
             raise PreventUpdate
         run_id = pending["run_id"]
@@ -282,10 +283,15 @@ class Callbacks:
             ts = self.source.timeseries(run_id, live=False)
             boundaries = self.source.boundaries(run_id)
             rows = self.source.epochs(run_id)
-            shares = self.source.step_shares(run_id)
-        figure = pages.timeseries_figure(ts, boundaries, rows)
-        shares_figure = figures.step_shares_figure(shares, list(ts.hosts))
-        return figure, pages.bucket_note(ts, boundaries), shares_figure
+            shares = self.source.step_shares(run_id) if pending.get("step_shares", True) else None
+        time_chart = pages.graph(
+            ids.TIMESERIES_GRAPH, pages.timeseries_figure(ts, boundaries, rows)
+        )
+        shares_chart: Any = no_update
+        if shares is not None:
+            shares_figure = figures.step_shares_figure(shares, list(ts.hosts))
+            shares_chart = pages.graph(ids.STEP_SHARES_GRAPH, shares_figure)
+        return time_chart, pages.bucket_note(ts, boundaries), shares_chart
 
     # -- runs page -------------------------------------------------------------------------
     def refresh_runs(self, _tick: int, known: str | None) -> tuple[Any, str]:

@@ -577,14 +577,6 @@ def timeseries_height(panels: int = len(TIME_CHARTS)) -> int:
     return PANEL_HEIGHT * panels + PANEL_MARGINS["t"] + PANEL_MARGINS["b"]
 
 
-def timeseries_placeholder() -> dict[str, Any]:
-    """What stands in for ``timeseries_figure`` until it comes (same height: the page does
-    not jump)."""
-    figure = empty_figure("", "computing each host's metrics over the run…")
-    figure["layout"]["height"] = timeseries_height()
-    return figure
-
-
 def panel_titles(charts: tuple[TimeChart, ...] = TIME_CHARTS) -> list[dict[str, Any]]:
     """Each panel's title, just above it."""
     return [
@@ -863,14 +855,6 @@ def step_share_hover(point: dict[str, Any]) -> str:
 
 STEP_SHARES_TITLE = "Shares of step time over the run (per sampled step)"
 STEP_SHARES_HEIGHT = 280
-
-
-def step_shares_placeholder() -> dict[str, Any]:
-    """What stands in for ``step_shares_figure`` until it comes (the steps are read with the
-    time series)."""
-    figure = empty_figure(STEP_SHARES_TITLE, "reading the run's steps…")
-    figure["layout"]["height"] = STEP_SHARES_HEIGHT
-    return figure
 
 
 def step_shares_figure(

@@ -630,16 +630,28 @@ def run_page(
     disk, nfs, fabric, anatomy = epoch_figures(rows, order, rank_parts)
     absent = figures.absent_measurements(rows, ts.hosts if ts is not None else None)
     disk_style, nfs_style, fabric_style = epoch_chart_styles(rows, absent)
+
+    def chart(element_id: str, figure: dict[str, Any], style: dict[str, str]) -> Any:
+        # a finished run's hidden panel stays hidden (only a live page's polls show one):
+        # its chart is not drawn at all
+        return None if not live and style == HIDDEN else graph(element_id, figure)
+
+    anatomy_style = HIDDEN if no_anatomy else {}
     if step_shares is None:  # read with the time series (``ids.RUN_PENDING``)
-        shares = figures.step_shares_placeholder()
+        shares: Any = pending_slot("Reading the run's steps…", figures.STEP_SHARES_HEIGHT)
     else:
-        shares = figures.step_shares_figure(step_shares, order)
+        shares = chart(
+            ids.STEP_SHARES_GRAPH, figures.step_shares_figure(step_shares, order), anatomy_style
+        )
     if ts is not None:
-        time_figure = timeseries_figure(ts, boundaries, rows)
+        time_chart: Any = graph(ids.TIMESERIES_GRAPH, timeseries_figure(ts, boundaries, rows))
         note = bucket_note(ts, boundaries)
     else:
-        time_figure = figures.timeseries_placeholder()
+        time_chart = pending_slot(
+            "Computing each host's metrics over the run…", figures.timeseries_height()
+        )
         note = "Computing each host's metrics over the run…"
+    pending = {"run_id": run["run_id"], "step_shares": not no_anatomy} if ts is None else None
     return html.Div(
         [
             html.Div(run_header(run, live, poll_ms), id=ids.RUN_HEADER),
@@ -657,15 +669,21 @@ def run_page(
             html.Div(
                 [
                     html.Div(
-                        graph(EPOCH_CHARTS[0], disk), id=ids.EPOCH_DISK_PANEL, style=disk_style
+                        chart(EPOCH_CHARTS[0], disk, disk_style),
+                        id=ids.EPOCH_DISK_PANEL,
+                        style=disk_style,
                     ),
-                    html.Div(graph(EPOCH_CHARTS[1], nfs), id=ids.EPOCH_NFS_PANEL, style=nfs_style),
+                    html.Div(
+                        chart(EPOCH_CHARTS[1], nfs, nfs_style),
+                        id=ids.EPOCH_NFS_PANEL,
+                        style=nfs_style,
+                    ),
                 ],
                 className="grid",
                 id=ids.EPOCH_STORAGE,
             ),
             html.Div(
-                graph(EPOCH_CHARTS[2], fabric),
+                chart(EPOCH_CHARTS[2], fabric, fabric_style),
                 id=ids.EPOCH_FABRIC,
                 className="panel",
                 style=fabric_style,
@@ -681,16 +699,16 @@ def run_page(
             html.P(no_anatomy, id=ids.STEP_ANATOMY_NOTE, className="note"),
             html.Div(
                 [
-                    html.Div(graph(EPOCH_CHARTS[3], anatomy), className="panel"),
-                    html.Div(graph(ids.STEP_SHARES_GRAPH, shares), className="panel"),
+                    html.Div(chart(EPOCH_CHARTS[3], anatomy, anatomy_style), className="panel"),
+                    html.Div(shares, id=ids.STEP_SHARES_SLOT, className="panel"),
                 ],
                 id=ids.STEP_ANATOMY_PANELS,
-                style=HIDDEN if no_anatomy else {},
+                style=anatomy_style,
             ),
             html.H2("Over time", id=ids.OVER_TIME),
             html.P(note, className="lead", id=ids.BUCKET_NOTE),
             host_legend(order),
-            html.Div(graph(ids.TIMESERIES_GRAPH, time_figure), className="panel"),
+            html.Div(time_chart, id=ids.TIMESERIES_SLOT, className="panel"),
             html.H2("Per-epoch table", id=ids.EPOCH_TABLE),
             html.P(
                 "Hover a column header for its meaning; – means not measured (never zero).",
@@ -712,9 +730,15 @@ def run_page(
             dcc.Interval(id=ids.RUN_INTERVAL, interval=poll_ms, disabled=not live),
             dcc.Store(id=ids.RUN_LIVE, data=live_state),
             dcc.Store(id=ids.RUN_EPOCHS, data=epochs_key(live_state)),
-            dcc.Store(id=ids.RUN_PENDING, data=None if ts else {"run_id": run["run_id"]}),
+            dcc.Store(id=ids.RUN_PENDING, data=pending),
         ]
     )
+
+
+def pending_slot(message: str, height: int) -> html.Div:
+    """What holds a chart's place until its data comes (as high as the chart: the page does
+    not jump). Not a placeholder figure: the browser would draw the chart twice."""
+    return html.P(message, className="empty", style={"height": f"{height}px", "margin": 0})
 
 
 def epochs_key(live_state: dict[str, Any]) -> dict[str, str]:

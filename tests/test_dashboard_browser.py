@@ -182,6 +182,41 @@ def test_run_page_charts_carry_each_host_and_epoch(dash_duo, store):
     assert dash_duo.get_logs() == []
 
 
+COUNT_DRAWS = """
+window.__drawn = [];
+if (!window.Plotly.react.__counted) {
+    const react = window.Plotly.react;
+    window.Plotly.react = function (gd, ...rest) {
+        window.__drawn.push(gd.parentElement.id);
+        return react.call(this, gd, ...rest);
+    };
+    window.Plotly.react.__counted = true;
+}
+"""
+
+
+def test_a_click_on_a_run_not_computed_yet_draws_each_chart_once(dash_duo):
+    """Its time series come by their own callback: as a new chart with its data, not a
+    placeholder figure drawn again (each draw of the 8-panel chart is Chromium's largest
+    task); its hidden step-anatomy panel draws nothing."""
+    from collector.views import query
+
+    open_page(dash_duo, f"/runs/{BASELINE_RUN}", f"#{ids.TIMESERIES_GRAPH} .main-svg")
+    dash_duo.find_element("nav a[href='/']").click()  # (plotly.js is loaded now)
+    dash_duo.wait_for_element(f"#{ids.RUNS_LIST}")
+    query.clear_cache()  # the run as the server first sees it
+    dash_duo.driver.execute_script(COUNT_DRAWS)
+    dash_duo.find_element(f"a[href='/runs/{PAPER_RUN}']").click()
+    wait_for(lambda: figure_data(dash_duo.driver, ids.TIMESERIES_GRAPH), what="the time series")
+    wait_for(lambda: dash_duo.find_elements(f"#{ids.RUN_FINDINGS} .finding"), what="the findings")
+    time.sleep(0.5)  # (anything drawn late would count)
+    drawn = dash_duo.driver.execute_script("return window.__drawn;")
+    assert sorted(drawn) == sorted(
+        [ids.EPOCH_DISK_GRAPH, ids.EPOCH_NFS_GRAPH, ids.EPOCH_FABRIC_GRAPH, ids.TIMESERIES_GRAPH]
+    )
+    assert dash_duo.get_logs() == []
+
+
 def test_findings_link_to_the_chart_on_the_run_page(dash_duo, store):
     open_page(dash_duo, f"/findings?run={PAPER_RUN}", ".finding")
     found = DataSource(store).findings(PAPER_RUN)

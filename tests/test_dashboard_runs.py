@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
+from dash import no_update
 
 from contract.point import Point
 from contract.schema import Event, RunState, Workload
@@ -245,7 +246,8 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     # read once as columns (no event decoded); the findings (their own callback too)
     # share them and the report
     pending = find(page, ids.RUN_PENDING).data
-    assert pending == {"run_id": PAPER_RUN}
+    # (its ranks timed whole steps only: the step-shares panel is hidden, not drawn)
+    assert pending == {"run_id": PAPER_RUN, "step_shares": False}
     assert PAPER_RUN not in counting.step_reads
     callbacks.load_pending_timeseries(pending)
     callbacks.load_run_findings({"run_id": PAPER_RUN})
@@ -299,16 +301,25 @@ def test_a_run_page_drawn_without_time_series_gets_them_by_their_own_callback(so
     fresh.forget()
     callbacks = Callbacks(fresh, poll_ms=2000)
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
-    placeholder = find(page, ids.TIMESERIES_GRAPH).figure
-    assert placeholder["data"] == []
-    assert placeholder["layout"]["height"] == figures.timeseries_height()  # no jump
-    assert find(page, ids.STEP_SHARES_GRAPH).figure["data"] == []  # the steps come with them
-    figure, note, shares = callbacks.load_pending_timeseries(find(page, ids.RUN_PENDING).data)
-    # the same figures and note as the page of the run once computed
+    # no chart stands in for them (the browser would draw each twice): a note as high as
+    # the chart (the page does not jump); the step shares come with them
+    assert find(page, ids.TIMESERIES_GRAPH) is None
+    assert find(page, ids.STEP_SHARES_GRAPH) is None
+    slot = find(page, ids.TIMESERIES_SLOT).children
+    assert slot.style["height"] == f"{figures.timeseries_height()}px"
+    time_chart, note, shares_chart = callbacks.load_pending_timeseries(
+        find(page, ids.RUN_PENDING).data
+    )
+    assert time_chart.id == ids.TIMESERIES_GRAPH
+    figure = time_chart.figure
+    # its ranks timed whole steps only: the step-shares panel stays hidden, no chart drawn
+    assert shares_chart is no_update
+    # the same figure and note as the page of the run once computed
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
     assert figure == find(page, ids.TIMESERIES_GRAPH).figure
     assert note == find(page, ids.BUCKET_NOTE).children
-    assert shares == find(page, ids.STEP_SHARES_GRAPH).figure
+    assert find(page, ids.STEP_SHARES_GRAPH) is None
+    assert find(page, ids.EPOCH_STEP_ANATOMY_GRAPH) is None
     assert note.startswith("Each host's metrics averaged over 1-second buckets")
     # 8 steps per epoch and rank of 3,000 images, 4 ranks per host: 12,000 images a step,
     # spread over the step's own seconds. Epoch 1's steps follow the pattern 1 : 1.8 : 0.6 :
@@ -368,3 +379,40 @@ def test_prepared_runs_open_without_reading_the_store_again(source):
     Callbacks(prepared, poll_ms=2000).route(f"/runs/{PAPER_RUN}", "")
     assert counting.event_reads == reads  # the page came from what was prepared
     assert not prepared.prepare("no-such-run")
+
+
+def test_a_finished_runs_hidden_panels_draw_no_chart_a_live_runs_keep_theirs(tmp_path):
+    """A chart in a hidden panel is still drawn by the browser (about as dearly as a shown
+    one); a finished run's page never shows its hidden panels again, a live one's polls
+    may (a host's first disk or GPU sample)."""
+    from dashboard.app import Callbacks
+
+    callbacks = Callbacks(DataSource(build_store(tmp_path / "s.sqlite", with_live=True)), 2000)
+    finished, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
+    # its ranks timed whole steps only: the step-anatomy panels are hidden, no chart in them
+    assert find(finished, ids.STEP_ANATOMY_PANELS).style == {"display": "none"}
+    assert find(finished, ids.EPOCH_STEP_ANATOMY_GRAPH) is None
+    assert find(finished, ids.STEP_SHARES_GRAPH) is None
+    # the per-epoch storage and fabric panels: a chart exactly where the panel is shown
+    panels = {
+        ids.EPOCH_DISK_PANEL: ids.EPOCH_DISK_GRAPH,
+        ids.EPOCH_NFS_PANEL: ids.EPOCH_NFS_GRAPH,
+        ids.EPOCH_FABRIC: ids.EPOCH_FABRIC_GRAPH,
+    }
+    shown = {panel for panel in panels if find(finished, panel).style != {"display": "none"}}
+    assert ids.EPOCH_NFS_PANEL in shown and ids.EPOCH_FABRIC in shown  # NFS over InfiniBand
+    for panel, graph in panels.items():
+        assert (find(finished, graph) is not None) == (panel in shown), panel
+
+    live, _nav, _scroll = callbacks.route(f"/runs/{LIVE_RUN}", "")
+    # (its fabric moved nothing yet: that panel is hidden, its chart kept for the polls)
+    assert find(live, ids.EPOCH_FABRIC).style == {"display": "none"}
+    for element_id in (
+        ids.EPOCH_DISK_GRAPH,
+        ids.EPOCH_NFS_GRAPH,
+        ids.EPOCH_FABRIC_GRAPH,
+        ids.EPOCH_STEP_ANATOMY_GRAPH,
+        ids.STEP_SHARES_GRAPH,
+        ids.TIMESERIES_GRAPH,
+    ):
+        assert find(live, element_id) is not None, element_id

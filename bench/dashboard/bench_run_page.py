@@ -86,6 +86,21 @@ const watch = () => {{
 }};
 requestAnimationFrame(watch);
 """
+# Count the charts plotly.js draws (``Plotly.react``, which dcc.Graph calls for each figure
+# it is given) from now on: a chart drawn as a placeholder, then with its data, counts twice.
+# Needs ``window.Plotly`` loaded with the page (the basic bundle in ``dashboard/assets``);
+# -1 without it.
+COUNT_DRAWS = """
+window.__draws = window.Plotly ? 0 : -1;
+if (window.Plotly && !window.Plotly.react.__counted) {
+    const react = window.Plotly.react;
+    window.Plotly.react = function (...args) {
+        window.__draws += 1;
+        return react.apply(this, args);
+    };
+    window.Plotly.react.__counted = true;
+}
+"""
 # Where the time from ``arguments[0]`` to ``arguments[1]`` (ms, performance.now()) went, from
 # the page's Resource Timing entries (the document's too, for a page load): "server", the
 # time some request had been sent and not yet begun to be answered (the server computing,
@@ -349,7 +364,7 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
         browser_before, server_before = browser_cpu(), time.process_time()
         answered_before = len(clock.records)
         started = driver.execute_script(
-            WATCH_FRAMES + "performance.clearResourceTimings();"
+            WATCH_FRAMES + COUNT_DRAWS + "performance.clearResourceTimings();"
             "const link = document.querySelector(`a[href='${arguments[0]}']`);"
             "const now = performance.now(); link.click(); return now;",
             run_path,
@@ -366,13 +381,14 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
             time.process_time() - server_before,
             drawn_polled,
             findings_polled,
+            driver.execute_script("return window.__draws;"),  # by the time findings are in
         )
         split = driver.execute_script(TIME_SPLIT, started, frames[0])
         return times, split, clock.records[answered_before:]
 
     def clicks(cold: bool) -> tuple[tuple[float, ...], dict[str, float], dict[str, Any]]:
         done = [click(cold) for _ in range(repeat)]
-        times = tuple(statistics.median(t[0][i] for t in done) for i in range(6))
+        times = tuple(statistics.median(t[0][i] for t in done) for i in range(7))
         return times, median_split([t[1] for t in done]), per_callback([t[2] for t in done])
 
     try:
@@ -406,6 +422,8 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
             "click_warm_polled_s": warm[4],
             "click_cold_findings_polled_s": cold[5],
             "click_warm_findings_polled_s": warm[5],
+            "click_cold_charts_drawn": cold[6],
+            "click_warm_charts_drawn": warm[6],
         }
         errors = driver.get_log("browser")
         if errors:
@@ -496,7 +514,9 @@ def summary(variant: dict[str, Any]) -> str:
         )
     lines.append(
         f"click cold: server CPU {browser['click_cold_server_cpu_s']:.2f} s, Chromium CPU "
-        f"{browser['click_cold_browser_cpu_s']:.2f} s; per callback (wall / CPU s):"
+        f"{browser['click_cold_browser_cpu_s']:.2f} s; charts drawn (Plotly.react calls): "
+        f"cold {browser.get('click_cold_charts_drawn')}, "
+        f"warm {browser.get('click_warm_charts_drawn')}; per callback (wall / CPU s):"
     )
     for name, spent in browser["click_cold_callbacks"].items():
         lines.append(f"    {spent['wall_s']:5.2f} / {spent['cpu_s']:5.2f}  {name}")

@@ -1,0 +1,109 @@
+"""What drawing the run page's time-series chart costs Chromium, by what the figure holds.
+
+    python bench/dashboard/chart_cost.py [--db PATH] [--rounds 5]
+
+Serves the benchmark's store (``make_store.py``, built on first use as by
+``bench_run_page.py``), opens the run's page in headless Chromium, then draws copies of its
+time-series figure with ``Plotly.newPlot`` into a fresh div of the page (1,200 px wide), one
+variant after the other, ``--rounds`` times round-robin (a shared machine's load falls on
+every variant alike), and prints each variant's median milliseconds:
+
+- ``as shipped``: 104 traces (13 series x 8 hosts), ~457 points each, the epochs' shading;
+- ``traces N``: the first N traces only (0: the axes, shapes and annotations alone);
+- ``1/5 of the points``: every 5th bucket of each trace (``dx`` x 5): what a coarser
+  down-sample would draw;
+- ``no shapes`` / ``no annotations``: without the epochs' shading / the panels' titles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import make_store  # noqa: E402
+from bench_run_page import DEFAULT_DB, PAGE_READY, chrome_driver  # noqa: E402
+from werkzeug.serving import make_server  # noqa: E402
+
+from collector.store import SqliteStore  # noqa: E402
+from dashboard import ids  # noqa: E402
+from dashboard.app import create_app  # noqa: E402
+from dashboard.source import DataSource  # noqa: E402
+
+VARIANTS: dict[str, dict[str, object]] = {
+    "as shipped": {},
+    "traces 0": {"traces": 0},
+    "traces 13": {"traces": 13},
+    "traces 52": {"traces": 52},
+    "1/5 of the points": {"every": 5},
+    "no shapes": {"no_shapes": True},
+    "no annotations": {"no_annotations": True},
+}
+DRAW = f"""
+const done = arguments[arguments.length - 1];
+const variant = arguments[0];
+const shown = document.querySelector('#{ids.TIMESERIES_GRAPH} .js-plotly-plot');
+let data = JSON.parse(JSON.stringify(shown.data));
+const layout = JSON.parse(JSON.stringify(shown.layout));
+if (variant.traces !== undefined) data = data.slice(0, variant.traces);
+if (variant.every) data.forEach(t => {{
+    if (t.dx) {{ t.y = t.y.filter((_, i) => i % variant.every === 0); t.dx *= variant.every; }}
+}});
+if (variant.no_shapes) layout.shapes = [];
+if (variant.no_annotations) layout.annotations = [];
+const div = document.createElement('div');
+div.style.width = '1200px';
+document.body.appendChild(div);
+const started = performance.now();
+Plotly.newPlot(div, data, layout, {{displayModeBar: false}}).then(() => {{
+    const spent = performance.now() - started;
+    Plotly.purge(div);
+    div.remove();
+    done(spent);
+}});
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, default=DEFAULT_DB)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if not args.db.exists():
+        print(f"building {args.db} (8 hosts x 3 h) ...")
+        make_store.build(args.db)
+    source = DataSource(SqliteStore(args.db))
+    server = make_server("127.0.0.1", 0, create_app(source).server, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    driver = chrome_driver()
+    driver.set_script_timeout(120)
+    spent: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    try:
+        driver.get(f"http://127.0.0.1:{server.server_port}/runs/{make_store.RUN_ID}")
+        deadline = time.monotonic() + 120
+        while driver.execute_script(PAGE_READY) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the run page was not drawn in 120 s")
+            time.sleep(0.1)
+        driver.execute_async_script(DRAW, {})  # (a first draw warms plotly.js up)
+        for _ in range(args.rounds):
+            for name, variant in VARIANTS.items():
+                spent[name].append(driver.execute_async_script(DRAW, variant))
+    finally:
+        driver.quit()
+        server.shutdown()
+    for name, times in spent.items():
+        each = ", ".join(f"{t:.0f}" for t in times)
+        print(f"{name:20} {statistics.median(times):6.0f} ms  ({each})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
