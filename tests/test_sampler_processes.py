@@ -26,6 +26,7 @@ from agent.samplers.processes import (
     parse_loadavg_last_pid,
     parse_pid_stat,
     pid_stat_counters,
+    pid_stat_ticks_threads,
     top_keys,
 )
 from contract.point import encode_line
@@ -65,6 +66,13 @@ def test_stat_counters_read_from_bytes_agree_with_the_full_parse():
         assert pid_stat_counters(data) == (stat.ppid, stat.ticks, stat.start)
         compared += 1
     assert compared > 1
+
+
+def test_ticks_and_threads_from_bytes():
+    stat = parse_pid_stat(STAT_LINE)
+    assert pid_stat_ticks_threads(STAT_LINE.encode()) == (stat.ticks, 3)
+    with pytest.raises(ValueError):
+        pid_stat_ticks_threads(b"4242 (cut short) R 1 2")
 
 
 def test_last_allocated_pid_from_loadavg():
@@ -255,4 +263,6 @@ def test_a_one_thread_process_idle_for_samples_is_found_once_it_spins(started, s
     assert process.one_thread and process.runtime_fd is not None and process.runtime
     found = _sample_until(sampler, "es-test-wake")
     assert found["tags"][Tag.PID] == str(child.pid)
+    # its first sample may hold only the start of the spinning: the rate of a whole one
+    found = _sample_until(sampler, "es-test-wake")
     assert 0.02 <= found["fields"][Process.CPU_SECONDS_PER_SECOND] <= 1.05  # shared machine

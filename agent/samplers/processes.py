@@ -117,28 +117,30 @@ def top_keys(amounts: dict[tuple[int, int], float], count: int) -> list[tuple[in
     return [key for _, key in busy[:count]]
 
 
+def _words_after_name(data: bytes, needed: int) -> list[bytes]:
+    """The words of a ``/proc/<pid>/stat`` line after ``(comm)``, at least ``needed`` of
+    them (the rest left in the last). Raises ValueError on a damaged line."""
+    closing = data.rfind(b")")
+    if closing < 0:
+        raise ValueError("no (comm) in stat")
+    words = data[closing + 2 :].split(None, needed)
+    if len(words) < needed:
+        raise ValueError("short stat line")
+    return words
+
+
 def pid_stat_counters(data: bytes) -> tuple[int, int, int]:
     """The numbers of a ``/proc/<pid>/stat`` line read every tick, as bytes: (ppid, CPU
     ticks (utime + stime), start time); what :func:`parse_pid_stat` gives, without the
     name and without decoding. Raises ValueError on a damaged line."""
-    closing = data.rfind(b")")
-    if closing < 0:
-        raise ValueError("no (comm) in stat")
-    words = data[closing + 2 :].split(None, 20)
-    if len(words) < 20:
-        raise ValueError("short stat line")
+    words = _words_after_name(data, 20)
     return int(words[1]), int(words[11]) + int(words[12]), int(words[19])
 
 
 def pid_stat_ticks_threads(data: bytes) -> tuple[int, int]:
     """(CPU ticks (utime + stime), number of threads) of a ``/proc/<pid>/stat`` line.
     Raises ValueError on a damaged line."""
-    closing = data.rfind(b")")
-    if closing < 0:
-        raise ValueError("no (comm) in stat")
-    words = data[closing + 2 :].split(None, 18)
-    if len(words) < 19:
-        raise ValueError("short stat line")
+    words = _words_after_name(data, 18)
     return int(words[11]) + int(words[12]), int(words[17])
 
 
