@@ -301,6 +301,7 @@ def test_agent_toml_holds_exactly_the_inventory_values(rendered):
             "spool_dir": "/var/lib/epochscope/spool",
             "spool_max_bytes": 1048576,
             "batch_seconds": 5,
+            "spool_sync": "segment",
         },
         "metrics": {"listen": "127.0.0.1:9711"},
     }

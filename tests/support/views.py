@@ -32,3 +32,11 @@ def assert_views_agree(store: ReadStore, run_id: str, names: list[str]) -> dict[
         assert format_value(value, dashboard_kinds[name]) == shown, name
         values[name] = value
     return values
+
+
+def whole_percent_texts(json_value: float, json_digits: int = 1) -> set[str]:
+    """How a finding's wording may print, with no decimals, a share its evidence JSON holds
+    rounded to ``json_digits``: the wording formats the unrounded value, so 179.46 reads
+    "179" beside the JSON's 179.5 (whose own ``:.0f`` is "180"). Both are the one value."""
+    half = 0.5 * 10**-json_digits
+    return {f"{json_value + offset:.0f}" for offset in (-half, 0.0, half)}
