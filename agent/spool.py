@@ -358,9 +358,7 @@ class Spool:
             self._open_file = None
 
     def _sync_sealed(self, segment: Segment) -> None:
-        """fdatasync a sealed segment's file, once (lock held); see ``_seal``."""
-        if segment.synced:
-            return
+        """fdatasync a sealed segment's file (lock held); see ``_seal``."""
         try:
             fd = os.open(segment.path, os.O_RDONLY)
             try:
@@ -438,7 +436,7 @@ class Spool:
         with self._lock:
             self._in_flight.difference_update(segment.seq for segment in batch)
             for segment in batch:
-                if segment in self._segments:
+                if not segment.synced and segment in self._segments:  # not dropped meanwhile
                     self._sync_sealed(segment)
 
     def remove(self, batch: list[Segment], dropped: bool = False) -> None:

@@ -39,11 +39,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from run import (  # noqa: E402
     REPO_ROOT,
+    Scraper,
     WriteEndpoint,
     cpu_seconds,
     free_port,
     print_sampler_split,
-    scrape,
     wait_for,
 )
 
@@ -187,12 +187,13 @@ def parent(ticks: int, scraped: bool, out: Path | None) -> dict:
     try:
         wait_for(url)
         time.sleep(3)  # past start-up
+        scrape = Scraper(url, "prometheus")  # as run.py scrapes
         cpu_start = cpu_seconds(process.pid)
         load_start = os.getloadavg()[0]
         started = time.monotonic()
         while time.monotonic() - started < ticks:
             if scraped:
-                scrape(url)
+                scrape()
                 scrapes += 1
             time.sleep(max(0.0, started + scrapes + 1 - time.monotonic()) if scraped else 1.0)
         cpu = cpu_seconds(process.pid) - cpu_start

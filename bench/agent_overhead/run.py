@@ -3,10 +3,11 @@
 Starts two ``agent run`` (1 Hz, default samplers: every one that finds its data, /metrics
 on, pushing to a loopback write endpoint run by this script) and Debian's
 ``prometheus-node-exporter`` with its default collectors. The bench scrapes
-node_exporter and the first agent once a second; the second agent is left alone (push
-only). It reads each process's CPU time (/proc/<pid>/stat utime+stime, all threads) and
-VmRSS. CPU per sample = CPU seconds in the measured window / samples in it (agents: the
-distinct timestamps they pushed from the window; node_exporter: scrapes). Prints a table
+node_exporter and the first agent once a second, as Prometheus does unless told
+(``Scraper``, ``--scrape``); the second agent is left alone (push only). It reads
+each process's CPU time (/proc/<pid>/stat utime+stime, all threads) and VmRSS. CPU per
+sample = CPU seconds in the measured window / samples in it (agents: the distinct
+timestamps they pushed from the window; node_exporter: scrapes). Prints a table
 and writes the numbers as JSON, with the split of each agent's sampling time between its
 samplers: the mean wall time of each sampler's ``sample()`` per tick, from the
 ``agent_sampler`` points it pushed in the window (``duration_seconds``, tag ``sampler``).
