@@ -117,6 +117,20 @@ def test_runs_page_lists_every_run_and_links_to_it(dash_duo):
     assert dash_duo.get_logs() == []
 
 
+def test_pages_trim_strings_with_the_browsers_own_trim(dash_duo):
+    """Dash's babel-polyfill replaces String.prototype.trim with a slow one that also strips
+    U+180E (no longer white space since Unicode 6.3); assets/native-trim.js puts the
+    browser's back, so U+180E stays and a string is trimmed as the engine does."""
+    open_page(dash_duo, f"/runs/{PAPER_RUN}", f"#{ids.TIMESERIES_GRAPH} .main-svg")
+    lengths = dash_duo.driver.execute_script(
+        "const s = '\\u180e'; return [s.trim().length, s.trimStart().length, s.trimEnd().length,"
+        " ' \\t\\n x \\u00a0\\ufeff'.trim()];"
+    )
+    assert lengths == [1, 1, 1, "x"]
+    assert dash_duo.driver.find_elements("css selector", "iframe") == []  # the realm it came from
+    assert dash_duo.get_logs() == []
+
+
 def test_run_page_charts_carry_each_host_and_epoch(dash_duo, store):
     open_page(dash_duo, f"/runs/{PAPER_RUN}", f"#{ids.TIMESERIES_GRAPH} .main-svg")
     # (a run the server has not computed yet gets its time series by a callback of their own)
