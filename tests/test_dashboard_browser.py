@@ -117,16 +117,21 @@ def test_runs_page_lists_every_run_and_links_to_it(dash_duo):
     assert dash_duo.get_logs() == []
 
 
-def test_pages_trim_strings_with_the_browsers_own_trim(dash_duo):
-    """Dash's babel-polyfill replaces String.prototype.trim with a slow one that also strips
-    U+180E (no longer white space since Unicode 6.3); assets/native-trim.js puts the
-    browser's back, so U+180E stays and a string is trimmed as the engine does."""
+def test_pages_use_the_browsers_own_trim_and_parse_functions(dash_duo):
+    """Dash's babel-polyfill replaces String.prototype.trim, parseInt and parseFloat with slow
+    ones that also skip U+180E (no longer white space since Unicode 6.3);
+    assets/native-builtins.js puts the browser's back, so U+180E is kept, and the rest works
+    as the engine does."""
     open_page(dash_duo, f"/runs/{PAPER_RUN}", f"#{ids.TIMESERIES_GRAPH} .main-svg")
-    lengths = dash_duo.driver.execute_script(
-        "const s = '\\u180e'; return [s.trim().length, s.trimStart().length, s.trimEnd().length,"
-        " ' \\t\\n x \\u00a0\\ufeff'.trim()];"
+    results = dash_duo.driver.execute_script(
+        "const s = '\\u180e08';"
+        " return [s.trim().length, s.trimStart().length, s.trimEnd().length,"
+        " ' \\t\\n x \\u00a0\\ufeff'.trim(), parseInt(s), parseFloat(s),"
+        " Number.parseInt === parseInt, Number.parseFloat === parseFloat,"
+        " parseInt(' 0x1f'), parseFloat(' -2.5e3px')];"
     )
-    assert lengths == [1, 1, 1, "x"]
+    # (WebDriver answers NaN as None)
+    assert results == [3, 3, 3, "x", None, None, True, True, 31, -2500]
     assert dash_duo.driver.find_elements("css selector", "iframe") == []  # the realm it came from
     assert dash_duo.get_logs() == []
 
