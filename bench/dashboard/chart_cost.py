@@ -1,6 +1,6 @@
 """What drawing the run page's time-series chart costs Chromium, by what the figure holds.
 
-    python bench/dashboard/chart_cost.py [--db PATH] [--rounds 5]
+    python bench/dashboard/chart_cost.py [--db PATH] [--rounds 5] [--painted]
 
 Serves the benchmark's store (``make_store.py``, built on first use as by
 ``bench_run_page.py``), opens the run's page in headless Chromium, then draws copies of its
@@ -12,12 +12,19 @@ every variant alike), and prints each variant's median milliseconds:
 - ``traces N``: the first N traces only (0: the axes, shapes and annotations alone);
 - ``1/5 of the points``: every 5th bucket of each trace (``dx`` x 5): what a coarser
   down-sample would draw;
-- ``no shapes`` / ``no annotations``: without the epochs' shading / the panels' titles.
+- ``no shapes`` / ``no annotations``: without the epochs' shading / the panels' titles;
+- ``solid lines`` / ``lines 1 px`` / ``no hover template`` / ``no legend groups``: each
+  trace without its dash pattern, with a 1 px line instead of 1.6 px, hovered by name
+  instead of its template, outside its host's legend group.
+
+Timed until ``newPlot``'s promise resolves (plotly.js's work), or with ``--painted`` until
+two animation frames later (the frame that shows it: style, layout and paint too).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import threading
@@ -45,6 +52,10 @@ VARIANTS: dict[str, dict[str, object]] = {
     "1/5 of the points": {"every": 5},
     "no shapes": {"no_shapes": True},
     "no annotations": {"no_annotations": True},
+    "solid lines": {"solid": True},
+    "lines 1 px": {"thin": True},
+    "no hover template": {"no_hover_template": True},
+    "no legend groups": {"no_legend_groups": True},
 }
 DRAW = f"""
 const done = arguments[arguments.length - 1];
@@ -58,15 +69,25 @@ if (variant.every) data.forEach(t => {{
 }});
 if (variant.no_shapes) layout.shapes = [];
 if (variant.no_annotations) layout.annotations = [];
+data.forEach(t => {{
+    if (variant.solid && t.line) t.line.dash = 'solid';
+    if (variant.thin && t.line) t.line.width = 1;
+    if (variant.no_hover_template) {{ delete t.hovertemplate; t.hoverinfo = 'y+name'; }}
+    if (variant.no_legend_groups) delete t.legendgroup;
+}});
 const div = document.createElement('div');
 div.style.width = '1200px';
 document.body.appendChild(div);
 const started = performance.now();
-Plotly.newPlot(div, data, layout, {{displayModeBar: false}}).then(() => {{
+const finish = () => {{
     const spent = performance.now() - started;
     Plotly.purge(div);
     div.remove();
     done(spent);
+}};
+Plotly.newPlot(div, data, layout, {{displayModeBar: false}}).then(() => {{
+    if (variant.painted) requestAnimationFrame(() => requestAnimationFrame(finish));
+    else finish();
 }});
 """
 
@@ -75,6 +96,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=DEFAULT_DB)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--painted", action="store_true", help="time until the frame is painted")
     args = parser.parse_args()
     if not args.db.exists():
         print(f"building {args.db} (8 hosts x 3 h) ...")
@@ -95,10 +117,13 @@ def main() -> int:
         driver.execute_async_script(DRAW, {})  # (a first draw warms plotly.js up)
         for _ in range(args.rounds):
             for name, variant in VARIANTS.items():
-                spent[name].append(driver.execute_async_script(DRAW, variant))
+                spent[name].append(
+                    driver.execute_async_script(DRAW, {**variant, "painted": args.painted})
+                )
     finally:
         driver.quit()
         server.shutdown()
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     for name, times in spent.items():
         each = ", ".join(f"{t:.0f}" for t in times)
         print(f"{name:20} {statistics.median(times):6.0f} ms  ({each})")
