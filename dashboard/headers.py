@@ -4,8 +4,10 @@ The pages are Dash's: its renderer and the component bundles are served from thi
 (``serve_locally``), and the only inline scripts are Dash's own (the renderer's start and
 the app's clientside callbacks), allowed by their hashes (``Dash.csp_hashes``). Plotly and
 Dash set inline styles, hence ``style-src 'unsafe-inline'``; plotly draws some marker
-shapes and fonts from ``data:`` URLs. Nothing is framed and no page may frame the
-dashboard (clickjacking): ``frame-ancestors 'none'`` and ``X-Frame-Options: DENY``.
+shapes and fonts from ``data:`` URLs. The pages load no frame (``assets/native-builtins.js``
+opens an empty one, nothing fetched, for a moment to take the browser's own built-ins
+from it), and no page may frame the dashboard (clickjacking): ``frame-ancestors 'none'``
+and ``X-Frame-Options: DENY``.
 """
 
 from __future__ import annotations
