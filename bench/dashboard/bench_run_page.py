@@ -297,6 +297,17 @@ def per_callback(clicks: list[list[dict[str, Any]]]) -> dict[str, dict[str, floa
     }
 
 
+def first_answer(driver: Any, script: str, timeout_s: float = 300) -> Any:
+    """The script's first answer that is not null, polled every 20 ms."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = driver.execute_script(script)
+        if value is not None:
+            return value
+        time.sleep(0.02)
+    raise TimeoutError(f"the run page did not finish drawing in {timeout_s:.0f} s")
+
+
 def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, Any]:
     """Two ways to open the run page: loading its URL (the browser evaluates plotly.js and
     Dash's bundles again, from its cache), and clicking the run in the runs table of an open
@@ -313,14 +324,7 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
     driver.set_script_timeout(300)  # a page busy drawing a million points answers late
 
     def answer(script: str) -> Any:
-        """The script's first answer that is not null, polled every 20 ms."""
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            value = driver.execute_script(script)
-            if value is not None:
-                return value
-            time.sleep(0.02)
-        raise TimeoutError("the run page did not finish drawing in 300 s")
+        return first_answer(driver, script)
 
     def until(script: str, started_ms: float) -> float:
         return (answer(script) - started_ms) / 1000

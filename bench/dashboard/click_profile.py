@@ -84,13 +84,7 @@ def main() -> int:
     driver = chrome_driver()
 
     def answer(script: str) -> Any:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            value = driver.execute_script(script)
-            if value is not None:
-                return value
-            time.sleep(0.02)
-        raise TimeoutError("the run page did not finish drawing in 120 s")
+        return bench_run_page.first_answer(driver, script, timeout_s=120)
 
     spent: collections.Counter[tuple[str, str]] = collections.Counter()
     drawn_ms = []
