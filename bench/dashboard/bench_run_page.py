@@ -86,6 +86,11 @@ const watch = () => {{
 }};
 requestAnimationFrame(watch);
 """
+# polled after WATCH_FRAMES: the frames at which the page was drawn and its findings shown
+FRAMES_SEEN = (
+    "return window.__drawnAt === null || window.__findingsAt === null ? null"
+    " : [window.__drawnAt, window.__findingsAt];"
+)
 # Count the charts plotly.js draws (``Plotly.react``, which dcc.Graph calls for each figure
 # it is given) from now on: a chart drawn as a placeholder, then with its data, counts twice.
 # Needs ``window.Plotly`` loaded with the page (the basic bundle in ``dashboard/assets``);
@@ -375,9 +380,7 @@ def browser_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, 
         )
         drawn_polled = until(PAGE_READY, started)
         findings_polled = until(FINDINGS_READY, started)
-        frames = answer(
-            "return window.__findingsAt === null ? null : [window.__drawnAt, window.__findingsAt];"
-        )
+        frames = answer(FRAMES_SEEN)
         times = (
             (frames[0] - started) / 1000,
             (frames[1] - started) / 1000,

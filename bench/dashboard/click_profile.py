@@ -108,10 +108,7 @@ def main() -> int:
                 "const now = performance.now(); link.click(); return now;",
                 run_path,
             )
-            frames = answer(
-                "return window.__findingsAt === null || window.__drawnAt === null ? null"
-                " : [window.__drawnAt, window.__findingsAt];"
-            )
+            frames = answer(bench_run_page.FRAMES_SEEN)
             profile = driver.execute_cdp_cmd("Profiler.stop", {})["profile"]
             spent.update(self_times(profile))
             drawn_ms.append(round(frames[0] - started))
