@@ -220,13 +220,19 @@ class Callbacks:
             runs = self.source.inference_runs()
             return pages.inference_page(runs, run_id, self.source.inference(run_id))
         live = is_live(run["state"])
-        # a finished run whose charts are not computed yet gets them by their own callback
-        # (load_pending_timeseries), computed while the browser draws the rest of the page
-        ts = self.source.timeseries(run_id, live) if live else self.source.kept_timeseries(run_id)
+        # A finished run's page comes without its time series and step shares, the
+        # largest charts and the furthest down: they come by their own callback
+        # (load_pending_timeseries) once the page is up, so that the first screen (the
+        # header and the findings) is drawn without waiting for them. Its findings come
+        # with the page when they are computed already (a prepared run, or one opened
+        # before), else by their own callback (load_run_findings), as a live page's do:
+        # they follow its epochs.
+        ts = self.source.timeseries(run_id, live) if live else None
         boundaries = self.source.boundaries(run_id)
         rows = self.source.epochs(run_id)
         # the steps' shares come with the time series (both read the steps)
         shares = self.source.step_shares(run_id) if ts is not None else None
+        found = None if live else self.source.kept_findings(run_id)
         live_state = self._live_state(run_id, ts, boundaries, rows)
         live_state["last_step_ns"] = pages.last_step_ns(shares)
         page = pages.run_page(
@@ -239,6 +245,7 @@ class Callbacks:
             live_state,
             self.source.rank_parts(run_id),
             shares,
+            found,
         )
         if ts is None:
             self.source.complete_in_background(run_id)
@@ -410,8 +417,8 @@ class Callbacks:
             patch["data"][index]["y"].extend(values)
         return patch
 
-    def load_run_findings(self, key: dict[str, str] | None) -> Any:
-        if not key:
+    def load_run_findings(self, key: dict[str, Any] | None) -> Any:
+        if not key or key.get("in_page"):  # (a finished run's page came with them)
             raise PreventUpdate
         with self.source.request():
             found = self.source.findings(key["run_id"])

@@ -56,8 +56,10 @@ EPOCH_TABLE_HOSTS = "epoch-table-hosts"  # the "one row per host" switch
 EPOCH_TABLE_CONTAINER = "epoch-table-container"
 RUN_INTERVAL = "run-interval"
 RUN_LIVE = "run-live"  # what a live page sends back on each poll
-RUN_EPOCHS = "run-epochs"  # the run and its epochs' state: the findings callback's input
-RUN_PENDING = "run-pending"  # a finished run whose time series are still to compute
+# the run, its epochs' state and whether the page came with its findings: the findings
+# callback's input
+RUN_EPOCHS = "run-epochs"
+RUN_PENDING = "run-pending"  # a finished run: its time series and step shares come after
 
 # -- scaling page --------------------------------------------------------------------------
 SCALING_RUNS = "scaling-runs"

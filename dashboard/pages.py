@@ -620,11 +620,12 @@ def run_page(
     live_state: dict[str, Any],
     rank_parts: list[dict[str, Any]] | None = None,
     step_shares: dict[str, list[dict[str, Any]]] | None = None,
+    findings: list[dict[str, Any]] | None = None,
 ) -> html.Div:
-    """The run page. Its findings arrive by a callback of their own once the page is up,
-    and again whenever ``ids.RUN_EPOCHS`` says an epoch started or ended. Without ``ts`` (a
-    finished run whose charts are not computed yet: decoding its step events is most of
-    the cost) the time series come by a callback of their own too (``ids.RUN_PENDING``)."""
+    """The run page. Without ``findings`` (a live run's page) they arrive by a callback
+    of their own once the page is up, and again whenever ``ids.RUN_EPOCHS`` says an epoch
+    started or ended. Without ``ts`` (a finished run's page) the time series and the
+    step shares come by a callback of their own (``ids.RUN_PENDING``)."""
     order = list(ts.hosts) if ts is not None else sorted(run["host_names"])
     no_anatomy = anatomy_note(live, rows)
     disk, nfs, fabric, anatomy = epoch_figures(rows, order, rank_parts)
@@ -638,7 +639,7 @@ def run_page(
 
     anatomy_style = HIDDEN if no_anatomy else {}
     if step_shares is None:  # read with the time series (``ids.RUN_PENDING``)
-        shares: Any = pending_slot("Reading the run's steps…", figures.STEP_SHARES_HEIGHT)
+        shares: Any = pending_slot("Loading the run's steps…", figures.STEP_SHARES_HEIGHT)
     else:
         shares = chart(
             ids.STEP_SHARES_GRAPH, figures.step_shares_figure(step_shares, order), anatomy_style
@@ -648,15 +649,20 @@ def run_page(
         note = bucket_note(ts, boundaries)
     else:
         time_chart = pending_slot(
-            "Computing each host's metrics over the run…", figures.timeseries_height()
+            "Loading each host's metrics over the run…", figures.timeseries_height()
         )
-        note = "Computing each host's metrics over the run…"
+        note = "Loading each host's metrics over the run…"
     pending = {"run_id": run["run_id"], "step_shares": not no_anatomy} if ts is None else None
     return html.Div(
         [
             html.Div(run_header(run, live, poll_ms), id=ids.RUN_HEADER),
             html.H2("Findings"),
-            html.Div(html.P("Looking for findings…", className="empty"), id=ids.RUN_FINDINGS),
+            html.Div(
+                html.P("Looking for findings…", className="empty")
+                if findings is None
+                else findings_list(findings, run["run_id"], same_page=True),
+                id=ids.RUN_FINDINGS,
+            ),
             html.P(absent_note(rows, absent), id=ids.ABSENT_NOTE, className="note"),
             html.H2("Per epoch"),
             html.P(
@@ -729,7 +735,10 @@ def run_page(
             ),
             dcc.Interval(id=ids.RUN_INTERVAL, interval=poll_ms, disabled=not live),
             dcc.Store(id=ids.RUN_LIVE, data=live_state),
-            dcc.Store(id=ids.RUN_EPOCHS, data=epochs_key(live_state)),
+            dcc.Store(
+                id=ids.RUN_EPOCHS,
+                data={**epochs_key(live_state), "in_page": findings is not None},
+            ),
             dcc.Store(id=ids.RUN_PENDING, data=pending),
         ]
     )

@@ -24,7 +24,7 @@ from collector.api.client import RemoteError, fetch_view
 from collector.api.routes import DASHBOARD
 from collector.store.api import RunInfo
 from collector.views.questions import run_info_of
-from dashboard.source import DEFAULT_MAX_POINTS, DataSource, Timeseries, is_live
+from dashboard.source import DEFAULT_MAX_POINTS, DataSource, Timeseries
 
 
 class RemoteSource(DataSource):
@@ -84,14 +84,6 @@ class RemoteSource(DataSource):
         pass
 
     # -- one run ---------------------------------------------------------------------------
-    def kept_timeseries(self, run_id: str) -> Timeseries | None:
-        """A finished run's charts: the collector computes them once and keeps them, so
-        they are asked for at once rather than by a later callback."""
-        info = self.run_info(run_id)
-        if info is None or is_live(info.state):
-            return None
-        return self._timeseries(run_id, live=False)
-
     def complete_in_background(self, run_id: str) -> None:
         pass
 
@@ -137,6 +129,9 @@ class RemoteSource(DataSource):
 
     def findings(self, run_id: str) -> list[dict[str, Any]]:
         return self.ask("findings", run_id=run_id)
+
+    def kept_findings(self, run_id: str) -> list[dict[str, Any]] | None:
+        return self.ask("kept_findings", run_id=run_id)
 
     # -- all runs --------------------------------------------------------------------------
     def scaling(self) -> list[dict[str, Any]]:

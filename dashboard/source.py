@@ -150,10 +150,11 @@ class RequestScopedStore:
 
 
 class DataSource:
-    """``complete_ahead``: when a finished run's page was made without its charts (not
-    computed yet), ``complete_in_background`` computes them and the run's findings in a
-    background thread while the browser draws the rest of the page, so that the callbacks
-    asking for them find them ready or nearly."""
+    """``complete_ahead``: a finished run's page is made without its time series and step
+    shares, and without its findings when they are not computed yet;
+    ``complete_in_background`` computes them in a background thread while the browser
+    draws the rest of the page, so that the callbacks asking for them find them ready or
+    nearly."""
 
     def __init__(
         self, store: ReadStore, max_points: int = DEFAULT_MAX_POINTS, complete_ahead: bool = True
@@ -260,28 +261,20 @@ class DataSource:
         info = self.run_info(run_id)
         return self._timeseries(run_id, live or info is None or is_live(info.state))
 
-    def kept_timeseries(self, run_id: str) -> Timeseries | None:
-        """A finished run's charts if they are computed already, else None."""
-        info = self.run_info(run_id)
-        if info is None or is_live(info.state):
-            return None
-        kept = query.kept_timeseries(self.store, run_id, max_points=self.max_points)
-        return None if kept is None else _charts(kept)
-
     def complete_in_background(self, run_id: str) -> None:
-        """With ``complete_ahead``: compute a finished run's charts, then its findings, in a
-        background thread, for the callbacks that will ask for them. Called once the page
-        is made rather than before: the page's own queries would otherwise share the
-        interpreter with this thread and come later."""
+        """With ``complete_ahead``: compute a finished run's time series and step shares,
+        then its findings, in a background thread, for the callbacks that will ask for
+        them. Called once the page is made rather than before: the page's own queries would
+        otherwise share the interpreter with this thread and come later."""
         if not self.complete_ahead:
             return
 
         def compute() -> None:
             try:
                 with self.request():
+                    self.findings(run_id)
                     self.timeseries(run_id, live=False)
                     self.step_shares(run_id)
-                    self.findings(run_id)
             except Exception:  # the callbacks will compute (and report) it themselves
                 log.exception("computing run %s in the background failed", run_id)
 
@@ -330,6 +323,11 @@ class DataSource:
 
     def findings(self, run_id: str) -> list[dict[str, Any]]:
         return query.findings(self.store, run_id)
+
+    def kept_findings(self, run_id: str) -> list[dict[str, Any]] | None:
+        """A finished run's findings if they are computed already (prepared, or opened
+        before), else None: computing them would hold the page back."""
+        return query.kept_findings(self.store, run_id)
 
     # -- all runs --------------------------------------------------------------------------
     def scaling(self) -> list[dict[str, Any]]:

@@ -65,12 +65,14 @@ def test_every_question_is_answered_as_the_local_store_answers_it(served):
         charts = remote.timeseries(PAPER_RUN, live=False)
         assert charts == local.timeseries(PAPER_RUN, live=False)
         assert charts.points == 280 and sorted(charts.hosts) == ["node1", "node2"]
-        assert remote.kept_timeseries(PAPER_RUN) == charts  # asked at once: kept there
         assert remote.step_shares(PAPER_RUN) == local.step_shares(PAPER_RUN)
         assert remote.rank_parts(PAPER_RUN) == local.rank_parts(PAPER_RUN)
         assert remote.steps_after(PAPER_RUN, None) == local.steps_after(PAPER_RUN, None) > 0
         # (as the browser gets them either way: JSON, whose keys are strings)
         assert remote.findings(PAPER_RUN) == json.loads(json.dumps(local.findings(PAPER_RUN)))
+        # the collector kept them: the run's page comes with them
+        assert remote.kept_findings(PAPER_RUN) == remote.findings(PAPER_RUN)
+        assert remote.kept_findings("no-such-run") is None
         assert remote.scaling() == local.scaling()
         assert remote.inference_runs() == local.inference_runs() == []
         since = {host: series["times_ns"][100] for host, series in charts.hosts.items()}
@@ -172,17 +174,19 @@ def test_the_run_page_from_a_remote_collector_is_the_page_from_its_store(served,
     collector, token_file = served
     remote_argv = ("--collector", collector.url, "--token-file", str(token_file))
     with dashboard(*remote_argv, log=tmp_path / "remote.log") as url:
+        # a finished run's page comes with its findings once they are computed: the
+        # collector computes them when first asked, the local dashboard while the browser
+        # draws its first page; compare the pages once both have them
+        RemoteSource(collector.url, TOKEN).findings(PAPER_RUN)
         remote = run_page(url)
         with dashboard("--db", str(collector.db), log=tmp_path / "local.log") as local_url:
             local = run_page(local_url)
-            # the local one draws a finished run's charts by a later callback the first
-            # time (computed meanwhile); the collector keeps them, so the remote page has
-            # them at once: compare once the local page has them too
             deadline = time.monotonic() + 120
-            while "Computing each host's metrics" in json.dumps(local):
-                assert time.monotonic() < deadline, "the local charts were never computed"
+            while '"in_page": false' in json.dumps(local):
+                assert time.monotonic() < deadline, "the local findings were never computed"
                 time.sleep(0.5)
                 local = run_page(local_url)
+        assert '"in_page": true' in json.dumps(remote)
         assert remote == local
         text = json.dumps(remote)
         assert PAPER_RUN in text and "node1" in text and "node2" in text

@@ -25,11 +25,14 @@ reaching top-1 0.749 in their second epoch (200 s after run_start).
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 from dash import no_update
+from dash.exceptions import PreventUpdate
+from plotly.utils import PlotlyJSONEncoder
 
 from contract.point import Point
 from contract.schema import Event, RunState, Workload
@@ -243,25 +246,34 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
     assert counting.event_reads == {PAPER_RUN: 1}  # no other run is summarised
     assert counting.decoded[PAPER_RUN] == epoch_events
     # the time series (images/s need the steps) come by their own callback: the steps,
-    # read once as columns (no event decoded); the findings (their own callback too)
-    # share them and the report
+    # read once as columns (no event decoded); the findings (not computed yet: their own
+    # callback too) share them and the report
     pending = find(page, ids.RUN_PENDING).data
     # (its ranks timed whole steps only: the step-shares panel is hidden, not drawn)
     assert pending == {"run_id": PAPER_RUN, "step_shares": False}
+    findings_key = find(page, ids.RUN_EPOCHS).data
+    assert not findings_key["in_page"]
     assert PAPER_RUN not in counting.step_reads
     callbacks.load_pending_timeseries(pending)
-    callbacks.load_run_findings({"run_id": PAPER_RUN})
+    found = callbacks.load_run_findings(findings_key)
     assert counting.event_reads[PAPER_RUN] == 1
     assert counting.step_reads[PAPER_RUN] == 1
     assert counting.decoded[PAPER_RUN] == epoch_events
     reads = dict(counting.event_reads)  # (the findings compare with the other runs)
     step_reads = dict(counting.step_reads)
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
-    callbacks.load_run_findings({"run_id": PAPER_RUN})
-    # finished: the query layer keeps its tables and its charts, in the page now
+    # finished: the query layer keeps its tables, its findings (in the page now: their
+    # callback sends nothing) and its charts (still by their callback, after the first
+    # screen)
+    assert as_json(find(page, ids.RUN_FINDINGS).children) == as_json(found)
+    findings_key = find(page, ids.RUN_EPOCHS).data
+    assert findings_key["in_page"]
+    with pytest.raises(PreventUpdate):
+        callbacks.load_run_findings(findings_key)
+    assert find(page, ids.RUN_PENDING).data == pending
+    callbacks.load_pending_timeseries(pending)
     assert counting.event_reads == reads
     assert counting.step_reads == step_reads
-    assert find(page, ids.RUN_PENDING).data is None
 
 
 def test_what_a_first_look_leaves_out_is_computed_while_the_browser_draws(source):
@@ -314,10 +326,11 @@ def test_a_run_page_drawn_without_time_series_gets_them_by_their_own_callback(so
     figure = time_chart.figure
     # its ranks timed whole steps only: the step-shares panel stays hidden, no chart drawn
     assert shares_chart is no_update
-    # the same figure and note as the page of the run once computed
+    # once computed, the run's page still comes without them, and they are the same
     page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
-    assert figure == find(page, ids.TIMESERIES_GRAPH).figure
-    assert note == find(page, ids.BUCKET_NOTE).children
+    assert find(page, ids.TIMESERIES_GRAPH) is None
+    again, again_note, _shares = callbacks.load_pending_timeseries(find(page, ids.RUN_PENDING).data)
+    assert (again.figure, again_note) == (figure, note)
     assert find(page, ids.STEP_SHARES_GRAPH) is None
     assert find(page, ids.EPOCH_STEP_ANATOMY_GRAPH) is None
     assert note.startswith("Each host's metrics averaged over 1-second buckets")
@@ -333,6 +346,11 @@ def test_a_run_page_drawn_without_time_series_gets_them_by_their_own_callback(so
     assert (node1[130], node1[270]) == (1200.0, 1200.0)
     # every image of the run: 3 epochs x 96,000 in 1-s buckets
     assert sum(node1) == pytest.approx(3 * 96_000, abs=0.01)
+
+
+def as_json(component) -> str:
+    """A layout tree as the browser gets it."""
+    return json.dumps(component, cls=PlotlyJSONEncoder)
 
 
 def find(component, element_id: str):
@@ -376,8 +394,11 @@ def test_prepared_runs_open_without_reading_the_store_again(source):
         stop.set()
     assert prepared.prepared == {PAPER_RUN, INTRA_RUN}  # the two newest finished runs
     reads = dict(counting.event_reads)
-    Callbacks(prepared, poll_ms=2000).route(f"/runs/{PAPER_RUN}", "")
+    callbacks = Callbacks(prepared, poll_ms=2000)
+    page, _nav, _scroll = callbacks.route(f"/runs/{PAPER_RUN}", "")
+    callbacks.load_pending_timeseries(find(page, ids.RUN_PENDING).data)
     assert counting.event_reads == reads  # the page came from what was prepared
+    assert find(page, ids.RUN_EPOCHS).data["in_page"]  # its findings with it
     assert not prepared.prepare("no-such-run")
 
 

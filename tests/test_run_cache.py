@@ -84,7 +84,7 @@ def test_a_finished_run_is_read_once_for_charts_table_and_findings(sqlite_path):
     try:
         counting = CountingStore(store)
         source = DataSource(counting, complete_ahead=False)
-        assert source.kept_timeseries("done") is None  # nothing computed yet
+        assert source.kept_findings("done") is None  # nothing computed yet
         first = page(source, "done")
         assert "cache_warmup" in {f["rule"] for f in first["findings"]}
         assert first["epochs"] and first["charts"].points > 0
@@ -97,11 +97,11 @@ def test_a_finished_run_is_read_once_for_charts_table_and_findings(sqlite_path):
         # opened again, in another request and by the kept charts: nothing is read again,
         # and every answer is the same
         assert page(source, "done") == first
-        assert source.kept_timeseries("done") == first["charts"]
+        assert source.kept_findings("done") == first["findings"]
         assert counting.reads == reads
         # the one owner: dropping the store's cache drops everything kept, charts included
         query.clear_cache(source.store)
-        assert source.kept_timeseries("done") is None
+        assert source.kept_findings("done") is None
         assert page(source, "done") == first
         assert counting.reads[("read_series", "")] == 2
     finally:
@@ -121,7 +121,7 @@ def test_a_live_run_is_never_served_stale_and_is_kept_once_it_ends(sqlite_path):
         early = page(source, "growing")
         assert {r["epoch"] for r in early["epochs"]} == {1, 2}
         assert "cache_warmup" not in {f["rule"] for f in early["findings"]}  # one epoch
-        assert source.kept_timeseries("growing") is None  # a live run's charts are not kept
+        assert source.kept_findings("growing") is None  # a live run's findings are not kept
         before = counting.reads[("events", "growing")]
         again = page(source, "growing")
         assert counting.reads[("events", "growing")] > before  # asked again, read again

@@ -63,10 +63,10 @@ Caching
     columns (``StepTable``) and its samples read once, all shared by every question about
     it: the model by its summary, report, epoch boundaries and per-rank step parts; its
     per-epoch report is built once and shared by ``epoch_table`` and ``findings``, and its
-    charts (``run_timeseries`` without
-    ``since_ns``) are cut from the same samples and kept (``kept_timeseries`` asks without
-    computing). The caches are safe to use from several threads, and two threads asking the
-    same thing at once wait for one computation. Live runs are always computed afresh, and
+    charts (``run_timeseries`` without ``since_ns``) are cut from the same samples and kept
+    (``kept_findings`` asks for the findings without computing them). The caches are safe
+    to use from several threads, and two threads asking the same thing at once wait for one
+    computation. Live runs are always computed afresh, and
     a run that ends gets a new key. Memory per store: the step tables of the 2 runs last
     asked about and the samples of the last one (for a run of 8 hosts x 3 h and 34,560
     steps, 1.9 MB of steps and 27 MB of samples), the charts of the 16 runs last drawn
@@ -385,6 +385,14 @@ def findings(store: ReadStore, run_id: str) -> list[dict[str, Any]]:
     return _cached(store, run, "findings", compute)
 
 
+def kept_findings(store: ReadStore, run_id: str) -> list[dict[str, Any]] | None:
+    """A finished run's ``findings`` if they are computed and kept already, else None
+    (reads nothing but the run's record)."""
+    run = _run(store, run_id)
+    cache = run_cache(store) if _kept(run) else None
+    return None if run is None or cache is None else cache.results.peek(_key(run, "findings"))
+
+
 # --------------------------------------------------------------------------------------
 # time series
 # --------------------------------------------------------------------------------------
@@ -412,21 +420,6 @@ def run_timeseries(
         _charts_key(run, hosts, max_points),
         lambda: _run_timeseries(store, run, run_id, hosts, max_points, None, None),
     )
-
-
-def kept_timeseries(
-    store: ReadStore,
-    run_id: str,
-    hosts: list[str] | None = None,
-    max_points: int = DEFAULT_MAX_POINTS,
-) -> dict[str, HostSeries] | None:
-    """A finished run's ``run_timeseries`` if it is computed and kept already, else None
-    (reads nothing but the run's record)."""
-    run = _run(store, run_id)
-    cache = run_cache(store) if _kept(run) else None
-    if cache is None:
-        return None
-    return cache.charts.peek(_charts_key(run, hosts, max_points))
 
 
 def _charts_key(run: RunInfo, hosts: list[str] | None, max_points: int) -> tuple:

@@ -19,13 +19,13 @@ run_info            run_id                           the store's ``RunInfo`` as 
 timeseries          run_id, [max_points],            ``{host: HostSeries.to_dict()}``
                     [bucket_ns], [since] (JSON
                     ``{host: ns}``)
-kept_timeseries     run_id, [max_points]             the same when kept already, or null
 boundaries          run_id                           ``query.epoch_boundaries``
 epochs              run_id                           ``query.epoch_table`` (the per-epoch rows)
 rank_parts          run_id                           ``query.rank_step_parts``
 step_shares         run_id, [max_points]             ``query.step_shares``
 steps_after         run_id, [since_ns]               how many step events came after
 findings            run_id                           ``query.findings``
+kept_findings       run_id                           the same when kept already, or null
 scaling                                              ``query.scaling_table``
 inference_runs                                       ``[{"run_id", "state"}]``
 inference           run_id                           the inference report's JSON, or null
@@ -141,10 +141,6 @@ def _timeseries(store: ReadStore, params: dict[str, str]) -> dict[str, Any] | No
     )
 
 
-def _kept_timeseries(store: ReadStore, params: dict[str, str]) -> dict[str, Any] | None:
-    return _charts(query.kept_timeseries(store, _run_id(params), max_points=_max_points(params)))
-
-
 def node_samples(store: ReadStore, run_id: str) -> dict[str, dict[str, int | None]] | None:
     """Per host of the run: its ranks' last ``run_end`` (the run's end for a host whose
     ranks wrote none) and the latest node sample (its agent's CPU sample) the store holds
@@ -187,7 +183,6 @@ ANSWERS: dict[str, Callable[[ReadStore, dict[str, str]], Any]] = {
     "run": _run,
     "run_info": _run_info,
     "timeseries": _timeseries,
-    "kept_timeseries": _kept_timeseries,
     "boundaries": lambda store, params: query.epoch_boundaries(store, _run_id(params)),
     "epochs": lambda store, params: query.epoch_table(store, _run_id(params)),
     "rank_parts": lambda store, params: query.rank_step_parts(store, _run_id(params)),
@@ -198,6 +193,7 @@ ANSWERS: dict[str, Callable[[ReadStore, dict[str, str]], Any]] = {
         store.steps(_run_id(params), _int(params, "since_ns", 0))
     ),
     "findings": lambda store, params: query.findings(store, _run_id(params)),
+    "kept_findings": lambda store, params: query.kept_findings(store, _run_id(params)),
     "scaling": lambda store, params: query.scaling_table(store),
     "inference_runs": _inference_runs,
     "inference": _inference,
