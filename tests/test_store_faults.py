@@ -287,3 +287,50 @@ def test_a_field_written_as_int_then_float_then_string(env, tmp_path):
         assert x.values.tolist() == [1.0, 1.5, 4.0]  # one float64 series, the strings named
         (y,) = store.read_series(store.list_series("conflict", "y"), 0, 2**62)
         assert y.values.tolist() == [2.0]
+
+
+CLOSE_WHILE_READING = """
+import sys, threading
+from collector.store import SqliteStore
+
+store = SqliteStore(sys.argv[1])
+reading = threading.Event()
+outcome = []
+
+
+def read():
+    conn = store.db.read_conn()
+    reading.set()
+    # a long statement (a few hundred ms), as a background thread's read of a big run is
+    (count,) = conn.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000)"
+        " SELECT count(*) FROM n"
+    ).fetchone()
+    outcome.append(count)
+
+
+thread = threading.Thread(target=read)
+thread.start()
+reading.wait()
+store.close()  # while the other thread is inside its statement
+thread.join()
+print(outcome)
+"""
+
+
+def test_closing_the_store_while_another_thread_reads_does_not_crash(env, tmp_path):
+    """A dashboard stopped while its background thread reads a run closed that thread's
+    reader under it: the interpreter died of a segmentation fault. Now the reader closes
+    when its thread lets go of it. In a process of its own: the fault would kill pytest."""
+    db = tmp_path / "s.sqlite"
+    SqliteStore(db).close()
+    for _ in range(3):  # the race is the statement's whole length: it is hit every time
+        done = subprocess.run(
+            [sys.executable, "-c", CLOSE_WHILE_READING, str(db)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == "[3000000]"

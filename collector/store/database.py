@@ -152,7 +152,7 @@ class Database:
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpoint_lock = threading.Lock()
         self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        self._readers: list[tuple[sqlite3.Connection, threading.Thread]] = []  # (reader, owner)
         self._readers_lock = threading.Lock()
         self._closed = False
         self._create()
@@ -239,7 +239,7 @@ class Database:
             conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
             self._local.conn = conn
             with self._readers_lock:
-                self._readers.append(conn)
+                self._readers.append((conn, threading.current_thread()))
         return conn
 
     @contextmanager
@@ -306,7 +306,12 @@ class Database:
                 self._writer.close()
                 self._writer = None
         with self._readers_lock:
-            for conn in self._readers:
-                conn.close()
+            for conn, owner in self._readers:
+                # Closing a connection while another thread runs a statement on it crashes
+                # the interpreter (a dashboard's background thread, or a request in flight,
+                # at shutdown): a live thread's reader is closed when that thread lets go
+                # of it (nothing refers to it once this store's thread-locals are dropped).
+                if owner is threading.current_thread() or not owner.is_alive():
+                    conn.close()
             self._readers.clear()
         self._local = threading.local()
