@@ -648,8 +648,11 @@ def run_page(
         time_chart: Any = graph(ids.TIMESERIES_GRAPH, timeseries_figure(ts, boundaries, rows))
         note = bucket_note(ts, boundaries)
     else:
+        # as high as the panels the epoch rows say the run has (what the figure will draw,
+        # unless a measurement has samples outside every epoch only)
+        panels = len(figures.shown_charts(rows))
         time_chart = pending_slot(
-            "Loading each host's metrics over the run…", figures.timeseries_height()
+            "Loading each host's metrics over the run…", figures.timeseries_height(panels)
         )
         note = "Loading each host's metrics over the run…"
     pending = {"run_id": run["run_id"], "step_shares": not no_anatomy} if ts is None else None

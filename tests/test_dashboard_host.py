@@ -19,7 +19,7 @@ pytest.importorskip("collector.store", reason="the SQLite store is not in this t
 from collector.views.evidence import evidence_tree
 from contract.markers import ALL_HOSTS
 from dashboard import figures, ids, pages
-from dashboard.app import create_app
+from dashboard.app import Callbacks, create_app
 from dashboard.server import make_dashboard_server
 from dashboard.source import DataSource
 from tests.support.browser import (
@@ -27,6 +27,7 @@ from tests.support.browser import (
     dash_browser,
     figure_data,
 )
+from tests.support.layout import find
 from tests.support.plain_hosts import (
     EPOCH_SECONDS,
     HOSTILE,
@@ -407,3 +408,13 @@ def test_a_run_without_step_anatomy_says_why_instead_of_two_empty_charts(source,
     assert note.startswith("This run's ranks did not time the parts of their steps")
     assert section(timed, live=False) == ("", {})
     assert section(bare, live=True) == ("", {})  # live: its parts come with its epochs
+
+
+def test_the_slot_of_the_time_series_is_as_high_as_their_chart(source, plain):
+    """A finished run's page holds their place at their chart's height: nothing jumps when
+    they come (5 panels here, not the 8 of a GPU node)."""
+    page, _nav, _scroll = Callbacks(source, poll_ms=2000).route(f"/runs/{PLAIN_RUN}", "")
+    figure = pages.timeseries_figure(plain["ts"], plain["boundaries"], plain["rows"])
+    assert figure["layout"]["height"] == figures.timeseries_height(5)
+    slot = find(page, ids.TIMESERIES_SLOT).children
+    assert slot.style["height"] == f"{figure['layout']['height']}px"

@@ -44,8 +44,9 @@ SqliteStore = pytest.importorskip(
     "collector.store", reason="the SQLite store is not in this tree"
 ).SqliteStore
 from collector.analysis.run import EPOCH_KINDS  # noqa: E402
-from dashboard import figures, ids  # noqa: E402
+from dashboard import ids  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
+from tests.support.layout import find  # noqa: E402
 from tests.support.run_builder import NS, T0_NS, RunBuilder  # noqa: E402
 
 PAPER_RUN = "tf-2node-ib"
@@ -318,12 +319,12 @@ def test_a_run_page_drawn_without_time_series_gets_them_by_their_own_callback(so
     assert find(page, ids.TIMESERIES_GRAPH) is None
     assert find(page, ids.STEP_SHARES_GRAPH) is None
     slot = find(page, ids.TIMESERIES_SLOT).children
-    assert slot.style["height"] == f"{figures.timeseries_height()}px"
     time_chart, note, shares_chart = callbacks.load_pending_timeseries(
         find(page, ids.RUN_PENDING).data
     )
     assert time_chart.id == ids.TIMESERIES_GRAPH
     figure = time_chart.figure
+    assert slot.style["height"] == f"{figure['layout']['height']}px"
     # its ranks timed whole steps only: the step-shares panel stays hidden, no chart drawn
     assert shares_chart is no_update
     # once computed, the run's page still comes without them, and they are the same
@@ -351,19 +352,6 @@ def test_a_run_page_drawn_without_time_series_gets_them_by_their_own_callback(so
 def as_json(component) -> str:
     """A layout tree as the browser gets it."""
     return json.dumps(component, cls=PlotlyJSONEncoder)
-
-
-def find(component, element_id: str):
-    """The component with that id in a layout tree."""
-    if getattr(component, "id", None) == element_id:
-        return component
-    children = getattr(component, "children", None)
-    for child in children if isinstance(children, list | tuple) else [children]:
-        if hasattr(child, "to_plotly_json"):
-            found = find(child, element_id)
-            if found is not None:
-                return found
-    return None
 
 
 def test_events_kept_for_a_request_answer_like_the_store(source):
