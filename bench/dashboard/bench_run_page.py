@@ -56,6 +56,7 @@ from dashboard import ids  # noqa: E402
 from dashboard.app import Callbacks, create_app  # noqa: E402
 from dashboard.source import DataSource  # noqa: E402
 from tests.support.browser import chrome_driver  # noqa: E402
+from tests.support.layout import find as find_component  # noqa: E402
 
 DEFAULT_DB = Path(os.environ.get("TMPDIR", "/tmp")) / "epochscope-bench-dashboard.sqlite"
 GRAPHS = 4  # the time series and three per-epoch bar charts
@@ -221,19 +222,6 @@ def server_side(store: SqliteStore, max_points: int, repeat: int) -> dict[str, A
         },
         "points": points,
     }
-
-
-def find_component(component, element_id: str):
-    """The component with that id in a layout tree (None if there is none)."""
-    if getattr(component, "id", None) == element_id:
-        return component
-    children = getattr(component, "children", None)
-    for child in children if isinstance(children, list | tuple) else [children]:
-        if hasattr(child, "to_plotly_json"):
-            found = find_component(child, element_id)
-            if found is not None:
-                return found
-    return None
 
 
 def _graphs(component) -> list:
