@@ -66,11 +66,11 @@ Caching
     charts (``run_timeseries`` without ``since_ns``) are cut from the same samples and kept
     (``kept_findings`` asks for the findings without computing them). The caches are safe
     to use from several threads, and two threads asking the same thing at once wait for one
-    computation. Live runs are always computed afresh, and
-    a run that ends gets a new key. Memory per store: the step tables of the 2 runs last
-    asked about and the samples of the last one (for a run of 8 hosts x 3 h and 34,560
-    steps, 1.9 MB of steps and 27 MB of samples), the charts of the 16 runs last drawn
-    (~100 kB each at 500 points), besides small results of 256 questions.
+    computation. Live runs are always computed afresh, and a run that ends gets a new key.
+    Memory per store: the step tables of the 2 runs last asked about and the samples of the
+    last one (for a run of 8 hosts x 3 h and 34,560 steps, 1.9 MB of steps and 27 MB of
+    samples), the charts of the 16 runs last drawn (~100 kB each at 500 points), besides
+    small results of 256 questions.
 """
 
 from __future__ import annotations
