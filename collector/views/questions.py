@@ -112,10 +112,6 @@ def _since(params: dict[str, str]) -> dict[str, int] | None:
     return since
 
 
-def _charts(series: dict[str, query.HostSeries] | None) -> dict[str, Any] | None:
-    return None if series is None else {host: s.to_dict() for host, s in series.items()}
-
-
 def _run(store: ReadStore, params: dict[str, str]) -> dict[str, Any] | None:
     run_id = _run_id(params)
     if store.run(run_id) is None:
@@ -129,16 +125,15 @@ def _run_info(store: ReadStore, params: dict[str, str]) -> dict[str, Any] | None
     return None if info is None else run_info_dict(info)
 
 
-def _timeseries(store: ReadStore, params: dict[str, str]) -> dict[str, Any] | None:
-    return _charts(
-        query.run_timeseries(
-            store,
-            _run_id(params),
-            max_points=_max_points(params),
-            since_ns=_since(params),
-            bucket_ns=_int(params, "bucket_ns", 1),
-        )
+def _timeseries(store: ReadStore, params: dict[str, str]) -> dict[str, Any]:
+    series = query.run_timeseries(
+        store,
+        _run_id(params),
+        max_points=_max_points(params),
+        since_ns=_since(params),
+        bucket_ns=_int(params, "bucket_ns", 1),
     )
+    return {host: s.to_dict() for host, s in series.items()}
 
 
 def node_samples(store: ReadStore, run_id: str) -> dict[str, dict[str, int | None]] | None:
