@@ -138,6 +138,57 @@ def sized_data(tmp_path_factory):
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 
+# What a throttled PyTorch run loads: the launcher, its agent and collector, the trainer
+# and the picture decoder its loader's workers call.
+PYTORCH_RUN_MODULES = ("workloads.cli", "agent.cli", "collector.cli",
+                       "workloads.train.worker", "workloads.train.torch_train",
+                       "workloads.train.torch_resnet", "torch", "torch.distributed",
+                       "torch.utils.data", "PIL.JpegImagePlugin")  # fmt: skip
+
+_CACHE_CODE = """
+import importlib, os, sys
+
+def read(path):
+    try:
+        with open(path, "rb") as handle:
+            while handle.read(1 << 22):
+                pass
+    except OSError:
+        pass
+
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+packages, files = set(), set()
+for module in list(sys.modules.values()):
+    top = sys.modules.get(module.__name__.partition(".")[0])
+    if getattr(top, "__path__", None):
+        packages.update(top.__path__)
+    elif getattr(module, "__file__", None):
+        files.add(module.__file__)
+with open("/proc/self/maps") as maps:
+    for line in maps:
+        fields = line.split()
+        if len(fields) > 5 and fields[5].startswith("/"):
+            files.add(fields[5])
+for package in packages:
+    for folder, _, names in os.walk(package):
+        files.update(os.path.join(folder, name) for name in names)
+for path in sorted(files):
+    read(path)
+"""
+
+
+def cache_code(modules: tuple[str, ...] = PYTORCH_RUN_MODULES) -> None:
+    """Read whole, into the page cache, every package and mapped library that importing
+    ``modules`` loads (torch's 750 MB among them). A run inside a read throttle on the
+    root disk would otherwise read its code through the throttle too: pages of the
+    libraries it touches first in epoch 1 (tens of MB when the machine's cache was cold)
+    counted as the training's reads, beside the data set the test is about. Cheap once
+    cached; call it before each throttled run, since pages may leave the cache between."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", _CACHE_CODE, *modules], check=True, env=env,
+                   timeout=600)  # fmt: skip
+
 
 def block_device_of(path: Path) -> str:
     """``major:minor`` of the block device holding ``path`` (what blkio's files take)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from contract.schema import Ceiling
-from tests.scenarios.conftest import BLKIO, REPO, blkio_read_limit, run_training
+from tests.scenarios.conftest import BLKIO, REPO, blkio_read_limit, cache_code, run_training
 from tests.scenarios.test_residency import READ_LIMIT, TRAINING, pad_jpegs, read_whole
 from tests.support.views import whole_percent_texts
 from workloads.train.datasets import make_dataset
@@ -72,10 +72,13 @@ def train(tmp_path: Path, run_id: str, data: Path, env, prefix, *more: str):
 
 def test_a_blkio_throttle_is_the_measured_ceiling_a_cold_run_is_bound_by(tmp_path, padded, env):
     with blkio_read_limit(f"epochscope-ceiling-{os.getpid()}", padded, READ_LIMIT) as prefix:
+        cache_code()
         ceiling = calibrate(prefix, padded, env)
         assert ceiling == pytest.approx(READ_LIMIT, rel=CALIBRATION_TOLERANCE)
+        cache_code()
         cold = train(tmp_path, "cold", padded, env, prefix, "--drop-caches")
         read_whole(padded)
+        cache_code()
         cached = train(tmp_path, "cached", padded, env, prefix)
     print(f"ceiling {ceiling / 1e6:.2f} MB/s under a {READ_LIMIT / 1e6:.2f} MB/s throttle")
     for run in (cold, cached):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scenarios.conftest import BLKIO, REPO, blkio_read_limit, run_training
+from tests.scenarios.conftest import BLKIO, REPO, blkio_read_limit, cache_code, run_training
 from workloads.train.datasets import make_dataset
 
 TRAINING = ("--framework", "pytorch", "--np", "1", "--epochs", "2", "--image-size", "32")
@@ -108,6 +108,7 @@ def test_reads_throttled_by_blkio_make_epoch_1_storage_bound(tmp_path, env):
                  progress=False)  # fmt: skip
     pad_jpegs(data, 2_500_000)  # 45 MB: 30 s of reads at the limit
     with blkio_read_limit(f"epochscope-throttle-{os.getpid()}", data, READ_LIMIT) as prefix:
+        cache_code()
         run = run_training(tmp_path / "runs", "throttled", *TRAINING, "--data-dir", str(data),
                            "--batch-size", "2", "--loader-workers", "2", "--warmup-steps", "2",
                            "--step-every", "1", "--drop-caches", env=env,
