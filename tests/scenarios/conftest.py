@@ -183,8 +183,13 @@ def cache_code(modules: tuple[str, ...] = PYTORCH_RUN_MODULES) -> None:
     ``modules`` loads (torch's 750 MB among them). A run inside a read throttle on the
     root disk would otherwise read its code through the throttle too: pages of the
     libraries it touches first in epoch 1 (tens of MB when the machine's cache was cold)
-    counted as the training's reads, beside the data set the test is about. Cheap once
-    cached; call it before each throttled run, since pages may leave the cache between."""
+    counted as the training's reads, beside the data set the test is about.
+
+    Call it right before each throttled run: pages leave the cache between runs even with
+    memory free. These machines' kernel runs DAMON with a ``pageout`` scheme
+    (``/sys/kernel/mm/damon/admin/kdamonds``) that evicts file pages no process maps once
+    they have gone unread for 60 s, so when one run ends, the library pages it touched only
+    at start-up go. In CI, a cached run read 9.7 MB of them in epoch 1. Cheap once cached."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-c", _CACHE_CODE, *modules], check=True, env=env,
                    timeout=600)  # fmt: skip
