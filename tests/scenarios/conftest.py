@@ -188,8 +188,9 @@ def cache_code(modules: tuple[str, ...] = PYTORCH_RUN_MODULES) -> None:
     Call it right before each throttled run: pages leave the cache between runs even with
     memory free. These machines' kernel runs DAMON with a ``pageout`` scheme
     (``/sys/kernel/mm/damon/admin/kdamonds``) that evicts file pages no process maps once
-    they have gone unread for 60 s, so when one run ends, the library pages it touched only
-    at start-up go. In CI, a cached run read 9.7 MB of them in epoch 1. Cheap once cached."""
+    they have gone unread for 60 s, a little at a time (of 100 MB read once, 3% had gone
+    2 minutes later): when a run ends, library pages it touched only at start-up start to
+    go. In CI, a cached run read 9.7 MB of them in epoch 1. Cheap once cached."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-c", _CACHE_CODE, *modules], check=True, env=env,
                    timeout=600)  # fmt: skip
