@@ -301,3 +301,53 @@ def test_every_host_must_have_had_it_cached_before_the_run(make_store):
     cached = rules(make_store(points), "both")["dataset_cached_before_run"]
     assert cached.evidence["hosts_cached_before_run_percent"] == {"n1": 100.0, "n2": 97.0}
     assert "every host's page cache" in cached.explanation
+
+
+def evicted_run(run_id: str, later_read: int, ends: list[float]) -> list[Point]:
+    """A 45 MB data set read whole in epoch 1 (0% cached before it), and ``later_read``
+    bytes of the ranks' own reads in each of epochs 2 and 3, with the data set's share
+    cached at each epoch's end ``ends``."""
+    files = 45_000_000
+    run = RunBuilder(run_id, framework="pytorch", dataset_bytes=files, data_format="jpeg",
+                     host_memory_bytes=25 * 10**9, gpus=False, nfs=False)  # fmt: skip
+    run.epoch(30, 128, reads=(files, files))
+    run.epoch(30, 128, reads=(later_read, files))
+    run.epoch(30, 128, reads=(later_read, files))
+    return with_residency(run.points(), files, {"node1": 0.0}, {"node1": ends})
+
+
+def test_a_data_set_read_again_after_epoch_1_was_evicted_whatever_its_edges_say(make_store):
+    # every edge after epoch 1 says 100% cached, yet epochs 2 and 3 read 40 MB each: the
+    # pages left the cache inside the epochs and were read again
+    store = make_store(evicted_run("evicted", 40_000_000, [1.0, 1.0, 1.0]))
+    found = rules(store, "evicted")
+    evicted = found["dataset_evicted"]
+    assert evicted.severity == "warning" and evicted.chart == "training_read_bytes"
+    assert evicted.evidence["epochs"] == [2, 3]
+    assert evicted.evidence["worst"]["evicted_bytes"] == 40_000_000
+    assert evicted.evidence["worst"]["evicted_percent"] == 88.9
+    assert evicted.title == "The data set left the page cache during epochs 2, 3, after the first"
+    assert (
+        "100% of the data set's 45.0 MB was in the page cache as epoch 2 began"
+        in evicted.explanation
+    )
+    assert "at least 40.0 MB (88.9% of the data set) left the cache" in evicted.explanation
+    assert "fits in a host's RAM (0.0018x)" in evicted.explanation
+    assert "cache_warmup" not in found  # the later epochs were not served from memory
+
+    # a cache that loses what each epoch brings in: 80% at the start, 90% read, 70% at the end
+    store = make_store(evicted_run("leaking", 40_500_000, [0.8, 0.7, 0.7]))
+    leaking = rules(store, "leaking")["dataset_evicted"]
+    assert leaking.evidence["host_epochs"][0]["evicted_bytes"] == 40_500_000 + 0.1 * 45_000_000
+
+    # a neighbour evicting all the time: pages read ahead leave before the loader takes them,
+    # and the epoch reads the 45 MB set twice (as a real run here did)
+    store = make_store(evicted_run("thrashing", 90_000_000, [1.0, 0.0, 0.0]))
+    thrashing = rules(store, "thrashing")["dataset_evicted"]
+    assert thrashing.evidence["worst"]["evicted_percent"] == 300.0
+    assert "(300% of the data set: some pages left more than once)" in thrashing.explanation
+
+    # libraries a rank pages in after epoch 1 are not an eviction: the warm-up stands
+    store = make_store(evicted_run("warm", 1_700_000, [1.0, 1.0, 1.0]))
+    found = rules(store, "warm")
+    assert "dataset_evicted" not in found and "cache_warmup" in found

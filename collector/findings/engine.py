@@ -28,6 +28,7 @@ from collector.findings.learning import detect_divergence, detect_not_learning
 from collector.findings.rules import (
     detect_cache_warmup,
     detect_dataset_cached_before_run,
+    detect_dataset_evicted,
     detect_dataset_fits_in_memory,
     detect_epoch_restart,
     detect_fabric_carries_storage,
@@ -76,6 +77,7 @@ DETECTORS: dict[str, Detector] = {
     "cache_warmup": detect_cache_warmup,
     "dataset_cached_before_run": detect_dataset_cached_before_run,
     "dataset_fits_in_memory": detect_dataset_fits_in_memory,
+    "dataset_evicted": detect_dataset_evicted,
     "fabric_carries_storage": detect_fabric_carries_storage,
     "storage_bound": detect_storage_bound,
     "input_bound": detect_input_bound,
@@ -90,6 +92,7 @@ DETECTORS: dict[str, Detector] = {
 cache_warmup = rule(detect_cache_warmup, "cache_warmup")
 dataset_cached_before_run = rule(detect_dataset_cached_before_run, "dataset_cached_before_run")
 dataset_fits_in_memory = rule(detect_dataset_fits_in_memory, "dataset_fits_in_memory")
+dataset_evicted = rule(detect_dataset_evicted, "dataset_evicted")
 fabric_carries_storage = rule(detect_fabric_carries_storage, "fabric_carries_storage")
 storage_bound = rule(detect_storage_bound, "storage_bound")
 input_bound = rule(detect_input_bound, "input_bound")
@@ -104,6 +107,7 @@ RULES: tuple[Rule, ...] = (
     cache_warmup,
     dataset_cached_before_run,
     dataset_fits_in_memory,
+    dataset_evicted,
     fabric_carries_storage,
     storage_bound,
     input_bound,

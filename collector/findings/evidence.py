@@ -39,6 +39,12 @@ MLPERF_STORAGE_RAM_MULTIPLE = 5  # data set >= 5 x RAM to measure storage
 # the data set's measured page-cache residency (collector.analysis.residency): at least this
 # share of its bytes cached is "in memory" (a few pages of a file may be out at any time)
 CACHED_PERCENT = 95.0
+# the data set evicted: after the first epoch, a host-epoch's own reads brought in at least
+# this share of the data set beyond what the cache kept (read + cached at start - cached at
+# end), and at least MIN_EVICTED_BYTES: the pages of libraries a rank first touches after
+# epoch 1 count in its reads too (1.7 MB in epoch 2 of a PyTorch run here)
+EVICTED_SHARE = 0.25
+MIN_EVICTED_BYTES = 20 * BYTES_PER_MB
 # fabric carries storage
 FABRIC_MATCH_TOLERANCE = 0.10
 MIN_NETWORK_STORAGE_MBPS = 5.0
@@ -291,6 +297,34 @@ class DatasetFitsInMemory:
     @property
     def fits(self) -> bool:
         return self.dataset_to_memory_ratio <= 1.0
+
+
+@dataclass(frozen=True)
+class EvictedHostEpoch:
+    host: str
+    epoch: int
+    dataset_cached_start_percent: float = field(metadata=digits(1))
+    dataset_cached_end_percent: float = field(metadata=digits(1))
+    training_read_bytes: int  # the ranks' own reads from storage over the epoch
+    # at least this much of the data set left the page cache during the epoch and was read
+    # again: read + cached at the start - cached at the end
+    evicted_bytes: float = field(metadata=digits(0))
+    # of the data set's bytes: over 100 where pages left, were read and left again
+    evicted_percent: float = field(metadata=digits(1))
+    # the host's page cache over the epoch (every file's): a neighbour's memory shrinks it
+    page_cache_delta_bytes: int | None = field(default=None, metadata=IF_KNOWN)
+
+
+@dataclass(frozen=True)
+class DatasetEvicted:
+    """After the first epoch, the data set left a host's page cache and the ranks read it
+    from storage again."""
+
+    epochs: list[int]
+    host_epochs: list[EvictedHostEpoch]
+    worst: EvictedHostEpoch
+    dataset_files_bytes: float  # the data set's files on one host
+    dataset_to_memory_ratio: float | None = field(default=None, metadata=digits(3))
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,15 @@ encode what the published studies found by hand:
 ``dataset_fits_in_memory``
     From the run's configuration alone: a data set below 5 x a host's RAM cannot measure
     storage past the first epoch (MLPerf Storage's rule); warning when it fits outright.
+``dataset_evicted``
+    After the first epoch, a host-epoch's own reads (its ranks' ``/proc/<pid>/io``) brought
+    in at least ``EVICTED_SHARE`` of the data set (and ``MIN_EVICTED_BYTES``) beyond what the
+    page cache kept: read + cached at its start - cached at its end (measured). The data set
+    left the cache and was read again, whatever the edges say (both can be 100% when an
+    epoch re-read what was evicted in it): another job's memory, the job's memory cgroup
+    limit, a neighbour's ``drop_caches``, the kernel's proactive reclaim. Such a host-epoch
+    did not stay cached for ``storage_bound``, and ``cache_warmup`` does not say the epochs
+    after the first were served from memory.
 ``fabric_carries_storage``
     Receive minus send on the fabric (InfiniBand, else the NICs) is within
     ``FABRIC_MATCH_TOLERANCE`` of the NFS read rate: gradients are sent and received in equal
@@ -37,10 +46,11 @@ encode what the published studies found by hand:
     of their step time: on a shared node others' work hides iowait), unstable step
     throughput (coefficient of variation of the steps' images/s) and high storage reads at
     once (at least ``MIN_STORAGE_MBPS``, or however slow where the epoch brought a quarter
-    of the data set into the page cache, measured): training waits on storage (the Caffe2
-    behaviour while uncached). Storage reads judged as ``cache_warmup`` does.
+    of the data set into the page cache, measured, or read it again, ``dataset_evicted``):
+    training waits on storage (the Caffe2 behaviour while uncached). Storage reads judged as
+    ``cache_warmup`` does.
     A host-epoch whose data set was measured at least ``CACHED_PERCENT`` cached at its start
-    and end read none of it from storage, and is never one.
+    and end, and that did not read it again, read none of it from storage, and is never one.
 ``input_bound``
     CPU saturated while the GPUs are mostly idle: the input pipeline (decoding,
     augmentation) cannot feed the GPUs.
@@ -91,11 +101,13 @@ from collector.findings.evidence import (
     CPU_SATURATED_PERCENT,
     EPOCH_RESTART_RATIO,
     EPOCH_RESTART_SHARE,
+    EVICTED_SHARE,
     FABRIC_MATCH_TOLERANCE,
     FIRST_EPOCH_DATASET_SHARE,
     GPU_LOW_PERCENT,
     INPUT_WAIT_SHARE,
     IOWAIT_HIGH_PERCENT,
+    MIN_EVICTED_BYTES,
     MIN_FIRST_EPOCH_READ_BYTES,
     MIN_NETWORK_STORAGE_MBPS,
     MIN_STEPS_FOR_CV,
@@ -112,8 +124,10 @@ from collector.findings.evidence import (
     BusyHostEpoch,
     CacheWarmup,
     DatasetCachedBeforeRun,
+    DatasetEvicted,
     DatasetFitsInMemory,
     EpochRestart,
+    EvictedHostEpoch,
     FabricCarriesStorage,
     InputBound,
     PrecisionReadDemand,
@@ -251,7 +265,7 @@ def detect_cache_warmup(context: RunContext) -> CacheWarmup | None:
     settled = later[len(later) // 2 :]  # the second half of the later epochs
     settled_mean = float(np.mean([by_epoch[r.epoch] for r in settled]))
     if measured is not None:
-        if not _warmed_up(measured, first.epoch):
+        if not _warmed_up(measured, first.epoch) or evicted_host_epochs(context):
             return None
         settled_from = next(
             r.epoch for r in later if measured.start_percent.get(r.epoch, 0) >= CACHED_PERCENT
@@ -335,6 +349,66 @@ def detect_dataset_fits_in_memory(context: RunContext) -> DatasetFitsInMemory | 
         host_memory_bytes=memory,
         dataset_to_memory_ratio=ratio,
         dataset_cached_at_end_percent=totals[-1].dataset_cached_end_percent if totals else None,
+    )
+
+
+def evicted_bytes(row: EpochRow, files_bytes: float) -> float | None:
+    """At least how much of the data set left the host's page cache during the epoch and
+    was read again: the ranks' own reads plus the bytes cached at its start less those
+    cached at its end; None where the residency or the ranks' reads were not measured."""
+    start, end = row.dataset_cached_start_percent, row.dataset_cached_end_percent
+    read = row.training_read_bytes
+    if start is None or end is None or read is None or files_bytes <= 0:
+        return None
+    return max(0.0, read + (start - end) / 100 * files_bytes)
+
+
+def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
+    """The host-epochs after the first whose ranks read the data set again (``evicted_bytes``
+    at least ``EVICTED_SHARE`` of it and ``MIN_EVICTED_BYTES``)."""
+    measured = measured_residency(context)
+    if measured is None:
+        return []
+    files_by_host = {
+        host: files for host, (_, files) in residency.before_run(context.model).items()
+    }
+    first_epoch = context.totals()[0].epoch
+    found = []
+    for row, _ in context.hosts_rows():
+        files = files_by_host.get(row.host, measured.files_bytes)
+        evicted = evicted_bytes(row, files)
+        if row.epoch <= first_epoch or evicted is None:
+            continue
+        if evicted < max(EVICTED_SHARE * files, MIN_EVICTED_BYTES):
+            continue
+        found.append(
+            EvictedHostEpoch(
+                host=row.host,
+                epoch=row.epoch,
+                dataset_cached_start_percent=row.dataset_cached_start_percent or 0.0,
+                dataset_cached_end_percent=row.dataset_cached_end_percent or 0.0,
+                training_read_bytes=row.training_read_bytes or 0,
+                evicted_bytes=evicted,
+                evicted_percent=100 * evicted / files,
+                page_cache_delta_bytes=row.page_cache_delta_bytes,
+            )
+        )
+    return found
+
+
+def detect_dataset_evicted(context: RunContext) -> DatasetEvicted | None:
+    """The data set left a host's page cache after the first epoch and was read again."""
+    evicted = evicted_host_epochs(context)
+    measured = measured_residency(context)
+    if not evicted or measured is None:
+        return None
+    _, _, ratio = _memory_fit(context.config)
+    return DatasetEvicted(
+        epochs=sorted({e.epoch for e in evicted}),
+        host_epochs=evicted[:20],
+        worst=max(evicted, key=lambda e: e.evicted_bytes),
+        dataset_files_bytes=measured.files_bytes,
+        dataset_to_memory_ratio=ratio,
     )
 
 
@@ -460,10 +534,13 @@ def coefficient_of_variation(values: list[float]) -> float | None:
     return float(array.std() / mean) if mean > 0 else None
 
 
-def _dataset_stayed_cached(row: EpochRow) -> bool:
-    """The data set was measured in the host's page cache at the epoch's start and end: the
-    epoch read none of it from storage."""
+def _dataset_stayed_cached(row: EpochRow, evicted: set[tuple[str, int]]) -> bool:
+    """The data set was measured in the host's page cache at the epoch's start and end, and
+    the epoch did not read it again (``evicted``: host-epochs that did): it read none of it
+    from storage."""
     start, end = row.dataset_cached_start_percent, row.dataset_cached_end_percent
+    if (row.host, row.epoch) in evicted:
+        return False
     return start is not None and end is not None and min(start, end) >= CACHED_PERCENT
 
 
@@ -503,15 +580,19 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
     if not storage:
         return None
     peak = max(storage)
+    evicted = {(e.host, e.epoch) for e in evicted_host_epochs(context)}
 
     def reading(row: EpochRow) -> bool:
         rate = rates[(row.host, row.epoch)]
         if rate is None or rate < STORAGE_HIGH_SHARE_OF_PEAK * peak:
             return False
-        return rate >= MIN_STORAGE_MBPS or _dataset_came_in(row)
+        came_in = _dataset_came_in(row) or (row.host, row.epoch) in evicted
+        return rate >= MIN_STORAGE_MBPS or came_in
 
     candidates = [
-        row for row in rows if reading(row) and _waited(row) and not _dataset_stayed_cached(row)
+        row
+        for row in rows
+        if reading(row) and _waited(row) and not _dataset_stayed_cached(row, evicted)
     ]
     if not candidates:  # no step event is read for a run that never waited on storage
         return None

@@ -42,6 +42,7 @@ from collector.findings.evidence import (
     AcceleratorUtilisation,
     CacheWarmup,
     DatasetCachedBeforeRun,
+    DatasetEvicted,
     DatasetFitsInMemory,
     EpochRestart,
     FabricCarriesStorage,
@@ -245,6 +246,57 @@ def _(found: DatasetCachedBeforeRun) -> Finding:
         explanation=explanation,
         evidence=evidence_json(found),
         chart=DATASET_CACHED,
+    )
+
+
+@words.register
+def _(found: DatasetEvicted) -> Finding:
+    worst = found.worst
+    explanation = (
+        f"On {worst.host}, {_percent(worst.dataset_cached_start_percent)} of the data set's "
+        f"{_bytes(found.dataset_files_bytes)} was in the page cache as epoch {worst.epoch} "
+        f"began and {_percent(worst.dataset_cached_end_percent)} as it ended (measured with "
+        f"mincore), and the training's own processes read {_bytes(worst.training_read_bytes)} "
+        f"from storage in it: at least {_bytes(worst.evicted_bytes)} "
+        f"({_percent(worst.evicted_percent)} of the data set"
+        + (": some pages left more than once" if worst.evicted_percent > 100 else "")
+        + ") left the cache during the epoch "
+        "(read + cached at the start - cached at the end), and what the ranks read of it "
+        "after that came from storage again."
+    )
+    if len(found.host_epochs) > 1:
+        explanation += (
+            f" {len(found.host_epochs)} host-epochs did so, in epoch{_plural(found.epochs)} "
+            f"{epoch_list(found.epochs)}."
+        )
+    if worst.page_cache_delta_bytes is not None:
+        explanation += (
+            f" The host's page cache (every file's) changed by "
+            f"{'-' if worst.page_cache_delta_bytes < 0 else '+'}"
+            f"{_bytes(abs(worst.page_cache_delta_bytes))} over that epoch."
+        )
+    ratio = found.dataset_to_memory_ratio
+    if ratio is not None and ratio <= 1.0:
+        explanation += (
+            f" The data set fits in a host's RAM ({ratio:.2g}x), so something else took the "
+            "memory or dropped the pages:"
+        )
+    else:
+        explanation += " Something took the memory or dropped the pages:"
+    explanation += (
+        " other jobs' memory on the node, this job's memory cgroup limit (its page cache "
+        "counts against it), a drop_caches or vmtouch -e run by another job, or the kernel's "
+        "proactive reclaim (DAMON pageout). Those epochs measure storage, not memory, and do "
+        "not compare with epochs that found the data set cached."
+    )
+    return Finding(
+        rule="dataset_evicted",
+        severity=WARNING,
+        title=f"The data set left the page cache during epoch{_plural(found.epochs)} "
+        f"{epoch_list(found.epochs)}, after the first",
+        explanation=explanation,
+        evidence=evidence_json(found),
+        chart=TRAINING_READ,
     )
 
 

@@ -17,12 +17,18 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import threading
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from collector.findings.evidence import CACHED_PERCENT
+from contract.schema import Event
 from tests.scenarios.conftest import BLKIO, REPO, blkio_read_limit, cache_code, run_training
 from workloads.train.datasets import make_dataset
+from workloads.train.pagecache import evict
 
 TRAINING = ("--framework", "pytorch", "--np", "1", "--epochs", "2", "--image-size", "32")
 APP15 = b"\xff\xef"  # an application segment a JPEG reader reads and skips
@@ -121,3 +127,69 @@ def test_reads_throttled_by_blkio_make_epoch_1_storage_bound(tmp_path, env):
     # the limit held: the training read no faster than it allows (the window has start-up)
     assert host_epoch["storage_read_mbps"] <= READ_LIMIT / 1e6 * 1.1
     assert "dataset_cached_before_run" not in run.rules
+
+
+def evict_after_the_first_epoch(db: Path, data: Path, stop: threading.Event) -> None:
+    """A neighbour that keeps pushing the data set out of the page cache (posix_fadvise
+    DONTNEED on its files every half second, as ``vmtouch -e`` does) from the moment the
+    run's first ``epoch_end`` is in its store: epoch 2 begins with the set measured cached
+    and loses it a second or two in (the event's way to the store)."""
+    files = sorted(path for path in data.rglob("*") if path.is_file())
+    first_epoch_ended = False
+    while not stop.is_set():
+        if not first_epoch_ended:
+            try:
+                with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)) as conn:
+                    (ended,) = conn.execute(
+                        "SELECT count(*) FROM events WHERE event = ?", (str(Event.EPOCH_END),)
+                    ).fetchone()
+            except sqlite3.Error:  # the store is not made yet
+                ended = 0
+            first_epoch_ended = ended > 0
+        if first_epoch_ended:
+            evict(files)
+        stop.wait(0.5 if first_epoch_ended else 0.2)
+
+
+@pytest.mark.skipif(not os.access(BLKIO, os.W_OK), reason="needs root and cgroup v1 blkio")
+def test_a_data_set_evicted_after_epoch_1_is_read_again_and_named(tmp_path, env):
+    data = tmp_path / "padded"
+    make_dataset(data, "jpeg", images=16, classes=4, image_size=64, val_images=2,
+                 progress=False)  # fmt: skip
+    pad_jpegs(data, 2_500_000)  # 45 MB: 30 s of reads at the limit
+    runs = tmp_path / "runs"
+    stop = threading.Event()
+    neighbour = threading.Thread(
+        target=evict_after_the_first_epoch, args=(runs / "evicted.sqlite", data, stop)
+    )
+    with blkio_read_limit(f"epochscope-evict-{os.getpid()}", data, READ_LIMIT) as prefix:
+        cache_code()
+        neighbour.start()
+        try:
+            run = run_training(runs, "evicted", *TRAINING, "--data-dir", str(data),
+                               "--batch-size", "2", "--loader-workers", "2",
+                               "--warmup-steps", "2", "--step-every", "1", "--drop-caches",
+                               env=env, prefix=prefix)  # fmt: skip
+        finally:
+            stop.set()
+            neighbour.join()
+    for row in run.rows:
+        print(row["host"], row["epoch"], row["seconds"], row["training_read_bytes"],
+              row["dataset_cached_start_percent"], row["dataset_cached_end_percent"],
+              row["input_wait_percent"])  # fmt: skip
+    print(sorted(run.rules))
+
+    evicted = run.finding("dataset_evicted")
+    assert evicted["evidence"]["epochs"] == [2]
+    worst = evicted["evidence"]["worst"]
+    # measured before the neighbour came (the edge at epoch 1's end: 98.8-100% here)
+    assert worst["dataset_cached_start_percent"] >= CACHED_PERCENT
+    assert worst["evicted_percent"] >= 90.0  # epoch 2 read nearly the whole set again
+    assert "cache_warmup" not in run.rules  # epoch 2 was not served from memory
+    # Where the neighbour came before the loader's workers had taken the set from the cache
+    # (the event reaches the store 0-2 s after the epoch's end), epoch 2 read all of it
+    # again through the throttle and waited on it: storage-bound, though both its edges
+    # may say cached. Where it came after, epoch 2 read a fifth of it (10 MB in 9 s).
+    (second,) = [r for r in run.rows if r["epoch"] == 2 and r["host"] != "*"]
+    if second["training_read_bytes"] >= 0.9 * evicted["evidence"]["dataset_files_bytes"]:
+        assert 2 in run.finding("storage_bound")["evidence"]["epochs"]
