@@ -23,9 +23,8 @@ import pytest
 
 from contract.schema import Ceiling
 from tests.scenarios.conftest import BLKIO, REPO, blkio_read_limit, cache_code, run_training
-from tests.scenarios.test_residency import READ_LIMIT, TRAINING, pad_jpegs, read_whole
+from tests.scenarios.test_residency import READ_LIMIT, TRAINING, padded_set, read_whole
 from tests.support.views import whole_percent_texts
-from workloads.train.datasets import make_dataset
 
 pytestmark = pytest.mark.skipif(
     not os.access(BLKIO, os.W_OK), reason="needs root and cgroup v1 blkio"
@@ -44,11 +43,7 @@ def env(tmp_path) -> dict[str, str]:
 
 @pytest.fixture
 def padded(tmp_path) -> Path:
-    data = tmp_path / "padded"
-    make_dataset(data, "jpeg", images=16, classes=4, image_size=64, val_images=2,
-                 progress=False)  # fmt: skip
-    pad_jpegs(data, 2_500_000)  # 45 MB: 30 s of reads at the limit
-    return data
+    return padded_set(tmp_path / "padded")
 
 
 def calibrate(prefix: tuple[str, ...], data: Path, env: dict[str, str]) -> float:

@@ -104,15 +104,21 @@ def pad_jpegs(root: Path, extra_bytes: int) -> None:
     manifest_path.write_text(json.dumps(manifest))
 
 
+def padded_set(data: Path) -> Path:
+    """16 training and 2 validation pictures at 64 px, each padded to 2.5 MB: 45 MB, 30 s of
+    reads at ``READ_LIMIT``."""
+    make_dataset(data, "jpeg", images=16, classes=4, image_size=64, val_images=2,
+                 progress=False)  # fmt: skip
+    pad_jpegs(data, 2_500_000)
+    return data
+
+
 READ_LIMIT = 1_500_000  # bytes/s: a loaded rank steps at ~1 s, a batch needs ~3 s of reads
 
 
 @pytest.mark.skipif(not os.access(BLKIO, os.W_OK), reason="needs root and cgroup v1 blkio")
 def test_reads_throttled_by_blkio_make_epoch_1_storage_bound(tmp_path, env):
-    data = tmp_path / "padded"
-    make_dataset(data, "jpeg", images=16, classes=4, image_size=64, val_images=2,
-                 progress=False)  # fmt: skip
-    pad_jpegs(data, 2_500_000)  # 45 MB: 30 s of reads at the limit
+    data = padded_set(tmp_path / "padded")
     with blkio_read_limit(f"epochscope-throttle-{os.getpid()}", data, READ_LIMIT) as prefix:
         cache_code()
         run = run_training(tmp_path / "runs", "throttled", *TRAINING, "--data-dir", str(data),
@@ -153,10 +159,7 @@ def evict_after_the_first_epoch(db: Path, data: Path, stop: threading.Event) -> 
 
 @pytest.mark.skipif(not os.access(BLKIO, os.W_OK), reason="needs root and cgroup v1 blkio")
 def test_a_data_set_evicted_after_epoch_1_is_read_again_and_named(tmp_path, env):
-    data = tmp_path / "padded"
-    make_dataset(data, "jpeg", images=16, classes=4, image_size=64, val_images=2,
-                 progress=False)  # fmt: skip
-    pad_jpegs(data, 2_500_000)  # 45 MB: 30 s of reads at the limit
+    data = padded_set(tmp_path / "padded")
     runs = tmp_path / "runs"
     stop = threading.Event()
     neighbour = threading.Thread(
