@@ -375,11 +375,11 @@ def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
     first_epoch = context.totals()[0].epoch
     found = []
     for row, _ in context.hosts_rows():
+        if row.epoch <= first_epoch:
+            continue
         files = files_by_host.get(row.host, measured.files_bytes)
         evicted = evicted_bytes(row, files)
-        if row.epoch <= first_epoch or evicted is None:
-            continue
-        if evicted < max(EVICTED_SHARE * files, MIN_EVICTED_BYTES):
+        if evicted is None or evicted < max(EVICTED_SHARE * files, MIN_EVICTED_BYTES):
             continue
         found.append(
             EvictedHostEpoch(

@@ -145,38 +145,6 @@ PYTORCH_RUN_MODULES = ("workloads.cli", "agent.cli", "collector.cli",
                        "workloads.train.torch_resnet", "torch", "torch.distributed",
                        "torch.utils.data", "PIL.JpegImagePlugin")  # fmt: skip
 
-_CACHE_CODE = """
-import importlib, os, sys
-
-def read(path):
-    try:
-        with open(path, "rb") as handle:
-            while handle.read(1 << 22):
-                pass
-    except OSError:
-        pass
-
-for name in sys.argv[1:]:
-    importlib.import_module(name)
-packages, files = set(), set()
-for module in list(sys.modules.values()):
-    top = sys.modules.get(module.__name__.partition(".")[0])
-    if getattr(top, "__path__", None):
-        packages.update(top.__path__)
-    elif getattr(module, "__file__", None):
-        files.add(module.__file__)
-with open("/proc/self/maps") as maps:
-    for line in maps:
-        fields = line.split()
-        if len(fields) > 5 and fields[5].startswith("/"):
-            files.add(fields[5])
-for package in packages:
-    for folder, _, names in os.walk(package):
-        files.update(os.path.join(folder, name) for name in names)
-for path in sorted(files):
-    read(path)
-"""
-
 
 def cache_code(modules: tuple[str, ...] = PYTORCH_RUN_MODULES) -> None:
     """Read whole, into the page cache, every package and mapped library that importing
@@ -192,8 +160,8 @@ def cache_code(modules: tuple[str, ...] = PYTORCH_RUN_MODULES) -> None:
     2 minutes later): when a run ends, library pages it touched only at start-up start to
     go. In CI, a cached run read 9.7 MB of them in epoch 1. Cheap once cached."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    subprocess.run([sys.executable, "-c", _CACHE_CODE, *modules], check=True, env=env,
-                   timeout=600)  # fmt: skip
+    subprocess.run([sys.executable, "-m", "tests.support.page_in", *modules], check=True,
+                   env=env, timeout=600)  # fmt: skip
 
 
 def block_device_of(path: Path) -> str:

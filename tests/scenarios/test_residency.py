@@ -27,6 +27,7 @@ import pytest
 from collector.findings.evidence import CACHED_PERCENT
 from contract.schema import Event
 from tests.scenarios.conftest import BLKIO, REPO, blkio_read_limit, cache_code, run_training
+from tests.support.page_in import read_files
 from workloads.train.datasets import make_dataset
 from workloads.train.pagecache import evict
 
@@ -43,11 +44,7 @@ def env() -> dict[str, str]:
 
 def read_whole(root: Path) -> None:
     """``cat`` every file of the data set to /dev/null: it is in the page cache after."""
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            with path.open("rb") as handle:
-                while handle.read(1 << 20):
-                    pass
+    read_files(sorted(path for path in root.rglob("*") if path.is_file()))
 
 
 def test_a_data_set_cached_before_the_run_says_so_and_claims_no_storage_reads(
