@@ -103,6 +103,7 @@ def test_a_blkio_throttle_is_the_measured_ceiling_a_cold_run_is_bound_by(tmp_pat
     # disk share is not asserted: others' reads on this machine, outside the throttle,
     # reached 8x the throttled ceiling in one run.)
     assert "storage_bound" not in cached.rules
+    assert "dataset_evicted" not in cold.rules and "dataset_evicted" not in cached.rules
     (cached_first,) = [r for r in cached.rows if r["epoch"] == 1 and r["host"] != "*"]
     assert cached_first["dataset_cached_start_percent"] >= 99.0
     assert cached_first["training_read_bytes"] <= 0.15 * first["training_read_bytes"]

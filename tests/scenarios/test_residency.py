@@ -57,6 +57,7 @@ def test_a_data_set_cached_before_the_run_says_so_and_claims_no_storage_reads(
     first = next(r for r in run.rows if r["epoch"] == 1)
     assert first["dataset_cached_start_percent"] >= 99.0
     assert "cache_warmup" not in run.rules and "storage_bound" not in run.rules
+    assert "dataset_evicted" not in run.rules  # nothing evicted it
     cached = run.finding("dataset_cached_before_run")
     assert cached["evidence"]["dataset_cached_before_run_percent"] >= 99.0
     assert "read it from memory" in cached["explanation"]
@@ -70,6 +71,7 @@ def test_a_dropped_data_set_is_read_in_epoch_1_and_served_from_the_cache_after(
     run = run_training(tmp_path, "cold", *TRAINING, "--data-dir", str(data),
                        "--batch-size", "4", "--drop-caches", env=env)  # fmt: skip
     assert "dataset_cached_before_run" not in run.rules
+    assert "dataset_evicted" not in run.rules  # epoch 2 found the set where epoch 1 left it
     warm = run.finding("cache_warmup")
     evidence = warm["evidence"]
     # a whole pass (train, then validation) brings every file of the set in
@@ -130,6 +132,8 @@ def test_reads_throttled_by_blkio_make_epoch_1_storage_bound(tmp_path, env):
     # the limit held: the training read no faster than it allows (the window has start-up)
     assert host_epoch["storage_read_mbps"] <= READ_LIMIT / 1e6 * 1.1
     assert "dataset_cached_before_run" not in run.rules
+    # the eviction run's twin without the neighbour: epoch 2 read nothing of the set again
+    assert "dataset_evicted" not in run.rules
 
 
 def evict_after_the_first_epoch(db: Path, data: Path, stop: threading.Event) -> None:
