@@ -208,6 +208,14 @@ class Memory(Measurement):
     )
     PGFAULT = counter("pgfault", "count", "vmstat pgfault: page faults")
     PGMAJFAULT = counter("pgmajfault", "count", "vmstat pgmajfault: faults that read storage")
+    PAGE_CACHE_DROPS = counter(
+        "page_cache_drops", "count", "vmstat drop_pagecache: writes of 1 or 3 to vm.drop_caches"
+    )
+    FILE_REFAULT_BYTES = counter(
+        "file_refault_bytes",
+        "bytes",
+        "vmstat workingset_refault_file x page size: file pages read back after reclaim",
+    )
 
 
 class Disk(Measurement):

@@ -19,6 +19,9 @@ pgpgin_bytes         counter  bytes      vmstat ``pgpgin`` x 1024
 pgpgout_bytes        counter  bytes      vmstat ``pgpgout`` x 1024
 pgfault              counter  count      vmstat ``pgfault``
 pgmajfault           counter  count      vmstat ``pgmajfault``
+page_cache_drops     counter  count      vmstat ``drop_pagecache``
+file_refault_bytes   counter  bytes      vmstat ``workingset_refault_file`` (5.9+; before,
+                                         ``workingset_refault``) x the page size
 ===================  =======  =========  ==============================================
 
 meminfo says "kB" but means KiB, hence x 1024; vmstat's ``pgpgin``/``pgpgout`` are KiB
@@ -28,11 +31,19 @@ zero. ``Cached`` includes
 ``Shmem`` (tmpfs, shared memory), which cannot be dropped like file cache; the data set
 of a training run shows up in ``Cached`` and in ``Active(file)``/``Inactive(file)``.
 Without a readable vmstat the point carries the meminfo fields only.
+
+The last two tell how a file's pages left the page cache. ``drop_pagecache`` counts
+each ``echo 1`` or ``3 > /proc/sys/vm/drop_caches``. A refault is a page read back in
+while the kernel still remembers evicting it by reclaim (kswapd, direct or a memory
+cgroup's limit, DAMON's pageout): pages invalidated instead (``posix_fadvise``
+DONTNEED, ``vmtouch -e``, drop_caches) are read back without one. Both count the whole
+host, every job's files.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 
 from agent.samplers.base import ProcFile, Roots
@@ -56,12 +67,18 @@ MEMINFO_FIELDS: dict[str, FieldName] = {
     "Inactive(file)": Memory.INACTIVE_FILE_BYTES,
     "Shmem": Memory.SHMEM_BYTES,
 }
+# vmstat counts pages of this host's size (4 KiB on x86-64, 64 KiB on some arm64 and ppc64)
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 # vmstat key -> (field, multiplier to base units)
 VMSTAT_FIELDS: dict[str, tuple[FieldName, int]] = {
     "pgpgin": (Memory.PGPGIN_BYTES, 1024),
     "pgpgout": (Memory.PGPGOUT_BYTES, 1024),
     "pgfault": (Memory.PGFAULT, 1),
     "pgmajfault": (Memory.PGMAJFAULT, 1),
+    "drop_pagecache": (Memory.PAGE_CACHE_DROPS, 1),
+    # 5.9 split the refaults into _anon and _file; before, only file pages were tracked
+    "workingset_refault_file": (Memory.FILE_REFAULT_BYTES, PAGE_BYTES),
+    "workingset_refault": (Memory.FILE_REFAULT_BYTES, PAGE_BYTES),
 }
 
 
