@@ -134,6 +134,12 @@ SPEC: tuple[ReportColumn, ...] = (
             "epoch", "memory", default=True),
     _column("major_faults", "maj faults", "Major faults", COUNT, None,
             "Page faults that had to read from storage", "memory"),
+    _column("page_cache_drops", "cache drops", "Page cache drops", COUNT, None,
+            "Times the host's page cache was dropped (echo 1 or 3 > /proc/sys/vm/drop_caches)",
+            "memory"),
+    _column("file_refault_bytes", "refaults", "File refaults", BYTES, None,
+            "File pages read back in after the kernel's reclaim had evicted them (memory "
+            "pressure, a cgroup's limit, DAMON pageout), every job's on the host", "memory"),
     _column("cpu_util_percent", "CPU %", "CPU %", PERCENT, 2,
             "Share of all CPU time that was neither idle nor iowait", "cpu", default=True),
     _column("iowait_percent", "iowait %", "iowait %", PERCENT, 2,

@@ -81,6 +81,8 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
             "dataset_cached_start_percent",
             "dataset_cached_end_percent",
             "major_faults",
+            "page_cache_drops",
+            "file_refault_bytes",
             "cpu_util_percent",
             "iowait_percent",
             "gpu_util_percent",

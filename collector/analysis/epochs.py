@@ -47,6 +47,9 @@ gpu_pcie_ceiling_percent   the GPUs' busier PCIe direction (rx or tx, summed ove
                            NVML's max generation and width, one direction each)
 page_cache_delta_bytes     ``memory.cached_bytes`` at end minus at start
 major_faults               ``memory.pgmajfault`` growth
+page_cache_drops           ``memory.page_cache_drops`` growth: drop_caches runs on the host
+file_refault_bytes         ``memory.file_refault_bytes`` growth: file pages, every job's, read
+                           back after the kernel's reclaim had evicted them
 cpu_util_percent           share of all CPU time that is neither idle nor iowait
 iowait_percent             share of all CPU time in iowait
 gpu_util_percent           time-weighted mean utilisation over the host's GPUs
@@ -342,6 +345,8 @@ HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal("net_tx", Net.NAME, Net.TX_BYTES, COUNTER, _physical_interface),
     HostTotal("page_cache_delta", Memory.NAME, Memory.CACHED_BYTES, GAUGE_DELTA),
     HostTotal("major_faults", Memory.NAME, Memory.PGMAJFAULT, COUNTER),
+    HostTotal("page_cache_drops", Memory.NAME, Memory.PAGE_CACHE_DROPS, COUNTER),
+    HostTotal("file_refault", Memory.NAME, Memory.FILE_REFAULT_BYTES, COUNTER),
     *(HostTotal(f"cpu_{f}", Cpu.NAME, f, COUNTER) for f in CPU_ALL_FIELDS),
     GPU_UTIL,
     HostTotal("gpu_energy", Gpu.NAME, Gpu.ENERGY_JOULES, COUNTER, _whole_gpu),
@@ -455,6 +460,8 @@ class EpochRow:
     rx_minus_tx_mbps: float | None
     page_cache_delta_bytes: int | None
     major_faults: int | None
+    page_cache_drops: int | None
+    file_refault_bytes: int | None
     cpu_util_percent: float | None
     iowait_percent: float | None
     gpu_util_percent: float | None
@@ -602,6 +609,8 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             "rx_minus_tx_mbps": mbps("fabric_net"),
             "page_cache_delta_bytes": column("page_cache_delta"),
             "major_faults": column("major_faults"),
+            "page_cache_drops": column("page_cache_drops"),
+            "file_refault_bytes": column("file_refault"),
             "cpu_util_percent": 100.0 * cpu_busy / cpu_total,
             "iowait_percent": 100.0 * column("cpu_iowait_seconds") / cpu_total,
             "gpu_util_percent": gpu_util,
