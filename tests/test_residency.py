@@ -303,16 +303,18 @@ def test_every_host_must_have_had_it_cached_before_the_run(make_store):
     assert "every host's page cache" in cached.explanation
 
 
-def evicted_run(run_id: str, later_read: int, ends: list[float]) -> list[Point]:
+def evicted_run(
+    run_id: str, later_read: int, ends: list[float], **later_rates: float
+) -> list[Point]:
     """A 45 MB data set read whole in epoch 1 (0% cached before it), and ``later_read``
     bytes of the ranks' own reads in each of epochs 2 and 3, with the data set's share
-    cached at each epoch's end ``ends``."""
+    cached at each epoch's end ``ends``; ``later_rates``: the host's rates in them."""
     files = 45_000_000
     run = RunBuilder(run_id, framework="pytorch", dataset_bytes=files, data_format="jpeg",
                      host_memory_bytes=25 * 10**9, gpus=False, nfs=False)  # fmt: skip
-    run.epoch(30, 128, reads=(files, files))
-    run.epoch(30, 128, reads=(later_read, files))
-    run.epoch(30, 128, reads=(later_read, files))
+    run.epoch(30, 128, reads=(files, files), **dict.fromkeys(later_rates, 0.0))
+    run.epoch(30, 128, reads=(later_read, files), **later_rates)
+    run.epoch(30, 128, reads=(later_read, files), **later_rates)
     return with_residency(run.points(), files, {"node1": 0.0}, {"node1": ends})
 
 
@@ -351,3 +353,35 @@ def test_a_data_set_read_again_after_epoch_1_was_evicted_whatever_its_edges_say(
     store = make_store(evicted_run("warm", 1_700_000, [1.0, 1.0, 1.0]))
     found = rules(store, "warm")
     assert "dataset_evicted" not in found and "cache_warmup" in found
+
+
+def test_the_hosts_vmstat_counters_name_how_the_data_set_left(make_store):
+    # 40 MB read again in each of epochs 2 and 3 (30 s each)
+    def worst(run_id: str, **rates: float):
+        evicted = rules(make_store(evicted_run(run_id, 40_000_000, [1.0, 1.0, 1.0], **rates)),
+                        run_id)["dataset_evicted"]  # fmt: skip
+        return evicted.evidence["worst"], evicted.explanation
+
+    # one drop_caches per epoch: named, whatever the refaults
+    cause, words = worst("dropped", cache_drops=1 / 30, file_refault=0.0)
+    assert (cause["cause"], cause["page_cache_drops"]) == ("drop_caches", 1)
+    assert "page cache was dropped 1 time during that epoch (vm.drop_caches" in words
+    assert "DAMON" not in words  # the cause is known: no list of candidates
+
+    # 36 MB of file refaults against 40 MB read again: the kernel's reclaim took them
+    cause, words = worst("reclaimed", cache_drops=0.0, file_refault=1_200_000)
+    assert (cause["cause"], cause["file_refault_bytes"]) == ("reclaim", 36_000_000)
+    assert "The kernel's reclaim took them: 36.0 MB of file pages" in words
+    assert "memory cgroup limit" in words
+
+    # neither counted (a neighbour's posix_fadvise DONTNEED, vmtouch -e)
+    cause, words = worst("invalidated", cache_drops=0.0, file_refault=100_000)
+    assert cause["cause"] == "invalidated"
+    assert "Neither a drop_caches (none counted on the host) nor the kernel's reclaim " in words
+    assert "(only 3.0 MB of evicted file pages read back)" in words
+    assert "they were invalidated, as posix_fadvise DONTNEED, vmtouch -e" in words
+
+    # an agent that counted neither (an older agent, a kernel without the counters)
+    cause, words = worst("uncounted")
+    assert cause["cause"] == "unknown" and "page_cache_drops" not in cause
+    assert "the kernel's proactive reclaim (DAMON pageout)" in words

@@ -45,6 +45,10 @@ CACHED_PERCENT = 95.0
 # epoch 1 count in its reads too (1.7 MB in epoch 2 of a PyTorch run here)
 EVICTED_SHARE = 0.25
 MIN_EVICTED_BYTES = 20 * BYTES_PER_MB
+# The kernel's reclaim evicted the data set when the host's file refaults over the epoch
+# come to at least this share of what the ranks read again (they count every job's files,
+# so they can only say "reclaim" where they are at least of its size).
+REFAULT_SHARE = 0.5
 # fabric carries storage
 FABRIC_MATCH_TOLERANCE = 0.10
 MIN_NETWORK_STORAGE_MBPS = 5.0
@@ -313,6 +317,11 @@ class EvictedHostEpoch:
     evicted_percent: float = field(metadata=digits(1))
     # the host's page cache over the epoch (every file's): a neighbour's memory shrinks it
     page_cache_delta_bytes: int | None = field(default=None, metadata=IF_KNOWN)
+    # how the pages left (``eviction_cause``): drop_caches, reclaim, invalidated, or unknown
+    # where the agent counted neither of the two below
+    cause: str = "unknown"
+    page_cache_drops: int | None = field(default=None, metadata=IF_KNOWN)
+    file_refault_bytes: int | None = field(default=None, metadata=IF_KNOWN)
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,10 @@ encode what the published studies found by hand:
     page cache kept: read + cached at its start - cached at its end (measured). The data set
     left the cache and was read again, whatever the edges say (both can be 100% when an
     epoch re-read what was evicted in it): another job's memory, the job's memory cgroup
-    limit, a neighbour's ``drop_caches``, the kernel's proactive reclaim. Such a host-epoch
-    did not stay cached for ``storage_bound``, and ``cache_warmup`` does not say the epochs
-    after the first were served from memory.
+    limit, a neighbour's ``drop_caches``, the kernel's proactive reclaim. The host's vmstat
+    counters over the epoch name which (``eviction_cause``). Such a host-epoch did not stay
+    cached for ``storage_bound``, and ``cache_warmup`` does not say the epochs after the
+    first were served from memory.
 ``fabric_carries_storage``
     Receive minus send on the fabric (InfiniBand, else the NICs) is within
     ``FABRIC_MATCH_TOLERANCE`` of the NFS read rate: gradients are sent and received in equal
@@ -115,6 +116,7 @@ from collector.findings.evidence import (
     MIN_STORAGE_MBPS,
     MLPERF_STORAGE_RAM_MULTIPLE,
     PRECISION_READ_RATIO,
+    REFAULT_SHARE,
     RESOURCE_CHANGE_RATIO,
     SCALING_LOSS_MIN_FRACTION,
     SETTLED_READ_FRACTION,
@@ -363,6 +365,21 @@ def evicted_bytes(row: EpochRow, files_bytes: float) -> float | None:
     return max(0.0, read + (start - end) / 100 * files_bytes)
 
 
+def eviction_cause(row: EpochRow, evicted: float) -> str:
+    """How the data set's pages left the host's page cache in this epoch, from the host's
+    vmstat counters over it: ``drop_caches`` (someone wrote 1 or 3 to vm.drop_caches),
+    ``reclaim`` (file pages the kernel's reclaim evicted were read back: memory ran short,
+    a cgroup's limit, DAMON pageout), ``invalidated`` (neither: posix_fadvise DONTNEED,
+    ``vmtouch -e``, the files rewritten), ``unknown`` where the agent counted neither."""
+    if row.page_cache_drops is None or row.file_refault_bytes is None:
+        return "unknown"
+    if row.page_cache_drops > 0:
+        return "drop_caches"
+    if row.file_refault_bytes >= REFAULT_SHARE * evicted:
+        return "reclaim"
+    return "invalidated"
+
+
 def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
     """The host-epochs after the first whose ranks read the data set again (``evicted_bytes``
     at least ``EVICTED_SHARE`` of it and ``MIN_EVICTED_BYTES``)."""
@@ -391,6 +408,9 @@ def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
                 evicted_bytes=evicted,
                 evicted_percent=100 * evicted / files,
                 page_cache_delta_bytes=row.page_cache_delta_bytes,
+                cause=eviction_cause(row, evicted),
+                page_cache_drops=row.page_cache_drops,
+                file_refault_bytes=row.file_refault_bytes,
             )
         )
     return found

@@ -45,6 +45,7 @@ from collector.findings.evidence import (
     DatasetEvicted,
     DatasetFitsInMemory,
     EpochRestart,
+    EvictedHostEpoch,
     FabricCarriesStorage,
     Finding,
     InputBound,
@@ -275,19 +276,10 @@ def _(found: DatasetEvicted) -> Finding:
             f"{'-' if worst.page_cache_delta_bytes < 0 else '+'}"
             f"{_bytes(abs(worst.page_cache_delta_bytes))} over that epoch."
         )
-    ratio = found.dataset_to_memory_ratio
-    if ratio is not None and ratio <= 1.0:
-        explanation += (
-            f" The data set fits in a host's RAM ({ratio:.2g}x), so something else took the "
-            "memory or dropped the pages:"
-        )
-    else:
-        explanation += " Something took the memory or dropped the pages:"
+    explanation += _eviction_cause(worst, found.dataset_to_memory_ratio)
     explanation += (
-        " other jobs' memory on the node, this job's memory cgroup limit (its page cache "
-        "counts against it), a drop_caches or vmtouch -e run by another job, or the kernel's "
-        "proactive reclaim (DAMON pageout). Those epochs measure storage, not memory, and do "
-        "not compare with epochs that found the data set cached."
+        " Those epochs measure storage, not memory, and do not compare with epochs that found "
+        "the data set cached."
     )
     return Finding(
         rule="dataset_evicted",
@@ -297,6 +289,46 @@ def _(found: DatasetEvicted) -> Finding:
         explanation=explanation,
         evidence=evidence_json(found),
         chart=TRAINING_READ,
+    )
+
+
+def _eviction_cause(worst: EvictedHostEpoch, ratio: float | None) -> str:
+    """What took the pages, as the host's vmstat counters over the epoch tell it
+    (``rules.eviction_cause``)."""
+    refaulted = worst.file_refault_bytes or 0
+    if worst.cause == "drop_caches":
+        times = worst.page_cache_drops or 0
+        return (
+            f" The host's page cache was dropped {times} time{'s' if times != 1 else ''} "
+            "during that epoch (vm.drop_caches: root's echo 1 or 3 > "
+            "/proc/sys/vm/drop_caches, as some job prologs and epilogs, benchmarks and "
+            "admins' scripts do)."
+        )
+    if worst.cause == "reclaim":
+        return (
+            f" The kernel's reclaim took them: {_bytes(refaulted)} of file pages it had "
+            "evicted were read back on the host in that epoch (vmstat "
+            "workingset_refault_file, every job's files), so memory ran short: other jobs' "
+            "memory on the node, this job's memory cgroup limit (its page cache counts "
+            "against it), or the kernel's proactive reclaim (DAMON pageout)."
+        )
+    if worst.cause == "invalidated":
+        return (
+            " Neither a drop_caches (none counted on the host) nor the kernel's reclaim "
+            f"(only {_bytes(refaulted)} of evicted file pages read back) took them: they "
+            "were invalidated, as posix_fadvise DONTNEED, vmtouch -e or rewriting the "
+            "files does, by another job or by this one."
+        )
+    lead = (
+        f" The data set fits in a host's RAM ({ratio:.2g}x), so something else took the "
+        "memory or dropped the pages:"
+        if ratio is not None and ratio <= 1.0
+        else " Something took the memory or dropped the pages:"
+    )
+    return lead + (
+        " other jobs' memory on the node, this job's memory cgroup limit (its page cache "
+        "counts against it), a drop_caches or vmtouch -e run by another job, or the kernel's "
+        "proactive reclaim (DAMON pageout)."
     )
 
 

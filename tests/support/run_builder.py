@@ -13,6 +13,8 @@ Devices written per host (to check what node totals include and exclude):
 - InfiniBand ``mlx5_0`` port 1 carries ``ib_rcv``/``ib_xmit`` (only if either is non-zero);
 - ``eth0`` (physical) carries ``net_rx``/``net_tx``; ``lo`` carries 1 GB/s that must not count;
 - ``memory.cached_bytes`` grows by ``cache_growth`` B/s; ``pgmajfault`` by ``major_faults``/s;
+  ``page_cache_drops`` and ``file_refault_bytes`` by ``cache_drops``/s and ``file_refault``
+  B/s, written only when an epoch gives either (an agent on a kernel that counts them);
 - CPU counters: ``cpus`` CPUs, ``cpu_busy`` and ``cpu_iowait`` fractions of CPU time
   (busy is split 80% user / 20% system; the rest is idle);
 - one GPU per local rank at ``gpu_util`` percent.
@@ -71,6 +73,8 @@ RATE_KEYS = (
     "net_tx",
     "cache_growth",
     "major_faults",
+    "cache_drops",
+    "file_refault",
     "cpu_busy",
     "cpu_iowait",
     "gpu_util",
@@ -572,14 +576,14 @@ class RunBuilder:
             {Tag.INTERFACE: "lo", Tag.KIND: InterfaceKind.LOOPBACK},
             {Net.RX_BYTES: loopback, Net.TX_BYTES: loopback},
         )
-        add(
-            Memory.NAME,
-            {},
-            {
-                Memory.CACHED_BYTES: 2e9 + self.cumulative(host, "cache_growth", times),
-                Memory.PGMAJFAULT: counter("major_faults", 1000),
-            },
-        )
+        memory = {
+            Memory.CACHED_BYTES: 2e9 + self.cumulative(host, "cache_growth", times),
+            Memory.PGMAJFAULT: counter("major_faults", 1000),
+        }
+        if any({"cache_drops", "file_refault"} & set(spec.rates) for spec in self.epochs):
+            memory[Memory.PAGE_CACHE_DROPS] = counter("cache_drops", 3)
+            memory[Memory.FILE_REFAULT_BYTES] = counter("file_refault", 4096e3)
+        add(Memory.NAME, {}, memory)
         elapsed = (times - times[0]) / NS * self.cpus
         busy = self.cumulative(host, "cpu_busy", times) * self.cpus
         iowait = self.cumulative(host, "cpu_iowait", times) * self.cpus
