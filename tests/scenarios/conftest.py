@@ -137,6 +137,7 @@ def sized_data(tmp_path_factory):
 
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
+MEMORY = Path("/sys/fs/cgroup/memory")
 
 # What a throttled PyTorch run loads: the launcher, its agent and collector, the trainer
 # and the picture decoder its loader's workers call.
@@ -170,24 +171,46 @@ def block_device_of(path: Path) -> str:
     return f"{os.major(device)}:{os.minor(device)}"
 
 
+def _enter(tasks: Path) -> tuple[str, ...]:
+    """The command prefix that runs a command inside the cgroup whose ``tasks`` file this is
+    (a small Python wrapper writes its own pid into it, then execs the command: children,
+    the data loader's workers among them, inherit the group). Prefixes nest."""
+    enter = (
+        "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
+        "os.execvp(sys.argv[2], sys.argv[2:])"
+    )
+    return (sys.executable, "-c", enter, str(tasks))
+
+
+def _remove_group(group: Path, root: Path) -> None:
+    for pid in (group / "tasks").read_text().split():  # none left once the run ended
+        (root / "tasks").write_text(pid)
+    group.rmdir()
+
+
+@contextmanager
+def memory_group(name: str):
+    """A cgroup v1 memory group without a limit; yields (its directory, the command prefix
+    that runs a command inside it). Removed afterwards."""
+    group = MEMORY / name
+    group.mkdir()
+    try:
+        yield group, _enter(group / "tasks")
+    finally:
+        _remove_group(group, MEMORY)
+
+
 @contextmanager
 def blkio_read_limit(name: str, path: Path, bytes_per_second: int):
     """A cgroup v1 blkio group whose processes read the device holding ``path`` at most at
-    ``bytes_per_second``; yields the command prefix that runs a command inside it (a small
-    Python wrapper writes its own pid into ``tasks``, then execs the command: children,
-    the data loader's workers among them, inherit the group). Removed afterwards."""
+    ``bytes_per_second``; yields the command prefix that runs a command inside it
+    (``_enter``). Removed afterwards."""
     group = BLKIO / name
     group.mkdir()
     try:
         (group / "blkio.throttle.read_bps_device").write_text(
             f"{block_device_of(path)} {bytes_per_second}\n"
         )
-        enter = (
-            "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
-            "os.execvp(sys.argv[2], sys.argv[2:])"
-        )
-        yield (sys.executable, "-c", enter, str(group / "tasks"))
+        yield _enter(group / "tasks")
     finally:
-        for pid in (group / "tasks").read_text().split():  # none left once the run ended
-            (BLKIO / "tasks").write_text(pid)
-        group.rmdir()
+        _remove_group(group, BLKIO)

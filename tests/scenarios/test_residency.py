@@ -19,6 +19,7 @@ import json
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -26,7 +27,15 @@ import pytest
 
 from collector.findings.evidence import CACHED_PERCENT
 from contract.schema import Event
-from tests.scenarios.conftest import BLKIO, REPO, blkio_read_limit, cache_code, run_training
+from tests.scenarios.conftest import (
+    BLKIO,
+    MEMORY,
+    REPO,
+    blkio_read_limit,
+    cache_code,
+    memory_group,
+    run_training,
+)
 from tests.support.page_in import read_files
 from workloads.train.datasets import make_dataset
 from workloads.train.pagecache import evict
@@ -136,12 +145,12 @@ def test_reads_throttled_by_blkio_make_epoch_1_storage_bound(tmp_path, env):
     assert "dataset_evicted" not in run.rules
 
 
-def evict_after_the_first_epoch(db: Path, data: Path, stop: threading.Event) -> None:
-    """A neighbour that keeps pushing the data set out of the page cache (posix_fadvise
-    DONTNEED on its files every half second, as ``vmtouch -e`` does) from the moment the
-    run's first ``epoch_end`` is in its store: epoch 2 begins with the set measured cached
-    and loses it a second or two in (the event's way to the store)."""
-    files = sorted(path for path in data.rglob("*") if path.is_file())
+def evict_after_the_first_epoch(db: Path, evict_once: Callable[[], object],
+                                 stop: threading.Event) -> None:  # fmt: skip
+    """A neighbour that keeps pushing the data set out of the page cache (``evict_once``
+    every half second) from the moment the run's first ``epoch_end`` is in its store: epoch
+    2 begins with the set measured cached and loses it a second or two in (the event's way
+    to the store)."""
     first_epoch_ended = False
     while not stop.is_set():
         if not first_epoch_ended:
@@ -154,33 +163,63 @@ def evict_after_the_first_epoch(db: Path, data: Path, stop: threading.Event) -> 
                 ended = 0
             first_epoch_ended = ended > 0
         if first_epoch_ended:
-            evict(files)
+            evict_once()
         stop.wait(0.5 if first_epoch_ended else 0.2)
 
 
-@pytest.mark.skipif(not os.access(BLKIO, os.W_OK), reason="needs root and cgroup v1 blkio")
-def test_a_data_set_evicted_after_epoch_1_is_read_again_and_named(tmp_path, env):
+# How the neighbour takes the pages, and the cause the host's counters must then name:
+# - "invalidated": posix_fadvise DONTNEED on the set's files, as ``vmtouch -e`` does: the
+#   pages are dropped without the kernel's reclaim, and reading them again is no refault;
+# - "reclaim": the run in a memory cgroup of its own whose pages the kernel reclaims
+#   (``memory.force_empty``: the reclaim a cgroup's limit or a proactive reclaimer such as
+#   cgroup v2's ``memory.reclaim`` runs), so reading them again is counted as refaults.
+# (Not "drop_caches": it would empty the whole machine's page cache every half second;
+# tests/test_sampler_memory.py produces that one once, on the counters alone.)
+NEIGHBOURS = ("invalidated", "reclaim")
+
+
+def evictor(neighbour: str, group: Path, data: Path) -> Callable[[], object]:
+    """The neighbour's one eviction: reclaim the run's memory cgroup ``group``, or
+    invalidate the files of ``data``."""
+    if neighbour == "reclaim":
+        return lambda: (group / "memory.force_empty").write_text("0")
+    files = sorted(path for path in data.rglob("*") if path.is_file())
+    return lambda: evict(files)
+
+
+@pytest.mark.skipif(
+    not (os.access(BLKIO, os.W_OK) and os.access(MEMORY, os.W_OK)),
+    reason="needs root and cgroup v1 blkio and memory",
+)
+@pytest.mark.parametrize("neighbour", NEIGHBOURS)
+def test_a_data_set_evicted_after_epoch_1_is_read_again_and_named(tmp_path, env, neighbour):
     data = padded_set(tmp_path / "padded")
     runs = tmp_path / "runs"
     stop = threading.Event()
-    neighbour = threading.Thread(
-        target=evict_after_the_first_epoch, args=(runs / "evicted.sqlite", data, stop)
-    )
-    with blkio_read_limit(f"epochscope-evict-{os.getpid()}", data, READ_LIMIT) as prefix:
+    name = f"epochscope-evict-{os.getpid()}"
+    with (
+        memory_group(name) as (group, in_memory_group),
+        blkio_read_limit(name, data, READ_LIMIT) as in_blkio_group,
+    ):
+        evict_once = evictor(neighbour, group, data)
+        thread = threading.Thread(
+            target=evict_after_the_first_epoch, args=(runs / "evicted.sqlite", evict_once, stop)
+        )
         cache_code()
-        neighbour.start()
+        thread.start()
         try:
             run = run_training(runs, "evicted", *TRAINING, "--data-dir", str(data),
                                "--batch-size", "2", "--loader-workers", "2",
                                "--warmup-steps", "2", "--step-every", "1", "--drop-caches",
-                               env=env, prefix=prefix)  # fmt: skip
+                               env=env, prefix=in_memory_group + in_blkio_group)  # fmt: skip
         finally:
             stop.set()
-            neighbour.join()
+            thread.join()
     for row in run.rows:
         print(row["host"], row["epoch"], row["seconds"], row["training_read_bytes"],
               row["dataset_cached_start_percent"], row["dataset_cached_end_percent"],
-              row["input_wait_percent"])  # fmt: skip
+              row["input_wait_percent"], row["page_cache_drops"],
+              row["file_refault_bytes"])  # fmt: skip
     print(sorted(run.rules))
 
     evicted = run.finding("dataset_evicted")
@@ -190,6 +229,14 @@ def test_a_data_set_evicted_after_epoch_1_is_read_again_and_named(tmp_path, env)
     assert worst["dataset_cached_start_percent"] >= CACHED_PERCENT
     assert worst["evicted_percent"] >= 90.0  # epoch 2 read nearly the whole set again
     assert "cache_warmup" not in run.rules  # epoch 2 was not served from memory
+    # the host's counters name how the pages left
+    assert worst["cause"] == neighbour
+    assert worst["page_cache_drops"] == 0
+    if neighbour == "reclaim":
+        assert worst["file_refault_bytes"] >= 0.5 * worst["evicted_bytes"]
+        assert "The kernel's reclaim took them" in evicted["explanation"]
+    else:
+        assert "they were invalidated, as posix_fadvise DONTNEED" in evicted["explanation"]
     # Where the neighbour came before the loader's workers had taken the set from the cache
     # (the event reaches the store 0-2 s after the epoch's end), epoch 2 read all of it
     # again through the throttle and waited on it: storage-bound, though both its edges
