@@ -536,6 +536,12 @@ class Job(Measurement):
     CACHE_BYTES = gauge(
         "cache_bytes", "bytes", "Page cache charged to the job (memory.stat total_cache / file)"
     )
+    FILE_REFAULT_BYTES = counter(
+        "file_refault_bytes",
+        "bytes",
+        "The job's file pages read back after the kernel's reclaim evicted them "
+        "(memory.stat workingset_refault_file x page size)",
+    )
     BLOCK_READ_BYTES = counter(
         "block_read_bytes", "bytes", "Bytes read from block devices (blkio / io.stat rbytes)"
     )

@@ -109,6 +109,7 @@ def test_v2_job_values_are_the_files_values(tree):
         "memory_bytes": 5660672.0,  # memory.current
         "memory_peak_bytes": 7229440.0,  # memory.peak
         "cache_bytes": 516096.0,  # memory.stat file
+        "file_refault_bytes": 0,  # memory.stat workingset_refault_file 0 (pages)
         # 49249 49253 49256 49276 49334: slurmstepd's step_*/slurm included, as in cpu.stat
         "processes": 5.0,
     }
@@ -353,3 +354,56 @@ def test_a_stale_job_cgroup_with_no_process_left_is_not_reported(tmp_path):
     assert sampler._jobs == {}
     (task / "cgroup.procs").write_text(f"{os.getpid()}\n")  # a process in it: reported
     assert by_job(sampler.sample(2), Job.NAME)["5"].fields["processes"] == 1.0
+
+
+# reads a file whole twice in 1 MiB chunks, says so, then waits to be killed (a job with no
+# process left is not reported)
+TWICE_READER = """
+import sys, time
+for _ in range(2):
+    with open(sys.argv[1], 'rb') as f:
+        while f.read(1 << 20):
+            pass
+print('read', flush=True)
+time.sleep(600)
+"""
+MEMORY_V1 = Path("/sys/fs/cgroup/memory")
+
+
+@pytest.mark.skipif(
+    not (os.geteuid() == 0 and (MEMORY_V1 / "memory.limit_in_bytes").exists()),
+    reason="needs root and the cgroup v1 memory controller",
+)
+def test_a_jobs_pages_reclaimed_by_its_memory_limit_and_read_again_are_its_refaults(tmp_path):
+    """A real memory cgroup laid out as Slurm lays a job's out, limited to 64 MB: its process
+    reads a 96 MB file twice, so the limit reclaims the file's pages and the second pass
+    reads them back as the job's own refaults (memory.stat, not only the host's vmstat)."""
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(96 << 20))
+    os.sync()
+    fd = os.open(data, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    slurm = MEMORY_V1 / f"slurm_epochscope{os.getpid()}"
+    job = slurm / f"uid_{os.getuid()}" / "job_41"
+    job.mkdir(parents=True)
+    reader = None
+    try:
+        (job / "memory.limit_in_bytes").write_text(str(64 << 20))
+        reader = subprocess.Popen(
+            [sys.executable, "-c", TWICE_READER, str(data)],
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: (job / "cgroup.procs").write_text(str(os.getpid())),
+        )
+        assert reader.stdout is not None and reader.stdout.readline() == "read\n"
+        sampler = JobsSampler(Roots(Path("/proc"), Path("/sys"), MEMORY_V1.parent))
+        usage = by_job(sampler.sample(1), Job.NAME)["41"].fields
+        # the second pass found (nearly) every page evicted by the limit
+        assert usage[Job.FILE_REFAULT_BYTES] >= 0.4 * (96 << 20)
+    finally:
+        if reader is not None:
+            reader.kill()
+            reader.wait()
+        for directory in (job, job.parent, slurm):
+            directory.rmdir()

@@ -12,9 +12,8 @@ import psutil
 import pytest
 
 from agent.samplers import make_sampler
-from agent.samplers.base import Roots
+from agent.samplers.base import PAGE_BYTES, Roots
 from agent.samplers.memory import (
-    PAGE_BYTES,
     VMSTAT_FIELDS,
     MemorySampler,
     parse_meminfo,

@@ -36,7 +36,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.samplers.base import ProcFile, Roots
+from agent.samplers.base import PAGE_BYTES, ProcFile, Roots
 from contract.point import Point
 from contract.schema import AgentSelf
 
@@ -100,9 +100,7 @@ def own_rss_bytes() -> int:
     text = _STATM.read()
     if text is None:
         raise OSError("/proc/self/statm is not readable")
-    return int(text.split()[1]) * PAGE_SIZE
+    return int(text.split()[1]) * PAGE_BYTES
 
-
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 SAMPLER = AgentSampler

@@ -10,6 +10,10 @@ from typing import Protocol
 
 from contract.point import Point
 
+# the kernel counts memory in pages of this host's size (4 KiB on x86-64, 64 KiB on some
+# arm64 and ppc64 builds)
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
 
 @dataclass(frozen=True)
 class Roots:

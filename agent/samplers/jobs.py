@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.samplers.base import ProcFile, Roots, read_text
+from agent.samplers.base import PAGE_BYTES, ProcFile, Roots, read_text
 from contract.point import Point
 from contract.schema import Job, JobInfo, Tag
 
@@ -713,6 +713,13 @@ def keyed_value(text: str, key: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def _refaults(fields: dict[str, int | float], stat: str, key: str) -> None:
+    """The job's file refaults (a count of pages; 5.9+ kernels print it), in bytes."""
+    pages = keyed_value(stat, key)
+    if pages is not None:
+        fields[Job.FILE_REFAULT_BYTES] = pages * PAGE_BYTES
+
+
 def cgroup_usage(job: JobCgroup, read: Reader | None = None) -> dict[str, int | float]:
     """The job's ``job`` fields from its cgroup files; a missing file gives no field."""
     read = read or _read_file(job)
@@ -732,6 +739,7 @@ def cgroup_usage(job: JobCgroup, read: Reader | None = None) -> dict[str, int | 
                     cache = keyed_value(stat, "cache")
                 if cache is not None:
                     fields[Job.CACHE_BYTES] = float(cache)
+                _refaults(fields, stat, "total_workingset_refault_file")
         if "blkio" in job.dirs:
             for name in (
                 "blkio.throttle.io_service_bytes_recursive",
@@ -751,6 +759,8 @@ def cgroup_usage(job: JobCgroup, read: Reader | None = None) -> dict[str, int | 
     file_cache = None if stat is None else keyed_value(stat, "file")
     if file_cache is not None:
         fields[Job.CACHE_BYTES] = float(file_cache)
+    if stat is not None:
+        _refaults(fields, stat, "workingset_refault_file")
     io = _parse(read("", "io.stat"), parse_io_stat)
     if isinstance(io, tuple):
         fields[Job.BLOCK_READ_BYTES], fields[Job.BLOCK_WRITE_BYTES] = io

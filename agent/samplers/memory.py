@@ -43,10 +43,9 @@ host, every job's files.
 from __future__ import annotations
 
 import logging
-import os
 import re
 
-from agent.samplers.base import ProcFile, Roots
+from agent.samplers.base import PAGE_BYTES, ProcFile, Roots
 from agent.samplers.host_common import ProblemLog
 from contract.point import Point
 from contract.schema import FieldName, Memory
@@ -67,8 +66,6 @@ MEMINFO_FIELDS: dict[str, FieldName] = {
     "Inactive(file)": Memory.INACTIVE_FILE_BYTES,
     "Shmem": Memory.SHMEM_BYTES,
 }
-# vmstat counts pages of this host's size (4 KiB on x86-64, 64 KiB on some arm64 and ppc64)
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 # vmstat key -> (field, multiplier to base units)
 VMSTAT_FIELDS: dict[str, tuple[FieldName, int]] = {
     "pgpgin": (Memory.PGPGIN_BYTES, 1024),
