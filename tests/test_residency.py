@@ -304,14 +304,22 @@ def test_every_host_must_have_had_it_cached_before_the_run(make_store):
 
 
 def evicted_run(
-    run_id: str, later_read: int, ends: list[float], **later_rates: float
+    run_id: str,
+    later_read: int,
+    ends: list[float],
+    jobs: dict[str, float] | None = None,
+    **later_rates: float,
 ) -> list[Point]:
     """A 45 MB data set read whole in epoch 1 (0% cached before it), and ``later_read``
     bytes of the ranks' own reads in each of epochs 2 and 3, with the data set's share
-    cached at each epoch's end ``ends``; ``later_rates``: the host's rates in them."""
+    cached at each epoch's end ``ends``; ``later_rates``: the host's rates in them;
+    ``jobs``: Slurm jobs on the host over the whole run, by id, with their refaults per
+    second (the first is the run's own)."""
     files = 45_000_000
     run = RunBuilder(run_id, framework="pytorch", dataset_bytes=files, data_format="jpeg",
                      host_memory_bytes=25 * 10**9, gpus=False, nfs=False)  # fmt: skip
+    for number, (job, refaults) in enumerate((jobs or {}).items()):
+        run.job(job, start_s=-5, seconds=200, refault_bytes_per_s=refaults, of_run=number == 0)
     run.epoch(30, 128, reads=(files, files), **dict.fromkeys(later_rates, 0.0))
     run.epoch(30, 128, reads=(later_read, files), **later_rates)
     run.epoch(30, 128, reads=(later_read, files), **later_rates)
@@ -371,17 +379,60 @@ def test_the_hosts_vmstat_counters_name_how_the_data_set_left(make_store):
     # 36 MB of file refaults against 40 MB read again: the kernel's reclaim took them
     cause, words = worst("reclaimed", cache_drops=0.0, file_refault=1_200_000)
     assert (cause["cause"], cause["file_refault_bytes"]) == ("reclaim", 36_000_000)
-    assert "The kernel's reclaim took them: 36.0 MB of file pages" in words
+    assert cause["refaults_judged"] == "host"  # no Slurm job sampled: the host's counter
+    assert (
+        "The kernel's reclaim took them: of the 40.0 MB the ranks read, 36.0 MB were file "
+        "pages it had evicted, read back on the host (vmstat workingset_refault_file" in words
+    )
     assert "memory cgroup limit" in words
 
     # neither counted (a neighbour's posix_fadvise DONTNEED, vmtouch -e)
     cause, words = worst("invalidated", cache_drops=0.0, file_refault=100_000)
     assert cause["cause"] == "invalidated"
     assert "Neither a drop_caches (none counted on the host) nor the kernel's reclaim " in words
-    assert "(only 3.0 MB of evicted file pages read back)" in words
+    assert "(of the 40.0 MB the ranks read, only 3.0 MB were pages it had evicted" in words
     assert "they were invalidated, as posix_fadvise DONTNEED, vmtouch -e" in words
 
     # an agent that counted neither (an older agent, a kernel without the counters)
     cause, words = worst("uncounted")
     assert cause["cause"] == "unknown" and "page_cache_drops" not in cause
     assert "the kernel's proactive reclaim (DAMON pageout)" in words
+
+
+def test_the_jobs_whose_pages_came_back_are_named_with_the_runs_own_marked(make_store):
+    # 36 MB of the host's refaults in each 30 s epoch; the run's own job 41 had 33 MB of
+    # them, job 7 (a neighbour) 3 MB
+    def evicted(run_id: str, jobs: dict[str, float]):
+        points = evicted_run(run_id, 40_000_000, [1.0, 1.0, 1.0], jobs, cache_drops=0.0,
+                             file_refault=1_200_000)  # fmt: skip
+        return rules(make_store(points), run_id)["dataset_evicted"]
+
+    found = evicted("shared", {"41": 1_100_000, "7": 100_000})
+    assert found.evidence["run_job_id"] == "41"
+    assert found.evidence["worst"]["refaults_by_job"] == {"41": 33_000_000, "7": 3_000_000}
+    assert (
+        "Whose pages came back on node1, by Slurm job: job 41 (this run's) 33.0 MB, "
+        "job 7 3.0 MB." in found.explanation
+    )
+    assert "Only this run's job" not in found.explanation
+    # judged by the run's own job's refaults (33 of the 40 MB its ranks read), not the host's
+    worst = found.evidence["worst"]
+    assert (worst["refaults_judged"], worst["refault_bytes_judged"]) == ("job", 33_000_000)
+    assert worst["cause"] == "reclaim"
+    assert "read back by this run's job (its memory cgroup's workingset_refault_file)" in (
+        found.explanation
+    )
+
+    # only the run's own job refaulted: its own memory limit
+    found = evicted("alone", {"41": 1_100_000, "7": 0.0})
+    assert found.evidence["worst"]["refaults_by_job"] == {"41": 33_000_000, "7": 0}
+    assert "Only this run's job lost pages: its own memory limit, most likely" in found.explanation
+
+    # the host's 36 MB of refaults were another job's pages; the run's own job read its
+    # data set back with none: invalidated, which the host's counter alone would have
+    # taken for reclaim
+    found = evicted("neighbours", {"41": 0.0, "7": 1_200_000})
+    worst = found.evidence["worst"]
+    assert (worst["refaults_judged"], worst["refault_bytes_judged"]) == ("job", 0)
+    assert worst["cause"] == "invalidated"
+    assert "Whose pages came back" not in found.explanation

@@ -52,6 +52,11 @@ its CPU efficiency is ``sum(cpu_seconds) / sum(allocated_cpu_seconds)``; its mem
 that of the node nearest its limit (Slurm's ``--mem`` is per node). ``neighbours``: the
 other jobs sampled on the same node at the same time, and the CPU seconds they used
 meanwhile.
+
+``refaults_by_job``
+    Per window (a host-epoch), each job's ``file_refault_bytes`` growth on that host over
+    it (``counters.counter_increase``): the job's file pages the kernel's reclaim had
+    evicted and it read back. Jobs not sampled over the window are left out.
 """
 
 from __future__ import annotations
@@ -625,3 +630,36 @@ def job_report(store: ReadStore, job_id: str) -> JobReport | None:
     runs = job_runs(store.runs()).get(job_id, ())
     near = tuple(n for node in nodes for n in neighbours(store, node))
     return JobReport(job_id, tuple(nodes), runs, near)
+
+
+def refaults_by_job(
+    store: ReadStore, windows: Iterable[tuple[str, int, int]]
+) -> dict[tuple[str, int, int], dict[str, float]]:
+    """For each ``(host, start_ns, end_ns)`` window, the jobs sampled on that host over it
+    with the bytes of their file pages read back after reclaim, most first (one store
+    read)."""
+    windows = list(windows)
+    if not windows:
+        return {}
+    hosts = {host for host, _, _ in windows}
+    wanted = [
+        info
+        for info in store.list_series(Job.NAME, Job.FILE_REFAULT_BYTES)
+        if info.host in hosts and info.tags.get(Tag.JOB_ID)
+    ]
+    if not wanted:
+        return {}
+    start = min(w[1] for w in windows)
+    end = max(w[2] for w in windows)
+    series = store.read_series(wanted, start, end)
+    out: dict[tuple[str, int, int], dict[str, float]] = {}
+    for host, start_ns, end_ns in windows:
+        grown = {}
+        for data in series:
+            if data.info.host != host or len(data.times_ns) < 2:
+                continue
+            bytes_ = counter_increase(data.times_ns, data.values, start_ns, end_ns)
+            if not math.isnan(bytes_):  # sampled over the window
+                grown[data.info.tags[Tag.JOB_ID]] = bytes_
+        out[(host, start_ns, end_ns)] = dict(sorted(grown.items(), key=lambda kv: -kv[1]))
+    return out

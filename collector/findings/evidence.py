@@ -45,10 +45,12 @@ CACHED_PERCENT = 95.0
 # epoch 1 count in its reads too (1.7 MB in epoch 2 of a PyTorch run here)
 EVICTED_SHARE = 0.25
 MIN_EVICTED_BYTES = 20 * BYTES_PER_MB
-# The kernel's reclaim evicted the data set when the host's file refaults over the epoch
-# come to at least this share of what the ranks read again (they count every job's files,
-# so they can only say "reclaim" where they are at least of its size).
-REFAULT_SHARE = 0.5
+# The kernel's reclaim evicted the data set when the file refaults over the epoch come to
+# at least this share of what the ranks read (every page read back after reclaim is one;
+# measured here 0.99-1.0 of the bytes read again). The run's own Slurm job's refaults where
+# the agent sampled its cgroup, else the host's: those count every job's files, so others'
+# refaults can add to an invalidation's (0.44 of the bytes read beside a pip install).
+REFAULT_SHARE = 0.75
 # fabric carries storage
 FABRIC_MATCH_TOLERANCE = 0.10
 MIN_NETWORK_STORAGE_MBPS = 5.0
@@ -321,7 +323,14 @@ class EvictedHostEpoch:
     # where the agent counted neither of the two below
     cause: str = "unknown"
     page_cache_drops: int | None = field(default=None, metadata=IF_KNOWN)
-    file_refault_bytes: int | None = field(default=None, metadata=IF_KNOWN)
+    file_refault_bytes: int | None = field(default=None, metadata=IF_KNOWN)  # the host's
+    # the refaults judged against the reads: the run's own job's ("job") or the host's
+    refaults_judged: str | None = field(default=None, metadata=IF_KNOWN)
+    refault_bytes_judged: float | None = field(default=None, metadata=IF_KNOWN)
+    # whose pages came back after reclaim: each Slurm job sampled on the host -> its file
+    # refaults over the epoch, most first (collector.analysis.jobs.refaults_by_job); None
+    # where no job was sampled
+    refaults_by_job: dict[str, float] | None = field(default=None, metadata=IF_KNOWN)
 
 
 @dataclass(frozen=True)
@@ -334,6 +343,7 @@ class DatasetEvicted:
     worst: EvictedHostEpoch
     dataset_files_bytes: float  # the data set's files on one host
     dataset_to_memory_ratio: float | None = field(default=None, metadata=digits(3))
+    run_job_id: str | None = field(default=None, metadata=IF_KNOWN)  # the run's Slurm job
 
 
 @dataclass(frozen=True)

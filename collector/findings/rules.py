@@ -34,8 +34,9 @@ encode what the published studies found by hand:
     page cache kept: read + cached at its start - cached at its end (measured). The data set
     left the cache and was read again, whatever the edges say (both can be 100% when an
     epoch re-read what was evicted in it): another job's memory, the job's memory cgroup
-    limit, a neighbour's ``drop_caches``, the kernel's proactive reclaim. The host's vmstat
-    counters over the epoch name which (``eviction_cause``). Such a host-epoch did not stay
+    limit, a neighbour's ``drop_caches``, the kernel's proactive reclaim. The kernel's
+    counters over the epoch name which (``eviction_cause``: the host's drops, and the
+    run's own Slurm job's refaults, else the host's). Such a host-epoch did not stay
     cached for ``storage_bound``, and ``cache_warmup`` does not say the epochs after the
     first were served from memory.
 ``fabric_carries_storage``
@@ -94,6 +95,7 @@ import numpy as np
 
 from collector.analysis import residency
 from collector.analysis.epochs import BYTES_PER_MB, EpochReport, EpochRow
+from collector.analysis.jobs import refaults_by_job
 from collector.analysis.run import RunModel
 from collector.analysis.scaling import GroupKey, RunFacts, scaling_groups
 from collector.findings.context import RunContext, complete_epochs
@@ -365,17 +367,31 @@ def evicted_bytes(row: EpochRow, files_bytes: float) -> float | None:
     return max(0.0, read + (start - end) / 100 * files_bytes)
 
 
-def eviction_cause(row: EpochRow, evicted: float) -> str:
-    """How the data set's pages left the host's page cache in this epoch, from the host's
-    vmstat counters over it: ``drop_caches`` (someone wrote 1 or 3 to vm.drop_caches),
-    ``reclaim`` (file pages the kernel's reclaim evicted were read back: memory ran short,
-    a cgroup's limit, DAMON pageout), ``invalidated`` (neither: posix_fadvise DONTNEED,
-    ``vmtouch -e``, the files rewritten), ``unknown`` where the agent counted neither."""
-    if row.page_cache_drops is None or row.file_refault_bytes is None:
+def judged_refaults(
+    row: EpochRow, jobs: dict[str, float] | None, run_job: str | None
+) -> tuple[str, float] | None:
+    """The file refaults to judge a host-epoch's eviction by: the run's own Slurm job's
+    where the agent sampled its cgroup on the host (its own pages only), else the host's
+    (every job's); None where neither was counted."""
+    if run_job is not None and jobs and run_job in jobs:
+        return "job", jobs[run_job]
+    if row.file_refault_bytes is None:
+        return None
+    return "host", float(row.file_refault_bytes)
+
+
+def eviction_cause(row: EpochRow, refaults: tuple[str, float] | None) -> str:
+    """How the data set's pages left the host's page cache in this epoch, from the kernel's
+    counters over it: ``drop_caches`` (someone wrote 1 or 3 to vm.drop_caches),
+    ``reclaim`` (the ranks' reads were mostly refaults, ``REFAULT_SHARE``: pages the
+    kernel's reclaim had evicted; memory ran short, a cgroup's limit, DAMON pageout),
+    ``invalidated`` (neither: posix_fadvise DONTNEED, ``vmtouch -e``, the files rewritten),
+    ``unknown`` where the agent counted neither."""
+    if row.page_cache_drops is None or refaults is None:
         return "unknown"
     if row.page_cache_drops > 0:
         return "drop_caches"
-    if row.file_refault_bytes >= REFAULT_SHARE * evicted:
+    if refaults[1] >= REFAULT_SHARE * (row.training_read_bytes or 0):
         return "reclaim"
     return "invalidated"
 
@@ -391,14 +407,23 @@ def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
     }
     first_epoch = context.totals()[0].epoch
     found = []
-    for row, _ in context.hosts_rows():
+    for row, amounts in context.hosts_rows():
         if row.epoch <= first_epoch:
             continue
         files = files_by_host.get(row.host, measured.files_bytes)
         evicted = evicted_bytes(row, files)
         if evicted is None or evicted < max(EVICTED_SHARE * files, MIN_EVICTED_BYTES):
             continue
-        found.append(
+        found.append((row, amounts, files, evicted))
+    by_job = refaults_by_job(
+        context.store, [(row.host, a.start_ns, a.end_ns) for row, a, _, _ in found]
+    )
+    run_job = _run_job(context)
+    out = []
+    for row, amounts, files, evicted in found:
+        jobs = by_job.get((row.host, amounts.start_ns, amounts.end_ns))
+        refaults = judged_refaults(row, jobs, run_job)
+        out.append(
             EvictedHostEpoch(
                 host=row.host,
                 epoch=row.epoch,
@@ -408,12 +433,21 @@ def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
                 evicted_bytes=evicted,
                 evicted_percent=100 * evicted / files,
                 page_cache_delta_bytes=row.page_cache_delta_bytes,
-                cause=eviction_cause(row, evicted),
+                cause=eviction_cause(row, refaults),
                 page_cache_drops=row.page_cache_drops,
                 file_refault_bytes=row.file_refault_bytes,
+                refaults_judged=refaults[0] if refaults else None,
+                refault_bytes_judged=refaults[1] if refaults else None,
+                refaults_by_job=jobs,
             )
         )
-    return found
+    return out
+
+
+def _run_job(context: RunContext) -> str | None:
+    """The Slurm job the run's rank 0 ran in (``slurm_job_id`` of its run_start)."""
+    job = context.config.get(Workload.SLURM_JOB_ID)
+    return str(job) if job not in (None, "") else None
 
 
 def detect_dataset_evicted(context: RunContext) -> DatasetEvicted | None:
@@ -429,6 +463,7 @@ def detect_dataset_evicted(context: RunContext) -> DatasetEvicted | None:
         worst=max(evicted, key=lambda e: e.evicted_bytes),
         dataset_files_bytes=measured.files_bytes,
         dataset_to_memory_ratio=ratio,
+        run_job_id=_run_job(context),
     )
 
 

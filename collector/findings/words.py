@@ -277,6 +277,7 @@ def _(found: DatasetEvicted) -> Finding:
             f"{_bytes(abs(worst.page_cache_delta_bytes))} over that epoch."
         )
     explanation += _eviction_cause(worst, found.dataset_to_memory_ratio)
+    explanation += _whose_refaults(worst, found.run_job_id)
     explanation += (
         " Those epochs measure storage, not memory, and do not compare with epochs that found "
         "the data set cached."
@@ -292,10 +293,33 @@ def _(found: DatasetEvicted) -> Finding:
     )
 
 
+def _whose_refaults(worst: EvictedHostEpoch, run_job: str | None) -> str:
+    """The Slurm jobs on the host whose file pages came back after reclaim in the epoch."""
+    jobs = {job: b for job, b in (worst.refaults_by_job or {}).items() if b > 0}
+    if not jobs or worst.cause != "reclaim":
+        return ""
+    named = [
+        f"job {job} (this run's) {_bytes(b)}" if job == run_job else f"job {job} {_bytes(b)}"
+        for job, b in list(jobs.items())[:5]
+    ]
+    text = f" Whose pages came back on {worst.host}, by Slurm job: {', '.join(named)}."
+    if run_job is not None and list(jobs) == [run_job]:
+        text += (
+            " Only this run's job lost pages: its own memory limit, most likely (the page "
+            "cache its ranks read counts against it; Slurm's --mem)."
+        )
+    return text
+
+
 def _eviction_cause(worst: EvictedHostEpoch, ratio: float | None) -> str:
-    """What took the pages, as the host's vmstat counters over the epoch tell it
+    """What took the pages, as the kernel's counters over the epoch tell it
     (``rules.eviction_cause``)."""
-    refaulted = worst.file_refault_bytes or 0
+    refaulted = _bytes(worst.refault_bytes_judged or 0)
+    where = (
+        "by this run's job (its memory cgroup's workingset_refault_file)"
+        if worst.refaults_judged == "job"
+        else "on the host (vmstat workingset_refault_file, every job's files)"
+    )
     if worst.cause == "drop_caches":
         times = worst.page_cache_drops or 0
         return (
@@ -306,18 +330,19 @@ def _eviction_cause(worst: EvictedHostEpoch, ratio: float | None) -> str:
         )
     if worst.cause == "reclaim":
         return (
-            f" The kernel's reclaim took them: {_bytes(refaulted)} of file pages it had "
-            "evicted were read back on the host in that epoch (vmstat "
-            "workingset_refault_file, every job's files), so memory ran short: other jobs' "
-            "memory on the node, this job's memory cgroup limit (its page cache counts "
-            "against it), or the kernel's proactive reclaim (DAMON pageout)."
+            f" The kernel's reclaim took them: of the {_bytes(worst.training_read_bytes)} "
+            f"the ranks read, {refaulted} were file pages it had evicted, read back {where}. "
+            "Memory ran short: other jobs' memory on the node, this job's memory cgroup "
+            "limit (its page cache counts against it), or the kernel's proactive reclaim "
+            "(DAMON pageout)."
         )
     if worst.cause == "invalidated":
         return (
             " Neither a drop_caches (none counted on the host) nor the kernel's reclaim "
-            f"(only {_bytes(refaulted)} of evicted file pages read back) took them: they "
-            "were invalidated, as posix_fadvise DONTNEED, vmtouch -e or rewriting the "
-            "files does, by another job or by this one."
+            f"(of the {_bytes(worst.training_read_bytes)} the ranks read, only {refaulted} "
+            f"were pages it had evicted, read back {where}) took them: they were "
+            "invalidated, as posix_fadvise DONTNEED, vmtouch -e or rewriting the files "
+            "does, by another job or by this one."
         )
     lead = (
         f" The data set fits in a host's RAM ({ratio:.2g}x), so something else took the "

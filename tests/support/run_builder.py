@@ -120,6 +120,7 @@ class JobSpec:
     memory_peak_bytes: float
     read_bytes_per_s: float
     write_bytes_per_s: float
+    refault_bytes_per_s: float | None  # file refaults (None: not sent, an older kernel)
     user: str
     uid: str
     account: str | None
@@ -201,6 +202,7 @@ class RunBuilder:
         memory_peak_bytes: float = 1.5e9,
         read_bytes_per_s: float = 0.0,
         write_bytes_per_s: float = 0.0,
+        refault_bytes_per_s: float | None = None,
         user: str = "alice",
         uid: str = "1000",
         account: str | None = "proj",
@@ -223,6 +225,7 @@ class RunBuilder:
                 memory_peak_bytes,
                 read_bytes_per_s,
                 write_bytes_per_s,
+                refault_bytes_per_s,
                 user,
                 uid,
                 account,
@@ -251,6 +254,8 @@ class RunBuilder:
             Job.PROCESS_WRITE_BYTES: np.round(spec.write_bytes_per_s * since),
             Job.PROCESSES: np.full(times.shape, 3.0),
         }
+        if spec.refault_bytes_per_s is not None:
+            usage[Job.FILE_REFAULT_BYTES] = np.round(spec.refault_bytes_per_s * since)
         info: dict[FieldName, np.ndarray] = {
             JobInfo.INFO: np.ones(times.shape),
             JobInfo.ALLOCATED_CPUS: np.full(times.shape, float(spec.cpus)),
