@@ -189,15 +189,20 @@ def _remove_group(group: Path, root: Path) -> None:
 
 
 @contextmanager
-def memory_group(name: str):
-    """A cgroup v1 memory group without a limit; yields (its directory, the command prefix
-    that runs a command inside it). Removed afterwards."""
-    group = MEMORY / name
-    group.mkdir()
+def slurm_job_memory_group(job_id: str):
+    """A cgroup v1 memory group without a limit where Slurm's cgroup plugin puts a job's
+    (``memory/slurm_<node>/uid_<uid>/job_<id>``), so the agent's jobs sampler reads it as
+    that job's; yields (its directory, the command prefix that runs a command inside it).
+    Removed afterwards, with the parents it made."""
+    slurm = MEMORY / f"slurm_epochscope{os.getpid()}"
+    group = slurm / f"uid_{os.getuid()}" / f"job_{job_id}"
+    group.mkdir(parents=True)
     try:
         yield group, _enter(group / "tasks")
     finally:
         _remove_group(group, MEMORY)
+        group.parent.rmdir()
+        slurm.rmdir()
 
 
 @contextmanager

@@ -33,8 +33,8 @@ from tests.scenarios.conftest import (
     REPO,
     blkio_read_limit,
     cache_code,
-    memory_group,
     run_training,
+    slurm_job_memory_group,
 )
 from tests.support.page_in import read_files
 from workloads.train.datasets import make_dataset
@@ -193,13 +193,17 @@ def evictor(neighbour: str, group: Path, data: Path) -> Callable[[], object]:
 )
 @pytest.mark.parametrize("neighbour", NEIGHBOURS)
 def test_a_data_set_evicted_after_epoch_1_is_read_again_and_named(tmp_path, env, neighbour):
+    """The run is a Slurm job in all but slurmd: its memory cgroup is where Slurm's cgroup
+    v1 plugin puts a job's, and its environment has the SLURM_JOB_ID Slurm sets (the real
+    Slurm runs are in test_slurm_real.py), so the agent reads the job's own refaults."""
     data = padded_set(tmp_path / "padded")
     runs = tmp_path / "runs"
     stop = threading.Event()
-    name = f"epochscope-evict-{os.getpid()}"
+    job = str(os.getpid())
+    env = {**env, "SLURM_JOB_ID": job}
     with (
-        memory_group(name) as (group, in_memory_group),
-        blkio_read_limit(name, data, READ_LIMIT) as in_blkio_group,
+        slurm_job_memory_group(job) as (group, in_memory_group),
+        blkio_read_limit(f"epochscope-evict-{job}", data, READ_LIMIT) as in_blkio_group,
     ):
         evict_once = evictor(neighbour, group, data)
         thread = threading.Thread(
@@ -232,9 +236,15 @@ def test_a_data_set_evicted_after_epoch_1_is_read_again_and_named(tmp_path, env,
     # the host's counters name how the pages left
     assert worst["cause"] == neighbour
     assert worst["page_cache_drops"] == 0
+    # judged by the run's own job's refaults, read from its memory cgroup by the agent
+    assert evicted["evidence"]["run_job_id"] == job
+    assert worst["refaults_judged"] == "job"
     if neighbour == "reclaim":
-        assert worst["file_refault_bytes"] >= 0.5 * worst["evicted_bytes"]
+        # nearly every byte read again was a refault (0.99-1.0 here)
+        assert worst["refault_bytes_judged"] >= 0.9 * worst["training_read_bytes"]
         assert "The kernel's reclaim took them" in evicted["explanation"]
+        assert next(iter(worst["refaults_by_job"])) == job
+        assert f"job {job} (this run's)" in evicted["explanation"]
     else:
         assert "they were invalidated, as posix_fadvise DONTNEED" in evicted["explanation"]
     # Where the neighbour came before the loader's workers had taken the set from the cache
