@@ -180,6 +180,12 @@ _JOB_NUMBERS: tuple[Column, ...] = (
         "process_read_bytes", "Read", "read_bytes of the job's processes (/proc/<pid>/io)", "bytes"
     ),
     Column("process_write_bytes", "Written", "write_bytes of the job's processes", "bytes"),
+    Column(
+        "file_refault_bytes",
+        "Refaults",
+        "The job's file pages read back after the kernel's reclaim had evicted them",
+        "bytes",
+    ),
     Column("allocated_gpus", "GPUs", "GPUs Slurm gave the job", "int"),
     Column("gpu_util_percent", "GPU %", "Mean utilisation of the job's GPUs", "percent"),
     Column(

@@ -40,8 +40,8 @@ def two_jobs() -> RunBuilder:
     run = RunBuilder("run-a", hosts=("n1", "n2"), ranks_per_host=2)
     run.epoch(10, 640, gpu_util=80.0).epoch(10, 640, gpu_util=80.0)
     run.job("101", seconds=20, cpus=8, cpus_busy=2.0, memory_limit_bytes=16e9,
-            memory_peak_bytes=2e9, read_bytes_per_s=1e6, gpus=("0", "1"),
-            gpu_processes=("0",), of_run=True)  # fmt: skip
+            memory_peak_bytes=2e9, read_bytes_per_s=1e6, refault_bytes_per_s=0.5e6,
+            gpus=("0", "1"), gpu_processes=("0",), of_run=True)  # fmt: skip
     run.job("102", hosts=("n1",), start_s=5, seconds=10, cpus=2, cpus_busy=1.5,
             memory_limit_bytes=4e9, memory_peak_bytes=3e9, user="bob", uid="1001",
             account=None, partition="cpu")  # fmt: skip
@@ -85,6 +85,7 @@ def test_jobs_json_has_every_number_exactly(make_store):
         "block_write_bytes": None,
         "process_read_bytes": 40e6,
         "process_write_bytes": 0.0,
+        "file_refault_bytes": 20e6,  # 0.5 MB/s for 20 s on each of 2 nodes
         "allocated_gpus": 4.0,
         "gpus": ["0", "1", "0", "1"],
         "gpu_util_percent": 78.0,
@@ -109,7 +110,8 @@ def test_jobs_table_and_csv(make_store):
     table = cli(store, "jobs")
     line = next(line for line in table.splitlines() if " 101 " in line)
     for cell in ("alice", "n1, n2", "0:00:21", "80.0", "23.8%", "2.0 GB", "16.0 GB", "12.5%",
-                 "read 40.0 MB", "4 (78.0% busy)", "run-a"):  # fmt: skip
+                 "read 40.0 MB, write 0 B, refaults 20.0 MB", "4 (78.0% busy)",
+                 "run-a"):  # fmt: skip
         assert cell in line, (cell, line)
     rows = list(csv.DictReader(io.StringIO(cli(store, "jobs", "--format", "csv"))))
     assert [r["job_id"] for r in rows] == ["102", "101"]
@@ -191,7 +193,7 @@ def test_the_summary_is_compact_json_of_the_same_numbers(make_store):
     assert summary["job_id"] == "101" and summary["nodes"] == ["n1", "n2"]
     assert (summary["elapsed_s"], summary["cpus"], summary["cpu_s"]) == (21.0, 16.0, 80.0)
     assert summary["cpu_eff"] == 0.238 and summary["mem_frac"] == 0.125
-    assert summary["io"] == {"process_read": 40e6, "process_write": 0.0}
+    assert summary["io"] == {"process_read": 40e6, "process_write": 0.0, "file_refault": 20e6}
     assert summary["runs"] == [{"run_id": "run-a", "images_per_second": 256.0}]
     assert summary["findings"][0]["rule"] == "job_gpus_idle"
     assert "account" not in json.loads(cli(store, "job", "102", "--summary"))

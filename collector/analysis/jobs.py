@@ -25,9 +25,10 @@ and the runs' ``run_start`` ``slurm_job_id``. Every number is defined once, here
     highest ``memory_bytes``.
 ``memory_use_fraction``
     ``memory_peak_bytes / allocated_memory_bytes`` (the cgroup's limit); None without one.
-``*_read_bytes``, ``*_write_bytes``
-    The counters' totals at the last sample (block I/O where the cgroup counts it, and the
-    job's processes' ``/proc/<pid>/io``).
+``*_read_bytes``, ``*_write_bytes``, ``file_refault_bytes``
+    The counters' totals at the last sample (block I/O where the cgroup counts it, the
+    job's processes' ``/proc/<pid>/io``, and its file pages read back after the kernel's
+    reclaim had evicted them: a job that keeps re-reading what its memory limit evicts).
 ``gpu_util_percent``
     The time-weighted mean ``utilization_percent`` of the job's GPUs (``gpus`` matched
     to the node's ``gpu`` series by index or UUID) over its span, averaged over them.
@@ -145,6 +146,7 @@ class JobNode:
     block_write_bytes: float | None = None
     process_read_bytes: float | None = None
     process_write_bytes: float | None = None
+    file_refault_bytes: float | None = None
     gpu_util_percent: float | None = None
     gpus_without_process: tuple[str, ...] | None = None
     gpu_memory_peak_bytes: float | None = None
@@ -301,7 +303,13 @@ class JobReport:
         return _sum(getattr(n, name) for n in self.nodes)
 
 
-IO_FIELDS = ("block_read_bytes", "block_write_bytes", "process_read_bytes", "process_write_bytes")
+IO_FIELDS = (
+    "block_read_bytes",
+    "block_write_bytes",
+    "process_read_bytes",
+    "process_write_bytes",
+    "file_refault_bytes",
+)
 
 
 # --------------------------------------------------------------------------------------
@@ -383,6 +391,7 @@ def _node(
         block_write_bytes=total(Job.BLOCK_WRITE_BYTES),
         process_read_bytes=total(Job.PROCESS_READ_BYTES),
         process_write_bytes=total(Job.PROCESS_WRITE_BYTES),
+        file_refault_bytes=total(Job.FILE_REFAULT_BYTES),
     )
 
 

@@ -304,6 +304,7 @@ def _io(row: dict[str, Any]) -> str:
             ("block_write_bytes", "block w"),
             ("process_read_bytes", "read"),
             ("process_write_bytes", "write"),
+            ("file_refault_bytes", "refaults"),
         )
         if row.get(name) is not None
     ]
