@@ -113,12 +113,20 @@ user-torch-env: $(VENV)/.installed
 DLIO_VERSION := 2.0.0
 DLIO_VENV := $(HOME)/.cache/epochscope/venvs/dlio-$(DLIO_VERSION)-py311
 DLIO_PY := $(DLIO_VENV)/bin/python
+# dlio-benchmark 2.0.0's requirements less nvidia-dali-cuda110: on PyPI that is a stub whose
+# build downloads the wheel from pypi.nvidia.com, which is not a registry a fresh machine
+# may reach. DLIO imports DALI only in its DALI readers and loaders; the cross-check runs
+# its PyTorch loader.
+DLIO_REQUIREMENTS := 'Pillow>=9.3.0' 'PyYAML>=6.0.0' 'h5py>=3.11.0' 'mpi4py>=3.1.4' \
+	'numpy>=1.23.5' 'omegaconf>=2.2.0' 'pandas>=1.5.1' 'psutil>=5.9.8' pydftracer==1.0.2 \
+	'hydra-core>=1.3.2' 'tensorflow>=2.11.0' 'torch>=2.2.0' torchaudio torchvision
 
 dlio-env: $(VENV)/.installed system-packages
 	@if [ ! -f $(DLIO_VENV)/.installed ]; then \
 		echo "making $(DLIO_VENV): dlio-benchmark $(DLIO_VERSION) (minutes)"; \
 		rm -rf $(DLIO_VENV) && python3 -m venv $(DLIO_VENV) && \
-		$(DLIO_PY) -m pip install -q dlio-benchmark==$(DLIO_VERSION) && \
+		$(DLIO_PY) -m pip install -q --no-deps dlio-benchmark==$(DLIO_VERSION) && \
+		$(DLIO_PY) -m pip install -q $(DLIO_REQUIREMENTS) && \
 		touch $(DLIO_VENV)/.installed; \
 	fi
 	@$(DLIO_PY) -I -c 'import sys, workloads; sys.exit(not workloads.__file__.startswith("$(CURDIR)/"))' \
