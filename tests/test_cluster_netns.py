@@ -420,6 +420,8 @@ def test_the_all_reduce_is_stated_against_the_measured_link(trained):
     for ~98 MB (270% and 225% of the link: Horovod ran the rest behind backward), 2,180 ms
     at the link's rate; two later (load 3-4): 1,331 and 1,182 ms, 156% and 175%, 2,071 ms
     beside 2,257 and 1,637 ms of compute (least 58% and 73%: not shown to be the link).
+    On a quiet machine (load 0.9-1.4, 2026-11-28): a wait of 2,066 ms, 101% of the link,
+    beside 119 ms of compute: nothing left to hide it behind, bandwidth-bound.
     The whole module took 7.6 min at load 10-15 on 2 cores, 2.6 min at load 3."""
     (finding,) = [f for f in trained["findings"] if f["rule"] == "scaling_loss"]
     anatomy = finding["evidence"]["attribution"]
@@ -435,11 +437,12 @@ def test_the_all_reduce_is_stated_against_the_measured_link(trained):
     )
     per_step = anatomy["allreduce_seconds_at_ceiling"] * anatomy["fabric_ceiling_bytes_per_second"]
     assert 0.9 * GRADIENT_BYTES_PER_STEP < per_step < 1.3 * GRADIENT_BYTES_PER_STEP
-    # the wait is under the link's time, so part ran behind backward: bandwidth-bound when
-    # even behind the whole of compute it ran at 80% of the link; here compute is long
-    # (2,257 ms beside a 1,331 ms wait and 2,071 ms at the link's rate: 58%), so the
-    # finding may only say the link is not shown to bound it
-    assert share > 110 and "not bandwidth;" not in finding["explanation"]
+    # the wait is at most the link's time (part may run behind backward): the link's rate
+    # or more while waiting. Bandwidth-bound when even behind the whole of compute it ran
+    # at 80% of the link; on a loaded machine compute is long (2,257 ms beside a 1,331 ms
+    # wait and 2,071 ms at the link's rate: 58%), and the finding may only say the link is
+    # not shown to bound it; on a quiet one compute is short and it is bandwidth-bound
+    assert share > 90 and "not bandwidth;" not in finding["explanation"]
     if anatomy["allreduce_ceiling_least_percent"] >= 80:
         assert "bandwidth-bound" in finding["explanation"]
     else:
