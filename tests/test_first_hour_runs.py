@@ -173,6 +173,45 @@ def test_a_delivered_run_leaves_no_spool_directory(served, tmp_path, monkeypatch
     assert run is not None and run.state == RunState.FINISHED
 
 
+def wrapped_stop(spec: RunSpec, start_recorder) -> None:
+    """A step stopped by the user's SIGTERM inside TensorFlow's C++: the signal handler's
+    Interrupted comes back as pybind11's RuntimeError (seen in a real run here)."""
+    recorder = start_recorder(worker.Placement(0, 1, 0, 1))
+    recorder.epoch_start(1)
+    recorder.step_done(1.0)
+    raise RuntimeError(
+        "pybind11::error_already_set: MISMATCH of original and normalized active exception "
+        "types: ORIGINAL UnknownError REPLACED BY Interrupted: SIGTERM"
+    )
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_an_error_while_the_run_is_stopped_is_the_stop(
+    served, tmp_path, monkeypatch, capsys, stopped
+):
+    collector, token_file = served
+    monkeypatch.setattr(worker, "train", wrapped_stop)
+    monkeypatch.setenv("EPOCHSCOPE_WORKLOAD_TOKEN", TOKEN)
+    run_id = f"wrapped-stop-{stopped}"
+    spec = spec_for(run_id, collector.url, tmp_path / "spool", token_file)
+    spec.stop_file = str(tmp_path / "stop")
+    if stopped:  # the launcher wrote it before signalling the ranks
+        Path(spec.stop_file).write_text("SIGINT\n")
+    status = worker.run_rank(spec)
+    with SqliteStore(collector.db) as store:
+        run = store.run(run_id)
+    err = capsys.readouterr().err
+    assert run is not None
+    if stopped:
+        # interrupted as the user asked, and the tool told all is well
+        assert (status, run.state) == (0, RunState.INTERRUPTED)
+        assert "rank stopped by RuntimeError while the run was stopped: pybind11" in err
+        assert "Traceback" not in err
+    else:  # the same error with no stop asked is a failure, with its traceback
+        assert (status, run.state) == (1, RunState.FAILED)
+        assert "Traceback" in err
+
+
 def test_a_failed_delivery_with_the_token_from_the_environment_says_so(
     tmp_path, monkeypatch, capsys
 ):

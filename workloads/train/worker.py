@@ -126,6 +126,15 @@ def run_rank(spec: RunSpec) -> int:
             state = RunState.INTERRUPTED if asked else RunState.FAILED
             print(f"rank stopped by {error}" + (" (the run was stopped)" if asked else ""),
                   file=sys.stderr, flush=True)  # fmt: skip
+        elif spec.stop_file is not None and stop_was_asked(spec.stop_file):
+            # The user's stop can reach a rank as another error: the signal's Interrupted,
+            # raised inside a framework's C++ call, comes back wrapped (TensorFlow: "MISMATCH
+            # of original and normalized active exception types ... REPLACED BY
+            # Interrupted"), or a peer that stopped first breaks this rank's collective.
+            status, state = 1, RunState.INTERRUPTED
+            reason = str(error).splitlines()[0] if str(error) else ""
+            print(f"rank stopped by {type(error).__name__} while the run was stopped: "
+                  f"{reason}", file=sys.stderr, flush=True)  # fmt: skip
         else:
             status = 130 if isinstance(error, KeyboardInterrupt) else 1
             traceback.print_exc()
