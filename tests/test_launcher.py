@@ -268,7 +268,7 @@ def _needs_horovod_tensorflow():
 @pytest.mark.frameworks
 @pytest.mark.timeout(900)
 def test_ctrl_c_during_training_leaves_no_process_an_interrupted_run_and_epoch(tmp_path, repo_env):
-    """SIGINT, as Ctrl-C at the terminal sends it, at step 3 of epoch 1's 5: every process
+    """SIGINT, as Ctrl-C at the terminal sends it, at step 3 of epoch 1's 50: every process
     goes, the run is interrupted, and epoch 1 is said to be interrupted by `collector report`
     (table and JSON), the --profile summary the launcher printed, and the dashboard."""
     _needs_horovod_tensorflow()
@@ -279,7 +279,7 @@ def test_ctrl_c_during_training_leaves_no_process_an_interrupted_run_and_epoch(t
     argv = [
         sys.executable, "-m", "workloads", "run", "--framework", "tensorflow", "--synthetic",
         "--np", "2", "--image-size", "32", "--batch-size", "4", "--num-classes", "4",
-        "--epochs", "100", "--steps-per-epoch", "5", "--warmup-steps", "1", "--step-every", "1",
+        "--epochs", "100", "--steps-per-epoch", "50", "--warmup-steps", "1", "--step-every", "1",
         "--no-validate", "--profile", "--runs-dir", str(runs), "--run-id", run_id,
     ]  # fmt: skip
     with log.open("wb") as out:
@@ -353,7 +353,7 @@ def test_ctrl_c_in_a_two_rank_pytorch_run_is_one_interrupted_run_without_a_trace
     argv = [
         sys.executable, "-m", "workloads", "run", "--framework", "pytorch", "--synthetic",
         "--np", "2", "--image-size", "32", "--batch-size", "4", "--num-classes", "4",
-        "--epochs", "100", "--steps-per-epoch", "5", "--warmup-steps", "1", "--step-every", "1",
+        "--epochs", "100", "--steps-per-epoch", "50", "--warmup-steps", "1", "--step-every", "1",
         "--no-validate", "--profile", "--runs-dir", str(runs), "--run-id", run_id,
     ]  # fmt: skip
     with log.open("wb") as out:
