@@ -571,14 +571,19 @@ def job_nodes(
     return sorted(nodes, key=lambda n: (n.host, n.job_id))
 
 
+def run_job_id(run: RunInfo) -> str | None:
+    """The Slurm job the run's rank 0 ran in (``slurm_job_id`` of its run_start)."""
+    job = run.config.get(Workload.SLURM_JOB_ID)
+    return str(job) if job not in (None, "") else None
+
+
 def job_runs(runs: Iterable[RunInfo]) -> dict[str, tuple[str, ...]]:
-    """Run ids by the job their rank 0 ran in (``slurm_job_id`` of its run_start), oldest
-    run first."""
+    """Run ids by the job their rank 0 ran in (``run_job_id``), oldest run first."""
     found: dict[str, list[RunInfo]] = defaultdict(list)
     for run in runs:
-        job = run.config.get(Workload.SLURM_JOB_ID)
-        if job not in (None, ""):
-            found[str(job)].append(run)
+        job = run_job_id(run)
+        if job is not None:
+            found[job].append(run)
     return {
         job: tuple(r.run_id for r in sorted(members, key=lambda r: r.start_ns))
         for job, members in found.items()
@@ -665,7 +670,7 @@ def refaults_by_job(
     for host, start_ns, end_ns in windows:
         grown = {}
         for data in series:
-            if data.info.host != host or len(data.times_ns) < 2:
+            if data.info.host != host:
                 continue
             bytes_ = counter_increase(data.times_ns, data.values, start_ns, end_ns)
             if not math.isnan(bytes_):  # sampled over the window

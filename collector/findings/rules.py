@@ -94,8 +94,8 @@ from typing import Any
 import numpy as np
 
 from collector.analysis import residency
-from collector.analysis.epochs import BYTES_PER_MB, EpochReport, EpochRow
-from collector.analysis.jobs import refaults_by_job
+from collector.analysis.epochs import BYTES_PER_MB, EpochAmounts, EpochReport, EpochRow
+from collector.analysis.jobs import refaults_by_job, run_job_id
 from collector.analysis.run import RunModel
 from collector.analysis.scaling import GroupKey, RunFacts, scaling_groups
 from collector.findings.context import RunContext, complete_epochs
@@ -269,7 +269,7 @@ def detect_cache_warmup(context: RunContext) -> CacheWarmup | None:
     settled = later[len(later) // 2 :]  # the second half of the later epochs
     settled_mean = float(np.mean([by_epoch[r.epoch] for r in settled]))
     if measured is not None:
-        if not _warmed_up(measured, first.epoch) or evicted_host_epochs(context):
+        if not _warmed_up(measured, first.epoch) or evicted_epochs(context):
             return None
         settled_from = next(
             r.epoch for r in later if measured.start_percent.get(r.epoch, 0) >= CACHED_PERCENT
@@ -396,9 +396,10 @@ def eviction_cause(row: EpochRow, refaults: tuple[str, float] | None) -> str:
     return "invalidated"
 
 
-def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
+def _evicted_rows(context: RunContext) -> list[tuple[EpochRow, EpochAmounts, float, float]]:
     """The host-epochs after the first whose ranks read the data set again (``evicted_bytes``
-    at least ``EVICTED_SHARE`` of it and ``MIN_EVICTED_BYTES``)."""
+    at least ``EVICTED_SHARE`` of it and ``MIN_EVICTED_BYTES``): (row, its amounts, the
+    data set's bytes on the host, the bytes evicted). From the report alone."""
     measured = measured_residency(context)
     if measured is None:
         return []
@@ -415,10 +416,22 @@ def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
         if evicted is None or evicted < max(EVICTED_SHARE * files, MIN_EVICTED_BYTES):
             continue
         found.append((row, amounts, files, evicted))
+    return found
+
+
+def evicted_epochs(context: RunContext) -> set[tuple[str, int]]:
+    """(host, epoch) of each host-epoch that read the data set again (``_evicted_rows``)."""
+    return {(row.host, row.epoch) for row, _, _, _ in _evicted_rows(context)}
+
+
+def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
+    """``_evicted_rows`` with how the pages left each (``eviction_cause``) and whose came
+    back, by Slurm job (one store read)."""
+    found = _evicted_rows(context)
     by_job = refaults_by_job(
         context.store, [(row.host, a.start_ns, a.end_ns) for row, a, _, _ in found]
     )
-    run_job = _run_job(context)
+    run_job = run_job_id(context.run)
     out = []
     for row, amounts, files, evicted in found:
         jobs = by_job.get((row.host, amounts.start_ns, amounts.end_ns))
@@ -444,12 +457,6 @@ def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
     return out
 
 
-def _run_job(context: RunContext) -> str | None:
-    """The Slurm job the run's rank 0 ran in (``slurm_job_id`` of its run_start)."""
-    job = context.config.get(Workload.SLURM_JOB_ID)
-    return str(job) if job not in (None, "") else None
-
-
 def detect_dataset_evicted(context: RunContext) -> DatasetEvicted | None:
     """The data set left a host's page cache after the first epoch and was read again."""
     evicted = evicted_host_epochs(context)
@@ -463,7 +470,7 @@ def detect_dataset_evicted(context: RunContext) -> DatasetEvicted | None:
         worst=max(evicted, key=lambda e: e.evicted_bytes),
         dataset_files_bytes=measured.files_bytes,
         dataset_to_memory_ratio=ratio,
-        run_job_id=_run_job(context),
+        run_job_id=run_job_id(context.run),
     )
 
 
@@ -635,7 +642,7 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
     if not storage:
         return None
     peak = max(storage)
-    evicted = {(e.host, e.epoch) for e in evicted_host_epochs(context)}
+    evicted = evicted_epochs(context)
 
     def reading(row: EpochRow) -> bool:
         rate = rates[(row.host, row.epoch)]
