@@ -436,3 +436,22 @@ def test_the_jobs_whose_pages_came_back_are_named_with_the_runs_own_marked(make_
     assert (worst["refaults_judged"], worst["refault_bytes_judged"]) == ("job", 0)
     assert worst["cause"] == "invalidated"
     assert "Whose pages came back" not in found.explanation
+
+
+def test_the_eviction_counters_are_one_value_every_view_writes_alike(make_store):
+    from tests.support.views import assert_views_agree
+
+    points = evicted_run("counted", 40_000_000, [1.0, 1.0, 1.0], cache_drops=1 / 30,
+                         file_refault=1_200_000)  # fmt: skip
+    store = make_store(points)
+    # epoch 3's 30 s: one drop, 36 MB read back after reclaim
+    assert assert_views_agree(store, "counted", ["page_cache_drops"]) == {"page_cache_drops": 1}
+    args = build_parser().parse_args(["report", "counted", "--format", "json"])
+    rows = json.loads(render(args, store))["rows"]
+    assert rows[-1]["file_refault_bytes"] == 36_000_000
+    table = render(build_parser().parse_args(["report", "counted", "--columns", "all"]), store)
+    assert format_cell(BY_NAME["file_refault_bytes"], 36_000_000) == "36.0 MB"
+    assert "36.0 MB" in table
+    # the dashboard's table holds the number itself (the browser formats it)
+    cells = {d["host"]: d["file_refault_bytes"] for d in epoch_table(rows).data if d["epoch"] == 3}
+    assert cells == {"node1": 36_000_000}
