@@ -28,6 +28,9 @@ Behaviours a GPU description can ask for (each also reachable from the JSON file
   - ``"field_error_while": path``: every field value answers NVML_ERROR_UNKNOWN;
   - ``"energy_rate_mw": mW``, ``"pcie_bytes_per_second": (rx, tx)``: counters that grow
     with the wall clock (value = rate x time.time()), for per-epoch amounts;
+  - ``"memory": (total, used, reserved)``: bytes as nvidia-smi prints them (its "Used"
+    leaves the driver's "Reserved" out); a 2-tuple is reserved 0. ``"memory_v2":
+    NOT_SUPPORTED``: a driver without ``nvmlDeviceGetMemoryInfo_v2`` (before R510);
   - ``NOT_SUPPORTED`` as a value: that call raises NVML_ERROR_NOT_SUPPORTED.
 """
 
@@ -52,7 +55,8 @@ H100_LOAD: dict[str, Any] = {
     "name": "NVIDIA H100 80GB HBM3",  # Product Name
     "uuid": "GPU-00000000-0000-0000-0000-000000000000",  # GPU UUID (masked in the capture)
     "utilization": (100, 11),  # Utilization: GPU 100 %, Memory 11 %
-    "memory": (81559 * MIB, 19818 * MIB),  # FB Memory Usage: Total 81559, Used 19818 MiB
+    # FB Memory Usage: Total 81559, Reserved 479, Used 19818 MiB
+    "memory": (81559 * MIB, 19818 * MIB, 479 * MIB),
     # nvmlDeviceGetPowerUsage is the 1 s average on Hopper: "Average Power Draw 629.45 W".
     "power_mw": 629450,
     "energy_mj": NOT_SUPPORTED,
@@ -66,7 +70,7 @@ H100_LOAD: dict[str, Any] = {
 H100_IDLE: dict[str, Any] = {
     **H100_LOAD,
     "utilization": (0, 0),
-    "memory": (81559 * MIB, 0),  # Used 0 MiB
+    "memory": (81559 * MIB, 0, 479 * MIB),  # Used 0 MiB, Reserved 479 MiB
     "power_mw": 69850,  # Average Power Draw 69.85 W
     "temperature": 41,
     "sm_clock": 345,
@@ -216,9 +220,19 @@ class FakeNvml:
             structure.sampleValue.uiVal = value
         return nvml.NVML_VALUE_TYPE_UNSIGNED_INT, structures[0 : len(newer)]
 
-    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> SimpleNamespace:
-        total, used = self._answer(self._gpu(handle, "memory")["memory"])
-        return SimpleNamespace(total=total, used=used, free=total - used)
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> SimpleNamespace:
+        """v1 (no version) counts the driver's reserved memory as used, as the real call
+        does; v2 counts it apart, as nvidia-smi prints it. ``"memory_v2": NOT_SUPPORTED``
+        is a driver before R510, which lacks ``nvmlDeviceGetMemoryInfo_v2``."""
+        gpu = self._gpu(handle, "memory")
+        total, used, *reserved = self._answer(gpu["memory"])
+        reserved = reserved[0] if reserved else 0
+        free = total - used - reserved
+        if not version:
+            return SimpleNamespace(total=total, used=used + reserved, free=free)
+        if gpu.get("memory_v2") == NOT_SUPPORTED:
+            raise self._error(self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return SimpleNamespace(total=total, reserved=reserved, used=used, free=free)
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         gpu = self._gpu(handle, "power")

@@ -20,7 +20,7 @@ import pytest
 
 from agent.samplers import gpu as gpu_module
 from tests.conftest import SHARED
-from tests.fake_nvml import H100_LOAD, fake_nvml_env
+from tests.fake_nvml import H100_LOAD, MIB, fake_nvml_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CAPTURE = SHARED / "fixtures" / "gpu" / "h100-80gb-hbm3.capture.txt"
@@ -83,10 +83,12 @@ def test_every_nvml_function_the_sampler_calls_is_in_a_real_driver():
     the newest version of each (``_v2``, ``_v3``)."""
     symbols = set(capture_section("capabilities :: nvml-symbols").split())
     source = Path(gpu_module.__file__).read_text()
-    called = set(re.findall(r'"(nvml(?:Device)?[A-Z]\w+)"', source))
+    named = set(re.findall(r'"(nvml(?:Device)?[A-Z]\w+)"', source))
+    called = {name for name in named if not name.startswith("nvmlMemory_")}  # struct versions
     assert "nvmlDeviceGetFieldValues" in called and "nvmlDeviceGetSamples" in called
     missing = [name for name in called if not {name, f"{name}_v2", f"{name}_v3"} & symbols]
     assert missing == []
+    assert "nvmlDeviceGetMemoryInfo_v2" in symbols  # what nvmlMemory_v2 makes pynvml call
 
 
 def test_metrics_points_reads_the_agents_page():
@@ -133,8 +135,11 @@ print(", ".join(values[q] for q in query))
 
 @pytest.fixture
 def gpu_machine(tmp_path, repo_env) -> dict[str, str]:
-    """The environment of a machine with one H100: fake NVML, stand-in nvidia-smi."""
-    env = fake_nvml_env(tmp_path, [H100_LOAD], repo_env)
+    """The environment of a machine with one H100 and a process on it: fake NVML, stand-in
+    nvidia-smi. The process's own ``gpu`` point carries the GPU's uuid too (on a real H200
+    the bench compared it in place of the GPU's, and every loaded second read "-")."""
+    training = {**H100_LOAD, "processes": [(4100, 19_000 * MIB)]}
+    env = fake_nvml_env(tmp_path, [training], repo_env)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
@@ -177,7 +182,8 @@ def test_run_mode_summarises_seconds_of_agent_run(gpu_machine, tmp_path):
     summary = json.loads(out.read_text())["summary"]
     power = summary["fields"]["0/power_watts"]
     assert power["agent_mean"] == power["nvidia_smi_mean"] == 629.45
-    assert power["max_abs_difference"] == 0.0
+    assert power["max_abs_difference"] == power["median_abs_difference"] == 0.0
+    assert summary["fields"]["0/memory_used_bytes"]["agent_mean"] == 19818.0  # the GPU's
     assert summary["max_gpus_hung"] == 0.0
     assert summary["reading_age_seconds"]["max"] is not None
     assert json.loads(out.read_text())["dmon"][0]["rxpci"] == 6.0

@@ -127,6 +127,19 @@ def test_h100_idle_has_idle_clock_reason(monkeypatch):
     }
 
 
+def test_memory_used_leaves_the_drivers_reserved_memory_out_as_nvidia_smi_does(monkeypatch):
+    """Found on a real H200 (driver 580.159.04, bench/gpu_check/results/): idle, nvidia-smi
+    printed 0 MiB used and the agent 615 MiB, the driver's reserved memory, which the v1
+    call counts as used. The v2 call counts it apart; a driver without it (before R510)
+    still gives v1's figure, and that is no failure."""
+    sampler, _ = start(FakeNvml([H100_IDLE]), monkeypatch)
+    assert sampler.sample(NOW)[0].fields["memory_used_bytes"] == 0.0  # nvidia-smi: 0 MiB
+    old_driver = {**H100_IDLE, "memory_v2": NOT_SUPPORTED}
+    sampler, _ = start(FakeNvml([old_driver]), monkeypatch)
+    assert sampler.sample(NOW)[0].fields["memory_used_bytes"] == 479.0 * MIB  # Reserved
+    assert not sampler.readers[0].latest.failing
+
+
 def test_a100_mig_has_no_utilization(monkeypatch):
     sampler, _ = start(FakeNvml([H100_LOAD, A100_MIG]), monkeypatch)
     points = sampler.sample(NOW)
@@ -495,7 +508,9 @@ def test_an_answer_the_sampler_cannot_read_is_logged_once_and_counted(monkeypatc
     sampler, fake = start(FakeNvml([H100_LOAD, H100_IDLE]), monkeypatch, stats=stats)
     original = fake.nvmlDeviceGetMemoryInfo
     monkeypatch.setattr(
-        fake.nvml, "nvmlDeviceGetMemoryInfo", lambda h: 42 if h == 1 else original(h)
+        fake.nvml,
+        "nvmlDeviceGetMemoryInfo",
+        lambda h, version=None: 42 if h == 1 else original(h, version),
     )
     for _ in range(3):
         points = fresh(sampler)

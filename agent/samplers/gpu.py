@@ -339,15 +339,36 @@ class GpuReader:
             self.busy = False
             self.first_done.set()
 
-    def _nvml_call(self, function_name: str, *args: Any, device: _Device | None = None) -> Any:
+    def _memory_info(self, device: _Device) -> Any:
+        """nvmlMemory_v2_t where the driver has it (R510 on), else nvmlMemory_t.
+
+        v2's ``used`` is nvidia-smi's "Used": the driver's reserved memory (615 MiB on an
+        H200 with driver 580, 479 MiB on an H100) is counted apart. v1's ``used`` is
+        total - free, the reserved memory included, so an idle GPU would read 615 MiB used.
+        """
+        version = getattr(self.nvml, "nvmlMemory_v2", None)
+        memory = None
+        if version is not None:
+            memory = self._nvml_call(
+                "nvmlDeviceGetMemoryInfo", device.handle, version, device=device, variant="v2"
+            )
+        if memory is None:
+            memory = self._nvml_call("nvmlDeviceGetMemoryInfo", device.handle, device=device)
+        return memory
+
+    def _nvml_call(
+        self, function_name: str, *args: Any, device: _Device | None = None, variant: str = ""
+    ) -> Any:
         """``pynvml.<function_name>(*args)``, or None when NVML cannot answer.
 
         Raises GpuLostError if the GPU left. An answer other than "not supported" is
-        logged once per (device, call, error) and marks the reading as failing.
+        logged once per (device, call, error) and marks the reading as failing. ``variant``
+        names another form of the same call (its arguments), remembered apart as
+        unsupported.
         """
         nvml = self.nvml
         device = device or self.device
-        key = f"{device.uuid}:{function_name}"
+        key = f"{device.uuid}:{function_name}{variant}"
         if key in self._unsupported:
             return None
         function = getattr(nvml, function_name, None)
@@ -361,7 +382,13 @@ class GpuReader:
             value = getattr(error, "value", None)
             if value == nvml.NVML_ERROR_GPU_IS_LOST:
                 raise GpuLostError(str(error)) from error
-            if value in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+            # a struct version this driver does not know is an unsupported form of the call
+            version_mismatch = getattr(nvml, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", None)
+            if value in (
+                nvml.NVML_ERROR_NOT_SUPPORTED,
+                nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                version_mismatch,
+            ):
                 self._unsupported.add(key)
             elif value not in (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_ERROR_NO_PERMISSION):
                 self._note_error(device, function_name, value, str(error))
@@ -449,7 +476,7 @@ class GpuReader:
         readings.memory_utilization_samples_percent = self._samples_mean(
             device, nvml.NVML_MEMORY_UTILIZATION_SAMPLES
         )
-        readings.memory = call("nvmlDeviceGetMemoryInfo", handle, device=device)
+        readings.memory = self._memory_info(device)
         if (
             readings.utilization_samples_percent is None
             or readings.memory_utilization_samples_percent is None
