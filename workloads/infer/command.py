@@ -269,6 +269,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         _log("exporting to ONNX, quantising, reading the pictures")
         prepared = prepare(args, workdir)
+        from workloads.infer.model import skipped_providers  # after torch loaded CUDA's libs
+
+        for name, why in skipped_providers().items():
+            _log(f"{name} is in this onnxruntime but does not load here, left out: {why}")
     except (DatasetError, ValueError, OSError) as error:
         _log(str(error))
         return 2

@@ -19,6 +19,8 @@ faster, and the run reports which.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import time
 import warnings
@@ -39,6 +41,16 @@ PREFERRED_PROVIDERS = (
     "CPUExecutionProvider",
 )
 CALIBRATION_BATCH = 16
+# Each GPU provider's own library in onnxruntime/capi/. onnxruntime-gpu lists TensorRT and
+# CUDA as available whether or not the libraries they need (libnvinfer, cuBLAS, cuDNN) are
+# installed, and a session asked for one that cannot load prints an "EP Error" and falls
+# back: four times a run on an H200 without TensorRT. A provider is asked for only when its
+# library loads, which is ONNX Runtime's own test: the shared bridge first, globally.
+PROVIDER_LIBRARIES = {
+    "TensorrtExecutionProvider": "libonnxruntime_providers_tensorrt.so",
+    "CUDAExecutionProvider": "libonnxruntime_providers_cuda.so",
+}
+SHARED_PROVIDER_LIBRARY = "libonnxruntime_providers_shared.so"
 
 
 def export_onnx(model, image_size: int, path: Path) -> Path:
@@ -105,11 +117,40 @@ def quantize_int8(fp32_path: Path, calibration: np.ndarray, int8_format: str, ou
     return out
 
 
-def providers() -> list[str]:
-    """The execution providers to ask for, best first, among those this build has."""
+def unloadable_providers(capi: Path, names: list[str]) -> dict[str, str]:
+    """{provider: the loader's error} for those of ``names`` whose library in ``capi``
+    (onnxruntime's ``capi`` folder) does not load here. A provider without a library of
+    its own there (CPU, or a build laid out otherwise) is taken to load."""
+    shared = capi / SHARED_PROVIDER_LIBRARY
+    unloadable = {}
+    for name in names:
+        library = capi / PROVIDER_LIBRARIES.get(name, "-")
+        if not library.is_file():
+            continue
+        try:
+            if shared.is_file():
+                ctypes.CDLL(str(shared), mode=ctypes.RTLD_GLOBAL)
+            ctypes.CDLL(str(library))
+        except OSError as error:
+            unloadable[name] = str(error)
+    return unloadable
+
+
+@functools.cache
+def skipped_providers() -> dict[str, str]:
+    """The providers this onnxruntime build lists but cannot load here, and why."""
     import onnxruntime
 
-    available = set(onnxruntime.get_available_providers())
+    listed = [n for n in onnxruntime.get_available_providers() if n in PROVIDER_LIBRARIES]
+    return unloadable_providers(Path(onnxruntime.__file__).parent / "capi", listed)
+
+
+def providers() -> list[str]:
+    """The execution providers to ask for, best first, among those this build has and can
+    load."""
+    import onnxruntime
+
+    available = set(onnxruntime.get_available_providers()) - set(skipped_providers())
     return [name for name in PREFERRED_PROVIDERS if name in available]
 
 
