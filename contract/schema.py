@@ -627,6 +627,7 @@ class Event:
 
 
 INFERENCE_FRAMEWORK = "onnxruntime"  # the framework tag of `workloads infer` runs
+SYNTHETIC_DATA = "synthetic"  # the data format of a run on random tensors: no data set read
 
 
 class InferencePrecision:

@@ -146,7 +146,7 @@ from collector.findings.evidence import (
 )
 from collector.store.api import RunInfo, StepTable
 from contract.markers import ALL_HOSTS
-from contract.schema import RunState, Workload
+from contract.schema import SYNTHETIC_DATA, RunState, Workload
 
 
 def _config_number(config: dict[str, Any], name: str) -> float | None:
@@ -254,7 +254,11 @@ def detect_cache_warmup(context: RunContext) -> CacheWarmup | None:
     """Epoch 1 read a large share of the data set from storage and later epochs little:
     decided on the data set's measured residency where the ranks measured it
     (``measured_residency``), else on the training's own reads when every rank sent them
-    (``judged_reads``), else the hosts'."""
+    (``judged_reads``), else the hosts'. Not on random tensors (``--synthetic``): no data set
+    was read, and what epoch 1 read was the start-up's (on an H200, 305 MB of torch's CUDA
+    libraries, which this rule took for a data set settling in the cache)."""
+    if context.config.get(Workload.DATA_FORMAT) == SYNTHETIC_DATA:
+        return None
     reads = judged_reads(context.report)
     totals = [r for r in context.totals() if _read_bytes(r, reads) is not None]
     measured = measured_residency(context)

@@ -30,10 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
+from contract.schema import SYNTHETIC_DATA
 from workloads.train.synthetic import encode_jpeg, labels_for, make_image
 
 FORMATS = ("tfrecord", "recordio", "jpeg")
-SYNTHETIC = "synthetic"
+SYNTHETIC = SYNTHETIC_DATA
 MANIFEST = "manifest.json"
 IMAGENET_CLASSES = 1000
 JPEG_SUFFIXES = (".jpeg", ".jpg", ".png")
