@@ -57,3 +57,28 @@ def test_an_emulated_accelerator_is_busy_for_its_configured_time_only(tmp_path):
     assert fields[Workload.AU_STEP_SECONDS] == pytest.approx(1.0)
     assert fields[Workload.AU_IDLE_SECONDS] == pytest.approx((0.5 - 0.2) * 2)
     assert fields[Workload.INPUT_WAIT_SECONDS] == pytest.approx(1.1)  # the anatomy unchanged
+
+
+def test_each_epochs_first_step_is_sent_beside_every_kth(tmp_path):
+    """With ``step_every`` 10, steps 1, 10 and 20 of each 25-step epoch: the first is what
+    the epoch_restart finding compares (on a real H200 a user's loader restarting its
+    workers every epoch waited 24% of the step time in it, and no step event showed it)."""
+    clock = Clock()
+    session = Session(
+        ProfileConfig("every", "", str(tmp_path), step_every=10), clock.ns, clock.seconds
+    )
+    session.start("pytorch", "Net", 8)
+    sent_before = []
+    for _ in range(2):
+        session.epoch_start()
+        for _ in range(25):
+            sent_before.append(session.step_is_sent())
+            clock.now += 0.1
+            session.step(8)
+        session.epoch_end()
+    steps = [
+        p.fields for p in session.writer.sink.points if p.fields.get(Workload.EVENT) == Event.STEP
+    ]
+    session.finish()
+    assert [s[Workload.STEP] for s in steps] == [1, 10, 20, 26, 35, 45]  # the run's global step
+    assert [i % 25 + 1 for i, sent in enumerate(sent_before) if sent] == [1, 10, 20, 1, 10, 20]

@@ -51,7 +51,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                          help="the data set the script reads (size, --drop-caches)")  # fmt: skip
     profile.add_argument("--drop-caches", action="store_true",
                          help="drop --data-dir from the page cache first")  # fmt: skip
-    profile.add_argument("--step-every", type=int, default=10, help="a step event every K")
+    profile.add_argument(
+        "--step-every", type=int, default=10, help="a step event every K, and each epoch's first"
+    )
     profile.add_argument("--target-top1", type=float,
                          help="top-1 the run aims for (its time to reach it is compared "
                               "across a scaling group's runs)")  # fmt: skip

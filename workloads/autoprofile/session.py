@@ -347,7 +347,7 @@ class Session:
             if loss is not None:
                 epoch.loss_sum = loss if epoch.loss_sum is None else epoch.loss_sum + loss
                 epoch.losses += 1
-            if epoch.steps % self.config.step_every == 0:
+            if self._sends(epoch.steps):
                 self.writer.emit(Event.STEP, {
                     Workload.EPOCH: epoch.number,
                     Workload.STEP: self.global_step,
@@ -361,7 +361,13 @@ class Session:
     def step_is_sent(self) -> bool:
         """The next step will be sent as a ``step`` event (its loss is read then)."""
         steps = self.epoch.steps if self.epoch is not None else 0
-        return (steps + 1) % self.config.step_every == 0
+        return self._sends(steps + 1)
+
+    def _sends(self, step_in_epoch: int) -> bool:
+        """Every ``step_every``-th step of an epoch is sent, and its first: what restarts
+        with each epoch (loader workers, an iterator) shows only in the first step, which
+        the ``epoch_restart`` finding compares with the epoch's others."""
+        return step_in_epoch == 1 or step_in_epoch % self.config.step_every == 0
 
     def extend_epoch(self, end_ns: int | None = None) -> None:
         """The open epoch ran until ``end_ns`` (validation after its steps)."""
