@@ -5,6 +5,7 @@ absent. Numbers are worked out by hand from the shares each scenario writes."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -326,7 +327,7 @@ def test_input_wait_on_cpus_the_training_saturated_is_decode_bound(make_store):
     run = input_run("own", 0.45, cpu_busy=0.95, reads=(0, 50_000_000))
     (finding,) = findings_of(make_store(with_training_cpu(run, 0.90)), "own", "input_wait")
     assert finding.evidence["cause"] == "decode"
-    assert "decode-bound: the training's CPUs were saturated" in finding.explanation
+    assert "read in all. Decode-bound: the training's CPUs were saturated" in finding.explanation
 
 
 def test_input_wait_silent_below_the_threshold(make_store):
@@ -621,3 +622,22 @@ def test_the_all_reduce_is_worded_against_the_fabrics_measured_ceiling(
     (plain,) = scaling_findings(make_store, scaling_pair(125.0, (1.0, 17.0, 5.0)))
     assert "allreduce_ceiling_percent" not in plain.evidence["attribution"]
     assert "While the ranks waited on it" not in plain.explanation
+
+
+def test_first_step_wait_share_is_the_wait_outside_aus_steps():
+    """A profiled rank's epoch: 1.0 s of its 1.3 s of input wait fell in the first step,
+    which AU leaves out (AU's 9 s of steps idled 0.3 s). An emulated accelerator idles more
+    than it waits for input (DLIO's sleep), which leaves nothing outside; a run whose AU is
+    over every step (the bundled workloads' settled epochs) has no first step apart."""
+    from collector.analysis.anatomy import RankEpoch
+    from collector.findings.anatomy import first_step_wait_share
+
+    def epoch(input_wait: float, au_seconds: float, au_idle: float) -> RankEpoch:
+        return RankEpoch("n1", 0, 2, 10, 10.0, input_wait, 8.0, 0.0, 10.0 - 8.0 - input_wait,
+                         None, 80.0, 80.0, 10.0, None, None,
+                         timed_busy=au_seconds - au_idle, au_seconds=au_seconds)  # fmt: skip
+
+    assert first_step_wait_share([epoch(1.3, 9.0, 0.3)]) == pytest.approx(1.0 / 1.3)
+    assert first_step_wait_share([epoch(1.3, 9.0, 2.0)]) == 0.0  # emulated: idle > wait
+    assert first_step_wait_share([epoch(1.3, 10.0, 1.3)]) is None  # AU over every step
+    assert first_step_wait_share([replace(epoch(1.3, 9.0, 0.3), timed_busy=None)]) is None

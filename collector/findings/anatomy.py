@@ -28,7 +28,10 @@ rule of ``collector.findings.engine`` takes as its explanation when both runs ha
     allows, the training's own processes saturated the CPUs (``training_cpu_percent``; the
     host's CPUs where not sent); others when the host's CPUs were saturated by other
     processes than the training's (``contention`` names them); else undetermined (too few
-    loader workers is the usual cause). The share of the decode ceiling is stated beside it
+    loader workers is the usual cause). Before all these: the epoch's start, when at least
+    ``EPOCH_START_WAIT_SHARE`` of the wait fell in the epochs' first steps (a profiled
+    rank's, which AU leaves out): what restarts with each epoch held the first batch back,
+    and more workers would only start more. The share of the decode ceiling is stated beside it
     where measured.
 ``straggler``
     In an epoch, one part of a rank's step (input wait, compute, all-reduce, the rest) runs
@@ -76,6 +79,7 @@ from collector.findings.evidence import (
     AU_PASS,
     BYTES_PER_MB,
     CPU_SATURATED_PERCENT,
+    EPOCH_START_WAIT_SHARE,
     INPUT_WAIT_SHARE,
     IOWAIT_HIGH_PERCENT,
     STARTUP_RATIO,
@@ -395,7 +399,10 @@ def detect_input_wait(
             and read_bytes / rchar_bytes >= STORAGE_READ_SHARE
             and read_bytes > 0
         )
-        if from_storage or (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT):
+        first_step = first_step_wait_share(members)
+        if first_step is not None and first_step >= EPOCH_START_WAIT_SHARE:
+            cause = "epoch_start"
+        elif from_storage or (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT):
             cause = "storage"
         elif _decode_bound(decoding, own, cpu):
             cause = "decode"
@@ -410,9 +417,26 @@ def detect_input_wait(
                 decode_ceiling_percent=decoding,
                 decode_cores=cores.get(host, (None, ""))[0] if decoding is not None else None,
                 training_cpu_percent=own,
+                first_step_wait_share=first_step,
             )
         )  # fmt: skip
     return found
+
+
+def first_step_wait_share(members: list[RankEpoch]) -> float | None:
+    """The share of ``members``' input wait outside AU's steps: in a profiled rank's
+    epochs, their first steps (``au_steps``). None unless every member sent AU's terms and
+    AU leaves some step out. An emulated accelerator's idle time is more than its input
+    wait, which leaves nothing outside."""
+    if not members or any(r.timed_busy is None or not r.au_seconds for r in members):
+        return None
+    if sum(r.seconds - (r.au_seconds or 0.0) for r in members) <= 0:
+        return None
+    wait = sum(r.input_wait for r in members)
+    if wait <= 0:
+        return None
+    au_idle = sum((r.au_seconds or 0.0) - (r.timed_busy or 0.0) for r in members)
+    return max(0.0, wait - au_idle) / wait
 
 
 # --------------------------------------------------------------------------------------
@@ -585,13 +609,17 @@ def detect_startup(mine: list[RankEpoch], reads: Reads, framework: str = "") -> 
     reads_extra = extra["input_wait"]
     build_extra = extra["compute"] + extra["other"]
     total = sum(extra.values())
+    first_reads = training_reads(reads, first_rows)
     if reads_extra >= 2 * build_extra:
-        cause = "reads"
+        first_rchar = training_reads(reads, first_rows, PROCESS_RCHAR)
+        cached = first_reads is not None and (
+            first_reads == 0 or bool(first_rchar and first_reads < STORAGE_READ_SHARE * first_rchar)
+        )
+        cause = "input_start" if cached else "reads"
     elif build_extra >= 2 * reads_extra:
         cause = "build"
     else:
         cause = "mixed"
-    first_reads = training_reads(reads, first_rows)
     later_reads = training_reads(reads, later)
     later_epochs = len({r.epoch for r in later})
     return Startup(

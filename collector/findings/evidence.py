@@ -75,6 +75,9 @@ SCALING_WARNING_FRACTION = 0.10
 SCALING_CRITICAL_FRACTION = 0.25
 # input wait, stragglers and start-up (collector.findings.anatomy)
 INPUT_WAIT_SHARE = 0.20
+# The wait is the epoch's start when at least this share of it fell in the steps AU leaves
+# out (a profiled epoch's first): what restarts with each epoch held the first batch back
+EPOCH_START_WAIT_SHARE = 2 / 3
 # reads at >= 80% of the disk's measured ceiling (agent ceilings) are at its limit
 CEILING_BOUND_SHARE = 0.80
 # Decoding against the decode ceiling (a host's measured JPEG rate per core x its cores).
@@ -657,7 +660,7 @@ class InputWaitHost:
     host: str
     epochs: list[int]
     input_wait_share: float
-    cause: str  # storage | decode | others | undetermined
+    cause: str  # epoch_start | storage | decode | others | undetermined
     cpu_util_percent: float | None
     iowait_percent: float | None
     training_read_bytes: float | None
@@ -671,6 +674,10 @@ class InputWaitHost:
     decode_cores: float | None = field(default=None, metadata=digits(2))
     # the training's own processes' share of the host's CPU time (``training_cpu_percent``)
     training_cpu_percent: float | None = field(default=None, metadata=digits(1))
+    # the share of the wait in each epoch's first step (the steps AU leaves out); None where
+    # the ranks sent no AU terms or AU is over every step
+    first_step_wait_share: float | None = field(default=None, metadata=digits(3))
+    epoch_start_threshold_share: float = field(default=EPOCH_START_WAIT_SHARE, metadata=digits(3))
 
 
 @dataclass(frozen=True)
@@ -736,7 +743,10 @@ class Startup:
     settled_seconds_per_step: float
     extra_seconds: float  # per rank, over epoch 1's steps
     extra_seconds_by_part: dict[str, float]  # per rank, seconds
-    cause: str  # build (the framework's warm-up: compute and the rest) | reads | mixed
+    # build (the framework's warm-up: compute and the rest) | reads (input wait while the
+    # training read storage) | input_start (input wait, the reads from the page cache: the
+    # input pipeline starting) | mixed
+    cause: str
     first_read_bytes: float | None  # the training's storage reads in epoch 1 (all ranks)
     settled_read_bytes: float | None  # per settled epoch
     threshold_ratio: float = STARTUP_RATIO

@@ -929,6 +929,10 @@ def _(found: PrecisionReadDemand) -> Finding:
 
 
 CAUSE_TEXT = {
+    "epoch_start": "the wait was the epochs' start: what starts again with every epoch (a"
+    " DataLoader's worker processes without persistent_workers=True, an input iterator made"
+    " per epoch) held each epoch's first batch back; persistent workers or longer epochs"
+    " would help, more workers would not",
     "storage": "storage-bound: the training's reads came from storage"
     " (or the CPUs sat in iowait); a faster file system, more read-ahead or caching the data"
     " set would help",
@@ -952,7 +956,7 @@ def _(found: InputWaitHost) -> Finding:
         severity=WARNING if found.input_wait_share >= 2 * INPUT_WAIT_SHARE else INFO,
         title=(
             f"Input-bound on {found.host}: {format_fraction(found.input_wait_share)} of step time "
-            f"waiting for data ({found.cause})"
+            f"waiting for data ({found.cause.replace('_', ' ')})"
         ),
         explanation=(
             f"In epoch{'s' if len(found.epochs) > 1 else ''} "
@@ -963,13 +967,25 @@ def _(found: InputWaitHost) -> Finding:
             f"{number(found.storage_read_mbps, ' MB/s', 1)}; the training itself read "
             f"{_measured_bytes(found.training_read_bytes)} from storage of "
             f"{_measured_bytes(found.training_rchar_bytes)} read in all. "
-            + CAUSE_TEXT[found.cause]
+            + CAUSE_TEXT[found.cause][0].upper()
+            + CAUSE_TEXT[found.cause][1:]
             + "."
+            + first_step_sentence(found)
             + decode_sentence(found.decode_ceiling_percent, found.decode_cores)
             + au_sentence(found.accelerator_utilisation)
         ),
         evidence=evidence_json(found),
         chart=INPUT_WAIT,
+    )
+
+
+def first_step_sentence(found: InputWaitHost) -> str:
+    """How much of the wait fell in the epochs' first steps, where that decided the cause."""
+    if found.cause != "epoch_start" or found.first_step_wait_share is None:
+        return ""
+    return (
+        f" {format_fraction(found.first_step_wait_share)} of the wait fell in the epochs'"
+        " first steps."
     )
 
 
@@ -1133,6 +1149,12 @@ def _(found: Startup) -> Finding:
             "the first reads of the data set",
             "the first reads of the data set (input wait)",
         ),
+        "input_start": (
+            "the input pipeline's start-up",
+            "the input pipeline's start-up (input wait), not storage: its loader workers"
+            " starting (with the spawn start method each imports the framework afresh) and"
+            " filling their first batches",
+        ),
         "mixed": (f"both {short} and first reads", f"both {long}; and first reads"),
     }[found.cause]
     return Finding(
@@ -1146,7 +1168,7 @@ def _(found: Startup) -> Finding:
             "Throughput figures leave the warm-up steps out for this reason."
         ),
         evidence=evidence_json(found),
-        chart=INPUT_WAIT if found.cause == "reads" else COMPUTE,
+        chart=INPUT_WAIT if found.cause in ("reads", "input_start") else COMPUTE,
     )
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.findings.evidence import CPU_SATURATED_PERCENT
+from collector.findings.evidence import CPU_SATURATED_PERCENT, EPOCH_START_WAIT_SHARE
 from tests.scenarios.conftest import REPO, ScenarioRun, collector_report
 
 SCRIPT = REPO / "tests" / "scripts" / "cause_train.py"
@@ -51,7 +51,13 @@ def scenario_env(**extra: str) -> dict[str, str]:
 
 
 def profile_script(
-    tmp_path: Path, run_id: str, data: Path, *args: str, ranks: int = 1, env: dict[str, str]
+    tmp_path: Path,
+    run_id: str,
+    data: Path,
+    *args: str,
+    ranks: int = 1,
+    step_every: int = 1,
+    env: dict[str, str],
 ) -> ScenarioRun:
     """``workloads profile -- [torchrun --nproc-per-node RANKS] cause_train.py DATA ARGS``."""
     runs = tmp_path / "runs"
@@ -62,7 +68,7 @@ def profile_script(
     else:
         launcher = [sys.executable]
     command = [sys.executable, "-m", "workloads", "profile", "--runs-dir", str(runs),
-               "--run-id", run_id, "--data-dir", str(data), "--step-every", "1", "--",
+               "--run-id", run_id, "--data-dir", str(data), "--step-every", str(step_every), "--",
                *launcher, *script]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=500)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
@@ -172,23 +178,42 @@ def test_loader_workers_started_again_every_epoch(tmp_path, scenario_data):
     compute thread and batches of 4 keep a step short beside that start-up. The same loop
     with persistent workers as the contrast: its epochs' first steps have no workers to
     start, only the first batch to prefetch, which may still cross the rule's threshold,
-    so it is held to well under the restarting run's."""
+    so it is held to well under the restarting run's. Its workers start once, in epoch 1,
+    which the startup finding puts on the input pipeline, not on storage.
+
+    Both run with ``workloads profile``'s default ``--step-every 10``: each epoch's first
+    step is sent besides every tenth (on a real H200 a user's loader restarting every epoch
+    waited 24% of the step time, all in first steps that no step event showed). The input
+    wait is then put on the epochs' start, where more workers would not help."""
     args = ("--workers", "2", "--epochs", "3", "--threads", "1", "--batch-size", "4",
             "--worker-start-ms", "500")  # fmt: skip
     run = profile_script(tmp_path, "restart", scenario_data("pytorch"), *args,
-                         env=scenario_env())  # fmt: skip
+                         step_every=10, env=scenario_env())  # fmt: skip
     restart = run.finding("epoch_restart")
     evidence = restart["evidence"]
     assert [hit["epoch"] for hit in evidence["epochs"]] == [2, 3]
     assert (evidence["loader_workers"], evidence["persistent_workers"]) == (2, False)
     assert "persistent_workers=True" in restart["explanation"]
     assert "2 workers, persistent_workers=False" in restart["explanation"]
+    wait = run.finding("input_wait")
+    assert wait["evidence"]["cause"] == "epoch_start", wait
+    assert wait["evidence"]["first_step_wait_share"] >= EPOCH_START_WAIT_SHARE
+    assert "more workers would not" in wait["explanation"]
+    assert "(epoch start)" in wait["title"]
     kept = profile_script(tmp_path, "kept", scenario_data("pytorch"), *args,
-                          "--persistent-workers", env=scenario_env())  # fmt: skip
+                          "--persistent-workers", step_every=10, env=scenario_env())  # fmt: skip
     if "epoch_restart" in kept.rules:
         noise = kept.finding("epoch_restart")["evidence"]
         assert noise["extra_seconds_mean"] < 0.5 * evidence["extra_seconds_mean"], noise
         assert noise["persistent_workers"] is True
+    causes = [f["evidence"]["cause"] for f in kept.findings if f["rule"] == "input_wait"]
+    assert "epoch_start" not in causes, kept.findings
+    # its workers start once, in epoch 1, from a data set the page cache held: the start-up
+    # is the input pipeline's, not storage's
+    startup = kept.finding("startup")
+    assert startup["evidence"]["cause"] == "input_start", startup
+    assert startup["evidence"]["first_read_bytes"] < 0.5 * kept.rows[0]["training_cache_read_bytes"]
+    assert "not storage" in startup["explanation"]
 
 
 def test_loader_workers_past_the_cores_by_count_but_idle_are_not_named(tmp_path, sized_data):
