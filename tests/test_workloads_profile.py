@@ -11,15 +11,20 @@ environment.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
 import os
 import re
 import shlex
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -97,13 +102,68 @@ def test_sitecustomize_does_nothing_outside_a_profile(tmp_path):
 
 
 # --- running workloads profile ---------------------------------------------------------
-def profile(python: str, runs: Path, run_id: str, *command: str, options=(), env=None):
-    result = subprocess.run(
-        [python, "-m", "workloads", "profile", "--runs-dir", str(runs), "--run-id", run_id,
-         "--step-every", "1", *options, "--", *command],
-        capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=runs.parent,
-    )  # fmt: skip
-    return result
+def profile(
+    python: str,
+    runs: Path,
+    run_id: str,
+    *command: str,
+    options=(),
+    env=None,
+    hang_seconds: float = TIMEOUT - 30,
+    retry_if_hung: bool = False,
+):
+    """``workloads profile`` of ``command``, its output captured. A run still going after
+    ``hang_seconds`` is stuck: every Python process of it prints its threads' stacks
+    (faulthandler, on SIGABRT) and the test fails with them, or with ``retry_if_hung``
+    warns with them and runs once more."""
+    argv = [python, "-m", "workloads", "profile", "--runs-dir", str(runs), "--run-id", run_id,
+            "--step-every", "1", *options, "--", *command]  # fmt: skip
+    for attempt in (1, 2) if retry_if_hung else (1,):
+        result = run_or_dump_stacks(argv, env, runs.parent, hang_seconds)
+        if isinstance(result, subprocess.CompletedProcess):
+            return result
+        message = f"`workloads profile` of {run_id} hung for {hang_seconds:.0f} s:\n{result}"
+        if attempt == 2 or not retry_if_hung:
+            pytest.fail(message)
+        warnings.warn(message + "\n(run again)", stacklevel=2)
+        shutil.rmtree(runs / run_id, ignore_errors=True)
+        (runs / f"{run_id}.sqlite").unlink(missing_ok=True)
+    raise AssertionError("unreachable")
+
+
+def run_or_dump_stacks(
+    argv: list[str], env: dict[str, str] | None, cwd: Path, seconds: float
+) -> subprocess.CompletedProcess | str:
+    """The finished run, or (past ``seconds``) its process tree and every Python process's
+    stacks, after which all of them are killed."""
+    import psutil
+
+    env = dict(os.environ if env is None else env, PYTHONFAULTHANDLER="1")
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env, cwd=cwd)  # fmt: skip
+    try:
+        out, err = process.communicate(timeout=seconds)
+        return subprocess.CompletedProcess(argv, process.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+        listing = []
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                listing.append(f"{member.pid} {member.ppid()} {member.status()} "
+                               f"{shlex.join(member.cmdline())[:300]}")  # fmt: skip
+                member.send_signal(signal.SIGABRT)
+        time.sleep(3)
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                member.kill()
+        out, err = process.communicate()
+        return (
+            "\n".join(listing)
+            + "\n--- stderr ---\n"
+            + err[-30000:]
+            + "\n--- stdout ---\n"
+            + out[-3000:]
+        )
 
 
 def events(runs: Path, run_id: str):
@@ -632,9 +692,12 @@ def test_lightning_multi_process_strategies_each_rank_trains_its_share(data, run
     python = lightning_python()
     jpeg = data("jpeg")
     workers = "1" if strategy == "ddp" else "0"  # each spawned worker would import torch again
+    # Hung once in 30+ full runs (CI, stop 38: 540 s, no output kept); 35 runs of it alone
+    # never did. Stuck past 200 s (it takes 10-30 s), the stacks are kept and it runs again.
     result = profile(python, runs, strategy, python, str(SCRIPTS / "lightning_train.py"),
                      str(jpeg), "--batch-size", str(BATCH), "--strategy", strategy,
-                     "--devices", "2", "--workers", workers, env=user_env())  # fmt: skip
+                     "--devices", "2", "--workers", workers, env=user_env(),
+                     hang_seconds=200, retry_if_hung=True)  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     ranks = by_rank(events(runs, strategy))
     assert sorted(ranks) == [0, 1]
