@@ -167,6 +167,9 @@ def test_both_precisions_are_measured_and_int8_keeps_the_accuracy(trained, profi
         assert row.int8_speedup == pytest.approx(
             row.int8_images_per_second / row.fp32_images_per_second
         )
+    # this small network's speed-ups are whatever this CPU gave: the rule agrees with them
+    slower = all(row.int8_speedup < 1.0 for row in report.comparisons)
+    assert ("int8_slower" in [f.rule for f in report.findings]) is slower
     # FP32 in ONNX Runtime classifies the validation pictures as PyTorch did (one picture
     # may flip on a near tie); INT8 stays within the stated tolerance
     _, _, torch_top1 = trained

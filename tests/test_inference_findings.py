@@ -8,6 +8,9 @@ there.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from collector.findings.evidence import (
@@ -22,11 +25,16 @@ from collector.findings.evidence import (
 from collector.findings.inference import (
     INFERENCE_DETECTORS,
     detect_int8_accuracy_loss,
+    detect_int8_slower,
     detect_throughput_saturated,
     detect_timing_unsteady,
 )
 from collector.findings.words import NO_REPORT_COLUMN, words
+from collector.store import SqliteStore
+from collector.views.inference import inference_report
+from contract.schema import INFERENCE_FRAMEWORK
 from tests.test_inference_views import report_of
+from workloads.record.events import EventWriter, MemorySink
 
 approx = pytest.approx
 # FP32 flat past batch 8 (104 < 1.1 x 100), INT8 flat from batch 1 (101, 103 < 110)
@@ -149,3 +157,60 @@ def test_one_precision_only_names_its_images_per_second(tmp_path):
         "FP32 at batch size 4 rests on too little time, too widely spread to quote"
     )
     assert "its images/s at batch 4" in finding.explanation
+
+
+RECORDED_H200 = Path(__file__).parent / "support" / "recorded" / "h200-infer-2026-11-28.json"
+
+
+def recorded_report(tmp_path, path: Path = RECORDED_H200):
+    """A recorded run's events (as its collector stored them, at their own times) written
+    again through the workloads' event writer into a fresh store, and its report read."""
+    recorded = json.loads(path.read_text())
+    events = recorded["events"]
+    times = iter(event["time_ns"] for event in events)
+    sink = MemorySink()
+    writer = EventWriter(sink, recorded["run_id"], 0, INFERENCE_FRAMEWORK,
+                         host=events[0]["host"], clock_ns=lambda: next(times))  # fmt: skip
+    for event in events:
+        writer.emit(event["event"], event["fields"])
+    store = SqliteStore(tmp_path / "recorded.sqlite")
+    try:
+        store.write_points(sink.points)
+        return inference_report(store, recorded["run_id"])
+    finally:
+        store.close()
+
+
+def test_int8_slower_on_the_cuda_provider_of_a_real_h200(tmp_path):
+    """Recorded on a lent H200 (bench/gpu_check/results/h200-2026-11-28.md): ONNX
+    Runtime's CUDA provider ran the QDQ model at 0.53-0.73x FP32's images/s."""
+    report = recorded_report(tmp_path)
+    assert report.execution_provider == "CUDAExecutionProvider"
+    speedups = {1: 0.528, 32: 0.714, 128: 0.731}
+    (found,) = detect_int8_slower(report)
+    assert (found.execution_provider, found.int8_format) == ("CUDAExecutionProvider", "qdq")
+    assert found.speedups == {b: approx(x, abs=1e-3) for b, x in speedups.items()}
+    (finding,) = [f for f in report.findings if f.rule == "int8_slower"]
+    assert finding.title == "INT8 is slower than FP32 on CUDAExecutionProvider"
+    assert "0.53x at batch 1, 0.71x at batch 32, 0.73x at batch 128" in finding.explanation
+    assert "no fused INT8 convolution for a QDQ model" in finding.explanation
+    assert "TensorRT" in finding.explanation
+
+
+@pytest.mark.parametrize(
+    ("int8_rates", "fires"),
+    [
+        ((40.0, 90.0), True),  # slower at both batch sizes
+        ((40.0, 110.0), False),  # faster at one: a speed-up to quote there
+        ((60.0, 100.0), False),  # as fast at batch 8 (1.0x) is not slower
+    ],
+)
+def test_int8_slower_needs_every_batch_size_slower(tmp_path, int8_rates, fires):
+    rates = {("fp32", 1): 50.0, ("fp32", 8): 100.0}
+    rates |= {("int8", 1): int8_rates[0], ("int8", 8): int8_rates[1]}
+    report = report_of(tmp_path, rates, {"fp32": 0.75, "int8": 0.75})
+    found = detect_int8_slower(report)
+    assert bool(found) is fires
+    if fires:  # worded by the provider that ran it (these runs': the CPU's)
+        (finding,) = [f for f in report.findings if f.rule == "int8_slower"]
+        assert "integer dot products (AVX-512 VNNI or AVX-VNNI" in finding.explanation

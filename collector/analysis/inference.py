@@ -27,6 +27,12 @@ points them at its images/s-by-batch-size figure):
     the study's TensorRT INT8 lost 0.02 to 0.18 points on seven ImageNet networks, so a
     loss five times the worst of those says the calibration (too few or unlike pictures,
     MinMax ranges stretched by outliers) or an operator's quantisation went wrong.
+``int8_slower``
+    INT8 under ``INT8_NO_FASTER`` x FP32's images/s at every batch size both were measured
+    at: no speed-up to quote. Worded by the provider that ran it: ONNX Runtime's CUDA
+    provider runs a QDQ model's quantise and dequantise nodes around FP32 convolutions
+    (an H200: 0.62-0.73x), INT8 on tensor cores is TensorRT's; a CPU without integer
+    dot-product instructions (VNNI) gains least.
 ``throughput_saturated``
     For a precision, from some batch size on, no larger batch size measured gives more
     than ``SATURATION_GAIN`` more images/s than it: the node's compute is full, larger

@@ -136,6 +136,8 @@ SATURATION_GAIN = 0.10  # a larger batch giving < 10 % more images/s adds nothin
 # gave INT8 speed-ups of 5.48x and 4.73x on two runs) and p90/p10 of its batches <= 1.5
 MIN_TIMED_SECONDS = 3.0
 SPREAD_LIMIT = 1.5
+# INT8 under FP32's images/s at every batch size measured: no speed-up to quote
+INT8_NO_FASTER = 1.0
 
 
 @dataclass(frozen=True)
@@ -777,6 +779,17 @@ class ThroughputSaturated:
     images_per_second: float
     largest_batch_size: int
     largest_images_per_second: float
+
+
+@dataclass(frozen=True)
+class Int8Slower:
+    """INT8 below ``INT8_NO_FASTER`` x FP32's images/s at every batch size both were
+    measured at, on ``execution_provider`` with INT8 encoded as ``int8_format``."""
+
+    execution_provider: str
+    int8_format: str
+    speedups: dict[int, float] = field(metadata=digits(3))  # batch size -> int8 / fp32
+    threshold: float = INT8_NO_FASTER
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,14 @@ from collections.abc import Callable
 
 from collector.analysis.inference import PRECISIONS, InferenceReport
 from collector.findings.evidence import (
+    INT8_NO_FASTER,
     INT8_TOP1_LOSS_LIMIT,
     MIN_TIMED_SECONDS,
     SATURATION_GAIN,
     SPREAD_LIMIT,
     Finding,
     Int8AccuracyLoss,
+    Int8Slower,
     ThroughputSaturated,
     TimingUnsteady,
 )
@@ -28,6 +30,16 @@ def detect_int8_accuracy_loss(report: InferenceReport) -> list[Int8AccuracyLoss]
     int8 = report.top1[InferencePrecision.INT8]
     assert fp32 is not None and int8 is not None
     return [Int8AccuracyLoss(fp32, int8, -report.top1_difference)]
+
+
+def detect_int8_slower(report: InferenceReport) -> list[Int8Slower]:
+    """INT8 under ``INT8_NO_FASTER`` x FP32 at every batch size where both were measured."""
+    speedups = {
+        c.batch_size: c.int8_speedup for c in report.comparisons if c.int8_speedup is not None
+    }
+    if not speedups or max(speedups.values()) >= INT8_NO_FASTER:
+        return []
+    return [Int8Slower(report.execution_provider, report.int8_format, speedups)]
 
 
 def detect_throughput_saturated(report: InferenceReport) -> list[ThroughputSaturated]:
@@ -74,10 +86,11 @@ def detect_timing_unsteady(report: InferenceReport) -> list[TimingUnsteady]:
     return found
 
 
-InferenceEvidence = Int8AccuracyLoss | ThroughputSaturated | TimingUnsteady
+InferenceEvidence = Int8AccuracyLoss | Int8Slower | ThroughputSaturated | TimingUnsteady
 InferenceDetector = Callable[[InferenceReport], list[InferenceEvidence]]
 INFERENCE_DETECTORS: dict[str, InferenceDetector] = {
     "int8_accuracy_loss": detect_int8_accuracy_loss,
+    "int8_slower": detect_int8_slower,
     "throughput_saturated": detect_throughput_saturated,
     "timing_unsteady": detect_timing_unsteady,
 }

@@ -51,6 +51,7 @@ from collector.findings.evidence import (
     InputBound,
     InputWaitHost,
     Int8AccuracyLoss,
+    Int8Slower,
     JobCpusUnused,
     JobGpusWithoutProcess,
     JobMemoryOverRequested,
@@ -1190,6 +1191,49 @@ def _(found: Int8AccuracyLoss) -> Finding:
             "allows (the study's TensorRT INT8 lost at most 0.18). Calibrate on more "
             "training pictures, ones like those served, or keep the layers that "
             "lose most in FP32."
+        ),
+        evidence=evidence_json(found),
+        chart=NO_REPORT_COLUMN,
+    )
+
+
+# why INT8 gains nothing, by the ONNX Runtime execution provider that ran it
+INT8_SLOWER_WHY = {
+    "CUDAExecutionProvider": (
+        "ONNX Runtime's CUDA provider has no fused INT8 convolution for a QDQ model: it runs"
+        " the QuantizeLinear and DequantizeLinear nodes around FP32 convolutions, which only"
+        " adds work (on an H200: 0.62-0.73x). INT8 on a GPU's tensor cores is TensorRT's:"
+        " install TensorRT so that ONNX Runtime's TensorRT provider loads (the study's 3.7x"
+        " on a V100 was TensorRT's), or serve FP16"
+    ),
+    "TensorrtExecutionProvider": (
+        "TensorRT built the engine, so it kept higher-precision kernels for the quantised"
+        " layers or the batches were too small to fill the tensor cores; TensorRT's verbose"
+        " log names each layer's precision"
+    ),
+    "CPUExecutionProvider": (
+        "On a CPU, INT8 pays through its integer dot products (AVX-512 VNNI or AVX-VNNI:"
+        " vpdpbusd); without them the quantise and dequantise work costs more than the"
+        " integer kernels save. Try the other encoding (`--int8-format qoperator` or `qdq`)"
+        " or keep FP32 on this CPU"
+    ),
+}
+
+
+@words.register
+def _(found: Int8Slower) -> Finding:
+    by_batch = ", ".join(f"{x:.2f}x at batch {b}" for b, x in sorted(found.speedups.items()))
+    why = INT8_SLOWER_WHY.get(
+        found.execution_provider,
+        f"{found.execution_provider} ran both precisions; its INT8 kernels did not pay for"
+        " the quantise and dequantise work",
+    )
+    return Finding(
+        rule="int8_slower",
+        severity=WARNING,
+        title=f"INT8 is slower than FP32 on {found.execution_provider}",
+        explanation=(
+            f"INT8 ({found.int8_format.upper()}) ran at {by_batch} of FP32's images/s. {why}."
         ),
         evidence=evidence_json(found),
         chart=NO_REPORT_COLUMN,
