@@ -17,10 +17,12 @@ import pytest
 
 from agent.ceilings import pcie_bytes_per_second
 from collector.analysis.epochs import epoch_rows
+from contract.columns import BY_NAME, format_cell
 from contract.point import Point
 from contract.schema import Ceiling, Gpu, Tag
 from tests.support.run_builder import NS, RunBuilder
 from tests.support.views import assert_views_agree
+from workloads.launch.summary import format_profile_table
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
@@ -150,3 +152,22 @@ def test_the_pcie_share_prints_the_same_in_the_table_json_and_dashboard(make_sto
     store = make_store(run.points() + gpu_points(run) + pcie_ceiling_points(run, links))
     shown = assert_views_agree(store, "r-pcieviews", ["gpu_pcie_ceiling_percent"])
     assert shown["gpu_pcie_ceiling_percent"] == pytest.approx(100 * 7e9 / (3 * gen3_x16), rel=0.01)
+
+
+def test_the_table_printed_after_a_run_shows_the_gpus_utilisation_on_gpu_hosts(make_store):
+    """The table ``workloads run --profile`` and ``workloads profile`` print: on a real
+    H200 it showed AU (99.9 %) but not the GPU's own utilisation (77-93 %), which only
+    ``collector report`` had. The column is there where the hosts have GPUs, and is
+    ``collector report``'s value."""
+    run = RunBuilder("r-table", hosts=("n1", "n2"), ranks_per_host=2, gpus=False)
+    run.epoch(SECONDS, 6400)
+    rows = epoch_rows(make_store(run.points() + gpu_points(run)), "r-table")
+    table = format_profile_table(rows)
+    header, n1 = table.splitlines()[:2]
+    assert "GPU %" in header
+    assert format_cell(BY_NAME["gpu_util_percent"], 60.0) in n1.split()
+    store = make_store(run.points() + gpu_points(run))
+    shown = assert_views_agree(store, "r-table", ["gpu_util_percent"])
+    assert shown == {"gpu_util_percent": pytest.approx(70.0)}
+    cpu_only = epoch_rows(make_store(run.points()), "r-table")
+    assert "GPU %" not in format_profile_table(cpu_only)

@@ -145,6 +145,7 @@ PROFILE_COLUMNS = (
     "dataset_cached_start_percent",  # only where the ranks measured it (a data set)
     "cpu_util_percent",
     "iowait_percent",
+    "gpu_util_percent",  # only on hosts with GPUs
     *ANATOMY_COLUMNS,
 )
 
@@ -165,6 +166,7 @@ def format_profile_table(rows: list[dict]) -> str:
         "dataset_cached_start_percent": any(
             row.get("dataset_cached_start_percent") is not None for row in rows
         ),
+        "gpu_util_percent": any(row.get("gpu_util_percent") is not None for row in rows),
     }
     columns = [BY_NAME[name] for name in PROFILE_COLUMNS if optional.get(name, True)]
     headers = ["epoch", "host", *(c.heading for c in columns)]
