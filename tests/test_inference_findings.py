@@ -52,8 +52,8 @@ def test_the_rules_return_typed_evidence(tmp_path):
     report = report_of(tmp_path, RATES, {"fp32": 0.75, "int8": 0.70})
     assert detect_int8_accuracy_loss(report) == [Int8AccuracyLoss(0.75, 0.70, approx(0.05))]
     assert detect_throughput_saturated(report) == [
-        ThroughputSaturated("fp32", 8, 100.0, 32, 104.0),
-        ThroughputSaturated("int8", 1, 100.0, 32, 103.0),
+        ThroughputSaturated("fp32", 8, 100.0, 32, 104.0, "CPUExecutionProvider"),
+        ThroughputSaturated("int8", 1, 100.0, 32, 103.0, "CPUExecutionProvider"),
     ]
 
 
@@ -214,3 +214,10 @@ def test_int8_slower_needs_every_batch_size_slower(tmp_path, int8_rates, fires):
     if fires:  # worded by the provider that ran it (these runs': the CPU's)
         (finding,) = [f for f in report.findings if f.rule == "int8_slower"]
         assert "integer dot products (AVX-512 VNNI or AVX-VNNI" in finding.explanation
+
+
+def test_whose_compute_is_full_follows_the_provider():
+    on_gpu = words(ThroughputSaturated("fp32", 32, 3282.6, 128, 3608.5, "CUDAExecutionProvider"))
+    assert "The GPU's compute is full" in on_gpu.explanation  # the second H200 run's
+    on_cpu = words(ThroughputSaturated("fp32", 8, 30.5, 32, 29.2, "CPUExecutionProvider"))
+    assert "The node's compute is full" in on_cpu.explanation

@@ -779,6 +779,7 @@ class ThroughputSaturated:
     images_per_second: float
     largest_batch_size: int
     largest_images_per_second: float
+    execution_provider: str = ""  # whose compute is full: a GPU's, or the node's CPUs
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,11 @@ def detect_throughput_saturated(report: InferenceReport) -> list[ThroughputSatur
             if max(larger) < rate * (1 + SATURATION_GAIN):
                 last_batch, last_rate = rates[-1]
                 found.append(
-                    ThroughputSaturated(precision, batch_size, rate, last_batch, last_rate)
-                )
+                    ThroughputSaturated(
+                        precision, batch_size, rate, last_batch, last_rate,
+                        report.execution_provider,
+                    )
+                )  # fmt: skip
                 break
     return found
 

@@ -1197,6 +1197,7 @@ def _(found: Int8AccuracyLoss) -> Finding:
     )
 
 
+GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
 # why INT8 gains nothing, by the ONNX Runtime execution provider that ran it
 INT8_SLOWER_WHY = {
     "CUDAExecutionProvider": (
@@ -1251,7 +1252,8 @@ def _(found: ThroughputSaturated) -> Finding:
             f"{precision} runs {found.images_per_second:.1f} images/s at batch "
             f"{found.batch_size} and {found.largest_images_per_second:.1f} at batch "
             f"{found.largest_batch_size}: less than {format_fraction(SATURATION_GAIN)} more. "
-            "The node's compute is full; larger batches only add latency."
+            f"{'The GPU' if found.execution_provider in GPU_PROVIDERS else 'The node'}'s"
+            " compute is full; larger batches only add latency."
         ),
         evidence=evidence_json(found),
         chart=NO_REPORT_COLUMN,
