@@ -252,6 +252,38 @@ def test_pcie_byte_counters_from_field_values_replace_the_throughput_calls(monke
     assert ("pcie_throughput", 0) not in fake.calls
 
 
+def test_pcie_counters_that_wrap_at_32_bits_keep_growing(monkeypatch):
+    """On a real H200 (driver 580, bench/gpu_check/results/h200-2026-11-28.md) 8 GiB
+    copied to the GPU moved the receive counter by 0.67 GB and the send counter back by
+    3.5 GB: they wrap at 2**32. Values here are that copy's, as the counters read them."""
+    wrap = 2**32
+    before = (4_000_000_000, 4_200_000_000)
+    gpu = {**H100_LOAD, "pcie_bytes": before}
+    sampler, fake = start(FakeNvml([gpu]), monkeypatch)
+    first = fields_of(fresh(sampler)[0])
+    assert (first["pcie_rx_bytes"], first["pcie_tx_bytes"]) == before
+    # 9.262 GB received (the 8 GiB and their packets' headers: two wraps, read as one),
+    # 0.806 GB sent (read requests: one wrap)
+    received, sent = 9_261_738_448, 806_240_764
+    fake.gpus[0]["pcie_bytes"] = ((before[0] + received) % wrap, (before[1] + sent) % wrap)
+    second = fields_of(fresh(sampler)[0])
+    assert second["pcie_tx_bytes"] - first["pcie_tx_bytes"] == sent  # one wrap: exact
+    # more than one wrap in one interval cannot be seen: whole wraps short, still growing
+    grew = second["pcie_rx_bytes"] - first["pcie_rx_bytes"]
+    assert 0 < grew < received and (received - grew) % wrap == 0
+
+
+def test_a_32_bit_counter_is_unwrapped_and_a_64_bit_one_reset():
+    from agent.samplers.gpu import Unwrapped32
+
+    counter = Unwrapped32()
+    assert [counter(v) for v in (10, 2**32 - 5, 3, 2**32 - 1, 0)] == [
+        10, 2**32 - 5, 2**32 + 3, 2 * 2**32 - 1, 2 * 2**32
+    ]  # fmt: skip
+    wide = Unwrapped32()  # a reading past 32 bits: the counter is wider, a drop is a reset
+    assert [wide(v) for v in (5 * 2**32, 7, 9)] == [5 * 2**32, 7, 9]
+
+
 def test_field_values_unsupported_fall_back_to_throughput_and_are_not_asked_again(monkeypatch):
     sampler, fake = start(FakeNvml([H100_LOAD]), monkeypatch)  # pcie_bytes NOT_SUPPORTED
     fields = fields_of(fresh(sampler)[0])

@@ -143,6 +143,33 @@ def samples_mean(samples: Sequence[tuple[int, float]], after_us: int) -> tuple[f
     return (sum(newer) / len(newer) if newer else None), max(newest, after_us)
 
 
+COUNTER_32_BIT_RANGE = 2**32
+
+
+class Unwrapped32:
+    """A driver counter that wraps at 2**32, kept as a count that only grows.
+
+    NVML's PCIe byte counters (``NVML_FI_DEV_PCIE_COUNT_*``) wrap: on an H200 with driver
+    580, 8 GiB copied to the GPU moved the receive counter by 0.67 GB (8.59 GB and ~8 %
+    of packet headers, less two wraps) and its send counter back by 3.5 GB. A reading
+    below the last, where the last fitted in 32 bits, is one wrap; below a last reading
+    past 32 bits it is a reset (the driver reloaded), passed on as one. More than one wrap
+    between two readings (4.3 GB in one interval) cannot be seen and counts as one.
+    """
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+        self.wraps = 0
+
+    def __call__(self, raw: int) -> int:
+        if self.last is not None and raw < self.last < COUNTER_32_BIT_RANGE:
+            self.wraps += 1
+        elif self.last is not None and raw < self.last:
+            self.wraps = 0
+        self.last = raw
+        return raw + self.wraps * COUNTER_32_BIT_RANGE
+
+
 @dataclass
 class ProcessReading:
     """One compute process on one GPU or MIG device."""
@@ -277,6 +304,7 @@ class GpuReader:
         self._failing_now = False
         self._counters_ns = 0  # when the reading's counters were read (wall clock)
         self._last_sample_us: dict[tuple[str, str], int] = {}
+        self._pcie_totals = (Unwrapped32(), Unwrapped32())  # rx, tx: they wrap at 2**32
         self.thread = threading.Thread(target=self._run, name=f"gpu-{device.index}", daemon=True)
 
     # -- the sampler's side ----------------------------------------------------------
@@ -456,7 +484,10 @@ class GpuReader:
         if len(values) != 2 or any(r != nvml.NVML_SUCCESS for r in returns):
             return None, None  # this reading uses the throughput calls
         rx, tx = (_union_value(v.valueType, v.value) for v in values)
-        return (None, None) if rx is None or tx is None else (int(rx), int(tx))
+        if rx is None or tx is None:
+            return None, None
+        rx_total, tx_total = self._pcie_totals
+        return rx_total(int(rx)), tx_total(int(tx))
 
     def _device_readings(self, device: _Device, whole_gpu: bool) -> GpuReadings:
         nvml = self.nvml
