@@ -233,9 +233,15 @@ def test_loader_workers_past_the_cores_by_count_but_idle_are_not_named(tmp_path,
         f["evidence"]["verdict"] for f in run.findings if f["rule"] == "cpu_oversubscription"
     }
     assert not verdicts & {"workers_compete", "oversubscribed"}, run.findings
-    # the measurement the rule judged: the training's own CPU, under the 85% of the cores
-    # that "compete" needs (one compute thread is 50%; the workers' collating of a 0.4 s
-    # epoch added up to 20.6 points on a quiet machine)
+    # the measurement the rule judged: the training's own CPU pooled over the settled
+    # epochs (their CPU seconds over their wall time), under the 85% of the cores that
+    # "compete" needs (one compute thread is 50%; the workers' collating of a 0.4 s epoch
+    # added up to 20.6 points on a quiet machine). Not each epoch's own: on a quiet
+    # machine an epoch took 77 ms, where one 10 ms CPU tick is 6.5 points, and one read
+    # 92.3%.
     settled = [r for r in run.rows if r["host"] != "*" and r["epoch"] >= 2]
     assert settled and all(r["training_cpu_percent"] is not None for r in settled)
-    assert max(r["training_cpu_percent"] for r in settled) < CPU_SATURATED_PERCENT, settled
+    pooled = sum(r["training_cpu_percent"] * r["seconds"] for r in settled) / sum(
+        r["seconds"] for r in settled
+    )
+    assert pooled < CPU_SATURATED_PERCENT, settled
