@@ -630,6 +630,16 @@ INFERENCE_FRAMEWORK = "onnxruntime"  # the framework tag of `workloads infer` ru
 SYNTHETIC_DATA = "synthetic"  # the data format of a run on random tensors: no data set read
 
 
+class ExecutionProvider:
+    """Values of ``execution_provider`` (``workloads infer``): ONNX Runtime's names."""
+
+    TENSORRT = "TensorrtExecutionProvider"
+    CUDA = "CUDAExecutionProvider"
+    CPU = "CPUExecutionProvider"
+    PREFERRED = (TENSORRT, CUDA, CPU)  # best first
+    GPU = (TENSORRT, CUDA)
+
+
 class InferencePrecision:
     """Values of ``precision`` on ``inference`` events (``workloads infer``)."""
 

@@ -153,8 +153,9 @@ class Unwrapped32:
     580, 8 GiB copied to the GPU moved the receive counter by 0.67 GB (8.59 GB and ~8 %
     of packet headers, less two wraps) and its send counter back by 3.5 GB. A reading
     below the last, where the last fitted in 32 bits, is one wrap; below a last reading
-    past 32 bits it is a reset (the driver reloaded), passed on as one. More than one wrap
-    between two readings (4.3 GB in one interval) cannot be seen and counts as one.
+    past 32 bits (a wider counter, never wrapped here) it is a reset (the driver
+    reloaded), passed on as one. More than one wrap between two readings (4.3 GB in one
+    interval) cannot be seen and counts as one.
     """
 
     def __init__(self) -> None:
@@ -164,8 +165,6 @@ class Unwrapped32:
     def __call__(self, raw: int) -> int:
         if self.last is not None and raw < self.last < COUNTER_32_BIT_RANGE:
             self.wraps += 1
-        elif self.last is not None and raw < self.last:
-            self.wraps = 0
         self.last = raw
         return raw + self.wraps * COUNTER_32_BIT_RANGE
 

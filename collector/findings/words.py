@@ -75,6 +75,7 @@ from collector.findings.evidence import (
     link_verdict,
 )
 from contract.columns import BY_NAME, human_bytes
+from contract.schema import ExecutionProvider
 from contract.units import format_efficiency, format_fraction, format_points
 
 # the report columns the findings point at (a misspelt name fails here, on import)
@@ -930,19 +931,19 @@ def _(found: PrecisionReadDemand) -> Finding:
 
 
 CAUSE_TEXT = {
-    "epoch_start": "the wait was the epochs' start: what starts again with every epoch (a"
+    "epoch_start": "The wait was the epochs' start: what starts again with every epoch (a"
     " DataLoader's worker processes without persistent_workers=True, an input iterator made"
     " per epoch) held each epoch's first batch back; persistent workers or longer epochs"
     " would help, more workers would not",
-    "storage": "storage-bound: the training's reads came from storage"
+    "storage": "Storage-bound: the training's reads came from storage"
     " (or the CPUs sat in iowait); a faster file system, more read-ahead or caching the data"
     " set would help",
-    "decode": "decode-bound: the training's CPUs were saturated decoding and augmenting; more"
+    "decode": "Decode-bound: the training's CPUs were saturated decoding and augmenting; more"
     " or faster cores, GPU decoding (DALI) or pre-processed records would help",
-    "others": "the node's CPUs were saturated by other processes than the training's: its"
+    "others": "The node's CPUs were saturated by other processes than the training's: its"
     " loaders waited for CPU (the contention finding names who else ran); fewer neighbours,"
     " a CPU reservation or pre-processed records would help",
-    "undetermined": "neither storage nor decoding was shown to be the limit: more loader"
+    "undetermined": "Neither storage nor decoding was shown to be the limit: more loader"
     " workers or a deeper prefetch would help",
 }
 
@@ -968,8 +969,7 @@ def _(found: InputWaitHost) -> Finding:
             f"{number(found.storage_read_mbps, ' MB/s', 1)}; the training itself read "
             f"{_measured_bytes(found.training_read_bytes)} from storage of "
             f"{_measured_bytes(found.training_rchar_bytes)} read in all. "
-            + CAUSE_TEXT[found.cause][0].upper()
-            + CAUSE_TEXT[found.cause][1:]
+            + CAUSE_TEXT[found.cause]
             + "."
             + first_step_sentence(found)
             + decode_sentence(found.decode_ceiling_percent, found.decode_cores)
@@ -1197,22 +1197,21 @@ def _(found: Int8AccuracyLoss) -> Finding:
     )
 
 
-GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
 # why INT8 gains nothing, by the ONNX Runtime execution provider that ran it
 INT8_SLOWER_WHY = {
-    "CUDAExecutionProvider": (
+    ExecutionProvider.CUDA: (
         "ONNX Runtime's CUDA provider has no fused INT8 convolution for a QDQ model: it runs"
         " the QuantizeLinear and DequantizeLinear nodes around FP32 convolutions, which only"
         " adds work (on an H200: 0.62-0.73x). INT8 on a GPU's tensor cores is TensorRT's:"
         " install TensorRT so that ONNX Runtime's TensorRT provider loads (the study's 3.7x"
         " on a V100 was TensorRT's), or serve FP16"
     ),
-    "TensorrtExecutionProvider": (
+    ExecutionProvider.TENSORRT: (
         "TensorRT built the engine, so it kept higher-precision kernels for the quantised"
         " layers or the batches were too small to fill the tensor cores; TensorRT's verbose"
         " log names each layer's precision"
     ),
-    "CPUExecutionProvider": (
+    ExecutionProvider.CPU: (
         "On a CPU, INT8 pays through its integer dot products (AVX-512 VNNI or AVX-VNNI:"
         " vpdpbusd); without them the quantise and dequantise work costs more than the"
         " integer kernels save. Try the other encoding (`--int8-format qoperator` or `qdq`)"
@@ -1252,7 +1251,7 @@ def _(found: ThroughputSaturated) -> Finding:
             f"{precision} runs {found.images_per_second:.1f} images/s at batch "
             f"{found.batch_size} and {found.largest_images_per_second:.1f} at batch "
             f"{found.largest_batch_size}: less than {format_fraction(SATURATION_GAIN)} more. "
-            f"{'The GPU' if found.execution_provider in GPU_PROVIDERS else 'The node'}'s"
+            f"{'The GPU' if found.execution_provider in ExecutionProvider.GPU else 'The node'}'s"
             " compute is full; larger batches only add latency."
         ),
         evidence=evidence_json(found),

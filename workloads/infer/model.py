@@ -30,16 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
+from contract.schema import ExecutionProvider
+
 INPUT_NAME = "images"
 OUTPUT_NAME = "logits"
 OPSET = 17
 INT8_FORMATS = ("qdq", "qoperator")
 # GPU providers first, where this onnxruntime build has them; the CPU provider always.
-PREFERRED_PROVIDERS = (
-    "TensorrtExecutionProvider",
-    "CUDAExecutionProvider",
-    "CPUExecutionProvider",
-)
+PREFERRED_PROVIDERS = ExecutionProvider.PREFERRED
 CALIBRATION_BATCH = 16
 # Each GPU provider's own library in onnxruntime/capi/. onnxruntime-gpu lists TensorRT and
 # CUDA as available whether or not the libraries they need (libnvinfer, cuBLAS, cuDNN) are
@@ -47,8 +45,8 @@ CALIBRATION_BATCH = 16
 # back: four times a run on an H200 without TensorRT. A provider is asked for only when its
 # library loads, which is ONNX Runtime's own test: the shared bridge first, globally.
 PROVIDER_LIBRARIES = {
-    "TensorrtExecutionProvider": "libonnxruntime_providers_tensorrt.so",
-    "CUDAExecutionProvider": "libonnxruntime_providers_cuda.so",
+    ExecutionProvider.TENSORRT: "libonnxruntime_providers_tensorrt.so",
+    ExecutionProvider.CUDA: "libonnxruntime_providers_cuda.so",
 }
 SHARED_PROVIDER_LIBRARY = "libonnxruntime_providers_shared.so"
 
@@ -121,15 +119,17 @@ def unloadable_providers(capi: Path, names: list[str]) -> dict[str, str]:
     """{provider: the loader's error} for those of ``names`` whose library in ``capi``
     (onnxruntime's ``capi`` folder) does not load here. A provider without a library of
     its own there (CPU, or a build laid out otherwise) is taken to load."""
+    libraries = {name: capi / PROVIDER_LIBRARIES.get(name, "-") for name in names}
+    libraries = {name: path for name, path in libraries.items() if path.is_file()}
     shared = capi / SHARED_PROVIDER_LIBRARY
     unloadable = {}
-    for name in names:
-        library = capi / PROVIDER_LIBRARIES.get(name, "-")
-        if not library.is_file():
-            continue
+    if libraries and shared.is_file():
         try:
-            if shared.is_file():
-                ctypes.CDLL(str(shared), mode=ctypes.RTLD_GLOBAL)
+            ctypes.CDLL(str(shared), mode=ctypes.RTLD_GLOBAL)
+        except OSError as error:
+            return dict.fromkeys(libraries, str(error))
+    for name, library in libraries.items():
+        try:
             ctypes.CDLL(str(library))
         except OSError as error:
             unloadable[name] = str(error)
