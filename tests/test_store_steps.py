@@ -19,6 +19,7 @@ from collector.analysis.run import EPOCH_KINDS, assign_epochs, run_model
 from collector.findings.rules import step_rates
 from collector.store import SqliteStore
 from collector.store.api import StepTable, step_number
+from collector.store.events import STEPS_BY_HOST_SQL, _joined_steps
 from contract.point import Point
 from contract.schema import Event, Tag, Workload
 from tests.support.memory_store import MemoryStore
@@ -173,6 +174,54 @@ def test_sql_steps_equal_the_decoded_events(steps, since_s):
     with tempfile.TemporaryDirectory() as folder, SqliteStore(Path(folder) / "s.sqlite") as store:
         store.write_points(points_of(steps))
         assert store.steps("r", since_ns) == reference(store, since_ns=since_ns)
+
+
+number_values = st.one_of(
+    st.none(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300),
+)
+number_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "node-1"]),
+        st.integers(min_value=-1, max_value=3),
+        st.integers(min_value=0, max_value=40),
+        st.tuples(*[number_values] * len(StepTable.FIELDS)),
+    ),
+    max_size=30,
+)
+
+
+def joined_steps(store, since_ns: int | None) -> StepTable | None:
+    """What the joined query alone gives (None: ``steps()`` reads row by row instead)."""
+    since = "" if since_ns is None else " AND time_ns > ?"
+    args = ["r", Event.STEP] + ([] if since_ns is None else [since_ns])
+    rows = store.db.read_conn().execute(STEPS_BY_HOST_SQL.format(since=since), args).fetchall()
+    return _joined_steps(rows)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=number_steps, since_s=st.one_of(st.none(), st.integers(min_value=-1, max_value=40)))
+def test_joined_steps_equal_the_decoded_events_when_all_are_numbers(steps, since_s):
+    """Steps whose fields are numbers or missing are read by the joined query (each host's
+    columns in one row: the fast path), bit for bit as the decoded events give them."""
+    since_ns = None if since_s is None else T0 + since_s * S
+    with tempfile.TemporaryDirectory() as folder, SqliteStore(Path(folder) / "s.sqlite") as store:
+        store.write_points(points_of(steps))
+        joined = joined_steps(store.event_store, since_ns)
+        assert joined is not None
+        assert joined == store.steps("r", since_ns) == reference(store, since_ns=since_ns)
+
+
+def test_a_step_holding_text_or_a_bool_is_read_row_by_row(store):
+    store.write_points(ODD_STEPS)
+    assert joined_steps(store.event_store, None) is None  # text and bools among the values
+    assert store.steps("r") == reference(store)
+    assert joined_steps(store.event_store, T0 + 3 * S) is not None  # only numbers after 3 s
+    nested = step("node1", 0, 5, images=[1, 2], seconds={"a": 1})
+    store.write_points([nested])
+    assert joined_steps(store.event_store, T0 + 3 * S) is None
+    assert store.steps("r", T0 + 3 * S) == reference(store, since_ns=T0 + 3 * S)
 
 
 # --------------------------------------------------------------------------------------

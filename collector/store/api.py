@@ -86,8 +86,12 @@ def step_number(value: Any) -> float:
 
 
 def _column(values: Any, dtype: type) -> np.ndarray:
-    array = np.array(values, dtype=dtype)
-    array.flags.writeable = False  # tables are shared by caches: read-only
+    return read_only(np.array(values, dtype=dtype))
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    """``array``, no longer writable: tables are shared by caches."""
+    array.flags.writeable = False
     return array
 
 

@@ -18,7 +18,9 @@ import os
 import sqlite3
 import threading
 
-from collector.store.api import RunInfo, StepTable, WorkloadEvent
+import numpy as np
+
+from collector.store.api import RunInfo, StepTable, WorkloadEvent, read_only
 from collector.store.database import Database
 from contract.point import Point
 from contract.schema import Event, RunState, Tag, Workload
@@ -237,16 +239,23 @@ class EventStore:
         return by_run
 
     def steps(self, run_id: str, since_ns: int | None = None) -> StepTable:
-        """The run's steps as columns, picked out of the JSON by SQLite (``STEPS_SQL``):
-        no event is decoded in Python."""
-        sql = STEPS_SQL
-        args: list = [run_id, Event.STEP]
-        if since_ns is not None:
-            sql += " AND time_ns > ?"
-            args.append(since_ns)
-        sql += " ORDER BY time_ns, rank, host"
+        """The run's steps as columns, picked out of the JSON by SQLite: no event is decoded
+        in Python. Each host's steps come as one row of joined columns
+        (``STEPS_BY_HOST_SQL``), parsed by numpy; where a step holds a value that is not a
+        number (text, a bool) or the joined text is too long, row by row (``STEPS_SQL``)."""
+        since = "" if since_ns is None else " AND time_ns > ?"
+        args: list = [run_id, Event.STEP] + ([] if since_ns is None else [since_ns])
+        conn = self.db.read_conn()
         try:
-            rows = self.db.read_conn().execute(sql, args).fetchall()
+            try:
+                table = _joined_steps(
+                    conn.execute(STEPS_BY_HOST_SQL.format(since=since), args).fetchall()
+                )
+            except sqlite3.DataError:  # a host's joined text longer than SQLite allows
+                table = None
+            if table is not None:
+                return table
+            rows = conn.execute(STEPS_SQL.format(since=since), args).fetchall()
         except sqlite3.OperationalError as error:  # fields SQLite's JSON cannot read (NaN)
             if "JSON" not in str(error):
                 raise
@@ -259,6 +268,43 @@ class EventStore:
         )
 
 
+def _joined_steps(by_host: list[tuple[str, str, str, str]]) -> StepTable | None:
+    """A table from ``STEPS_BY_HOST_SQL``'s rows (a host; its steps' ranks and times joined
+    by commas; their ``FIELDS`` as a JSON array of arrays), in ``steps()``'s order; None
+    when a field holds something other than a number or null, which only the row-by-row
+    query reads as ``StepTable`` defines (as NaN)."""
+    if not by_host:
+        return StepTable.empty()
+    hosts, ranks, times, numbers = [], [], [], []
+    for host, rank_text, time_text, fields_text in by_host:
+        if '"' in fields_text or "true" in fields_text or "false" in fields_text:
+            return None  # text or a bool among the values
+        try:
+            values = np.array(json.loads(fields_text.replace("null", "NaN")), dtype=np.float64)
+            rank = np.array(rank_text.split(","), dtype=np.int64)
+            time_ns = np.array(time_text.split(","), dtype=np.int64)
+        except (ValueError, TypeError):  # an object or an array among the values
+            return None
+        if values.shape != (rank.size, len(StepTable.FIELDS)):
+            return None
+        hosts.append(host)
+        ranks.append(rank)
+        times.append(time_ns)
+        numbers.append(values)
+    host_index = np.concatenate([np.full(r.size, i, dtype=np.int64) for i, r in enumerate(ranks)])
+    rank, time_ns = np.concatenate(ranks), np.concatenate(times)
+    # steps()'s order: time, rank, then host (the hosts are sorted by the GROUP BY)
+    order = np.lexsort((host_index, rank, time_ns))
+    columns = np.concatenate(numbers)[order]
+    return StepTable(
+        hosts=tuple(hosts),
+        host_index=read_only(host_index[order]),
+        rank=read_only(rank[order]),
+        time_ns=read_only(time_ns[order]),
+        **{name: read_only(columns[:, i].copy()) for i, name in enumerate(StepTable.FIELDS)},
+    )
+
+
 def _json_number(name: str) -> str:
     """SQL for the field ``name`` of an event's JSON fields as a REAL, NULL unless it is a
     JSON number (``json_extract`` gives 1 for ``true`` and the text of a string)."""
@@ -269,10 +315,22 @@ def _json_number(name: str) -> str:
     )
 
 
+_WHERE_STEPS = " FROM events INDEXED BY events_by_run_kind WHERE run_id = ? AND event = ?{since}"
 STEPS_SQL = (
     "SELECT host, rank, time_ns, "
     + ", ".join(_json_number(name) for name in StepTable.FIELDS.values())
-    + " FROM events INDEXED BY events_by_run_kind WHERE run_id = ? AND event = ?"
+    + _WHERE_STEPS
+    + " ORDER BY time_ns, rank, host"
+)
+# json_extract with several paths gives their values' JSON text as an array, numbers as
+# they were written (exact)
+STEPS_BY_HOST_SQL = (
+    "SELECT host, group_concat(rank), group_concat(time_ns), '[' || group_concat(json_extract("
+    + "fields, "
+    + ", ".join(f"'$.\"{name}\"'" for name in StepTable.FIELDS.values())
+    + ")) || ']'"
+    + _WHERE_STEPS
+    + " GROUP BY host ORDER BY host"
 )
 
 
