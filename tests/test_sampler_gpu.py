@@ -342,6 +342,33 @@ def test_samples_mean_is_pure():
     assert samples_mean([(10, 50.0), (20, 70.0), (30, 90.0)], after_us=10) == (80.0, 30)
     assert samples_mean([(10, 50.0)], after_us=10) == (None, 10)
     assert samples_mean([], after_us=5) == (None, 5)
+    # a first reading: the last second before the newest sample
+    stale_then_idle = [(0, 100.0), (4_000_000, 100.0), (4_500_000, 0.0), (5_000_000, 0.0)]
+    assert samples_mean(stale_then_idle, after_us=None) == (0.0, 5_000_000)
+    assert samples_mean([], after_us=None) == (None, None)
+
+
+def test_a_first_reading_leaves_out_what_nvml_sampled_before_the_last_second(monkeypatch):
+    """NVML keeps its samples from before the agent started: on an idle H200 a first
+    reading from 0 read 3 % where nvidia-smi read 0. Made-up samples: a training that ended
+    2 s before the reading's last second, then idle."""
+    gpu = {
+        **H100_IDLE,
+        "utilization_samples": [(1_000_000, 90), (2_000_000, 95), (3_200_000, 0), (3_700_000, 0)],
+        "memory_utilization_samples": [(1_000_000, 40), (3_700_000, 0)],
+        "processes": [(1001, 10_000 * MIB)],
+        "process_samples": [(1001, 1_000_000, 90, 40), (1001, 3_500_000, 10, 2)],
+    }
+    sampler, fake = start(FakeNvml([gpu]), monkeypatch)
+    points = sampler.sample(NOW)
+    assert fields_of(points[0])["utilization_percent"] == 0.0
+    assert fields_of(points[0])["memory_utilization_percent"] == 0.0
+    process = next(p for p in points if p.measurement == "gpu_process")
+    assert process.fields["sm_utilization_percent"] == 10.0
+    assert process.fields["memory_utilization_percent"] == 2.0
+    # the next reading takes every sample after the first reading's newest
+    fake.gpus[0]["utilization_samples"] += [(3_900_000, 50), (4_100_000, 70)]
+    assert fields_of(fresh(sampler)[0])["utilization_percent"] == pytest.approx(60.0)
 
 
 def test_processes_tagged_by_pid_with_memory_and_utilization(monkeypatch):

@@ -33,8 +33,8 @@ Counters where NVML has them:
     load (Volta+).
   - Utilisation: the mean of ``nvmlDeviceGetSamples(GPU_UTILIZATION_SAMPLES)`` (and
     ``MEMORY_UTILIZATION_SAMPLES``) newer than the last reading, so a burst between two
-    readings counts; ``nvmlDeviceGetUtilizationRates`` (NVML's last sample period) when
-    samples are not supported or none is new.
+    readings counts (a first reading: the last second's); ``nvmlDeviceGetUtilizationRates``
+    (NVML's last sample period) when samples are not supported or none is new.
 
 Per process: ``nvmlDeviceGetComputeRunningProcesses`` and
 ``nvmlDeviceGetGraphicsRunningProcesses`` (pid, memory; a pid in both counted once) and
@@ -132,14 +132,35 @@ def gpu_fields(readings: GpuReadings) -> dict[str, int | float]:
     return fields
 
 
-def samples_mean(samples: Sequence[tuple[int, float]], after_us: int) -> tuple[float | None, int]:
+# A first reading has no last reading to start from: it takes the samples of the last
+# second (the agent's default interval; nvidia-smi shows NVML's last sample period, 1/6 s
+# to 1 s). From 0 it would average NVML's whole buffer: on an idle H200, 3 % against
+# nvidia-smi's 0, from the seconds before the agent started.
+FIRST_READING_WINDOW_US = 1_000_000
+
+
+def first_reading_after(stamps: Sequence[int], after_us: int | None) -> int:
+    """The timestamp to take samples after: ``after_us``, or on a first reading (None) one
+    ``FIRST_READING_WINDOW_US`` before the newest sample."""
+    if after_us is not None:
+        return after_us
+    return max(stamps, default=0) - FIRST_READING_WINDOW_US
+
+
+def samples_mean(
+    samples: Sequence[tuple[int, float]], after_us: int | None
+) -> tuple[float | None, int | None]:
     """(mean of the sample values newer than ``after_us``, the newest timestamp seen).
 
     ``samples`` are (timestamp in microseconds, value) as ``nvmlDeviceGetSamples`` gives
     them; NVML may return samples at or before the timestamp asked for, which are left out.
+    ``after_us`` None: a first reading (``first_reading_after``).
     """
+    if not samples:
+        return None, after_us
+    after_us = first_reading_after([stamp for stamp, _ in samples], after_us)
     newer = [value for stamp, value in samples if stamp > after_us]
-    newest = max((stamp for stamp, _ in samples), default=after_us)
+    newest = max(stamp for stamp, _ in samples)
     return (sum(newer) / len(newer) if newer else None), max(newest, after_us)
 
 
@@ -212,10 +233,14 @@ def merge_processes(compute: Sequence[Any], graphics: Sequence[Any]) -> dict[int
 
 
 def process_utilization(
-    samples: Sequence[Any], after_us: int
-) -> tuple[dict[int, tuple[float, float]], int]:
+    samples: Sequence[Any], after_us: int | None
+) -> tuple[dict[int, tuple[float, float]], int | None]:
     """Per pid (mean SM %, mean memory %) over ``nvmlDeviceGetProcessUtilization`` samples
-    newer than ``after_us``, and the newest timestamp seen."""
+    newer than ``after_us`` (None: a first reading, ``first_reading_after``), and the
+    newest timestamp seen."""
+    if not samples:
+        return {}, after_us
+    after_us = first_reading_after([int(sample.timeStamp) for sample in samples], after_us)
     by_pid: dict[int, list[tuple[float, float]]] = {}
     newest = after_us
     for sample in samples:
@@ -302,7 +327,7 @@ class GpuReader:
         self._errors_logged: set[tuple[str, str, int]] = set()
         self._failing_now = False
         self._counters_ns = 0  # when the reading's counters were read (wall clock)
-        self._last_sample_us: dict[tuple[str, str], int] = {}
+        self._last_sample_us: dict[tuple[str, str], int | None] = {}
         self._pcie_totals = (Unwrapped32(), Unwrapped32())  # rx, tx: they wrap at 2**32
         self.thread = threading.Thread(target=self._run, name=f"gpu-{device.index}", daemon=True)
 
@@ -448,9 +473,10 @@ class GpuReader:
 
     def _samples_mean(self, device: _Device, sampling_type: int) -> float | None:
         key = (device.uuid, str(sampling_type))
-        after = self._last_sample_us.get(key, 0)
+        after = self._last_sample_us.get(key)
+        since = 0 if after is None else after
         answer = self._nvml_call(
-            "nvmlDeviceGetSamples", device.handle, sampling_type, after, device=device
+            "nvmlDeviceGetSamples", device.handle, sampling_type, since, device=device
         )
         if answer is None:
             return None
@@ -573,9 +599,10 @@ class GpuReader:
         if not running:
             return []
         key = (device.uuid, "processes")
-        after = self._last_sample_us.get(key, 0)
+        after = self._last_sample_us.get(key)
+        since = 0 if after is None else after
         samples = self._nvml_call(
-            "nvmlDeviceGetProcessUtilization", device.handle, after, device=device
+            "nvmlDeviceGetProcessUtilization", device.handle, since, device=device
         )
         utilization, self._last_sample_us[key] = process_utilization(samples or [], after)
         processes = []
