@@ -32,7 +32,8 @@ losses. Per step: nodes,
 samples/s, points lost (unanswered, non-204), lag p50/p99, CPU % (one core = 100) and RSS
 of the collector (its parse workers included) and of victoria-metrics where it runs, and
 the senders' CPU. ``--backend vm-direct`` measures the path past one collector: the nodes
-push to a victoria-metrics alone. After the ramp the store is counted: the SQLite
+push to victoria-metrics, the collector (``--backend victoriametrics``) running beside it
+for the runs' events, its CPU and RSS counted. After the ramp the store is counted: the SQLite
 store's points per step window (distinct times per tag set), victoria-metrics'
 ``vm_rows_inserted_total``.
 
@@ -333,8 +334,9 @@ class Monitor(threading.Thread):
 
 class Servers:
     """The collector (and for ``victoriametrics``, a victoria-metrics beside it) on
-    loopback, in a temporary directory; for ``vm-direct`` a victoria-metrics alone, which
-    the nodes push to as agents whose ``push.url`` names it do (docs/scale-out.md)."""
+    loopback, in a temporary directory; for ``vm-direct`` the same two, the nodes pushing to
+    victoria-metrics as agents whose ``push.url`` names it do, the collector holding the
+    runs' events (none here: a few a second at most) (docs/scale-out.md)."""
 
     def __init__(self, backend: str, workdir: Path) -> None:
         self.backend = backend
@@ -359,10 +361,6 @@ class Servers:
             harness.wait_until(lambda: self._vm_get("/health") is not None, 30)
             extra = ("--backend", f"victoriametrics=http://127.0.0.1:{self.vm_port}")
         self.token, token_file = harness.write_token_file(workdir)
-        self.collector: harness.Collector | None = None
-        if backend == "vm-direct":
-            self.port = self.vm_port
-            return
         self.collector = harness.Collector(
             db=workdir / "epochscope.sqlite",
             token_file=token_file,
@@ -371,7 +369,9 @@ class Servers:
             own_session=True,
         )
         self.collector.start()
-        self.port = self.collector.port
+        # vm-direct: the collector runs as docs/scale-out.md sets it up, for the runs'
+        # events and reading the samples from victoria-metrics; the nodes push there
+        self.port = self.vm_port if backend == "vm-direct" else self.collector.port
 
     def _vm_get(self, path: str) -> str | None:
         try:
