@@ -244,7 +244,7 @@ def format_value(value: Any, kind: str) -> str:
     if kind == "ratio2":
         return f"{value:.2f}"
     if kind == "bytes":
-        return human_bytes(value, digits=2)
+        return human_bytes(value)  # as the collector's tables write them: 2.0 GB
     if kind == "duration":
         return format_short_duration(value)
     raise ValueError(f"unknown column kind {kind!r}")

@@ -284,7 +284,8 @@ def test_numbers_are_formatted_for_reading():
     assert format_value(None, "rate") == "–"  # missing, never 0
     assert format_value(0.0, "rate") == "0.0"
     assert format_value(1234.56, "rate") == "1,234.6"
-    assert human_bytes(36_000_000_000, digits=2) == "36.00 GB"  # the dashboard's bytes
+    # bytes as the collector's tables write them (contract.columns.format_cell)
+    assert format_value(36_000_000_000, "bytes") == human_bytes(36_000_000_000) == "36.0 GB"
     assert format_short_duration(200) == "3m 20s"
     assert format_short_duration(3 * 3600 + 5 * 60) == "3h 05m"
 

@@ -42,8 +42,8 @@ def test_jobs_page_lists_both_jobs_with_their_numbers(dash_duo):
     # job, user, account, partition, nodes, start, elapsed, CPUs, CPU s, CPU eff., mem
     # peak, mem limit, mem use, read, written, refaults, GPUs, GPU %, GPU mem, own SM %, runs
     assert rows["101"] == ["101", "alice", "proj", "gpu", "n1, n2", "2023-11-14T22:13:20.000Z",
-                           "21s", "16", "80.0", "23.8%", "2.00 GB", "16.00 GB", "12.5%",
-                           "40.00 MB", "0 B", "20.00 MB", "4", "78.0", "2.00 GB", "–",
+                           "21s", "16", "80.0", "23.8%", "2.0 GB", "16.0 GB", "12.5%",
+                           "40.0 MB", "0 B", "20.0 MB", "4", "78.0", "2.0 GB", "–",
                            "run-a"]  # fmt: skip
     assert rows["102"][:4] == ["102", "bob", "–", "cpu"]
     assert rows["102"][6:10] == ["11s", "2", "15.0", "68.2%"]
