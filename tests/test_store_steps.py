@@ -136,22 +136,28 @@ def test_step_number_takes_json_numbers_only():
 # property: whatever the steps hold, SQL and the decoded events agree
 # --------------------------------------------------------------------------------------
 
-field_values = st.one_of(
+number_values = st.one_of(
     st.none(),  # field left out
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
     st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300),
-    st.booleans(),
-    st.text(alphabet="ab1. ", max_size=4),
 )
-steps_strategy = st.lists(
-    st.tuples(
-        st.sampled_from(["a", "b", "node-1"]),
-        st.integers(min_value=-1, max_value=3),
-        st.integers(min_value=0, max_value=40),
-        st.tuples(*[field_values] * len(StepTable.FIELDS)),
-    ),
-    max_size=30,
-)
+field_values = st.one_of(number_values, st.booleans(), st.text(alphabet="ab1. ", max_size=4))
+
+
+SINCE_SECONDS = st.one_of(st.none(), st.integers(min_value=-1, max_value=40))
+
+
+def steps_holding(values: st.SearchStrategy) -> st.SearchStrategy:
+    """Lists of (host, rank, time in s, one value per ``StepTable.FIELDS``)."""
+    return st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "node-1"]),
+            st.integers(min_value=-1, max_value=3),
+            st.integers(min_value=0, max_value=40),
+            st.tuples(*[values] * len(StepTable.FIELDS)),
+        ),
+        max_size=30,
+    )
 
 
 def step_fields(*values: Any) -> dict[str, Any]:
@@ -168,28 +174,12 @@ def points_of(steps: list[tuple]) -> list[Point]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(steps=steps_strategy, since_s=st.one_of(st.none(), st.integers(min_value=-1, max_value=40)))
+@given(steps=steps_holding(field_values), since_s=SINCE_SECONDS)
 def test_sql_steps_equal_the_decoded_events(steps, since_s):
     since_ns = None if since_s is None else T0 + since_s * S
     with tempfile.TemporaryDirectory() as folder, SqliteStore(Path(folder) / "s.sqlite") as store:
         store.write_points(points_of(steps))
         assert store.steps("r", since_ns) == reference(store, since_ns=since_ns)
-
-
-number_values = st.one_of(
-    st.none(),
-    st.integers(min_value=-(2**63), max_value=2**63 - 1),
-    st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300),
-)
-number_steps = st.lists(
-    st.tuples(
-        st.sampled_from(["a", "b", "node-1"]),
-        st.integers(min_value=-1, max_value=3),
-        st.integers(min_value=0, max_value=40),
-        st.tuples(*[number_values] * len(StepTable.FIELDS)),
-    ),
-    max_size=30,
-)
 
 
 def joined_steps(store, since_ns: int | None) -> StepTable | None:
@@ -201,7 +191,7 @@ def joined_steps(store, since_ns: int | None) -> StepTable | None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(steps=number_steps, since_s=st.one_of(st.none(), st.integers(min_value=-1, max_value=40)))
+@given(steps=steps_holding(number_values), since_s=SINCE_SECONDS)
 def test_joined_steps_equal_the_decoded_events_when_all_are_numbers(steps, since_s):
     """Steps whose fields are numbers or missing are read by the joined query (each host's
     columns in one row: the fast path), bit for bit as the decoded events give them."""
