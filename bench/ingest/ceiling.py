@@ -381,9 +381,7 @@ class Servers:
             return None
 
     def watched(self) -> dict[str, int]:
-        pids = {}
-        if self.collector is not None:
-            pids["collector"] = self.collector.process.pid
+        pids = {"collector": self.collector.process.pid}
         if self.vm is not None:
             pids["victoriametrics"] = self.vm.pid
         return pids
@@ -397,8 +395,7 @@ class Servers:
         return total
 
     def stop(self) -> None:
-        if self.collector is not None:
-            self.collector.stop()
+        self.collector.stop()
         if self.vm is not None:
             self.vm.terminate()
             self.vm.wait(30)
