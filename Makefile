@@ -7,7 +7,7 @@ SYSTEM_PACKAGES := chromium chromium-driver openssh-server victoria-metrics prom
 	libopenmpi-dev openmpi-bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test scenarios env frameworks user-torch-env dlio-env system-packages lint bench clean
+.PHONY: demo test check scenarios env frameworks user-torch-env dlio-env system-packages lint bench clean
 
 # The main job: ResNet-50 with Horovod + TensorFlow, 2 processes, 3 epochs, profiled by a
 # local agent and collector, on a small TFRecord data set made once and dropped from the
@@ -29,6 +29,12 @@ test: env frameworks system-packages user-torch-env dlio-env
 	$(PY) -m ruff check .
 	$(PY) -m pytest --ignore=tests/scenarios
 	$(MAKE) --no-print-directory scenarios
+
+# The fast loop: ruff and the in-process tests (tests/unit: no ML frameworks, no Debian
+# packages, no browser), each test held to 15 s so the tier stays under 2 minutes.
+check: env
+	$(PY) -m ruff check .
+	$(PY) -m pytest tests/unit -q --timeout 15
 
 # Real trainings with each effect a finding explains produced for real (tests/scenarios/):
 # run last, on a machine no other test is loading.
@@ -106,7 +112,7 @@ user-torch-env: $(VENV)/.installed
 	$(USER_PY) -c 'import torch, torchvision, lightning; assert torch.__version__.startswith("$(USER_TORCH)"), torch.__version__'
 
 # DLIO (dlio-benchmark $(DLIO_VERSION), MLPerf Storage's emulated trainings), against whose own
-# report `workloads profile`'s AU and samples/s are checked (tests/test_dlio_crosscheck.py):
+# report `workloads profile`'s AU and samples/s are checked (tests/system/test_dlio_crosscheck.py):
 # in its own venv outside the checkout, made once like the user's torch one, with this
 # checkout installed into it the way a user installs epochscope. Its mpi4py is built
 # against Open MPI (libopenmpi-dev), which it also runs on (a lone rank needs no mpirun).

@@ -13,7 +13,7 @@ counts. Cumulative counters of bytes and counts are integers; counters of second
 joules are floats (whole seconds would quantise a 1 Hz rate); gauges are floats. A name
 ends in its unit (``_bytes``, ``_seconds``), so the Prometheus name is
 ``epochscope_<measurement>_<field>[_total]`` and ``promtool check metrics`` finds nothing
-to say (``tests/test_promtool.py``).
+to say (``tests/system/test_promtool.py``).
 
 A few fields are one Prometheus family with a label rather than a name each: the CPU
 modes are ``epochscope_cpu_seconds_total{mode="user"}`` (node_exporter's

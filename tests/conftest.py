@@ -26,3 +26,15 @@ def repo_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return env
+
+
+# The suite's tiers, one folder each; a test's marker comes from its folder, so
+# `pytest -m unit` and `make check` select by tier without a marker on every file.
+TIERS = ("unit", "integration", "system", "scenarios")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(REPO_ROOT).parts
+        if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS:
+            item.add_marker(parts[1])

@@ -19,7 +19,7 @@ power draw, the readings' age, and the agent's self metrics (hung, failing, lost
 Run a load on the GPUs meanwhile (a training, gpu-burn) for numbers worth comparing.
 
 The parsers are pure functions over nvidia-smi's text (tested against a real H100
-capture in tests/test_gpu_check.py).
+capture in tests/integration/test_gpu_check.py).
 """
 
 from __future__ import annotations

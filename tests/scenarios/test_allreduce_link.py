@@ -1,6 +1,6 @@
 """The all-reduce against the fabric's measured ceiling, on real runs (issue 29).
 
-Two "hosts" are two network namespaces joined by a veth pair (tests/test_cluster_netns.py's
+Two "hosts" are two network namespaces joined by a veth pair (tests/system/test_cluster_netns.py's
 ``Cluster``), each with a real sshd and agent (net, cpu and ceilings samplers); the
 collector runs on h1. From h1 a 1-rank PyTorch ResNet-50 run (the scaling loss's reference)
 and two 2-rank runs, one rank per host, DDP over Gloo across the link:
@@ -65,7 +65,7 @@ pytestmark = pytest.mark.timeout(600)
 
 TC_RATE_MBIT = 100  # 12.5 MB/s of frames each way: ~8 s per step for 94 MB of gradients
 TBF = ["tbf", "rate", f"{TC_RATE_MBIT}mbit", "burst", "64kb", "latency", "50ms"]
-PAYLOAD_SHARE = 1448 / 1514  # TCP's payload in a full frame (tests/test_ceilings_peer.py)
+PAYLOAD_SHARE = 1448 / 1514  # TCP's payload in a full frame (tests/system/test_ceilings_peer.py)
 PAYLOAD_RATE = TC_RATE_MBIT * 1e6 / 8 * PAYLOAD_SHARE
 CEILING_TOLERANCE = 0.15  # the measured against the truth: the peer's rate, the headers
 # fp32 gradients of workloads/train/torch_resnet.py's ResNet50(num_classes=4): 23,516,228
@@ -201,7 +201,7 @@ def _exposed_wait(anatomy: dict) -> float:
 def test_a_limited_link_makes_the_all_reduce_bandwidth_bound(runs):
     """The truth: the model's gradient bytes cross the link once each way per step (a ring
     all-reduce of two ranks) at tc's payload rate. The measured ceiling is within 15% of
-    that rate (tests/test_cluster_netns.py saw up to 8% under at load 15); the bytes per
+    that rate (tests/system/test_cluster_netns.py saw up to 8% under at load 15); the bytes per
     step are counted on the interface, headers included (~5% more), and an epoch window
     may cut a step's transfer at its edges. The exposed wait is shorter than the transfer
     (DDP starts its buckets during backward), so the rate while the ranks waited is above

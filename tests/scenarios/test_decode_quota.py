@@ -23,7 +23,7 @@ import pytest
 
 from contract.schema import Ceiling
 from tests.scenarios.conftest import REPO, run_training
-from tests.test_ceilings_cgroups import CGROUP_CPU, cpu_quota
+from tests.integration.test_ceilings_cgroups import CGROUP_CPU, cpu_quota
 
 QUOTA_CPUS = 1.0
 ENTER = "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); os.execvp(sys.argv[2], sys.argv[2:])"  # noqa: E501

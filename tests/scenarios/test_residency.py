@@ -174,7 +174,7 @@ def evict_after_the_first_epoch(db: Path, evict_once: Callable[[], object],
 #   (``memory.force_empty``: the reclaim a cgroup's limit or a proactive reclaimer such as
 #   cgroup v2's ``memory.reclaim`` runs), so reading them again is counted as refaults.
 # (Not "drop_caches": it would empty the whole machine's page cache every half second;
-# tests/test_sampler_memory.py produces that one once, on the counters alone.)
+# tests/integration/test_sampler_memory.py produces that one once, on the counters alone.)
 NEIGHBOURS = ("invalidated", "reclaim")
 
 

@@ -1,6 +1,6 @@
 """A plain PyTorch training loop, nothing of epochscope in it: a tiny model on random
 tensors, 2 epochs of 4 steps (batch 4 of 16 samples), then a validation pass per epoch.
-What a Slurm job of a user runs; ``tests/test_slurm_zerotouch.py`` submits it as the batch
+What a Slurm job of a user runs; ``tests/system/test_slurm_zerotouch.py`` submits it as the batch
 script itself (with a ``#!`` line naming the Python) and the site's TaskProlog alone
 makes it a profiled run. Prints ``done`` at the end."""
 
