@@ -25,8 +25,8 @@ from agent.samplers.agent import AgentStats
 from agent.shipper import HttpWriter, Shipper, line_number_in, lines_rejected_in
 from agent.spool import CHECKSUM_BYTES, Spool, verified_lines
 from contract.point import Point
-from tests.support.loopback import free_port
 from tests.integration.test_collector_ingest_server import start_server, stored
+from tests.support.loopback import free_port
 
 
 class Endpoint:

@@ -24,9 +24,9 @@ import pytest
 
 from agent.samplers.agent import AgentStats
 from agent.shipper import UNREADABLE_SEGMENT_TRIES, Shipper
-from tests.support.faulty_mount import faulty_mount
 from tests.integration.test_agent_shipper import Endpoint, expected_lines, points_for, wait_until
 from tests.integration.test_agent_spool_faults import received_lines
+from tests.support.faulty_mount import faulty_mount
 
 
 @pytest.fixture

@@ -13,7 +13,13 @@ import time
 
 import pytest
 
-from tests.integration.test_collector_ingest_server import REPO_ROOT, SERVE, TOKEN, start_server, stored
+from tests.integration.test_collector_ingest_server import (
+    REPO_ROOT,
+    SERVE,
+    TOKEN,
+    start_server,
+    stored,
+)
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from collector.store import SqliteStore
-from tests.support.faulty_mount import faulty_mount
 from tests.integration.test_collector_ingest_server import start_server
 from tests.integration.test_store_faults import body, env, fill, small_disk  # noqa: F401 (fixtures)
+from tests.support.faulty_mount import faulty_mount
 
 WRITE = "/api/v2/write?bucket=b"
 

@@ -20,9 +20,9 @@ import pytest
 from collector.store import SqliteStore
 from contract.point import encode_lines
 from tests.fake_nvml import A100_MIG, H100_LOAD, MIB, fake_nvml_env
-from tests.support.run_builder import RunBuilder
 from tests.integration.test_agent_shipper import wait_until
 from tests.integration.test_collector_ingest_server import start_server
+from tests.support.run_builder import RunBuilder
 
 COLLECTOR = [sys.executable, "-m", "collector"]
 EPOCH_SECONDS = 4.0

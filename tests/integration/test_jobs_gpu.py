@@ -29,8 +29,8 @@ from collector.views.jobs import job_row, node_row
 from contract.point import Point
 from contract.schema import GpuProcess, Tag
 from tests.fake_nvml import H100_LOAD, MIB, FakeNvml
-from tests.support.run_builder import RunBuilder
 from tests.integration.test_sampler_jobs import TREE
+from tests.support.run_builder import RunBuilder
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 

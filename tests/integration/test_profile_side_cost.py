@@ -16,8 +16,8 @@ import pytest
 
 from agent.shipper import SHIPPER_THREAD, Shipper
 from contract.point import Point
-from tests.support.loopback import free_port
 from tests.integration.test_agent_shipper import Endpoint, wait_until
+from tests.support.loopback import free_port
 from workloads.launch.local_stack import child_env, start_collector, stop, wait_for_port
 from workloads.record.events import (
     EVENT_BATCH_SECONDS,

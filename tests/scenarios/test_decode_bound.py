@@ -40,9 +40,9 @@ import pytest
 from agent.ceilings import sample_jpeg
 from collector.findings.evidence import DECODE_BOUND_SHARE, DECODE_PAST_SHARE
 from contract.schema import Ceiling
+from tests.integration.test_ceilings_cgroups import CGROUP_CPU, cpu_quota
 from tests.scenarios.conftest import REPO, ScenarioRun, collector_report
 from tests.support.views import whole_percent_texts
-from tests.integration.test_ceilings_cgroups import CGROUP_CPU, cpu_quota
 
 SCRIPT = REPO / "tests" / "scripts" / "decode_train.py"
 QUOTA_CPUS = 1.0

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from contract.schema import Ceiling
-from tests.scenarios.conftest import REPO, run_training
 from tests.integration.test_ceilings_cgroups import CGROUP_CPU, cpu_quota
+from tests.scenarios.conftest import REPO, run_training
 
 QUOTA_CPUS = 1.0
 ENTER = "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); os.execvp(sys.argv[2], sys.argv[2:])"  # noqa: E501

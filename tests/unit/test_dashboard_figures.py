@@ -344,8 +344,8 @@ def test_the_throughput_panel_with_epoch_means_has_no_no_samples_note(paper):
 
 
 def test_an_unfinished_epoch_is_labelled_with_the_collectors_state():
-    """The state comes from collector.analysis.epochs.epoch_state (tests/unit/test_interrupted_epoch.py
-    checks the views agree); the label writes it."""
+    """The state comes from collector.analysis.epochs.epoch_state
+    (tests/unit/test_interrupted_epoch.py checks the views agree); the label writes it."""
     window = {"epoch": 3, "start_ns": 10**18, "end_ns": 10**18 + 10**9, "complete": False}
     labels = {}
     for state in ("running", "interrupted"):

@@ -2,7 +2,8 @@
 the values of the scenario, and its wording (collector.findings.words) is a pure function
 of that evidence: the same evidence always makes the same finding, with no store at all.
 
-The scenarios are those of tests/unit/test_findings.py and tests/integration/test_findings_scenarios.py
+The scenarios are those of tests/unit/test_findings.py and
+tests/integration/test_findings_scenarios.py
 (synthetic runs stored through the write path: no GPU, HCA or NFS client here), so the
 expected values are hand arithmetic.
 """
@@ -31,6 +32,7 @@ from collector.findings.evidence import (
     evidence_json,
 )
 from collector.findings.words import words
+from tests.integration.test_findings_scenarios import scaling_pair, small_dataset_run, stored
 from tests.support.run_builder import RunBuilder
 from tests.unit.test_findings import (
     cached_after_first_epoch,
@@ -39,7 +41,6 @@ from tests.unit.test_findings import (
     scaling_runs,
     storage_run,
 )
-from tests.integration.test_findings_scenarios import scaling_pair, small_dataset_run, stored
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 

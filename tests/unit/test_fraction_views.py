@@ -19,8 +19,8 @@ from contract.units import FRACTION_DIGITS, format_fraction, format_points
 from dashboard import columns as dashboard_columns
 from dashboard import figures
 from dashboard.pages import finding_card
-from tests.support.run_builder import NS, RunBuilder
 from tests.integration.test_anatomy_findings import scaling_pair
+from tests.support.run_builder import NS, RunBuilder
 from tests.unit.test_findings import MB, storage_run
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture

@@ -44,7 +44,8 @@ def test_fields_types_and_defaults():
     sampler = AgentSampler(Roots())
     [point] = sampler.sample(123)
     assert (point.measurement, point.tags, point.time_ns) == ("agent", {}, 123)
-    # The gpu fields are reported only where the gpu sampler runs (tests/integration/test_sampler_gpu.py).
+    # The gpu fields are reported only where the gpu sampler runs
+    # (tests/integration/test_sampler_gpu.py).
     gpu_fields = {
         AgentSelf.GPUS_HUNG,
         AgentSelf.GPUS_FAILING,
