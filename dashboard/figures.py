@@ -1,4 +1,4 @@
-"""Plotly figures, as plain dicts, from what ``collector.views.query`` returns.
+"""Plotly figures, as plain dicts, from what ``collector.queries.query`` returns.
 
 Every function here is pure: query-layer output in, a ``{"data": [...], "layout": {...}}``
 dict out (plotly.js takes it as is; ``plotly.graph_objects.Figure(d)`` validates it, which
@@ -1147,7 +1147,7 @@ PRECISION_COLOURS = {"fp32": "#1f77b4", "int8": "#ff7f0e"}
 def inference_figure(report: dict[str, Any]) -> dict[str, Any]:
     """Grouped bars: batch sizes along x, FP32 and INT8 images/s side by side, each INT8 bar
     labelled with its speed-up over FP32 (``collector.analysis.inference``'s values and formats)."""
-    from collector.views.inference import format_speedup
+    from dashboard.source import format_speedup
 
     title = "Inference throughput, FP32 vs INT8 (label: INT8 speed-up)"
     rows = report["comparisons"]

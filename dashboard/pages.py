@@ -12,8 +12,6 @@ from urllib.parse import quote
 
 from dash import dash_table, dcc, html
 
-from collector.views.epoch_table import rows_to_show
-from collector.views.evidence import EvidenceEntry, evidence_tree
 from contract.columns import COMPLETE, INTERRUPTED
 from contract.markers import ALL_HOSTS, ALL_HOSTS_LABEL
 from contract.schema import INFERENCE_FRAMEWORK
@@ -28,7 +26,7 @@ from dashboard.columns import (
     format_value,
     table_column,
 )
-from dashboard.source import Timeseries
+from dashboard.source import EvidenceEntry, Timeseries, evidence_tree, rows_to_show
 
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": False}
 
@@ -834,7 +832,7 @@ def inference_href(run_id: str) -> str:
 def inference_table(report: dict[str, Any]) -> html.Table:
     """Per batch size: FP32 and INT8 images/s, the INT8 speed-up and the latencies, in the
     formats of ``collector inference``'s table (the same functions)."""
-    from collector.views.inference import format_milliseconds, format_rate, format_speedup
+    from dashboard.source import format_milliseconds, format_rate, format_speedup
 
     latency = {(m["batch_size"], m["precision"]): m for m in report["measurements"]}
 
@@ -875,7 +873,7 @@ def inference_table(report: dict[str, Any]) -> html.Table:
 
 
 def inference_accuracy(report: dict[str, Any]) -> html.P:
-    from collector.views.inference import format_points, format_top1
+    from dashboard.source import format_points, format_top1
 
     top1 = report["top1"]
     return html.P(

@@ -1,7 +1,7 @@
 """``dashboard serve --collector URL``: the dashboard over a remote ``collector serve``.
 
 ``RemoteSource`` answers every question the pages ask ``DataSource`` from the collector's
-read API (``GET /api/v1/dashboard/<question>``, ``collector.views.questions``), which
+read API (``GET /api/v1/dashboard/<question>``, ``collector.queries.questions``), which
 computes the answer with the same query layer from the collector's own store (and keeps
 finished runs' answers there). Nothing is computed here but the live charts' one-grid
 rule (``DataSource._timeseries``); what a question sends back is bounded (no raw samples
@@ -22,8 +22,8 @@ from typing import Any
 
 from collector.api.client import RemoteError, fetch_view
 from collector.api.routes import DASHBOARD
+from collector.queries.questions import run_info_of
 from collector.store.api import RunInfo
-from collector.views.questions import run_info_of
 from dashboard.source import DEFAULT_MAX_POINTS, DataSource, Timeseries
 
 

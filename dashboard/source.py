@@ -1,4 +1,4 @@
-"""The dashboard's only door to the data: ``collector.views.query`` and the ``ReadStore``.
+"""The dashboard's only door to the data: ``collector.queries.query`` and the ``ReadStore``.
 
 Nothing here computes a metric or speaks SQL. ``DataSource`` calls the query layer, picks the
 down-sampling bucket for a run's charts, and answers two cheap questions the live pages ask
@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from collector.queries import query
 from collector.store.api import (
     ReadStore,
     RunInfo,
@@ -27,7 +28,17 @@ from collector.store.api import (
     StepTable,
     WorkloadEvent,
 )
-from collector.views import query
+
+# re-exported: how the pages and figures format what the collector's views format (they
+# reach the collector only through this module, tests/unit/test_layering.py)
+from collector.views.epoch_table import rows_to_show as rows_to_show
+from collector.views.evidence import EvidenceEntry as EvidenceEntry
+from collector.views.evidence import evidence_tree as evidence_tree
+from collector.views.inference import format_milliseconds as format_milliseconds
+from collector.views.inference import format_points as format_points
+from collector.views.inference import format_rate as format_rate
+from collector.views.inference import format_speedup as format_speedup
+from collector.views.inference import format_top1 as format_top1
 from contract.schema import RunState
 
 log = logging.getLogger(__name__)
@@ -39,7 +50,7 @@ DEFAULT_MAX_POINTS = 500
 class Timeseries:
     """Down-sampled metrics of a run's hosts, as the charts need them.
 
-    ``hosts[host]`` is ``collector.views.query.HostSeries.to_dict()``; every host shares
+    ``hosts[host]`` is ``collector.queries.query.HostSeries.to_dict()``; every host shares
     ``bucket_ns`` when the run is live, so later updates line up with what is drawn.
     """
 
@@ -163,7 +174,7 @@ class DataSource:
         self.max_points = max_points
         self.complete_ahead = complete_ahead
         # (what is kept about finished runs, their charts included, is the query layer's
-        # cache of this store: collector.views.query.RunCache; nothing is kept here)
+        # cache of this store: collector.queries.query.RunCache; nothing is kept here)
         self._background: set[threading.Thread] = set()
         self._lock = threading.Lock()
         self.prepared: frozenset[str] = frozenset()  # run ids the preparing thread has done
@@ -175,7 +186,7 @@ class DataSource:
 
     # -- runs ------------------------------------------------------------------------------
     def runs(self) -> list[dict[str, Any]]:
-        """Every run, newest first (``collector.views.query.RunSummary`` as dicts)."""
+        """Every run, newest first (``collector.queries.query.RunSummary`` as dicts)."""
         return [summary.to_dict() for summary in query.runs_summary(self.store)]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
@@ -306,7 +317,7 @@ class DataSource:
         return query.epoch_boundaries(self.store, run_id)
 
     def epochs(self, run_id: str) -> list[dict[str, Any]]:
-        """The per-epoch report rows (``collector.views.query.TABLE_COLUMNS``)."""
+        """The per-epoch report rows (``collector.queries.query.TABLE_COLUMNS``)."""
         return query.epoch_table(self.store, run_id)
 
     def rank_parts(self, run_id: str) -> list[dict[str, Any]]:
@@ -356,7 +367,7 @@ class DataSource:
 
     def inference(self, run_id: str) -> dict[str, Any] | None:
         """``collector.analysis.inference``'s report of the run (its JSON), None for no such run."""
-        from collector.views.inference import inference_report
+        from collector.queries.inference import inference_report
 
         report = inference_report(self.store, run_id)
         return None if report is None else report.to_json()

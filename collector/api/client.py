@@ -10,12 +10,12 @@ writes)::
     GET /api/v1/jobs?format=json
     GET /api/v1/job?job_id=JOBID&format=json&summary=true
     GET /api/v1/dashboard/<question>?run_id=RUN...  (``dashboard serve --collector URL``:
-                                                     collector.views.questions)
+                                                     collector.queries.questions)
     GET /api/v1/hosts?format=json                   (the hosts with samples or runs)
 
 A query parameter is the long option of the command line without its dashes (``true``
 for a flag); ``format`` defaults to ``json``. The answer is what ``collector VIEW ...``
-prints locally, made by the same function (``collector.views.reports.render``) from the
+prints locally, made by the same function (``collector.views.printers.render``) from the
 collector's own store, so the JSON is identical by construction and tables match too. 404
 for a run that is not there, 400 for an option the command does not take (or a value
 that starts with '-': no value becomes an option). A CSV report's findings, which the

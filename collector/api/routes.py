@@ -2,7 +2,7 @@
 
 PREFIX = "/api/v1/"
 VIEWS = ("runs", "report", "scaling", "inference", "jobs", "job", "hosts")
-DASHBOARD = "dashboard/"  # /api/v1/dashboard/<question>: collector.views.questions
+DASHBOARD = "dashboard/"  # /api/v1/dashboard/<question>: collector.queries.questions
 # options of the local commands that name the local store or the remote one: never sent
 LOCAL_ONLY = frozenset(
     {

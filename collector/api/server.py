@@ -1,6 +1,6 @@
 """The read API's server side: ``collector serve`` routes ``GET /api/v1/<view>`` here
 (token-protected like writes) and answers what ``collector VIEW ...`` prints locally, made by
-the same function (``collector.views.reports.render``) from the collector's own store."""
+the same function (``collector.views.printers.render``) from the collector's own store."""
 
 from __future__ import annotations
 
@@ -50,10 +50,10 @@ def view_of(path: str) -> str | None:
 
 def answer_question(question: str, query: dict[str, list[str]], store) -> Answer:
     """``GET /api/v1/dashboard/<question>``: what ``dashboard serve --collector URL`` asks
-    (``collector.views.questions``), as JSON; 400 for a question or parameter it cannot
+    (``collector.queries.questions``), as JSON; 400 for a question or parameter it cannot
     take."""
-    from collector.views.questions import QuestionError
-    from collector.views.questions import answer as answer_of
+    from collector.queries.questions import QuestionError
+    from collector.queries.questions import answer as answer_of
 
     params = {name: values[-1] for name, values in query.items()}
     try:
@@ -68,7 +68,7 @@ def answer_question(question: str, query: dict[str, list[str]], store) -> Answer
 def view_options(view: str) -> dict[str, argparse.Action]:
     """The options of ``collector VIEW`` a query may carry, by query name (the long option
     without its dashes): not help, nor those naming a store (``routes.LOCAL_ONLY``)."""
-    from collector.cli import build_parser
+    from collector.arguments import build_parser
 
     [commands] = [a for a in build_parser(QuietParser)._actions if a.dest == "command"]
     parser = commands.choices[view]  # type: ignore[index]
@@ -123,9 +123,9 @@ def command_argv(view: str, query: dict[str, list[str]]) -> list[str]:
 def answer(view: str, query: dict[str, list[str]], store) -> Answer:
     """Render ``view`` from ``store`` exactly as the local command prints it on stdout
     (what it would print on stderr, a CSV report's findings, is left out: ask for JSON)."""
-    from collector.cli import build_parser
+    from collector.arguments import build_parser
     from collector.views.errors import CliError
-    from collector.views.reports import render
+    from collector.views.printers import render
 
     def error(status: int, message: str) -> Answer:
         body = json.dumps({"code": HTTPStatus(status).phrase.lower(), "message": message})

@@ -32,7 +32,7 @@ class RunContext:
     model: RunModel  # the run's events and its ranks' epochs (steps are read on demand)
     report: EpochReport
     # another run's report, for the rules that compare runs: the caller's kept ones
-    # (collector.views.query) or, by default, built here
+    # (collector.queries.query) or, by default, built here
     reports: Callable[[str], EpochReport] | None = None
 
     @property

@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 
-from collector.analysis.inference import (
-    InferenceReport,
-    build_report,
-    inference_runs,
-    is_inference_run,
-)
-from collector.findings.inference import inference_findings
+from collector.analysis.inference import InferenceReport, inference_runs
+from collector.queries.inference import inference_report
 from collector.store.api import ReadStore
 from collector.views.errors import CliError
 from contract import units
-from contract.schema import Event, InferencePrecision
+from contract.schema import InferencePrecision
 from contract.units import format_fraction
 
 
@@ -97,16 +91,6 @@ def format_report(report: InferenceReport) -> str:
         lines.append(f"{finding.severity.upper()} {finding.title}")
         lines.append(f"  {finding.explanation}")
     return "\n".join(lines) + "\n"
-
-
-def inference_report(store: ReadStore, run_id: str) -> InferenceReport | None:
-    """The run's report with its findings: what every view of an inference run shows."""
-    run = store.run(run_id)
-    if run is None or not is_inference_run(run):
-        return None
-    events = store.events(run_id, kinds=(Event.RUN_START, Event.INFERENCE, Event.RUN_END))
-    report = build_report(run, events)
-    return replace(report, findings=tuple(inference_findings(report)))
 
 
 def print_inference(store: ReadStore, args: argparse.Namespace, out) -> int:

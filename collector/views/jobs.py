@@ -200,7 +200,7 @@ def job_view(store: ReadStore, job_id: str) -> dict[str, Any] | None:
 def _job_view(store: ReadStore, report: JobReport) -> dict[str, Any]:
     from collector.findings.engine import run_findings
     from collector.findings.jobs import job_findings
-    from collector.views.query import epoch_table
+    from collector.queries.query import epoch_table
 
     runs = []
     for run_id in report.runs:
@@ -232,7 +232,7 @@ def _job_view(store: ReadStore, report: JobReport) -> dict[str, Any]:
 def job_summary(store: ReadStore, report: JobReport) -> dict[str, Any]:
     """The job in a few KB: what a Slurm epilog stores in AdminComment."""
     from collector.findings.jobs import job_findings
-    from collector.views.query import runs_summary
+    from collector.queries.query import runs_summary
 
     row = job_row(report)
     throughput = {

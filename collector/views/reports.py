@@ -23,7 +23,6 @@ Exit status: 0 on success, 1 when the run or the store is not there, 2 on bad ar
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -43,7 +42,6 @@ from collector.views.output import (
     write_findings,
     write_json,
 )
-from collector.views.printers import printer
 from contract.units import format_clock_duration, format_fraction, format_number
 
 _console = console_for  # (the name tests and older callers use)
@@ -165,7 +163,7 @@ def _iso(time_ns: int | None) -> str | None:
 def runs_rows(store: ReadStore) -> list[dict[str, Any]]:
     """Every run, newest first, with its throughput (``collector.analysis.throughput``, the figure
     of the dashboard's runs list and of ``collector scaling``)."""
-    from collector.views.query import runs_summary
+    from collector.queries.query import runs_summary
 
     return [
         {
@@ -360,18 +358,3 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
         previous = group
     console.print(table)
     return 0
-
-
-def render(args: argparse.Namespace, store: ReadStore | None = None, err=None) -> str:
-    """Run a subcommand against a given store and return what it printed (for tests, the
-    dashboard's export and the read API); what the command would print on stderr beside
-    it (a CSV report's findings) goes to ``err``, stderr unless given."""
-    buffer = io.StringIO()
-    if args.command == "scaling" and args.throughput:
-        print_throughput_scaling(args, buffer)
-    elif args.command == "report":
-        print_report(store if store is not None else open_store(args), args, buffer, err)
-    else:
-        store = store if store is not None else open_store(args)
-        printer(args.command)(store, args, buffer)
-    return buffer.getvalue()

@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 
 from collector.analysis.epochs import build_report
-from collector.cli import build_parser
+from collector.arguments import build_parser
 from collector.findings.engine import Finding, run_findings
-from collector.views.reports import render
+from collector.views.printers import render
 from tests.support.run_builder import NS, T0_NS, RunBuilder
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
@@ -213,7 +213,7 @@ def test_one_figure_of_images_per_second_lost_in_finding_table_and_dashboard(mak
     # epoch 1 of the 2-rank run is slow (200 s) and epoch 2 loses 20% per rank to a longer
     # all-reduce: the settled epochs alone would say 2 x (100 - 80) = 40 images/s lost, the
     # whole run says more. One definition: the scaling table's ideal - actual.
-    from collector.views.query import scaling_table
+    from collector.queries.query import scaling_table
 
     runs = scaling_pair(125.0, (1.0, 17.0, 5.0), first_epoch_seconds=200.0)
     store = make_store([p for run in runs for p in run.points()])
@@ -455,7 +455,7 @@ def test_no_startup_when_epoch_1_keeps_pace(make_store):
 def test_stacked_step_time_and_shares_charts(make_store):
     import plotly.graph_objects as go
 
-    from collector.views.query import epoch_table
+    from collector.queries.query import epoch_table
     from dashboard import figures
 
     store = make_store(two_host_run().points())
@@ -469,7 +469,7 @@ def test_stacked_step_time_and_shares_charts(make_store):
     assert stacked["data"][0]["x"][0][0] == "n1" and stacked["data"][0]["y"][0] == 6000.0
     assert stacked["data"][3]["y"][0] == pytest.approx(2000.0)
     # hovering a host's bar lists its ranks' parts in ms per step
-    from collector.views.query import rank_step_parts
+    from collector.queries.query import rank_step_parts
 
     ranks = rank_step_parts(store, "cols")
     assert {(r["host"], r["rank"], r["epoch"]) for r in ranks} == {
@@ -490,7 +490,7 @@ def test_stacked_step_time_and_shares_charts(make_store):
 def test_shares_of_each_step_pooled_per_host_with_each_ranks(make_store):
     import plotly.graph_objects as go
 
-    from collector.views.query import epoch_table, step_shares
+    from collector.queries.query import epoch_table, step_shares
     from dashboard import figures
 
     run = RunBuilder("steps", hosts=("n1", "n2"), ranks_per_host=2, steps_per_epoch=2)

@@ -114,7 +114,7 @@ def test_scaling_loss_on_one_node_does_not_blame_node_count(make_store):
 
 def test_scaling_loss_states_the_scaling_tables_images_per_second_lost(make_store):
     from collector.analysis.scaling import scaling_rows
-    from collector.views.query import scaling_table
+    from collector.queries.query import scaling_table
 
     runs = scaling_pair(1, 4, 20_000, net_rx=30 * MB, net_tx=30 * MB, disk_read=6 * MB)
     store = stored(make_store, *runs)

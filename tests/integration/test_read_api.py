@@ -162,7 +162,7 @@ def test_a_write_with_a_wrong_token_is_logged_once_a_minute(caplog):
 
 
 def test_query_and_argv_round_trip_only_the_view_options():
-    from collector.cli import build_parser
+    from collector.arguments import build_parser
 
     args = build_parser().parse_args(
         ["report", "r1", "--findings", "--format", "json", "--collector", "http://x",

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from collector.analysis.epochs import COLUMNS
-from collector.cli import build_parser
-from collector.views.reports import RUNS_KEYS, render
+from collector.arguments import build_parser
+from collector.views.printers import render
+from collector.views.reports import RUNS_KEYS
 from contract.point import encode_lines
 from contract.schema import RunState
 from tests.conftest import REPO_ROOT

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from collector.analysis.epochs import build_report
-from collector.cli import build_parser
+from collector.arguments import build_parser
 from collector.store.api import ReadStore
-from collector.views.reports import render
+from collector.views.printers import render
 from contract import columns
 from dashboard.columns import EPOCH_COLUMNS, format_value
 

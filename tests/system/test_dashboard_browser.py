@@ -24,7 +24,7 @@ if not chromium_available():
 
 from selenium.webdriver.common.action_chains import ActionChains
 
-from collector.views.query import COLUMN_HELP
+from collector.queries.query import COLUMN_HELP
 from contract.schema import RunState
 from dashboard import ids
 from dashboard.app import create_app
@@ -218,7 +218,7 @@ def test_a_click_on_a_run_not_computed_yet_draws_each_chart_once(dash_duo):
     """Its time series come by their own callback: as a new chart with its data, not a
     placeholder figure drawn again (each draw of the 8-panel chart is Chromium's largest
     task); its hidden step-anatomy panel draws nothing."""
-    from collector.views import query
+    from collector.queries import query
 
     open_page(dash_duo, f"/runs/{BASELINE_RUN}", f"#{ids.TIMESERIES_GRAPH} .main-svg")
     dash_duo.find_element("nav a[href='/']").click()  # (plotly.js is loaded now)

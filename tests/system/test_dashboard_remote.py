@@ -1,6 +1,6 @@
 """``dashboard serve --collector URL --token-file F``: the dashboard over a remote, real,
 token-protected ``collector serve`` on loopback, through its read API
-(``GET /api/v1/dashboard/<question>``, collector/views/questions.py).
+(``GET /api/v1/dashboard/<question>``, collector/queries/questions.py).
 
 - every question the pages ask is answered as the local store answers it (the run's
   per-epoch rows, its charts, boundaries, shares, findings, the runs and scaling);

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from collector.queries.inference import inference_report
 from collector.store import SqliteStore
-from collector.views.inference import inference_report
 from contract.schema import INFERENCE_FRAMEWORK, Event, Workload
 from workloads.train.datasets import describe, make_dataset
 

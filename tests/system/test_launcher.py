@@ -320,7 +320,7 @@ def test_ctrl_c_during_training_leaves_no_process_an_interrupted_run_and_epoch(t
     assert [(r["epoch"], r["state"]) for r in rows if r["host"] != "*"] == [(1, "interrupted")]
     table = subprocess.run(report, env=repo_env, capture_output=True, text=True).stdout
     assert "interrupted" in table and "Epoch 1 interrupted" in table
-    from collector.views import query
+    from collector.queries import query
     from dashboard import figures
 
     with SqliteStore(runs / f"{run_id}.sqlite") as store:

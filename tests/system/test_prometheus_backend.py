@@ -441,7 +441,7 @@ def test_read_api_answers_from_prometheus(live):
 
 
 def test_dashboard_says_prometheus_epochs_are_interpolated(live):
-    from collector.views.query import epoch_table
+    from collector.queries.query import epoch_table
     from dashboard.pages import absent_note, interpolated_note
 
     rows = epoch_table(store_for(live), RUN_ID)

@@ -247,8 +247,8 @@ def test_read_api_reads_both(direct):
 
 
 def test_dashboard_reads_both(direct):
+    from collector.queries.query import epoch_table
     from collector.store.victoriametrics import VictoriaMetricsStore
-    from collector.views.query import epoch_table
     from dashboard.cli import build_parser, open_store
 
     args = build_parser().parse_args(

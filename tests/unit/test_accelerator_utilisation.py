@@ -10,9 +10,9 @@ import pytest
 from collector.analysis.anatomy import rank_epochs
 from collector.analysis.epochs import build_report
 from collector.analysis.run import read_run
-from collector.cli import build_parser
+from collector.arguments import build_parser
 from collector.findings.engine import run_findings
-from collector.views.reports import render
+from collector.views.printers import render
 from tests.support.run_builder import RunBuilder
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from collector.analysis.epochs import COLUMNS, EpochRow, build_report
-from collector.cli import build_parser
-from collector.views.reports import render
+from collector.arguments import build_parser
+from collector.views.printers import render
 from contract import columns
 from dashboard.columns import EPOCH_COLUMNS
 from tests.conftest import REPO_ROOT

@@ -38,7 +38,7 @@ from contract.point import Point
 from contract.schema import Event, RunState, Workload
 
 pytest.importorskip(
-    "collector.views.query", reason="the collector's query layer is not in this tree"
+    "collector.queries.query", reason="the collector's query layer is not in this tree"
 )
 SqliteStore = pytest.importorskip(
     "collector.store", reason="the SQLite store is not in this tree"
@@ -232,7 +232,7 @@ class CountingStore:
 
 
 def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(source):
-    from collector.views import query
+    from collector.queries import query
     from dashboard.app import Callbacks
 
     counting = CountingStore(source.store.store)
@@ -278,7 +278,7 @@ def test_a_run_page_decodes_the_runs_events_once_and_a_finished_run_only_once(so
 
 
 def test_what_a_first_look_leaves_out_is_computed_while_the_browser_draws(source):
-    from collector.views import query
+    from collector.queries import query
     from dashboard.app import Callbacks
 
     counting = CountingStore(source.store.store)
@@ -367,7 +367,7 @@ def test_events_kept_for_a_request_answer_like_the_store(source):
 
 
 def test_prepared_runs_open_without_reading_the_store_again(source):
-    from collector.views import query
+    from collector.queries import query
     from dashboard.app import Callbacks
 
     counting = CountingStore(source.store.store)

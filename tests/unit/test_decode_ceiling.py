@@ -11,10 +11,10 @@ import pytest
 
 from collector.analysis.decode import host_cores
 from collector.analysis.epochs import build_report
-from collector.cli import build_parser
+from collector.arguments import build_parser
 from collector.findings.engine import run_findings
 from collector.findings.evidence import decode_verdict
-from collector.views.reports import render
+from collector.views.printers import render
 from contract.point import Point
 from contract.schema import Ceiling, Tag, Workload
 from tests.support.run_builder import NS, T0_NS, RunBuilder

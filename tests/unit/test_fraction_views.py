@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from collector.cli import build_parser
+from collector.arguments import build_parser
 from collector.findings.engine import run_findings
 from collector.findings.evidence import STORAGE_HIGH_SHARE_OF_PEAK
 from collector.views.evidence import evidence_items
 from collector.views.inference import format_top1
-from collector.views.reports import render
+from collector.views.printers import render
 from contract.units import FRACTION_DIGITS, format_fraction, format_points
 from dashboard import columns as dashboard_columns
 from dashboard import figures

@@ -30,8 +30,8 @@ from collector.findings.inference import (
     detect_timing_unsteady,
 )
 from collector.findings.words import NO_REPORT_COLUMN, words
+from collector.queries.inference import inference_report
 from collector.store import SqliteStore
-from collector.views.inference import inference_report
 from contract.schema import INFERENCE_FRAMEWORK
 from tests.unit.test_inference_views import report_of
 from workloads.record.events import EventWriter, MemorySink

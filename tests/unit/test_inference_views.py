@@ -16,7 +16,7 @@ import math
 import pytest
 
 from collector.api.client import fetch_view
-from collector.cli import build_parser
+from collector.arguments import build_parser
 from collector.findings.evidence import (
     INT8_TOP1_LOSS_LIMIT,
     MIN_TIMED_SECONDS,
@@ -33,7 +33,7 @@ from collector.views.inference import (
     format_top1,
     inference_report,
 )
-from collector.views.reports import render
+from collector.views.printers import render
 from contract.schema import INFERENCE_FRAMEWORK, Event, RunState, Workload
 from dashboard import figures, pages
 from dashboard.source import DataSource

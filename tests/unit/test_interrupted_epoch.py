@@ -14,9 +14,9 @@ import json
 import pytest
 
 from collector.analysis.epochs import epoch_state, worst_state
-from collector.cli import build_parser
-from collector.views import query
-from collector.views.reports import render
+from collector.arguments import build_parser
+from collector.queries import query
+from collector.views.printers import render
 from contract.columns import COMPLETE, INTERRUPTED, RUNNING
 from contract.point import Point
 from contract.schema import Event, RunState, Tag, Workload

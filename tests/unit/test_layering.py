@@ -8,9 +8,16 @@ under ``if TYPE_CHECKING:`` left out (they never run). The rules are the layout'
 - the collector never imports ``agent``, ``dashboard`` or ``workloads``;
 - inside it, ``analysis`` never imports findings, views, ingest, api or the command line;
   ``findings`` never views, ingest, api or the command line; ``store`` none of those nor
-  analysis;
-- the dashboard never imports ``agent`` or ``workloads``;
+  analysis; ``queries`` (what the dashboard and read API ask) never views, ingest, api or
+  the command line;
+- the dashboard never imports ``agent`` or ``workloads``, and reaches the collector only
+  through its doors: ``source.py`` (and ``remote.py``, the same door onto a remote
+  collector; ``cli.py``, which opens the store);
 - no two modules import each other, however long the way round.
+
+A string that names a module of the project (``"collector.ingest.server"`` in a table of
+handlers that ``importlib`` loads) counts as an import of it, so registries are held to
+the same rules.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "collector": ("agent", "dashboard", "workloads"),
     "collector.analysis": (
         "collector.findings",
+        "collector.queries",
         "collector.views",
         "collector.ingest",
         "collector.api",
@@ -40,6 +48,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "collector.commands",
     ),
     "collector.findings": (
+        "collector.queries",
         "collector.views",
         "collector.ingest",
         "collector.api",
@@ -54,8 +63,18 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "collector.cli",
         "collector.commands",
     ),
+    "collector.queries": (
+        "collector.views",
+        "collector.ingest",
+        "collector.api",
+        "collector.cli",
+        "collector.commands",
+    ),
     "dashboard": ("agent", "workloads"),
 }
+
+# the dashboard's only doors to the collector
+DASHBOARD_DOORS = ("dashboard.source", "dashboard.remote", "dashboard.cli")
 
 
 def module_files() -> dict[str, Path]:
@@ -74,13 +93,31 @@ def _type_checking_only(node: ast.If) -> bool:
     )
 
 
+def _names_a_logger(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    function = node.func
+    name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+    return name == "getLogger"
+
+
 def imported_names(path: Path, module: str) -> set[str]:
-    """Dotted names a module imports at run time (absolute or relative)."""
+    """Dotted names a module imports at run time (absolute or relative), and the project's
+    module names it holds as strings (what ``importlib`` is handed)."""
     names: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _type_checking_only(node):
             return
+        if _names_a_logger(node):  # getLogger("collector.ingest.server") imports nothing
+            return
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith(tuple(f"{p}." for p in PACKAGES))
+            and " " not in node.value
+        ):
+            names.add(node.value)
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -136,6 +173,17 @@ def test_every_import_follows_the_layers(graph):
     assert broken == []
 
 
+def test_the_dashboard_reaches_the_collector_through_its_doors(graph):
+    reaching = [
+        f"{importer} -> {target}"
+        for importer, targets in graph.items()
+        if _within(importer, "dashboard") and importer not in DASHBOARD_DOORS
+        for target in sorted(targets)
+        if _within(target, "collector")
+    ]
+    assert reaching == []
+
+
 def test_no_import_circles(graph):
     """Tarjan's strongly connected components: every one must be a single module."""
     index: dict[str, int] = {}
@@ -177,3 +225,4 @@ def test_the_graph_sees_the_known_edges(graph):
     assert "collector.store.api" in graph["collector.findings.context"]
     assert "collector.analysis.inference" in graph["collector.views.inference"]
     assert graph.get("contract.schema", set()) == set()
+    assert "collector.ingest.server" in graph["collector.cli"]  # a handler named as a string

@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from collector.cli import build_parser
-from collector.views.query import runs_summary, scaling_table
-from collector.views.questions import answer
-from collector.views.reports import render
+from collector.arguments import build_parser
+from collector.queries.query import runs_summary, scaling_table
+from collector.queries.questions import answer
+from collector.views.printers import render
 from contract.throughput import TimedWork, images_per_second
 from dashboard.columns import format_value
 from dashboard.pages import run_header, runs_table, scaling_page

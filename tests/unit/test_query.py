@@ -1,4 +1,4 @@
-"""The dashboard's query layer (collector.views.query) over stored runs."""
+"""The dashboard's query layer (collector.queries.query) over stored runs."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from collector.analysis.epochs import EpochAmounts, rows_from_amounts
+from collector.queries import query, run_cache, timeseries
 from collector.store.api import StepTable, WorkloadEvent
-from collector.views import query, run_cache, timeseries
 from contract.schema import RunState
 from tests.support.memory_store import MemoryStore
 from tests.support.run_builder import NS, T0_NS, RunBuilder

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from collector.api.client import fetch_view
-from collector.cli import build_parser
+from collector.arguments import build_parser
 from collector.findings.engine import run_findings
 from collector.store import SqliteStore
-from collector.views.reports import render
+from collector.views.printers import render
 from contract.columns import BY_NAME, format_cell
 from contract.point import Point
 from contract.schema import Event, Tag, Workload

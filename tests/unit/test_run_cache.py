@@ -1,7 +1,7 @@
-"""One cache of finished runs, owned by the store (collector.views.query.RunCache): the dashboard's
-charts, per-epoch table, boundaries and findings of a finished run come from one read of its
-events, steps and samples, counted here on a real SQLite store; a live run is read afresh
-on every question and never served stale, also once it ends.
+"""One cache of finished runs, owned by the store (collector.queries.query.RunCache): the
+dashboard's charts, per-epoch table, boundaries and findings of a finished run come from one
+read of its events, steps and samples, counted here on a real SQLite store; a live run is
+read afresh on every question and never served stale, also once it ends.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from collector.views import query
+from collector.queries import query
 from contract.schema import RunState
 from dashboard.source import DataSource
 from tests.support.analysis_stores import sqlite_store_with

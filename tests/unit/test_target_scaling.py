@@ -23,9 +23,9 @@ import json
 import pytest
 
 from collector.analysis.target_scaling import TargetRun, target_speedups
-from collector.cli import build_parser
+from collector.arguments import build_parser
 from collector.findings.engine import run_findings
-from collector.views.reports import render
+from collector.views.printers import render
 from tests.support.run_builder import NS, T0_NS, RunBuilder
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture

@@ -5,7 +5,7 @@ has pushed node samples up to that host's ``run_end``.
 The ranks' events arrive before the command ends; the agents push their samples every
 ``batch_seconds`` (5 s by default, ``agent.config``), so a table printed at once has node
 columns blank or too small for the last epoch. The read API's ``dashboard/node_samples``
-question (``collector.views.questions.node_samples``) says, per host, its run_end and the
+question (``collector.queries.questions.node_samples``) says, per host, its run_end and the
 latest sample held around it; the wait asks it every ``POLL_SECONDS`` for at most
 ``--samples-wait`` seconds (default 3 x the agent's default push interval). A table
 printed without every host's samples is marked provisional, with the command that prints

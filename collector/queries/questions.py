@@ -2,7 +2,7 @@
 
 ``dashboard serve --collector URL`` draws a remote ``collector serve``: its pages ask the
 collector's read API (``GET /api/v1/dashboard/<question>?...``, ``collector.api.server``)
-what they ask the query layer (``collector.views.query``) when the store is local, and the
+what they ask the query layer (``collector.queries.query``) when the store is local, and the
 answer is made here, by the same functions, from the collector's own store (whose
 ``RunCache`` keeps finished runs' answers).
 
@@ -42,9 +42,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from collector.queries import query
+from collector.queries.timeseries import DEFAULT_MAX_POINTS
 from collector.store.api import ReadStore, RunInfo
-from collector.views import query
-from collector.views.timeseries import DEFAULT_MAX_POINTS
 from contract.schema import Cpu, Event
 
 MAX_POINTS_LIMIT = 5000  # buckets per host and chart one answer may carry
@@ -167,7 +167,7 @@ def _inference_runs(store: ReadStore, params: dict[str, str]) -> list[dict[str, 
 
 
 def _inference(store: ReadStore, params: dict[str, str]) -> dict[str, Any] | None:
-    from collector.views.inference import inference_report
+    from collector.queries.inference import inference_report
 
     report = inference_report(store, _run_id(params))
     return None if report is None else report.to_json()

@@ -1,6 +1,6 @@
 """A host's metrics over a run, down-sampled into equal buckets: counter rates as exact
 bucket averages, gauges as time-weighted means, images/s from the ranks' steps (what
-``collector.views.query.host_timeseries`` documents)."""
+``collector.queries.query.host_timeseries`` documents)."""
 
 from __future__ import annotations
 

@@ -99,14 +99,10 @@ from collector.analysis.run import EPOCH_KINDS, RunModel, read_run, run_events, 
 from collector.analysis.scaling import scaling_rows
 from collector.analysis.throughput import rank_epoch_work, run_throughput
 from collector.findings.engine import run_findings
-from collector.store.api import (
-    ReadStore,
-    RunInfo,
-)
-from collector.views.run_cache import KeptRun, _cached, _kept, _key, _run, run_cache
-from collector.views.run_cache import RunCache as RunCache  # re-exported: the facade
-from collector.views.run_cache import clear_cache as clear_cache  # re-exported
-from collector.views.timeseries import (
+from collector.queries.run_cache import KeptRun, _cached, _kept, _key, _run, run_cache
+from collector.queries.run_cache import RunCache as RunCache  # re-exported: the facade
+from collector.queries.run_cache import clear_cache as clear_cache  # re-exported
+from collector.queries.timeseries import (
     _SERIES_TOTALS,
     DEFAULT_MAX_POINTS,
     LATEST_NS,
@@ -115,6 +111,10 @@ from collector.views.timeseries import (
     _host_spans,
     _steps_known_until,
     choose_bucket_ns,
+)
+from collector.store.api import (
+    ReadStore,
+    RunInfo,
 )
 from contract import columns
 from contract.schema import Workload

@@ -1,6 +1,6 @@
 """The one cache of finished runs: results kept per store, keyed by the run, its state and
 its end, and ``KeptRun``, a ``ReadStore`` in front of a store that reads each finished
-run's events, steps and samples once (see ``collector.views.query``, Caching)."""
+run's events, steps and samples once (see ``collector.queries.query``, Caching)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 
 from collector.analysis.epochs import series_to_read
 from collector.analysis.run import EPOCH_KINDS
+from collector.queries.timeseries import _RUN_TOTALS, _host_spans
 from collector.store.api import (
     ReadStore,
     RunInfo,
@@ -23,7 +24,6 @@ from collector.store.api import (
     StepTable,
     WorkloadEvent,
 )
-from collector.views.timeseries import _RUN_TOTALS, _host_spans
 from contract.schema import RunState
 
 T = TypeVar("T")
