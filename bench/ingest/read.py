@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import DEVICE_LAYOUT, T0_NS  # noqa: E402  (the same hosts the ingest bench sends)
 
-from collector.ingest.lineprotocol import ParsedBody, SampleGroup  # noqa: E402
+from collector.lineprotocol import ParsedBody, SampleGroup  # noqa: E402
 from collector.store import SqliteStore  # noqa: E402
 from contract import schema  # noqa: E402
 

@@ -66,7 +66,7 @@ def worker(bodies_path: Path) -> dict:
     """In a checkout's own process: time each stage over the bodies; seconds per stage."""
     import pickle
 
-    from collector.ingest import lineprotocol
+    from collector import lineprotocol
     from collector.ingest.http import parse_head
     from collector.ingest.server import CollectorServer, Sink
     from collector.store import SqliteStore

@@ -299,7 +299,7 @@ def lines_per_tick(lines: Iterable[str]) -> Counter:
 
 def point_key(line: str) -> tuple[PointKey, dict[str, float]]:
     """The key and numeric field values of one agent line (as the agent wrote it)."""
-    from collector.ingest.lineprotocol import parse_line_full
+    from collector.lineprotocol import parse_line_full
 
     measurement, tags, fields, time_ns = parse_line_full(line)
     host = tags.pop("host", "")

@@ -62,7 +62,7 @@ LAUNCHERS = ("workloads run", "workloads profile", "torch.distributed.run", "tor
 def process_kind(argv: list[str]) -> str:
     """collector, agent, launcher, or training (a rank, its loader workers)."""
     joined = " ".join(argv)
-    if "collector serve" in joined or "collector.ingest.lineprotocol" in joined:
+    if "collector serve" in joined or "collector.lineprotocol" in joined:
         return "collector"
     if "agent run" in joined:
         return "agent"

@@ -52,8 +52,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
+from collector import lineprotocol
 from collector.api import server as read_api
-from collector.ingest import lineprotocol
 from collector.ingest.connections import (
     WRITE_PATHS,
     HttpFront,
@@ -70,7 +70,7 @@ from collector.ingest.http import (
     parse_chunk_size,
     parse_content_length,
 )
-from collector.ingest.lineprotocol import ParsedBody, PrecisionError
+from collector.lineprotocol import ParsedBody, PrecisionError
 from collector.store import SqliteStore
 from collector.store.backends import serve_spec
 from collector.store.victoriametrics import BackendError, Forwarder
@@ -181,7 +181,7 @@ class ParsePool:
         with self._lock:
             if self._executor is None:
                 context = multiprocessing.get_context("forkserver")
-                context.set_forkserver_preload(["collector.ingest.lineprotocol"])
+                context.set_forkserver_preload(["collector.lineprotocol"])
                 self._executor = concurrent.futures.ProcessPoolExecutor(
                     max_workers=self.workers,
                     mp_context=context,

@@ -45,7 +45,7 @@ from array import array
 
 import numpy as np
 
-from collector.ingest.lineprotocol import SampleGroup
+from collector.lineprotocol import SampleGroup
 from collector.store.api import SeriesData, SeriesInfo
 from collector.store.blocks import (
     CHUNK_NS,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from collector.ingest.lineprotocol import ParsedBody, parse_body
+from collector.lineprotocol import ParsedBody, parse_body
 from collector.store.api import RunInfo, SeriesData, SeriesInfo, StepTable, WorkloadEvent
 from collector.store.database import Database
 from collector.store.events import EventStore

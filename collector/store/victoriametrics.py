@@ -45,7 +45,7 @@ import time
 
 import numpy as np
 
-from collector.ingest.lineprotocol import ParsedBody
+from collector.lineprotocol import ParsedBody
 from collector.store.api import SeriesInfo
 from collector.store.promql import (
     BackendError,

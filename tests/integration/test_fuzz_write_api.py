@@ -650,7 +650,7 @@ def _expected_by_reference(checked: list[str]) -> dict[tuple[str, int], dict[str
 
 
 def _check_agreement(warmup: list[str], checked: list[str]) -> None:
-    from collector.ingest import lineprotocol
+    from collector import lineprotocol
 
     assert not lineprotocol.parse_body("\n".join(warmup), "ns", 0).errors
     parsed = lineprotocol.parse_body("\n".join(checked), "ns", 0)
@@ -667,7 +667,7 @@ def _check_agreement(warmup: list[str], checked: list[str]) -> None:
 
 
 def test_template_fast_path_regressions():
-    """The bugs the agreement tests found (fixed in collector/ingest/lineprotocol.py): a line
+    """The bugs the agreement tests found (fixed in collector/lineprotocol.py): a line
     ending in a space made the template path raise (HTTP 500); an escaped space before the
     field set gave a template with the wrong field names; a float column's ``1e3i`` was
     stored as 1000; a subnormal was accepted or refused depending on its place."""

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from collector.ingest.lineprotocol import parse_body
+from collector.lineprotocol import parse_body
 from collector.store import SqliteStore
 from contract.identifiers import MAX_RUN_ID_CHARS, tag_problem
 from tests.integration.test_collector_ingest_server import REPO_ROOT, S, start_server, stored

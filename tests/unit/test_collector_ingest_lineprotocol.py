@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.ingest.lineprotocol import (
+from collector.lineprotocol import (
     PrecisionError,
     parse_body,
     parse_body_bytes,
