@@ -1,7 +1,7 @@
 """The tick's cost with N slow GPUs: read in the tick (the old design) against the reader
 threads (the current one), side by side in one run, with the FAKE NVML of the tests.
 
-NVML is mocked (tests/fake_nvml.py): each PCIe call sleeps ``--pcie-ms`` (NVML's
+NVML is mocked (tests/support/fake_nvml.py): each PCIe call sleeps ``--pcie-ms`` (NVML's
 ``nvmlDeviceGetPcieThroughput`` samples a 20 ms window), field values are not supported,
 so every reading makes the two throughput calls, as on a driver without PCIe counters.
 What this measures is the sampler's structure, not a GPU: on a real GPU run
@@ -25,7 +25,7 @@ import pytest  # noqa: E402  (MonkeyPatch, to install the fake)
 
 from agent.samplers.base import Roots  # noqa: E402
 from agent.samplers.gpu import GpuSampler  # noqa: E402
-from tests.fake_nvml import H100_LOAD, FakeNvml  # noqa: E402
+from tests.support.fake_nvml import H100_LOAD, FakeNvml  # noqa: E402
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """The gpu sampler inside the real agent process: ``agent sample --once`` and ``agent run``.
 
-This machine has no GPU, so NVML is mocked (tests/fake_nvml.py): the agent process imports
-the fake ``pynvml`` from tests/fake_nvml_site and finds a stand-in ``libnvidia-ml.so.1``.
+This machine has no GPU, so NVML is mocked (tests/support/fake_nvml.py): the agent process imports
+the fake ``pynvml`` from tests/support/fake_nvml_site and finds a stand-in ``libnvidia-ml.so.1``.
 Everything else is real: the command line, the daemon's ticks, /metrics over loopback and
 the push to a real HTTP endpoint.
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fake_nvml import A100_MIG, H100_LOAD, MIB, fake_nvml_env
 from tests.integration.test_agent_run import scrape
 from tests.integration.test_agent_shipper import Endpoint, free_port, wait_until
+from tests.support.fake_nvml import A100_MIG, H100_LOAD, MIB, fake_nvml_env
 
 AGENT = [sys.executable, "-m", "agent"]
 # Made-up values no capture holds: PCIe byte counters, processes and MIG devices.

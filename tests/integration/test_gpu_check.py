@@ -3,7 +3,7 @@ gpu sampler with nvidia-smi.
 
 Its parsers are checked against a real H100's nvidia-smi output (the capture in
 /work/shared/fixtures/gpu/). This machine has no GPU, so the end-to-end runs use the fake
-NVML (tests/fake_nvml.py) and a stand-in ``nvidia-smi`` that prints what the fake GPU holds,
+NVML (tests/support/fake_nvml.py) and a stand-in ``nvidia-smi`` that prints what the fake GPU holds,
 in nvidia-smi's format: mocked, and said so.
 """
 
@@ -20,7 +20,7 @@ import pytest
 
 from agent.samplers import gpu as gpu_module
 from tests.conftest import SHARED
-from tests.fake_nvml import H100_LOAD, MIB, fake_nvml_env
+from tests.support.fake_nvml import H100_LOAD, MIB, fake_nvml_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CAPTURE = SHARED / "fixtures" / "gpu" / "h100-80gb-hbm3.capture.txt"

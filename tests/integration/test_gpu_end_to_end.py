@@ -1,6 +1,6 @@
 """GPU readings from the real agent through the real collector into the per-epoch report.
 
-This machine has no GPU, so NVML is mocked (tests/fake_nvml.py; the agent process imports
+This machine has no GPU, so NVML is mocked (tests/support/fake_nvml.py; the agent process imports
 the fake ``pynvml``): two GPUs whose energy and PCIe byte counters grow at set rates with
 the wall clock, one of them in MIG mode with a MIG device. Everything else is real: ``agent
 run`` pushing to ``collector serve`` (SQLite), a run's events written to the collector's
@@ -19,9 +19,9 @@ import pytest
 
 from collector.store import SqliteStore
 from contract.point import encode_lines
-from tests.fake_nvml import A100_MIG, H100_LOAD, MIB, fake_nvml_env
 from tests.integration.test_agent_shipper import wait_until
 from tests.integration.test_collector_ingest_server import start_server
+from tests.support.fake_nvml import A100_MIG, H100_LOAD, MIB, fake_nvml_env
 from tests.support.run_builder import RunBuilder
 
 COLLECTOR = [sys.executable, "-m", "collector"]

@@ -1,6 +1,6 @@
 """GPUs per Slurm job: NVML's processes -> pid -> the job's cgroup -> the job's GPU use.
 
-This machine has no GPU, so NVML is mocked (tests/fake_nvml.py; the pids, memory and SM
+This machine has no GPU, so NVML is mocked (tests/support/fake_nvml.py; the pids, memory and SM
 shares NVML answers are made up, as no capture holds processes). The pid -> job join is
 real: ``/proc/<pid>/cgroup`` of the captured Slurm node (cgroup v2, job 4:
 ../shared/fixtures/cgroups/cgroup-exporter-slurm) and of live processes this test puts in
@@ -28,8 +28,8 @@ from collector.store.api import SeriesData, SeriesInfo
 from collector.views.jobs import job_row, node_row
 from contract.point import Point
 from contract.schema import GpuProcess, Tag
-from tests.fake_nvml import H100_LOAD, MIB, FakeNvml
 from tests.integration.test_sampler_jobs import TREE
+from tests.support.fake_nvml import H100_LOAD, MIB, FakeNvml
 from tests.support.run_builder import RunBuilder
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture

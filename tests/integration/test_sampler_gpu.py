@@ -1,9 +1,9 @@
-"""The gpu sampler with a fake NVML (tests/fake_nvml.py).
+"""The gpu sampler with a fake NVML (tests/support/fake_nvml.py).
 
 This machine has no GPU and no NVML library, so NVML is mocked: the ``pynvml`` functions
 the sampler calls are monkeypatched to answer what real GPUs answered (an H100 under load
 and idle, an A100 in MIG mode, captured in /work/shared/fixtures/gpu/; see
-tests/fake_nvml.py). Values no capture holds (energy, PCIe byte counters, utilisation
+tests/support/fake_nvml.py). Values no capture holds (energy, PCIe byte counters, utilisation
 samples, processes, MIG devices' ids) are made up, and say so where used.
 The real, unpatched NVML is used by the no-NVML tests.
 """
@@ -25,8 +25,8 @@ from agent.samplers.agent import AgentSampler, AgentStats
 from agent.samplers.base import Roots
 from agent.samplers.gpu import GpuReadings, gpu_fields, samples_mean
 from contract.point import Point, encode_lines
-from tests.fake_nvml import A100_MIG, H100_IDLE, H100_LOAD, MIB, NOT_SUPPORTED, FakeNvml
 from tests.integration.test_agent_shipper import wait_until
+from tests.support.fake_nvml import A100_MIG, H100_IDLE, H100_LOAD, MIB, NOT_SUPPORTED, FakeNvml
 
 NOW = 1_700_000_000_000_000_000
 

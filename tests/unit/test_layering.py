@@ -8,8 +8,9 @@ under ``if TYPE_CHECKING:`` left out (they never run). The rules are the layout'
 - the collector never imports ``agent``, ``dashboard`` or ``workloads``;
 - inside it, ``analysis`` never imports findings, views, ingest, api or the command line;
   ``findings`` never views, ingest, api or the command line; ``store`` none of those nor
-  analysis (the line protocol both ingest and store read is ``collector.lineprotocol``); ``queries`` (what the dashboard and read API ask) never views, ingest, api or
-  the command line;
+  analysis (the line protocol both ingest and store read is ``collector.lineprotocol``);
+  ``queries`` (what the dashboard and read API ask) never views, ingest, api or the
+  command line;
 - the dashboard never imports ``agent`` or ``workloads``, and reaches the collector only
   through its doors: ``source.py`` (and ``remote.py``, the same door onto a remote
   collector; ``cli.py``, which opens the store);

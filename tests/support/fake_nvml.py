@@ -3,7 +3,7 @@
 ``FakeNvml`` answers the ``pynvml`` calls the gpu sampler makes from a list of GPU
 descriptions (plain dicts, JSON-friendly). In a test process, ``install()`` monkeypatches
 the real ``pynvml`` module's functions. For the agent as a real process (``agent sample
---once``, ``agent run``), ``fake_nvml_env()`` puts ``tests/fake_nvml_site`` first on
+--once``, ``agent run``), ``fake_nvml_env()`` puts ``tests/support/fake_nvml_site`` first on
 PYTHONPATH, whose ``pynvml`` is the real module with these functions swapped in, reading the
 GPU descriptions from the JSON file named by ``EPOCHSCOPE_FAKE_NVML``, and points
 LD_LIBRARY_PATH at a directory where ``libnvidia-ml.so.1`` is a link to an ordinary shared

@@ -1,8 +1,8 @@
 """The fake NVML for the agent as a real process (this machine has no GPU: mocked).
 
-Put first on PYTHONPATH by ``tests.fake_nvml.fake_nvml_env``: this module is the real
+Put first on PYTHONPATH by ``tests.support.fake_nvml.fake_nvml_env``: this module is the real
 ``pynvml`` (constants, error classes, structures) with the functions the gpu sampler calls
-replaced by ``tests.fake_nvml.FakeNvml`` answering from the JSON file named by
+replaced by ``tests.support.fake_nvml.FakeNvml`` answering from the JSON file named by
 ``EPOCHSCOPE_FAKE_NVML``.
 """
 
@@ -17,7 +17,7 @@ _real = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_real)
 globals().update({k: v for k, v in vars(_real).items() if not k.startswith("__")})
 
-from tests.fake_nvml import FUNCTIONS, FakeNvml  # noqa: E402
+from tests.support.fake_nvml import FUNCTIONS, FakeNvml  # noqa: E402
 
 _fake = FakeNvml.from_json(os.environ["EPOCHSCOPE_FAKE_NVML"], nvml=_real)
 for _name in FUNCTIONS:
