@@ -85,6 +85,21 @@ def _add_remote_arguments(parser: argparse.ArgumentParser) -> None:
     add_client_arguments(parser)
 
 
+def _add_token_arguments(sub: argparse._SubParsersAction) -> None:
+    token = sub.add_parser("token", help="mint, list and revoke the collector's scoped tokens")
+    actions = token.add_subparsers(dest="token_action", required=True)
+    add = actions.add_parser("add", help="mint a token; it is printed once, only its hash kept")
+    add.add_argument("--scope", required=True, choices=("node", "run", "admin"))
+    add.add_argument("--subject", required=True, help="the node's host name, or the user")
+    listing = actions.add_parser("list", help="the tokens' scopes and subjects (no secrets)")
+    listing.add_argument("--format", choices=("table", "json"), default="table")
+    revoke = actions.add_parser("revoke", help="remove a subject's tokens")
+    revoke.add_argument("--subject", required=True)
+    revoke.add_argument("--scope", choices=("node", "run", "admin"))
+    for action in (add, listing, revoke):
+        action.add_argument("--tokens-file", required=True, help="the collector's --tokens-file")
+
+
 def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argparse.ArgumentParser:
     """The command line; ``parser_class`` for every parser (the read API's never prints)."""
     parser = parser_class(prog="collector", description=__doc__.splitlines()[0])
@@ -93,7 +108,16 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argpar
     serve = sub.add_parser("serve", help="InfluxDB-compatible write API over the store")
     _add_store_arguments(serve, BACKEND_HELP["serve"])
     serve.add_argument("--listen", default=DEFAULT_LISTEN, help="HOST:PORT (default %(default)s)")
-    serve.add_argument("--token-file", help="file holding the write/query token")
+    serve.add_argument(
+        "--token-file",
+        help="file holding one token that may write and read everything (an admin token; "
+        "prefer --tokens-file)",
+    )
+    serve.add_argument(
+        "--tokens-file",
+        help="scoped tokens (`collector token add`): node tokens write their host's samples, "
+        "run tokens the events of their own runs, admin tokens everything",
+    )
     add_server_arguments(serve, "the write and read API")
     serve.add_argument(
         "--retention-days",
@@ -211,6 +235,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argpar
         help="print the job in a few KB of JSON (what a Slurm epilog keeps in AdminComment)",
     )
     _add_remote_arguments(job)
+    _add_token_arguments(sub)
     hosts = sub.add_parser("hosts", help="the hosts the store holds samples or runs of")
     _add_store_arguments(hosts, BACKEND_HELP["read"])
     hosts.add_argument("--format", choices=("table", "json"), default="table")

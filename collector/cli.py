@@ -24,6 +24,7 @@ HANDLERS = {
     "jobs": "collector.commands",
     "job": "collector.commands",
     "hosts": "collector.commands",
+    "token": "collector.ingest.tokens_command",
 }
 
 

@@ -17,9 +17,14 @@ Retention (``--retention-days``) applies to the SQLite store; with ``--backend
 victoriametrics=URL`` the samples live in VictoriaMetrics, whose own ``-retentionPeriod``
 applies. ``--backend prometheus=URL`` forwards nothing (collector.store.backends).
 
-Token (``--token-file``): ``Authorization: Token <t>`` (or ``Bearer``); on ``/write`` also
-Basic auth or ``?p=`` with the token as password. Without a token file, writes are open
-(the default listen address is loopback). The token is never logged, nor is a query string.
+Tokens: ``Authorization: Token <t>`` (or ``Bearer``); on ``/write`` also Basic auth or
+``?p=`` with the token as password. ``--tokens-file`` holds scoped tokens' hashes
+(``collector token add``): a node token writes its own host's samples, a run token the
+events of the runs it created, an admin token everything; what a token may not write is
+left out of the batch, the rest stored, and the answer is 403 naming what was refused
+(collector.ingest.scopes). ``--token-file`` is one admin token (a warning says so). Without
+either, writes are open (the default listen address is loopback). No token is logged, nor
+is a query string.
 
 Connections (collector.ingest.connections): one asyncio loop reads and writes every socket, with
 header, idle and body timeouts and a connection cap (503 with ``Retry-After`` beyond it);
@@ -34,10 +39,7 @@ that no write's commit does (``Checkpointer``).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import concurrent.futures
-import hmac
 import json
 import logging
 import multiprocessing
@@ -70,6 +72,7 @@ from collector.ingest.http import (
     parse_chunk_size,
     parse_content_length,
 )
+from collector.ingest.scopes import offered_tokens, within_scope
 from collector.lineprotocol import ParsedBody, PrecisionError
 from collector.store import SqliteStore
 from collector.store.backends import serve_spec
@@ -79,7 +82,7 @@ from netserve.limits import ConnectionLimits
 from netserve.listen import ListenError
 from netserve.refusals import RefusalLog
 from netserve.tls import ServerTls, TlsConfigError, server_tls_of
-from netserve.tokens import TokenFileError, read_token_file
+from netserve.tokens import OPEN, Authenticator, Identity, TokenFileError
 
 log = logging.getLogger("collector.ingest.server")
 
@@ -102,27 +105,45 @@ class Sink:
         self.writes = 0  # bodies stored (or forwarded) since start: the stop line says so
         self.points = 0
 
-    def write(self, parsed: ParsedBody, body: bytes, precision: str) -> None:
-        self._write(parsed, body, precision)
+    def write(
+        self, parsed: ParsedBody, body: bytes | None, precision: str, identity: Identity = OPEN
+    ) -> list[str]:
+        """Store (or forward) what ``identity`` may write of ``parsed``; what it may not,
+        one line each (``collector.ingest.scopes``). ``body``: the lines as sent, None once
+        some were left out (the forwarder then encodes what is left)."""
+        allowed, refused = within_scope(identity, parsed)
+        if refused:
+            body = None
+        stored, refused_runs = self._write(allowed, body, precision, identity)
         with self._counts_lock:
             self.writes += 1
-            self.points += parsed.points
+            self.points += stored
+        return refused + refused_runs
 
-    def _write(self, parsed: ParsedBody, body: bytes, precision: str) -> None:
+    def _write(
+        self, parsed: ParsedBody, body: bytes | None, precision: str, identity: Identity
+    ) -> tuple[int, list[str]]:
+        """(points stored, runs refused)."""
+        writer, admin = identity.name, identity.is_admin
         if self.forwarder is None:
-            self.store.write(parsed)
-            return
+            result = self.store.write(parsed, writer, admin)
+            return result.points, result.refused
+        result = None
         if parsed.events:
             # the trainings' events are kept here first, whatever the backend does
-            self.store.write(ParsedBody(events=parsed.events, points=len(parsed.events)))
+            events = ParsedBody(events=parsed.events, points=len(parsed.events))
+            result = self.store.write(events, writer, admin)
+        stored = parsed.points - (len(parsed.events) - (result.events if result else 0))
+        refused = result.refused if result else []
         try:
             self.forwarder.forward(parsed, body, precision)
         except BackendError as error:
             if not parsed.groups:
-                return  # events only: kept (their numbers in the backend are not read)
+                return stored, refused  # events only: kept (the backend's copy is not read)
             # the samples are not stored: the client keeps the batch and sends it again
             # (its events, already kept, replace themselves)
             raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", str(error)) from None
+        return stored, refused
 
     def health(self) -> list[str]:
         """What keeps writes from being stored now: the SQLite store's problems, and the
@@ -250,11 +271,13 @@ class CollectorServer:
         parse_pool: ParsePool | None = None,
         limits: ConnectionLimits | None = None,
         tls: ServerTls | None = None,
+        auth: Authenticator | None = None,
     ) -> None:
+        """``token``: one admin token; ``auth``: the token files' (scoped tokens)."""
         self.socket = listening_socket(*address)  # OSError: collector.ingest.server.cannot_listen
         self.server_address = self.socket.getsockname()
         self.sink = sink
-        self.token = token
+        self.auth = auth or Authenticator(token=token)
         self.max_body_bytes = max_body_bytes
         self.parse_pool = parse_pool or ParsePool(1)
         self.started = datetime.now(UTC)
@@ -282,7 +305,8 @@ class CollectorServer:
         path, query = query_of(head.target)
         if head.method != "POST" or path not in WRITE_PATHS:
             return False
-        return authorized(self.token, head.one("authorization") or "", query, path == "/write")
+        offered = offered_tokens(head.one("authorization") or "", query, path == "/write")
+        return self.auth.identify(offered) is not None
 
     def serve_forever(self) -> None:
         self.front.serve_forever()
@@ -292,29 +316,6 @@ class CollectorServer:
 
     def server_close(self) -> None:
         self.socket.close()
-
-
-def authorized(
-    token: str | None, authorization: str, query: dict[str, list[str]], v1: bool
-) -> bool:
-    """Does the request carry ``token``: ``Authorization: Token|Bearer <t>``; on ``/write``
-    (``v1``) also Basic auth or ``?p=`` with the token as password. No token: open."""
-    if token is None:
-        return True
-    offered: list[str] = []
-    scheme, _, credentials = authorization.strip().partition(" ")
-    if scheme.lower() in ("token", "bearer"):
-        offered.append(credentials.strip())
-    elif v1 and scheme.lower() == "basic":
-        try:
-            decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
-            offered.append(decoded.partition(":")[2])
-        except (binascii.Error, UnicodeDecodeError):
-            pass
-    if v1:
-        offered.extend(query.get("p", []))
-    expected = token.encode("utf-8")
-    return any(hmac.compare_digest(expected, given.encode("utf-8")) for given in offered)
 
 
 class WriteHandler(BaseHTTPRequestHandler):
@@ -431,7 +432,7 @@ class WriteHandler(BaseHTTPRequestHandler):
         self._send(result.status, result.body, result.content_type)
 
     def _write(self, query: dict[str, list[str]], v1: bool) -> None:
-        self._authorize(query, v1)
+        identity = self._authorize(query, v1)
         precision = query.get("precision", ["ns"])[0] or "ns"
         if not v1 and precision not in V2_PRECISIONS:
             raise HttpError(
@@ -447,7 +448,17 @@ class WriteHandler(BaseHTTPRequestHandler):
         body = self._read_body()
         now_ns = time.time_ns()
         parsed = self.server.parse_pool.parse(body, precision, now_ns)
-        self.server.sink.write(parsed, body, precision)
+        refused = self.server.sink.write(parsed, body, precision, identity)
+        if refused:
+            # like malformed lines: the rest is stored; 403 says what was not and why
+            shown = "; ".join(refused[:10])
+            more = f" (and {len(refused) - 10} more)" if len(refused) > 10 else ""
+            errors = f", and {len(parsed.errors)} line(s) malformed" if parsed.errors else ""
+            raise HttpError(
+                HTTPStatus.FORBIDDEN,
+                "forbidden",
+                f"partial write: the rest of the batch is written; refused: {shown}{more}{errors}",
+            )
         if parsed.errors:
             shown = "; ".join(str(error) for error in parsed.errors[:10])
             more = f" (and {len(parsed.errors) - 10} more)" if len(parsed.errors) > 10 else ""
@@ -461,11 +472,15 @@ class WriteHandler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- request parts
 
-    def _authorize(self, query: dict[str, list[str]], v1: bool) -> None:
-        if not authorized(self.server.token, self.headers.get("Authorization", ""), query, v1):
+    def _authorize(self, query: dict[str, list[str]], v1: bool) -> Identity:
+        """Who the request's token names; 401 for none the collector knows."""
+        offered = offered_tokens(self.headers.get("Authorization", ""), query, v1)
+        identity = self.server.auth.identify(offered)
+        if identity is None:
             raise HttpError(
                 HTTPStatus.UNAUTHORIZED, "unauthorized", "unauthorized access", close=True
             )
+        return identity
 
     def _read_body(self) -> bytes:
         limit = self.server.max_body_bytes
@@ -588,14 +603,22 @@ class WriteHandler(BaseHTTPRequestHandler):
 # -------------------------------------------------------------------- process
 
 
-def read_token(path: str | None) -> str | None:
-    """The token in ``path`` (``netserve.tokens``), or None without a path."""
-    if path is None:
-        return None
+def authenticator_of(token_file: str | None, tokens_file: str | None) -> Authenticator:
+    """Who may write and read: ``--tokens-file``'s scoped tokens and ``--token-file``'s
+    single token (an admin: every writer may then rewrite every other's data, which the
+    warning says); a file that cannot be used exits with one line."""
     try:
-        return read_token_file(path)
+        auth = Authenticator(token_file=token_file, tokens_file=tokens_file)
     except TokenFileError as error:
         raise SystemExit(f"collector: {error}") from None
+    if token_file is not None:
+        log.warning(
+            "--token-file %s is one admin token: whoever holds it may write any host's "
+            "samples and any run's events; give agents and job users scoped tokens "
+            "(--tokens-file, `collector token add`, docs/deploy.md)",
+            token_file,
+        )
+    return auth
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -668,7 +691,8 @@ def run(args) -> int:
         level=os.environ.get("EPOCHSCOPE_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    token = read_token(args.token_file)
+    auth = authenticator_of(args.token_file, getattr(args, "tokens_file", None))
+    token = auth.required
     host, port = parse_listen(args.listen)
     backend = serve_spec(args.backend, getattr(args, "backend_auth_file", None))  # bad: exit 2
     try:
@@ -716,7 +740,7 @@ def run(args) -> int:
         server = CollectorServer(
             (host, port),
             Sink(store, forwarder),
-            token=token,
+            auth=auth,
             max_body_bytes=args.max_body_bytes,
             parse_pool=pool,
             limits=limits,

@@ -25,6 +25,12 @@ from collector.store.database import Database
 from contract.point import Point
 from contract.schema import Event, RunState, Tag, Workload
 
+# who created each run (netserve.tokens.Identity.name): made by the first scoped write, so a
+# file that never saw one stays readable by collectors before it
+RUN_OWNERS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS run_owners (run_id TEXT PRIMARY KEY, owner TEXT NOT NULL)"
+)
+
 
 class EventStore:
     """Runs, events and steps of one store file; the runs half of ``ReadStore``."""
@@ -42,6 +48,58 @@ class EventStore:
 
     def close(self) -> None:
         self.db.close()
+
+    def claim_runs(
+        self, conn: sqlite3.Connection, events: list[Point], writer: str, admin: bool
+    ) -> tuple[list[Point], list[str]]:
+        """In the caller's transaction: the events ``writer`` may write, and one line per
+        run it may not. A run belongs to the identity that wrote its first event (stamped
+        in ``run_owners``); an admin may write any run (claiming those nobody has)."""
+        if not events:
+            return events, []
+        conn.execute(RUN_OWNERS_TABLE)
+        run_ids = sorted({point.tags.get(Tag.RUN_ID, "") for point in events})
+        owners: dict[str, str] = {}
+        for start in range(0, len(run_ids), 500):
+            chunk = run_ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            owners.update(
+                conn.execute(
+                    f"SELECT run_id, owner FROM run_owners WHERE run_id IN ({marks})", chunk
+                ).fetchall()
+            )
+        unclaimed = [run_id for run_id in run_ids if run_id not in owners]
+        conn.executemany(
+            "INSERT INTO run_owners (run_id, owner) VALUES (?, ?)",
+            [(run_id, writer) for run_id in unclaimed],
+        )
+        owners.update((run_id, writer) for run_id in unclaimed)
+        refused = {run_id for run_id, owner in owners.items() if owner != writer and not admin}
+        if not refused:
+            return events, []
+        kept = [point for point in events if point.tags.get(Tag.RUN_ID, "") not in refused]
+        counts: dict[str, int] = {}
+        for point in events:
+            run_id = point.tags.get(Tag.RUN_ID, "")
+            if run_id in refused:
+                counts[run_id] = counts.get(run_id, 0) + 1
+        lines = [
+            f"run {run_id!r} belongs to {owners[run_id]}, not {writer}: "
+            f"its {count} event(s) refused"
+            for run_id, count in sorted(counts.items())
+        ]
+        return kept, lines
+
+    def owner(self, run_id: str) -> str | None:
+        """The identity that created ``run_id`` (``collector serve`` stamps it), or None."""
+        conn = self.db.read_conn()
+        try:
+            row = conn.execute(
+                "SELECT owner FROM run_owners WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        except sqlite3.OperationalError:  # a file no scoped write has reached
+            return None
+        return row[0] if row else None
 
     def insert(self, conn: sqlite3.Connection, events: list[Point]) -> None:
         """Add workload points in the caller's transaction (``Database.transaction``);

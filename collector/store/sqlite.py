@@ -12,7 +12,7 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from collector.lineprotocol import ParsedBody, parse_body
@@ -34,6 +34,7 @@ class WriteResult:
     points: int
     samples: int
     events: int
+    refused: list[str] = field(default_factory=list)  # runs another identity owns, one line each
 
 
 class SqliteStore:
@@ -143,21 +144,38 @@ class SqliteStore:
 
     # ---------------------------------------------------------------- writes
 
-    def write(self, parsed: ParsedBody) -> WriteResult:
-        """Store a parsed body in one transaction; committed when this returns."""
-        self._watched("write", lambda: self._write(parsed))
-        return WriteResult(parsed.points, parsed.samples, len(parsed.events))
+    def write(
+        self, parsed: ParsedBody, writer: str | None = None, admin: bool = True
+    ) -> WriteResult:
+        """Store a parsed body in one transaction; committed when this returns.
 
-    def _write(self, parsed: ParsedBody) -> None:
+        ``writer``: the identity writing (``netserve.tokens.Identity.name``): its events
+        go only to runs it created or nobody has (it is stamped as their owner), unless
+        it is an ``admin``; the events of other runs are left out and named in
+        ``WriteResult.refused``. None: no ownership is looked at (local writes)."""
+        events, refused = self._watched("write", lambda: self._write(parsed, writer, admin))
+        points = parsed.points - (len(parsed.events) - events)
+        return WriteResult(points, parsed.samples, events, refused)
+
+    def _write(self, parsed: ParsedBody, writer: str | None, admin: bool) -> tuple[int, list[str]]:
+        refused: list[str] = []
         try:
             with self.db.transaction() as conn:
                 if parsed.groups:
                     self.samples.insert_batch(conn, parsed.groups)
-                if parsed.events:
-                    self.event_store.insert(conn, parsed.events)
+                events = parsed.events
+                if events and writer is not None:
+                    events, refused = self.event_store.claim_runs(conn, events, writer, admin)
+                if events:
+                    self.event_store.insert(conn, events)
         except BaseException:
             self.samples.forget_ids()
             raise
+        return len(events), refused
+
+    def run_owner(self, run_id: str) -> str | None:
+        """Who created ``run_id`` through ``collector serve`` (its token's identity)."""
+        return self.event_store.owner(run_id)
 
     def write_lines(self, text: str, precision: str = "ns") -> ParsedBody:
         """Parse line protocol and store its valid lines; the parse result says what was bad."""

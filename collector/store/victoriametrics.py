@@ -91,7 +91,7 @@ class Forwarder:
         self.down_since: float | None = None  # monotonic time of the first failed write
         self.refused_writes = 0  # writes not forwarded during the present outage
 
-    def forward(self, parsed: ParsedBody, body: bytes, precision: str) -> None:
+    def forward(self, parsed: ParsedBody, body: bytes | None, precision: str) -> None:
         """Send the body's numeric lines; ``BackendError`` when VictoriaMetrics does not
         take them (the outage is logged once, not per write)."""
         try:
@@ -164,8 +164,9 @@ class Forwarder:
                 self.url,
             )
 
-    def _forward(self, parsed: ParsedBody, body: bytes, precision: str) -> None:
-        if parsed.errors or parsed.untimed_lines or parsed.events or b'"' in body:
+    def _forward(self, parsed: ParsedBody, body: bytes | None, precision: str) -> None:
+        # body None: some lines were left out (a token's scope), so what is left is encoded
+        if body is None or parsed.errors or parsed.untimed_lines or parsed.events or b'"' in body:
             payload = _encode_numeric(parsed).encode("utf-8")
             precision = "ns"
         else:
