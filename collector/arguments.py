@@ -118,6 +118,20 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argpar
         help="scoped tokens (`collector token add`): node tokens write their host's samples, "
         "run tokens the events of their own runs, admin tokens everything",
     )
+    serve.add_argument(
+        "--read-concurrency",
+        type=positive_int,
+        default=2,
+        help="read-API requests built at once (default %(default)s): the rest wait, so "
+        "that writes keep their CPU",
+    )
+    serve.add_argument(
+        "--read-queue",
+        type=positive_int,
+        default=8,
+        help="read-API requests that may wait for their turn (default %(default)s); beyond "
+        "it a read gets 503 with Retry-After",
+    )
     add_server_arguments(serve, "the write and read API")
     serve.add_argument(
         "--retention-days",

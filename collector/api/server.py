@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import NoReturn
@@ -20,6 +23,56 @@ class Answer:
     status: int
     body: bytes
     content_type: str
+
+
+class ReadsBusy(Exception):
+    """Every turn to build a read is taken and its queue full: answer 503 + Retry-After."""
+
+
+class ReadGate:
+    """At most ``concurrency`` read-API requests built at once, ``queue`` more waiting their
+    turn (for at most ``wait_seconds``), the rest refused at once (``ReadsBusy``).
+
+    Reads are CPU-bound Python: 40 at once on a store of 3,000 runs took every request
+    thread and the interpreter, and held writes up to 36 s (issue 44, item 8). Bounded,
+    they leave request threads and CPU to the writes, whose latency the agents' 10 s
+    timeout depends on. ``RETRY_AFTER_SECONDS`` is what a refused reader is told."""
+
+    RETRY_AFTER_SECONDS = 2
+
+    def __init__(self, concurrency: int = 2, queue: int = 8, wait_seconds: float = 30.0) -> None:
+        if concurrency < 1 or queue < 0:
+            raise ValueError("a read gate needs at least one turn and no negative queue")
+        self.concurrency = concurrency
+        self.queue = queue
+        self.wait_seconds = wait_seconds
+        self._turns = threading.Semaphore(concurrency)
+        self._admitted = threading.Semaphore(concurrency + queue)
+        self._refused_lock = threading.Lock()
+        self.refused = 0  # reads answered 503 since start
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        """Hold a turn for the block; ``ReadsBusy`` if none comes."""
+        if not self._admitted.acquire(blocking=False):
+            self._count_refusal()
+            raise ReadsBusy(
+                f"{self.concurrency} reads are being built and {self.queue} wait: try again shortly"
+            )
+        try:
+            if not self._turns.acquire(timeout=self.wait_seconds):
+                self._count_refusal()
+                raise ReadsBusy(f"no turn to build this read came in {self.wait_seconds:g} s")
+            try:
+                yield
+            finally:
+                self._turns.release()
+        finally:
+            self._admitted.release()
+
+    def _count_refusal(self) -> None:
+        with self._refused_lock:
+            self.refused += 1
 
 
 class QuietParser(Parser):

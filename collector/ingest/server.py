@@ -272,12 +272,15 @@ class CollectorServer:
         limits: ConnectionLimits | None = None,
         tls: ServerTls | None = None,
         auth: Authenticator | None = None,
+        read_gate: read_api.ReadGate | None = None,
     ) -> None:
-        """``token``: one admin token; ``auth``: the token files' (scoped tokens)."""
+        """``token``: one admin token; ``auth``: the token files' (scoped tokens);
+        ``read_gate``: how many read-API requests are built at once and wait."""
         self.socket = listening_socket(*address)  # OSError: collector.ingest.server.cannot_listen
         self.server_address = self.socket.getsockname()
         self.sink = sink
         self.auth = auth or Authenticator(token=token)
+        self.read_gate = read_gate or read_api.ReadGate()
         self.max_body_bytes = max_body_bytes
         self.parse_pool = parse_pool or ParsePool(1)
         self.started = datetime.now(UTC)
@@ -414,9 +417,18 @@ class WriteHandler(BaseHTTPRequestHandler):
         """``GET /api/v1/runs|report|scaling``: collector.api.server, behind the write token."""
         try:
             self._authorize(query, v1=False)
-            result = read_api.answer(view, query, self.server.read_store)
+            with self.server.read_gate.turn():
+                result = read_api.answer(view, query, self.server.read_store)
         except HttpError as error:
             self._send_error(error)
+            return
+        except read_api.ReadsBusy as busy:
+            retry = str(read_api.ReadGate.RETRY_AFTER_SECONDS)
+            self._send_json(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                {"code": "unavailable", "message": str(busy)},
+                headers={"Retry-After": retry},
+            )
             return
         except CLIENT_GONE:
             raise
@@ -736,11 +748,19 @@ def run(args) -> int:
             f"collector: --body-memory-bytes {limits.body_memory_bytes} is smaller than "
             f"--max-body-bytes {args.max_body_bytes}: no body that large could be read"
         )
+    read_concurrency = getattr(args, "read_concurrency", 2)
+    read_queue = getattr(args, "read_queue", 8)
+    if read_concurrency + read_queue >= limits.workers:
+        raise SystemExit(
+            f"collector: --read-concurrency {read_concurrency} + --read-queue {read_queue} "
+            f"would take all {limits.workers} request threads: writes need some"
+        )
     try:
         server = CollectorServer(
             (host, port),
             Sink(store, forwarder),
             auth=auth,
+            read_gate=read_api.ReadGate(read_concurrency, read_queue),
             max_body_bytes=args.max_body_bytes,
             parse_pool=pool,
             limits=limits,
