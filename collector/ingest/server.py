@@ -92,6 +92,7 @@ COMPACT_SECONDS = 30.0
 CHECKPOINT_SECONDS = 1.0  # how often the WAL is copied into the store file
 RETENTION_SECONDS = 3600.0  # how often retention runs
 _READ_CHUNK = 1 << 16
+START_LOCK_SECONDS = 5.0  # a start that cannot take the store's write lock in this long exits
 V2_PRECISIONS = ("ns", "us", "ms", "s")
 
 
@@ -722,6 +723,10 @@ def run(args) -> int:
     # prometheus=URL forwards nothing: pushed samples are stored here
     forwarding = backend is not None and backend.forwards_writes
     forwarder = Forwarder(backend.url, backend.authorization) if forwarding else None
+    locked = store.db.write_lock_wait(START_LOCK_SECONDS)
+    if locked:
+        store.close()
+        raise SystemExit(f"collector: {locked} (another collector serve on this file?)")
     store.set_samples_backend(backend.label if backend is not None else None)
     workers = args.parse_workers or min(os.cpu_count() or 1, 8)
     pool = ParsePool(workers)

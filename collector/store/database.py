@@ -280,6 +280,31 @@ class Database:
                     conn.execute("ROLLBACK")
                 raise
 
+    def write_lock_wait(self, seconds: float) -> str | None:
+        """Can a write take the store's write lock within ``seconds``? None if it can (the
+        lock is taken and let go at once, nothing written), else why not: another
+        process, or a write of this one, holds it."""
+        if not self._write_lock.acquire(timeout=seconds):
+            return f"a write of this collector has held the write lock for over {seconds:g} s"
+        try:
+            conn = self.write_conn()
+            conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("ROLLBACK")
+            except sqlite3.OperationalError as error:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                return (
+                    f"a write cannot take the write lock of {self.path} in {seconds:g} s "
+                    f"({error}): another process holds it"
+                )
+            finally:
+                conn.execute("PRAGMA busy_timeout = 30000")
+        finally:
+            self._write_lock.release()
+        return None
+
     def checkpoint(self) -> tuple[int, int]:
         """Copy the WAL's committed pages into the file (``PRAGMA wal_checkpoint(PASSIVE)``,
         on a connection of its own: writers go on meanwhile, readers are not waited for);

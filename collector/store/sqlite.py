@@ -27,6 +27,9 @@ T = TypeVar("T")
 # /health fails below this much free space where the file is: a fold or a merge needs room
 # for its new blocks before it frees the old ones, and a write for its batch
 MIN_FREE_BYTES = 1 << 20
+# /health fails when a write cannot take the write lock in this long (another process holds
+# it: the agents' writes would wait 30 s and fail; their timeout is 10 s)
+HEALTH_LOCK_SECONDS = 2.0
 
 
 @dataclass
@@ -87,8 +90,8 @@ class SqliteStore:
     def health(self) -> list[str]:
         """What keeps the store from taking writes or compacting now, one line each
         (empty when nothing does): the last write, compaction or retention pass failed
-        (until one succeeds again), the disk holding the file is full, or the file
-        cannot be read."""
+        (until one succeeds again), the disk holding the file is full, the file
+        cannot be read, or a write cannot take its write lock in ``HEALTH_LOCK_SECONDS``."""
         failures = dict(self._failures)  # (a copy: other threads update it)
         problems = [f"{what} failed: {message}" for what, message in failures.items()]
         try:
@@ -102,6 +105,12 @@ class SqliteStore:
             self.samples.hosts()
         except sqlite3.Error as error:
             problems.append(f"cannot read {self.path}: {error}")
+        try:
+            locked = self.db.write_lock_wait(HEALTH_LOCK_SECONDS)
+        except (sqlite3.Error, RuntimeError) as error:
+            locked = f"cannot take the write lock of {self.path}: {error}"
+        if locked:
+            problems.append(locked)
         return problems
 
     def _watched(self, what: str, operation: Callable[[], T]) -> T:
