@@ -108,10 +108,10 @@ class Sink:
 
     def write(
         self, parsed: ParsedBody, body: bytes | None, precision: str, identity: Identity = OPEN
-    ) -> list[str]:
-        """Store (or forward) what ``identity`` may write of ``parsed``; what it may not,
-        one line each (``collector.ingest.scopes``). ``body``: the lines as sent, None once
-        some were left out (the forwarder then encodes what is left)."""
+    ) -> tuple[int, list[str]]:
+        """Store (or forward) what ``identity`` may write of ``parsed``: the points stored,
+        and what it may not write, one line each (``collector.ingest.scopes``). ``body``:
+        the lines as sent, None once some were left out (the forwarder encodes the rest)."""
         allowed, refused = within_scope(identity, parsed)
         if refused:
             body = None
@@ -119,7 +119,7 @@ class Sink:
         with self._counts_lock:
             self.writes += 1
             self.points += stored
-        return refused + refused_runs
+        return stored, refused + refused_runs
 
     def _write(
         self, parsed: ParsedBody, body: bytes | None, precision: str, identity: Identity
@@ -461,16 +461,16 @@ class WriteHandler(BaseHTTPRequestHandler):
         body = self._read_body()
         now_ns = time.time_ns()
         parsed = self.server.parse_pool.parse(body, precision, now_ns)
-        refused = self.server.sink.write(parsed, body, precision, identity)
+        stored, refused = self.server.sink.write(parsed, body, precision, identity)
         if refused:
-            # like malformed lines: the rest is stored; 403 says what was not and why
-            shown = "; ".join(refused[:10])
-            more = f" (and {len(refused) - 10} more)" if len(refused) > 10 else ""
-            errors = f", and {len(parsed.errors)} line(s) malformed" if parsed.errors else ""
+            # like malformed lines: the rest is stored, and the message has the partial
+            # write's shape (the agent's shipper counts the lines not stored from it)
+            shown = "; ".join(refused[:10] + [str(e) for e in parsed.errors[:10]])
+            rejected = parsed.points - stored + len(parsed.errors)
             raise HttpError(
                 HTTPStatus.FORBIDDEN,
                 "forbidden",
-                f"partial write: the rest of the batch is written; refused: {shown}{more}{errors}",
+                f"partial write: {stored} points written, {rejected} line(s) rejected: {shown}",
             )
         if parsed.errors:
             shown = "; ".join(str(error) for error in parsed.errors[:10])

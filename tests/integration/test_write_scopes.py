@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.shipper import lines_rejected_in
 from bench.reliability import harness
 from collector.store import SqliteStore
 from netserve.tokens import read_tokens_file
@@ -119,7 +120,12 @@ def test_a_node_cannot_rewrite_another_nodes_job_counter(served):
     )
     assert status == 403
     assert error["code"] == "forbidden"
-    assert "host='node02'" in error["message"] and "node:node01" in error["message"]
+    # the partial write's shape, which the agent's shipper counts its dropped lines from
+    assert error["message"] == (
+        "partial write: 1 points written, 1 line(s) rejected: 1 point(s) of job "
+        "host='node02': node:node01 may write host='node01' only"
+    )
+    assert lines_rejected_in(error["message"]) == 1
     assert job_cpu(collector.db, "node02") == [5.0]  # the attack left no trace
     assert job_cpu(collector.db, "node01") == [3.0]  # its own line of the batch is stored
 
