@@ -82,7 +82,7 @@ from netserve.limits import ConnectionLimits
 from netserve.listen import ListenError
 from netserve.refusals import RefusalLog
 from netserve.tls import ServerTls, TlsConfigError, server_tls_of
-from netserve.tokens import OPEN, Authenticator, Identity, TokenFileError
+from netserve.tokens import OPEN, Authenticator, Identity, Scope, TokenFileError
 
 log = logging.getLogger("collector.ingest.server")
 
@@ -417,7 +417,14 @@ class WriteHandler(BaseHTTPRequestHandler):
     def _read_view(self, view: str, query: dict[str, list[str]]) -> None:
         """``GET /api/v1/runs|report|scaling``: collector.api.server, behind the write token."""
         try:
-            self._authorize(query, v1=False)
+            identity = self._authorize(query, v1=False)
+            if identity.scope == Scope.NODE:  # an agent's token writes; it never reads
+                raise HttpError(
+                    HTTPStatus.FORBIDDEN,
+                    "forbidden",
+                    f"{identity.name} is a node token: it writes its host's samples only "
+                    "(the read API takes run and admin tokens)",
+                )
             with self.server.read_gate.turn():
                 result = read_api.answer(view, query, self.server.read_store)
         except HttpError as error:

@@ -189,6 +189,25 @@ def test_tokens_added_and_revoked_take_effect_without_a_restart(served):
     eventually(collector, token, line, 401)
 
 
+def read(collector, token: str, path: str) -> int:
+    request = urllib.request.Request(
+        f"{collector.url}{path}", headers={"Authorization": f"Token {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_the_read_api_takes_run_and_admin_tokens_not_node_tokens(served):
+    collector, tokens, _ = served
+    assert read(collector, tokens["node01"], "/api/v1/runs") == 403
+    assert read(collector, tokens["alice"], "/api/v1/runs") == 200
+    assert read(collector, tokens["admin"], "/api/v1/runs") == 200
+    assert read(collector, "not-a-token", "/api/v1/runs") == 401
+
+
 def test_no_token_appears_in_the_log(served):
     collector, tokens, _ = served
     log = collector.log.read_text()
