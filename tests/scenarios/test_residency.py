@@ -15,7 +15,6 @@ in epoch 1 only. Wall times here, at load 9-15: 73-157 s a run; most of it is st
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -37,12 +36,11 @@ from tests.scenarios.conftest import (
     slurm_job_memory_group,
 )
 from tests.support.page_in import read_files
+from tests.support.real_runs import pad_jpegs
 from workloads.train.datasets import make_dataset
 from workloads.train.pagecache import evict
 
 TRAINING = ("--framework", "pytorch", "--np", "1", "--epochs", "2", "--image-size", "32")
-APP15 = b"\xff\xef"  # an application segment a JPEG reader reads and skips
-SEGMENT_BYTES = 65_000
 
 
 @pytest.fixture
@@ -88,28 +86,6 @@ def test_a_dropped_data_set_is_read_in_epoch_1_and_served_from_the_cache_after(
     assert evidence["dataset_cached_after_first_epoch_percent"] >= 99.0
     assert evidence["dataset_cached_start_percent_by_epoch"]["2"] >= 99.0
     assert warm["title"].startswith("Epoch 1 read the data set from storage")
-
-
-def pad_jpegs(root: Path, extra_bytes: int) -> None:
-    """Grow every picture by ``extra_bytes`` of APP15 segments after its start marker (as a
-    camera's metadata would), so reading it takes long while decoding it stays cheap; the
-    manifest's byte counts follow."""
-    filler = bytes(range(256)) * (SEGMENT_BYTES // 256 + 1)
-    for path in root.rglob("*.JPEG"):
-        picture = path.read_bytes()
-        segments = bytearray()
-        left = extra_bytes
-        while left > 0:
-            size = min(SEGMENT_BYTES, left)
-            segments += APP15 + (size + 2).to_bytes(2, "big") + filler[:size]
-            left -= size + 4
-        path.write_bytes(picture[:2] + bytes(segments) + picture[2:])
-    manifest_path = root / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    for split in ("train", "val"):
-        files = manifest[split]["files"]
-        manifest[split]["bytes"] = sum((root / name).stat().st_size for name in files)
-    manifest_path.write_text(json.dumps(manifest))
 
 
 def padded_set(data: Path) -> Path:

@@ -1,0 +1,184 @@
+"""The matrix's runs scored per rule as a classifier is: recall (fired where a case's label
+says it must), false alarms (fired where a label forbids it, or at warning/critical on a
+control, as a share of all runs), and for each true positive whether the cause it stated is
+the label's ("right cause"). Fit and held-out cases apart. Pure functions over the runs'
+results (bench/findings/runner.py writes them), so the arithmetic is unit-tested."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench.findings.matrix import Case, split_of
+
+RECALL_GOAL = 0.9
+FALSE_ALARM_GOAL = 0.02  # of all runs
+RIGHT_CAUSE_GOAL = 0.9
+ALARMING = frozenset({"warning", "critical"})  # an info finding on a control is no alarm
+
+
+@dataclass(frozen=True)
+class Fired:
+    """One finding a run's report gave: its rule, severity and its evidence's scalar values
+    (where a rule states its cause: ``cause``, ``verdict``)."""
+
+    rule: str
+    severity: str
+    title: str
+    evidence: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    case: str
+    repeat: int
+    status: str  # ok | failed | skipped
+    fired: tuple[Fired, ...] = ()
+    seconds: float = 0.0
+    error: str = ""
+
+
+def fired_from_report(report: Mapping[str, Any]) -> tuple[Fired, ...]:
+    """The findings of ``collector report --format json --findings``, their evidence kept to
+    its scalars (what a stated cause is written in)."""
+    return tuple(
+        Fired(
+            rule=finding["rule"],
+            severity=finding.get("severity", ""),
+            title=finding.get("title", ""),
+            evidence={
+                key: value
+                for key, value in (finding.get("evidence") or {}).items()
+                if isinstance(value, (str, int, float, bool)) or value is None
+            },
+        )
+        for finding in report.get("findings", [])
+    )
+
+
+@dataclass
+class RuleScore:
+    rule: str
+    split: str
+    labelled_runs: int = 0  # runs whose label says it must fire
+    hits: int = 0
+    cause_labelled_hits: int = 0  # true positives whose label names a cause
+    right_causes: int = 0
+    forbidden_runs: int = 0  # runs whose label forbids it
+    fired_forbidden: int = 0
+    fired_on_controls: int = 0  # warning/critical on a control not labelled otherwise
+    runs: int = 0  # all scored runs of the split
+
+    @property
+    def recall(self) -> float | None:
+        return self.hits / self.labelled_runs if self.labelled_runs else None
+
+    @property
+    def false_alarms(self) -> int:
+        return self.fired_forbidden + self.fired_on_controls
+
+    @property
+    def false_alarm_share(self) -> float | None:
+        return self.false_alarms / self.runs if self.runs else None
+
+    @property
+    def right_cause(self) -> float | None:
+        return self.right_causes / self.cause_labelled_hits if self.cause_labelled_hits else None
+
+    def meets_goals(self) -> bool:
+        return (
+            (self.recall is None or self.recall >= RECALL_GOAL)
+            and (self.false_alarm_share is None or self.false_alarm_share <= FALSE_ALARM_GOAL)
+            and (self.right_cause is None or self.right_cause >= RIGHT_CAUSE_GOAL)
+        )
+
+
+def score(results: Iterable[RunResult], cases: Mapping[str, Case]) -> dict[str, list[RuleScore]]:
+    """Per split (``fit``, ``held_out``, ``all``), a score per rule that was labelled or
+    fired, sorted by rule. Runs that failed or were skipped are not scored."""
+    scored = [r for r in results if r.status == "ok" and r.case in cases]
+    by_split: dict[str, dict[str, RuleScore]] = {"fit": {}, "held_out": {}, "all": {}}
+    for result in scored:
+        case = cases[result.case]
+        for split in (split_of(case.name), "all"):
+            table = by_split[split]
+            fired_rules = {f.rule for f in result.fired}
+            labelled = {expect.rule for expect in case.must_fire}
+            for rule in fired_rules | labelled | set(case.must_not):
+                table.setdefault(rule, RuleScore(rule, split))
+    for split, table in by_split.items():
+        runs = [r for r in scored if split in ("all", split_of(r.case))]
+        for rule_score in table.values():
+            rule_score.runs = len(runs)
+        for result in runs:
+            _count(result, cases[result.case], table)
+    return {
+        split: sorted(table.values(), key=lambda s: s.rule) for split, table in by_split.items()
+    }
+
+
+def _count(result: RunResult, case: Case, table: dict[str, RuleScore]) -> None:
+    fired_by_rule: dict[str, list[Fired]] = {}
+    for fired in result.fired:
+        fired_by_rule.setdefault(fired.rule, []).append(fired)
+    labelled = {expect.rule for expect in case.must_fire}
+    for expect in case.must_fire:
+        rule_score = table[expect.rule]
+        found = fired_by_rule.get(expect.rule, [])
+        rule_score.labelled_runs += 1
+        if not found:
+            continue
+        rule_score.hits += 1
+        if expect.cause_key is not None:
+            rule_score.cause_labelled_hits += 1
+            if any(expect.cause_is_right(f.evidence.get(expect.cause_key)) for f in found):
+                rule_score.right_causes += 1
+    for rule in case.must_not:
+        table[rule].forbidden_runs += 1
+        if rule in fired_by_rule:
+            table[rule].fired_forbidden += 1
+    if case.control:
+        for rule, found in fired_by_rule.items():
+            if rule in labelled or rule in case.must_not:
+                continue
+            if any(f.severity in ALARMING for f in found):
+                table[rule].fired_on_controls += 1
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def markdown_table(scores: list[RuleScore]) -> str:
+    lines = [
+        "| rule | runs labelled | recall | false alarms (forbidden + controls) / runs "
+        "| right cause | goals |",
+        "|---|---:|---:|---:|---:|:---:|",
+    ]
+    for s in scores:
+        alarms = f"{s.fired_forbidden} + {s.fired_on_controls} / {s.runs}"
+        share = s.false_alarm_share
+        alarms += f" ({share:.1%})" if share is not None else ""
+        cause = _ratio(s.right_cause)
+        if s.cause_labelled_hits:
+            cause += f" ({s.right_causes}/{s.cause_labelled_hits})"
+        recall = _ratio(s.recall)
+        if s.labelled_runs:
+            recall += f" ({s.hits}/{s.labelled_runs})"
+        lines.append(
+            f"| {s.rule} | {s.labelled_runs} | {recall} | {alarms} | {cause} "
+            f"| {'met' if s.meets_goals() else 'MISSED'} |"
+        )
+    return "\n".join(lines)
+
+
+def scores_json(scores: dict[str, list[RuleScore]]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        split: [
+            {**asdict(s), "recall": s.recall, "false_alarm_share": s.false_alarm_share,
+             "right_cause": s.right_cause, "meets_goals": s.meets_goals()}
+            for s in table
+        ]
+        for split, table in scores.items()
+    }  # fmt: skip
