@@ -21,9 +21,11 @@ the ranks send and what the collector shows; it depends on nothing but the stand
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from collections import defaultdict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -64,3 +66,62 @@ def startup_seconds(ranks: Iterable[tuple[Hashable, float, float]]) -> float | N
     for rank, step_seconds, timed_seconds in ranks:
         per_rank[rank] += max(step_seconds - timed_seconds, 0.0)
     return max(per_rank.values()) if per_rank else None
+
+
+@dataclass(frozen=True)
+class SampledStep:
+    """One ``step`` event of a rank: the step ended at ``time_ns`` after ``seconds``, its
+    global step number ``step`` (NaN when not sent) in ``epoch``."""
+
+    time_ns: int
+    images: float
+    seconds: float
+    epoch: float
+    step: float
+
+
+def sampled_step_spans(steps: Sequence[SampledStep]) -> list[tuple[float, float, float]]:
+    """The images each of one rank's step events (in time order) stands for, and the
+    wall-clock span they were processed in: ``(begin_ns, end_ns, images)`` per event.
+
+    Ranks send one step event every ``step_every`` steps (``--step-every``; the profiler
+    also each epoch's first), each with that one step's images and seconds; read alone, a
+    rate drawn from them is ``step_every`` times too low. So a step event stands for the
+    steps since the rank's previous event, numbered by ``step``:
+
+    - after an event of the same epoch: ``step - previous step`` steps, processed between
+      the two events (``[previous time, time]``, the steps not sent included);
+    - the first event of an epoch (or of the rank): as many steps as the rank's events are
+      usually apart (the median gap within its epochs), at most the steps since its previous
+      event, each as long as the sent one and not before the previous event;
+    - without a step number: the step itself, over ``[time - seconds, time]``.
+
+    An event without a positive duration gets ``begin_ns == end_ns`` (counted at its time).
+    """
+    gaps = [
+        later.step - earlier.step
+        for earlier, later in itertools.pairwise(steps)
+        if later.epoch == earlier.epoch and later.step > earlier.step
+    ]
+    usual_gap = statistics.median(gaps) if gaps else 1.0
+    spans: list[tuple[float, float, float]] = []
+    previous: SampledStep | None = None
+    for sent in steps:
+        images = sent.images if math.isfinite(sent.images) else 0.0
+        own = sent.seconds * 1e9 if sent.seconds > 0 else 0.0  # NaN > 0 is False
+        numbered = math.isfinite(sent.step) and (previous is None or math.isfinite(previous.step))
+        if not numbered:
+            spans.append((sent.time_ns - own, float(sent.time_ns), images))
+        elif previous is not None and previous.epoch == sent.epoch and sent.step > previous.step:
+            stands_for = sent.step - previous.step
+            begin = float(previous.time_ns) if own > 0 else float(sent.time_ns)
+            spans.append((begin, float(sent.time_ns), images * stands_for))
+        else:
+            since_previous = sent.step - previous.step if previous is not None else sent.step
+            stands_for = max(1.0, min(usual_gap, since_previous))
+            begin = sent.time_ns - own * stands_for
+            if previous is not None:
+                begin = max(begin, float(previous.time_ns))
+            spans.append((begin, float(sent.time_ns), images * stands_for))
+        previous = sent
+    return spans

@@ -20,8 +20,9 @@ dataclasses with a ``to_dict()``; nothing returns SQL rows or numpy arrays. Miss
     into at most ``max_points`` equal buckets. Counter rates are exact bucket averages
     (counter growth over the bucket / its length), gauges are time-weighted bucket means,
     images/s is the images the host's ranks processed in the bucket over its length, each
-    step's images spread evenly over the step's own ``seconds`` (``[time - seconds, time]``;
-    a step without a duration counts at its time). For live updates pass back
+    step event standing for the steps since its rank's previous one, their images spread
+    evenly over the span they took (``contract.throughput.sampled_step_spans``; a step
+    without a duration counts at its time). For live updates pass back
     ``next_since_ns`` and ``bucket_ns``: only buckets after it come back.
 ``run_timeseries(store, run_id, ...)``
     ``{host: HostSeries}`` for every host of the run, with one store read.

@@ -27,6 +27,7 @@ from collector.store.api import (
     WorkloadEvent,
 )
 from contract.schema import Event, Memory
+from contract.throughput import SampledStep, sampled_step_spans
 
 DEFAULT_MAX_POINTS = 500
 MIN_BUCKET_NS = NS_PER_SECOND  # the agent samples at 1 Hz: finer buckets add nothing
@@ -199,32 +200,59 @@ def step_images(
 ) -> np.ndarray:
     """Images processed in each bucket ``[start, end)``; NaN without step events.
 
-    A step event at ``t`` with ``seconds`` = s > 0 processed its images evenly over
-    ``[t - s, t]``: a bucket gets the share of them that falls in it. A step without a
-    positive duration counts at ``t`` (``closed_last``: the last bucket of a finished run
-    also takes a step at its very end).
+    Each step event stands for the steps since its rank's previous one and the span they
+    took (``contract.throughput.sampled_step_spans``: ranks send every ``step_every``-th
+    step), whose images are spread evenly over that span: a bucket gets the share of them
+    that falls in it. An event without a positive duration counts at its time
+    (``closed_last``: the last bucket of a finished run also takes one at its very end).
     """
     if not len(steps) or not starts.size:
         return np.full(starts.shape, np.nan)
-    times = steps.time_ns
-    images = np.nan_to_num(steps.images, nan=0.0)  # a step without a number adds nothing
-    seconds = steps.seconds
-    with np.errstate(invalid="ignore"):
-        spread = seconds > 0
     # buckets follow each other: their edges are the starts and the last end; times as
     # float nanoseconds from the first bucket are exact (far below 2**53)
     origin = int(starts[0])
     edges = np.concatenate((starts, ends[-1:])) - origin
+    begins, times, images = _sampled_spans(steps, origin)
+    spread = times > begins
     out = _ramp_amounts(
-        (times[spread] - origin).astype(np.float64),
-        seconds[spread] * NS_PER_SECOND,
+        times[spread],
+        times[spread] - begins[spread],
         images[spread],
         edges.astype(np.float64),
     )
     instant = ~spread
     if instant.any():
-        out += _instant_amounts(times[instant], images[instant], starts, ends, closed_last)
+        out += _instant_amounts(
+            times[instant].astype(np.int64) + origin, images[instant], starts, ends, closed_last
+        )
     return out
+
+
+def _sampled_spans(steps: StepTable, origin: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(begin, end, images) of every step event, each rank's in time order; begin and end
+    in nanoseconds from ``origin``."""
+    order = np.lexsort((steps.time_ns, steps.rank, steps.host_index))
+    rank_key = np.stack((steps.host_index[order], steps.rank[order]), axis=1)
+    cuts = np.flatnonzero(np.any(rank_key[1:] != rank_key[:-1], axis=1)) + 1
+    spans: list[tuple[float, float, float]] = []
+    for rows in np.split(order, cuts):
+        spans.extend(
+            sampled_step_spans(
+                [
+                    SampledStep(time_ns, images, seconds, epoch, step)
+                    for time_ns, images, seconds, epoch, step in zip(
+                        (steps.time_ns[rows] - origin).tolist(),
+                        steps.images[rows].tolist(),
+                        steps.seconds[rows].tolist(),
+                        steps.epoch[rows].tolist(),
+                        steps.step[rows].tolist(),
+                        strict=True,
+                    )
+                ]
+            )
+        )
+    table = np.array(spans, dtype=np.float64).reshape(-1, 3)
+    return table[:, 0], table[:, 1], table[:, 2]
 
 
 def _ramp_amounts(
