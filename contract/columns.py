@@ -223,6 +223,13 @@ SPEC: tuple[ReportColumn, ...] = (
             "Epoch edges (start, end) with no agent edge sample at them: the node amounts "
             "there are interpolated between two agent ticks (no agent answered the rank, or "
             "the Prometheus backend); empty when both edges are real readings", "epoch"),
+    _column("loss", "loss", "Loss", RATIO, 4,
+            "Training loss of the epoch: the mean over the run's ranks of each rank's mean "
+            "loss over its steps (their epoch_end events; the run's, the same on each host "
+            "row); – where the trainer sent none or it was NaN/Inf", "epoch"),
+    _column("top1", "top-1", "Top-1", RATIO, 4,
+            "Validation top-1 accuracy after the epoch (0-1), mean over the ranks (the "
+            "run's, the same on each host row); – without validation", "epoch"),
 )  # fmt: skip
 
 # an epoch's ``state``: defined in collector.analysis.epochs (``epoch_state``), written by

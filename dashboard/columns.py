@@ -65,6 +65,8 @@ EPOCH_COLUMNS: tuple[Column, ...] = (
             "seconds",
             "images",
             "images_per_second",
+            "loss",
+            "top1",
             "disk_read_mbps",
             "disk_read_ceiling_percent",
             "decode_ceiling_percent",

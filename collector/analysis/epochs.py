@@ -89,6 +89,9 @@ state                      ``complete``; ``running``: a rank of the host started
 interpolated_edges         the window's edges ("start", "end", "start,end") with no real node
                            reading at them: the node amounts there are interpolated between
                            the agent's ticks; "" when both edges are real edge samples
+loss, top1                 the epoch's training loss and validation top-1 from the run's
+                           learning curve (``collector.analysis.learning``): the run's, the
+                           same on each host row
 =========================  ==================================================================
 
 The ``*`` row of an epoch adds up the hosts that ran it:
@@ -112,6 +115,7 @@ A value that cannot be measured (no such device on the host, no samples in the w
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -122,7 +126,7 @@ from typing import Any
 
 import numpy as np
 
-from collector.analysis import anatomy, decode, residency, throughput
+from collector.analysis import anatomy, decode, learning, residency, throughput
 from collector.analysis.contention import TRAINING_CPU, epoch_cpu
 from collector.analysis.counters import (
     NS_PER_SECOND,
@@ -485,6 +489,8 @@ class EpochRow:
     fabric_ceiling_percent: float | None = None
     nfs_read_ceiling_percent: float | None = None
     interpolated_edges: str = ""  # "start", "end", "start,end": no edge sample there
+    loss: float | None = None  # collector.analysis.learning's curve: the run's, per epoch
+    top1: float | None = None
 
     @property
     def start(self) -> str:
@@ -843,7 +849,24 @@ def report_of(store: ReadStore, model: RunModel) -> EpochReport:
         ) * host_amounts.values.get(decode.DECODE_CORES, math.nan)
         host_amounts.images_per_second = host_rates.get(key, math.nan)
     ordered = with_all_hosts(amounts, epoch_rates)
-    return EpochReport(model.run_id, windows, rows_from_amounts(ordered), ordered, model)
+    return EpochReport(model.run_id, windows, with_learning(rows_from_amounts(ordered), model),
+                       ordered, model)  # fmt: skip
+
+
+def with_learning(rows: list[EpochRow], model: RunModel) -> list[EpochRow]:
+    """``rows`` with their epoch's loss and top-1 from the run's learning curve."""
+    curve = {epoch.epoch: epoch for epoch in learning.learning_curve(model)}
+    digits = {name: BY_NAME[name].digits for name in ("loss", "top1")}
+
+    def rounded(value: float | None, name: str) -> float | None:
+        return None if value is None else round(value, digits[name])
+
+    return [
+        dataclasses.replace(row, loss=rounded(epoch.loss, "loss"), top1=rounded(epoch.top1, "top1"))
+        if (epoch := curve.get(row.epoch)) is not None
+        else row
+        for row in rows
+    ]
 
 
 def with_all_hosts(
