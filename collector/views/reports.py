@@ -60,6 +60,34 @@ RUNS_KEYS = (
 )
 
 
+STORES_NAMED = 3  # at most this many of the run files beside a missing store are named
+
+
+def missing_store_hint(path: Path, args: argparse.Namespace) -> str:
+    """What to do when ``--db`` names no file: the SQLite files beside it (where `workloads
+    run` and `make demo` keep each run's store, ``runs/RUN_ID.sqlite``), the run's own
+    first, then the newest; with none, start a collector or ask one elsewhere."""
+    run_id = getattr(args, "run_id", None)
+    found = sorted(
+        (candidate for candidate in path.parent.glob("*.sqlite") if candidate.is_file()),
+        key=lambda candidate: candidate.stat().st_mtime,
+        reverse=True,
+    )
+    if isinstance(run_id, str):
+        found.sort(key=lambda candidate: candidate.stem != run_id)  # stable: newest next
+    if found:
+        named = ", ".join(str(candidate) for candidate in found[:STORES_NAMED])
+        more = f" and {len(found) - STORES_NAMED} more" if len(found) > STORES_NAMED else ""
+        return (
+            f"`workloads run` keeps each run in its own file: give --db {found[0]}"
+            f"; stores here, newest first: {named}{more}"
+        )
+    return (
+        f"start `collector serve --db {path}` first, or ask a collector elsewhere with "
+        "--collector URL --token-file FILE"
+    )
+
+
 def open_store(args: argparse.Namespace) -> ReadStore:
     """The SQLite file at ``--db``, or the store named by ``--backend`` (samples from it,
     runs and events from the ``--db`` file, where ``collector serve`` keeps them)."""
@@ -84,10 +112,7 @@ def open_store(args: argparse.Namespace) -> ReadStore:
         return open_backend_store(spec, events)
     path = Path(args.db)
     if not path.is_file():
-        raise CliError(
-            f"no store at {path} (start `collector serve --db {path}` first, or ask a "
-            "collector elsewhere with --collector URL --token-file FILE)"
-        )
+        raise CliError(f"no store at {path} ({missing_store_hint(path, args)})")
     from collector.store import SqliteStore
 
     store = SqliteStore(path)
