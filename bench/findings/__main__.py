@@ -28,10 +28,16 @@ SESSIONS = "sessions.json"  # under --out: each `run`'s machine and load at star
 
 
 def cpu_model() -> str:
+    """The CPU's model name with its family and model numbers (a virtual machine's name may
+    say only "AMD EPYC"; family 25 is Zen 3, 26 Zen 5)."""
+    fields: dict[str, str] = {}
     for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    name = fields.get("model name", "unknown CPU")
+    if "cpu family" in fields:
+        name += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
+    return name
 
 
 def load_average() -> str:
@@ -83,7 +89,8 @@ def report_command(args: argparse.Namespace) -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     RESULTS.mkdir(exist_ok=True)
-    stem = f"{datetime.now(UTC):%Y-%m-%d}-{re.sub(r'[^a-z0-9]+', '-', cpu_model().lower())}"
+    cpu = re.sub(r"[^a-z0-9]+", "-", cpu_model().lower())
+    stem = f"{datetime.now(UTC):%Y-%m-%d}-{cpu}"
     stem = stem.strip("-")
     (RESULTS / f"{stem}.md").write_text(text)
     runs = [json.loads(p.read_text()) for p in sorted(out.glob("*/r*/result.json"))]

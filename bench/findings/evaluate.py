@@ -39,19 +39,26 @@ class RunResult:
     error: str = ""
 
 
+def scalar_evidence(evidence: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A finding's evidence kept to its scalars (what a stated cause is written in), those
+    of nested objects under dotted keys (``worst.cause``); lists left out."""
+    kept: dict[str, Any] = {}
+    for key, value in evidence.items():
+        if isinstance(value, Mapping):
+            kept.update(scalar_evidence(value, f"{prefix}{key}."))
+        elif isinstance(value, (str, int, float, bool)) or value is None:
+            kept[f"{prefix}{key}"] = value
+    return kept
+
+
 def fired_from_report(report: Mapping[str, Any]) -> tuple[Fired, ...]:
-    """The findings of ``collector report --format json --findings``, their evidence kept to
-    its scalars (what a stated cause is written in)."""
+    """The findings of ``collector report --format json --findings``."""
     return tuple(
         Fired(
             rule=finding["rule"],
             severity=finding.get("severity", ""),
             title=finding.get("title", ""),
-            evidence={
-                key: value
-                for key, value in (finding.get("evidence") or {}).items()
-                if isinstance(value, (str, int, float, bool)) or value is None
-            },
+            evidence=scalar_evidence(finding.get("evidence") or {}),
         )
         for finding in report.get("findings", [])
     )

@@ -77,6 +77,8 @@ def bundled(framework: str, *more: str) -> tuple[str, ...]:
 # 16 pictures at 64 px padded to 2.5 MB each (45 MB): 30 s of reads at 1.5 MB/s, cheap to
 # decode (tests/scenarios/test_residency.py's set)
 PADDED = Data("pytorch", 16, 2, 64, pad_bytes=2_500_000)
+# 48 of them (120 MB): a third is more than the noise of the run's own memory
+PADDED_LARGER = Data("pytorch", 48, 2, 64, pad_bytes=2_500_000)
 READ_BOUND_TRAINING = ("--framework", "pytorch", "--np", "1", "--epochs", "2",
                        "--image-size", "32", "--batch-size", "2", "--loader-workers", "2",
                        "--warmup-steps", "2", "--step-every", "1", "--no-validate",
@@ -198,10 +200,10 @@ CASES: tuple[Case, ...] = (
         "memory-limit",
         "pytorch",
         "memory_limit",
-        must_fire=(Expect("dataset_evicted", "cause", frozenset({"memory_limit"})),),
+        must_fire=(Expect("dataset_evicted", "worst.cause", frozenset({"memory_limit"})),),
         must_not=("dataset_fits_in_memory", "dataset_cached_before_run"),
         training=READ_BOUND_TRAINING,
-        data=PADDED,
+        data=PADDED_LARGER,
         inject_options={"data_share": 1 / 3},
     ),
     # others' work on the node

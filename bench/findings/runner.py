@@ -23,7 +23,6 @@ from tests.support.real_runs import REPO, RunFailed
 
 DEFAULT_OUT = REPO / "runs" / "findings-eval"
 DEFAULT_TIMEOUT = 600.0
-MEMORY_ALLOWANCE_BYTES = 1_500_000_000  # the run's own processes, beside the page cache
 
 
 class NotRunnableHere(RuntimeError):
@@ -95,12 +94,26 @@ def cold_throttled_loop(case: Case, data: Path | None, work: Path) -> Iterator[I
 @contextmanager
 def memory_limit(case: Case, data: Path | None, work: Path) -> Iterator[Injected]:
     """A memory cgroup whose limit leaves the page cache room for ``data_share`` of the set
-    beside ``MEMORY_ALLOWANCE_BYTES`` for the run's own processes."""
+    beside what the run's own processes take: measured first by the same training in a
+    memory group without a limit (its peak usage less the page cache it left behind)."""
     assert data is not None
     data_bytes = sum(p.stat().st_size for p in real_runs.data_files(data))
-    limit = MEMORY_ALLOWANCE_BYTES + int(data_bytes * case.inject_options["data_share"])
     real_runs.drop_from_cache(data)
-    with real_runs.memory_limit(limit) as prefix:
+    with real_runs.memory_limit(None) as (group, prefix):
+        runs = work / "calibrate"
+        runs.mkdir(exist_ok=True)
+        command = real_runs.training_command(runs, "calibrate", *_with_data(case.training, data))
+        env = real_runs.repo_env(EPOCHSCOPE_DROP_METHOD="fadvise")
+        subprocess.run([*prefix, *command], check=True, capture_output=True, env=env,
+                       timeout=DEFAULT_TIMEOUT)  # fmt: skip
+        peak = int((group / "memory.max_usage_in_bytes").read_text())
+        processes_peak = peak - real_runs.memory_stat(group)["total_cache"]
+    limit = processes_peak + int(data_bytes * case.inject_options["data_share"])
+    (work / "memory_limit.json").write_text(
+        json.dumps({"processes_peak": processes_peak, "data_bytes": data_bytes, "limit": limit})
+    )
+    real_runs.drop_from_cache(data)
+    with real_runs.memory_limit(limit) as (_, prefix):
         yield Injected(prefix=prefix)
 
 
@@ -229,6 +242,9 @@ def read_result(path: Path) -> RunResult:
 
     record = json.loads(path.read_text())
     fired = tuple(Fired(**f) for f in record["fired"])
+    report = path.with_name("report.json")
+    if report.exists():  # read again: what a finding's evidence is scored on may have grown
+        fired = fired_from_report(json.loads(report.read_text()))
     return RunResult(record["case"], record["repeat"], record["status"], fired,
                      record["seconds"], record["error"])  # fmt: skip
 

@@ -318,15 +318,23 @@ def blkio_read_limit(name: str, path: Path, bytes_per_second: int):
 
 
 @contextmanager
-def memory_limit(limit_bytes: int) -> Iterator[tuple[str, ...]]:
+def memory_limit(limit_bytes: int | None) -> Iterator[tuple[Path, tuple[str, ...]]]:
     """A plain cgroup v1 memory group (as Docker or a pod sets; no Slurm) holding its
-    processes and their page cache to ``limit_bytes``; yields the command prefix."""
+    processes and their page cache to ``limit_bytes`` (None: no limit, to measure what a run
+    uses); yields (its directory, the command prefix that runs a command inside it)."""
     group = _new_group(MEMORY, "epochscope-limit")
     try:
-        (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
-        yield enter_group(group / "tasks")
+        if limit_bytes is not None:
+            (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+        yield group, enter_group(group / "tasks")
     finally:
         remove_group(group, MEMORY)
+
+
+def memory_stat(group: Path) -> dict[str, int]:
+    """A memory cgroup's ``memory.stat`` counters."""
+    pairs = (line.split() for line in (group / "memory.stat").read_text().splitlines())
+    return {name: int(value) for name, value in pairs}
 
 
 @contextmanager

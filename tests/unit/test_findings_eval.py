@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.findings.evaluate import Fired, RunResult, markdown_table, score
+from bench.findings.evaluate import Fired, RunResult, fired_from_report, markdown_table, score
 from bench.findings.matrix import CASES, HELD_OUT, Case, Expect, held_out_draw
 
 STORAGE = Expect("input_wait", "cause", frozenset({"storage"}))
@@ -92,6 +92,15 @@ def test_a_wrong_cause_is_named_by_what_it_must_not_be():
     assert loader.cause_is_right("loader") and loader.cause_is_right("unknown")
     assert not loader.cause_is_right("storage")
     assert STORAGE.cause_is_right("storage") and not STORAGE.cause_is_right(None)
+
+
+def test_a_cause_nested_in_the_evidence_is_read_under_a_dotted_key():
+    report = {"findings": [{"rule": "dataset_evicted", "severity": "warning", "title": "t",
+                            "evidence": {"epochs": [2], "worst": {"cause": "reclaim", "epoch": 2},
+                                         "dataset_files_bytes": 1.5}}]}  # fmt: skip
+    (found,) = fired_from_report(report)
+    assert found.evidence == {"worst.cause": "reclaim", "worst.epoch": 2,
+                              "dataset_files_bytes": 1.5}  # fmt: skip
 
 
 def test_the_held_out_split_is_the_seeded_draw_and_stable():
