@@ -47,6 +47,16 @@ def _positive(text: str) -> int:
     return value
 
 
+VALIDATION_SHARE = 0.1  # of the training images, when --val-images is not given
+
+
+def default_val_images(train_images: int) -> int:
+    """The validation images `dataset make` writes unless told: a tenth of the training
+    images, at least one, so `workloads run` reports top-1 and `workloads infer` has its
+    split (before, 0 made neither possible)."""
+    return max(1, round(train_images * VALIDATION_SHARE))
+
+
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -75,7 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--classes", type=_positive, default=10)
     make.add_argument("--image-size", type=_positive, default=224, help="side in pixels")
     make.add_argument("--out", required=True, type=Path)
-    make.add_argument("--val-images", type=_non_negative, default=0)
+    make.add_argument(
+        "--val-images",
+        type=_non_negative,
+        default=None,
+        help="validation images (default: 10%% of --images, at least 1; 0 for none)",
+    )
     make.add_argument("--shards", type=_positive, default=16, help="TFRecord files per split")
     make.add_argument("--seed", type=int, default=0)
     describe = dataset_commands.add_parser("describe", help="what a data set directory holds")
@@ -241,7 +256,9 @@ def _dataset(args: argparse.Namespace) -> int:
                 images=args.images,
                 classes=args.classes,
                 image_size=args.image_size,
-                val_images=args.val_images,
+                val_images=(
+                    default_val_images(args.images) if args.val_images is None else args.val_images
+                ),
                 shards=args.shards,
                 seed=args.seed,
             )

@@ -253,6 +253,14 @@ def run(args: argparse.Namespace) -> int:
     if args.profile and args.collector:
         _log("give --profile (a collector for this run) or --collector URL, not both")
         return 2
+    try:
+        from workloads.infer.images import check_splits
+        from workloads.train.datasets import describe
+
+        check_splits(describe(args.data_dir))
+    except DatasetError as error:
+        _log(str(error))
+        return 2
     if args.collector:
         from workloads.launch.preflight import CollectorUnusable, check_collector
 

@@ -34,6 +34,18 @@ def split_dir(info: DatasetInfo, split: str) -> Path:
     return Path(info.root) / ("train" if split == "train" else "val")
 
 
+def check_splits(info: DatasetInfo) -> None:
+    """Before any work: the data set is JPEG and has the validation pictures top-1 is
+    measured on (a data set made with ``--val-images 0`` has none)."""
+    val = split_dir(info, "val")
+    if info.val.images == 0 or not val.is_dir():
+        raise DatasetError(
+            f"{info.root} has no validation split ({val} is missing): workloads infer "
+            "measures top-1 on it; make the data set again with `workloads dataset make "
+            "--format jpeg ... --val-images N`"
+        )
+
+
 def load_split(
     info: DatasetInfo, split: str, image_size: int, limit: int | None = None, seed: int = 0
 ) -> Images:
