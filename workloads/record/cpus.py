@@ -26,6 +26,8 @@ from contract.cpulist import (  # noqa: F401 (the rank's quota readers, defined 
 from contract.schema import Workload
 
 OMP = "OMP_NUM_THREADS"
+# the compute threads the bundled MXNet trainer set in the program (MXNet has no getter)
+MXNET_THREADS_ENV = "EPOCHSCOPE_MXNET_THREADS"
 
 
 def parse_environ(data: bytes) -> dict[str, str]:
@@ -87,7 +89,7 @@ def framework_threads() -> tuple[int | None, int | None]:
         inter = threading.get_inter_op_parallelism_threads() or cpus
         return int(intra), int(inter)
     if "mxnet" in sys.modules:
-        value = os.environ.get(OMP, "").strip()
+        value = (os.environ.get(MXNET_THREADS_ENV) or os.environ.get(OMP, "")).strip()
         return (int(value) if value.isdigit() else cpus), None
     return None, None
 

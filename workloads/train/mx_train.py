@@ -12,6 +12,7 @@ import math
 import os
 import types
 
+from workloads.record.cpus import MXNET_THREADS_ENV
 from workloads.record.spec import RunSpec
 from workloads.train.placement import Placement, cpu_threads_per_rank, steps_per_epoch
 
@@ -61,6 +62,19 @@ def zero_init_last_batch_norms(net, gluon) -> int:
     for block in blocks:
         block.body[-1].gamma.init = "zeros"  # read when the deferred initialisation runs
     return len(blocks)
+
+
+def set_compute_threads(mx, threads: int) -> None:
+    """Compute with ``threads`` OpenMP threads, as the TensorFlow and PyTorch trainers set
+    theirs: the host's cores shared by its ranks. MXNet's default (one per core in every
+    rank) made the bundled 2-rank run on 2 cores trip the oversubscription warning (issue
+    45, item 5). Gluon has no setter; the C API's ``MXSetNumOMPThreads`` is one. The count
+    is left in ``MXNET_THREADS_ENV`` for the rank's ``run_start`` (workloads/record/cpus.py),
+    as MXNet has no getter either."""
+    import ctypes
+
+    mx.base.check_call(mx.base._LIB.MXSetNumOMPThreads(ctypes.c_int(threads)))
+    os.environ[MXNET_THREADS_ENV] = str(threads)
 
 
 def _context(mx, placement: Placement):
@@ -201,6 +215,7 @@ def run(spec: RunSpec, start_recorder):
     dist = hvd or _single_process()
     placement = Placement(dist.rank(), dist.size(), dist.local_rank(), dist.local_size())
     threads = min(spec.loader_workers, cpu_threads_per_rank(placement.local_size))
+    set_compute_threads(mx, cpu_threads_per_rank(placement.local_size))
     ctx = _context(mx, placement)
     dtype = "float16" if spec.precision == "fp16" else "float32"
     mx.random.seed(spec.seed)
