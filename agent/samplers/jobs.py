@@ -16,7 +16,16 @@ Where the jobs are (``<cgroup>`` is ``Roots.cgroup_root``, ``/sys/fs/cgroup``):
 A job is a ``job_<id>`` directory; ``<id>`` is taken as Slurm spells it (digits, or a
 letter-and-digit SLUID). A job whose directory is gone is not reported, and everything
 the sampler kept about it is dropped. The parse functions below are pure functions of
-text; the walk over the tree takes the root as a parameter.
+text (``/proc`` files through ``contract.procfs``); the walk over the tree takes the root
+as a parameter.
+
+What is trusted: the cgroup (which job, and v1's uid) and the kernel's uid of the job's
+processes over their environment, which any process may set. An environment is read only
+from a process whose ``SLURM_JOB_ID`` is its cgroup's job (a disagreement is logged
+once); ``SLURM_JOB_USER`` is stored only when it is the uid's name (or no uid is known);
+``SLURM_JOB_UID`` only when no process's uid is readable. The GPUs come from that
+environment alone (the sampler does not read the devices controller), so they are the
+job's own word, from a process that lies in the job's cgroup.
 
 A tick is cheap (docs/slurm.md, "Cost"): the scan for jobs is redone only when a directory
 it listed gained or lost an entry (``signature``), and every file read at each tick is
@@ -25,7 +34,6 @@ kept open and re-read with ``pread`` (``JobFiles``, ``FileBudget``).
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import pwd
@@ -36,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.samplers.base import PAGE_BYTES, ProcFile, Roots, read_text
+from contract import procfs
 from contract.point import Point
 from contract.schema import Job, JobInfo, Tag
 
@@ -147,21 +156,6 @@ def parse_pids(text: str) -> list[int]:
     return [int(line) for line in text.split() if line.isdigit()]
 
 
-def parse_proc_io(text: str) -> tuple[int, int]:
-    """``/proc/<pid>/io``: (read_bytes, write_bytes), what the process caused to be
-    fetched from or sent to storage. Raises KeyError without them."""
-    words = text.split()  # "name: value" lines
-    values = dict(zip(words[::2], words[1::2], strict=False))
-    return int(values["read_bytes:"]), int(values["write_bytes:"])
-
-
-def parse_proc_stat(text: str) -> tuple[int, int]:
-    """``/proc/<pid>/stat``: (ppid, starttime). The name, in parentheses, may hold
-    spaces and parentheses itself: the fields are counted after the last ')'."""
-    words = text[text.rindex(")") + 2 :].split()
-    return int(words[1]), int(words[19])
-
-
 def parse_status_uid(text: str) -> int | None:
     """``/proc/<pid>/status``: the real uid (first number of the ``Uid:`` line)."""
     for line in text.splitlines():
@@ -171,34 +165,17 @@ def parse_status_uid(text: str) -> int | None:
     return None
 
 
-def parse_environ(data: bytes) -> dict[str, str]:
-    """``/proc/<pid>/environ``: NUL-separated NAME=value."""
-    environment: dict[str, str] = {}
-    for entry in data.decode(errors="replace").split("\0"):
-        name, equals, value = entry.partition("=")
-        if equals and name:
-            environment[name] = value
-    return environment
-
-
 def job_of_cgroup_path(path: str) -> str | None:
-    """The Slurm job a cgroup path lies in: the ``job_<id>`` right under ``uid_<uid>``
-    (v1) or ``[<node>_]slurmstepd.scope`` (v2), else None (not a Slurm job)."""
-    parts = path.split("/")
-    for above, name in itertools.pairwise(parts):
-        match = _JOB_DIR.fullmatch(name)
-        if match and (_UID_DIR.fullmatch(above) or _STEPD_SCOPE.fullmatch(above)):
-            return match.group(1)
-    return None
+    """The Slurm job a cgroup path lies in, at Slurm's own places only
+    (:func:`contract.procfs.slurm_job_of_path`), else None."""
+    job = procfs.slurm_job_of_path(path)
+    return job.job_id if job is not None else None
 
 
 def parse_proc_cgroup_job(text: str) -> str | None:
-    """``/proc/<pid>/cgroup`` ("<id>:<controllers>:<path>" lines): the process's job."""
-    for line in text.splitlines():
-        job = job_of_cgroup_path(line.split(":", 2)[-1])
-        if job is not None:
-            return job
-    return None
+    """``/proc/<pid>/cgroup``: the process's Slurm job (:func:`contract.procfs.slurm_job`)."""
+    job = procfs.slurm_job(text)
+    return job.job_id if job is not None else None
 
 
 def gpus_from_environment(environment: dict[str, str]) -> list[str] | None:
@@ -402,7 +379,7 @@ def _parse(text: str | None, parse: Callable[[str], object]) -> object | None:
         return None
     try:
         return parse(text)
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, KeyError):
         return None
 
 
@@ -611,7 +588,7 @@ class JobsSampler:
         tags = {Tag.JOB_ID: job.job_id}
         if uid is not None:
             tags[Tag.UID] = str(uid)
-        user = environment.get("SLURM_JOB_USER") or (self._users(uid) if uid is not None else None)
+        user = trusted_user(uid, environment.get("SLURM_JOB_USER"), self._users)
         if user:
             tags[Tag.USER] = user
         for variable, tag in (
@@ -640,10 +617,10 @@ class JobsSampler:
         listed = set(pids)
         for pid in listed:
             stat_file, io_file = self._pid_files(pid, state)
-            stat = _parse(stat_file.read(), parse_proc_stat)
-            io = _parse(io_file.read(), parse_proc_io)
-            if isinstance(stat, tuple) and isinstance(io, tuple):
-                current[(pid, stat[1])] = ProcessIo(stat[0], io[0], io[1])
+            stat = _parse(stat_file.read(), procfs.parse_stat)
+            io = _parse(io_file.read(), procfs.parse_io)
+            if isinstance(stat, procfs.ProcStat) and isinstance(io, procfs.ProcIo):
+                current[(pid, stat.start)] = ProcessIo(stat.ppid, io.read_bytes, io.write_bytes)
         for pid in [pid for pid in state.pid_files if pid not in listed]:
             for file in state.pid_files.pop(pid):
                 self._budget.close(file)
@@ -668,8 +645,11 @@ class JobsSampler:
                 data = (self._proc / str(pid) / "environ").read_bytes()
             except OSError:
                 continue
-            environment = parse_environ(data)
-            if environment.get("SLURM_JOB_ID") == job_id:
+            environment = procfs.parse_environ(data)
+            said = environment.get("SLURM_JOB_ID")
+            if said is not None and said != job_id:
+                _warn_once(f"pid {pid} of job {job_id}'s cgroup says SLURM_JOB_ID={said}")
+            if said == job_id:
                 return {
                     name: value
                     for name, value in environment.items()
@@ -678,13 +658,38 @@ class JobsSampler:
         return None
 
     def _task_uid(self, pids: list[int], environment: dict[str, str]) -> int | None:
-        if environment.get("SLURM_JOB_UID", "").isdigit():
-            return int(environment["SLURM_JOB_UID"])
+        """The uid of the job's processes (the kernel's word); the environment's
+        ``SLURM_JOB_UID`` (any process may set it) only where no process is readable."""
         for pid in pids:
             uid = _read(self._proc / str(pid) / "status", parse_status_uid)
             if isinstance(uid, int):
                 return uid
+        if environment.get("SLURM_JOB_UID", "").isdigit():
+            return int(environment["SLURM_JOB_UID"])
         return None
+
+
+def trusted_user(
+    uid: int | None, environment_user: str | None, users: Callable[[int], str | None]
+) -> str | None:
+    """The job's user name: the uid's (from the cgroup or the processes); the
+    environment's ``SLURM_JOB_USER`` only where no uid is known (a name the uid's
+    cannot confirm is not stored; one that disagrees is logged once)."""
+    name = users(uid) if uid is not None else None
+    if name is None:
+        return environment_user if uid is None or environment_user is None else None
+    if environment_user and environment_user != name:
+        _warn_once(f"SLURM_JOB_USER={environment_user!r} disagrees with uid {uid} ({name!r})")
+    return name
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning("jobs sampler: %s; the cgroup's uid is kept", message)
 
 
 def _job_order(job_id: str) -> tuple[int, str]:

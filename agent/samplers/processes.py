@@ -4,10 +4,10 @@ Measurement ``process`` (``contract.schema.Process``): each sample, the top ``TO
 processes by CPU seconds and the top ``TOP`` by storage bytes (read + write) since the
 previous sample, one point each (a process in both lists once). Tags: ``pid``,
 ``command`` (``comm``), ``user`` (the real uid's name, when it resolves) and ``job_id``
-(the Slurm job whose cgroup holds it: a ``job_<id>`` component of a path in
-``/proc/<pid>/cgroup``, as ``agent.samplers.jobs`` finds jobs). Fields: the process's
-own counters (CPU seconds since it started, ``read_bytes``/``write_bytes``), the rates
-since the previous sample and the parent's pid.
+(the Slurm job whose cgroup holds it, at Slurm's own places in a path of
+``/proc/<pid>/cgroup`` only: ``contract.procfs.slurm_job``, the jobs sampler's rule).
+Fields: the process's own counters (CPU seconds since it started,
+``read_bytes``/``write_bytes``), the rates since the previous sample and the parent's pid.
 
 What a sample costs: one ``pread`` of ``/proc/<pid>/stat`` per process (utime, stime:
 the ranking by CPU), on a file kept open since the process was first seen (an open procfs
@@ -21,7 +21,9 @@ listing of /proc only when a pid was allocated since the last listings (``loadav
 last pid; otherwise the known processes are the live ones, less those whose read fails);
 ``/proc/<pid>/io`` (kept open too) only for the ``IO_CANDIDATES`` processes that used the
 most CPU since the previous sample (a process that did I/O made system calls); and
-``status`` (uid) and ``cgroup`` (job) once per reported process, kept while it lives. At
+``status`` (uid) and ``cgroup`` (job) when a process is first reported, and again when its
+``(comm)`` changed (an exec or a rename) or after ``RETAG_REPORTS`` reports (a move to
+another cgroup is seen within that many reports). At
 most a quarter of the soft open-file limit is kept open; beyond, files are opened at each
 read, with the same results.
 
@@ -45,14 +47,13 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import resource
 import unicodedata
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from agent.samplers.base import ProcFile, Roots
-from agent.samplers.jobs import parse_proc_io, parse_status_uid, user_name
+from agent.samplers.jobs import parse_proc_cgroup_job, parse_status_uid, user_name
+from contract import procfs
 from contract.point import Point
 from contract.schema import Process, Tag
 
@@ -60,45 +61,15 @@ log = logging.getLogger(__name__)
 
 TOP = 5  # processes per list (CPU, storage I/O)
 IO_CANDIDATES = 32  # the most CPU-active processes whose /proc/<pid>/io is read
-_JOB_IN_PATH = re.compile(r"/job_([0-9A-Za-z]+)(?:/|$)")
+RETAG_REPORTS = 30  # a reported process's user and job are read again after this many reports
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 NS_PER_SECOND = 1_000_000_000
 
 
-@dataclass(frozen=True)
-class PidStat:
-    """What one ``/proc/<pid>/stat`` line tells: the name, the parent, CPU ticks (user +
-    system) and the start time (ticks after boot; with the pid, the process's identity)."""
-
-    command: str
-    ppid: int
-    ticks: int
-    start: int
-
-
-def parse_pid_stat(text: str) -> PidStat:
-    """``/proc/<pid>/stat``. The name, in parentheses, may hold spaces and parentheses
-    itself: it runs to the *last* ')'. Raises ValueError on a damaged line."""
-    opening, closing = text.find("("), text.rfind(")")
-    if opening < 0 or closing < opening:
-        raise ValueError("no (comm) in stat")
-    words = text[closing + 2 :].split()
-    if len(words) < 20:
-        raise ValueError("short stat line")
-    # after the name: state ppid pgrp ... utime(12) stime(13) ... starttime(20), from 1
-    return PidStat(text[opening + 1 : closing], int(words[1]), int(words[11]) + int(words[12]),
-                   int(words[19]))  # fmt: skip
-
-
-def parse_cgroup_job_id(text: str) -> str | None:
-    """The Slurm job of a process from ``/proc/<pid>/cgroup`` (``id:controllers:path``
-    lines, v1 and v2): the id of the first ``job_<id>`` path component, or None."""
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
-        match = _JOB_IN_PATH.search(path)
-        if match:
-            return match.group(1)
-    return None
+def stat_name(data: bytes) -> bytes:
+    """The ``(comm)`` of a ``/proc/<pid>/stat`` line, as bytes: compared at each report to
+    see a rename or an exec without decoding the line."""
+    return data[data.find(b"(") + 1 : data.rfind(b")")]
 
 
 def clean_command(command: str) -> str:
@@ -131,7 +102,7 @@ def _words_after_name(data: bytes, needed: int) -> list[bytes]:
 
 def pid_stat_counters(data: bytes) -> tuple[int, int, int]:
     """The numbers of a ``/proc/<pid>/stat`` line read every tick, as bytes: (ppid, CPU
-    ticks (utime + stime), start time); what :func:`parse_pid_stat` gives, without the
+    ticks (utime + stime), start time); what :func:`contract.procfs.parse_stat` gives, without the
     name and without decoding. Raises ValueError on a damaged line."""
     words = _words_after_name(data, 20)
     return int(words[1]), int(words[11]) + int(words[12]), int(words[19])
@@ -184,10 +155,12 @@ class _Process:
         "io_fd",
         "key",
         "one_thread",
+        "reports",
         "runtime",
         "runtime_fd",
         "stat",
         "stat_fd",
+        "tagged_name",
         "tags",
         "ticks",
     )
@@ -204,7 +177,9 @@ class _Process:
         self.one_thread = False
         self.io_fd: int | None = None
         self.io: tuple[int, int] | None = None  # the last (read_bytes, write_bytes) read
-        self.tags: dict[str, str] | None = None  # filled once, when first reported
+        self.tags: dict[str, str] | None = None  # filled when first reported, and again
+        self.tagged_name = b""  # when the (comm) they were read with changes (exec, rename)
+        self.reports = 0  # or after RETAG_REPORTS reports (a move to another cgroup)
 
 
 class ProcessesSampler:
@@ -445,7 +420,8 @@ class ProcessesSampler:
             if fd != process.io_fd:
                 os.close(fd)
         try:
-            return parse_proc_io(data.decode(errors="replace"))
+            io = procfs.parse_io(data.decode(errors="replace"))
+            return io.read_bytes, io.write_bytes
         except (ValueError, KeyError):
             return None
 
@@ -457,8 +433,11 @@ class ProcessesSampler:
         seconds: float,
         now_ns: int,
     ) -> Point:
-        if process.tags is None:
+        name = stat_name(process.stat)
+        if process.tags is None or name != process.tagged_name or process.reports >= RETAG_REPORTS:
             process.tags = self._tags(process.key[0], process.stat)
+            process.tagged_name, process.reports = name, 0
+        process.reports += 1
         fields: dict[str, int | float] = {
             Process.CPU_SECONDS: process.ticks / self._ticks_per_second,
             Process.CPU_SECONDS_PER_SECOND: ticks / self._ticks_per_second / seconds,
@@ -482,7 +461,7 @@ class ProcessesSampler:
         return name
 
     def _tags(self, pid: int, stat: bytes) -> dict[str, str]:
-        command = parse_pid_stat(stat.decode(errors="replace")).command
+        command = procfs.parse_stat(stat.decode(errors="replace")).command
         tags = {Tag.PID: str(pid), Tag.COMMAND: clean_command(command) or "?"}
         status = _read_small(f"{self._proc}/{pid}/status")
         uid = parse_status_uid(status) if status is not None else None
@@ -490,7 +469,7 @@ class ProcessesSampler:
         if user:
             tags[Tag.USER] = clean_command(user)
         cgroup = _read_small(f"{self._proc}/{pid}/cgroup")
-        job_id = parse_cgroup_job_id(cgroup) if cgroup is not None else None
+        job_id = parse_proc_cgroup_job(cgroup) if cgroup is not None else None
         if job_id:
             tags[Tag.JOB_ID] = job_id
         return tags

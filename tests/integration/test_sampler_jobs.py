@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -27,12 +28,11 @@ from agent.samplers.jobs import (
     gpus_from_environment,
     parse_blkio,
     parse_cpu_list,
-    parse_environ,
     parse_io_stat,
     parse_limit,
-    parse_proc_io,
-    parse_proc_stat,
+    trusted_user,
 )
+from contract.procfs import parse_environ, parse_io, parse_stat
 from contract.schema import Job, JobInfo, Kind
 from tests.conftest import SHARED
 
@@ -225,16 +225,17 @@ def test_parse_io_stat_sums_devices():
 
 def test_parse_proc_stat_with_parentheses_in_the_name():
     text = "4242 (a) b (c)) S 17 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 0 0\n"
-    assert parse_proc_stat(text) == (17, 987654)
-    ppid, start = parse_proc_stat(Path(f"/proc/{os.getpid()}/stat").read_text())
-    assert ppid == os.getppid() and start > 0
+    stat = parse_stat(text)
+    assert (stat.command, stat.ppid, stat.start) == ("a) b (c)", 17, 987654)
+    own = parse_stat(Path(f"/proc/{os.getpid()}/stat").read_text())
+    assert own.ppid == os.getppid() and own.start > 0
 
 
 def test_parse_proc_io_of_this_process():
-    read, write = parse_proc_io(Path("/proc/self/io").read_text())
-    assert read >= 0 and write >= 0
+    io = parse_io(Path("/proc/self/io").read_text())
+    assert io.rchar > 0 and io.read_bytes >= 0 and io.write_bytes >= 0
     with pytest.raises(KeyError):
-        parse_proc_io("rchar: 1\n")
+        parse_io("rchar: 1\n")
 
 
 def test_environment_and_gpus():
@@ -308,17 +309,18 @@ def test_process_io_and_environment_of_live_processes(tmp_path):
         (task / "cgroup.procs").write_text("".join(f"{c.pid}\n" for c in children))
         sampler = JobsSampler(Roots(Path("/proc"), Path("/sys"), tmp_path / "cg"))
         first = sampler.sample(1)
-        ios = [parse_proc_io(Path(f"/proc/{c.pid}/io").read_text()) for c in children]
+        ios = [parse_io(Path(f"/proc/{c.pid}/io").read_text()) for c in children]
         usage = by_job(first, Job.NAME)["31"].fields
-        assert usage[Job.PROCESS_WRITE_BYTES] == sum(w for _, w in ios)
+        assert usage[Job.PROCESS_WRITE_BYTES] == sum(io.write_bytes for io in ios)
         assert usage[Job.PROCESS_WRITE_BYTES] >= 2 << 20  # 1 MiB each, fsynced
-        assert usage[Job.PROCESS_READ_BYTES] == sum(r for r, _ in ios)
+        assert usage[Job.PROCESS_READ_BYTES] == sum(io.read_bytes for io in ios)
         assert usage[Job.PROCESSES] == 2.0
         info = by_job(first, JobInfo.NAME)["31"]
         assert info.tags == {
             "job_id": "31",
             "uid": str(os.getuid()),
-            "user": "alice",
+            # the environment says alice; the cgroup's uid is this user's: the uid wins
+            "user": pwd.getpwuid(os.getuid()).pw_name,
             "account": "physics",
             "partition": "gpu",
             "gpus": "1,3",
@@ -329,9 +331,9 @@ def test_process_io_and_environment_of_live_processes(tmp_path):
         children[0].wait()
         (task / "cgroup.procs").write_text(f"{children[1].pid}\n")
         second = by_job(sampler.sample(2), Job.NAME)["31"].fields
-        still = parse_proc_io(Path(f"/proc/{children[1].pid}/io").read_text())
-        assert second[Job.PROCESS_WRITE_BYTES] == ios[0][1] + still[1]
-        assert second[Job.PROCESS_READ_BYTES] == ios[0][0] + still[0]
+        still = parse_io(Path(f"/proc/{children[1].pid}/io").read_text())
+        assert second[Job.PROCESS_WRITE_BYTES] == ios[0].write_bytes + still.write_bytes
+        assert second[Job.PROCESS_READ_BYTES] == ios[0].read_bytes + still.read_bytes
         assert second[Job.PROCESSES] == 1.0
     finally:
         for child in children:
@@ -407,3 +409,12 @@ def test_a_jobs_pages_reclaimed_by_its_memory_limit_and_read_again_are_its_refau
             reader.wait()
         for directory in (job, job.parent, slurm):
             directory.rmdir()
+
+
+def test_the_user_name_is_the_uids_not_the_environments():
+    names = {0: "root", 1000: "alice"}.get
+    assert trusted_user(1000, "alice", names) == "alice"
+    assert trusted_user(1000, "root", names) == "alice"  # disagrees: the uid's name
+    assert trusted_user(1000, None, names) == "alice"
+    assert trusted_user(4242, "mallory", names) is None  # unresolved uid: not confirmed
+    assert trusted_user(None, "bob", names) == "bob"  # no uid known: the only source

@@ -19,17 +19,17 @@ import pytest
 
 from agent.samplers import SAMPLER_NAMES, make_sampler
 from agent.samplers.base import Roots
+from agent.samplers.jobs import parse_proc_cgroup_job as parse_cgroup_job_id
 from agent.samplers.processes import (
     ProcessesSampler,
     clean_command,
-    parse_cgroup_job_id,
     parse_loadavg_last_pid,
-    parse_pid_stat,
     pid_stat_counters,
     pid_stat_ticks_threads,
     top_keys,
 )
 from contract.point import encode_line
+from contract.procfs import parse_stat as parse_pid_stat
 from contract.schema import Process, Tag
 
 FIXTURES = Path("/work/shared/fixtures")
