@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     if ranks == 0 and not failed_early:
         print(f"workloads: no training was seen in `{shown}`: {NO_LOOP_HINT}", file=sys.stderr)
     if interrupted is not None:
-        print(f"profile {run_id} stopped by {interrupted}: marked failed", flush=True)
+        print(f"profile {run_id} stopped by {interrupted}: marked interrupted", flush=True)
     elif failed_early:
         print(f"workloads: `{shown}` failed: it exited with status {status} before any "
               "training was seen", file=sys.stderr)  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import sys
 import traceback
+from pathlib import Path
 
 from contract.schema import RunState, Workload
 from workloads.launch.preflight import UNDELIVERED_EXIT, resend_command
@@ -153,9 +154,19 @@ def run_rank(spec: RunSpec) -> int:
     return status
 
 
+def holds_events(spool: Path) -> bool:
+    """The spool directory exists and holds a non-empty segment."""
+    return spool.is_dir() and any(p.is_file() and p.stat().st_size for p in spool.rglob("*"))
+
+
 def undelivered_message(spec: RunSpec, rank: int) -> str:
     """Where a rank's undelivered events wait, and the command that delivers them."""
     spool = spec.spool_dir(rank)
+    if not holds_events(spool):  # none reached the disk (or they were sent after all)
+        return (
+            f"rank {rank}: events not delivered to {spec.collector_url}, and none kept on "
+            "disk to resend"
+        )
     command = resend_command(spool, spec.collector_url or "URL", spec.resend_token_file)
     with_token = ""
     if spec.resend_token_file is None and token_from_env():
