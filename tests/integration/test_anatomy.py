@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from contract import procfs
 from contract.schema import Workload
 from workloads.record.anatomy import (
     ProcessIo,
@@ -21,8 +22,6 @@ from workloads.record.anatomy import (
     StepMarks,
     covered,
     descendants,
-    parse_ppid,
-    parse_proc_io,
     split_step,
 )
 from workloads.record.events import EventWriter, MemorySink
@@ -188,8 +187,10 @@ def test_parse_proc_io_and_stat():
         "rchar: 4096\nwchar: 10\nsyscr: 3\nsyscw: 1\nread_bytes: 512\n"
         "write_bytes: 0\ncancelled_write_bytes: 0\n"
     )
-    assert parse_proc_io(text) == ProcessIo(rchar=4096, read_bytes=512)
-    assert parse_ppid("42 (a (weird) name) S 7 42 42 0 -1") == 7
+    io = procfs.parse_io(text)
+    assert ProcessIo(io.rchar, io.read_bytes) == ProcessIo(rchar=4096, read_bytes=512)
+    line = "42 (a (weird) name) S 7 42 42 0 -1 4194560 1 0 0 0 3 1 0 0 20 0 1 0 9876 0 0"
+    assert procfs.parse_stat(line).ppid == 7
 
 
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/<pid>/io")

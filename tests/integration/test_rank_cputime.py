@@ -8,8 +8,9 @@ import subprocess
 import sys
 import time
 
+from contract import procfs
 from contract.schema import Event, Workload
-from workloads.record.cputime import ProcessTreeCpu, parse_stat_ticks
+from workloads.record.cputime import ProcessTreeCpu
 from workloads.record.events import EventWriter, MemorySink
 from workloads.record.timing import Recorder
 
@@ -20,7 +21,8 @@ SPIN_FOR = "import time\nend = time.process_time() + float(__import__('sys').arg
 
 def test_parse_stat_ticks_adds_own_and_reaped_children_time():
     line = "42 (a (b) c) S 7 42 42 0 -1 4194560 100 0 0 0 300 40 25 5 20 0 1 0 99 1 1\n"
-    assert parse_stat_ticks(line) == 300 + 40 + 25 + 5
+    stat = procfs.parse_stat(line)
+    assert stat.ticks + stat.children_ticks == 300 + 40 + 25 + 5
 
 
 def test_the_tree_counts_live_children_and_reaped_ones():

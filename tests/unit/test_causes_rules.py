@@ -21,10 +21,10 @@ from collector.findings.causes import (
 from collector.findings.evidence import PartChange, ScalingAttribution, evidence_json
 from collector.findings.words import threads_text, words
 from contract.cpulist import format_cpu_list, parse_cpu_list
+from contract.procfs import parse_environ
 from workloads.record.cpus import (
     cgroup_v1_cpu_path,
     launcher_name,
-    parse_environ,
     quota_cpus,
     threads_source,
 )

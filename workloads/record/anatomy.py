@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contract import procfs
+
 
 @dataclass
 class StepMarks:
@@ -181,23 +183,6 @@ class ProcessIo:
         return ProcessIo(self.rchar - other.rchar, self.read_bytes - other.read_bytes)
 
 
-def parse_proc_io(text: str) -> ProcessIo:
-    """``/proc/<pid>/io`` (``rchar: 123`` lines)."""
-    values: dict[str, int] = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if value.strip().isdigit():
-            values[name.strip()] = int(value)
-    return ProcessIo(values.get("rchar", 0), values.get("read_bytes", 0))
-
-
-def parse_ppid(stat_text: str) -> int | None:
-    """The parent pid from ``/proc/<pid>/stat`` (the name in parentheses may hold spaces)."""
-    _, _, rest = stat_text.rpartition(")")
-    fields = rest.split()
-    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
-
-
 def children(pid: int, proc: Path = Path("/proc")) -> list[int] | None:
     """``pid``'s children from ``/proc/<pid>/task/*/children`` (a few bytes per thread),
     or None where the kernel has no such files (CONFIG_PROC_CHILDREN off)."""
@@ -234,11 +219,10 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            parent = parse_ppid((entry / "stat").read_text())
-        except OSError:  # gone meanwhile
+            parent = procfs.parse_stat((entry / "stat").read_text()).ppid
+        except (OSError, ValueError):  # gone meanwhile
             continue
-        if parent is not None:
-            parents.setdefault(parent, []).append(int(entry.name))
+        parents.setdefault(parent, []).append(int(entry.name))
     found, queue = [], [pid]
     while queue:
         for child in parents.get(queue.pop(), []):
@@ -259,22 +243,25 @@ class ProcessTreeIo:
         self.own_reads = ProcessIo()
 
     def _read(self, pid: int) -> ProcessIo:
-        return parse_proc_io((self.proc / str(pid) / "io").read_text())
+        """Raises OSError where the file cannot be read, KeyError where the kernel
+        keeps no storage counts in it (no task I/O accounting)."""
+        io = procfs.parse_io((self.proc / str(pid) / "io").read_text())
+        return ProcessIo(io.rchar, io.read_bytes)
 
     def __call__(self) -> ProcessIo | None:
         try:
             before = self._read(self.pid)
-        except OSError:
+        except (OSError, KeyError):
             return None
         below = ProcessIo()
         for child in descendants(self.pid, self.proc):
             try:
                 below = below + self._read(child)
-            except OSError:  # exited: its counts are in ours once we reap it
+            except (OSError, KeyError):  # exited: its counts are in ours once we reap it
                 continue
         try:
             after = self._read(self.pid)
-        except OSError:
+        except (OSError, KeyError):
             return None
         self.own_reads = self.own_reads + (after - before)
         return after - self.own_reads + below

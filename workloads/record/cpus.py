@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from contract import procfs
 from contract.cpulist import (  # noqa: F401 (the rank's quota readers, defined there)
     cgroup_quota,
     cgroup_v1_cpu_path,
@@ -28,16 +29,6 @@ from contract.schema import Workload
 OMP = "OMP_NUM_THREADS"
 # the compute threads the bundled MXNet trainer set in the program (MXNet has no getter)
 MXNET_THREADS_ENV = "EPOCHSCOPE_MXNET_THREADS"
-
-
-def parse_environ(data: bytes) -> dict[str, str]:
-    """``/proc/<pid>/environ``: NUL-separated ``NAME=value`` pairs."""
-    out = {}
-    for item in data.split(b"\0"):
-        name, sep, value = item.partition(b"=")
-        if sep:
-            out[name.decode(errors="replace")] = value.decode(errors="replace")
-    return out
 
 
 def launcher_name(cmdline: bytes) -> str:
@@ -115,7 +106,8 @@ def cpu_fields(
     if threads is not None:
         parent = proc / str(os.getppid())
         try:
-            parent_environ: dict[str, str] | None = parse_environ((parent / "environ").read_bytes())
+            environ_data = (parent / "environ").read_bytes()
+            parent_environ: dict[str, str] | None = procfs.parse_environ(environ_data)
             name = launcher_name((parent / "cmdline").read_bytes())
         except OSError:
             parent_environ, name = None, "the parent process"

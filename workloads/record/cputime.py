@@ -14,14 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from contract import procfs
 from workloads.record.anatomy import descendants
-
-
-def parse_stat_ticks(text: str) -> int:
-    """utime + stime + cutime + cstime of a ``/proc/<pid>/stat`` line, in clock ticks (the
-    name in parentheses may hold spaces: fields are counted after the last ')')."""
-    words = text[text.rindex(")") + 2 :].split()
-    return sum(int(word) for word in words[11:15])
 
 
 class ProcessTreeCpu:
@@ -34,7 +28,9 @@ class ProcessTreeCpu:
         self.ticks_per_second = os.sysconf("SC_CLK_TCK")
 
     def _ticks(self, pid: int) -> int:
-        return parse_stat_ticks((self.proc / str(pid) / "stat").read_text())
+        # utime + stime + cutime + cstime: a reaped child's time is its parent's
+        stat = procfs.parse_stat((self.proc / str(pid) / "stat").read_text())
+        return stat.ticks + stat.children_ticks
 
     def __call__(self) -> float | None:
         try:
