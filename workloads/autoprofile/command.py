@@ -15,6 +15,7 @@ import argparse
 import importlib.util
 import os
 import shlex
+import socket
 import sys
 from pathlib import Path
 
@@ -96,6 +97,35 @@ def command_of(args: argparse.Namespace) -> list[str]:
     return command
 
 
+def collector_refusal(url: str, token_file: Path | None) -> str | None:
+    """Why the collector at ``url`` cannot take this run's events with the token in
+    ``token_file`` (down, not a collector, the token missing or refused), from one empty
+    write as `workloads run --collector` sends; None when it can."""
+    from workloads.launch.preflight import CollectorUnusable, check_collector
+
+    token = token_file.read_text().strip() if token_file is not None else None
+    source = f"--token-file {token_file}" if token_file is not None else ""
+    try:
+        check_collector(url, token, source, socket.gethostname())
+    except CollectorUnusable as error:
+        return str(error)
+    return None
+
+
+def warn_of_agent_elsewhere(agent_port: int, collector_url: str) -> bool:
+    """Say once when this node's agent pushes elsewhere (or nowhere): its node samples
+    will not reach ``collector_url``, so the report does not wait for them. True when
+    they will (or no agent was found to say otherwise)."""
+    from workloads.launch.agent_target import push_warning
+
+    warning = push_warning(agent_port, collector_url)
+    if warning is None:
+        return True
+    print(f"workloads: warning: {warning}; the report will not wait for its samples",
+          file=sys.stderr)  # fmt: skip
+    return False
+
+
 def read_token_file(path: Path | None) -> Path | None:
     """``path`` resolved once its token is known to be usable (``netserve.tokens``)."""
     if path is None:
@@ -160,6 +190,13 @@ def run(args: argparse.Namespace) -> int:
     except (UsageError, DatasetError) as error:
         print(f"workloads: {error}", file=sys.stderr)
         return 2
+    agent_pushes_here = True
+    if args.collector:
+        refused = collector_refusal(args.collector, token_file)
+        if refused is not None:  # before the command runs: seconds, not its whole run
+            print(f"workloads: {refused}", file=sys.stderr)
+            return 2
+        agent_pushes_here = warn_of_agent_elsewhere(args.agent_port, args.collector)
     run_id = args.run_id or new_run_id("profile")
     runs_dir = args.runs_dir.resolve()
     shown = shlex.join(command)
@@ -231,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
 
         token = token_file.read_text().strip() if token_file else None
         plan = Plan(RunSpec(run_id, "pytorch"), [], 0, token, runs_dir)
-        print_collector_report(plan, args)
+        print_collector_report(plan, args, node_samples=agent_pushes_here)
     # a command that failed before any training says nothing of whether it would have trained
     failed_early = interrupted is None and status != 0 and ranks == 0
     if ranks == 0 and not failed_early:

@@ -435,10 +435,14 @@ class Session:
                                              Workload.STEP: self.global_step})  # fmt: skip
             writer, self.writer = self.writer, None
         if not writer.close(DELIVERY_TIMEOUT_SECONDS):
+            from workloads.launch.preflight import resend_command
+            from workloads.record.spec import TOKEN_FILE_ENV
+
             spool = self.config.spool_dir(self.placement.rank if self.placement else 0)
+            command = resend_command(spool, self.config.collector_url,
+                                     os.environ.get(TOKEN_FILE_ENV))  # fmt: skip
             print(f"epochscope: events not yet delivered stay in {spool}; send them with: "
-                  f"workloads resend --spool {spool} --collector {self.config.collector_url}",
-                  file=sys.stderr)  # fmt: skip
+                  f"{command}", file=sys.stderr)  # fmt: skip
 
 
 def au_fields(epoch: Epoch) -> dict[str, float]:
