@@ -15,11 +15,23 @@ Each failing spool operation (``write``, ``read``, ``delete``) is logged once un
 works again, and its recovery once. Counts are mirrored into the ``AgentStats`` the self
 sampler reports: ``spool_bytes``, ``spool_points``, ``points_dropped``, ``spool_error``
 (1 while an operation on the spool fails) and ``memory_points``.
+
+The spool directory is checked before it is used (``check_spool_directory``, issue 44 item
+10): a symlink (never followed, by root least of all: it could point the agent's writes
+and deletes into any directory), a directory owned by another user, or one that group or
+others may write (they could plant segments that the agent would send as this node's, or
+swap them) is refused with ``UnsafeSpoolDirectory``, an ``OSError`` whose one line names
+the directory and the reason; ``agent run`` stops with it (a bad configuration, exit 2)
+rather than falling back to memory, which would lose the points at the first restart
+without anyone being told twice. Made by the agent, the directory is 0700 and its
+segments 0600 (``agent.spool``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 import time
 from collections import deque
@@ -40,6 +52,36 @@ SPOOL_LOG_REPEAT_SECONDS = 300.0
 MemoryEntry = tuple[bytes, int]
 
 
+class UnsafeSpoolDirectory(OSError):
+    """A spool directory the agent must not use; ``strerror`` says why."""
+
+
+def check_spool_directory(directory: Path) -> None:
+    """Refuse a spool directory that is a symlink, not owned by the agent's user, or
+    writable by group or others. A directory not there yet passes (the spool makes it
+    0700). Raises ``UnsafeSpoolDirectory``."""
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        return
+    reason = unsafe_reason(info.st_mode, info.st_uid, os.geteuid())
+    if reason is not None:
+        raise UnsafeSpoolDirectory(0, reason, str(directory))
+
+
+def unsafe_reason(mode: int, owner: int, agent_uid: int) -> str | None:
+    """Why a directory with this ``lstat`` mode and owner may not be the spool, or None."""
+    if stat.S_ISLNK(mode):
+        return "it is a symlink (not followed; give the directory itself)"
+    if not stat.S_ISDIR(mode):
+        return "it is not a directory"
+    if owner != agent_uid:
+        return f"it is owned by uid {owner}, not by the agent's uid {agent_uid}"
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"group or others may write it (mode {stat.S_IMODE(mode):04o}; chmod go-w)"
+    return None
+
+
 class PointQueue:
     """Thread-safe: the sampling loop puts, the sender takes, removes or releases."""
 
@@ -51,7 +93,9 @@ class PointQueue:
         stats: AgentStats | None = None,
         sync_each_batch: bool = False,
     ) -> None:
+        check_spool_directory(directory)
         self.spool = Spool(directory, max_bytes, segment_max_bytes, sync_each_batch)
+        check_spool_directory(directory)  # made now, or swapped meanwhile
         self.stats = stats
         self.memory_max_bytes = max(1, min(MEMORY_MAX_BYTES, max_bytes))
         self._memory: deque[MemoryEntry] = deque()

@@ -160,6 +160,12 @@ def complete_lines(data: bytes) -> tuple[int, int]:
     return end, sum(1 for line in lines if line and not _is_checksum_line(line))
 
 
+def open_segment_for_append(path: Path) -> BinaryIO:
+    """A segment opened to append, made 0600, never through a symlink (O_NOFOLLOW)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(path, flags, 0o600), "ab")
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -283,7 +289,7 @@ class Spool:
             self._make_directory_again()
         segment = Segment(self._next_seq, self.directory / segment_name(self._next_seq))
         self._next_seq += 1
-        self._open_file = segment.path.open("ab")
+        self._open_file = open_segment_for_append(segment.path)
         self._segments.append(segment)
         try:
             _fsync_dir(self.directory)
