@@ -793,6 +793,13 @@ class Workload(Measurement):
     CPU_QUOTA_CPUS = gauge(
         "cpu_quota_cpus", "cpus", "The rank's cgroup CPU quota (cfs_quota_us / cfs_period_us)"
     )
+    # run_start of each rank: contract.procfs.memory_limit_bytes (issue 42, item 4)
+    MEMORY_LIMIT_BYTES = gauge(
+        "memory_limit_bytes",
+        "bytes",
+        "The rank's memory cgroup limit: the smallest its cgroup or an ancestor sets (a"
+        " container's, a pod's, a Slurm job's); absent where none is set",
+    )
     # run_start and epoch_end of a host's local rank 0, with --data-dir: how much of the data
     # set's files (train and val) sat in this host's page cache then (mincore(2);
     # workloads/train/pagecache.py); cached / files is the share

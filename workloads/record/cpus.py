@@ -85,18 +85,29 @@ def framework_threads() -> tuple[int | None, int | None]:
     return None, None
 
 
+def memory_limit(proc: Path, cgroup_root: Path) -> int | None:
+    """This process's memory cgroup limit in bytes (``contract.procfs``), or None."""
+    try:
+        return procfs.memory_limit_bytes((proc / "self" / "cgroup").read_text(), cgroup_root)
+    except OSError:
+        return None
+
+
 def cpu_fields(
     loader_workers: int | None = None,
     persistent_workers: bool | None = None,
     proc: Path = Path("/proc"),
+    cgroup_root: Path = Path("/sys/fs/cgroup"),
 ) -> dict[str, object]:
-    """The ``run_start`` fields of this rank's CPUs (``contract.schema.Workload``): call it
-    once the framework is imported and its threads set."""
+    """The ``run_start`` fields of this rank's CPUs (``contract.schema.Workload``), and its
+    memory cgroup limit beside its CPU quota: call it once the framework is imported and
+    its threads set."""
     cpus = os.sched_getaffinity(0)
     threads, inter = framework_threads()
     fields: dict[str, object] = {
         Workload.CPUS_ALLOWED: format_cpu_list(cpus),
         Workload.CPU_QUOTA_CPUS: cgroup_quota(proc),
+        Workload.MEMORY_LIMIT_BYTES: memory_limit(proc, cgroup_root),
         Workload.LOADER_WORKERS: loader_workers,
         Workload.PERSISTENT_WORKERS: None
         if persistent_workers is None
