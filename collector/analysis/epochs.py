@@ -338,8 +338,13 @@ class HostTotal:
 # of the GPUs' means by their count.
 GPU_UTIL = HostTotal("gpu_util", Gpu.NAME, Gpu.UTILIZATION_PERCENT, GAUGE_MEAN, _whole_gpu)
 
+# The host's block-device reads (the growth of Disk.READ_BYTES, ``read_bytes``, on whole
+# disks): one name for the amount the rows show as disk_read_bytes and disk_read_mbps. Not
+# the training's own storage reads (Process/Workload ``read_bytes``: anatomy.PROCESS_READ).
+DISK_READ = "disk_read"
+
 HOST_TOTALS: tuple[HostTotal, ...] = (
-    HostTotal("disk_read", Disk.NAME, Disk.READ_BYTES, COUNTER, _is_disk),
+    HostTotal(DISK_READ, Disk.NAME, Disk.READ_BYTES, COUNTER, _is_disk),
     HostTotal("disk_write", Disk.NAME, Disk.WRITE_BYTES, COUNTER, _is_disk),
     HostTotal("nfs_server_read", Nfs.NAME, Nfs.SERVER_READ_BYTES, COUNTER, _not_duplicate),
     HostTotal("nfs_app_read", Nfs.NAME, Nfs.APP_READ_BYTES, COUNTER, _not_duplicate),
@@ -534,7 +539,7 @@ def fabric_ceiling_percent(bytes_per_second: np.ndarray, ceiling: np.ndarray) ->
 def storage_read(column: Callable[[str], np.ndarray]) -> np.ndarray:
     """Disk plus NFS-server reads per row (what ``EpochRow.storage_read_bytes`` adds up);
     NaN where neither was measured."""
-    return nansum_or_nan([column("disk_read"), column("nfs_server_read")], column("disk_read").size)
+    return nansum_or_nan([column(DISK_READ), column("nfs_server_read")], column(DISK_READ).size)
 
 
 def contention_columns(
@@ -592,10 +597,10 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
         cache_read = anatomy.cache_read_bytes(column(anatomy.PROCESS_RCHAR), training_read)
         derived: dict[str, np.ndarray] = {
             "images_per_second": rate,
-            "disk_read_bytes": column("disk_read"),
-            "disk_read_mbps": mbps("disk_read"),
+            "disk_read_bytes": column(DISK_READ),
+            "disk_read_mbps": mbps(DISK_READ),
             "disk_read_ceiling_percent": 100.0
-            * column("disk_read")
+            * column(DISK_READ)
             * per_second
             / np.where(column("disk_read_ceiling") > 0, column("disk_read_ceiling"), np.nan),
             "decode_ceiling_percent": 100.0
@@ -778,7 +783,7 @@ def interpolated_edges(
 ) -> list[tuple[str, ...]]:
     """Per window, the edges with no real node reading at them (``counters.sampled_edges``
     on the host's page-cache series, else its disk series): amounts there are interpolated."""
-    reference = series.get(("page_cache_delta", host)) or series.get(("disk_read", host)) or []
+    reference = series.get(("page_cache_delta", host)) or series.get((DISK_READ, host)) or []
     times = reference[0].times_ns if reference else np.empty(0, dtype=np.int64)
     at_start, at_end = sampled_edges(times, starts), sampled_edges(times, ends)
     return [
