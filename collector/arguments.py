@@ -254,4 +254,52 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argpar
     _add_store_arguments(hosts, BACKEND_HELP["read"])
     hosts.add_argument("--format", choices=("table", "json"), default="table")
     _add_remote_arguments(hosts)
+    _add_forecast_arguments(sub)
     return parser
+
+
+def _add_forecast_arguments(sub: argparse._SubParsersAction) -> None:
+    """``forecast`` and ``compare`` (issue 43; docs/forecast.md)."""
+    forecast = sub.add_parser(
+        "forecast", help="forecast a run's images/s, efficiency and needs at other sizes"
+    )
+    forecast.add_argument("run_id")
+    _add_store_arguments(forecast, BACKEND_HELP["read"])
+    forecast.add_argument(
+        "--nodes", default="2,4,8,16", help="sizes to forecast, e.g. 2,4,8,16 (nodes)"
+    )
+    forecast.add_argument(
+        "--gpus-per-node", type=positive_int, default=None, help="default: the run's ranks per node"
+    )
+    link = forecast.add_mutually_exclusive_group()
+    link.add_argument("--link-gbps", type=positive_seconds, help="the fabric's rate per node, Gb/s")
+    link.add_argument(
+        "--link-from-ceilings", action="store_true", help="the fabric ceiling the agents measured"
+    )
+    storage = forecast.add_mutually_exclusive_group()
+    storage.add_argument(
+        "--storage-mbps", type=positive_seconds, help="the shared storage's read rate, MB/s"
+    )
+    storage.add_argument(
+        "--storage-from-ceilings",
+        action="store_true",
+        help="the storage ceiling the agents measured",
+    )
+    forecast.add_argument(
+        "--gradient-mb",
+        type=positive_seconds,
+        help="gradient bytes per step in MB (default: from the run's fabric bytes per step)",
+    )
+    forecast.add_argument("--format", choices=("table", "json", "csv"), default="table")
+
+    compare = sub.add_parser("compare", help="two runs side by side; B against A")
+    compare.add_argument("run_a")
+    compare.add_argument("run_b")
+    _add_store_arguments(compare, BACKEND_HELP["read"])
+    compare.add_argument(
+        "--fail-if-slower",
+        type=positive_seconds,
+        metavar="PERCENT",
+        help="exit 1 when B is slower than A by more than PERCENT (a CI regression gate)",
+    )
+    compare.add_argument("--format", choices=("table", "json"), default="table")

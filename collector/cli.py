@@ -25,6 +25,8 @@ HANDLERS = {
     "job": "collector.commands",
     "hosts": "collector.commands",
     "token": "collector.ingest.tokens_command",
+    "forecast": "collector.views.forecast",
+    "compare": "collector.views.forecast",
 }
 
 

@@ -1,0 +1,223 @@
+"""``collector forecast RUN`` and ``collector compare RUN_A RUN_B``: the views. Each builds
+one JSON-ready dict (``forecast_view``, ``compare_view``); the table and the CSV format
+those values, so every format shows the same numbers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from collector.analysis.compare import PARTS, compare
+from collector.analysis.epochs import build_report
+from collector.analysis.forecast import forecast, measured_run, requirements, what_if
+from collector.analysis.run import read_run
+from collector.store.api import ReadStore
+from collector.views.errors import CliError
+from collector.views.output import write_csv, write_json
+from collector.views.reports import open_store
+
+FORECAST_LABEL = "FORECAST (modelled, not measured; docs/forecast.md)"
+FORECAST_COLUMNS = (
+    "nodes",
+    "gpus",
+    "images_per_second",
+    "efficiency",
+    "efficiency_vs_baseline",
+    "step_seconds",
+    "input_wait",
+    "compute",
+    "allreduce",
+    "other",
+    "bound",
+    "epoch1_images_per_second",
+    "epoch1_bound",
+    "storage_need_bytes_per_second",
+    "fabric_gradient_bytes_per_second",
+)
+
+
+def parse_nodes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise CliError(f"--nodes {text!r}: give whole numbers, e.g. 2,4,8,16", 2) from None
+    if not sizes or min(sizes) < 1:
+        raise CliError(f"--nodes {text!r}: give sizes of at least 1 node", 2)
+    return sizes
+
+
+def forecast_view(store: ReadStore, args: argparse.Namespace) -> dict[str, Any]:
+    report = build_report(store, args.run_id)
+    if not report.model.records:
+        raise CliError(f"no run {args.run_id} in the store", 2)
+    try:
+        run = measured_run(
+            report,
+            gradient_bytes=args.gradient_mb * 1e6 if args.gradient_mb else None,
+            link_bytes_per_second=args.link_gbps * 1e9 / 8 if args.link_gbps else None,
+            link_from_ceilings=args.link_from_ceilings,
+            storage_bytes_per_second=args.storage_mbps * 1e6 if args.storage_mbps else None,
+            storage_from_ceilings=args.storage_from_ceilings,
+        )
+        rows = forecast(run, parse_nodes(args.nodes), args.gpus_per_node)
+    except ValueError as error:
+        raise CliError(str(error), 2) from None
+    return {
+        "run_id": run.run_id,
+        "label": FORECAST_LABEL,
+        "measured": {
+            "nodes": run.nodes,
+            "gpus_per_node": run.gpus_per_node,
+            "images_per_second": run.images_per_second,
+            "per_rank_images_per_second": run.per_rank_rate,
+            "step": {
+                "input_wait": run.step.input_wait,
+                "compute": run.step.compute,
+                "communication": run.step.communication,
+                "other": run.step.other,
+                "hidden": run.step.hidden,
+            },
+            "overlap_share": run.step.overlap_share if run.overlap_measured else None,
+            "gradient_bytes": run.gradient_bytes,
+            "gradient_source": run.gradient_source,
+            "link_bytes_per_second": run.link_bytes_per_second,
+            "link_source": run.link_source,
+            "storage_bytes_per_second": run.storage_bytes_per_second,
+            "storage_source": run.storage_source,
+            "epoch1_storage_bytes_per_second": run.epoch1_storage_bytes_per_second,
+        },
+        "forecast": [row.to_dict() for row in rows],
+        "requirements": requirements(run, rows),
+        "what_if": [fix.to_dict() for fix in what_if(report)],
+    }
+
+
+def _cell(value: Any, key: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if key.startswith("efficiency"):
+        return f"{value:.0%}"
+    if key in ("input_wait", "compute", "allreduce", "other", "step_seconds"):
+        return f"{value * 1000:.1f}"
+    if key.endswith("bytes_per_second"):
+        return f"{value / 1e6:.1f}"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+TABLE_HEADS = {
+    "images_per_second": "img/s",
+    "efficiency": "eff",
+    "efficiency_vs_baseline": "eff 1-GPU",
+    "step_seconds": "step ms",
+    "input_wait": "input ms",
+    "compute": "compute ms",
+    "allreduce": "allreduce ms",
+    "other": "rest ms",
+    "epoch1_images_per_second": "epoch1 img/s",
+    "epoch1_bound": "epoch1 bound",
+    "storage_need_bytes_per_second": "reads MB/s",
+    "fabric_gradient_bytes_per_second": "grad MB/s/node",
+}
+
+
+def print_forecast(view: dict[str, Any], out) -> None:
+    measured = view["measured"]
+    out.write(
+        f"run {view['run_id']}: measured {measured['images_per_second']:.1f} images/s on "
+        f"{measured['nodes']} node(s) x {measured['gpus_per_node']} rank(s)\n"
+    )
+    out.write(f"{view['label']}\n")
+    heads = [TABLE_HEADS.get(key, key) for key in FORECAST_COLUMNS]
+    cells = [[_cell(row[key], key) for key in FORECAST_COLUMNS] for row in view["forecast"]]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    out.write("  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True)) + "\n")
+    for line in cells:
+        out.write("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) + "\n")
+    sources = (
+        f"gradients {_cell(measured['gradient_bytes'], 'bytes_per_second')} MB/step "
+        f"({measured['gradient_source'] or 'unknown'}); link "
+        f"{_cell(measured['link_bytes_per_second'], 'bytes_per_second')} MB/s "
+        f"({measured['link_source'] or 'unknown'}); overlap "
+        + (
+            f"{measured['overlap_share']:.0%} measured"
+            if measured["overlap_share"] is not None
+            else "not measured: assumed none"
+        )
+    )
+    out.write(sources + "\n")
+    for sentence in view["requirements"]:
+        out.write(f"- {sentence}\n")
+    out.write("what-if on the measured run (gain ceilings):\n")
+    for fix in view["what_if"]:
+        out.write(f"  {fix['fix']}: {fix['images_per_second']:.1f} images/s ({fix['gain']:.2f}x)\n")
+
+
+def compare_view(store: ReadStore, args: argparse.Namespace) -> dict[str, Any]:
+    models = [read_run(store, run_id) for run_id in (args.run_a, args.run_b)]
+    for model in models:
+        if not model.records:
+            raise CliError(f"no run {model.run_id} in the store", 2)
+    return compare(*models).to_dict()
+
+
+def print_compare(view: dict[str, Any], out) -> None:
+    a, b = view["a"], view["b"]
+    out.write(view["sentence"] + "\n")
+    out.write(f"A {a['run_id']}\nB {b['run_id']}\n")
+
+    def rate(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    out.write(f"{'':16}{'A':>10}{'B':>10}\n")
+    out.write(
+        f"{'images/s':16}{rate(a['images_per_second']):>10}{rate(b['images_per_second']):>10}\n"
+    )
+    for epoch in sorted(set(a["epoch_images_per_second"]) | set(b["epoch_images_per_second"])):
+        row = f"epoch {epoch} img/s"
+        out.write(
+            f"{row:16}{rate(a['epoch_images_per_second'].get(epoch)):>10}"
+            f"{rate(b['epoch_images_per_second'].get(epoch)):>10}\n"
+        )
+    for part, label in PARTS:
+        if part in a["shares"] and part in b["shares"]:
+            before, after = a["shares"][part] * 100, b["shares"][part] * 100
+            out.write(f"{label + ' %':16}{before:>10.1f}{after:>10.1f}\n")
+    for key, (before, after) in view["config_changes"].items():
+        out.write(f"changed: {key} {before} -> {after}\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    try:
+        store = open_store(args)
+        if args.command == "forecast":
+            view = forecast_view(store, args)
+            if args.format == "json":
+                write_json(view, out)
+            elif args.format == "csv":
+                write_csv(view["forecast"], ("forecast", *FORECAST_COLUMNS), out)
+            else:
+                print_forecast(view, out)
+            return 0
+        view = compare_view(store, args)
+        if args.format == "json":
+            write_json(view, out)
+        else:
+            print_compare(view, out)
+        slower = view["slower_percent"]
+        if args.fail_if_slower is not None and slower is not None and slower > args.fail_if_slower:
+            print(
+                f"collector compare: B is {slower:.1f}% slower than A, more than "
+                f"--fail-if-slower {args.fail_if_slower:g}%",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    except CliError as error:
+        print(f"collector {args.command}: {error}", file=sys.stderr)
+        return error.status
