@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.samplers import SAMPLER_NAMES, make_sampler
+from agent.samplers import SAMPLER_NAMES, make_sampler, processes
 from agent.samplers.base import Roots
 from agent.samplers.jobs import parse_proc_cgroup_job as parse_cgroup_job_id
 from agent.samplers.processes import (
@@ -266,3 +266,51 @@ def test_a_one_thread_process_idle_for_samples_is_found_once_it_spins(started, s
     # its first sample may hold only the start of the spinning: the rate of a whole one
     found = _sample_until(sampler, "es-test-wake")
     assert 0.02 <= found["fields"][Process.CPU_SECONDS_PER_SECOND] <= 1.05  # shared machine
+
+
+# spins as argv[1] until the file argv[2] exists, then as es-test-after
+RENAMES = NAMED + (
+    "import os\nwhile not os.path.exists(sys.argv[2]):\n    for _ in range(100000): pass\n"
+    "ctypes.CDLL(None).prctl(15, b'es-test-after', 0, 0, 0)\nwhile True: pass\n"
+)
+
+
+def test_a_process_that_renames_itself_is_tagged_with_its_new_name(started, tmp_path):
+    renaming = started(RENAMES, "es-test-before", str(tmp_path / "rename"))
+    time.sleep(0.3)
+    sampler = ProcessesSampler(Roots())
+    assert _sample_until(sampler, "es-test-before")["tags"][Tag.PID] == str(renaming.pid)
+    (tmp_path / "rename").touch()
+    assert _sample_until(sampler, "es-test-after")["tags"][Tag.PID] == str(renaming.pid)
+
+
+MEMORY_V1 = Path("/sys/fs/cgroup/memory")
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not (MEMORY_V1 / "cgroup.procs").exists(),
+    reason="needs root and a cgroup v1 memory hierarchy",
+)
+def test_job_tag_only_from_slurms_places_and_after_a_move(started, monkeypatch):
+    """A real v1 group named job_4242 outside Slurm's layout is no job (issue 44, item 6);
+    moved into a slurm/uid_<uid>/job_<id> group, the process is tagged within a few reports."""
+    monkeypatch.setattr(processes, "RETAG_REPORTS", 2)
+    top = MEMORY_V1 / f"epochscope-test-{os.getpid()}"
+    impostor = top / "user.slice" / "job_4242"
+    job = top / "slurm" / f"uid_{os.getuid()}" / "job_77"
+    impostor.mkdir(parents=True)
+    job.mkdir(parents=True)
+    spinner = started(SPIN, "es-test-jobs")
+    try:
+        (impostor / "cgroup.procs").write_text(str(spinner.pid))
+        sampler = ProcessesSampler(Roots())
+        assert Tag.JOB_ID not in _sample_until(sampler, "es-test-jobs")["tags"]
+        (job / "cgroup.procs").write_text(str(spinner.pid))
+        deadline = time.monotonic() + 15
+        while _sample_until(sampler, "es-test-jobs")["tags"].get(Tag.JOB_ID) != "77":
+            assert time.monotonic() < deadline, "the move was never seen"
+    finally:
+        spinner.kill()
+        spinner.wait()
+        for group in (impostor, impostor.parent, job, job.parent, job.parent.parent, top):
+            group.rmdir()
