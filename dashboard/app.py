@@ -378,7 +378,7 @@ class Callbacks:
             table: Any = pages.epoch_table(rows, per_host)
             epochs_key: Any = pages.epochs_key(new_state)
             run = self.source.run(run_id)
-            header: Any = pages.run_header(run, live, self.poll_ms) if run else no_update
+            header: Any = pages.run_header(run, live, self.poll_ms, rows) if run else no_update
             absent = figures.absent_measurements(rows, drawn)
             absent_note: Any = pages.absent_note(rows, absent)
             styles: list[Any] = list(pages.epoch_chart_styles(rows, absent))

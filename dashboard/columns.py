@@ -108,7 +108,7 @@ RUN_COLUMNS: tuple[Column, ...] = (
     Column("run_id", "Run", "Run identifier (opens the run)", "text"),
     Column("framework", "Framework", "Training framework the ranks reported", "text"),
     Column("model", "Model", "Model being trained", "text"),
-    Column("gpus", "GPUs", "World size: ranks in the run (one GPU each)", "int"),
+    Column("gpus", "Ranks", "World size: ranks in the run (one GPU each, or processes)", "int"),
     Column("hosts", "Hosts", "Hosts that ran ranks", "int"),
     Column("precision", "Precision", "fp32, fp16 or bf16 (mixed precision)", "text"),
     Column("batch_size", "Batch/rank", "Images per step on each rank", "int"),
@@ -125,7 +125,7 @@ RUN_COLUMNS: tuple[Column, ...] = (
 
 SCALING_COLUMNS: tuple[Column, ...] = (
     Column("run_id", "Run", "Run identifier (opens the run)", "text"),
-    Column("gpus", "GPUs", "World size: ranks in the run", "int"),
+    Column("gpus", "Ranks", "World size: ranks in the run (GPUs or processes)", "int"),
     Column("nodes", "Nodes", "Hosts that ran them", "int"),
     Column(
         "scope",

@@ -158,6 +158,34 @@ def absent_measurements(
     ]
 
 
+# every agent samples its CPUs: a host none of whose epochs has these had no agent pushing
+NODE_COLUMNS: tuple[str, ...] = (
+    "cpu_util_percent",
+    "iowait_percent",
+    "page_cache_delta_bytes",
+    *(column for m in MEASUREMENTS for column in m.columns),
+)
+
+
+def hosts_without_samples(
+    rows: list[dict[str, Any]], hosts: dict[str, dict[str, Any]] | None = None
+) -> list[str]:
+    """The run's hosts from which no agent sample came in the run's window: no node value
+    in any of their epoch rows nor in the time series (no agent ran there, or it pushed to
+    another collector). Not the same as a host without disks or GPUs."""
+    by_host: dict[str, bool] = {}
+    for row in _host_rows(rows):
+        has = any(row.get(column) is not None for column in NODE_COLUMNS)
+        by_host[row["host"]] = by_host.get(row["host"], False) or has
+    node_charts = [chart for chart in TIME_CHARTS if chart.chart_id != THROUGHPUT_CHART]
+    for host, series in (hosts or {}).items():
+        if any(chart_has_samples(chart, {host: series}) for chart in node_charts):
+            by_host[host] = True
+        else:
+            by_host.setdefault(host, False)
+    return sorted(host for host, has in by_host.items() if not has)
+
+
 def shown_charts(
     rows: list[dict[str, Any]], hosts: dict[str, dict[str, Any]] | None = None
 ) -> tuple[TimeChart, ...]:

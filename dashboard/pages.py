@@ -435,11 +435,20 @@ def runs_page(runs: list[dict[str, Any]], poll_ms: int, runs_digest: str) -> htm
     )
 
 
-def run_header(run: dict[str, Any], live: bool, poll_ms: int) -> html.Div:
+def ranks_label(rows: list[dict[str, Any]]) -> str:
+    """What the run's ranks are: GPUs when its hosts' GPUs were busy in its epochs (a rank a
+    GPU), else processes (a CPU run's ranks are not GPUs)."""
+    on_gpus = any((row.get("gpu_util_percent") or 0) > 0 for row in rows)
+    return "GPUs" if on_gpus else "ranks (processes)"
+
+
+def run_header(
+    run: dict[str, Any], live: bool, poll_ms: int, rows: list[dict[str, Any]] | None = None
+) -> html.Div:
     facts = [
         ("framework", run["framework"]),
         ("model", run["model"]),
-        ("GPUs", format_value(run["gpus"], "int")),
+        (ranks_label(rows or []), format_value(run["gpus"], "int")),
         ("hosts", ", ".join(run.get("host_names") or [])),
         ("images/s", format_value(run.get("images_per_second"), "rate")),
         ("start-up s", format_value(run.get("startup_seconds"), "seconds")),
@@ -514,7 +523,8 @@ def interpolated_note(rows: list[dict[str, Any]]) -> str:
     """Which host epochs have an edge with no real node reading (``interpolated_edges``):
     a Prometheus backend scrapes at its own interval and never holds the agents' edge
     samples, so there every edge is interpolated; "" when none is."""
-    hosts = [row for row in rows if row.get("host") != ALL_HOSTS]
+    silent = set(figures.hosts_without_samples(rows))  # (no edge to interpolate there)
+    hosts = [row for row in rows if row.get("host") not in (ALL_HOSTS, *silent)]
     flagged = [row for row in hosts if row.get("interpolated_edges")]
     if not flagged:
         return ""
@@ -526,6 +536,21 @@ def interpolated_note(rows: list[dict[str, Any]]) -> str:
 
 
 def _absent_text(rows: list[dict[str, Any]], absent: list[figures.Measurement]) -> str:
+    silent = figures.hosts_without_samples(rows)
+    sampled = [row for row in rows if row["host"] not in silent]
+    silent_text = (
+        f"No agent samples from {_either(silent)} in this run's window (no agent ran there, "
+        "or it pushed to another collector): no node metrics for "
+        f"{'it' if len(silent) == 1 else 'them'}."
+        if silent
+        else ""
+    )
+    if silent and not any(row["host"] != ALL_HOSTS for row in sampled):
+        return silent_text  # nothing is known of what the hosts have
+    return " ".join(filter(None, (silent_text, _absent_from_sampled(sampled, absent))))
+
+
+def _absent_from_sampled(rows: list[dict[str, Any]], absent: list[figures.Measurement]) -> str:
     where = "this host" if one_host(rows) else "these hosts"
     quiet = quiet_network(rows) and "net_mbps" not in {m.chart_id for m in absent}
     if not absent and not quiet:
@@ -656,7 +681,7 @@ def run_page(
     pending = {"run_id": run["run_id"], "step_shares": not no_anatomy} if ts is None else None
     return html.Div(
         [
-            html.Div(run_header(run, live, poll_ms), id=ids.RUN_HEADER),
+            html.Div(run_header(run, live, poll_ms, rows), id=ids.RUN_HEADER),
             html.H2("Findings"),
             html.Div(
                 html.P("Looking for findings…", className="empty")
@@ -817,12 +842,33 @@ def findings_page(
             dcc.Dropdown(
                 id=ids.FINDINGS_RUN, options=options, value=run_id, clearable=False, searchable=True
             ),
-            html.Div(
-                findings_list(findings, run_id, same_page=False) if run_id else None,
-                id=ids.FINDINGS_BODY,
-            ),
+            html.Div(findings_body(runs, run_id, findings), id=ids.FINDINGS_BODY),
         ]
     )
+
+
+def findings_body(
+    runs: list[dict[str, Any]], run_id: str | None, findings: list[dict[str, Any]]
+) -> html.Div | None:
+    """The findings of ``run_id``; a run the store does not have is said to be missing, not
+    to have no findings."""
+    if not runs:
+        return html.P(
+            ["No runs in this store yet: ", dcc.Link("the runs page", href="/runs"), "."],
+            className="empty",
+        )
+    if run_id is None:
+        return None
+    if not any(run["run_id"] == run_id for run in runs):
+        return html.P(
+            [
+                f"No run {run_id!r} in this store: pick one above or see ",
+                dcc.Link("the runs", href="/runs"),
+                ".",
+            ],
+            className="empty",
+        )
+    return findings_list(findings, run_id, same_page=False)
 
 
 def inference_href(run_id: str) -> str:
