@@ -55,6 +55,7 @@ from agent.samplers.base import ProcFile, Roots
 from agent.samplers.jobs import parse_proc_cgroup_job, parse_status_uid, user_name
 from contract import procfs
 from contract.point import Point
+from contract.procfs import pid_stat_counters, pid_stat_ticks_threads, stat_name
 from contract.schema import Process, Tag
 
 log = logging.getLogger(__name__)
@@ -64,12 +65,6 @@ IO_CANDIDATES = 32  # the most CPU-active processes whose /proc/<pid>/io is read
 RETAG_REPORTS = 30  # a reported process's user and job are read again after this many reports
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 NS_PER_SECOND = 1_000_000_000
-
-
-def stat_name(data: bytes) -> bytes:
-    """The ``(comm)`` of a ``/proc/<pid>/stat`` line, as bytes: compared at each report to
-    see a rename or an exec without decoding the line."""
-    return data[data.find(b"(") + 1 : data.rfind(b")")]
 
 
 def clean_command(command: str) -> str:
@@ -86,33 +81,6 @@ def top_keys(amounts: dict[tuple[int, int], float], count: int) -> list[tuple[in
     busy = [(amount, key) for key, amount in amounts.items() if amount > 0]
     busy.sort(key=lambda pair: (-pair[0], pair[1]))
     return [key for _, key in busy[:count]]
-
-
-def _words_after_name(data: bytes, needed: int) -> list[bytes]:
-    """The words of a ``/proc/<pid>/stat`` line after ``(comm)``, at least ``needed`` of
-    them (the rest left in the last). Raises ValueError on a damaged line."""
-    closing = data.rfind(b")")
-    if closing < 0:
-        raise ValueError("no (comm) in stat")
-    words = data[closing + 2 :].split(None, needed)
-    if len(words) < needed:
-        raise ValueError("short stat line")
-    return words
-
-
-def pid_stat_counters(data: bytes) -> tuple[int, int, int]:
-    """The numbers of a ``/proc/<pid>/stat`` line read every tick, as bytes: (ppid, CPU
-    ticks (utime + stime), start time); what :func:`contract.procfs.parse_stat` gives, without the
-    name and without decoding. Raises ValueError on a damaged line."""
-    words = _words_after_name(data, 20)
-    return int(words[1]), int(words[11]) + int(words[12]), int(words[19])
-
-
-def pid_stat_ticks_threads(data: bytes) -> tuple[int, int]:
-    """(CPU ticks (utime + stime), number of threads) of a ``/proc/<pid>/stat`` line.
-    Raises ValueError on a damaged line."""
-    words = _words_after_name(data, 18)
-    return int(words[11]) + int(words[12]), int(words[17])
 
 
 def parse_loadavg_last_pid(text: str) -> int:

@@ -74,3 +74,13 @@ def test_memory_limit_values():
     assert procfs.parse_memory_limit("max\n") is None
     assert procfs.parse_memory_limit("9223372036854771712\n") is None
     assert procfs.parse_memory_limit("1073741824\n") == 1 << 30
+
+
+def test_the_bytes_fast_path_agrees_with_parse_stat():
+    data = Path("/proc/self/stat").read_bytes()
+    stat = procfs.parse_stat(data.decode())
+    assert procfs.pid_stat_counters(data) == (stat.ppid, stat.ticks, stat.start)
+    assert procfs.pid_stat_ticks_threads(data) == (stat.ticks, stat.threads)
+    assert procfs.stat_name(data) == stat.command.encode()
+    with pytest.raises(ValueError):
+        procfs.pid_stat_counters(b"42 (cut) R 1 2")
