@@ -1,7 +1,7 @@
 """The read API's paths and the options a query may carry."""
 
 PREFIX = "/api/v1/"
-VIEWS = ("runs", "report", "scaling", "inference", "jobs", "job", "hosts")
+VIEWS = ("runs", "report", "scaling", "inference", "jobs", "job", "hosts", "forecast", "compare")
 DASHBOARD = "dashboard/"  # /api/v1/dashboard/<question>: collector.queries.questions
 # options of the local commands that name the local store or the remote one: never sent
 LOCAL_ONLY = frozenset(
@@ -14,6 +14,7 @@ LOCAL_ONLY = frozenset(
         "token_file",
         "ca_file",
         "throughput",
+        "fail_if_slower",  # compare's exit status: the command line's, not a view's
     }
 )
 CONTENT_TYPES = {"json": "application/json; charset=utf-8", "csv": "text/csv; charset=utf-8"}

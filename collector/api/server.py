@@ -155,6 +155,16 @@ def command_argv(view: str, query: dict[str, list[str]]) -> list[str]:
         if not job_id or not job_id.replace("_", "").replace(".", "").isalnum():
             raise ValueError("job needs ?job_id=JOBID (letters, digits, '_' and '.')")
         argv.append(_value("job_id", job_id))
+    if view == "forecast":
+        run_id = options.pop("run_id", "")
+        if not run_id:
+            raise ValueError("forecast needs ?run_id=RUN")
+        argv.append(_value("run_id", run_id))
+    if view == "compare":
+        runs = [options.pop(name, "") for name in ("run_a", "run_b")]
+        if not all(runs):
+            raise ValueError("compare needs ?run_a=RUN&run_b=RUN")
+        argv += [_value(name, run) for name, run in zip(("run_a", "run_b"), runs, strict=True)]
     if view == "inference" and options.get("run_id"):  # optional: the newest run without
         argv.append(_value("run_id", options.pop("run_id")))
     options.setdefault("format", "json")

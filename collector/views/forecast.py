@@ -50,7 +50,7 @@ def parse_nodes(text: str) -> list[int]:
 def forecast_view(store: ReadStore, args: argparse.Namespace) -> dict[str, Any]:
     report = build_report(store, args.run_id)
     if not report.model.records:
-        raise CliError(f"no run {args.run_id} in the store", 2)
+        raise CliError(f"no run {args.run_id} in the store", 1)
     try:
         run = measured_run(
             report,
@@ -161,7 +161,7 @@ def compare_view(store: ReadStore, args: argparse.Namespace) -> dict[str, Any]:
     models = [read_run(store, run_id) for run_id in (args.run_a, args.run_b)]
     for model in models:
         if not model.records:
-            raise CliError(f"no run {model.run_id} in the store", 2)
+            raise CliError(f"no run {model.run_id} in the store", 1)
     return compare(*models).to_dict()
 
 
@@ -191,25 +191,35 @@ def print_compare(view: dict[str, Any], out) -> None:
         out.write(f"changed: {key} {before} -> {after}\n")
 
 
+def write_forecast(store: ReadStore, args: argparse.Namespace, out) -> None:
+    """``collector forecast`` in its ``--format`` (the read API's ``forecast`` too)."""
+    view = forecast_view(store, args)
+    if args.format == "json":
+        write_json(view, out)
+    elif args.format == "csv":
+        write_csv(view["forecast"], ("forecast", *FORECAST_COLUMNS), out)
+    else:
+        print_forecast(view, out)
+
+
+def write_compare(store: ReadStore, args: argparse.Namespace, out) -> dict[str, Any]:
+    """``collector compare`` in its ``--format`` (the read API's ``compare`` too); the view."""
+    view = compare_view(store, args)
+    if args.format == "json":
+        write_json(view, out)
+    else:
+        print_compare(view, out)
+    return view
+
+
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     try:
         store = open_store(args)
         if args.command == "forecast":
-            view = forecast_view(store, args)
-            if args.format == "json":
-                write_json(view, out)
-            elif args.format == "csv":
-                write_csv(view["forecast"], ("forecast", *FORECAST_COLUMNS), out)
-            else:
-                print_forecast(view, out)
+            write_forecast(store, args, out)
             return 0
-        view = compare_view(store, args)
-        if args.format == "json":
-            write_json(view, out)
-        else:
-            print_compare(view, out)
-        slower = view["slower_percent"]
+        slower = write_compare(store, args, out)["slower_percent"]
         if args.fail_if_slower is not None and slower is not None and slower > args.fail_if_slower:
             print(
                 f"collector compare: B is {slower:.1f}% slower than A, more than "

@@ -19,6 +19,8 @@ PRINTERS: dict[str, tuple[str, str]] = {
     "scaling": ("collector.views.reports", "print_stored_scaling"),
     "hosts": ("collector.views.reports", "print_hosts"),
     "inference": ("collector.views.inference", "print_inference"),
+    "forecast": ("collector.views.forecast", "write_forecast"),
+    "compare": ("collector.views.forecast", "write_compare"),
     "jobs": ("collector.views.jobs", "print_jobs"),
     "job": ("collector.views.jobs", "print_job"),
 }

@@ -164,3 +164,40 @@ def test_collector_compare_says_what_moved_and_gates_on_slower(db, capsys):
     captured = capsys.readouterr()
     assert "B is 40.0% slower than A, more than --fail-if-slower 5%" in captured.err
     assert main(["compare", "b", "a", "--db", db, "--fail-if-slower", "50"]) == 0
+
+
+def test_the_read_api_answers_forecast_and_compare_with_the_commands_json(db, capsys):
+    from collector.api.server import answer
+    from collector.store import SqliteStore
+
+    store = SqliteStore(db)
+    try:
+        query = {"run_id": ["a"], "nodes": ["1,2"], "gradient_mb": ["25"], "link_gbps": ["10"]}
+        found = answer("forecast", query, store)
+        assert found.status == 200
+        assert (
+            main(
+                [
+                    "forecast",
+                    "a",
+                    "--db",
+                    db,
+                    "--nodes",
+                    "1,2",
+                    "--gradient-mb",
+                    "25",
+                    "--link-gbps",
+                    "10",
+                    "--format",
+                    "json",
+                ]
+            )
+            == 0
+        )
+        assert json.loads(found.body) == json.loads(capsys.readouterr().out)
+        compared = json.loads(answer("compare", {"run_a": ["a"], "run_b": ["b"]}, store).body)
+        assert compared["ratio"] == pytest.approx(10 / 6)
+        assert answer("compare", {"run_a": ["a"]}, store).status == 400
+        assert answer("forecast", {"run_id": ["nothing"]}, store).status == 404
+    finally:
+        store.close()
