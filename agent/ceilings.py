@@ -71,6 +71,43 @@ def ceilings_file() -> Path:
     return Path(os.environ.get(FILE_ENV) or DEFAULT_FILE)
 
 
+def unwritable_reason(out: Path) -> str | None:
+    """Why the ceilings file cannot be written at ``out`` (checked before measuring, so that
+    minutes of measurement are not lost), as one line naming the path and what to do; None
+    when it can."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        probe = out.with_name(out.name + ".new")
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        return not_kept_message(out, error)
+    return None
+
+
+def not_kept_message(out: Path, error: OSError) -> str:
+    blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    reason = f"{blocker} is not a folder" if blocker else (error.strerror or str(error))
+    return (
+        f"cannot write the ceilings file {out}: {reason}. Run as a user who "
+        f"can write there (the default is root's), or give --out FILE (or {FILE_ENV}=FILE) "
+        "where you can, and set the agent's ceilings_file (agent.toml) to the same FILE so "
+        "its sampler reads them."
+    )
+
+
+def keep(found: list[Measured], out: Path) -> None:
+    """Write the ceilings to ``out`` whole: the sampler never reads half a file. OSError
+    whose message names the path and what to do when it cannot."""
+    scratch = out.with_name(out.name + ".new")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        scratch.write_text(to_json(found))
+        scratch.replace(out)
+    except OSError as error:
+        raise OSError(error.errno, not_kept_message(out, error)) from error
+
+
 @dataclass(frozen=True)
 class Measured:
     """One ceiling: which field of ``contract.schema.Ceiling``, of which device, how."""

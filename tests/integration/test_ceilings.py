@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -103,6 +104,27 @@ def test_the_command_keeps_a_file_the_sampler_reports(tmp_path, repo_env):
     assert len(sampler.sample(6 * NS)) == len(points)
     with pytest.raises(ValueError, match="ceiling 1"):
         ceilings.from_json(json.dumps({"ceilings": [{"field": "x"}]}))
+
+
+def test_a_file_that_cannot_be_written_is_named_before_anything_is_measured(tmp_path, repo_env):
+    """(issue 45, item 9) Its folder is a plain file here, as root cannot be refused a
+    permission: the command stops at once, naming the path and the way out."""
+    (tmp_path / "state").write_text("not a folder")
+    out = tmp_path / "state" / "ceilings.json"
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "agent", "ceilings", "--data-dir", str(tmp_path), "--out", str(out)],
+        capture_output=True, text=True, env=repo_env, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    reason = f"{tmp_path / 'state'} is not a folder."
+    assert f"cannot write the ceilings file {out}: {reason}" in result.stderr
+    assert "give --out FILE (or EPOCHSCOPE_CEILINGS_FILE=FILE)" in result.stderr
+    assert "ceilings_file (agent.toml)" in result.stderr
+    assert result.stdout == ""  # nothing measured
+    assert time.monotonic() - started < 30
+    with pytest.raises(OSError, match=f"cannot write the ceilings file {out}"):
+        ceilings.keep([], out)
 
 
 def test_a_file_measured_while_the_agent_runs_is_reported_from_the_next_tick(tmp_path):
