@@ -202,22 +202,31 @@ def parse_line_full(line: str) -> tuple[str, dict[str, str], dict[str, FieldValu
 
 
 def _parse(line: str) -> dict:
-    parsed = parse_line(line)
-    if "\\\\" in line:
-        _unescape_names(parsed)
+    if "\\\\" not in line:
+        return parse_line(line)
+    # The C parser takes any backslash before a separator as escaping it, so an escaped
+    # backslash there ("comm=evil\\,host=n1", a process named evil\) failed the line
+    # (issue 44, item 4). Each escaped backslash goes in as a character the line does not
+    # hold and comes back out as one backslash, in names, tags and string fields.
+    stand_in = _absent_character(line)
+    parsed = parse_line(line.replace("\\\\", stand_in))
+    _restore_backslashes(parsed, stand_in)
     return parsed
 
 
-def _unescape_names(parsed: dict) -> None:
-    """InfluxDB reads ``\\\\`` in names and tags as one backslash; the C parser keeps both
-    (string field values it already unescapes)."""
-    parsed["measurement"] = _unescape(parsed["measurement"])
-    parsed["tags"] = {_unescape(k): _unescape(v) for k, v in parsed["tags"].items()}
-    parsed["fields"] = {_unescape(k): v for k, v in parsed["fields"].items()}
+def _absent_character(line: str) -> str:
+    return next(c for c in map(chr, range(0xE000, 0xF900)) if c not in line)
 
 
-def _unescape(name: str) -> str:
-    return name.replace("\\\\", "\\")
+def _restore_backslashes(parsed: dict, stand_in: str) -> None:
+    def restore(text: str) -> str:
+        return text.replace(stand_in, "\\")
+
+    parsed["measurement"] = restore(parsed["measurement"])
+    parsed["tags"] = {restore(k): restore(v) for k, v in parsed["tags"].items()}
+    parsed["fields"] = {
+        restore(k): restore(v) if isinstance(v, str) else v for k, v in parsed["fields"].items()
+    }
 
 
 class _Rows:

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.text import visible
+
 FieldValue = int | float | str | bool
 
 
@@ -33,9 +35,26 @@ class Point:
         return encode_line(self)
 
 
-_MEASUREMENT_ESCAPES = str.maketrans({",": r"\,", " ": r"\ ", "\n": r"\n"})
-_KEY_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": r"\n"})
-_STRING_ESCAPES = str.maketrans({'"': r"\"", "\\": "\\\\", "\n": r"\n"})
+# Names and tags are written as contract.text.visible shows them (control and bidirectional
+# formatting characters as escapes: the collector refuses them raw, and line protocol cannot
+# carry a line break); string fields keep their text but for line breaks and NUL, which are
+# written as their escapes too. Backslashes are doubled everywhere, so a process named
+# ``evil\`` no longer escapes the separator after it (issue 44, item 4).
+_LINE_BREAKS = {"\n": r"\x0a", "\r": r"\x0d", "\0": r"\x00"}
+_MEASUREMENT_ESCAPES = str.maketrans({"\\": "\\\\", ",": r"\,", " ": r"\ "})
+_KEY_ESCAPES = str.maketrans({"\\": "\\\\", ",": r"\,", "=": r"\=", " ": r"\ "})
+_STRING_ESCAPES = str.maketrans({'"': r"\"", "\\": "\\\\", **_LINE_BREAKS})
+_LINE_SAFE = str.maketrans(_LINE_BREAKS)
+
+
+def name_as_read(text: str) -> str:
+    """What a measurement, tag key or tag value reads back as from its line."""
+    return visible(text)
+
+
+def string_as_read(text: str) -> str:
+    """What a string field reads back as from its line."""
+    return text.translate(_LINE_SAFE)
 
 
 def _encode_value(value: FieldValue) -> str | None:
@@ -67,11 +86,12 @@ def _series_prefix(point: Point) -> str:
     key = (point.measurement, *point.tags.items())
     prefix = _series_prefixes.get(key)
     if prefix is None:
-        parts = [point.measurement.translate(_MEASUREMENT_ESCAPES)]
+        parts = [visible(point.measurement).translate(_MEASUREMENT_ESCAPES)]
         for name in sorted(point.tags):
             value = point.tags[name]
             if value != "":
-                parts.append(f"{name.translate(_KEY_ESCAPES)}={str(value).translate(_KEY_ESCAPES)}")
+                key = visible(name).translate(_KEY_ESCAPES)
+                parts.append(f"{key}={visible(str(value)).translate(_KEY_ESCAPES)}")
         prefix = ",".join(parts)
         if len(_series_prefixes) >= _MAX_CACHED:
             _series_prefixes.clear()
@@ -82,7 +102,7 @@ def _series_prefix(point: Point) -> str:
 def _field_prefix(name: str) -> str:
     prefix = _field_prefixes.get(name)
     if prefix is None:
-        prefix = name.translate(_KEY_ESCAPES) + "="
+        prefix = visible(name).translate(_KEY_ESCAPES) + "="
         if len(_field_prefixes) >= _MAX_CACHED:
             _field_prefixes.clear()
         _field_prefixes[name] = prefix
