@@ -291,6 +291,7 @@ def _add_forecast_arguments(sub: argparse._SubParsersAction) -> None:
         help="gradient bytes per step in MB (default: from the run's fabric bytes per step)",
     )
     forecast.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    _add_remote_arguments(forecast)
 
     compare = sub.add_parser("compare", help="two runs side by side; B against A")
     compare.add_argument("run_a")
@@ -303,3 +304,4 @@ def _add_forecast_arguments(sub: argparse._SubParsersAction) -> None:
         help="exit 1 when B is slower than A by more than PERCENT (a CI regression gate)",
     )
     compare.add_argument("--format", choices=("table", "json"), default="table")
+    _add_remote_arguments(compare)

@@ -5,6 +5,7 @@ those values, so every format shows the same numbers."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -212,14 +213,47 @@ def write_compare(store: ReadStore, args: argparse.Namespace, out) -> dict[str, 
     return view
 
 
+def _remote_forecast(args: argparse.Namespace, out) -> int:
+    """The forecast made by the collector at ``--collector`` (its read API)."""
+    from collector.api.client import RemoteError, run_remote
+
+    try:
+        return run_remote(args, out)
+    except RemoteError as error:
+        raise CliError(str(error), error.status) from None
+
+
+def _remote_view(args: argparse.Namespace) -> dict[str, Any]:
+    """The comparison as JSON from the collector at ``--collector``: the gate is judged here
+    on the same values the local command judges."""
+    from collector.api.client import RemoteError, fetch_view, query_of, tls_of, token_of
+
+    query = query_of(args) | {"format": "json"}
+    tls = tls_of(args.ca_file) if args.collector.startswith("https://") else None
+    try:
+        text = fetch_view(args.collector, "compare", query, token_of(args.token_file), tls)
+    except RemoteError as error:
+        raise CliError(str(error), error.status) from None
+    return json.loads(text)
+
+
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     try:
-        store = open_store(args)
         if args.command == "forecast":
-            write_forecast(store, args, out)
+            if args.collector:
+                return _remote_forecast(args, out)
+            write_forecast(open_store(args), args, out)
             return 0
-        slower = write_compare(store, args, out)["slower_percent"]
+        if args.collector:
+            view = _remote_view(args)
+            if args.format == "json":
+                write_json(view, out)
+            else:
+                print_compare(view, out)
+        else:
+            view = write_compare(open_store(args), args, out)
+        slower = view["slower_percent"]
         if args.fail_if_slower is not None and slower is not None and slower > args.fail_if_slower:
             print(
                 f"collector compare: B is {slower:.1f}% slower than A, more than "
