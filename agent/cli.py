@@ -429,6 +429,24 @@ def cmd_run(args: argparse.Namespace) -> int:
             ) from None
         shipper.start()
         submitters.append(shipper)
+    otlp_exporter = None
+    if config.otlp is not None:
+        from agent.otlp import OtlpExporter, OtlpHeadersError, read_headers_file
+
+        headers: dict[str, str] = {}
+        if config.otlp.headers_file is not None:
+            try:
+                headers = read_headers_file(config.otlp.headers_file)
+            except OtlpHeadersError as error:
+                raise ConfigError("otlp.headers_file", str(error)) from None
+        otlp_exporter = OtlpExporter(
+            config.otlp.endpoint,
+            headers,
+            batch_seconds=config.otlp.batch_seconds,
+            max_queued_points=config.otlp.max_queued_points,
+        )
+        otlp_exporter.start()
+        submitters.append(otlp_exporter)
     metrics_server = None
     if config.metrics is not None:
         from agent.exposition import MetricsServer
@@ -452,11 +470,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         closers.append(metrics_server.close)
 
     log.info(
-        "agent started: host=%s interval=%ss samplers=%s push=%s metrics=%s",
+        "agent started: host=%s interval=%ss samplers=%s push=%s otlp=%s metrics=%s",
         config.host,
         config.interval_seconds,
         ",".join(sampler.name for sampler in samplers) or "none",
         config.push.url if config.push else "off",
+        config.otlp.endpoint if config.otlp else "off",
         f"{'https' if config.metrics and config.metrics.tls else 'http'}://"
         f"{metrics_server.address}:{metrics_server.port}/metrics"
         if metrics_server
@@ -469,6 +488,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if shipper is not None:
         shipper.close(FLUSH_SECONDS_AT_STOP)
+    if otlp_exporter is not None:
+        otlp_exporter.close(FLUSH_SECONDS_AT_STOP)
     for close in closers:
         close()
     log.info("agent stopped after %d samples", daemon.ticks)

@@ -34,6 +34,12 @@ Keys (all optional)::
     tls_client_ca_file = "/etc/epochscope/ca.pem"  # scrapers must show a cert it signed
     bearer_token_file = "/etc/epochscope/metrics-token"  # scrapes must send this token
 
+    [otlp]                        # OTLP/HTTP JSON metrics (agent.otlp); no endpoint: off
+    endpoint = "http://127.0.0.1:4318/v1/metrics"
+    headers_file = "/etc/epochscope/otlp-headers"  # "Name: value" lines, e.g. auth; 0600
+    batch_seconds = 5             # send at most this often (0: every tick)
+    max_queued_points = 200000    # kept while the endpoint is down; then the oldest dropped
+
 Every key can be overridden from the environment: ``EPOCHSCOPE_<KEY>`` for a top-level
 key and ``EPOCHSCOPE_<SECTION>_<KEY>`` for a key in a section (``EPOCHSCOPE_PUSH_TOKEN``,
 ``EPOCHSCOPE_INTERVAL_SECONDS``); a list is written comma-separated.
@@ -131,6 +137,14 @@ class PushConfig:
 
 
 @dataclass(frozen=True)
+class OtlpConfig:
+    endpoint: str
+    headers_file: Path | None = None  # read at start; its values are never logged
+    batch_seconds: float = DEFAULT_BATCH_SECONDS
+    max_queued_points: int = 200_000
+
+
+@dataclass(frozen=True)
 class MetricsListen:
     address: str
     port: int
@@ -150,6 +164,7 @@ class AgentConfig:
     samplers: tuple[str, ...] | None = None
     push: PushConfig | None = None
     metrics: MetricsListen | None = MetricsListen("127.0.0.1", 9711)
+    otlp: OtlpConfig | None = None
     gpu_call_timeout_seconds: float = DEFAULT_GPU_CALL_TIMEOUT_SECONDS
     ceilings_file: Path | None = None  # None: $EPOCHSCOPE_CEILINGS_FILE or the default
 
@@ -190,6 +205,12 @@ _KEYS: dict[str, dict[str, str]] = {
         "tls_key_file": _STR,
         "tls_client_ca_file": _STR,
         "bearer_token_file": _STR,
+    },
+    "otlp": {
+        "endpoint": _STR,
+        "headers_file": _STR,
+        "batch_seconds": _NUMBER,
+        "max_queued_points": _INT,
     },
 }
 _SECRET_KEYS = {"push.token"}
@@ -454,6 +475,34 @@ def _push_config(table: Mapping[str, Any]) -> PushConfig | None:
     )
 
 
+def _otlp_config(table: Mapping[str, Any]) -> OtlpConfig | None:
+    endpoint = table.get("endpoint", "")
+    if not endpoint:
+        return None
+    problem = url_problem(endpoint)
+    if problem:
+        raise ConfigError("otlp.endpoint", problem)
+    batch_seconds = float(table.get("batch_seconds", DEFAULT_BATCH_SECONDS))
+    if not 0 <= batch_seconds <= MAX_INTERVAL_SECONDS:
+        raise ConfigError(
+            "otlp.batch_seconds",
+            f"must be >= 0 and <= {MAX_INTERVAL_SECONDS:g} (got {batch_seconds})",
+        )
+    max_queued = table.get("max_queued_points", 200_000)
+    if max_queued < 1:
+        raise ConfigError("otlp.max_queued_points", f"must be at least 1 (got {max_queued})")
+    headers_file = Path(table["headers_file"]) if table.get("headers_file") else None
+    if headers_file is not None:
+        from agent.otlp import OtlpHeadersError, read_headers_file
+
+        try:
+            read_headers_file(headers_file)
+        except OtlpHeadersError as error:
+            raise ConfigError("otlp.headers_file", str(error)) from None
+        warn_if_readable_by_others(headers_file, "OTLP headers file")
+    return OtlpConfig(endpoint, headers_file, batch_seconds, max_queued)
+
+
 def build(raw: Mapping[str, Any]) -> AgentConfig:
     """Check a parsed configuration (file plus environment) and build the config."""
     _check_keys(raw)
@@ -490,6 +539,7 @@ def build(raw: Mapping[str, Any]) -> AgentConfig:
         samplers=samplers,
         push=_push_config(raw.get("push", {})),
         metrics=_metrics_config(metrics_table),
+        otlp=_otlp_config(raw.get("otlp", {})),
         gpu_call_timeout_seconds=gpu_timeout,
         ceilings_file=Path(raw["ceilings_file"]) if "ceilings_file" in raw else None,
     )
