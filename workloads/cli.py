@@ -158,10 +158,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--agent-port", type=int, default=9711, help="agent /metrics port")
     run.add_argument("--seed", type=int, default=0)
 
-    cache = commands.add_parser("cache", help="page-cache residency of a data set")
-    cache.add_argument("action", choices=("report", "drop"))
-    cache.add_argument("dir", type=Path)
-    cache.add_argument("--json", action="store_true")
+    cache = commands.add_parser(
+        "cache",
+        help="page-cache residency of a data set",
+        description="How much of a data set's files sits in this node's page cache "
+        "(mincore), and drop it before a measurement (docs/usage.md#workloads-cache).",
+    )
+    cache.add_argument(
+        "action",
+        choices=("report", "drop"),
+        help="report: what is cached; drop: evict the data set's files (posix_fadvise "
+        "DONTNEED), then report again",
+    )
+    cache.add_argument("dir", type=Path, help="a data set made by `workloads dataset make`")
+    cache.add_argument(
+        "--json", action="store_true", help="one JSON object (bytes) instead of the lines"
+    )
     cache.add_argument("--node", action="store_true", help="drop: the whole node's page cache")
 
     resend = commands.add_parser("resend", help="deliver a run's undelivered events")
