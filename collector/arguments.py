@@ -298,6 +298,9 @@ def _add_forecast_arguments(sub: argparse._SubParsersAction) -> None:
     compare.add_argument("run_b")
     _add_store_arguments(compare, BACKEND_HELP["read"])
     compare.add_argument(
+        "--db-b", metavar="FILE", help="the SQLite file holding RUN_B (default: --db)"
+    )
+    compare.add_argument(
         "--fail-if-slower",
         type=positive_seconds,
         metavar="PERCENT",

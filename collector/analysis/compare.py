@@ -116,6 +116,8 @@ def _sentence(a: RunSide, b: RunSide, ratio: float | None) -> str:
     ]
     if not moved:
         return head
-    _, label, before, after = max(moved)
+    change, label, before, after = max(moved)
+    if change < 0.005:
+        return f"{head}: no part of the step moved by half a percentage point"
     verb = "fell" if after < before else "rose"
     return f"{head}: {label} {verb} from {before:.0%} to {after:.0%} of the step"

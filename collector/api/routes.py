@@ -14,6 +14,7 @@ LOCAL_ONLY = frozenset(
         "token_file",
         "ca_file",
         "throughput",
+        "db_b",
         "fail_if_slower",  # compare's exit status: the command line's, not a view's
     }
 )

@@ -159,7 +159,10 @@ def print_forecast(view: dict[str, Any], out) -> None:
 
 
 def compare_view(store: ReadStore, args: argparse.Namespace) -> dict[str, Any]:
-    models = [read_run(store, run_id) for run_id in (args.run_a, args.run_b)]
+    store_b = store
+    if getattr(args, "db_b", None):  # B in another file (each demo run has its own)
+        store_b = open_store(argparse.Namespace(**(vars(args) | {"db": args.db_b})))
+    models = [read_run(store, args.run_a), read_run(store_b, args.run_b)]
     for model in models:
         if not model.records:
             raise CliError(f"no run {model.run_id} in the store", 1)

@@ -201,3 +201,11 @@ def test_the_read_api_answers_forecast_and_compare_with_the_commands_json(db, ca
         assert answer("forecast", {"run_id": ["nothing"]}, store).status == 404
     finally:
         store.close()
+
+
+def test_compare_reads_run_b_from_its_own_file(db, tmp_path, capsys):
+    other = tmp_path / "other.sqlite"
+    sqlite_store_with(_run("c", 10.0, (0.4, 0.5, 0.0)).points(), other).close()
+    assert main(["compare", "a", "c", "--db", db, "--db-b", str(other)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "B is 1.00x A: no part of the step moved by half a percentage point"
