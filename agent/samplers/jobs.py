@@ -45,6 +45,7 @@ from pathlib import Path
 
 from agent.samplers.base import PAGE_BYTES, ProcFile, Roots, read_text
 from contract import procfs
+from contract.cpulist import parse_cpu_list
 from contract.point import Point
 from contract.schema import Job, JobInfo, Tag
 
@@ -55,7 +56,6 @@ _SLURM_DIR = re.compile(r"slurm(?:_[^/]+)?")
 _UID_DIR = re.compile(r"uid_([0-9]+)")
 _JOB_DIR = re.compile(r"job_([0-9A-Za-z]+)")
 _STEPD_SCOPE = re.compile(r".*slurmstepd\.scope")
-_UNLIMITED = 1 << 62  # v1 prints PAGE_COUNTER_MAX pages (~2^63) for "no limit"
 # The environment variables that name a job's GPUs, most specific first: SLURM_JOB_GPUS
 # holds the node's own indices; CUDA_VISIBLE_DEVICES is renumbered from 0 when Slurm
 # constrains devices (or holds UUIDs), so it is the last resort.
@@ -89,15 +89,6 @@ def parse_int(text: str) -> int:
     return int(text.strip())
 
 
-def parse_limit(text: str) -> int | None:
-    """``memory.limit_in_bytes`` / ``memory.max``: None for no limit (``max``, ~2^63)."""
-    value = text.strip()
-    if value == "max":
-        return None
-    number = int(value)
-    return None if number >= _UNLIMITED else number
-
-
 def parse_flat_keyed(text: str) -> dict[str, int]:
     """``memory.stat``, ``cpu.stat``, ``cpuacct.stat``: "key value" lines."""
     values: dict[str, int] = {}
@@ -106,17 +97,6 @@ def parse_flat_keyed(text: str) -> dict[str, int]:
         if len(words) == 2 and words[1].isdigit():
             values[words[0]] = int(words[1])
     return values
-
-
-def parse_cpu_list(text: str) -> list[int]:
-    """``cpuset.cpus``: "0-3,8,10-11" -> [0, 1, 2, 3, 8, 10, 11]; empty -> []."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, dash, last = part.partition("-")
-        cpus.extend(range(int(first), int(last if dash else first) + 1))
-    return cpus
 
 
 def parse_blkio(text: str) -> tuple[int, int]:
@@ -785,9 +765,9 @@ def cgroup_allocation(job: JobCgroup, read: Reader | None = None) -> dict[str, i
             cpus_text = read("", "cpuset.cpus")
         limit_text = read("", "memory.max")
     cpus = _parse(cpus_text, parse_cpu_list)
-    if isinstance(cpus, list) and cpus:
+    if isinstance(cpus, set) and cpus:
         fields[JobInfo.ALLOCATED_CPUS] = float(len(cpus))
-    limit = _parse(limit_text, parse_limit)
+    limit = _parse(limit_text, procfs.parse_memory_limit)
     if isinstance(limit, int):
         fields[JobInfo.ALLOCATED_MEMORY_BYTES] = float(limit)
     return fields

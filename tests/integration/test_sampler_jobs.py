@@ -27,12 +27,12 @@ from agent.samplers.jobs import (
     find_jobs,
     gpus_from_environment,
     parse_blkio,
-    parse_cpu_list,
     parse_io_stat,
-    parse_limit,
     trusted_user,
 )
+from contract.cpulist import parse_cpu_list
 from contract.procfs import parse_environ, parse_io, parse_stat
+from contract.procfs import parse_memory_limit as parse_limit
 from contract.schema import Job, JobInfo, Kind
 from tests.conftest import SHARED
 
@@ -195,8 +195,8 @@ def test_combined_v1_mounts_and_sluid_names_are_found(tmp_path):
 
 
 def test_parse_cpu_list_and_limit():
-    assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
-    assert parse_cpu_list("\n") == []
+    assert parse_cpu_list("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert parse_cpu_list("\n") == set()
     assert parse_limit("max\n") is None
     assert parse_limit("9223372036854771712\n") is None  # v1's "no limit"
     assert parse_limit("268435456\n") == 268435456
