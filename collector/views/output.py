@@ -107,9 +107,37 @@ def table_columns(rows: list[EpochRow], choice: str) -> tuple[ReportColumn, ...]
     return tuple(c for c in chosen if shown(c))
 
 
-def report_table(run_id: str, rows: list[EpochRow], choice: str = DEFAULT_COLUMNS):
+def terminal_width(out) -> int | None:
+    """The width of the terminal ``out`` writes to (``$COLUMNS`` first, as
+    ``shutil.get_terminal_size`` reads it); None for a file or a pipe, which keep every
+    column."""
+    import shutil
+
+    isatty = getattr(out, "isatty", None)
+    return shutil.get_terminal_size().columns if isatty and isatty() else None
+
+
+def columns_that_fit(widths: list[int], max_width: int, separator: int = 3) -> int:
+    """How many leading columns of these widths fit in ``max_width`` characters with
+    ``separator`` characters between them (host and epoch, the first two, always)."""
+    used = 0
+    for count, width in enumerate(widths):
+        used += width + (separator if count else 0)
+        if used > max_width:
+            return max(count, 2)
+    return len(widths)
+
+
+def report_table(
+    run_id: str,
+    rows: list[EpochRow],
+    choice: str = DEFAULT_COLUMNS,
+    max_width: int | None = None,
+):
     """The report as a rich ``Text``: ``*`` rows bold, a rule between epochs, the ``*`` row
-    left out when the run has one host (it would repeat the host's row).
+    left out when the run has one host (it would repeat the host's row). With
+    ``max_width`` (a terminal's, no ``--columns`` given) only the leading columns that fit
+    are shown, and one line says how to see the others.
 
     Laid out here rather than with ``rich.table.Table``, which measures every cell: a
     90-epoch, 8-host report (810 rows x 25 columns) took 3.5 s of CPU that way, 0.1 s so.
@@ -121,6 +149,11 @@ def report_table(run_id: str, rows: list[EpochRow], choice: str = DEFAULT_COLUMN
     headers = [column.heading for column in columns]
     cells = [[format_cell(c, getattr(row, c.name)) for c in columns] for row in rows]
     widths = column_widths(headers, cells)
+    shown = len(widths) if max_width is None else columns_that_fit(widths, max_width - 1)
+    left_out = [column.heading for column in columns[shown:]]
+    if left_out:
+        headers, widths = headers[:shown], widths[:shown]
+        cells = [row_cells[:shown] for row_cells in cells]
 
     def line(values: list[str]) -> str:
         return aligned(values, widths, left=1, separator=" │ ") + "\n"
@@ -136,7 +169,14 @@ def report_table(run_id: str, rows: list[EpochRow], choice: str = DEFAULT_COLUMN
             text.append(rule, style="dim")
         previous_epoch = row.epoch
         text.append(line(row_cells), style="bold" if row.host == ALL_HOSTS else "")
-    notes = (unfinished_epochs_note([r.to_dict() for r in rows]), interpolated_edges_note(rows))
+    notes = (
+        unfinished_epochs_note([r.to_dict() for r in rows]),
+        interpolated_edges_note(rows),
+        f"{shown} of {len(columns)} columns shown to fit this {max_width}-character terminal "
+        f"(left out: {', '.join(left_out)}); every column: --columns default, or --format csv"
+        if left_out
+        else "",
+    )
     for note in notes:
         if note:
             text.append(note + "\n", style="dim")
@@ -184,3 +224,20 @@ def print_findings(findings: list, console) -> None:
 def write_findings(findings: list, err) -> None:
     """The findings beside a CSV report (on stderr, so that the CSV stays clean)."""
     print_findings(findings, console_for(err))
+
+
+MAX_SHOWN_CHARS = 120  # a cell of text a writer sent, in a terminal table
+
+
+def shown_text(text: str | None):
+    """A table cell of text a writer sent (a model, a job id, a host): control and
+    bidirectional formatting characters as their escapes (contract.text.visible), never
+    read as Rich markup, cut at ``MAX_SHOWN_CHARS`` with an ellipsis (issue 44, item 5)."""
+    from rich.text import Text
+
+    from contract.text import visible
+
+    escaped = visible(text or "")
+    if len(escaped) > MAX_SHOWN_CHARS:
+        escaped = escaped[: MAX_SHOWN_CHARS - 1] + "…"
+    return Text(escaped)

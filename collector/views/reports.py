@@ -37,7 +37,9 @@ from collector.views.output import (
     console_for,
     print_findings,
     report_table,
+    shown_text,
     table_columns,
+    terminal_width,
     write_csv,
     write_findings,
     write_json,
@@ -168,7 +170,9 @@ def print_report(store: ReadStore, args: argparse.Namespace, out, err=None) -> i
         if not report.rows:
             console.print(f"run {args.run_id} has no epoch events yet")
         else:
-            table = report_table(args.run_id, report.rows, choice or DEFAULT_COLUMNS)
+            # a terminal without --columns: the columns that fit it; files and pipes: all
+            width = terminal_width(out) if choice is None else None
+            table = report_table(args.run_id, report.rows, choice or DEFAULT_COLUMNS, width)
             console.print(table, no_wrap=True, overflow="ignore", crop=False)
         if findings is not None:
             console.print()
@@ -219,16 +223,16 @@ def print_runs(store: ReadStore, args: argparse.Namespace, out) -> int:
         table.add_column(key, no_wrap=True)
     for row in rows:
         table.add_row(
-            row["run_id"],
-            row["framework"],
-            row["model"],
-            ", ".join(row["hosts"]),
+            shown_text(row["run_id"]),
+            shown_text(row["framework"]),
+            shown_text(row["model"]),
+            shown_text(", ".join(row["hosts"])),
             str(row["world_size"]),
             format_number(row["images_per_second"]),
             format_number(row["startup_seconds"]),
             row["start"] or "",
             row["end"] or "",
-            row["state"],
+            shown_text(row["state"]),
         )
     console_for(out).print(table)
     return 0
