@@ -431,7 +431,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         submitters.append(shipper)
     otlp_exporter = None
     if config.otlp is not None:
-        from agent.otlp import OtlpExporter, OtlpHeadersError, read_headers_file
+        from agent.otlp import OtlpExporter
+        from netserve.otlp import OtlpHeadersError, read_headers_file
 
         headers: dict[str, str] = {}
         if config.otlp.headers_file is not None:

@@ -493,7 +493,7 @@ def _otlp_config(table: Mapping[str, Any]) -> OtlpConfig | None:
         raise ConfigError("otlp.max_queued_points", f"must be at least 1 (got {max_queued})")
     headers_file = Path(table["headers_file"]) if table.get("headers_file") else None
     if headers_file is not None:
-        from agent.otlp import OtlpHeadersError, read_headers_file
+        from netserve.otlp import OtlpHeadersError, read_headers_file
 
         try:
             read_headers_file(headers_file)

@@ -1,16 +1,12 @@
-"""agent.otlp's pure parts: the OTLP JSON mapping of points and the headers file."""
+"""agent.otlp's OTLP JSON mapping of points and netserve.otlp's headers file."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.otlp import (
-    AGGREGATION_TEMPORALITY_CUMULATIVE,
-    OtlpHeadersError,
-    metrics_request,
-    parse_headers,
-)
+from agent.otlp import AGGREGATION_TEMPORALITY_CUMULATIVE, metrics_request
 from contract.point import Point
+from netserve.otlp import OtlpHeadersError, parse_headers
 from tests.support.otlp_receiver import attributes, metrics_by_name
 
 T = 1_700_000_000_000_000_000
