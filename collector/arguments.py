@@ -199,6 +199,18 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argpar
     report.add_argument("--format", choices=("table", "csv", "json"), default="table")
     report.add_argument("--findings", action="store_true", help="also print the findings")
     report.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="also send the run's findings as OTLP/HTTP JSON log records to URL (an "
+        "OpenTelemetry Collector's http://HOST:4318/v1/logs; no path: /v1/logs); needs --db, "
+        "not --collector (docs/otlp.md)",
+    )
+    report.add_argument(
+        "--otlp-headers-file",
+        metavar="FILE",
+        help="'Name: value' lines sent with --otlp-endpoint (auth); keep it 0600",
+    )
+    report.add_argument(
         "--columns",
         default=None,
         help="the table's and the CSV's columns: default (the readable set, leaving out what "

@@ -17,6 +17,12 @@ def run(args: argparse.Namespace) -> int:
         if args.command == "scaling" and args.throughput:
             return print_throughput_scaling(args, out)
         if getattr(args, "collector", None):
+            if getattr(args, "otlp_endpoint", None):
+                raise CliError(
+                    "--otlp-endpoint sends the findings computed here: give --db (the "
+                    "store's file), not --collector",
+                    2,
+                )
             return _remote(args, out)
         if args.command not in PRINTERS:
             raise CliError(f"unknown command {args.command}", 2)

@@ -143,7 +143,8 @@ def print_report(store: ReadStore, args: argparse.Namespace, out, err=None) -> i
     _find_run(store, args.run_id)  # a run not there: CliError, before any work
     report = build_report(store, args.run_id)
     findings = None
-    if args.findings:
+    otlp_endpoint = getattr(args, "otlp_endpoint", None)  # the read API has no such option
+    if args.findings or otlp_endpoint:
         from collector.findings.engine import (
             run_findings,  # only then: it imports the scaling rules
         )
@@ -157,13 +158,13 @@ def print_report(store: ReadStore, args: argparse.Namespace, out, err=None) -> i
             "rows": rows,
             "throughput": asdict(run_throughput(rank_epoch_work(report.model))),
         }
-        if findings is not None:
+        if findings is not None and args.findings:
             document["findings"] = [f.to_dict() for f in findings]
         write_json(document, out)
     elif args.format == "csv":
         names = COLUMNS if choice is None else [c.name for c in table_columns(report.rows, choice)]
         write_csv([row.to_dict() for row in report.rows], names, out)
-        if findings is not None:
+        if findings is not None and args.findings:
             write_findings(findings, sys.stderr if err is None else err)
     else:
         console = console_for(out)
@@ -174,10 +175,34 @@ def print_report(store: ReadStore, args: argparse.Namespace, out, err=None) -> i
             width = terminal_width(out) if choice is None else None
             table = report_table(args.run_id, report.rows, choice or DEFAULT_COLUMNS, width)
             console.print(table, no_wrap=True, overflow="ignore", crop=False)
-        if findings is not None:
+        if findings is not None and args.findings:
             console.print()
             print_findings(findings, console)
+    if otlp_endpoint and findings is not None:
+        _send_findings(store, args, findings)
     return 0
+
+
+def _send_findings(store: ReadStore, args: argparse.Namespace, findings: list) -> None:
+    """``--otlp-endpoint``: the findings as OTLP log records (collector.export.otlp)."""
+    from collector.export.otlp import logs_url, send_findings
+    from netserve.otlp import OtlpHeadersError, read_headers_file
+
+    headers: dict[str, str] = {}
+    if getattr(args, "otlp_headers_file", None):
+        try:
+            headers = read_headers_file(Path(args.otlp_headers_file))
+        except OtlpHeadersError as error:
+            raise CliError(f"--otlp-headers-file {error}", 2) from None
+    run = _find_run(store, args.run_id)
+    url = logs_url(args.otlp_endpoint)
+    outcome = send_findings(url, findings, args.run_id, run.end_ns or run.start_ns, headers)
+    if not outcome.delivered:
+        answer = f"HTTP {outcome.status}" if outcome.status else "no answer"
+        raise CliError(
+            f"sending {len(findings)} findings to {url} failed ({answer}: {outcome.message})"
+        )
+    print(f"collector report: sent {len(findings)} findings to {url}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""What the collector sends to other systems (the findings as OTLP logs)."""
