@@ -213,7 +213,7 @@ def run_case(case: Case, repeat: int, out: Path, timeout: float) -> RunResult:
                 command = real_runs.training_command(runs, run_id, *_with_data(case.training, data))
             env = real_runs.repo_env(EPOCHSCOPE_DROP_METHOD="fadvise", **case.env, **injected.env)
             completed = subprocess.run([*injected.prefix, *command], capture_output=True,
-                                       text=True, env=env, timeout=timeout)  # fmt: skip
+                                       text=True, env=env, timeout=timeout, cwd=work)  # fmt: skip
             (work / "output.log").write_text(completed.stdout + completed.stderr)
             if completed.returncode != 0:
                 raise RunFailed((completed.stdout + completed.stderr)[-3000:])
