@@ -41,6 +41,7 @@ import contextlib
 import io
 import json
 import logging
+import math
 import mmap
 import os
 import random
@@ -185,20 +186,53 @@ def mount_holding(path: str, mountpoints: list[str]) -> str | None:
     return max(holding, key=lambda m: len(PurePosixPath(m).parts), default=None)
 
 
+# The most each ceiling can physically be: 1 TB/s for any bytes/s (above a PCIe 6.0 x16
+# link's 128 GB/s, an 800 Gb/s port's 100 GB/s and any disk), 100,000 JPEG decodes per
+# second on one core (a fast core does about 200 at 224 px); at least 1 (a byte or a picture
+# a second: 1e-300 made "inf% of the ceiling"). A value outside or not finite is a damaged
+# or forged file, not a measurement (issue 44, item 7).
+MIN_CEILING = 1.0
+MAX_BYTES_PER_SECOND = 1e12
+MAX_CEILING = {
+    name: (100_000.0 if name == str(Ceiling.JPEG_DECODE) else MAX_BYTES_PER_SECOND)
+    for name in Ceiling.fields()
+    if name != str(Ceiling.MEASURED_AT)
+}
+
+
+def ceiling_problem(field: str, value: object, measured_at: object) -> str | None:
+    """Why this ceiling cannot be used, or None when it can."""
+    bound = MAX_CEILING.get(field)
+    if bound is None:
+        return f"unknown field {field!r}"
+    for name, number in (("value", value), ("measured_at", measured_at)):
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            return f"{name} {number!r} is not a number"
+        if not math.isfinite(number):
+            return f"{name} {number!r} is not finite"
+    if not MIN_CEILING <= value <= bound:  # type: ignore[operator]
+        return f"value {value!r} is not within [{MIN_CEILING:g}, {bound:g}]"
+    return None
+
+
 def from_json(text: str) -> list[Measured]:
-    """The kept file's ceilings; ValueError (with what is wrong) for a damaged file."""
+    """The kept file's usable ceilings; ValueError (with what is wrong) for a file that is
+    not a ceilings file. A ceiling whose value cannot be one (``ceiling_problem``) is left
+    out with one log line naming it."""
     data = json.loads(text)
     if not isinstance(data, dict) or not isinstance(data.get("ceilings"), list):
         raise ValueError('not a ceilings file: no "ceilings" list')
-    known = set(Ceiling.fields())
     out = []
     for number, entry in enumerate(data["ceilings"], start=1):
         try:
             measured = Measured(**entry)
         except TypeError as error:
             raise ValueError(f"ceiling {number}: {error}") from None
-        if measured.field not in known or not isinstance(measured.value, int | float):
-            raise ValueError(f"ceiling {number}: unknown field or value {entry!r}")
+        problem = ceiling_problem(measured.field, measured.value, measured.measured_at)
+        if problem is not None:
+            log.warning("ceiling %d (%s of %s) left out: %s", number, measured.field,
+                        measured.device, problem)  # fmt: skip
+            continue
         out.append(measured)
     return out
 
