@@ -24,8 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from collector.analysis.epochs import build_report  # noqa: E402
-from collector.findings.anatomy import ANATOMY_RULES  # noqa: E402
-from collector.findings.engine import run_findings  # noqa: E402
+from collector.findings.engine import ANATOMY_RULES, run_findings  # noqa: E402
 from collector.store import SqliteStore  # noqa: E402
 from workloads.launch.local_stack import EmbeddedProfile  # noqa: E402
 from workloads.train.datasets import make_dataset  # noqa: E402

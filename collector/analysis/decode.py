@@ -5,7 +5,7 @@ the run's ranks there may use.
 A host's *cores* are the union of its ranks' allowed CPUs (``sched_getaffinity``, each
 rank's ``run_start``), capped by their cgroup CPU quota when every rank sent one (the
 ranks of one job share its cgroup: the largest quota is the job's). The same definition
-serves the ``cpu_oversubscription`` finding (``collector.findings.causes``).
+serves the ``cpu_oversubscription`` finding (``collector.findings.contention``).
 
 The per-epoch column ``decode_ceiling_percent`` is the epoch's images/s over that ceiling,
 for runs whose data set is JPEG files (``data_format`` ``jpeg``): every trained picture

@@ -17,8 +17,8 @@ Definitions (each computed here and nowhere else):
   ``latency_spread``, else computed from its ``latency_p90_seconds`` and
   ``latency_p10_seconds``; None for runs that recorded neither).
 
-Findings (each a detection returning typed evidence, ``collector.findings.evidence``,
-worded by ``collector.findings.words.words`` as the training rules are; an inference run
+Findings (each a detection returning typed evidence, ``collector.findings.inference``,
+worded by ``collector.findings.base.words`` as the training rules are; an inference run
 has no epochs, so no per-epoch report column is their chart: the dashboard's inference page
 points them at its images/s-by-batch-size figure):
 
@@ -55,7 +55,7 @@ from contract.schema import INFERENCE_FRAMEWORK, Event, InferencePrecision, Work
 from contract.throughput import TimedWork, rank_images_per_second
 
 if TYPE_CHECKING:  # the findings are attached by collector.views.inference
-    from collector.findings.evidence import Finding
+    from collector.findings.base import Finding
 
 PRECISIONS = InferencePrecision.ALL
 

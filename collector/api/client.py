@@ -125,7 +125,7 @@ def run_remote(args: argparse.Namespace, out, err=None) -> int:
     if args.command == "report" and args.format == "csv" and args.findings:
         # locally the findings go to stderr beside the CSV; an answer has one body, so
         # they are asked for apart, as JSON, and written as the local command writes them
-        from collector.findings.evidence import Finding
+        from collector.findings.base import Finding
         from collector.views.output import write_findings
 
         query.pop("findings")

@@ -1,8 +1,10 @@
-"""The findings engine: every rule (``collector.findings.rules`` and the step-anatomy rules
-of ``collector.findings.anatomy``) run over one ``RunContext``, most severe first.
+"""The findings engine: every rule, from its family's module (``cache``, ``storage``,
+``input``, ``scaling``, ``stragglers``, ``learning``, ``contention``), run over one
+``RunContext``, most severe first.
 
-A rule is a *detection* (``detect_<rule>(context) -> evidence | None``, typed evidence of
-``collector.findings.evidence``) joined to its *wording* (``collector.findings.words``).
+A rule is a *detection* (``detect_<rule>(context) -> evidence | None``, typed evidence
+defined beside it) joined to its *wording* (``word_<evidence>``, registered with
+``collector.findings.base.words``), all three side by side in the family's module.
 """
 
 from __future__ import annotations
@@ -13,32 +15,37 @@ from typing import Any
 from collector.analysis.epochs import (
     EpochReport,
 )
-from collector.findings.anatomy import ANATOMY_RULES
-from collector.findings.causes import CAUSE_RULES
-from collector.findings.contention import detect_contention
-from collector.findings.context import RunContext, complete_epochs, run_context
-from collector.findings.evidence import (
+from collector.findings.base import (
     CRITICAL,
     INFO,
     SEVERITY_ORDER,
     WARNING,
     Finding,
+    words,
 )
-from collector.findings.learning import detect_divergence, detect_not_learning
-from collector.findings.rules import (
+from collector.findings.cache import (
     detect_cache_warmup,
     detect_dataset_cached_before_run,
     detect_dataset_evicted,
     detect_dataset_fits_in_memory,
+)
+from collector.findings.contention import cpu_oversubscription, detect_contention
+from collector.findings.context import RunContext, complete_epochs, run_context
+from collector.findings.input import (
+    accelerator_utilisation,
     detect_epoch_restart,
-    detect_fabric_carries_storage,
     detect_input_bound,
+    input_wait,
+    startup,
+)
+from collector.findings.learning import detect_divergence, detect_not_learning
+from collector.findings.scaling import detect_extra_epochs_to_target, detect_scaling_loss
+from collector.findings.storage import (
+    detect_fabric_carries_storage,
     detect_precision_read_demand,
-    detect_scaling_loss,
     detect_storage_bound,
 )
-from collector.findings.target_scaling import detect_extra_epochs_to_target
-from collector.findings.words import words
+from collector.findings.stragglers import straggler
 from collector.store.api import ReadStore
 
 __all__ = [  # what other modules take from here (the severities and Finding re-exported)
@@ -57,12 +64,12 @@ __all__ = [  # what other modules take from here (the severities and Finding re-
 # --------------------------------------------------------------------------------------
 
 Rule = Callable[[RunContext], list[Finding]]
-# -> one rule's evidence (collector.findings.evidence), or None
+# -> one rule's evidence (defined beside it in its family's module), or None
 Detector = Callable[[RunContext], Any]
 
 
 def rule(detect: Detector, name: str) -> Rule:
-    """The rule that words what ``detect`` finds (``collector.findings.words``)."""
+    """The rule that words what ``detect`` finds (``collector.findings.base.words``)."""
 
     def run(context: RunContext) -> list[Finding]:
         found = detect(context)
@@ -119,6 +126,11 @@ RULES: tuple[Rule, ...] = (
     not_learning,
     extra_epochs_to_target,
 )
+
+
+# the step-anatomy rules (per rank) and the named causes, after the rules above
+ANATOMY_RULES: tuple[Rule, ...] = (input_wait, accelerator_utilisation, straggler, startup)
+CAUSE_RULES: tuple[Rule, ...] = (cpu_oversubscription,)
 
 
 def all_rules() -> tuple[Rule, ...]:

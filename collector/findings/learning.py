@@ -35,19 +35,30 @@ from collector.analysis.learning import (
     learning_curve,
     uniform_guess_loss,
 )
+from collector.findings.base import CRITICAL, WARNING, Finding, digits, evidence_json, words
 from collector.findings.context import RunContext
-from collector.findings.evidence import CRITICAL, WARNING, Finding, digits, evidence_json
-from collector.findings.words import words
 
 MIN_EPOCHS = 2
+
+
 CHANCE_RATIO = 1.5  # 0.375 for 4 classes: 2.3 standard deviations above chance on 64 pictures
+
+
 UNIFORM_LOSS_SHARE = 0.9  # without validation: a loss >= 90 % of ln(classes) is at chance
+
+
 # without validation, the training loss is judged only after this many steps per rank: in
 # its first steps a freshly initialised network's loss swings above a uniform guess's
 # before it falls (make demo's 12 steps: 6.3, 8.8, 7.0 against ln 10 = 2.3)
 MIN_LOSS_STEPS = 100
+
+
 LOSS_FALL_MIN = 0.10  # the last epoch's loss at least 10 % below the first's: it falls
+
+
 DIVERGENCE_RATIO = 3.0
+
+
 UNIFORM_LOSS_MULTIPLE = 5.0  # 6.9 for 4 classes, 34.5 for 1000
 
 
@@ -177,11 +188,6 @@ def detect_not_learning(context: RunContext) -> NotLearning | None:
     return not_learning(learning_curve(context.model), classes_of(context.config), steps)
 
 
-# --------------------------------------------------------------------------------------
-# wording
-# --------------------------------------------------------------------------------------
-
-
 def _loss_text(value: float | None) -> str:
     if value is None:
         return "NaN/Inf"
@@ -198,7 +204,7 @@ def _series(values: list[float | None]) -> str:
 
 
 @words.register
-def _(found: Divergence) -> Finding:
+def word_divergence(found: Divergence) -> Finding:
     if found.kind == DivergenceKind.NOT_FINITE:
         title = f"The training diverged: epoch {found.epoch}'s loss was NaN or Inf"
         how = "its mean training loss was not a number (NaN) or infinite on some rank"
@@ -237,7 +243,7 @@ def _(found: Divergence) -> Finding:
 
 
 @words.register
-def _(found: NotLearning) -> Finding:
+def word_not_learning(found: NotLearning) -> Finding:
     top1 = ", ".join("-" if v is None else f"{v:.3f}" for v in found.top1[:8])
     if found.judged_by == "top1":
         at_chance = (

@@ -408,7 +408,7 @@ def print_job(store: ReadStore, args: argparse.Namespace, out) -> int:
 def _print_job_table(store: ReadStore, view: dict[str, Any], out) -> None:
     from rich.table import Table
 
-    from collector.findings.evidence import Finding
+    from collector.findings.base import Finding
 
     console = console_for(out)
     job = view["job"]

@@ -630,7 +630,7 @@ def test_first_step_wait_share_is_the_wait_outside_aus_steps():
     than it waits for input (DLIO's sleep), which leaves nothing outside; a run whose AU is
     over every step (the bundled workloads' settled epochs) has no first step apart."""
     from collector.analysis.anatomy import RankEpoch
-    from collector.findings.anatomy import first_step_wait_share
+    from collector.findings.input import first_step_wait_share
 
     def epoch(input_wait: float, au_seconds: float, au_idle: float) -> RankEpoch:
         return RankEpoch("n1", 0, 2, 10, 10.0, input_wait, 8.0, 0.0, 10.0 - 8.0 - input_wait,

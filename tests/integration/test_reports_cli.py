@@ -84,7 +84,7 @@ def test_report_table_and_findings(make_store):
 def test_a_long_finding_is_one_line_and_its_words_are_not_markup():
     """A pipe gets each explanation whole (rich cut it at the console's 400 columns before),
     and brackets in a finding's words are printed, not read as rich markup."""
-    from collector.findings.evidence import Finding
+    from collector.findings.base import Finding
     from collector.views.reports import _console, print_findings
 
     words = "the data set [bold]x[/bold] " + "is read again " * 40

@@ -57,7 +57,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.findings.evidence import CEILING_BOUND_SHARE
+from collector.findings.base import CEILING_BOUND_SHARE
 from contract.schema import Ceiling
 from tests.support.views import whole_percent_texts
 

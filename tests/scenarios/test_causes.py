@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.findings.evidence import CPU_SATURATED_PERCENT, EPOCH_START_WAIT_SHARE
+from collector.findings.base import CPU_SATURATED_PERCENT
+from collector.findings.input import EPOCH_START_WAIT_SHARE
 from tests.scenarios.conftest import REPO, ScenarioRun, collector_report
 
 SCRIPT = REPO / "tests" / "scripts" / "cause_train.py"

@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from agent.ceilings import sample_jpeg
-from collector.findings.evidence import DECODE_BOUND_SHARE, DECODE_PAST_SHARE
+from collector.findings.input import DECODE_BOUND_SHARE, DECODE_PAST_SHARE
 from contract.schema import Ceiling
 from tests.integration.test_ceilings_cgroups import CGROUP_CPU, cpu_quota
 from tests.scenarios.conftest import REPO, ScenarioRun, collector_report

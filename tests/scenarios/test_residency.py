@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.findings.evidence import CACHED_PERCENT
+from collector.findings.base import CACHED_PERCENT
 from contract.schema import Event
 from tests.scenarios.conftest import (
     BLKIO,

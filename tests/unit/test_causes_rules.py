@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from collector.analysis.anatomy import RankEpoch
-from collector.findings.anatomy import detect_stragglers
-from collector.findings.causes import (
+from collector.findings.base import evidence_json, words
+from collector.findings.contention import (
     CORES_IDLE,
     CORES_SHARED,
     OVERSUBSCRIBED,
@@ -18,8 +18,8 @@ from collector.findings.causes import (
     RankCpus,
     judge_host,
 )
-from collector.findings.evidence import PartChange, ScalingAttribution, evidence_json
-from collector.findings.words import threads_text, words
+from collector.findings.scaling import PartChange, ScalingAttribution, threads_text
+from collector.findings.stragglers import detect_stragglers
 from contract.cpulist import format_cpu_list, parse_cpu_list
 from contract.procfs import parse_environ
 from workloads.record.cpus import (

@@ -13,7 +13,7 @@ from collector.analysis.decode import host_cores
 from collector.analysis.epochs import build_report
 from collector.arguments import build_parser
 from collector.findings.engine import run_findings
-from collector.findings.evidence import decode_verdict
+from collector.findings.input import decode_verdict
 from collector.views.printers import render
 from contract.point import Point
 from contract.schema import Ceiling, Tag, Workload

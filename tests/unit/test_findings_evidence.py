@@ -1,5 +1,5 @@
-"""Each findings rule's detection returns typed evidence (collector.findings.evidence) with
-the values of the scenario, and its wording (collector.findings.words) is a pure function
+"""Each findings rule's detection returns typed evidence (beside it, in its family's module) with
+the values of the scenario, and its wording (``collector.findings.base.words``) is a pure function
 of that evidence: the same evidence always makes the same finding, with no store at all.
 
 The scenarios are those of tests/unit/test_findings.py and
@@ -15,23 +15,18 @@ import dataclasses
 
 import pytest
 
-from collector.findings import words as findings_words
+from collector.findings import base as findings_words
+from collector.findings.base import evidence_json, words
+from collector.findings.cache import CacheWarmup, DatasetFitsInMemory
 from collector.findings.engine import DETECTORS, RULES, run_context, run_findings
-from collector.findings.evidence import (
-    BusyHostEpoch,
-    CacheWarmup,
-    DatasetFitsInMemory,
+from collector.findings.input import BusyHostEpoch, InputBound
+from collector.findings.scaling import RateGrowth, ResourceUse, ScalingLoss
+from collector.findings.storage import (
     FabricCarriesStorage,
-    InputBound,
     PrecisionReadDemand,
-    RateGrowth,
-    ResourceUse,
-    ScalingLoss,
     StorageBound,
     UnstableHostEpoch,
-    evidence_json,
 )
-from collector.findings.words import words
 from tests.integration.test_findings_scenarios import scaling_pair, small_dataset_run, stored
 from tests.support.run_builder import RunBuilder
 from tests.unit.test_findings import (
@@ -347,7 +342,7 @@ def test_every_chart_is_a_declared_column():
 
 
 def test_the_anatomy_rules_evidence_goes_through_the_same_wording():
-    from collector.findings.anatomy import Startup
+    from collector.findings.input import Startup
 
     found = Startup(2.0, 0.5, 9.0, {"input_wait": 0.0, "compute": 9.0}, "build", None, None)
     assert words(found).title == "Epoch 1 took 4.0x as long per step: warm-up"  # no framework

@@ -11,7 +11,7 @@ import pytest
 
 from collector.arguments import build_parser
 from collector.findings.engine import run_findings
-from collector.findings.evidence import STORAGE_HIGH_SHARE_OF_PEAK
+from collector.findings.storage import STORAGE_HIGH_SHARE_OF_PEAK
 from collector.views.evidence import evidence_items
 from collector.views.inference import format_top1
 from collector.views.printers import render

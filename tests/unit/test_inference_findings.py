@@ -1,5 +1,5 @@
-"""The inference rules detect typed evidence (``collector.findings.evidence``) and are worded
-by the one wording dispatch (``collector.findings.words.words``), as the training rules are.
+"""The inference rules detect typed evidence (``collector.findings.inference``) and are worded
+by the one wording dispatch (``collector.findings.base.words``), as the training rules are.
 
 Runs are written as ``workloads infer`` writes them and read back from a real SQLite store
 (``tests.unit.test_inference_views.report_of``); the rendered findings themselves are asserted
@@ -13,23 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from collector.findings.evidence import (
+from collector.findings.base import NO_REPORT_COLUMN, evidence_json, words
+from collector.findings.inference import (
+    INFERENCE_DETECTORS,
     INT8_TOP1_LOSS_LIMIT,
     MIN_TIMED_SECONDS,
     SPREAD_LIMIT,
     Int8AccuracyLoss,
     ThroughputSaturated,
     TimingUnsteady,
-    evidence_json,
-)
-from collector.findings.inference import (
-    INFERENCE_DETECTORS,
     detect_int8_accuracy_loss,
     detect_int8_slower,
     detect_throughput_saturated,
     detect_timing_unsteady,
 )
-from collector.findings.words import NO_REPORT_COLUMN, words
 from collector.queries.inference import inference_report
 from collector.store import SqliteStore
 from contract.schema import INFERENCE_FRAMEWORK

@@ -17,11 +17,7 @@ import pytest
 
 from collector.api.client import fetch_view
 from collector.arguments import build_parser
-from collector.findings.evidence import (
-    INT8_TOP1_LOSS_LIMIT,
-    MIN_TIMED_SECONDS,
-    SATURATION_GAIN,
-)
+from collector.findings.inference import INT8_TOP1_LOSS_LIMIT, MIN_TIMED_SECONDS, SATURATION_GAIN
 from collector.store import SqliteStore
 from collector.views.inference import (
     format_milliseconds,

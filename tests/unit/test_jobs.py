@@ -27,7 +27,7 @@ from collector.analysis.jobs import cpu_efficiency, elapsed_seconds, job_report
 from collector.api.client import query_of
 from collector.api.server import command_argv
 from collector.arguments import build_parser
-from collector.findings.evidence import JOB_CPU_EFFICIENCY_FLOOR, JOB_MEMORY_USE_FLOOR
+from collector.findings.jobs import JOB_CPU_EFFICIENCY_FLOOR, JOB_MEMORY_USE_FLOOR
 from collector.views.jobs import JOB_KEYS, NODE_KEYS
 from collector.views.printers import render
 from contract.point import Point

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.analysis.run import EPOCH_KINDS, assign_epochs, run_model
-from collector.findings.rules import step_rates
+from collector.findings.storage import step_rates
 from collector.store import SqliteStore
 from collector.store.api import StepTable, step_number
 from collector.store.events import STEPS_BY_HOST_SQL, _joined_steps
