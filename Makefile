@@ -7,7 +7,7 @@ SYSTEM_PACKAGES := chromium chromium-driver openssh-server victoria-metrics prom
 	libopenmpi-dev openmpi-bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test check scenarios env frameworks user-torch-env dlio-env system-packages lint bench clean
+.PHONY: demo test check docs-check scenarios env frameworks user-torch-env dlio-env system-packages lint bench clean
 
 # The main job: ResNet-50 with Horovod + TensorFlow, 2 processes, 3 epochs, profiled by a
 # local agent and collector, on a small TFRecord data set made once and dropped from the
@@ -35,6 +35,13 @@ test: env frameworks system-packages user-torch-env dlio-env
 check: env
 	$(PY) -m ruff check .
 	$(PY) -m pytest tests/unit -q --timeout 15
+
+# Every shell command of README.md and docs/*.md: each one's subcommand and options against
+# its real --help, and the blocks not marked `<!-- docs-check: skip (why) -->` run from a
+# fresh git clone of what is committed, with this .venv (bench/docs_check/docs_check.py;
+# tests/system/test_docs_commands.py runs it inside `make test`).
+docs-check: env
+	$(PY) bench/docs_check/docs_check.py
 
 # Real trainings with each effect a finding explains produced for real (tests/scenarios/):
 # run last, on a machine no other test is loading.
