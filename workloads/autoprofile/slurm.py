@@ -40,6 +40,7 @@ import os
 import pwd
 import re
 import shlex
+import stat
 import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -82,6 +83,8 @@ class SlurmSite:
     summary_dir: str = "/var/lib/epochscope/jobs"
     collector_command: tuple[str, ...] = field(default_factory=tuple)  # default: this Python
     summary_timeout_seconds: float = 30.0
+    scontrol: str = "scontrol"  # asked where a profiled job's output file is
+    append_to_output: bool = True  # a profiled job's summary also ends its output file
 
     @classmethod
     def load(cls, path: Path) -> SlurmSite:
@@ -264,8 +267,13 @@ def summary_command(site: SlurmSite, job_id: str) -> list[str]:
 def store_summary(site: SlurmSite, job_id: str) -> str:
     """Runs ``collector job JOBID --summary`` and writes its output to
     ``<summary_dir>/job_<JOBID>.summary`` (0600); what happened, in one line."""
+    return _store_summary(site, job_id)[0]
+
+
+def _store_summary(site: SlurmSite, job_id: str) -> tuple[str, str | None]:
+    """(what happened, the summary when there is one)."""
     if not _ID.fullmatch(job_id):
-        return f"no usable SLURM_JOB_ID ({job_id!r})"
+        return f"no usable SLURM_JOB_ID ({job_id!r})", None
     import subprocess
 
     command = summary_command(site, job_id)
@@ -274,16 +282,19 @@ def store_summary(site: SlurmSite, job_id: str) -> str:
             command, capture_output=True, text=True, timeout=site.summary_timeout_seconds
         )
     except FileNotFoundError:
-        return f"{command[0]} is not installed: no summary of job {job_id}"
+        return f"{command[0]} is not installed: no summary of job {job_id}", None
     except subprocess.TimeoutExpired:
-        return f"`collector job` took over {site.summary_timeout_seconds:g} s: no summary"
+        return f"`collector job` took over {site.summary_timeout_seconds:g} s: no summary", None
     except OSError as error:
-        return f"cannot run {command[0]}: {error.strerror}"
+        return f"cannot run {command[0]}: {error.strerror}", None
     if result.returncode != 0:
         if "invalid choice: 'job'" in result.stderr or "No module named" in result.stderr:
-            return f"this collector has no `collector job` command: no summary of job {job_id}"
+            return (
+                f"this collector has no `collector job` command: no summary of job {job_id}",
+                None,
+            )
         last = (result.stderr.strip().splitlines() or ["no message"])[-1]
-        return f"`collector job {job_id} --summary` exited {result.returncode}: {last}"
+        return f"`collector job {job_id} --summary` exited {result.returncode}: {last}", None
     directory = Path(site.summary_dir)
     target = directory / f"job_{job_id}.summary"
     try:
@@ -294,8 +305,69 @@ def store_summary(site: SlurmSite, job_id: str) -> str:
             out.write(result.stdout)
         partial.replace(target)
     except OSError as error:
-        return f"cannot write {target}: {error.strerror}"
-    return f"job {job_id}: summary stored in {target}"
+        return f"cannot write {target}: {error.strerror}", result.stdout
+    return f"job {job_id}: summary stored in {target}", result.stdout
+
+
+def profiled_runs(summary: str) -> list[str]:
+    """The runs ``collector job --summary`` (one JSON object) joined to the job: those the
+    TaskProlog profiled (or any epochscope run inside it); [] when it says none."""
+    try:
+        document = json.loads(summary)
+    except ValueError:
+        return []
+    runs = document.get("runs") if isinstance(document, dict) else None
+    return [str(run.get("run_id")) for run in runs or [] if isinstance(run, dict)]
+
+
+def output_file(scontrol_text: str) -> str | None:
+    """The job's ``StdOut=`` path from ``scontrol show job --oneliner`` (Slurm expands
+    %j and the rest there); None when it has none (an interactive ``srun``)."""
+    found = re.search(r"(?:^|\s)StdOut=(\S+)", scontrol_text)
+    return found.group(1) if found and found.group(1).startswith("/") else None
+
+
+def append_summary(path: str, uid: int, summary: str, job_id: str) -> str:
+    """Append the summary to the job's output file as root without trusting its path:
+    never through a symbolic link, never to a FIFO or device, only to a regular file the
+    job's own user owns (a hard link to anyone else's file is refused); one line says
+    what happened."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as error:
+        return f"cannot append to {path}: {error.strerror}"
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != uid or info.st_nlink != 1:
+            return f"{path} is not a regular file of the job's user alone: summary not appended"
+        text = f"\nepochscope: collector job {job_id} --summary\n{summary.rstrip()}\n"
+        os.write(descriptor, text.encode())
+    except OSError as error:
+        return f"cannot append to {path}: {error.strerror}"
+    finally:
+        os.close(descriptor)
+    return f"appended to {path}"
+
+
+def summary_to_output(site: SlurmSite, job_id: str, summary: str, uid: str) -> str | None:
+    """The summary at the end of the job's output file when the job was profiled; what
+    happened in one line (None: not profiled, or turned off)."""
+    if not site.append_to_output or not profiled_runs(summary):
+        return None
+    if not uid.isdigit():
+        return f"no usable SLURM_JOB_UID ({uid!r}): summary not appended"
+    import subprocess
+
+    command = [site.scontrol, "show", "job", "--oneliner", job_id]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"cannot ask {site.scontrol} for job {job_id}'s output file: {error}"
+    path = output_file(result.stdout) if result.returncode == 0 else None
+    if path is None:
+        return f"job {job_id} has no output file Slurm names: summary not appended"
+    return append_summary(path, int(uid), summary, job_id)
 
 
 def epilog(config: Path, environ: Mapping[str, str] | None = None) -> int:
@@ -305,8 +377,13 @@ def epilog(config: Path, environ: Mapping[str, str] | None = None) -> int:
     except SiteConfigError as error:
         print(f"epochscope epilog: {error}", file=sys.stderr)
         return 0
-    print(f"epochscope epilog: {store_summary(site, environ.get('SLURM_JOB_ID', ''))}",
-          file=sys.stderr)  # fmt: skip
+    job_id = environ.get("SLURM_JOB_ID", "")
+    said, summary = _store_summary(site, job_id)
+    print(f"epochscope epilog: {said}", file=sys.stderr)
+    if summary is not None:
+        appended = summary_to_output(site, job_id, summary, environ.get("SLURM_JOB_UID", ""))
+        if appended:
+            print(f"epochscope epilog: {appended}", file=sys.stderr)
     return 0
 
 
