@@ -14,6 +14,9 @@ under ``if TYPE_CHECKING:`` left out (they never run). The rules are the layout'
 - the dashboard never imports ``agent`` or ``workloads``, and reaches the collector only
   through its doors: ``source.py`` (and ``remote.py``, the same door onto a remote
   collector; ``cli.py``, which opens the store);
+- in ``workloads``, ``record`` (the rank side: events, timing, the stop and delivery
+  protocols) never imports ``train``, ``launch``, ``autoprofile`` or ``infer``, and
+  ``train`` never ``launch`` or ``autoprofile``;
 - no two modules import each other, however long the way round.
 
 A string that names a module of the project (``"collector.ingest.server"`` in a table of
@@ -74,6 +77,14 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "collector.commands",
     ),
     "dashboard": ("agent", "workloads"),
+    # the rank side never reaches up into the launcher
+    "workloads.record": (
+        "workloads.train",
+        "workloads.launch",
+        "workloads.autoprofile",
+        "workloads.infer",
+    ),
+    "workloads.train": ("workloads.launch", "workloads.autoprofile"),
 }
 
 # the dashboard's only doors to the collector

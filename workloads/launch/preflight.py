@@ -12,17 +12,16 @@ another may not).
 from __future__ import annotations
 
 import argparse
-import shlex
 import urllib.error
 import urllib.request
 from http import HTTPStatus
-from pathlib import Path
 
 from netserve.tls import client_context
+from workloads.record.delivery import UNDELIVERED_EXIT as UNDELIVERED_EXIT
+from workloads.record.delivery import resend_command as resend_command
 from workloads.record.events import DEFAULT_BUCKET, DEFAULT_ORG
 
 CHECK_TIMEOUT_SECONDS = 10.0
-UNDELIVERED_EXIT = 3  # the run trained, but some of its events wait in a spool
 
 
 class CollectorUnusable(RuntimeError):
@@ -92,11 +91,3 @@ def check_collector(
             f"cannot reach the collector at {url} from {host} ({reason}): start it "
             "(`collector serve --listen HOST:PORT`) or give the right --collector URL"
         ) from None
-
-
-def resend_command(spool: Path, url: str, token_file: str | None) -> str:
-    """The ``workloads resend`` command that delivers ``spool``, ready to copy."""
-    argv = ["workloads", "resend", "--spool", str(spool), "--collector", url]
-    if token_file:
-        argv += ["--token-file", token_file]
-    return shlex.join(argv)

@@ -3,7 +3,7 @@
 horovodrun and torchrun start this once per process (``workloads run`` calls ``main``
 in-process for a one-process run). It builds the rank's event writer and recorder, hands
 them to the framework's trainer and writes ``run_end`` (finished, failed, or interrupted
-when the user stopped the run: ``workloads.launch.processes.stop_was_asked``) whatever
+when the user stopped the run: ``workloads.record.stopping.stop_was_asked``) whatever
 happens.
 """
 
@@ -15,15 +15,11 @@ import traceback
 from pathlib import Path
 
 from contract.schema import RunState, Workload
-from workloads.launch.preflight import UNDELIVERED_EXIT, resend_command
-from workloads.launch.processes import (
-    Interrupted,
-    raise_on_signals,
-    stop_was_asked,
-)
 from workloads.record.cpus import cpu_fields
+from workloads.record.delivery import UNDELIVERED_EXIT, resend_command
 from workloads.record.events import AgentEdges, EventWriter, make_sink
 from workloads.record.spec import TOKEN_ENV, RunSpec, token_from_env
+from workloads.record.stopping import Interrupted, raise_on_signals, stop_was_asked
 from workloads.record.timing import Recorder
 from workloads.train.placement import Placement, host_memory_bytes
 
