@@ -3,12 +3,18 @@ learning curve (``collector.analysis.learning``: per epoch, the ranks' mean trai
 and validation top-1 from their ``epoch_end`` events).
 
 ``divergence``
-    An epoch's mean training loss was NaN or Inf on some rank (``loss_not_finite``), or
-    grew to at least ``DIVERGENCE_RATIO`` times the lowest loss of the epochs before it and
-    back above a uniform guess's (so 0.001 -> 0.004 near convergence is no divergence;
-    without the number of classes: above the first epoch's), or
-    was at least ``UNIFORM_LOSS_MULTIPLE`` times the loss of a uniform guess
-    (``ln(classes)``): a model that bad is confidently wrong, its weights blown up.
+    An epoch's mean training loss was NaN or Inf on some rank (``loss_not_finite``): at
+    once. Otherwise more than one epoch must say so (a freshly initialised network's loss
+    swings for an epoch: make demo's 7.83, 11.62, 6.59 with 10 classes is no divergence):
+    the loss stayed at least ``DIVERGENCE_RATIO`` times the run's best so far (the lowest
+    loss of the epochs before) over ``DIVERGENCE_EPOCHS`` consecutive epochs, each back
+    above a uniform guess's (so 0.001 -> 0.004 near convergence is no divergence; without
+    the number of classes: above the first epoch's), or it was at least
+    ``UNIFORM_LOSS_MULTIPLE`` times the loss of a uniform guess (``ln(classes)``) in
+    ``DIVERGENCE_EPOCHS`` epochs (``OVERFLOW_UNIFORM_MULTIPLE`` times in one: overflowed
+    weights, like NaN): a model that bad is confidently wrong. The stated cause
+    comes from what the run sent: FP16 only where its ``precision`` is fp16; the bundled
+    trainers send no learning rate or warm-up, so otherwise the cause is not known.
 ``not_learning``
     Over at least ``MIN_EPOCHS`` ended epochs the run stayed at chance: validation top-1
     at most ``CHANCE_RATIO`` times ``1/classes`` in every epoch, or (without validation)
@@ -27,6 +33,7 @@ level then means nothing), nor a run that learns only after its last epoch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from collector.analysis.learning import (
     EpochLearning,
@@ -37,6 +44,7 @@ from collector.analysis.learning import (
 )
 from collector.findings.base import CRITICAL, WARNING, Finding, digits, evidence_json, words
 from collector.findings.context import RunContext
+from contract.schema import Workload
 
 MIN_EPOCHS = 2
 
@@ -62,25 +70,43 @@ DIVERGENCE_RATIO = 3.0
 UNIFORM_LOSS_MULTIPLE = 5.0  # 6.9 for 4 classes, 34.5 for 1000
 
 
+DIVERGENCE_EPOCHS = 2  # epochs that must show growth or a loss far above a uniform guess's
+
+
+# a loss this many times a uniform guess's counts at once, like NaN: the weights overflowed
+# (a learning rate of 1000 ends its one epoch at 3.35e14 for 4 classes), far beyond the
+# swings of a freshly initialised network (make demo's worst epoch: 5.05x)
+OVERFLOW_UNIFORM_MULTIPLE = 1000.0
+
+
 class DivergenceKind:
     NOT_FINITE = "not_finite"
     GREW = "grew"
     ABOVE_UNIFORM = "above_uniform"
 
 
+class DivergenceCause:
+    FP16 = "fp16"  # the run's precision is fp16: gradients can overflow without loss scaling
+    NOT_KNOWN = "not_known"  # nothing the run sent points at one
+
+
 @dataclass(frozen=True)
 class Divergence:
     """The first epoch whose loss says the training diverged, and how."""
 
-    epoch: int
+    epoch: int  # the epoch that completed the evidence
     kind: str  # DivergenceKind
     loss: float | None = field(metadata=digits(4))  # None: NaN or Inf
+    first_epoch: int | None = None  # the first epoch of the growth or of the losses above
     lowest_loss_before: float | None = field(default=None, metadata=digits(4))
     lowest_loss_epoch: int | None = None
     uniform_guess_loss: float | None = field(default=None, metadata=digits(4))
     losses: list[float | None] = field(default_factory=list)  # per epoch, None: NaN/Inf
+    precision: str | None = None  # the run's run_start precision, if sent
+    cause: str = DivergenceCause.NOT_KNOWN  # DivergenceCause
     threshold_ratio: float = DIVERGENCE_RATIO
     threshold_uniform_multiple: float = UNIFORM_LOSS_MULTIPLE
+    threshold_epochs: int = DIVERGENCE_EPOCHS
 
 
 @dataclass(frozen=True)
@@ -105,35 +131,67 @@ def _losses(curve: list[EpochLearning]) -> list[float | None]:
     return [None if e.loss_not_finite else e.loss for e in curve]
 
 
-def divergence(curve: list[EpochLearning], classes: int | None) -> Divergence | None:
-    """The first epoch that diverged (see the module's note), or None."""
+def _cause_of(precision: str | None) -> str:
+    return DivergenceCause.FP16 if precision == "fp16" else DivergenceCause.NOT_KNOWN
+
+
+def divergence(
+    curve: list[EpochLearning], classes: int | None, precision: str | None = None
+) -> Divergence | None:
+    """The epoch by which the training had diverged (see the module's note), or None;
+    ``precision``: the run's, the only cause the run's config can show."""
     uniform = uniform_guess_loss(classes) if classes else None
     finite = [e.loss for e in curve if e.loss is not None and not e.loss_not_finite]
     curve_start = finite[0] if finite else 0.0
-    lowest: EpochLearning | None = None
+    found = partial(
+        Divergence,
+        uniform_guess_loss=uniform,
+        losses=_losses(curve),
+        precision=precision,
+        cause=_cause_of(precision),
+    )
+    lowest: EpochLearning | None = None  # the run's best so far
+    grown: list[EpochLearning] = []  # consecutive epochs >= DIVERGENCE_RATIO x the best
+    grown_against: EpochLearning | None = None  # the best they grew against
+    far_above: list[EpochLearning] = []  # epochs >= UNIFORM_LOSS_MULTIPLE x a uniform guess's
     for epoch in curve:
-        kind = None
         if epoch.loss_not_finite:
-            kind = DivergenceKind.NOT_FINITE
-        elif epoch.loss is None:
-            continue
-        elif (
-            lowest is not None
-            and epoch.loss >= DIVERGENCE_RATIO * (lowest.loss or 0)
-            and epoch.loss >= (uniform if uniform is not None else curve_start)
-        ):
-            kind = DivergenceKind.GREW
-        elif uniform is not None and epoch.loss >= UNIFORM_LOSS_MULTIPLE * uniform:
-            kind = DivergenceKind.ABOVE_UNIFORM
-        if kind is not None:
-            return Divergence(
+            return found(
                 epoch=epoch.epoch,
-                kind=kind,
-                loss=None if epoch.loss_not_finite else epoch.loss,
+                kind=DivergenceKind.NOT_FINITE,
+                loss=None,
                 lowest_loss_before=lowest.loss if lowest else None,
                 lowest_loss_epoch=lowest.epoch if lowest else None,
-                uniform_guess_loss=uniform,
-                losses=_losses(curve),
+            )
+        if epoch.loss is None:
+            continue
+        against = grown_against if grown else lowest
+        if (
+            against is not None
+            and epoch.loss >= DIVERGENCE_RATIO * (against.loss or 0)
+            and epoch.loss >= (uniform if uniform is not None else curve_start)
+        ):
+            grown, grown_against = [*grown, epoch], against
+        else:
+            grown, grown_against = [], None
+        if uniform is not None and epoch.loss >= UNIFORM_LOSS_MULTIPLE * uniform:
+            far_above.append(epoch)
+        overflowed = uniform is not None and epoch.loss >= OVERFLOW_UNIFORM_MULTIPLE * uniform
+        if len(grown) >= DIVERGENCE_EPOCHS and grown_against is not None:
+            return found(
+                epoch=epoch.epoch,
+                kind=DivergenceKind.GREW,
+                loss=epoch.loss,
+                first_epoch=grown[0].epoch,
+                lowest_loss_before=grown_against.loss,
+                lowest_loss_epoch=grown_against.epoch,
+            )
+        if len(far_above) >= DIVERGENCE_EPOCHS or overflowed:
+            return found(
+                epoch=epoch.epoch,
+                kind=DivergenceKind.ABOVE_UNIFORM,
+                loss=epoch.loss,
+                first_epoch=far_above[0].epoch,
             )
         if lowest is None or (lowest.loss is not None and epoch.loss < lowest.loss):
             lowest = epoch
@@ -179,7 +237,12 @@ def not_learning(
 
 
 def detect_divergence(context: RunContext) -> Divergence | None:
-    return divergence(learning_curve(context.model), classes_of(context.config))
+    precision = context.config.get(Workload.PRECISION)
+    return divergence(
+        learning_curve(context.model),
+        classes_of(context.config),
+        precision if isinstance(precision, str) else None,
+    )
 
 
 def detect_not_learning(context: RunContext) -> NotLearning | None:
@@ -203,18 +266,35 @@ def _series(values: list[float | None]) -> str:
     return shown + (", ..." if len(values) > 8 else "")
 
 
+def _divergence_cause(found: Divergence) -> str:
+    if found.cause == DivergenceCause.FP16:
+        return (
+            "The run trains in FP16 (its precision): without loss scaling its gradients "
+            "overflow, a possible cause; it sent no learning rate or warm-up to judge those by."
+        )
+    return (
+        "The cause is not known from what the run sent (its precision is "
+        f"{found.precision or 'not sent'}; it sent no learning rate or warm-up)."
+    )
+
+
 @words.register
 def word_divergence(found: Divergence) -> Finding:
+    span = f"epochs {found.first_epoch}..{found.epoch}"
     if found.kind == DivergenceKind.NOT_FINITE:
         title = f"The training diverged: epoch {found.epoch}'s loss was NaN or Inf"
-        how = "its mean training loss was not a number (NaN) or infinite on some rank"
+        how = (
+            f"In epoch {found.epoch} its mean training loss was not a number (NaN) or "
+            "infinite on some rank"
+        )
     elif found.kind == DivergenceKind.GREW:
         ratio = (found.loss or 0) / max(found.lowest_loss_before or 0, 1e-12)
         title = f"The training diverged: the loss grew {_times(ratio)} by epoch {found.epoch}"
         how = (
-            f"its mean training loss, {_loss_text(found.loss)}, was {_times(ratio)} epoch "
-            f"{found.lowest_loss_epoch}'s {_loss_text(found.lowest_loss_before)} (at least "
-            f"{found.threshold_ratio:.0f}x counts)"
+            f"Over {span} its mean training loss stayed at least "
+            f"{found.threshold_ratio:.0f}x the run's best before them (epoch "
+            f"{found.lowest_loss_epoch}'s {_loss_text(found.lowest_loss_before)}), reaching "
+            f"{_loss_text(found.loss)} ({_times(ratio)})"
         )
     else:
         multiple = (found.loss or 0) / (found.uniform_guess_loss or 1)
@@ -222,21 +302,28 @@ def word_divergence(found: Divergence) -> Finding:
             f"The training is unstable: epoch {found.epoch}'s loss is {_times(multiple)} a "
             "uniform guess's"
         )
-        how = (
-            f"its mean training loss, {_loss_text(found.loss)}, was {_times(multiple)} the "
-            f"loss of a uniform guess over the classes ({found.uniform_guess_loss:.3f}): "
-            "the model is confidently wrong"
-        )
+        if found.first_epoch == found.epoch:
+            how = (
+                f"In epoch {found.epoch} its mean training loss, {_loss_text(found.loss)}, "
+                f"was {_times(multiple)} the loss of a uniform guess over the classes "
+                f"({found.uniform_guess_loss:.3f}; {OVERFLOW_UNIFORM_MULTIPLE:.0f}x counts in "
+                "one epoch): the weights overflowed"
+            )
+        else:
+            how = (
+                f"In {span} its mean training loss was at least "
+                f"{found.threshold_uniform_multiple:.0f}x the loss of a uniform guess over "
+                f"the classes ({found.uniform_guess_loss:.3f}) in {found.threshold_epochs} "
+                f"epochs, epoch {found.epoch}'s {_loss_text(found.loss)} {_times(multiple)}: "
+                "the model is confidently wrong"
+            )
     return Finding(
         rule="divergence",
         severity=CRITICAL,
         title=title,
         explanation=(
-            f"In epoch {found.epoch} {how}. Loss per epoch: {_series(found.losses)}. The "
-            "weights blew up: a learning rate too high for this batch size and model (the "
-            "bundled trainers multiply --learning-rate by the number of processes), no "
-            "warm-up of the learning rate, or FP16 without loss scaling. Its throughput is "
-            "real, but it buys no accuracy."
+            f"{how}. Loss per epoch: {_series(found.losses)}. {_divergence_cause(found)} "
+            "Its throughput is real, but it buys no accuracy."
         ),
         evidence=evidence_json(found),
     )
