@@ -96,36 +96,8 @@ DETECTORS: dict[str, Detector] = {
     "not_learning": detect_not_learning,
     "extra_epochs_to_target": detect_extra_epochs_to_target,
 }
-cache_warmup = rule(detect_cache_warmup, "cache_warmup")
-dataset_cached_before_run = rule(detect_dataset_cached_before_run, "dataset_cached_before_run")
-dataset_fits_in_memory = rule(detect_dataset_fits_in_memory, "dataset_fits_in_memory")
-dataset_evicted = rule(detect_dataset_evicted, "dataset_evicted")
-fabric_carries_storage = rule(detect_fabric_carries_storage, "fabric_carries_storage")
-storage_bound = rule(detect_storage_bound, "storage_bound")
-input_bound = rule(detect_input_bound, "input_bound")
-epoch_restart = rule(detect_epoch_restart, "epoch_restart")
-scaling_loss = rule(detect_scaling_loss, "scaling_loss")
-precision_read_demand = rule(detect_precision_read_demand, "precision_read_demand")
-contention = rule(detect_contention, "contention")
-divergence = rule(detect_divergence, "divergence")
-not_learning = rule(detect_not_learning, "not_learning")
-extra_epochs_to_target = rule(detect_extra_epochs_to_target, "extra_epochs_to_target")
-RULES: tuple[Rule, ...] = (
-    cache_warmup,
-    dataset_cached_before_run,
-    dataset_fits_in_memory,
-    dataset_evicted,
-    fabric_carries_storage,
-    storage_bound,
-    input_bound,
-    epoch_restart,
-    scaling_loss,
-    precision_read_demand,
-    contention,
-    divergence,
-    not_learning,
-    extra_epochs_to_target,
-)
+# each rule by its name, in the order they run (among equal severities, the output's order)
+RULES: tuple[Rule, ...] = tuple(rule(detect, name) for name, detect in DETECTORS.items())
 
 
 # the step-anatomy rules (per rank) and the named causes, after the rules above
