@@ -9,16 +9,17 @@ import json
 
 import pytest
 
-from agent.otlp import metrics_request
-from collector.export.otlp import logs_request
-from collector.findings.base import Finding
-from contract.point import Point
-
 json_format = pytest.importorskip("google.protobuf.json_format")
 metrics_service = pytest.importorskip(
     "opentelemetry.proto.collector.metrics.v1.metrics_service_pb2"
 )
 logs_service = pytest.importorskip("opentelemetry.proto.collector.logs.v1.logs_service_pb2")
+
+# after the skips: where opentelemetry-proto is missing nothing else needs to import
+from agent.otlp import metrics_request  # noqa: E402
+from collector.export.otlp import logs_request  # noqa: E402
+from collector.findings.base import Finding  # noqa: E402
+from contract.point import Point  # noqa: E402
 
 T = 1_700_000_000_000_000_000
 
