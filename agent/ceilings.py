@@ -41,7 +41,6 @@ import contextlib
 import io
 import json
 import logging
-import math
 import mmap
 import os
 import random
@@ -51,6 +50,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from agent.samplers.nfs import distinct_mounts, parse_mountstats
+from contract.ceilings import MAX_CEILING as MAX_CEILING
+from contract.ceilings import MIN_CEILING as MIN_CEILING
+from contract.ceilings import ceiling_problem as ceiling_problem
 from contract.cpulist import cgroup_quota, format_cpu_list
 from contract.point import Point
 from contract.schema import Ceiling, Tag
@@ -186,33 +188,7 @@ def mount_holding(path: str, mountpoints: list[str]) -> str | None:
     return max(holding, key=lambda m: len(PurePosixPath(m).parts), default=None)
 
 
-# The most each ceiling can physically be: 1 TB/s for any bytes/s (above a PCIe 6.0 x16
-# link's 128 GB/s, an 800 Gb/s port's 100 GB/s and any disk), 100,000 JPEG decodes per
-# second on one core (a fast core does about 200 at 224 px); at least 1 (a byte or a picture
-# a second: 1e-300 made "inf% of the ceiling"). A value outside or not finite is a damaged
-# or forged file, not a measurement (issue 44, item 7).
-MIN_CEILING = 1.0
-MAX_BYTES_PER_SECOND = 1e12
-MAX_CEILING = {
-    name: (100_000.0 if name == str(Ceiling.JPEG_DECODE) else MAX_BYTES_PER_SECOND)
-    for name in Ceiling.fields()
-    if name != str(Ceiling.MEASURED_AT)
-}
-
-
-def ceiling_problem(field: str, value: object, measured_at: object) -> str | None:
-    """Why this ceiling cannot be used, or None when it can."""
-    bound = MAX_CEILING.get(field)
-    if bound is None:
-        return f"unknown field {field!r}"
-    for name, number in (("value", value), ("measured_at", measured_at)):
-        if isinstance(number, bool) or not isinstance(number, int | float):
-            return f"{name} {number!r} is not a number"
-        if not math.isfinite(number):
-            return f"{name} {number!r} is not finite"
-    if not MIN_CEILING <= value <= bound:  # type: ignore[operator]
-        return f"value {value!r} is not within [{MIN_CEILING:g}, {bound:g}]"
-    return None
+# the values a ceiling can take: contract/ceilings.py
 
 
 def from_json(text: str) -> list[Measured]:

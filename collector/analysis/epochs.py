@@ -138,6 +138,7 @@ from collector.analysis.counters import (
 )
 from collector.analysis.run import RunModel, read_run
 from collector.store.api import ReadStore, SeriesData, SeriesInfo, time_resolution_ns
+from contract.ceilings import MAX_BYTES_PER_SECOND, MIN_CEILING
 from contract.columns import BY_NAME, COMPLETE, INTERRUPTED, REPORT_COLUMN_NAMES, RUNNING
 from contract.markers import ALL_HOSTS
 from contract.schema import (
@@ -605,7 +606,9 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             / np.where(column("disk_read_ceiling") > 0, column("disk_read_ceiling"), np.nan),
             "decode_ceiling_percent": 100.0
             * rate
-            / np.where(column(decode.DECODE_CEILING) > 0, column(decode.DECODE_CEILING), np.nan),
+            / np.where(
+                column(decode.DECODE_CEILING) >= MIN_CEILING, column(decode.DECODE_CEILING), np.nan
+            ),
             "disk_write_bytes": column("disk_write"),
             "nfs_server_read_bytes": column("nfs_server_read"),
             "nfs_server_read_mbps": mbps("nfs_server_read"),
@@ -752,6 +755,8 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
             values["fabric_net"] = values["ib_rcv"] - values["ib_xmit"]
         elif fabric == "net":
             values["fabric_net"] = values["net_rx"] - values["net_tx"]
+        for key in CEILING_KEYS:  # a damaged or forged ceiling is no measurement
+            values[key] = plausible_ceiling(values[key])
         values.update(fabric_ceiling_amounts(values, fabric))
         for i, window in enumerate(host_windows):
             out.append(
@@ -773,6 +778,23 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
 
 
 EDGES = ("start", "end")
+# the hosts' measured ceilings in bytes/s (agent ceilings), summed over their devices
+CEILING_KEYS = (
+    "disk_read_ceiling",
+    "nfs_read_ceiling",
+    "gpu_pcie_ceiling",
+    "net_link_ceiling",
+    "ib_link_ceiling",
+    "peer_ceiling",
+)
+
+
+def plausible_ceiling(values: np.ndarray) -> np.ndarray:
+    """NaN (not measured) where a ceiling sum is below ``MIN_CEILING`` or above
+    ``MAX_BYTES_PER_SECOND`` (contract/ceilings.py: what the agent would not have kept)."""
+    with np.errstate(invalid="ignore"):
+        ok = (values >= MIN_CEILING) & (values <= MAX_BYTES_PER_SECOND)
+    return np.where(ok, values, np.nan)
 
 
 def interpolated_edges(
