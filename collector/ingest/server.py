@@ -56,6 +56,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from collector import lineprotocol
 from collector.api import server as read_api
+from collector.export.findings_metrics import CONTENT_TYPE as FINDINGS_CONTENT_TYPE
+from collector.export.findings_metrics import FindingsPage
 from collector.ingest.connections import (
     WRITE_PATHS,
     HttpFront,
@@ -287,6 +289,7 @@ class CollectorServer:
         self.started = datetime.now(UTC)
         self.started_monotonic = time.monotonic()
         self.read_store = sink.store  # what the read API reads (run() may give a backend's)
+        self.findings_page = FindingsPage()  # GET /metrics: the live findings as gauges
         self.refusals = RefusalLog(log)
         self.limits = limits or ConnectionLimits()
         self.front = HttpFront(
@@ -373,6 +376,8 @@ class WriteHandler(BaseHTTPRequestHandler):
             self._health()
         elif (view := read_api.view_of(url.path)) is not None:
             self._read_view(view, parse_qs(url.query))
+        elif url.path == "/metrics":
+            self._findings_metrics(parse_qs(url.query))
         elif url.path == "/ready":
             up = time.monotonic() - self.server.started_monotonic
             started = self.server.started.isoformat(timespec="microseconds")
@@ -450,6 +455,47 @@ class WriteHandler(BaseHTTPRequestHandler):
             )
             return
         self._send(result.status, result.body, result.content_type)
+
+    def _findings_metrics(self, query: dict[str, list[str]]) -> None:
+        """``GET /metrics``: the findings of live runs and running jobs as Prometheus gauges
+        (collector.export.findings_metrics), behind a read token as the read API is."""
+        try:
+            identity = self._authorize(query, v1=False)
+            if identity.scope == Scope.NODE:
+                raise HttpError(
+                    HTTPStatus.FORBIDDEN,
+                    "forbidden",
+                    f"{identity.name} is a node token: it writes its host's samples only "
+                    "(/metrics takes run and admin tokens)",
+                )
+            if query:
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST,
+                    "invalid",
+                    f"GET /metrics takes no query ({', '.join(sorted(query))} given)",
+                )
+            with self.server.read_gate.turn():
+                page = self.server.findings_page.page(self.server.read_store)
+        except HttpError as error:
+            self._send_error(error)
+            return
+        except read_api.ReadsBusy as busy:
+            retry = str(read_api.ReadGate.RETRY_AFTER_SECONDS)
+            self._send_json(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                {"code": "unavailable", "message": str(busy)},
+                headers={"Retry-After": retry},
+            )
+            return
+        except CLIENT_GONE:
+            raise
+        except Exception:
+            log.exception("findings for /metrics failed")
+            self._send_error(
+                HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", "findings failed")
+            )
+            return
+        self._send(HTTPStatus.OK, page.encode(), FINDINGS_CONTENT_TYPE)
 
     def _write(self, query: dict[str, list[str]], v1: bool) -> None:
         identity = self._authorize(query, v1)
