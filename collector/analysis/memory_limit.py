@@ -25,3 +25,17 @@ def host_memory_limits(model: RunModel) -> dict[str, int]:
         if limit is not None and limit > 0:
             limits[event.host] = min(limits.get(event.host, int(limit)), int(limit))
     return limits
+
+
+def run_memory_limit(model: RunModel) -> int | None:
+    """The tightest of the run's hosts' limits (``host_memory_limits``), None where no rank
+    sent one: the memory the run's data set and processes must fit in on every host."""
+    limits = host_memory_limits(model)
+    return min(limits.values()) if limits else None
+
+
+def usable_memory(host_memory_bytes: float | None, limit_bytes: float | None) -> float | None:
+    """What a run may fill with its processes and page cache on a host: the smaller of its
+    RAM and the run's own memory limit (whichever is known)."""
+    known = [value for value in (host_memory_bytes, limit_bytes) if value]
+    return min(known) if known else None

@@ -21,8 +21,11 @@ host's RAM, and whether it left the cache and was read again.
     storage reads the run made (libraries, model code); ``cache_warmup`` stays silent then.
 
 ``dataset_fits_in_memory``
-    From the run's configuration alone: a data set below 5 x a host's RAM cannot measure
-    storage past the first epoch (MLPerf Storage's rule); warning when it fits outright.
+    From the run's configuration alone: a data set below 5 x the memory a host gives the
+    run cannot measure storage past the first epoch (MLPerf Storage's rule); warning when
+    it fits outright. That memory is the smaller of the host's RAM and the run's own memory
+    limit (``collector.analysis.memory_limit``: a container's, a pod's, a Slurm job's), so a
+    data set that fits in the RAM but not in the limit is said so, not said to fit.
 
 ``dataset_evicted``
     After the first epoch, a host-epoch's own reads (its ranks' ``/proc/<pid>/io``) brought
@@ -32,7 +35,12 @@ host's RAM, and whether it left the cache and was read again.
     epoch re-read what was evicted in it): another job's memory, the job's memory cgroup
     limit, a neighbour's ``drop_caches``, the kernel's proactive reclaim. The kernel's
     counters over the epoch name which (``eviction_cause``: the host's drops, and the
-    run's own Slurm job's refaults, else the host's). Such a host-epoch did not stay
+    run's own Slurm job's refaults, else the host's). Before those, the run's own memory
+    limit on the host (``memory_limit_cause``): named with its size where the data set
+    alone exceeds it, or where pages were reclaimed (or it is not known how they left) in a
+    run whose limit is below the host's RAM: the kernel reclaims inside the run's memory
+    cgroup when its processes plus its page cache reach the limit (the ranks send no
+    resident memory, so their share is not weighed). Such a host-epoch did not stay
     cached for ``storage_bound``, and ``cache_warmup`` does not say the epochs after the
     first were served from memory.
 """
@@ -47,6 +55,7 @@ import numpy as np
 from collector.analysis import residency
 from collector.analysis.epochs import EpochAmounts, EpochRow
 from collector.analysis.jobs import refaults_by_job, run_job_id
+from collector.analysis.memory_limit import host_memory_limits, run_memory_limit, usable_memory
 from collector.findings.base import (
     BYTES_PER_MB,
     CACHED_PERCENT,
@@ -180,20 +189,33 @@ class DatasetCachedBeforeRun:
 
 @dataclass(frozen=True)
 class DatasetFitsInMemory:
-    """The data set is below ``MLPERF_STORAGE_RAM_MULTIPLE`` x a host's RAM."""
+    """The data set is below ``MLPERF_STORAGE_RAM_MULTIPLE`` x the memory a host gives the
+    run: its RAM, or the run's own memory limit where that is smaller."""
 
     dataset_bytes: float
     host_memory_bytes: float
+    # of the memory the run may use (usable_memory): the host's RAM or the run's limit
     dataset_to_memory_ratio: float = field(metadata=digits(3))
     required_ratio: int = MLPERF_STORAGE_RAM_MULTIPLE
     # measured: the data set's share in the page cache at the end of the run's last epoch
     dataset_cached_at_end_percent: float | None = field(
         default=None, metadata={**IF_KNOWN, **digits(1)}
     )
+    # the run's own memory limit (its ranks' memory cgroup), where it is below the host's RAM
+    memory_limit_bytes: int | None = field(default=None, metadata=IF_KNOWN)
+    dataset_to_host_memory_ratio: float | None = field(
+        default=None, metadata={**IF_KNOWN, **digits(3)}
+    )
 
     @property
     def fits(self) -> bool:
         return self.dataset_to_memory_ratio <= 1.0
+
+    @property
+    def fits_host_memory_only(self) -> bool:
+        """It fits in the host's RAM but not in the run's own limit."""
+        ratio = self.dataset_to_host_memory_ratio
+        return not self.fits and ratio is not None and ratio <= 1.0
 
 
 @dataclass(frozen=True)
@@ -211,8 +233,10 @@ class EvictedHostEpoch:
     # the host's page cache over the epoch (every file's): a neighbour's memory shrinks it
     page_cache_delta_bytes: int | None = field(default=None, metadata=IF_KNOWN)
     # how the pages left (``eviction_cause``): drop_caches, reclaim, invalidated, or unknown
-    # where the agent counted neither of the two below
+    # where the agent counted neither of the two below; memory_limit: the run's own limit
+    # on the host (memory_limit_cause), named before the others
     cause: str = "unknown"
+    memory_limit_bytes: int | None = field(default=None, metadata=IF_KNOWN)  # the run's, here
     page_cache_drops: int | None = field(default=None, metadata=IF_KNOWN)
     file_refault_bytes: int | None = field(default=None, metadata=IF_KNOWN)  # the host's
     # the refaults judged against the reads: the run's own job's ("job") or the host's
@@ -397,15 +421,23 @@ def detect_dataset_cached_before_run(context: RunContext) -> DatasetCachedBefore
 
 
 def detect_dataset_fits_in_memory(context: RunContext) -> DatasetFitsInMemory | None:
-    dataset, memory, ratio = _memory_fit(context.config)
-    if ratio is None or ratio >= MLPERF_STORAGE_RAM_MULTIPLE:
+    dataset, memory, host_ratio = _memory_fit(context.config)
+    limit = run_memory_limit(context.model)
+    usable = usable_memory(memory, limit)
+    if dataset is None or memory is None or usable is None:
         return None
+    ratio = dataset / usable
+    if ratio >= MLPERF_STORAGE_RAM_MULTIPLE:
+        return None
+    limited = limit is not None and limit < memory
     totals = context.totals()
     return DatasetFitsInMemory(
         dataset_bytes=dataset,
         host_memory_bytes=memory,
         dataset_to_memory_ratio=ratio,
         dataset_cached_at_end_percent=totals[-1].dataset_cached_end_percent if totals else None,
+        memory_limit_bytes=limit if limited else None,
+        dataset_to_host_memory_ratio=host_ratio if limited else None,
     )
 
 
@@ -449,6 +481,21 @@ def eviction_cause(row: EpochRow, refaults: tuple[str, float] | None) -> str:
     return "invalidated"
 
 
+def memory_limit_cause(
+    cause: str, files_bytes: float, limit_bytes: int | None, host_memory_bytes: float | None
+) -> bool:
+    """The run's own memory limit on the host evicted the data set: the data set's files
+    alone exceed it, or the kernel reclaimed them (or how they left is not known) while the
+    limit is below the host's RAM, so the run's cgroup reached its limit before the host ran
+    short. A drop_caches is named as such."""
+    if limit_bytes is None or cause == "drop_caches":
+        return False
+    if files_bytes > limit_bytes:
+        return True
+    below_ram = host_memory_bytes is not None and limit_bytes < host_memory_bytes
+    return below_ram and cause in ("reclaim", "unknown")
+
+
 def _evicted_rows(context: RunContext) -> list[tuple[EpochRow, EpochAmounts, float, float]]:
     """The host-epochs after the first whose ranks read the data set again (``evicted_bytes``
     at least ``EVICTED_SHARE`` of it and ``MIN_EVICTED_BYTES``): (row, its amounts, the
@@ -485,10 +532,16 @@ def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
         context.store, [(row.host, a.start_ns, a.end_ns) for row, a, _, _ in found]
     )
     run_job = run_job_id(context.run)
+    limits = host_memory_limits(context.model)
+    _, host_memory, _ = _memory_fit(context.config)
     out = []
     for row, amounts, files, evicted in found:
         jobs = by_job.get((row.host, amounts.start_ns, amounts.end_ns))
         refaults = judged_refaults(row, jobs, run_job)
+        cause = eviction_cause(row, refaults)
+        limit = limits.get(row.host)
+        if memory_limit_cause(cause, files, limit, host_memory):
+            cause = "memory_limit"
         out.append(
             EvictedHostEpoch(
                 host=row.host,
@@ -499,7 +552,8 @@ def evicted_host_epochs(context: RunContext) -> list[EvictedHostEpoch]:
                 evicted_bytes=evicted,
                 evicted_percent=100 * evicted / files,
                 page_cache_delta_bytes=row.page_cache_delta_bytes,
-                cause=eviction_cause(row, refaults),
+                cause=cause,
+                memory_limit_bytes=limit,
                 page_cache_drops=row.page_cache_drops,
                 file_refault_bytes=row.file_refault_bytes,
                 refaults_judged=refaults[0] if refaults else None,
@@ -651,7 +705,7 @@ def word_dataset_evicted(found: DatasetEvicted) -> Finding:
             f"{'-' if worst.page_cache_delta_bytes < 0 else '+'}"
             f"{_bytes(abs(worst.page_cache_delta_bytes))} over that epoch."
         )
-    explanation += _eviction_cause(worst, found.dataset_to_memory_ratio)
+    explanation += _eviction_cause(worst, found.dataset_to_memory_ratio, found.dataset_files_bytes)
     explanation += _whose_refaults(worst, found.run_job_id)
     explanation += (
         " Those epochs measure storage, not memory, and do not compare with epochs that found "
@@ -686,7 +740,7 @@ def _whose_refaults(worst: EvictedHostEpoch, run_job: str | None) -> str:
     return text
 
 
-def _eviction_cause(worst: EvictedHostEpoch, ratio: float | None) -> str:
+def _eviction_cause(worst: EvictedHostEpoch, ratio: float | None, files_bytes: float) -> str:
     """What took the pages, as the kernel's counters over the epoch tell it
     (``rules.eviction_cause``)."""
     refaulted = _bytes(worst.refault_bytes_judged or 0)
@@ -695,6 +749,23 @@ def _eviction_cause(worst: EvictedHostEpoch, ratio: float | None) -> str:
         if worst.refaults_judged == "job"
         else "on the host (vmstat workingset_refault_file, every job's files)"
     )
+    if worst.cause == "memory_limit":
+        limit = worst.memory_limit_bytes or 0
+        how = (
+            f"the data set's files alone ({_bytes(files_bytes)}) exceed it"
+            if files_bytes > limit
+            else f"the kernel reclaimed its pages (of the {_bytes(worst.training_read_bytes)} "
+            f"the ranks read, {refaulted} were read back {where}) while the host has more RAM"
+            if worst.refaults_judged is not None
+            else "its limit is below the host's RAM, so the run's cgroup runs short first"
+        )
+        return (
+            f" The run's own memory limit took them: its ranks on {worst.host} may use "
+            f"{_bytes(limit)} (their memory cgroup's limit: a container's, a pod's or a Slurm "
+            "job's), and the page cache they read counts against it beside their processes' "
+            f"memory: {how}. Raise the limit by the data set's size, or expect every epoch "
+            "to read it from storage."
+        )
     if worst.cause == "drop_caches":
         times = worst.page_cache_drops or 0
         return (
@@ -734,18 +805,40 @@ def _eviction_cause(worst: EvictedHostEpoch, ratio: float | None) -> str:
 
 @words.register
 def word_dataset_fits_in_memory(found: DatasetFitsInMemory) -> Finding:
-    title = (
-        "The data set fits in a host's RAM"
-        if found.fits
-        else f"The data set is less than {MLPERF_STORAGE_RAM_MULTIPLE}x a host's RAM"
-    )
+    limit = found.memory_limit_bytes
+    if found.fits_host_memory_only:
+        title = (
+            f"The data set fits in the host's RAM but not in the run's {_bytes(limit)} memory limit"
+        )
+    elif limit is not None:
+        title = (
+            f"The data set fits in the run's {_bytes(limit)} memory limit"
+            if found.fits
+            else f"The data set is less than {MLPERF_STORAGE_RAM_MULTIPLE}x the run's memory limit"
+        )
+    else:
+        title = (
+            "The data set fits in a host's RAM"
+            if found.fits
+            else f"The data set is less than {MLPERF_STORAGE_RAM_MULTIPLE}x a host's RAM"
+        )
+    memory = f"each host has {_bytes(found.host_memory_bytes)} of RAM"
+    if limit is not None:
+        memory += (
+            f" and the run's ranks may use {_bytes(limit)} of it (their memory cgroup's limit:"
+            " a container's, a pod's or a Slurm job's; their page cache counts against it)"
+        )
     explanation = (
-        f"The data set is {_bytes(found.dataset_bytes)} and each host has "
-        f"{_bytes(found.host_memory_bytes)} of RAM ({found.dataset_to_memory_ratio:.2g}x). "
+        f"The data set is {_bytes(found.dataset_bytes)} and {memory} "
+        f"({found.dataset_to_memory_ratio:.2g}x"
+        + (" its limit). " if limit is not None else "). ")
         + (
             "After the first epoch the page cache can hold all of it, so throughput measures "
             "memory, not storage. "
             if found.fits
+            else "Part of it is read from storage again in every epoch, the rest stays in "
+            "the page cache between epochs. "
+            if found.fits_host_memory_only
             else "A large part of it stays in the page cache between epochs. "
         )
         + (

@@ -308,16 +308,21 @@ def evicted_run(
     later_read: int,
     ends: list[float],
     jobs: dict[str, float] | None = None,
+    *,
+    memory_limit_bytes: int | None = None,
     **later_rates: float,
 ) -> list[Point]:
     """A 45 MB data set read whole in epoch 1 (0% cached before it), and ``later_read``
     bytes of the ranks' own reads in each of epochs 2 and 3, with the data set's share
     cached at each epoch's end ``ends``; ``later_rates``: the host's rates in them;
     ``jobs``: Slurm jobs on the host over the whole run, by id, with their refaults per
-    second (the first is the run's own)."""
+    second (the first is the run's own); ``memory_limit_bytes``: the run's own memory
+    cgroup limit, as its ranks send it in run_start."""
     files = 45_000_000
+    limit = {} if memory_limit_bytes is None else {Workload.MEMORY_LIMIT_BYTES: memory_limit_bytes}
     run = RunBuilder(run_id, framework="pytorch", dataset_bytes=files, data_format="jpeg",
-                     host_memory_bytes=25 * 10**9, gpus=False, nfs=False)  # fmt: skip
+                     host_memory_bytes=25 * 10**9, gpus=False, nfs=False,
+                     run_start_fields=limit)  # fmt: skip
     for number, (job, refaults) in enumerate((jobs or {}).items()):
         run.job(job, start_s=-5, seconds=200, refault_bytes_per_s=refaults, of_run=number == 0)
     run.epoch(30, 128, reads=(files, files), **dict.fromkeys(later_rates, 0.0))
@@ -455,3 +460,50 @@ def test_the_eviction_counters_are_one_value_every_view_writes_alike(make_store)
     # the dashboard's table holds the number itself (the browser formats it)
     cells = {d["host"]: d["file_refault_bytes"] for d in epoch_table(rows).data if d["epoch"] == 3}
     assert cells == {"node1": 36_000_000}
+
+
+def test_the_runs_own_memory_limit_is_named_with_its_size_before_other_causes(make_store):
+    # issue 42 item 4: a plain memory cgroup (a container's) whose 60 MB limit leaves the
+    # page cache room for part of the 45 MB data set beside the processes; the kernel's
+    # reclaim inside the group took the pages, which the host's counters show as refaults
+    points = evicted_run("limited", 40_000_000, [1.0, 1.0, 1.0], cache_drops=0.0,
+                         file_refault=1_200_000, memory_limit_bytes=60_000_000)  # fmt: skip
+    found = rules(make_store(points), "limited")
+    evicted = found["dataset_evicted"]
+    worst = evicted.evidence["worst"]
+    assert (worst["cause"], worst["memory_limit_bytes"]) == ("memory_limit", 60_000_000)
+    assert "The run's own memory limit took them: its ranks on node1 may use 60.0 MB" in (
+        evicted.explanation
+    )
+    assert "DAMON" not in evicted.explanation  # the cause is known: no list of candidates
+    # the 45 MB set fits in 60 MB, less so beside the processes: not said to fit the RAM
+    fits = found["dataset_fits_in_memory"]
+    assert fits.title == "The data set fits in the run's 60.0 MB memory limit"
+    assert fits.evidence["memory_limit_bytes"] == 60_000_000
+    assert fits.evidence["dataset_to_memory_ratio"] == 0.75
+
+
+def test_a_data_set_larger_than_the_runs_limit_does_not_fit_it(make_store):
+    # the data set alone exceeds the run's 30 MB limit: named even without the counters
+    points = evicted_run("small", 40_000_000, [0.6, 0.6, 0.6], memory_limit_bytes=30_000_000)
+    found = rules(make_store(points), "small")
+    fits = found["dataset_fits_in_memory"]
+    assert fits.title == (
+        "The data set fits in the host's RAM but not in the run's 30.0 MB memory limit"
+    )
+    assert fits.severity == "info"
+    assert fits.evidence["dataset_to_memory_ratio"] == 1.5
+    assert fits.evidence["dataset_to_host_memory_ratio"] == 0.002
+    assert "fits in a host's RAM" not in fits.explanation
+    worst = found["dataset_evicted"].evidence["worst"]
+    assert worst["cause"] == "memory_limit"
+    assert "the data set's files alone (45.0 MB) exceed it" in found["dataset_evicted"].explanation
+
+
+def test_a_limit_above_the_hosts_ram_changes_nothing(make_store):
+    points = evicted_run("loose", 40_000_000, [1.0, 1.0, 1.0], cache_drops=1 / 30,
+                         file_refault=0.0, memory_limit_bytes=10**12)  # fmt: skip
+    found = rules(make_store(points), "loose")
+    assert found["dataset_evicted"].evidence["worst"]["cause"] == "drop_caches"
+    assert found["dataset_fits_in_memory"].title == "The data set fits in a host's RAM"
+    assert "memory_limit_bytes" not in found["dataset_fits_in_memory"].evidence
