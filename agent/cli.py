@@ -445,6 +445,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             headers,
             batch_seconds=config.otlp.batch_seconds,
             max_queued_points=config.otlp.max_queued_points,
+            stats=stats,
         )
         otlp_exporter.start()
         submitters.append(otlp_exporter)

@@ -36,11 +36,14 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.point import Point
 from contract.schema import FieldName, Tag, field_spec, prometheus_labels, prometheus_name
 from netserve.otlp import post_json, string_attributes
+
+if TYPE_CHECKING:
+    from agent.samplers.agent import AgentStats
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +141,7 @@ class OtlpExporter:
         headers: Mapping[str, str] | None = None,
         batch_seconds: float = DEFAULT_BATCH_SECONDS,
         max_queued_points: int = DEFAULT_MAX_QUEUED_POINTS,
+        stats: AgentStats | None = None,
     ) -> None:
         self.endpoint = endpoint
         self._headers = dict(headers or {})
@@ -145,7 +149,10 @@ class OtlpExporter:
         self.max_queued_points = max_queued_points
         self.start_time_ns = time.time_ns()
         self.points_sent = 0
-        self.points_dropped = 0
+        self._points_dropped = 0
+        self.stats = stats  # its otlp_points_dropped mirrors points_dropped
+        if stats is not None:
+            stats.otlp_points_dropped = 0
         self.requests = 0
         self._queue: collections.deque[list[Point]] = collections.deque()
         self._queued_points = 0
@@ -159,6 +166,15 @@ class OtlpExporter:
 
     def __repr__(self) -> str:  # never the headers: they carry credentials
         return f"OtlpExporter({self.endpoint!r})"
+
+    @property
+    def points_dropped(self) -> int:
+        return self._points_dropped
+
+    def _count_dropped(self, points: int) -> None:
+        self._points_dropped += points
+        if self.stats is not None:
+            self.stats.otlp_points_dropped = self._points_dropped
 
     def start(self) -> None:
         self._thread.start()
@@ -175,7 +191,7 @@ class OtlpExporter:
             while self._queued_points > self.max_queued_points and len(self._queue) > 1:
                 dropped = self._queue.popleft()
                 self._queued_points -= len(dropped)
-                self.points_dropped += len(dropped)
+                self._count_dropped(len(dropped))
 
     def flush(self, timeout: float) -> bool:
         """Send what is queued now; whether the queue emptied within ``timeout``."""
@@ -223,7 +239,7 @@ class OtlpExporter:
                     if outcome.delivered:
                         self.points_sent += len(points)
                     else:
-                        self.points_dropped += len(points)
+                        self._count_dropped(len(points))
                     if not self._queue:
                         self._idle.set()
                 if outcome.delivered:
@@ -244,7 +260,7 @@ class OtlpExporter:
                 while self._queued_points > self.max_queued_points and len(self._queue) > 1:
                     dropped = self._queue.popleft()
                     self._queued_points -= len(dropped)
-                    self.points_dropped += len(dropped)
+                    self._count_dropped(len(dropped))
             if not self._outage_logged:
                 self._outage_logged = True
                 what = f"HTTP {outcome.status}" if outcome.status else "unreachable"

@@ -444,6 +444,13 @@ class AgentSelf(Measurement):
     EDGE_SAMPLES = counter(
         "edge_samples", "count", "Edge samples taken for ranks' run and epoch events (POST /edge)"
     )
+    # Only where [otlp] export is on (agent.otlp):
+    OTLP_POINTS_DROPPED = counter(
+        "otlp_points_dropped",
+        "count",
+        "Points the OTLP export dropped: past its queue's cap while the endpoint was down, "
+        "or refused",
+    )
     # Only on a host where the gpu sampler runs:
     GPUS_HUNG = gauge(
         "gpus_hung", "count", "GPUs with an NVML call outstanding past its timeout (not reported)"

@@ -57,6 +57,8 @@ class AgentStats:
     gpus_failing: int | None = None
     gpus_lost: int | None = None
     gpu_reading_age_seconds: float | None = None
+    # Set by the OTLP export (agent.otlp); None where it is off.
+    otlp_points_dropped: int | None = None
 
 
 class AgentSampler:
@@ -88,6 +90,8 @@ class AgentSampler:
             fields[AgentSelf.GPUS_LOST] = float(stats.gpus_lost or 0)
         if stats.gpu_reading_age_seconds is not None:
             fields[AgentSelf.GPU_READING_AGE_SECONDS] = stats.gpu_reading_age_seconds
+        if stats.otlp_points_dropped is not None:
+            fields[AgentSelf.OTLP_POINTS_DROPPED] = int(stats.otlp_points_dropped)
         return [Point(AgentSelf.NAME, {}, fields, now_ns)]
 
 

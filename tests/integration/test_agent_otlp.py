@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 from agent.otlp import OtlpExporter
+from agent.samplers.agent import AgentSampler, AgentStats
 from contract.point import Point
+from contract.schema import AgentSelf
 from tests.conftest import fixture_root
 from tests.integration.test_agent_run import MLX4_RCV_BYTES, MLX4_XMIT_BYTES
 from tests.integration.test_agent_shipper import wait_until
@@ -90,8 +92,9 @@ def _points(count: int, time_ns: int) -> list[Point]:
 
 def test_points_wait_while_the_endpoint_is_down_and_the_oldest_past_the_cap_are_counted() -> None:
     with OtlpReceiver(status=503) as receiver:
+        stats = AgentStats()
         exporter = OtlpExporter(
-            receiver.url("/v1/metrics"), batch_seconds=0.05, max_queued_points=10
+            receiver.url("/v1/metrics"), batch_seconds=0.05, max_queued_points=10, stats=stats
         )
         for tick in range(4):  # 4 ticks of 4 points: the first two go past the cap of 10
             exporter.submit(_points(4, tick))
@@ -102,6 +105,9 @@ def test_points_wait_while_the_endpoint_is_down_and_the_oldest_past_the_cap_are_
         assert exporter.flush(10)
         exporter.close(1)
     assert exporter.points_dropped == 8
+    assert stats.otlp_points_dropped == 8  # what the agent sampler reports
+    (agent_point,) = AgentSampler(None, stats).sample(5)  # type: ignore[arg-type]
+    assert agent_point.fields[AgentSelf.OTLP_POINTS_DROPPED] == 8
     assert exporter.points_sent == 8
     delivered = metrics_by_name(receiver.requests[-1][2])["epochscope_disk_read_bytes"][1]
     assert sorted({int(p["timeUnixNano"]) for p in delivered["sum"]["dataPoints"]}) == [2, 3]

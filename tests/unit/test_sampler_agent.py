@@ -29,6 +29,7 @@ def test_agent_stats_is_the_agreed_dataclass():
         ("gpus_failing", "int | None", None),
         ("gpus_lost", "int | None", None),
         ("gpu_reading_age_seconds", "float | None", None),
+        ("otlp_points_dropped", "int | None", None),
     ]
 
 
@@ -52,7 +53,10 @@ def test_fields_types_and_defaults():
         AgentSelf.GPUS_LOST,
         AgentSelf.GPU_READING_AGE_SECONDS,
     }
-    assert set(point.fields) == set(AgentSelf.fields()) - gpu_fields
+    # otlp_points_dropped only where [otlp] export is on (tests/integration/test_agent_otlp.py)
+    assert set(point.fields) == set(AgentSelf.fields()) - gpu_fields - {
+        AgentSelf.OTLP_POINTS_DROPPED
+    }
     for name, value in point.fields.items():
         spec = AgentSelf.fields()[name]
         # cpu_seconds is a float counter, like the cpu measurement's seconds.
