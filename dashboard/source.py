@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.queries import query
+from collector.queries.timeseries import TooManyBuckets
 from collector.store.api import (
     ReadStore,
     RunInfo,
@@ -309,8 +310,14 @@ class DataSource:
         return charts
 
     def timeseries_since(self, run_id: str, since: dict[str, int], bucket_ns: int) -> Timeseries:
-        """Only the buckets completed after ``since`` (per host), on the same grid."""
-        result = query.run_timeseries(self.store, run_id, since_ns=since, bucket_ns=bucket_ns)
+        """Only the buckets completed after ``since`` (per host), on the same grid; no host
+        at all for a grid too fine for its span (a page's state sent back altered), which
+        makes the page draw the run afresh."""
+        try:
+            result = query.run_timeseries(self.store, run_id, since_ns=since, bucket_ns=bucket_ns)
+        except TooManyBuckets as problem:
+            log.warning("run %s: not updated as asked: %s", run_id, problem)
+            return Timeseries(bucket_ns=bucket_ns, hosts={})
         return _charts(result, bucket_ns)
 
     def boundaries(self, run_id: str) -> dict[str, list[dict[str, Any]]]:

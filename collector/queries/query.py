@@ -111,6 +111,7 @@ from collector.queries.timeseries import (
     _bucketed,
     _host_spans,
     _steps_known_until,
+    check_buckets,
     choose_bucket_ns,
 )
 from collector.store.api import (
@@ -442,7 +443,8 @@ def _run_timeseries(
     wanted = [h for h in (hosts if hosts is not None else sorted(spans)) if h in spans]
     if not wanted:
         return {}
-    since_ns = since_ns or {}
+    # a since before a host's start reads from its start (nothing of the run is earlier)
+    since_ns = {h: max(ns, spans[h][0]) for h, ns in (since_ns or {}).items() if h in spans}
     first = min(since_ns.get(h, spans[h][0]) for h in wanted)
     read_until = max(spans[h][1] if spans[h][2] else LATEST_NS for h in wanted)
     data = read_host_series(source, _SERIES_TOTALS, set(wanted), first, read_until)
@@ -467,6 +469,7 @@ def _run_timeseries(
             complete_until = _steps_known_until(host_events, steps[host], window_end)
         bucket = bucket_ns or choose_bucket_ns(window_end - run_start, max_points)
         start = since_ns.get(host, run_start)
+        check_buckets(start, window_end, bucket)
         out[host] = _bucketed(
             run_id,
             host,

@@ -43,7 +43,7 @@ from dataclasses import asdict
 from typing import Any
 
 from collector.queries import query
-from collector.queries.timeseries import DEFAULT_MAX_POINTS
+from collector.queries.timeseries import DEFAULT_MAX_POINTS, MIN_BUCKET_NS, TooManyBuckets
 from collector.store.api import ReadStore, RunInfo
 from contract.schema import Cpu, Event
 
@@ -126,13 +126,16 @@ def _run_info(store: ReadStore, params: dict[str, str]) -> dict[str, Any] | None
 
 
 def _timeseries(store: ReadStore, params: dict[str, str]) -> dict[str, Any]:
-    series = query.run_timeseries(
-        store,
-        _run_id(params),
-        max_points=_max_points(params),
-        since_ns=_since(params),
-        bucket_ns=_int(params, "bucket_ns", 1),
-    )
+    try:
+        series = query.run_timeseries(
+            store,
+            _run_id(params),
+            max_points=_max_points(params),
+            since_ns=_since(params),
+            bucket_ns=_int(params, "bucket_ns", MIN_BUCKET_NS),
+        )
+    except TooManyBuckets as problem:
+        raise QuestionError(f"timeseries: {problem}") from None
     return {host: s.to_dict() for host, s in series.items()}
 
 

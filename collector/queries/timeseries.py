@@ -31,6 +31,31 @@ from contract.throughput import SampledStep, sampled_step_spans
 
 DEFAULT_MAX_POINTS = 500
 MIN_BUCKET_NS = NS_PER_SECOND  # the agent samples at 1 Hz: finer buckets add nothing
+# buckets per host and series one answer may hold: a chart is at most a few thousand pixels
+# wide, and each bucket is ~30 series of 8-byte values per host (a bucket_ns of 1 over a
+# long span, or a ``since`` years before the run, asked numpy for 80 GiB: issue 44, item 3)
+MAX_BUCKETS = 20_000
+
+
+class TooManyBuckets(ValueError):
+    """A time-series question whose span and bucket would make more than ``MAX_BUCKETS``."""
+
+
+def check_buckets(start_ns: int, end_ns: int, bucket_ns: int) -> None:
+    """``TooManyBuckets`` (with what to ask instead) when ``[start_ns, end_ns]`` cut into
+    ``bucket_ns`` would make more than ``MAX_BUCKETS`` buckets."""
+    if bucket_ns < MIN_BUCKET_NS:
+        raise TooManyBuckets(f"bucket_ns {bucket_ns} is under the {MIN_BUCKET_NS} ns of a sample")
+    buckets = -(-(end_ns - start_ns) // bucket_ns)
+    if buckets > MAX_BUCKETS:
+        least = choose_bucket_ns(end_ns - start_ns, MAX_BUCKETS)
+        raise TooManyBuckets(
+            f"bucket_ns {bucket_ns} cuts {(end_ns - start_ns) / NS_PER_SECOND:.0f} s into "
+            f"{buckets} buckets, over the {MAX_BUCKETS} an answer may hold: ask for "
+            f"bucket_ns >= {least}, or a later since"
+        )
+
+
 LATEST_NS = 2**63 - 1
 LIVE_STEP_WAIT_NS = 60 * NS_PER_SECOND
 
