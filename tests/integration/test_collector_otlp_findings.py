@@ -32,7 +32,7 @@ def collector(repo_env, *args: str) -> subprocess.CompletedProcess:
 
 def test_findings_arrive_as_log_records(tmp_path: Path, repo_env) -> None:
     db = tmp_path / "runs.sqlite"
-    sqlite_store_with(straggler_run("slow", [1, 1, 1]).points(), db)
+    sqlite_store_with(straggler_run("slow", [1, 1, 1, 1, 1]).points(), db)
     headers = tmp_path / "headers"
     headers.write_text(f"Authorization: Bearer {SECRET}\n")
     headers.chmod(0o600)
@@ -67,14 +67,16 @@ def test_findings_arrive_as_log_records(tmp_path: Path, repo_env) -> None:
     attrs = attributes(straggler["attributes"])
     assert attrs["host.name"] == "n2" and attrs["epochscope.run_id"] == "slow"
     assert attrs["event.name"] == "epochscope.finding"
-    assert straggler["severityNumber"] == 13  # WARN
     by_rule = {f["rule"]: f for f in expected}
+    # OTel's INFO 9, WARN 13, ERROR 17 for the finding's severity as the report prints it
+    severity = by_rule["straggler"]["severity"]
+    assert straggler["severityNumber"] == {"info": 9, "warning": 13, "critical": 17}[severity]
     assert json.loads(attrs["epochscope.finding.evidence"]) == by_rule["straggler"]["evidence"]
 
 
 def test_an_endpoint_that_refuses_fails_the_command_with_its_answer(tmp_path: Path, repo_env):
     db = tmp_path / "runs.sqlite"
-    sqlite_store_with(straggler_run("slow", [1, 1, 1]).points(), db)
+    sqlite_store_with(straggler_run("slow", [1, 1, 1, 1, 1]).points(), db)
     with OtlpReceiver(status=503) as receiver:
         sent = collector(
             repo_env, "report", "slow", "--db", str(db), "--otlp-endpoint",
