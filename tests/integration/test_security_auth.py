@@ -82,7 +82,8 @@ def test_the_route_list_is_what_the_server_routes():
     assert paths == {"/api/v2/write", "/write", "/ping", "/health", "/ready",
                      "/api/v1/runs", "/api/v1/report", "/api/v1/scaling",
                      "/api/v1/inference", "/api/v1/jobs", "/api/v1/job",
-                     "/api/v1/hosts", "/metrics"}  # fmt: skip
+                     "/api/v1/hosts", "/api/v1/forecast", "/api/v1/compare",
+                     "/metrics"}  # fmt: skip
 
 
 CREDENTIALS = {
@@ -140,6 +141,8 @@ def test_the_routes_that_answer(routes):
         ("GET", "/api/v1/jobs"): 400,
         ("GET", "/api/v1/job"): 400,
         ("GET", "/api/v1/hosts"): 400,
+        ("GET", "/api/v1/forecast"): 400,
+        ("GET", "/api/v1/compare"): 400,
         ("GET", "/metrics"): 400,  # the live findings as gauges: it takes no query
     }
 
