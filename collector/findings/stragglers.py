@@ -9,7 +9,11 @@
     are compared part by part and the rank whose extra part is its own work is named, with
     the part, its milliseconds and where the others' wait landed
     (``straggler_in_epoch``). Says whether the same rank straggles in every epoch (a slow
-    node or device) or a different one (data loading, noise).
+    node or device) or a different one (data loading, noise). "Not chance" is said only
+    where the run supports it: the same rank in at least ``SAME_RANK_MIN_EPOCHS`` epochs,
+    and the chance of that by luck below ``SAME_RANK_MAX_CHANCE`` (``same_rank_chance``:
+    binomial, each checked epoch's straggler that rank with probability 1/ranks); otherwise
+    it says what was seen and that the epochs are too few (warning only when supported).
 """
 
 from __future__ import annotations
@@ -41,6 +45,14 @@ STRAGGLER_PART_SHARE = 0.15
 
 
 STRAGGLER_MIN_SECONDS = 0.005
+
+
+# "the same rank every time, not chance": seen in at least this many epochs, and that
+# rank straggling so often by luck (binomial, 1/ranks per epoch) less likely than this
+SAME_RANK_MIN_EPOCHS = 3
+
+
+SAME_RANK_MAX_CHANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,14 @@ class Stragglers:
     epochs: list[StragglerEpoch]
     same_rank: bool  # the same rank in every epoch it was found in
     epochs_checked: int
+    ranks: int = 0  # the most ranks compared in an epoch
+    # the same rank straggling in len(epochs) of epochs_checked epochs by luck (binomial,
+    # 1/ranks each): None where the ranks differ
+    same_rank_chance: float | None = None
+    not_chance: bool = False  # SAME_RANK_MIN_EPOCHS epochs and a chance below the maximum
     threshold_share: float = STRAGGLER_PART_SHARE
+    threshold_same_rank_epochs: int = SAME_RANK_MIN_EPOCHS
+    threshold_same_rank_chance: float = SAME_RANK_MAX_CHANCE
 
 
 def _busy(r: RankEpoch) -> float:
@@ -150,6 +169,17 @@ def straggler_in_epoch(epoch: int, members: list[RankEpoch]) -> StragglerEpoch |
     )
 
 
+def same_rank_chance(hits: int, epochs: int, ranks: int) -> float:
+    """The chance that one given rank is the straggler in at least ``hits`` of ``epochs``
+    epochs by luck, each epoch's being any of ``ranks`` ranks alike: the binomial tail."""
+    if ranks < 2 or hits <= 0:
+        return 1.0
+    p = 1.0 / ranks
+    return sum(
+        math.comb(epochs, k) * p**k * (1 - p) ** (epochs - k) for k in range(hits, epochs + 1)
+    )
+
+
 def detect_stragglers(mine: list[RankEpoch]) -> Stragglers | None:
     by_epoch: dict[int, list[RankEpoch]] = defaultdict(list)
     for r in mine:
@@ -157,17 +187,23 @@ def detect_stragglers(mine: list[RankEpoch]) -> Stragglers | None:
             by_epoch[r.epoch].append(r)
     hits = []
     checked = 0
+    ranks = 0
     for epoch, members in sorted(by_epoch.items()):
         if len(members) < 2:
             continue
         checked += 1
+        ranks = max(ranks, len(members))
         found = straggler_in_epoch(epoch, members)
         if found is not None:
             hits.append(found)
     if not hits:
         return None
     same = len({(h.host, h.rank) for h in hits}) == 1
-    return Stragglers(hits, same, checked)
+    chance = same_rank_chance(len(hits), checked, ranks) if same else None
+    supported = (
+        chance is not None and len(hits) >= SAME_RANK_MIN_EPOCHS and chance < SAME_RANK_MAX_CHANCE
+    )
+    return Stragglers(hits, same, checked, ranks, chance, supported)
 
 
 def straggler(context: RunContext) -> list[Finding]:
@@ -189,14 +225,34 @@ def straggler_epoch_text(hit: StragglerEpoch) -> str:
     )
 
 
+def _chance(probability: float | None) -> str:
+    return "n/a" if probability is None else f"{100 * probability:.2g}%"
+
+
 @words.register
 def word_stragglers(found: Stragglers) -> Finding:
     first = found.epochs[0]
     listing = "; ".join(straggler_epoch_text(h) for h in found.epochs)
-    if found.same_rank and len(found.epochs) > 1:
+    seen = len(found.epochs)
+    chance = found.same_rank_chance
+    if found.not_chance:
         verdict = (
-            f"The same rank (rank {first.rank} on {first.host}) every time: a slow node, "
-            "device or its data path, not chance."
+            f"The same rank (rank {first.rank} on {first.host}) in {seen} of "
+            f"{found.epochs_checked} epochs: by chance (1 in {found.ranks} ranks each epoch) "
+            f"that has a probability of {_chance(chance)}, so a slow node, device or its "
+            "data path, not chance."
+        )
+    elif found.same_rank and seen > 1:
+        in_epochs = (
+            "both epochs"
+            if seen == found.epochs_checked == 2
+            else (f"{seen} of {found.epochs_checked} epochs")
+        )
+        verdict = (
+            f"Rank {first.rank} on {first.host} was the slowest in {in_epochs}; too few "
+            f"epochs to say it is not chance (by luck, with {found.ranks} ranks: "
+            f"{_chance(chance)}; {found.threshold_same_rank_epochs} epochs or more and under "
+            f"{_chance(found.threshold_same_rank_chance)} are needed)."
         )
     elif found.same_rank:
         verdict = "Seen in one epoch only."
@@ -207,7 +263,7 @@ def word_stragglers(found: Stragglers) -> Finding:
         )
     return Finding(
         rule="straggler",
-        severity=WARNING if found.same_rank and len(found.epochs) > 1 else INFO,
+        severity=WARNING if found.not_chance else INFO,
         title=(
             f"Straggler: rank {first.rank} on {first.host}, slow in {PART_LABELS[first.slow_part]}"
             if found.same_rank

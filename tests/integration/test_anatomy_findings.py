@@ -353,17 +353,44 @@ def straggler_run(run_id: str, slow_rank_by_epoch: list[int | None]) -> RunBuild
 
 
 def test_the_same_straggler_every_epoch(make_store):
-    store = make_store(straggler_run("slow", [1, 1, 1]).points())
+    # 5 of 5 epochs with 2 ranks: by luck 1/2^5 = 3.1%, under 5%: not chance
+    store = make_store(straggler_run("slow", [1, 1, 1, 1, 1]).points())
     (finding,) = findings_of(store, "slow", "straggler")
     assert finding.evidence["same_rank"] is True
     hits = finding.evidence["epochs"]
-    assert [(h["epoch"], h["rank"], h["host"]) for h in hits] == [(1, 1, "n2"), (2, 1, "n2"),
-                                                                   (3, 1, "n2")]  # fmt: skip
+    assert [(h["epoch"], h["rank"], h["host"]) for h in hits] == [
+        (epoch, 1, "n2") for epoch in range(1, 6)
+    ]
     assert hits[0]["busy_seconds_per_step"] == pytest.approx(0.98 * 20)
     assert hits[0]["others_median_seconds_per_step"] == pytest.approx(0.55 * 20)
     assert hits[0]["slow_part"] == "compute"
+    assert finding.evidence["same_rank_chance"] == pytest.approx(1 / 32)
+    assert finding.evidence["not_chance"] is True
     assert finding.severity == "warning"
     assert finding.title == "Straggler: rank 1 on n2, slow in compute (forward + backward)"
+    assert (
+        "The same rank (rank 1 on n2) in 5 of 5 epochs: by chance (1 in 2 ranks each epoch) "
+        "that has a probability of 3.1%, so a slow node, device or its data path, not chance."
+    ) in finding.explanation
+
+
+@pytest.mark.parametrize(
+    ("slow_by_epoch", "seen", "chance"),
+    [([1, 1], "both epochs", "25%"), ([1, 1, 1], "3 of 3 epochs", "12%")],
+)
+def test_the_same_straggler_in_too_few_epochs_is_worded_as_seen(
+    make_store, slow_by_epoch, seen, chance
+):
+    # issue 42 item 5: two ranks, the same one slowest twice is a coin flip twice
+    store = make_store(straggler_run("few", slow_by_epoch).points())
+    (finding,) = findings_of(store, "few", "straggler")
+    assert finding.evidence["not_chance"] is False
+    assert finding.severity == "info"
+    assert "not chance." not in finding.explanation
+    assert (
+        f"Rank 1 on n2 was the slowest in {seen}; too few epochs to say it is not chance "
+        f"(by luck, with 2 ranks: {chance}; 3 epochs or more and under 5% are needed)."
+    ) in finding.explanation
 
 
 def test_a_moving_straggler(make_store):
