@@ -18,9 +18,13 @@ The throughput it likely cost, and the model behind it: if the training's speed 
 the CPU time it gets (a CPU-bound training, as on a CPU-only node or with an input
 pipeline that decodes on the CPU) and it could have used all the CPU time the others
 took, it would have run ``(training + others) / training`` times as fast. So
-``lost = images/s x others / training``: an upper bound. A training that waits on GPUs or
-storage, or has fewer threads than the host has CPUs, loses less; memory bandwidth and
-cache contention, which slow it without taking CPU time, are not seen.
+``lost = images/s x others / training``: an upper bound. Its images/s is the run's over
+the contended epochs by the one definition the run line uses
+(``collector.analysis.throughput``: timed images over timed seconds per rank, summed over
+ranks), so over a run contended in every epoch it is the run line's figure. A training
+that waits on GPUs or storage, or has fewer threads than the host has CPUs, loses less;
+memory bandwidth and cache contention, which slow it without taking CPU time, are not
+seen.
 
 What it cannot see: processes that were never among the agent's top few a tick (many
 small ones add up to ``other_cpu_percent`` without being named), another process's I/O
@@ -76,6 +80,7 @@ from collector.analysis import decode
 from collector.analysis.contention import TRAINING_CPU, ProcessUse, Window, other_processes
 from collector.analysis.epochs import CPU_ALL_FIELDS, EpochAmounts, EpochRow
 from collector.analysis.run import RunModel
+from collector.analysis.throughput import rank_epoch_work, run_throughput
 from collector.findings.base import (
     CPU_SATURATED_PERCENT,
     CPU_UTIL,
@@ -453,8 +458,11 @@ class Contention:
     epochs: list[int]
     other_cpu_percent_mean: float = field(metadata=digits(2))
     training_cpu_percent_mean: float = field(metadata=digits(2))
-    images_per_second_mean: float | None = field(metadata=digits(2))
-    lost_images_per_second_mean: float | None = field(metadata=digits(2))  # the upper bound
+    # the run's images/s over the contended epochs, the run line's definition
+    # (contended_images_per_second), and the upper bound of what the others cost it
+    images_per_second: float | None = field(metadata=digits(2))
+    lost_images_per_second: float | None = field(metadata=digits(2))
+    all_epochs_contended: bool  # images_per_second is then the run line's figure
     other_read_bytes: float | None = field(metadata=digits(0))
     processes: list[OtherProcess]  # the 10 busiest others by CPU, then the top readers
     cpu_share_by_job: dict[str, float]  # Slurm job -> its named processes' CPU share
@@ -482,6 +490,13 @@ def lost_images_per_second(row: EpochRow) -> float | None:
     if row.images_per_second is None or not row.training_cpu_percent:
         return None
     return row.images_per_second * (row.other_cpu_percent or 0.0) / row.training_cpu_percent
+
+
+def contended_images_per_second(model: RunModel, epochs: set[int]) -> float | None:
+    """The run's images/s over ``epochs``, by the one definition the run line uses
+    (``run_throughput`` of its ranks' timed work), all hosts' ranks."""
+    works = [w for w in rank_epoch_work(model) if w.epoch in epochs]
+    return run_throughput(works).images_per_second
 
 
 def cpu_capacity_seconds(amounts: EpochAmounts) -> float:
@@ -542,16 +557,20 @@ def detect_contention(context: RunContext) -> Contention | None:
                        r.other_cpu_percent or 0.0, r.images_per_second, lost_images_per_second(r))
         for r, _ in hits
     ]  # fmt: skip
-    rates = [e.images_per_second for e in host_epochs if e.images_per_second is not None]
-    lost = [e.lost_images_per_second for e in host_epochs if e.lost_images_per_second is not None]
     reads = [r.other_read_bytes for r, _ in hits if r.other_read_bytes is not None]
+    epochs = {r.epoch for r, _ in hits}
+    others = _mean([e.other_cpu_percent for e in host_epochs]) or 0.0
+    training = _mean([e.training_cpu_percent for e in host_epochs]) or 0.0
+    rate = contended_images_per_second(context.model, epochs)
+    all_epochs = {r.epoch for r in context.totals()}
     return Contention(
         hosts=sorted({r.host for r, _ in hits}),
-        epochs=sorted({r.epoch for r, _ in hits}),
-        other_cpu_percent_mean=_mean([e.other_cpu_percent for e in host_epochs]) or 0.0,
-        training_cpu_percent_mean=_mean([e.training_cpu_percent for e in host_epochs]) or 0.0,
-        images_per_second_mean=_mean(rates),
-        lost_images_per_second_mean=_mean(lost),
+        epochs=sorted(epochs),
+        other_cpu_percent_mean=others,
+        training_cpu_percent_mean=training,
+        images_per_second=rate,
+        lost_images_per_second=rate * others / training if rate is not None and training else None,
+        all_epochs_contended=epochs >= all_epochs,
         other_read_bytes=float(sum(reads)) if reads else None,
         processes=processes,
         cpu_share_by_job=by_job,
@@ -589,13 +608,18 @@ def word_contention(found: Contention) -> Finding:
             + "."
         )
     cost = ""
-    if found.lost_images_per_second_mean is not None and found.images_per_second_mean:
-        potential = found.images_per_second_mean + found.lost_images_per_second_mean
+    if found.lost_images_per_second is not None and found.images_per_second:
+        potential = found.images_per_second + found.lost_images_per_second
+        measured = (
+            "its throughput, as the run line counts it"
+            if found.all_epochs_contended
+            else f"its throughput in {epochs}, as the run line counts it over all epochs"
+        )
         cost = (
             f" If its speed follows the CPU time it gets (a CPU-bound training) and it could "
             f"have used all the CPU time the others took, it would have trained up to "
-            f"{potential:,.1f} images/s instead of {found.images_per_second_mean:,.1f}: up to "
-            f"{found.lost_images_per_second_mean:,.1f} images/s lost, an upper bound (a "
+            f"{potential:,.1f} images/s instead of {found.images_per_second:,.1f} ({measured}):"
+            f" up to {found.lost_images_per_second:,.1f} images/s lost, an upper bound (a "
             "training waiting on GPUs or storage, or with fewer threads than CPUs, loses less)."
         )
     reads = ""
