@@ -197,6 +197,11 @@ class HttpFront:
         self.cap: ConnectionCap[Connection] = ConnectionCap(limits.max_connections)
         self.open = 0  # accepted sockets not yet closed: descriptors held for clients
         self.evicting = 0  # of which closed to make room, not yet gone
+        # connections still in their TLS handshake, oldest first: they hold a descriptor
+        # and have shown nothing, so at the cap they are the first to make room (45 silent
+        # sockets at a cap of 40 locked every writer out: issue 44, item 2)
+        self._handshaking: dict[asyncio.Task, None] = {}
+        self._handshakes_evicted: set[asyncio.Task] = set()
         self._accepting = False
         self._descriptor_warning = -1e9
         # once stopped: requests in hand then that finished, and those cut off after 10 s
@@ -339,9 +344,17 @@ class HttpFront:
         self._closed(None)
 
     def _evict_one(self) -> bool:
-        """Make room at the cap: close the connection that has waited longest without a
-        request (idle keep-alive: closed, as its idle timeout would; still sending its
-        head: 503 with Retry-After)."""
+        """Make room at the cap: end the oldest TLS handshake still going, else close the
+        connection that has waited longest without a request (idle keep-alive: closed, as
+        its idle timeout would; still sending its head: 503 with Retry-After)."""
+        if self._handshaking:
+            task = next(iter(self._handshaking))
+            del self._handshaking[task]
+            self._handshakes_evicted.add(task)
+            self.evicting += 1
+            self.cap.evicted += 1
+            task.cancel()
+            return True
         victim = self.cap.make_room()
         if victim is None:
             return False
@@ -357,14 +370,23 @@ class HttpFront:
     # ---------------------------------------------------------------- one connection
 
     async def _connection(self, client: socket.socket, peer: tuple) -> None:
+        task = asyncio.current_task()
+        if self.tls is not None and task is not None:
+            self._handshaking[task] = None
         try:
             reader, writer = await self._open(client)
         except (OSError, TimeoutError, asyncio.CancelledError) as error:
-            # a failed TLS handshake: no CA, a wrong client certificate, plain HTTP
+            # a failed TLS handshake (no CA, a wrong client certificate, plain HTTP), or one
+            # ended to make room at the cap
             log.debug("connection from %s not opened: %r", peer[0], error)
             client.close()
+            self._handshaking.pop(task, None)  # type: ignore[arg-type]
+            if task in self._handshakes_evicted:
+                self._handshakes_evicted.discard(task)  # type: ignore[arg-type]
+                self.evicting -= 1
             self._closed(None)
             return
+        self._handshaking.pop(task, None)  # type: ignore[arg-type]
         connection = Connection(reader, writer)
         self.connections.add(connection)
         try:

@@ -447,3 +447,25 @@ def test_agent_config_takes_the_tls_keys_and_refuses_half_of_a_pair(tmp_path):
         build({"metrics": {"tls_cert_file": "/c.pem"}})
     with pytest.raises(ConfigError, match="https"):
         build({"push": {"url": "http://head:8086", "ca_file": "/ca.pem"}})
+
+
+def test_silent_sockets_in_the_tls_handshake_make_room_for_writers(pki, collector):
+    """Sockets that connect and never start the handshake hold a descriptor each; at the
+    cap they are the first to go, so a writer with the token is served (issue 44, item 2:
+    45 silent sockets at a cap of 40 failed 4 writes of 4)."""
+    port = collector("--max-connections", "40", "--header-timeout", "60")
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(45)]
+    try:
+        time.sleep(0.5)  # all accepted, each waiting in its handshake
+        context = client_context(pki["ca"].ca_file)
+        assert [write(port, context) for _ in range(4)] == [204, 204, 204, 204]
+        # the oldest silent sockets were closed to make room
+        closed = 0
+        for sock in silent:
+            sock.settimeout(0.2)
+            with contextlib.suppress(TimeoutError, OSError):
+                closed += sock.recv(1) == b""
+        assert closed >= 4
+    finally:
+        for sock in silent:
+            sock.close()
