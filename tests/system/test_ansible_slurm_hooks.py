@@ -123,7 +123,7 @@ def test_the_file_holds_the_inventory_values_and_no_token(installed):
         step_every=5,
         agent_port=9711,  # the agent's /metrics port
         summary_dir=str(tmp_path / "state" / "jobs"),
-        collector_command=(f"{prefix}/bin/python", "-m", "collector"),
+        collector_command=(f"{prefix}/bin/python", "-I", "-m", "collector"),
         summary_timeout_seconds=30.0,
     )
     assert stat.S_IMODE(path.stat().st_mode) == 0o644

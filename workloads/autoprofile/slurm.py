@@ -260,7 +260,9 @@ def task_prolog(config: Path, environ: Mapping[str, str] | None = None) -> int:
 
 # --- the Epilog ------------------------------------------------------------------------
 def summary_command(site: SlurmSite, job_id: str) -> list[str]:
-    base = list(site.collector_command) or [sys.executable, "-m", "collector"]
+    # -I: the Epilog runs as root in a directory a user may own; an isolated interpreter
+    # imports no `collector` planted there, nor anything from PYTHONPATH or user site
+    base = list(site.collector_command) or [sys.executable, "-I", "-m", "collector"]
     return [*base, "job", job_id, "--summary"]
 
 
