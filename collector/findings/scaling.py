@@ -12,7 +12,13 @@ to the parts of the step that grew, and the extra epochs a larger run takes to i
     the reference run: fabric bytes per image, storage reads per node (judged as
     ``cache_warmup`` does, the same reads for both runs), CPU and GPU utilisation. Runs
     compare only within one scaling group (framework, model, precision, batch per rank,
-    data format, image size).
+    data format, image size). A run (or reference) with a single complete epoch is not
+    explained as scaling: its only epoch carries the start-up (graph building, compilation,
+    first reads), which the step anatomy would put on the parts of the step, so the anatomy
+    neither splits the loss nor makes the rule fire (the 1-vs-2-process pair of
+    docs/usage.md with one epoch said "mostly the rest of the step", with two "mostly
+    all-reduce"); the efficiency floor still fires, worded with what a run of two or more
+    epochs would give (``start_up_only``).
 
 The scaling loss, attributed (``scaling_attribution``: the evidence the ``scaling_loss``
 rule of ``collector.findings.engine`` takes as its explanation when both runs have an anatomy)
@@ -264,6 +270,9 @@ class ScalingLoss:
     across_nodes: bool = field(
         default=False, metadata=HIDDEN
     )  # the reference run had another node count
+    # this run or the reference had one complete epoch, start-up included: the anatomy is
+    # not used to attribute the loss, nor the resources' growth to explain it
+    start_up_only: bool = False
 
     @property
     def below_floor(self) -> bool:
@@ -358,6 +367,9 @@ def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
     attribution = None
     if reference is not None:
         attribution = scaling_attribution(context, reference, me.row.lost_images_per_second)
+    start_up_only = attribution is not None and attribution.start_up_included
+    if start_up_only:  # one epoch, start-up included: not an account of scaling
+        attribution = None
     slower = attribution is not None and (
         attribution.lost_fraction_per_rank >= SCALING_LOSS_MIN_FRACTION
     )
@@ -371,7 +383,10 @@ def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
         reference_gpus=reference.gpus,
         reference_nodes=reference.nodes,
         across_nodes=reference.nodes != mine.nodes,
+        start_up_only=start_up_only,
     )
+    if start_up_only:
+        return found
     if attribution is not None:  # measured: the resources' growth is no explanation beside it
         return replace(found, attribution=attribution)
     ref_report = context.report_of(reference.run.run_id)
@@ -926,6 +941,15 @@ def word_scaling_loss(found: ScalingLoss) -> Finding:
             chart = CHART_BY_PART[top.part].name
         else:
             title += f": no part of the step grew against {found.reference_run}"
+    elif found.start_up_only:
+        explanation += (
+            f" Not attributed against {against}: a run of one epoch (this one or the "
+            "reference) has only the epoch that carries its start-up (graph building, "
+            "compilation, first reads), so the loss includes start-up and the step anatomy "
+            "would put it on scaling. Run both for 2 epochs or more to attribute it to "
+            "all-reduce, input wait, compute and the rest."
+        )
+        title += ": one epoch, start-up included, not attributed"
     elif found.reference_run is not None:
         storage_compared = any("storage" in c.resource for c in changed)
         reads = (
