@@ -383,3 +383,15 @@ PART_LABELS = {
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:,.0f}"
+
+
+def framework_kind(framework: str) -> str:
+    """``tensorflow``, ``mxnet``, ``pytorch`` or ``unknown``, from a run's framework tag."""
+    name = (framework or "").lower()
+    if name in ("tensorflow", "tf", "keras") or name.startswith("tensorflow"):
+        return "tensorflow"
+    if name.startswith("mxnet"):
+        return "mxnet"
+    if name in ("pytorch", "torch", "lightning") or name.startswith("pytorch"):
+        return "pytorch"
+    return "unknown"

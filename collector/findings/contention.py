@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from collector.analysis import decode
 from collector.analysis.contention import TRAINING_CPU, ProcessUse, Window, other_processes
@@ -91,6 +91,7 @@ from collector.findings.base import (
     digits,
     epoch_list,
     evidence_json,
+    framework_kind,
     words,
 )
 from collector.findings.context import RunContext
@@ -142,6 +143,7 @@ class CpuOversubscription:
     # the cores the training's own processes kept busy in the settled epochs (its CPU
     # seconds over their wall time); None where a rank did not send its CPU seconds
     training_cores_busy: float | None = field(default=None, metadata=digits(2))
+    framework: str = field(default="", metadata=HIDDEN)  # whose thread setting to name
 
 
 def _number(event: WorkloadEvent, name: str) -> float | None:
@@ -293,8 +295,19 @@ def detect_cpu_oversubscription(context: RunContext) -> list[CpuOversubscription
     found = []
     for host in sorted(starts):
         ranks = [rank_cpus(starts[host][rank]) for rank in sorted(starts[host])]
-        found.extend(judge_host(host, ranks, util.get(host), on_gpus, training.get(host)))
+        judged = judge_host(host, ranks, util.get(host), on_gpus, training.get(host))
+        found.extend(replace(f, framework=context.run.framework) for f in judged)
     return found
+
+
+# how each framework's ranks are given their compute threads
+THREAD_SETTING = {
+    "pytorch": "torch.set_num_threads(N) (or OMP_NUM_THREADS=N)",
+    "tensorflow": "tf.config.threading.set_intra_op_parallelism_threads(N) (and "
+    "set_inter_op_parallelism_threads)",
+    "mxnet": "OMP_NUM_THREADS=N in each rank's environment before mxnet is imported",
+    "unknown": "OMP_NUM_THREADS=N in each rank's environment",
+}
 
 
 def _count(number: int | None, noun: str) -> str:
@@ -334,7 +347,7 @@ def word_cpu_oversubscription(found: CpuOversubscription) -> Finding:
             f"The {ranks} {run} {found.threads} compute threads and {found.loader_workers} "
             f"loader workers on {cores}: threads wait for a core behind each other, so "
             "compute time grows with no more work done. Give each rank at most "
-            "cores / ranks threads (torch.set_num_threads, OMP_NUM_THREADS)."
+            f"cores / ranks threads: {THREAD_SETTING[framework_kind(found.framework)]}."
         )
     elif found.verdict == RANK_QUOTA:
         severity = WARNING

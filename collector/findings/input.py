@@ -79,6 +79,7 @@ from collector.findings.base import (
     digits,
     epoch_list,
     evidence_json,
+    framework_kind,
     settled,
     step_epochs,
     step_profile,
@@ -811,18 +812,6 @@ def startup_reads_text(found: Startup) -> str:
         f"The training read {_measured_bytes(found.first_read_bytes)} from storage in epoch 1 and "
         f"{_measured_bytes(found.settled_read_bytes)} per later epoch. "
     )
-
-
-def framework_kind(framework: str) -> str:
-    """``tensorflow``, ``mxnet``, ``pytorch`` or ``unknown``, from a run's framework tag."""
-    name = (framework or "").lower()
-    if name in ("tensorflow", "tf", "keras") or name.startswith("tensorflow"):
-        return "tensorflow"
-    if name.startswith("mxnet"):
-        return "mxnet"
-    if name in ("pytorch", "torch", "lightning") or name.startswith("pytorch"):
-        return "pytorch"
-    return "unknown"
 
 
 # what a framework does in its first steps besides reading: (short, with its parts)

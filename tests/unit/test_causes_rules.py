@@ -5,6 +5,8 @@ tests/scenarios/test_causes.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from collector.analysis.anatomy import RankEpoch
@@ -84,6 +86,22 @@ def test_two_ranks_of_two_threads_on_two_cores_are_oversubscribed():
     assert finding.title == "CPU oversubscribed on n1: 4 compute threads on 2 cores"
     assert "rank 1: 2 threads (set in the program) + 2 loader workers" in finding.explanation
     assert "CPUs 0-1 allowed (sched_getaffinity)" in finding.explanation
+
+
+@pytest.mark.parametrize(
+    ("framework", "setting"),
+    [
+        ("pytorch", "torch.set_num_threads(N)"),
+        ("tensorflow", "tf.config.threading.set_intra_op_parallelism_threads(N)"),
+        ("mxnet", "OMP_NUM_THREADS=N in each rank's environment before mxnet is imported"),
+        ("jax", "OMP_NUM_THREADS=N in each rank's environment"),
+    ],
+)
+def test_the_advice_names_the_runs_own_framework_setting(framework, setting):
+    (found,) = judge_host("n1", [rank(0, 2, 2), rank(1, 2, 2)], 98.0, on_gpus=False)
+    explanation = words(dataclasses.replace(found, framework=framework)).explanation
+    assert f"at most cores / ranks threads: {setting}" in explanation
+    assert (framework == "pytorch") == ("torch.set_num_threads" in explanation)
 
 
 def test_torchruns_one_thread_per_rank_is_named_as_the_cores_shared():
