@@ -270,9 +270,9 @@ class ScalingLoss:
     across_nodes: bool = field(
         default=False, metadata=HIDDEN
     )  # the reference run had another node count
-    # this run or the reference had one complete epoch, start-up included: the anatomy is
-    # not used to attribute the loss, nor the resources' growth to explain it
-    start_up_only: bool = False
+    # True: this run or the reference had one complete epoch, start-up included: the
+    # anatomy is not used to attribute the loss, nor the resources' growth to explain it
+    start_up_only: bool | None = field(default=None, metadata=IF_KNOWN)
 
     @property
     def below_floor(self) -> bool:
@@ -383,7 +383,7 @@ def detect_scaling_loss(context: RunContext) -> ScalingLoss | None:
         reference_gpus=reference.gpus,
         reference_nodes=reference.nodes,
         across_nodes=reference.nodes != mine.nodes,
-        start_up_only=start_up_only,
+        start_up_only=True if start_up_only else None,
     )
     if start_up_only:
         return found
