@@ -15,6 +15,7 @@ pytest.importorskip("PIL")  # JPEG pictures: the workloads extra's Pillow, not t
 
 
 def test_dataset_make_writes_a_tenth_for_validation_by_default(tmp_path):
+    pytest.importorskip("tqdm")  # the maker's progress bar: the workloads extra, not dev's
     assert [default_val_images(n) for n in (1, 4, 256, 12800)] == [1, 1, 26, 1280]
     out = tmp_path / "jpeg"
     args = ["dataset", "make", "--format", "jpeg", "--images", "40", "--classes", "4",

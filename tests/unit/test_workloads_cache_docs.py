@@ -8,6 +8,8 @@ import argparse
 import json
 import re
 
+import pytest
+
 from tests.conftest import REPO_ROOT
 from workloads import cli
 
@@ -34,6 +36,8 @@ def test_every_user_subcommand_is_in_the_user_docs():
 
 
 def test_the_documented_cache_commands_answer_as_shown(tmp_path, capsys):
+    pytest.importorskip("tqdm")  # the data set maker's progress bar: the workloads extra
+    pytest.importorskip("PIL")
     data = tmp_path / "synth"
     assert cli.main(["dataset", "make", "--format", "jpeg", "--images", "8", "--classes", "2",
                      "--image-size", "32", "--out", str(data)]) == 0  # fmt: skip
