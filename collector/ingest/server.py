@@ -49,6 +49,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
@@ -420,54 +421,22 @@ class WriteHandler(BaseHTTPRequestHandler):
         self._send_json(HTTPStatus.OK, health)
 
     def _read_view(self, view: str, query: dict[str, list[str]]) -> None:
-        """``GET /api/v1/runs|report|scaling``: collector.api.server, behind the write token."""
-        try:
-            identity = self._authorize(query, v1=False)
-            if identity.scope == Scope.NODE:  # an agent's token writes; it never reads
-                raise HttpError(
-                    HTTPStatus.FORBIDDEN,
-                    "forbidden",
-                    f"{identity.name} is a node token: it writes its host's samples only "
-                    "(the read API takes run and admin tokens)",
-                )
+        """``GET /api/v1/runs|report|scaling``: collector.api.server, behind a read token."""
+
+        def answer() -> tuple[int, bytes, str | None]:
+            self._authorize_read(query, "the read API")
             with self.server.read_gate.turn():
                 result = read_api.answer(view, query, self.server.read_store)
-        except HttpError as error:
-            self._send_error(error)
-            return
-        except read_api.ReadsBusy as busy:
-            retry = str(read_api.ReadGate.RETRY_AFTER_SECONDS)
-            self._send_json(
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                {"code": "unavailable", "message": str(busy)},
-                headers={"Retry-After": retry},
-            )
-            return
-        except CLIENT_GONE:
-            raise
-        except BackendError as error:  # the backend is down or refuses: say so, not 500
-            self._send_error(HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", str(error)))
-            return
-        except Exception:
-            log.exception("read of %s failed", view)
-            self._send_error(
-                HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", "read failed")
-            )
-            return
-        self._send(result.status, result.body, result.content_type)
+            return result.status, result.body, result.content_type
+
+        self._serve_read(answer, f"read of {view}", "read failed")
 
     def _findings_metrics(self, query: dict[str, list[str]]) -> None:
         """``GET /metrics``: the findings of live runs and running jobs as Prometheus gauges
         (collector.export.findings_metrics), behind a read token as the read API is."""
-        try:
-            identity = self._authorize(query, v1=False)
-            if identity.scope == Scope.NODE:
-                raise HttpError(
-                    HTTPStatus.FORBIDDEN,
-                    "forbidden",
-                    f"{identity.name} is a node token: it writes its host's samples only "
-                    "(/metrics takes run and admin tokens)",
-                )
+
+        def answer() -> tuple[int, bytes, str | None]:
+            self._authorize_read(query, "/metrics")
             if query:
                 raise HttpError(
                     HTTPStatus.BAD_REQUEST,
@@ -476,9 +445,32 @@ class WriteHandler(BaseHTTPRequestHandler):
                 )
             with self.server.read_gate.turn():
                 page = self.server.findings_page.page(self.server.read_store)
+            return HTTPStatus.OK, page.encode(), FINDINGS_CONTENT_TYPE
+
+        self._serve_read(answer, "findings for /metrics", "findings failed")
+
+    def _authorize_read(self, query: dict[str, list[str]], what: str) -> None:
+        """HttpError unless the request's token may read: run and admin tokens may; an
+        agent's node token writes its host's samples and never reads."""
+        identity = self._authorize(query, v1=False)
+        if identity.scope == Scope.NODE:
+            raise HttpError(
+                HTTPStatus.FORBIDDEN,
+                "forbidden",
+                f"{identity.name} is a node token: it writes its host's samples only "
+                f"({what} takes run and admin tokens)",
+            )
+
+    def _serve_read(
+        self, answer: Callable[[], tuple[int, bytes, str | None]], what: str, failed: str
+    ) -> None:
+        """Send one read's ``answer`` (status, body, content type), its failures answered as
+        every read answers them: the HTTP error, 503 with Retry-After when the reads are
+        busy or the backend is down, 500 (logged as ``what``) for anything else."""
+        try:
+            status, body, content_type = answer()
         except HttpError as error:
             self._send_error(error)
-            return
         except read_api.ReadsBusy as busy:
             retry = str(read_api.ReadGate.RETRY_AFTER_SECONDS)
             self._send_json(
@@ -486,16 +478,15 @@ class WriteHandler(BaseHTTPRequestHandler):
                 {"code": "unavailable", "message": str(busy)},
                 headers={"Retry-After": retry},
             )
-            return
         except CLIENT_GONE:
             raise
+        except BackendError as error:  # the backend is down or refuses: say so, not 500
+            self._send_error(HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", str(error)))
         except Exception:
-            log.exception("findings for /metrics failed")
-            self._send_error(
-                HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", "findings failed")
-            )
-            return
-        self._send(HTTPStatus.OK, page.encode(), FINDINGS_CONTENT_TYPE)
+            log.exception("%s failed", what)
+            self._send_error(HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", failed))
+        else:
+            self._send(status, body, content_type)
 
     def _write(self, query: dict[str, list[str]], v1: bool) -> None:
         identity = self._authorize(query, v1)
