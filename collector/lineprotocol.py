@@ -39,7 +39,7 @@ from itertools import chain
 import numpy as np
 from line_protocol_parser import LineFormatError, parse_line
 
-from contract.identifiers import tag_problem
+from contract.identifiers import string_field_problem, tag_problem
 from contract.point import FieldValue, Point
 from contract.schema import Workload
 
@@ -573,7 +573,7 @@ def _parse_general(
         fields = parsed["fields"]
         if parsed["measurement"] == workload:
             _, tags, typed, _ = parse_line_full(line)
-            problem = tag_problem(tags.items())
+            problem = tag_problem(tags.items()) or string_field_problem(typed)
             if problem:
                 errors.append(LineError(line_number, f"{problem} {_excerpt(line)}"))
                 continue
