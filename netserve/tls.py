@@ -12,6 +12,9 @@ certificate that CA signed (mutual TLS), as exporter-toolkit's ``client_ca_file`
   Connections already open keep the context they began with. A renewal caught half-way
   (a new certificate beside the old key) fails to load: the old context is kept, a
   warning is logged once per state of the files, and the next look tries again.
+- At start, a warning for a key file that every user of the machine may read and for a
+  certificate that has expired (clients refuse it; the server still starts, so a renewal
+  can land without a restart).
 
 Clients: ``client_context(ca_file)`` verifies the server against ``ca_file`` (else the
 system's CAs), with the host name checked; ``EPOCHSCOPE_CA_FILE`` is the default CA file of
@@ -102,6 +105,40 @@ def build_server_context(files: TlsFiles) -> ssl.SSLContext:
     return context
 
 
+def file_warnings(files: TlsFiles, now: float | None = None) -> list[str]:
+    """What is unsafe or out of date in these (loadable) files, one sentence each."""
+    warnings = []
+    mode = files.key_file.stat().st_mode
+    if mode & 0o004:
+        warnings.append(
+            f"TLS key file {files.key_file} is readable by every user (mode "
+            f"{mode & 0o777:o}): anyone on this machine can impersonate the server; "
+            f"chmod 600 it"
+        )
+    not_after = _not_after(files.cert_file)
+    if not_after is not None and not_after < (time.time() if now is None else now):
+        expired = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(not_after))
+        warnings.append(
+            f"TLS certificate {files.cert_file} expired on {expired}: clients will refuse "
+            f"it until it is renewed"
+        )
+    return warnings
+
+
+def _not_after(cert_file: Path) -> float | None:
+    """The first certificate's end of validity (seconds since the epoch), or None where
+    this Python cannot decode it."""
+    # The standard library's only certificate decoder is this private helper (CPython's
+    # own tests use it); without it the check is skipped rather than a dependency added.
+    decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)
+    if decode is None:
+        return None
+    try:
+        return float(ssl.cert_time_to_seconds(decode(str(cert_file))["notAfter"]))
+    except (OSError, ssl.SSLError, KeyError, ValueError):
+        return None
+
+
 class ServerTls:
     """A server's TLS: ``context()`` for each new connection, rebuilt when the files are
     renewed (see the module's docstring). Raises TlsConfigError at start for files that
@@ -113,6 +150,8 @@ class ServerTls:
         self._lock = threading.Lock()
         self._state = _state(files.paths())
         self._context = build_server_context(files)
+        for warning in file_warnings(files):
+            log.warning("%s", warning)
         self._checked = time.monotonic()
         self._failed_state: tuple | None = None
         self.reloads = 0  # contexts built after the first
