@@ -60,6 +60,7 @@ from agent.queue import PointQueue
 from agent.spool import DEFAULT_SEGMENT_MAX_BYTES, Segment
 from agent.thread_names import name_this_thread
 from contract.point import Point, encode_line
+from netserve.ratelog import RateLimitedLog
 from netserve.tls import client_context
 
 if TYPE_CHECKING:
@@ -76,6 +77,9 @@ BATCH_MAX_BYTES = 1 << 20
 BATCH_MAX_SEGMENTS = 64
 HTTP_TIMEOUT_SECONDS = 10.0
 USER_AGENT = "epochscope-shipper"
+# refused lines come back every batch while their cause lasts: one line of each kind per
+# 10 minutes (the rest counted into it), not one a batch (~17,000 a day per node)
+REFUSED_LOG_SECONDS = 600.0
 TOKEN_NOT_A_HEADER = (
     "the token cannot be sent in an HTTP header (a line break or a non-latin-1 character)"
 )
@@ -253,6 +257,7 @@ class Shipper:
         self._isolate_until_seq = 0  # send one segment at a time up to this one
         self._read_failures = (0, 0)  # (segment seq, reads of it that failed in a row)
         self._outage_logged = False
+        self._refusals_log = RateLimitedLog(log, REFUSED_LOG_SECONDS)
         # what the endpoint took since start (line-protocol lines, body bytes); written by
         # the sender thread only (`workloads resend` says how much it delivered)
         self.delivered_points = 0
@@ -540,7 +545,9 @@ class Shipper:
     def _log_rejected(self, where_from: str, points: int, outcome: Outcome) -> None:
         line = line_number_in(outcome.message)
         where = f" at line {line} of {where_from}" if line else f" ({where_from})"
-        log.error(
+        self._refusals_log.log(
+            logging.ERROR,
+            ("rejected", outcome.status),
             "%s rejected %d points with HTTP %s%s: %s; dropped them",
             self.url,
             points,
@@ -550,7 +557,9 @@ class Shipper:
         )
 
     def _log_partial(self, where_from: str, rejected: int, points: int, outcome: Outcome) -> None:
-        log.error(
+        self._refusals_log.log(
+            logging.ERROR,
+            ("partial", outcome.status),
             "%s refused %d of %d lines (%s) with HTTP %s and stored the others: %s; "
             "dropped the refused lines",
             self.url,

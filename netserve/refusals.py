@@ -16,11 +16,12 @@ import json
 import logging
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+
+from netserve.ratelog import RateLimitedLog
 
 INTERVAL_SECONDS = 60.0
 RETRY_AFTER_SECONDS = 5
@@ -130,24 +131,16 @@ class RefusalLog:
         interval: float = INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._log = log
-        self._interval = interval
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._last: dict[tuple[int, str, str], float] = {}
-        self._suppressed: dict[tuple[int, str, str], int] = {}
+        self._limited = RateLimitedLog(log, interval, clock)
 
     def refused(self, status: int, client: str, path: str, reason: str) -> bool:
         """Note one refusal; True when it was logged (not only counted)."""
-        key = (status, client, path)
-        now = self._clock()
-        with self._lock:
-            last = self._last.get(key)
-            if last is not None and now - last < self._interval:
-                self._suppressed[key] = self._suppressed.get(key, 0) + 1
-                return False
-            self._last[key] = now
-            more = self._suppressed.pop(key, 0)
-        since = f" (and {more} more like it in the last {self._interval:.0f} s)" if more else ""
-        self._log.warning("refused %s from %s: %d %s%s", path, client, status, reason, since)
-        return True
+        return self._limited.log(
+            logging.WARNING,
+            (status, client, path),
+            "refused %s from %s: %d %s",
+            path,
+            client,
+            status,
+            reason,
+        )
