@@ -83,11 +83,15 @@ from collector.store.victoriametrics import BackendError, Forwarder
 from netserve import listen
 from netserve.limits import ConnectionLimits
 from netserve.listen import ListenError
+from netserve.ratelog import RateLimitedLog
 from netserve.refusals import RefusalLog
 from netserve.tls import ServerTls, TlsConfigError, server_tls_of
 from netserve.tokens import OPEN, Authenticator, Identity, Scope, TokenFileError
 
 log = logging.getLogger("collector.ingest.server")
+# a write that fails for a lasting cause (a full disk) fails every request alike: its
+# traceback once, then one line a minute with the count (before: 3,860 lines in 8 s)
+_failed_writes = RateLimitedLog(log)
 
 VERSION = "2.7.0-epochscope"  # what /ping and /health report; clients only check it exists
 PARALLEL_PARSE_BYTES = 256 * 1024
@@ -363,8 +367,9 @@ class WriteHandler(BaseHTTPRequestHandler):
             self._send_error(error)
         except CLIENT_GONE:
             raise  # not the client (its bytes are in memory): buffered_request answers 500
-        except Exception:
-            log.exception("write failed")
+        except Exception as error:
+            reason = f"{type(error).__name__}: {error}"[:200]
+            _failed_writes.log(logging.ERROR, reason, "write failed: %s", reason, exc_info=True)
             self._send_error(
                 HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error", "write failed")
             )
