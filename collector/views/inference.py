@@ -10,6 +10,7 @@ from collector.analysis.inference import InferenceReport, inference_runs
 from collector.queries.inference import inference_report
 from collector.store.api import ReadStore
 from collector.views.errors import CliError
+from collector.views.output import shown_plain
 from contract import units
 from contract.schema import InferencePrecision
 from contract.units import format_fraction
@@ -50,10 +51,11 @@ def format_timed(seconds: float, batches: int | None) -> str:
 def format_report(report: InferenceReport) -> str:
     """The plain-text table ``collector inference`` prints."""
     lines = [
-        f"run {report.run_id}: {report.model} inference ({report.state}), "
-        f"{report.execution_provider or 'provider unknown'}, INT8 as "
-        f"{report.int8_format or '-'}, {report.image_size or '?'} px, weights: "
-        f"{report.weights or '?'}",
+        f"run {shown_plain(report.run_id)}: {shown_plain(report.model)} inference "
+        f"({shown_plain(report.state)}), "
+        f"{shown_plain(report.execution_provider or 'provider unknown')}, INT8 as "
+        f"{shown_plain(report.int8_format or '-')}, {shown_plain(report.image_size or '?')} px, "
+        f"weights: {shown_plain(report.weights or '?')}",
         "",
         f"{'batch':>5}  {'FP32 img/s':>10}  {'INT8 img/s':>10}  {'INT8 speed-up':>13}",
     ]
@@ -70,7 +72,8 @@ def format_report(report: InferenceReport) -> str:
     ]
     for m in report.measurements:
         lines.append(
-            f"{m.batch_size:>5}  {m.precision:<9}  {format_milliseconds(m.latency_p10_seconds):>8}"
+            f"{m.batch_size:>5}  {shown_plain(m.precision):<9}"
+            f"  {format_milliseconds(m.latency_p10_seconds):>8}"
             f"  {format_milliseconds(m.latency_p50_seconds):>8}"
             f"  {format_milliseconds(m.latency_p90_seconds):>8}"
             f"  {format_milliseconds(m.latency_p99_seconds):>8}"
@@ -79,7 +82,7 @@ def format_report(report: InferenceReport) -> str:
         )
     lines += [
         "",
-        f"top-1 on {report.validation_images or '?'} validation images: FP32 "
+        f"top-1 on {shown_plain(report.validation_images or '?')} validation images: FP32 "
         f"{format_top1(report.top1.get(InferencePrecision.FP32))}, INT8 "
         f"{format_top1(report.top1.get(InferencePrecision.INT8))}, INT8 - FP32 "
         f"{format_points(report.top1_difference)}",

@@ -33,7 +33,15 @@ from collector.analysis.jobs import (
 )
 from collector.store.api import ReadStore
 from collector.views.errors import CliError
-from collector.views.output import console_for, print_findings, report_table, write_csv, write_json
+from collector.views.output import (
+    console_for,
+    print_findings,
+    report_table,
+    shown_plain,
+    shown_text,
+    write_csv,
+    write_json,
+)
 from contract.units import (
     MISSING,
     format_clock_duration,
@@ -373,15 +381,15 @@ def print_jobs(store: ReadStore, args: argparse.Namespace, out) -> int:
         table.add_column(header, no_wrap=True, justify="left" if header == "runs" else "right")
     for row in rows:
         table.add_row(
-            row["job_id"],
-            row["user"] or MISSING,
-            row["account"] or MISSING,
-            row["partition"] or MISSING,
-            ", ".join(row["nodes"]),
+            shown_text(row["job_id"]),
+            shown_text(row["user"] or MISSING),
+            shown_text(row["account"] or MISSING),
+            shown_text(row["partition"] or MISSING),
+            shown_text(", ".join(row["nodes"])),
             row["start"],
             row["end"],
             *_number_cells(row),
-            ", ".join(row["runs"]) or MISSING,
+            shown_text(", ".join(row["runs"]) or MISSING),
         )
     console.print(table)
     return 0
@@ -407,29 +415,36 @@ def print_job(store: ReadStore, args: argparse.Namespace, out) -> int:
 
 def _print_job_table(store: ReadStore, view: dict[str, Any], out) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     from collector.findings.base import Finding
 
     console = console_for(out)
     job = view["job"]
-    who = ", ".join(f"{key} {job[key]}" for key in ("user", "account", "partition") if job.get(key))
-    console.print(f"[bold]job {job['job_id']}[/] {who}: {job['start']} → {job['end']}")
-    table = Table(title=f"job {job['job_id']} per node (MB = 10^6 bytes)")
+    job_id = shown_plain(job["job_id"])
+    who = ", ".join(
+        f"{key} {shown_plain(job[key])}" for key in ("user", "account", "partition") if job.get(key)
+    )
+    heading = Text.assemble((f"job {job_id}", "bold"), f" {who}: {job['start']} → {job['end']}")
+    console.print(heading)
+    table = Table(title=Text(f"job {job_id} per node (MB = 10^6 bytes)"))
     table.add_column("node", no_wrap=True)
     for header in NUMBER_HEADERS:
         table.add_column(header, no_wrap=True, justify="right")
     for node in view["nodes"]:
-        table.add_row(node["host"], *_number_cells(node))
+        table.add_row(shown_text(node["host"]), *_number_cells(node))
     if len(view["nodes"]) > 1:
         table.add_section()
         table.add_row("all nodes", *_number_cells(job), style="bold")
     console.print(table)
     for near in view["neighbours"]:
         console.print(
-            f"beside job {near['job_id']} ({near['user'] or 'user unknown'}) on {near['host']} "
+            f"beside job {shown_plain(near['job_id'])} "
+            f"({shown_plain(near['user'] or 'user unknown')}) on {shown_plain(near['host'])} "
             f"for {near['overlap_seconds']:,.0f} s: it used "
             f"{format_number(near['cpu_seconds'])} CPU seconds meanwhile",
             highlight=False,
+            markup=False,
         )
     console.print()
     print_findings([Finding(**f) for f in view["findings"]], console)
@@ -441,7 +456,7 @@ def _print_job_table(store: ReadStore, view: dict[str, Any], out) -> None:
         if rows:
             console.print(report_table(run["run_id"], rows), no_wrap=True, overflow="ignore")
         else:
-            console.print(f"run {run['run_id']} has no epoch events yet")
+            console.print(f"run {shown_plain(run['run_id'])} has no epoch events yet", markup=False)
         print_findings([Finding(**f) for f in run["findings"]], console)
     if not view["runs"]:
         console.print("no run named this job (a rank's run_start names its Slurm job)")

@@ -160,7 +160,8 @@ def report_table(
 
     rule = "─┼─".join("─" * width for width in widths) + "\n"
     text = Text()
-    text.append(f"run {run_id}: per epoch, per host (MB = 10^6 bytes)\n", style="italic")
+    title = f"run {shown_plain(run_id)}: per epoch, per host (MB = 10^6 bytes)\n"
+    text.append(title, style="italic")
     text.append(line(headers), style="bold")
     text.append(rule, style="dim")
     previous_epoch = None
@@ -229,15 +230,20 @@ def write_findings(findings: list, err) -> None:
 MAX_SHOWN_CHARS = 120  # a cell of text a writer sent, in a terminal table
 
 
-def shown_text(text: str | None):
-    """A table cell of text a writer sent (a model, a job id, a host): control and
-    bidirectional formatting characters as their escapes (contract.text.visible), never
-    read as Rich markup, cut at ``MAX_SHOWN_CHARS`` with an ellipsis (issue 44, item 5)."""
-    from rich.text import Text
-
+def shown_plain(text: object) -> str:
+    """Text a writer sent (a model, a job id, a host) as a plain-text view prints it:
+    control and bidirectional formatting characters as their escapes
+    (contract.text.visible), cut at ``MAX_SHOWN_CHARS`` with an ellipsis (issue 44, item 5)."""
     from contract.text import visible
 
-    escaped = visible(text or "")
+    escaped = visible("" if text is None else str(text))
     if len(escaped) > MAX_SHOWN_CHARS:
         escaped = escaped[: MAX_SHOWN_CHARS - 1] + "…"
-    return Text(escaped)
+    return escaped
+
+
+def shown_text(text: object):
+    """``shown_plain`` as a Rich table cell: never read as Rich markup."""
+    from rich.text import Text
+
+    return Text(shown_plain(text))

@@ -37,6 +37,7 @@ from collector.views.output import (
     console_for,
     print_findings,
     report_table,
+    shown_plain,
     shown_text,
     table_columns,
     terminal_width,
@@ -44,6 +45,7 @@ from collector.views.output import (
     write_findings,
     write_json,
 )
+from contract.text import visible
 from contract.units import format_clock_duration, format_fraction, format_number
 
 _console = console_for  # (the name tests and older callers use)
@@ -169,7 +171,7 @@ def print_report(store: ReadStore, args: argparse.Namespace, out, err=None) -> i
     else:
         console = console_for(out)
         if not report.rows:
-            console.print(f"run {args.run_id} has no epoch events yet")
+            console.print(f"run {shown_plain(args.run_id)} has no epoch events yet", markup=False)
         else:
             # a terminal without --columns: the columns that fit it; files and pipes: all
             width = terminal_width(out) if choice is None else None
@@ -273,7 +275,7 @@ def print_hosts(store: ReadStore, args: argparse.Namespace, out) -> int:
     if args.format == "json":
         write_json(hosts, out)
     else:
-        out.write("".join(f"{host}\n" for host in hosts))
+        out.write("".join(f"{visible(host)}\n" for host in hosts))  # whole: scripts read it
     return 0
 
 
@@ -395,15 +397,15 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
         if previous is not None and group != previous:
             table.add_section()
         table.add_row(
-            group if group != previous else "",
-            row["run_id"],
+            shown_text(group if group != previous else ""),
+            shown_text(row["run_id"]),
             str(row["gpus"]),
             str(row["nodes"]),
             format_number(row["images_per_second"]),
             format_number(row["ideal"]),
             format_efficiency(row["efficiency_percent"]),
             format_speedup(row["speedup"]),
-            row["scope"],
+            shown_text(row["scope"]),
             "–" if row["final_top1"] is None else format_fraction(row["final_top1"]),
             "–" if row["epochs_to_target"] is None else str(row["epochs_to_target"]),
             format_clock_duration(row["seconds_to_target"]),
