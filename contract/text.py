@@ -4,7 +4,8 @@ and the rest) and bidirectional formatting characters are replaced by their visi
 page, and fits on one line of line protocol.
 
 One rule for every writer's names and tags (contract.point) and every view that prints text
-a writer sent.
+a writer sent; ``shown`` also cuts it to ``MAX_SHOWN_CHARS`` for a table cell or a heading
+(the collector's terminal tables, the dashboard's pages).
 """
 
 from __future__ import annotations
@@ -27,3 +28,15 @@ def visible(text: str) -> str:
         _escape(char) if char in BIDI_FORMATTING or unicodedata.category(char) == "Cc" else char
         for char in text
     )
+
+
+MAX_SHOWN_CHARS = 120  # a cell of text a writer sent, in a table
+
+
+def shown(text: object) -> str:
+    """Text a writer sent (a model, a job id, a host) as a view shows it: ``visible``, cut
+    at ``MAX_SHOWN_CHARS`` with an ellipsis."""
+    escaped = visible("" if text is None else str(text))
+    if len(escaped) > MAX_SHOWN_CHARS:
+        escaped = escaped[: MAX_SHOWN_CHARS - 1] + "…"
+    return escaped

@@ -14,6 +14,7 @@ from typing import Any
 from dash.dash_table.Format import Format, Group, Scheme, Symbol, Trim
 
 from contract import columns as report_columns
+from contract.text import shown
 from contract.units import (
     FRACTION_DIGITS,
     format_fraction,
@@ -225,8 +226,8 @@ def format_value(value: Any, kind: str) -> str:
     """A cell's text: missing data as "–", numbers rounded for reading."""
     if value is None:
         return MISSING
-    if kind == "text":
-        return str(value)
+    if kind == "text":  # a writer's text: escapes visible, cut (the cell's title has it all)
+        return shown(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
     if kind == "int":

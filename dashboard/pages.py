@@ -15,6 +15,7 @@ from dash import dash_table, dcc, html
 from contract.columns import COMPLETE, INTERRUPTED
 from contract.markers import ALL_HOSTS, ALL_HOSTS_LABEL
 from contract.schema import INFERENCE_FRAMEWORK
+from contract.text import shown, visible
 from dashboard import figures, ids
 from dashboard.columns import (
     EPOCH_COLUMNS,
@@ -140,7 +141,11 @@ def _header(columns: tuple[Column, ...] | list[Column]) -> html.Thead:
 
 
 def _cell(row: dict[str, Any], column: Column) -> html.Td:
-    return html.Td(format_value(row.get(column.key), column.kind), className=f"col-{column.key}")
+    value = row.get(column.key)
+    text = format_value(value, column.kind)
+    whole = visible(value) if column.kind == "text" and isinstance(value, str) else text
+    title = whole if whole != text else None  # a cut text, whole on hover
+    return html.Td(text, title=title, className=f"col-{column.key}")
 
 
 def state_badge(state: str) -> html.Span:
@@ -159,7 +164,8 @@ def runs_table(runs: list[dict[str, Any]]) -> html.Table | html.P:
             if column.key == "run_id":
                 inference = run.get("framework") == INFERENCE_FRAMEWORK
                 href = (inference_href if inference else run_href)(run["run_id"])
-                cells.append(html.Td(dcc.Link(run["run_id"], href=href), className="col-run_id"))
+                link = dcc.Link(shown(run["run_id"]), href=href)
+                cells.append(html.Td(link, className="col-run_id"))
             elif column.key == "state":
                 cells.append(html.Td(state_badge(run["state"])))
             elif column.key == "hosts":
@@ -446,10 +452,10 @@ def run_header(
     run: dict[str, Any], live: bool, poll_ms: int, rows: list[dict[str, Any]] | None = None
 ) -> html.Div:
     facts = [
-        ("framework", run["framework"]),
-        ("model", run["model"]),
+        ("framework", shown(run["framework"])),
+        ("model", shown(run["model"])),
         (ranks_label(rows or []), format_value(run["gpus"], "int")),
-        ("hosts", ", ".join(run.get("host_names") or [])),
+        ("hosts", shown(", ".join(run.get("host_names") or []))),
         ("images/s", format_value(run.get("images_per_second"), "rate")),
         ("start-up s", format_value(run.get("startup_seconds"), "seconds")),
         ("start", run["start"]),
@@ -459,7 +465,7 @@ def run_header(
     )
     return html.Div(
         [
-            html.H1([f"Run {run['run_id']} ", state_badge(run["state"])]),
+            html.H1([f"Run {shown(run['run_id'])} ", state_badge(run["state"])]),
             html.Dl(
                 [item for key, value in facts for item in (html.Dt(key), html.Dd(value))],
                 className="facts",
@@ -940,10 +946,11 @@ def inference_body(report: dict[str, Any] | None) -> html.Div:
     if report is None:
         return html.Div(html.P("No such inference run.", className="empty"))
     setup = (
-        f"{report['model']} at {report['image_size'] or '?'} px on "
-        f"{report['execution_provider'] or 'an unknown provider'}; INT8 by static "
-        f"quantisation ({report['int8_format'] or '-'}) calibrated on "
-        f"{report['calibration_images'] or 0} training images; weights: {report['weights']}"
+        f"{shown(report['model'])} at {report['image_size'] or '?'} px on "
+        f"{shown(report['execution_provider'] or 'an unknown provider')}; INT8 by static "
+        f"quantisation ({shown(report['int8_format'] or '-')}) calibrated on "
+        f"{report['calibration_images'] or 0} training images; weights: "
+        f"{shown(report['weights'])}"
     )
     return html.Div(
         [

@@ -227,19 +227,12 @@ def write_findings(findings: list, err) -> None:
     print_findings(findings, console_for(err))
 
 
-MAX_SHOWN_CHARS = 120  # a cell of text a writer sent, in a terminal table
-
-
 def shown_plain(text: object) -> str:
-    """Text a writer sent (a model, a job id, a host) as a plain-text view prints it:
-    control and bidirectional formatting characters as their escapes
-    (contract.text.visible), cut at ``MAX_SHOWN_CHARS`` with an ellipsis (issue 44, item 5)."""
-    from contract.text import visible
+    """Text a writer sent (a model, a job id, a host) as a plain-text view prints it
+    (contract.text.shown: escapes visible, cut at 120 characters; issue 44, item 5)."""
+    from contract.text import shown
 
-    escaped = visible("" if text is None else str(text))
-    if len(escaped) > MAX_SHOWN_CHARS:
-        escaped = escaped[: MAX_SHOWN_CHARS - 1] + "…"
-    return escaped
+    return shown(text)
 
 
 def shown_text(text: object):
