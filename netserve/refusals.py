@@ -108,6 +108,18 @@ BODY_MEMORY_SPENT = Refusal(
 )
 
 
+# A plain HTTP request sent to a TLS port is closed without an answer in clear (as before),
+# but logged with this reason, so the operator learns why a client gets nothing.
+PLAIN_HTTP_TO_TLS = "plain HTTP sent to the TLS port: the client must use https://, not http://"
+_HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"OPTIONS ", b"PATCH ")
+
+
+def looks_like_plain_http(first_bytes: bytes) -> bool:
+    """Whether a connection's first bytes are an HTTP request line rather than a TLS
+    record (which begins with byte 0x16, a handshake)."""
+    return first_bytes.startswith(_HTTP_METHODS)
+
+
 def refuse_connection(sock: socket.socket, answer: bytes) -> None:
     """Answer a connection refused at once (the socket is left non-blocking, and open):
     what it sent is read first, since closing over unread data resets the connection and

@@ -77,7 +77,9 @@ from netserve.memory import TRIM_AFTER_BYTES, TRIM_INTERVAL_SECONDS, MemoryRetur
 from netserve.refusals import (
     BODY_MEMORY_SPENT,
     EVICTED,
+    PLAIN_HTTP_TO_TLS,
     REQUEST_TIMEOUT,
+    looks_like_plain_http,
     refuse_connection,
     too_many_connections,
 )
@@ -374,6 +376,8 @@ class HttpFront:
         if self.tls is not None and task is not None:
             self._handshaking[task] = None
         try:
+            if self.tls is not None and await self._plain_http(client, peer):
+                raise ConnectionRefusedError("plain HTTP sent to the TLS port")
             reader, writer = await self._open(client)
         except (OSError, TimeoutError, asyncio.CancelledError) as error:
             # a failed TLS handshake (no CA, a wrong client certificate, plain HTTP), or one
@@ -403,6 +407,30 @@ class HttpFront:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
             self._closed(connection)
+
+    async def _plain_http(self, client: socket.socket, peer: tuple) -> bool:
+        """Whether ``client`` began in plain HTTP instead of TLS; if so the refusal is logged
+        (once a minute per client; no answer in clear). Waits for the first bytes within
+        the header timeout: a TLS client sends its hello at once."""
+        loop = asyncio.get_running_loop()
+        readable = loop.create_future()
+        loop.add_reader(client.fileno(), lambda: readable.done() or readable.set_result(None))
+        try:
+            await asyncio.wait_for(readable, self.limits.header_timeout)
+        finally:
+            loop.remove_reader(client.fileno())
+        try:
+            first = client.recv(8, socket.MSG_PEEK)
+        except BlockingIOError:
+            return False
+        if not looks_like_plain_http(first):
+            return False
+        self.note_refusal(HTTPStatus.BAD_REQUEST, peer[0], "-", PLAIN_HTTP_TO_TLS)
+        with contextlib.suppress(OSError):  # what it sent is read: closing over it resets
+            for _ in range(16):
+                if not client.recv(65536):
+                    break
+        return True
 
     async def _open(
         self, client: socket.socket

@@ -469,3 +469,21 @@ def test_silent_sockets_in_the_tls_handshake_make_room_for_writers(pki, collecto
     finally:
         for sock in silent:
             sock.close()
+
+
+def test_plain_http_to_the_tls_port_is_logged(pki, collector, tmp_path):
+    """A client that sends plain HTTP to the TLS port (http:// for https://) gets no answer
+    in clear, as before, but the collector now logs why (before: closed in silence, the
+    log at INFO said nothing; issue 44, low). TLS writers are served as before."""
+    port = collector()
+    request = b"POST /api/v2/write?bucket=b HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
+        plain.sendall(request)
+        answer = b""
+        while chunk := plain.recv(4096):
+            answer += chunk
+    assert answer == b""
+    assert write(port, client_context(pki["ca"].ca_file)) == 204
+    log = (tmp_path / "collector0.log").read_text()
+    logged = "refused - from 127.0.0.1: 400 plain HTTP sent to the TLS port: the client must use"
+    assert f"{logged} https://, not http://" in log, log[-2000:]
