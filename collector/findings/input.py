@@ -9,14 +9,18 @@ epoch, and epoch 1's start-up.
 ``input_wait``
     Input wait is at least ``INPUT_WAIT_SHARE`` of the step time on a host in settled
     epochs. Storage-bound when the training's own reads came from storage (``read_bytes``
-    at least half of ``rchar``) or iowait is high; decode-bound when the epochs' images/s
+    at least ``STORAGE_READ_SHARE`` of ``rchar``, and per image trained at least
+    ``DATASET_READ_SHARE`` of the data set's bytes per image, else ``MIN_READ_BYTES_PER_IMAGE``:
+    a few MB of libraries is no data set) or iowait is high; decode-bound, for a data set of
+    pictures only (``DECODED_FORMATS``: JPEG files or records of them), when the epochs' images/s
     reached ``DECODE_BOUND_SHARE`` of the host's decode ceiling (JPEG data sets with a
     measured decode rate per core, ``decode_ceiling_percent``: a cgroup quota's cores are
     saturated while the host's CPUs are not) or, unless the input came faster than decoding
     allows, the training's own processes saturated the CPUs (``training_cpu_percent``; the
     host's CPUs where not sent); others when the host's CPUs were saturated by other
-    processes than the training's (``contention`` names them); else undetermined (too few
-    loader workers is the usual cause). Before all these: the epoch's start, when at least
+    processes than the training's (``contention`` names them); else undetermined: not known
+    from what the run sent (the finding names what was measured and what was missing, the
+    loader's worker count among them). Before all these: the epoch's start, when at least
     ``EPOCH_START_WAIT_SHARE`` of the wait fell in the epochs' first steps (a profiled
     rank's, which AU leaves out): what restarts with each epoch held the first batch back,
     and more workers would only start more. The share of the decode ceiling is stated beside it
@@ -54,7 +58,7 @@ from collector.analysis.anatomy import (
     rank_epochs,
     share_percent,
 )
-from collector.analysis.decode import run_host_cores
+from collector.analysis.decode import JPEG, run_host_cores
 from collector.findings.base import (
     ACCELERATOR_UTIL,
     COMPUTE,
@@ -69,6 +73,7 @@ from collector.findings.base import (
     PART_LABELS,
     WARNING,
     Finding,
+    _bytes,
     _complete,
     _config_number,
     _mean,
@@ -123,6 +128,23 @@ def decode_verdict(percent: float) -> str:
 
 
 STORAGE_READ_SHARE = 0.5  # read_bytes / rchar: the training's reads came from storage
+
+
+# The training's storage reads are its data set only when they are a real part of what it
+# trained: per image trained, at least this share of the data set's bytes per image (its
+# run_start's dataset_bytes / dataset_images), else at least MIN_READ_BYTES_PER_IMAGE (a
+# 28x28 grey picture is 784 bytes). A loader over tensors in memory still reads a few MB
+# (Python modules, shared libraries): 2.8 MB over thousands of images is not a data set.
+DATASET_READ_SHARE = 0.05
+
+
+MIN_READ_BYTES_PER_IMAGE = 1024.0
+
+
+# The data formats whose pictures the loader decodes: JPEG files, and the bundled trainings'
+# TFRecord and RecordIO files, whose records hold the JPEG bytes (workloads/train/datasets.py).
+# Synthetic data, tensors in memory or a format not sent are never "decode-bound".
+DECODED_FORMATS = frozenset({JPEG, "tfrecord", "recordio"})
 
 
 # MLPerf Storage's pass mark for ResNet-50 (and UNet3D): accelerator utilisation >= 90%
@@ -226,6 +248,10 @@ class InputWaitHost:
     # the ranks sent no AU terms or AU is over every step
     first_step_wait_share: float | None = field(default=None, metadata=digits(3))
     epoch_start_threshold_share: float = field(default=EPOCH_START_WAIT_SHARE, metadata=digits(3))
+    # the training's storage reads per image trained (None: its reads not sent)
+    read_bytes_per_image: float | None = field(default=None, metadata={**IF_KNOWN, **digits(0)})
+    data_format: str | None = field(default=None, metadata=IF_KNOWN)  # run_start's
+    loader_workers: int | None = field(default=None, metadata=IF_KNOWN)  # run_start's
 
 
 @dataclass(frozen=True)
@@ -417,6 +443,8 @@ def detect_input_wait(
         (row.host, row.epoch): row for row in context.report.rows if row.host != ALL_HOSTS
     }
     cores = run_host_cores(context.model)
+    data_format = context.config.get(Workload.DATA_FORMAT)
+    decodes = str(data_format or "").lower() in DECODED_FORMATS
     found = []
     for host, members in sorted(by_host.items()):
         seconds = sum(r.seconds for r in members)
@@ -438,18 +466,17 @@ def detect_input_wait(
         )
         read_bytes = training_reads(reads, members)
         rchar_bytes = training_reads(reads, members, PROCESS_RCHAR)
-        from_storage = (
-            read_bytes is not None
-            and rchar_bytes
-            and read_bytes / rchar_bytes >= STORAGE_READ_SHARE
-            and read_bytes > 0
+        images = sum(r.images for r in members)
+        per_image = read_bytes / images if read_bytes is not None and images > 0 else None
+        from_storage = _reads_are_the_data_set(
+            read_bytes, rchar_bytes, per_image, dataset_bytes_per_image(context.config)
         )
         first_step = first_step_wait_share(members)
         if first_step is not None and first_step >= EPOCH_START_WAIT_SHARE:
             cause = "epoch_start"
         elif from_storage or (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT):
             cause = "storage"
-        elif _decode_bound(decoding, own, cpu):
+        elif decodes and _decode_bound(decoding, own, cpu):
             cause = "decode"
         elif _others_saturate(own, cpu):
             cause = "others"
@@ -463,9 +490,41 @@ def detect_input_wait(
                 decode_cores=cores.get(host, (None, ""))[0] if decoding is not None else None,
                 training_cpu_percent=own,
                 first_step_wait_share=first_step,
+                read_bytes_per_image=per_image,
+                data_format=str(data_format) if data_format not in (None, "") else None,
+                loader_workers=_config_int(context.config, Workload.LOADER_WORKERS),
             )
         )  # fmt: skip
     return found
+
+
+def dataset_bytes_per_image(config: dict[str, Any]) -> float | None:
+    """The data set's bytes per image from the run's configuration; None where not sent."""
+    data_bytes = _config_count(config, Workload.DATASET_BYTES)
+    data_images = _config_count(config, Workload.DATASET_IMAGES)
+    if not data_bytes or not data_images or data_bytes <= 0 or data_images <= 0:
+        return None
+    return data_bytes / data_images
+
+
+def _reads_are_the_data_set(
+    read_bytes: float | None,
+    rchar_bytes: float | None,
+    per_image: float | None,
+    data_set_per_image: float | None,
+) -> bool:
+    """The training's storage reads were its input: at least ``STORAGE_READ_SHARE`` of all
+    it read, and per image trained enough to be the data set, not its libraries."""
+    if read_bytes is None or not rchar_bytes or read_bytes <= 0 or per_image is None:
+        return False
+    if read_bytes / rchar_bytes < STORAGE_READ_SHARE:
+        return False
+    floor = (
+        DATASET_READ_SHARE * data_set_per_image
+        if data_set_per_image is not None
+        else MIN_READ_BYTES_PER_IMAGE
+    )
+    return per_image >= floor
 
 
 def first_step_wait_share(members: list[RankEpoch]) -> float | None:
@@ -694,8 +753,8 @@ CAUSE_TEXT = {
     "others": "The node's CPUs were saturated by other processes than the training's: its"
     " loaders waited for CPU (the contention finding names who else ran); fewer neighbours,"
     " a CPU reservation or pre-processed records would help",
-    "undetermined": "Neither storage nor decoding was shown to be the limit: more loader"
-    " workers or a deeper prefetch would help",
+    "undetermined": "What held the input back is not known from what the run sent: neither"
+    " storage nor decoding nor other processes were shown to be the limit",
 }
 
 
@@ -723,6 +782,7 @@ def word_input_wait_host(found: InputWaitHost) -> Finding:
             + CAUSE_TEXT[found.cause]
             + "."
             + first_step_sentence(found)
+            + unknown_sentence(found)
             + decode_sentence(found.decode_ceiling_percent, found.decode_cores)
             + au_sentence(found.accelerator_utilisation)
         ),
@@ -738,6 +798,39 @@ def first_step_sentence(found: InputWaitHost) -> str:
     return (
         f" {format_fraction(found.first_step_wait_share)} of the wait fell in the epochs'"
         " first steps."
+    )
+
+
+def unknown_sentence(found: InputWaitHost) -> str:
+    """For a cause not known: what was measured against what would tell, and what was not
+    sent (the loader's worker count, the data format, the training's reads and CPU)."""
+    if found.cause != "undetermined":
+        return ""
+    seen = []
+    if found.read_bytes_per_image is not None:
+        seen.append(
+            f"the training's storage reads were {_bytes(found.read_bytes_per_image)} per image "
+            "trained, too few to be its data set"
+        )
+    if found.data_format is not None and found.data_format.lower() not in DECODED_FORMATS:
+        seen.append(f"its data format is {found.data_format}, not pictures it decodes")
+    if found.loader_workers is not None:
+        seen.append(f"its loader ran {found.loader_workers} worker processes")
+    missing = []
+    if found.loader_workers is None:
+        missing.append("the loader's worker count")
+    if found.data_format is None:
+        missing.append("the data format")
+    if found.training_read_bytes is None:
+        missing.append("the training's own reads")
+    if found.training_cpu_percent is None:
+        missing.append("the training's own CPU time")
+    text = f" Measured: {'; '.join(seen)}." if seen else ""
+    if missing:
+        text += f" Not sent: {', '.join(missing)}."
+    return (
+        text + " A loader that sleeps or waits on something else (a slow transform, a remote"
+        " service, too few workers) looks like this; profile one loader worker to find it."
     )
 
 
