@@ -46,6 +46,7 @@ from netserve.limits import ConnectionCap, ConnectionLimits
 from netserve.refusals import (
     EVICTED,
     HEAD_TIMEOUT,
+    PLAIN_HTTP_TO_TLS,
     RefusalLog,
     refuse_connection,
     too_many_connections,
@@ -151,6 +152,10 @@ class ConnectionGuard:
         sock.settimeout(None)  # the deadline cuts the wait, not a timeout per read
         try:
             first = rfile.peek(1)  # type: ignore[attr-defined]
+        except ssl.SSLError as error:  # the handshake, done on this first read
+            if error.reason == "HTTP_REQUEST":  # OpenSSL's name for a request in clear
+                self.refusals.refused(400, connection.client, "-", PLAIN_HTTP_TO_TLS)
+            return False
         except (OSError, ValueError):
             return False
         if not first:

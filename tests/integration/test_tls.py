@@ -393,6 +393,11 @@ def test_dashboard_serves_over_tls(pki, tmp_path, repo_env):
         right = client_context(ca.ca_file, client.cert_file, client.key_file)
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/", timeout=30, context=right) as r:
             assert r.status == 200 and b"<html" in r.read().lower()
+        # plain HTTP to the TLS port: no answer in clear, a log line that says why (#44 low)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
+            plain.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert not plain.recv(100).startswith(b"HTTP/")
+        wait_for(r"400 plain HTTP sent to the TLS port: the client must use https", log, dashboard)
     finally:
         stop(dashboard)
 
