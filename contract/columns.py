@@ -89,8 +89,10 @@ SPEC: tuple[ReportColumn, ...] = (
             "loop devices left out: their I/O is already counted on the disk below them)",
             "storage"),
     _column("disk_read_ceiling_percent", "disk % max", "Disk read % of ceiling", PERCENT,
-            1, "Disk read MB/s as a share of this host's measured sequential read ceiling "
-            "(agent ceilings: direct I/O, 1 MiB reads); – where none was measured",
+            1, "The reads of the devices with a measured sequential read ceiling (agent "
+            "ceilings: direct I/O, 1 MiB reads) as a share of those devices' ceilings, each "
+            "device's reads against its own; devices without a ceiling are left out; – where "
+            "none was measured",
             "storage"),
     _column("decode_ceiling_percent", "decode % max", "Decode % of ceiling", PERCENT, 1,
             "Images/s as a share of this host's decode ceiling: the measured JPEG decode rate "

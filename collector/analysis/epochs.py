@@ -31,8 +31,11 @@ rx_minus_tx_mbps           receive minus send on the fabric: InfiniBand when the
                            any InfiniBand traffic during the run, else the NICs. With shared
                            storage on the fabric this is the storage read rate (gradients
                            are sent and received in equal amounts).
-disk_read_ceiling_percent  disk_read_mbps as a share of the host's measured sequential read
-                           ceiling (``agent ceilings``: the sum over the disks it measured)
+disk_read_ceiling_percent  the reads of the devices with a measured sequential read ceiling
+                           (``agent ceilings``) per second, over the sum of those devices'
+                           ceilings: each device's reads against its own ceiling (matched on
+                           the device tag, a loop device's included); devices without one
+                           are left out of the share
 decode_ceiling_percent     images_per_second as a share of the host's decode ceiling: its
                            measured JPEG decode rate per core times the cores the ranks may
                            use (``collector.analysis.decode``); JPEG data sets only
@@ -266,6 +269,29 @@ def _is_disk(info: SeriesInfo) -> bool:
     return info.tags.get(Tag.KIND) == DiskKind.DISK
 
 
+def _disk_with_ceiling(info: SeriesInfo) -> bool:
+    """Marks the reads of the devices with a measured read ceiling: ``series_to_read``
+    matches them to the ceilings' device tags, host by host."""
+    return True
+
+
+def _ceiling_of_sampled_disk(info: SeriesInfo) -> bool:
+    """Marks the disk read ceilings of devices whose reads were sampled (matched as above):
+    a ceiling with no reads to set against it adds nothing to the share."""
+    return True
+
+
+def _device_among(devices: set[tuple[str, str]]) -> Callable[[SeriesInfo], bool]:
+    def keep(info: SeriesInfo) -> bool:
+        return (info.host, info.tags.get(Tag.DEVICE, "")) in devices
+
+    return keep
+
+
+def _devices(store: ReadStore, measurement: str, field: str) -> set[tuple[str, str]]:
+    return {(i.host, i.tags.get(Tag.DEVICE, "")) for i in store.list_series(measurement, field)}
+
+
 def _physical_interface(info: SeriesInfo) -> bool:
     """Wire bytes: a bond's bytes are its slaves', a bridge's are its ports', a veth's or
     ifb's cross (or mirror) a physical interface too; loopback never leaves the host."""
@@ -288,12 +314,21 @@ def series_to_read(
     with_nic = {
         info.host for info in store.list_series(Net.NAME, Net.RX_BYTES) if _physical_interface(info)
     }
+    totals = list(totals)
+    matched: dict[Callable[[SeriesInfo], bool], Callable[[SeriesInfo], bool]] = {}
+    if any(t.keep in (_disk_with_ceiling, _ceiling_of_sampled_disk) for t in totals):
+        matched[_disk_with_ceiling] = _device_among(
+            _devices(store, Ceiling.NAME, Ceiling.DISK_SEQUENTIAL_READ)
+        )
+        matched[_ceiling_of_sampled_disk] = _device_among(
+            _devices(store, Disk.NAME, Disk.READ_BYTES)
+        )
     wanted: list[tuple[str, SeriesInfo]] = []
     for total in totals:
         for info in store.list_series(total.measurement, total.field):
             if info.host not in hosts:
                 continue
-            keep = total.keep
+            keep = matched.get(total.keep, total.keep)
             if keep is _physical_interface and info.host not in with_nic:
                 keep = _not_loopback
             if keep(info):
@@ -344,6 +379,10 @@ GPU_UTIL = HostTotal("gpu_util", Gpu.NAME, Gpu.UTILIZATION_PERCENT, GAUGE_MEAN, 
 # the training's own storage reads (Process/Workload ``read_bytes``: anatomy.PROCESS_READ).
 DISK_READ = "disk_read"
 
+# The reads of the devices with a measured read ceiling, of any kind (a data set's loop
+# device too), set against the sum of those devices' ceilings: like with like.
+CEILED_DISK_READ = "ceiled_disk_read"
+
 HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal(DISK_READ, Disk.NAME, Disk.READ_BYTES, COUNTER, _is_disk),
     HostTotal("disk_write", Disk.NAME, Disk.WRITE_BYTES, COUNTER, _is_disk),
@@ -362,8 +401,16 @@ HOST_TOTALS: tuple[HostTotal, ...] = (
     HostTotal("gpu_energy", Gpu.NAME, Gpu.ENERGY_JOULES, COUNTER, _whole_gpu),
     HostTotal("gpu_pcie_rx", Gpu.NAME, Gpu.PCIE_RX_BYTES, COUNTER, _whole_gpu),
     HostTotal("gpu_pcie_tx", Gpu.NAME, Gpu.PCIE_TX_BYTES, COUNTER, _whole_gpu),
-    # the measured ceilings (agent ceilings): the sum of the measured disks' rates
-    HostTotal("disk_read_ceiling", Ceiling.NAME, Ceiling.DISK_SEQUENTIAL_READ, GAUGE_MEAN),
+    # the measured ceilings (agent ceilings): the sum of the measured disks' rates, and
+    # those disks' reads
+    HostTotal(
+        "disk_read_ceiling",
+        Ceiling.NAME,
+        Ceiling.DISK_SEQUENTIAL_READ,
+        GAUGE_MEAN,
+        _ceiling_of_sampled_disk,
+    ),
+    HostTotal(CEILED_DISK_READ, Disk.NAME, Disk.READ_BYTES, COUNTER, _disk_with_ceiling),
     HostTotal(decode.DECODE_PER_CORE, Ceiling.NAME, Ceiling.JPEG_DECODE, GAUGE_MEAN),
     # the fabric's: NICs' and InfiniBand ports' link rates, and a measured peer throughput
     HostTotal("net_link_ceiling", Ceiling.NAME, Ceiling.LINK, GAUGE_MEAN, _ceiling_of("net")),
@@ -601,7 +648,7 @@ def rows_from_amounts(amounts: list[EpochAmounts]) -> list[EpochRow]:
             "disk_read_bytes": column(DISK_READ),
             "disk_read_mbps": mbps(DISK_READ),
             "disk_read_ceiling_percent": 100.0
-            * column(DISK_READ)
+            * column(CEILED_DISK_READ)
             * per_second
             / np.where(column("disk_read_ceiling") > 0, column("disk_read_ceiling"), np.nan),
             "decode_ceiling_percent": 100.0
@@ -758,6 +805,10 @@ def epoch_amounts(store: ReadStore, windows: list[EpochWindow]) -> list[EpochAmo
         for key in CEILING_KEYS:  # a damaged or forged ceiling is no measurement
             values[key] = plausible_ceiling(values[key])
         values.update(fabric_ceiling_amounts(values, fabric))
+        # a host without a plausible disk ceiling adds nothing to the * row's share
+        values[CEILED_DISK_READ] = np.where(
+            np.isnan(values["disk_read_ceiling"]), np.nan, values[CEILED_DISK_READ]
+        )
         for i, window in enumerate(host_windows):
             out.append(
                 EpochAmounts(

@@ -16,6 +16,11 @@ fabric carrying the data set beside the gradients, and read demand by precision.
     ``cache_warmup`` does.
     A host-epoch whose data set was measured at least ``CACHED_PERCENT`` cached at its start
     and end, and that did not read it again, read none of it from storage, and is never one.
+    And whatever else the epoch did: a host-epoch whose data device read at least
+    ``CEILING_BOUND_SHARE`` of its measured ceiling over the epoch (the devices with a
+    ceiling against their ceilings, or the NFS mounts' where NFS brought most) while its
+    ranks waited for input at least ``INPUT_WAIT_SHARE`` of their step time is one, however
+    slow or steady its reads.
 
 ``precision_read_demand``
     The run reads storage in its first epoch at least ``PRECISION_READ_RATIO`` times as
@@ -120,7 +125,8 @@ class UnstableHostEpoch:
     host: str
     epoch: int
     iowait_percent: float | None
-    step_images_per_second_cv: float = field(metadata=digits(4))
+    # None: too few timed steps to tell (a host-epoch at its storage ceiling needs none)
+    step_images_per_second_cv: float | None = field(metadata=digits(4))
     storage_read_mbps: float | None = None
     # the data set's share in the host's page cache as the epoch began (None: not measured)
     dataset_cached_start_percent: float | None = field(
@@ -137,6 +143,8 @@ class UnstableHostEpoch:
     # the NFS server reads as a share of the host's measured NFS read ceiling: only where
     # they were most of the host-epoch's storage reads (the data set sits on NFS)
     nfs_read_ceiling_percent: float | None = field(default=None, metadata={**IF_KNOWN, **digits(1)})
+    # True: the data device read at its measured ceiling while the ranks waited for input
+    at_ceiling: bool | None = field(default=None, metadata=IF_KNOWN)
 
 
 @dataclass(frozen=True)
@@ -281,16 +289,38 @@ def _nfs_ceiling_percent(row: EpochRow) -> float | None:
     return row.nfs_read_ceiling_percent
 
 
+def _ceiling_share(row: EpochRow) -> float | None:
+    """The data device's reads as a share of its measured ceiling (percent): the NFS
+    mounts' where NFS brought most of the reads, else the disks' with a ceiling."""
+    nfs = _nfs_ceiling_percent(row)
+    return nfs if nfs is not None else row.disk_read_ceiling_percent
+
+
+def _at_ceiling_while_waiting(row: EpochRow) -> bool:
+    """The data device read at ``CEILING_BOUND_SHARE`` or more of its measured ceiling over
+    the epoch while the ranks waited for input ``INPUT_WAIT_SHARE`` of their step time: the
+    device's bandwidth held the training back, however steady the steps."""
+    share, input_wait = _ceiling_share(row), row.input_wait_percent
+    return (
+        share is not None
+        and share >= 100 * CEILING_BOUND_SHARE
+        and input_wait is not None
+        and input_wait >= 100 * INPUT_WAIT_SHARE
+    )
+
+
 def detect_storage_bound(context: RunContext) -> StorageBound | None:
     """Storage reads (``judged_reads``) high, iowait high and step throughput unstable in the
-    same host-epochs."""
+    same host-epochs; or the data device at its measured ceiling while the ranks waited
+    for input (``_at_ceiling_while_waiting``)."""
     reads = judged_reads(context.report)
     rows = [row for row, _ in context.hosts_rows()]
     rates = {(r.host, r.epoch): _read_mbps(r, reads) for r in rows}
     storage = [rate for rate in rates.values() if rate is not None]
-    if not storage:
+    at_ceiling = {(row.host, row.epoch) for row in rows if _at_ceiling_while_waiting(row)}
+    if not storage and not at_ceiling:
         return None
-    peak = max(storage)
+    peak = max(storage, default=0.0)
     evicted = evicted_epochs(context)
 
     def reading(row: EpochRow) -> bool:
@@ -305,7 +335,7 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
         for row in rows
         if reading(row) and _waited(row) and not _dataset_stayed_cached(row, evicted)
     ]
-    if not candidates:  # no step event is read for a run that never waited on storage
+    if not candidates and not at_ceiling:  # no step event is read for a run that never waited
         return None
     candidate_keys = {(row.host, row.epoch) for row in candidates}
     warmup = int(_config_number(context.config, Workload.WARMUP_STEPS) or 0)
@@ -313,10 +343,12 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
     bound: list[UnstableHostEpoch] = []
     calm: list[float] = []
     for row in rows:
-        cv = coefficient_of_variation(step_images.get((row.host, row.epoch), []))
-        if cv is None:
+        key = (row.host, row.epoch)
+        cv = coefficient_of_variation(step_images.get(key, []))
+        if cv is None and key not in at_ceiling:
             continue
-        if (row.host, row.epoch) in candidate_keys and cv >= STEP_CV_UNSTABLE:
+        unstable = key in candidate_keys and cv is not None and cv >= STEP_CV_UNSTABLE
+        if unstable or key in at_ceiling:
             bound.append(
                 UnstableHostEpoch(
                     host=row.host,
@@ -329,19 +361,28 @@ def detect_storage_bound(context: RunContext) -> StorageBound | None:
                     input_wait_percent=row.input_wait_percent,
                     disk_read_ceiling_percent=row.disk_read_ceiling_percent,
                     nfs_read_ceiling_percent=_nfs_ceiling_percent(row),
+                    at_ceiling=True if key in at_ceiling else None,
                 )
             )
-        elif not reading(row):
+        elif cv is not None and not reading(row):
             calm.append(cv)
     if not bound:
         return None
     return StorageBound(
         epochs=sorted({b.epoch for b in bound}),
         host_epochs=bound[:20],
-        worst=max(bound, key=lambda b: b.step_images_per_second_cv),
+        worst=max(bound, key=_unsteadiness),
         cv_without_storage_reads=float(np.mean(calm)) if calm else None,
         reads_judged=reads,
     )
+
+
+def _unsteadiness(host_epoch: UnstableHostEpoch) -> tuple[bool, float]:
+    """What picks the host-epoch a storage_bound finding describes: the most unstable of
+    those unstable; a host-epoch at its ceiling (steady or not) where none was."""
+    cv = host_epoch.step_images_per_second_cv
+    unstable = cv is not None and cv >= STEP_CV_UNSTABLE
+    return unstable, cv if cv is not None else -1.0
 
 
 def _first_epoch_storage(report: EpochReport, reads: StorageReads) -> EpochRow | None:
@@ -478,10 +519,16 @@ def word_storage_bound(found: StorageBound) -> Finding:
         waited = (
             f"the ranks waited for input {_percent(worst.input_wait_percent)} of their step time"
         )
+    cv = worst.step_images_per_second_cv
+    if cv is not None and cv >= STEP_CV_UNSTABLE:
+        steps = (
+            f"step throughput was unstable (coefficient of variation up to {cv:.2f} on "
+            f"{worst.host}) while {waited} and"
+        )
+    else:
+        steps = f"{worst.host}'s data device read at its measured ceiling while {waited}, and"
     explanation = (
-        f"In epoch{_plural(found.epochs)} {epochs}, step throughput was unstable "
-        f"(coefficient of variation up to {worst.step_images_per_second_cv:.2f} on "
-        f"{worst.host}) while {waited} and "
+        f"In epoch{_plural(found.epochs)} {epochs}, {steps} "
         f"{READER[found.reads_judged]} read storage at {_mbps_text(worst.storage_read_mbps)} "
         "MB/s: "
         "training waited on storage."
