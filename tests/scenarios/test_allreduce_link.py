@@ -63,6 +63,12 @@ from tests.support.views import whole_percent_texts
 
 pytestmark = pytest.mark.timeout(600)
 
+# the network-namespace cluster of tests/system/test_cluster_netns.py, imported by its bare
+# name as the system tests import it (they find each other there; this folder would not)
+SYSTEM_TESTS = str(Path(__file__).resolve().parents[1] / "system")
+if SYSTEM_TESTS not in sys.path:
+    sys.path.insert(0, SYSTEM_TESTS)
+
 TC_RATE_MBIT = 100  # 12.5 MB/s of frames each way: ~8 s per step for 94 MB of gradients
 TBF = ["tbf", "rate", f"{TC_RATE_MBIT}mbit", "burst", "64kb", "latency", "50ms"]
 PAYLOAD_SHARE = 1448 / 1514  # TCP's payload in a full frame (tests/system/test_ceilings_peer.py)
