@@ -43,7 +43,8 @@ def rss_bytes(pid: int) -> int:
     file pages SQLite maps to read the store (``mmap_size``) are left out: they are page
     cache, and grow with the store, not with what a client sends."""
     status = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"^RssAnon:\s+(\d+) kB", status, re.MULTILINE)[1]) * 1024
+    found = re.search(r"^RssAnon:\s+(\d+) kB", status, re.MULTILINE)
+    return int(found[1]) * 1024 if found else 0  # none once the process has exited
 
 
 class PeakRss(threading.Thread):
@@ -88,10 +89,14 @@ def write(port: int, body: bytes) -> bytes:
         return read_answer(sock, 60)
 
 
+CLOSED = b"<closed by the server>"
+
+
 def send_most_then_stall(port: int, length: int, sending: int) -> tuple[socket.socket, bytes]:
     """Open a connection, announce a body of ``length`` bytes, send ``sending`` of them in
     256 KiB pieces (stopping at the first answer) and stall: the socket, and what was
-    answered by then."""
+    answered by then (``CLOSED`` when the server refused and closed before its answer could
+    be read: on a loaded machine the reset can overtake the 503)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     sock.sendall(
         b"POST /api/v2/write?bucket=b HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % length
@@ -106,13 +111,13 @@ def send_most_then_stall(port: int, length: int, sending: int) -> tuple[socket.s
         except BlockingIOError:
             pass
         except ConnectionError:
-            return sock, b""
+            return sock, CLOSED
         finally:
             sock.setblocking(True)
         try:
             sock.sendall(piece[: sending - sent])
         except ConnectionError:
-            return sock, b""
+            return sock, read_answer(sock, 1) or CLOSED
         sent += len(piece[: sending - sent])
     return sock, b""
 
@@ -159,10 +164,12 @@ def test_a_flood_of_stalled_large_bodies_is_held_to_the_budget_and_handed_back(t
             sock, reply = send_most_then_stall(server.port, 16 * MIB, 15 * MIB)
             sockets.append(sock)
             early.append(reply)
-        refused = [r for r in early if r.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")]
+        answered = [r for r in early if r.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")]
+        refused = answered + [r for r in early if r == CLOSED]
         assert len(refused) >= 5, [r[:60] for r in early]
-        assert all(b"\r\nRetry-After: 5\r\n" in r for r in refused)
-        assert all(b"memory budget" in r for r in refused)
+        assert answered, "no refusal's answer could be read at all"
+        assert all(b"\r\nRetry-After: 5\r\n" in r for r in answered)
+        assert all(b"memory budget" in r for r in answered)
         late = [read_answer(sock, 10) for sock, r in zip(sockets, early, strict=True) if not r]
         timed_out = [r for r in late if r.startswith(b"HTTP/1.1 408 Request Timeout\r\n")]
         assert len(timed_out) >= 2, [r[:60] for r in late]
