@@ -46,8 +46,10 @@ from netserve.limits import ConnectionCap, ConnectionLimits
 from netserve.refusals import (
     EVICTED,
     HEAD_TIMEOUT,
+    PLAIN_HTTP_ANSWER,
     PLAIN_HTTP_TO_TLS,
     RefusalLog,
+    answer_in_clear,
     refuse_connection,
     too_many_connections,
 )
@@ -155,6 +157,7 @@ class ConnectionGuard:
         except ssl.SSLError as error:  # the handshake, done on this first read
             if error.reason == "HTTP_REQUEST":  # OpenSSL's name for a request in clear
                 self.refusals.refused(400, connection.client, "-", PLAIN_HTTP_TO_TLS)
+                answer_in_clear(sock, PLAIN_HTTP_ANSWER)
             return False
         except (OSError, ValueError):
             return False

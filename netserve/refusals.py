@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import socket
 import ssl
 import time
@@ -108,9 +109,25 @@ BODY_MEMORY_SPENT = Refusal(
 )
 
 
-# A plain HTTP request sent to a TLS port is closed without an answer in clear (as before),
-# but logged with this reason, so the operator learns why a client gets nothing.
+# A plain HTTP request sent to a TLS port is logged with this reason and answered in clear
+# with PLAIN_HTTP_ANSWER (as nginx answers "400 The plain HTTP request was sent to HTTPS
+# port"), then closed: the client's user reads why, not only the operator.
 PLAIN_HTTP_TO_TLS = "plain HTTP sent to the TLS port: the client must use https://, not http://"
+PLAIN_HTTP_SENTENCE = "The plain HTTP request was sent to HTTPS port: use https://, not http://"
+
+
+def _plain_http_answer() -> bytes:
+    body = f"{PLAIN_HTTP_SENTENCE}\n".encode("ascii")
+    head = (
+        "HTTP/1.1 400 Bad Request\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+PLAIN_HTTP_ANSWER = _plain_http_answer()
 _HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"OPTIONS ", b"PATCH ")
 
 
@@ -134,6 +151,19 @@ def refuse_connection(sock: socket.socket, answer: bytes) -> None:
                 break
     with contextlib.suppress(OSError):
         sock.send(answer)
+
+
+def answer_in_clear(sock: socket.socket, answer: bytes) -> None:
+    """Answer outside TLS on the socket under a TLS one whose handshake failed on a plain
+    request (OpenSSL sent nothing): what is left of the request is read first, as in
+    ``refuse_connection``, then ``answer`` written on the descriptor itself."""
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(sock.fileno())) as raw:
+        raw.setblocking(False)
+        for _ in range(16):
+            if not raw.recv(65536):
+                break
+    with contextlib.suppress(OSError):
+        os.write(sock.fileno(), answer)
 
 
 class RefusalLog:

@@ -77,6 +77,7 @@ from netserve.memory import TRIM_AFTER_BYTES, TRIM_INTERVAL_SECONDS, MemoryRetur
 from netserve.refusals import (
     BODY_MEMORY_SPENT,
     EVICTED,
+    PLAIN_HTTP_ANSWER,
     PLAIN_HTTP_TO_TLS,
     REQUEST_TIMEOUT,
     looks_like_plain_http,
@@ -410,8 +411,9 @@ class HttpFront:
 
     async def _plain_http(self, client: socket.socket, peer: tuple) -> bool:
         """Whether ``client`` began in plain HTTP instead of TLS; if so the refusal is logged
-        (once a minute per client; no answer in clear). Waits for the first bytes within
-        the header timeout: a TLS client sends its hello at once."""
+        (once a minute per client) and answered in clear, 400 with ``PLAIN_HTTP_ANSWER``.
+        Waits for the first bytes within the header timeout: a TLS client sends its hello
+        at once."""
         loop = asyncio.get_running_loop()
         readable = loop.create_future()
         loop.add_reader(client.fileno(), lambda: readable.done() or readable.set_result(None))
@@ -430,6 +432,8 @@ class HttpFront:
             for _ in range(16):
                 if not client.recv(65536):
                     break
+        with contextlib.suppress(OSError):  # small: the socket's buffer takes it at once
+            client.send(PLAIN_HTTP_ANSWER)
         return True
 
     async def _open(

@@ -154,10 +154,8 @@ def test_collector_refuses_a_client_without_the_ca_and_serves_one_with_it(
         write(port, ssl.create_default_context())
     assert write(port, client_context(ca.ca_file)) == 204
     assert write(port, client_context(ca.ca_file), token="wrong") == 401
-    # plain HTTP to the TLS port: no answer in clear
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
-        plain.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert not plain.recv(100).startswith(b"HTTP/")
+    # plain HTTP to the TLS port: a 400 in clear that says so, nothing else
+    assert plain_http_answer(port, b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n") == PLAIN_ANSWER
     # `collector runs --collector https://...`: refused without --ca-file, served with it
     token_file = tmp_path / "token"
     base = [sys.executable, "-m", "collector", "runs", "--collector", f"https://127.0.0.1:{port}"]
@@ -393,10 +391,8 @@ def test_dashboard_serves_over_tls(pki, tmp_path, repo_env):
         right = client_context(ca.ca_file, client.cert_file, client.key_file)
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/", timeout=30, context=right) as r:
             assert r.status == 200 and b"<html" in r.read().lower()
-        # plain HTTP to the TLS port: no answer in clear, a log line that says why (#44 low)
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
-            plain.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert not plain.recv(100).startswith(b"HTTP/")
+        # plain HTTP to the TLS port: 400 in clear saying so, and a log line (#44 low)
+        assert plain_http_answer(port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") == PLAIN_ANSWER
         wait_for(r"400 plain HTTP sent to the TLS port: the client must use https", log, dashboard)
     finally:
         stop(dashboard)
@@ -476,18 +472,34 @@ def test_silent_sockets_in_the_tls_handshake_make_room_for_writers(pki, collecto
             sock.close()
 
 
-def test_plain_http_to_the_tls_port_is_logged(pki, collector, tmp_path):
-    """A client that sends plain HTTP to the TLS port (http:// for https://) gets no answer
-    in clear, as before, but the collector now logs why (before: closed in silence, the
-    log at INFO said nothing; issue 44, low). TLS writers are served as before."""
-    port = collector()
-    request = b"POST /api/v2/write?bucket=b HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+PLAIN_ANSWER = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: 73\r\nConnection: close\r\n\r\n"
+    b"The plain HTTP request was sent to HTTPS port: use https://, not http://\n"
+)
+
+
+def plain_http_answer(port: int, request: bytes) -> bytes:
+    """All a real socket reads back, to its end, after sending ``request`` in clear."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
         plain.sendall(request)
         answer = b""
         while chunk := plain.recv(4096):
             answer += chunk
-    assert answer == b""
+    return answer
+
+
+def test_plain_http_to_the_tls_port_is_answered_and_logged(pki, collector, tmp_path):
+    """A client that sends plain HTTP to the TLS port (http:// for https://) gets a plain
+    400 saying so, as nginx answers, then the connection closes (before: closed without an
+    answer, issue 44 item 4), and the collector logs why. TLS writers are served as before."""
+    port = collector()
+    request = b"POST /api/v2/write?bucket=b HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    assert plain_http_answer(port, request) == PLAIN_ANSWER
+    # a body sent with the head is read before the answer, so closing does not reset it
+    body = b"cpu,host=a busy=1 1\n" * 2000
+    head = f"POST /api/v2/write HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+    assert plain_http_answer(port, head.encode() + body) == PLAIN_ANSWER
     assert write(port, client_context(pki["ca"].ca_file)) == 204
     log = (tmp_path / "collector0.log").read_text()
     logged = "refused - from 127.0.0.1: 400 plain HTTP sent to the TLS port: the client must use"

@@ -10,7 +10,7 @@ checks both with the CA (the role's own check).
 
   1. deploy-collector.yml: a writer with a certificate of the site CA and the token
      writes over https (204, stored); without a client certificate, with one of another
-     CA, or in plain HTTP it gets no answer; the dashboard answers over https (basic auth).
+     CA, or in plain HTTP it is refused; the dashboard answers over https (basic auth).
      Neither secret shows in Ansible's output.
   2. --tags uninstall: the certificate, key and CA files are gone, the processes stopped.
 """
@@ -151,7 +151,7 @@ def test_the_collector_and_dashboard_serve_tls_requiring_client_certificates(set
     for client in (None, setup.stranger):  # no client certificate; another CA's
         with pytest.raises(refused):
             setup.write(client)
-    with pytest.raises((*refused, http_client_errors())):  # plain HTTP gets no HTTP answer
+    with pytest.raises((*refused, http_client_errors())):  # plain HTTP: 400, not served
         urllib.request.urlopen(f"http://{HEAD_ADDRESS}:{setup.head.port}/health", timeout=10)
 
     credentials = base64.b64encode(setup.dashboard_auth.encode()).decode()
