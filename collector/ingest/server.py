@@ -79,6 +79,7 @@ from collector.ingest.scopes import offered_tokens, within_scope
 from collector.lineprotocol import ParsedBody, PrecisionError
 from collector.store import SqliteStore
 from collector.store.backends import serve_spec
+from collector.store.database import WRITE_BUSY_SECONDS, StoreBusy
 from collector.store.victoriametrics import BackendError, Forwarder
 from netserve import listen
 from netserve.limits import ConnectionLimits
@@ -134,13 +135,13 @@ class Sink:
         """(points stored, runs refused)."""
         writer, admin = identity.name, identity.is_admin
         if self.forwarder is None:
-            result = self.store.write(parsed, writer, admin)
+            result = self.store.write(parsed, writer, admin, WRITE_BUSY_SECONDS)
             return result.points, result.refused
         result = None
         if parsed.events:
             # the trainings' events are kept here first, whatever the backend does
             events = ParsedBody(events=parsed.events, points=len(parsed.events))
-            result = self.store.write(events, writer, admin)
+            result = self.store.write(events, writer, admin, WRITE_BUSY_SECONDS)
         stored = parsed.points - (len(parsed.events) - (result.events if result else 0))
         refused = result.refused if result else []
         try:
@@ -365,6 +366,12 @@ class WriteHandler(BaseHTTPRequestHandler):
                 raise HttpError(HTTPStatus.NOT_FOUND, "not found", "path not found", close=True)
         except HttpError as error:
             self._send_error(error)
+        except StoreBusy as busy:  # another process holds the store's lock: nothing stored
+            self._send_json(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                {"code": "unavailable", "message": str(busy)},
+                headers={"Retry-After": str(StoreBusy.RETRY_AFTER_SECONDS)},
+            )
         except CLIENT_GONE:
             raise  # not the client (its bytes are in memory): buffered_request answers 500
         except Exception as error:

@@ -127,6 +127,19 @@ class StoreError(RuntimeError):
     and what to do."""
 
 
+class StoreBusy(StoreError):
+    """A write could not take the store's write lock in its bounded wait (another process
+    holds it): nothing of it was stored; the writer may send it again later."""
+
+    RETRY_AFTER_SECONDS = 5
+
+
+# how long an ordinary write waits for another process's write lock before it is refused
+# (StoreBusy); maintenance keeps SQLite's 30 s (BUSY_TIMEOUT_MS)
+WRITE_BUSY_SECONDS = 3.0
+BUSY_TIMEOUT_MS = 30_000
+
+
 def clamp(value: int) -> int:
     """An int SQLite can hold (int64)."""
     return min(max(value, INT64_MIN), INT64_MAX)
@@ -149,6 +162,7 @@ class Database:
         self.background_checkpoints = background_checkpoints
         self._write_lock = threading.RLock()
         self._writer: sqlite3.Connection | None = None
+        self._writer_busy_ms = BUSY_TIMEOUT_MS  # the writer's busy_timeout now
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpoint_lock = threading.Lock()
         self._local = threading.local()
@@ -161,9 +175,9 @@ class Database:
         # the writer moves between request threads behind _write_lock; readers stay in
         # their thread but close() may run in another
         conn = sqlite3.connect(
-            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+            self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
         )
-        conn.execute("PRAGMA busy_timeout = 30000")
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         return conn
 
     def _create(self) -> None:
@@ -264,13 +278,32 @@ class Database:
             self._writer = conn
         return self._writer
 
+    def _set_writer_busy(self, conn: sqlite3.Connection, milliseconds: int) -> None:
+        if self._writer_busy_ms != milliseconds:  # a PRAGMA only when the bound changes
+            conn.execute(f"PRAGMA busy_timeout = {milliseconds}")
+            self._writer_busy_ms = milliseconds
+
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, busy_seconds: float | None = None) -> Iterator[sqlite3.Connection]:
         """The writer in a ``BEGIN IMMEDIATE`` transaction, committed when the block ends
-        and rolled back when it raises (the write lock is held throughout)."""
+        and rolled back when it raises (the write lock is held throughout).
+
+        ``busy_seconds``: how long to wait for another process's write lock before raising
+        :class:`StoreBusy` (nothing done); None: SQLite's 30 s, then its error."""
         with self._write_lock:
             conn = self.write_conn()
-            conn.execute("BEGIN IMMEDIATE")
+            bound_ms = BUSY_TIMEOUT_MS if busy_seconds is None else int(busy_seconds * 1000)
+            self._set_writer_busy(conn, bound_ms)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                if busy_seconds is None or "locked" not in str(error):
+                    raise
+                raise StoreBusy(
+                    f"the store's write lock ({self.path.name}) could not be taken in "
+                    f"{busy_seconds:g} s: another process holds it; nothing of this write "
+                    f"was stored, send it again in {StoreBusy.RETRY_AFTER_SECONDS} s"
+                ) from None
             try:
                 yield conn
                 conn.execute("COMMIT")
@@ -288,7 +321,7 @@ class Database:
             return f"a write of this collector has held the write lock for over {seconds:g} s"
         try:
             conn = self.write_conn()
-            conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+            self._set_writer_busy(conn, int(seconds * 1000))
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.execute("ROLLBACK")
@@ -300,7 +333,7 @@ class Database:
                     f"({error}): another process holds it"
                 )
             finally:
-                conn.execute("PRAGMA busy_timeout = 30000")
+                self._set_writer_busy(conn, BUSY_TIMEOUT_MS)
         finally:
             self._write_lock.release()
         return None

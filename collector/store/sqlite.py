@@ -154,22 +154,33 @@ class SqliteStore:
     # ---------------------------------------------------------------- writes
 
     def write(
-        self, parsed: ParsedBody, writer: str | None = None, admin: bool = True
+        self,
+        parsed: ParsedBody,
+        writer: str | None = None,
+        admin: bool = True,
+        busy_seconds: float | None = None,
     ) -> WriteResult:
         """Store a parsed body in one transaction; committed when this returns.
 
         ``writer``: the identity writing (``netserve.tokens.Identity.name``): its events
         go only to runs it created or nobody has (it is stamped as their owner), unless
         it is an ``admin``; the events of other runs are left out and named in
-        ``WriteResult.refused``. None: no ownership is looked at (local writes)."""
-        events, refused = self._watched("write", lambda: self._write(parsed, writer, admin))
+        ``WriteResult.refused``. None: no ownership is looked at (local writes).
+
+        ``busy_seconds``: how long to wait for another process's write lock before
+        ``StoreBusy`` (nothing stored; ``collector serve`` answers 503); None: 30 s."""
+        events, refused = self._watched(
+            "write", lambda: self._write(parsed, writer, admin, busy_seconds)
+        )
         points = parsed.points - (len(parsed.events) - events)
         return WriteResult(points, parsed.samples, events, refused)
 
-    def _write(self, parsed: ParsedBody, writer: str | None, admin: bool) -> tuple[int, list[str]]:
+    def _write(
+        self, parsed: ParsedBody, writer: str | None, admin: bool, busy_seconds: float | None
+    ) -> tuple[int, list[str]]:
         refused: list[str] = []
         try:
-            with self.db.transaction() as conn:
+            with self.db.transaction(busy_seconds) as conn:
                 if parsed.groups:
                     self.samples.insert_batch(conn, parsed.groups)
                 events = parsed.events

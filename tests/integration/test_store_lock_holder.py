@@ -89,3 +89,49 @@ def test_a_start_under_the_lock_exits_with_one_line(tmp_path):
     assert last.startswith("collector: a write cannot take the write lock of")
     assert "another collector serve on this file?" in last
     assert took < 20
+
+
+def write(collector, line: str) -> tuple[int, dict, str | None]:
+    request = urllib.request.Request(
+        f"{collector.url}/api/v2/write?bucket=b&org=o&precision=ns",
+        data=line.encode(),
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, {}, None
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), error.headers.get("Retry-After")
+
+
+def stored_busy(db: Path) -> list[float]:
+    with SqliteStore(db) as store:
+        series = store.list_series("cpu", "busy", "node01")
+        return [v for data in store.read_series(series, 0, 2**62) for v in data.values.tolist()]
+
+
+def test_a_write_under_another_processs_lock_is_answered_503_not_kept_waiting(tmp_path):
+    """A write that cannot take the store's write lock within WRITE_BUSY_SECONDS (3 s)
+    because another process holds it is answered 503 with Retry-After and the reason, and
+    nothing of it is stored (issue 44, item 5): before, it waited SQLite's 30 s busy
+    timeout, past the agent's 10 s, and the client's 20 s here. Sent again once the lock
+    is let go, it is stored, once."""
+    collector = harness.Collector(db=tmp_path / "s.sqlite", token_file=None, log=tmp_path / "log")
+    collector.start()
+    line = "cpu,host=node01 busy=0.25 1700000000000000000"
+    try:
+        with write_lock_held(collector.db):
+            started = time.monotonic()
+            status, answer, retry_after = write(collector, line)
+            took = time.monotonic() - started
+        assert status == 503, answer
+        assert retry_after == "5"
+        assert answer["code"] == "unavailable"
+        assert "could not be taken in 3 s: another process holds it" in answer["message"]
+        assert "nothing of this write was stored" in answer["message"]
+        assert took < 15  # its 3 s bound and the load of a busy machine, not 30 s
+        assert stored_busy(collector.db) == []  # nothing acknowledged, nothing stored
+        assert write(collector, line)[0] == 204  # the lock let go: the retry is stored
+        assert stored_busy(collector.db) == [0.25]
+    finally:
+        collector.stop()
