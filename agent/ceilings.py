@@ -99,9 +99,29 @@ def not_kept_message(out: Path, error: OSError) -> str:
     )
 
 
-def keep(found: list[Measured], out: Path) -> None:
-    """Write the ceilings to ``out`` whole: the sampler never reads half a file. OSError
-    whose message names the path and what to do when it cannot."""
+def usable(found: list[Measured]) -> tuple[list[Measured], list[str]]:
+    """The measurements a ceiling can be (``ceiling_problem``: finite, within physical
+    bounds), and one line for each that cannot, saying what was measured and why it is not
+    written (a timer or device fault, not a limit: 1e-300 B/s would read "inf%")."""
+    kept: list[Measured] = []
+    refused: list[str] = []
+    for measured in found:
+        problem = ceiling_problem(measured.field, measured.value, measured.measured_at)
+        if problem is None:
+            kept.append(measured)
+        else:
+            refused.append(
+                f"{measured.field} of {measured.kind} {measured.device} ({measured.method}) "
+                f"not written: {problem}; measure it again"
+            )
+    return kept, refused
+
+
+def keep(found: list[Measured], out: Path) -> list[str]:
+    """Write the usable ceilings to ``out`` whole: the sampler never reads half a file.
+    One line per measurement left out (``usable``). OSError whose message names the path
+    and what to do when it cannot."""
+    found, refused = usable(found)
     scratch = out.with_name(out.name + ".new")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -109,6 +129,7 @@ def keep(found: list[Measured], out: Path) -> None:
         scratch.replace(out)
     except OSError as error:
         raise OSError(error.errno, not_kept_message(out, error)) from error
+    return refused
 
 
 @dataclass(frozen=True)

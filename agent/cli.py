@@ -300,6 +300,10 @@ def cmd_ceilings(args: argparse.Namespace) -> int:
             status = EXIT_ERROR
             if args.peer_only:
                 return status
+    found, refused = ceilings.usable(found)
+    for problem in refused:  # outside physical bounds: a fault, not the node's limit
+        log.error("%s", problem)
+        status = EXIT_ERROR
     for measured in found:
         print(ceilings.describe(measured))
     print(ceilings.allowed_cpus_text())
