@@ -1,9 +1,10 @@
 """Who a write comes from and what it may write (issue 44, item 1).
 
 A request's token names an identity (``netserve.tokens``): a node token may write only the
-samples of its own host (``host`` tag = its subject), a run token only workload events (of
-the runs it created: the store checks that, ``SqliteStore.write``), an admin anything. What
-an identity may not write is left out of the batch and named; the rest is stored, as the
+samples of its own host (``host`` tag = its subject), a run token workload events (of the
+runs it created: the store checks that, ``SqliteStore.write``) and its own runs' and jobs'
+series (``collector.ingest.ownership`` checks whose they are), an admin anything. What an
+identity may not write is left out of the batch and named; the rest is stored, as the
 valid lines of a body with malformed ones are (the answer is then 403, not 204).
 """
 
@@ -45,8 +46,10 @@ def within_scope(identity: Identity, parsed: ParsedBody) -> tuple[ParsedBody, li
     groups = []
     for group in parsed.groups:
         host = dict(group.tag_items).get(Tag.HOST, "")
-        if identity.scope == Scope.NODE and host == identity.subject:
-            groups.append(group)
+        if identity.scope == Scope.RUN or (
+            identity.scope == Scope.NODE and host == identity.subject
+        ):
+            groups.append(group)  # a run token's: whose run or job, ingest.ownership says
         elif identity.scope == Scope.NODE:
             refused.append(
                 f"{group.n} point(s) of {group.measurement} host={host!r}: "
@@ -55,7 +58,7 @@ def within_scope(identity: Identity, parsed: ParsedBody) -> tuple[ParsedBody, li
         else:
             refused.append(
                 f"{group.n} point(s) of {group.measurement} host={host!r}: "
-                f"{identity.name} may write workload events only"
+                f"{identity.name} may not write samples"
             )
     events = parsed.events
     if identity.scope == Scope.NODE:

@@ -75,6 +75,7 @@ from collector.ingest.http import (
     parse_chunk_size,
     parse_content_length,
 )
+from collector.ingest.ownership import Ownership
 from collector.ingest.scopes import offered_tokens, within_scope
 from collector.lineprotocol import ParsedBody, PrecisionError
 from collector.store import SqliteStore
@@ -110,6 +111,7 @@ class Sink:
     def __init__(self, store: SqliteStore, forwarder: Forwarder | None = None) -> None:
         self.store = store
         self.forwarder = forwarder
+        self.ownership = Ownership(store.db)
         self._counts_lock = threading.Lock()
         self.writes = 0  # bodies stored (or forwarded) since start: the stop line says so
         self.points = 0
@@ -121,6 +123,8 @@ class Sink:
         and what it may not write, one line each (``collector.ingest.scopes``). ``body``:
         the lines as sent, None once some were left out (the forwarder encodes the rest)."""
         allowed, refused = within_scope(identity, parsed)
+        allowed, not_owned = self.ownership.check(identity, allowed)
+        refused += not_owned
         if refused:
             body = None
         stored, refused_runs = self._write(allowed, body, precision, identity)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -146,10 +147,11 @@ def test_a_user_cannot_rewrite_another_users_run(served):
         assert store.run_owner("mallory-r1") == "run:mallory"
 
 
-def test_a_run_token_writes_no_samples_and_a_node_token_no_other_hosts_events(served):
+def test_a_run_token_writes_no_host_samples_and_a_node_token_no_other_hosts_events(served):
     collector, tokens, _ = served
     status, error = write(collector, tokens["alice"], f"cpu,host=node01 busy=1.0 {T0}")
-    assert status == 403 and "may write workload events only" in error["message"]
+    assert status == 403
+    assert "run:alice may write its own runs' and jobs' series only" in error["message"]
     status, error = write(collector, tokens["node01"], step_line("node-run", "node02", 4))
     assert status == 403 and "workload event(s) of other hosts" in error["message"]
     assert step_images(collector.db, "node-run") == []
@@ -212,3 +214,95 @@ def test_no_token_appears_in_the_log(served):
     collector, tokens, _ = served
     log = collector.log.read_text()
     assert not any(token in log for token in tokens.values())
+
+
+# ------------------------------------------------- per user: runs, jobs, series (items 1, 2)
+
+
+def job_info_line(job_id: str, user: str, host: str = "node01") -> str:
+    """What a node's jobs sampler sends for a job: its user as the agent resolved it."""
+    return f"slurm_job,host={host},job_id={job_id},uid=1001,user={user} info=1.0 {T0}"
+
+
+def run_start_line(run_id: str, job_id: str) -> str:
+    return (
+        f'workload,run_id={run_id},host=node01,rank=0,framework=pytorch event="run_start",'
+        f'slurm_job_id="{job_id}",world_size=1i {T0}'
+    )
+
+
+def owners(db: Path, table: str) -> dict[str, str]:
+    with sqlite3.connect(db) as conn:
+        return dict(conn.execute(f"SELECT * FROM {table}").fetchall())
+
+
+def test_a_user_cannot_file_a_run_under_another_users_job(served):
+    """The jobs sampler of node01 reports job 4101 as alice's; mallory's token can neither
+    start a run naming that job nor take the TaskProlog's run id of it (slurm-4101), which
+    would have kept alice's own ranks out of their run. Alice's ranks write both."""
+    collector, tokens, _ = served
+    assert write(collector, tokens["node01"], job_info_line("4101", "alice"))[0] == 204
+    for run_id in ("mallory-in-4101", "slurm-4101", "slurm-4101.0"):
+        job = "4101" if run_id == "mallory-in-4101" else "9999"
+        status, error = write(collector, tokens["mallory"], run_start_line(run_id, job))
+        assert status == 403, run_id
+        assert (
+            f"run {run_id!r}: job '4101' is user alice's, not run:mallory's: its 1 event(s) refused"
+        ) in error["message"]
+        with SqliteStore(collector.db) as store:
+            assert store.run_owner(run_id) is None  # refused before the store claimed it
+    assert write(collector, tokens["alice"], run_start_line("slurm-4101", "4101"))[0] == 204
+    with SqliteStore(collector.db) as store:
+        assert store.run_owner("slurm-4101") == "run:alice"
+    assert owners(collector.db, "job_users")["4101"] == "alice"
+
+
+def test_a_run_token_writes_its_own_runs_and_jobs_series_only(served):
+    """A rank's own series: tagged with a run it owns (or creates in the same batch) or a
+    job of its user. Mallory can write neither alice's run's nor alice's job's series."""
+    collector, tokens, _ = served
+    assert write(collector, tokens["node01"], job_info_line("4102", "alice"))[0] == 204
+    own = (
+        run_start_line("alice-r7", "4102")
+        + f"\nrank_stats,host=node01,run_id=alice-r7 loss=0.5 {T0}"
+        + f"\nrank_stats,host=node01,job_id=4102 queue_seconds=3.0 {T0}"
+    )
+    assert write(collector, tokens["alice"], own)[0] == 204
+    status, error = write(
+        collector,
+        tokens["mallory"],
+        f"rank_stats,host=node01,run_id=alice-r7 loss=9.0 {T0 + 1}\n"
+        f"rank_stats,host=node01,job_id=4102 queue_seconds=0.0 {T0 + 1}\n"
+        f"rank_stats,host=node01,run_id=ghost loss=1.0 {T0 + 1}",
+    )
+    assert status == 403
+    assert "run 'alice-r7' belongs to run:alice, not run:mallory" in error["message"]
+    assert "job '4102' is user alice's, not run:mallory's" in error["message"]
+    assert "run 'ghost' does not exist yet (send its run_start first)" in error["message"]
+    assert lines_rejected_in(error["message"]) == 3
+    with SqliteStore(collector.db) as store:
+        losses = store.list_series("rank_stats", "loss", "node01")
+        assert [v for d in store.read_series(losses, 0, 2**62) for v in d.values.tolist()] == [0.5]
+
+
+def test_each_series_is_stamped_with_its_writer_and_kept_for_it(served):
+    """The store records which identity wrote each series (never the token); a series
+    alice's token created is refused to node01's token, whose own host it names (a
+    node token may write any series of its host, but not one a user owns), while the
+    admin may write it and does not take it over."""
+    collector, tokens, _ = served
+    assert write(collector, tokens["node01"], job_info_line("4103", "alice"))[0] == 204
+    line = f"rank_stats,host=node01,job_id=4103 queue_seconds=1.0 {T0}"
+    assert write(collector, tokens["alice"], line)[0] == 204
+    status, error = write(collector, tokens["node01"], line.replace("1.0", "2.0"))
+    assert status == 403
+    assert (
+        "1 point(s) of rank_stats,host=node01,job_id=4103: the series belongs to run:alice, "
+        "not node:node01"
+    ) in error["message"]
+    assert write(collector, tokens["admin"], line.replace("1.0", "3.0"))[0] == 204
+    stamped = owners(collector.db, "series_owners")
+    assert stamped['["rank_stats",[["host","node01"],["job_id","4103"]]]'] == "run:alice"
+    job_info = '["slurm_job",[["host","node01"],["job_id","4103"],["uid","1001"],["user","alice"]]]'
+    assert stamped[job_info] == "node:node01"
+    assert not any(token in json.dumps(stamped) for token in tokens.values())

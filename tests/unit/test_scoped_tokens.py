@@ -7,8 +7,10 @@ import os
 
 import pytest
 
+from collector.ingest.ownership import Ownership
 from collector.ingest.scopes import offered_tokens, within_scope
 from collector.lineprotocol import parse_body
+from collector.store import SqliteStore
 from netserve.tokens import (
     OPEN,
     Authenticator,
@@ -90,8 +92,30 @@ def test_a_node_token_keeps_its_own_hosts_points_only():
     assert within_scope(Identity("admin", "ops"), parsed) == (parsed, [])
 
 
-def test_a_run_token_writes_events_only():
-    parsed = parse_body(f'cpu,host=a busy=1 {T0}\nworkload,host=a,run_id=r event="step" {T0}')
-    allowed, refused = within_scope(Identity("run", "alice"), parsed)
-    assert allowed.groups == [] and len(allowed.events) == 1 and allowed.points == 1
-    assert refused == ["1 point(s) of cpu host='a': run:alice may write workload events only"]
+def test_a_run_token_writes_events_and_its_own_runs_series_only(tmp_path):
+    """The scope lets a run token's samples through to the owners' check
+    (``collector.ingest.ownership``, over a real store file), which keeps those of its own
+    run and refuses a host's series."""
+    parsed = parse_body(
+        f'cpu,host=a busy=1 {T0}\nworkload,host=a,run_id=r event="step" {T0}\n'
+        f"rank_stats,host=a,run_id=r loss=0.5 {T0}"
+    )
+    alice = Identity("run", "alice")
+    allowed, refused = within_scope(alice, parsed)
+    assert (len(allowed.groups), len(allowed.events), refused) == (2, 1, [])
+    with SqliteStore(tmp_path / "s.sqlite") as store:
+        allowed, refused = Ownership(store.db).check(alice, allowed)
+    assert [g.measurement for g in allowed.groups] == ["rank_stats"]
+    assert len(allowed.events) == 1 and allowed.points == 2
+    assert refused == ["1 point(s) of cpu: run:alice may write its own runs' and jobs' series only"]
+
+
+def test_no_token_and_an_admin_are_not_looked_up(tmp_path):
+    """Open writes (no tokens) cost no owner look-up and stamp nothing; an admin's neither."""
+    parsed = parse_body(f"rank_stats,host=a,run_id=r loss=0.5 {T0}")
+    with SqliteStore(tmp_path / "s.sqlite") as store:
+        ownership = Ownership(store.db)
+        assert ownership.check(OPEN, parsed) == (parsed, [])
+        assert ownership.check(Identity("admin", "ops"), parsed) == (parsed, [])
+        tables = store.db.read_conn().execute("SELECT name FROM sqlite_master").fetchall()
+    assert ("series_owners",) not in tables
