@@ -90,8 +90,8 @@ def _series_prefix(point: Point) -> str:
         for name in sorted(point.tags):
             value = point.tags[name]
             if value != "":
-                key = visible(name).translate(_KEY_ESCAPES)
-                parts.append(f"{key}={visible(str(value)).translate(_KEY_ESCAPES)}")
+                escaped_name = visible(name).translate(_KEY_ESCAPES)
+                parts.append(f"{escaped_name}={visible(str(value)).translate(_KEY_ESCAPES)}")
         prefix = ",".join(parts)
         if len(_series_prefixes) >= _MAX_CACHED:
             _series_prefixes.clear()
