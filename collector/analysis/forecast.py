@@ -23,12 +23,49 @@ from typing import Any
 
 from collector.analysis.anatomy import RankEpoch, rank_epochs
 from collector.analysis.epochs import EpochReport
+from collector.analysis.memory_limit import run_memory_limit, usable_memory
 from collector.analysis.throughput import rank_epoch_work, run_throughput
 
 BOUND_COMPUTE = "compute"
 BOUND_ALLREDUCE = "all-reduce"
 BOUND_INPUT = "input"
 BOUND_STORAGE = "storage while uncached"
+
+
+@dataclass(frozen=True)
+class ForecastError:
+    """How far the forecast missed on real runs (docs/forecast.md#validation): what every
+    view prints beside a forecast figure. Kept in step with the latest results of
+    ``bench/forecast/netns.py`` (bench/forecast/results/netns.json; a unit test holds it)."""
+
+    median_percent: float  # |forecast / measured images/s - 1|, median over held-out sizes
+    worst_percent: float
+    efficiency_median_points: float  # efficiency against the 1-node run, percentage points
+    efficiency_worst_points: float
+    cases: int
+    validated_on: str
+
+    def text(self) -> str:
+        return (
+            f"error on real runs: median {self.median_percent:.1f}%, worst "
+            f"{self.worst_percent:.1f}% of images/s ({self.cases} held-out sizes)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+VALIDATION = ForecastError(
+    median_percent=2.9,
+    worst_percent=3.9,
+    efficiency_median_points=0.8,
+    efficiency_worst_points=1.0,
+    cases=4,
+    validated_on=(
+        "DDP over gloo on 1-4 network-namespace hosts behind tc-shaped links, 3 and 4 hosts"
+        " forecast from the 1- and 2-host runs (bench/forecast/netns.py)"
+    ),
+)
 
 
 def ring_allreduce_bytes(nodes: int, gradient_bytes: float) -> float:
@@ -84,6 +121,14 @@ class MeasuredRun:
     dataset_bytes: float | None
     dataset_images: float | None
     host_memory_bytes: float | None
+    memory_limit_bytes: float | None = None  # the run's memory cgroup limit (the tightest host's)
+    # epoch 1's received less sent on the gradients' fabric per image: storage read over it
+    storage_fabric_bytes_per_image: float | None = None
+
+    @property
+    def usable_memory_bytes(self) -> float | None:
+        """What a node's page cache and processes may fill: its RAM or the run's limit."""
+        return usable_memory(self.host_memory_bytes, self.memory_limit_bytes)
 
     @property
     def per_rank_rate(self) -> float:
@@ -115,6 +160,8 @@ class ForecastRow:
     epoch1_bound: str | None
     storage_need_bytes_per_second: float | None  # all nodes' reads in epoch 1 at full speed
     fabric_gradient_bytes_per_second: float | None  # per node, each way
+    # per node, received in epoch 1: the gradients and the storage reads that cross that fabric
+    fabric_epoch1_receive_bytes_per_second: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"forecast": True} | asdict(self)
@@ -194,6 +241,7 @@ def measured_run(
 
     first_epoch = min(r.epoch for r in rank_epochs(model))
     first_total = [r for r in report.total_rows() if r.epoch == first_epoch]
+    first_hosts = [r for r in report.host_rows() if r.epoch == first_epoch]
     epoch1_rate = first_total[0].storage_read_mbps if first_total else None
     storage_source = "given" if storage_bytes_per_second else ""
     if storage_bytes_per_second is None and storage_from_ceilings:
@@ -218,7 +266,43 @@ def measured_run(
         dataset_bytes=_config_number(config, "dataset_bytes"),
         dataset_images=_config_number(config, "dataset_images"),
         host_memory_bytes=_config_number(config, "host_memory_bytes"),
+        memory_limit_bytes=run_memory_limit(model),
+        storage_fabric_bytes_per_image=_storage_over_fabric(
+            first_hosts,
+            _config_number(config, "dataset_bytes"),
+            _config_number(config, "dataset_images"),
+        ),
     )
+
+
+STORAGE_OVER_FABRIC_SHARE = 0.1  # of the data set's bytes per image, to count as its reads
+
+
+def _storage_over_fabric(
+    rows, dataset_bytes: float | None, dataset_images: float | None
+) -> float | None:
+    """Bytes per image of epoch 1 that the nodes received over the gradients' fabric beyond
+    what they sent (the studies' rx - tx: the all-reduce is symmetric, so the rest is storage
+    read over that fabric). None unless that is at least a tenth of the data set's bytes per
+    image (less is other traffic: the agents' pushes, a launcher's): a run without the data
+    set's size cannot tell. The fabric is InfiniBand where the hosts counted it, else the
+    NIC."""
+    if not dataset_bytes or not dataset_images:
+        return None
+    received = sent = images = 0.0
+    for row in rows:
+        infiniband = row.ib_rcv_bytes is not None and row.ib_xmit_bytes is not None
+        rx = row.ib_rcv_bytes if infiniband else row.net_rx_bytes
+        tx = row.ib_xmit_bytes if infiniband else row.net_tx_bytes
+        if rx is None or tx is None or not row.images:
+            continue
+        received, sent, images = received + rx, sent + tx, images + row.images
+    if images <= 0:
+        return None
+    per_image = (received - sent) / images
+    if per_image < STORAGE_OVER_FABRIC_SHARE * dataset_bytes / dataset_images:
+        return None
+    return per_image
 
 
 def _gradient_bytes_from_fabric(rows, ranks: list[RankEpoch], nodes: int) -> float | None:
@@ -296,6 +380,7 @@ def forecast(
             if run.gradient_bytes and nodes > 1
             else None
         )
+        receive = _epoch1_receive(run, nodes, fabric, epoch1_rate or rate)
         rows.append(
             ForecastRow(
                 nodes=nodes,
@@ -313,9 +398,23 @@ def forecast(
                 epoch1_bound=epoch1_bound,
                 storage_need_bytes_per_second=need,
                 fabric_gradient_bytes_per_second=fabric,
+                fabric_epoch1_receive_bytes_per_second=receive,
             )
         )
     return rows
+
+
+def _epoch1_receive(
+    run: MeasuredRun, nodes: int, gradients: float | None, epoch1_rate: float
+) -> float | None:
+    """A node's receive rate in epoch 1: its gradients plus its share of the storage reads
+    that cross the same fabric (None where neither is known)."""
+    storage = None
+    if run.storage_fabric_bytes_per_image:
+        storage = epoch1_rate / nodes * run.storage_fabric_bytes_per_image
+    if gradients is None and storage is None:
+        return None
+    return (gradients or 0.0) + (storage or 0.0)
 
 
 def _allreduce(run: MeasuredRun, nodes: int) -> float | None:
@@ -361,25 +460,56 @@ def requirements(run: MeasuredRun, rows: list[ForecastRow]) -> list[str]:
                 share = row.fabric_gradient_bytes_per_second / run.link_bytes_per_second
                 sentence += f", {share:.0%} of the link's {_rate(run.link_bytes_per_second)}"
             out.append(sentence + ".")
-    if run.dataset_bytes and run.host_memory_bytes:
-        fits = run.dataset_bytes <= run.host_memory_bytes
-        out.append(
-            f"The data set ({_rate(run.dataset_bytes, per_second=False)}) "
-            f"{'fits' if fits else 'does not fit'} in a node's RAM"
-            f" ({_rate(run.host_memory_bytes, per_second=False)}): "
-            + (
-                "it stays cached after epoch 1 at every size."
-                if fits
-                else "every epoch reads it from storage."
+        receive = row.fabric_epoch1_receive_bytes_per_second
+        if run.storage_fabric_bytes_per_image and receive is not None:
+            sentence = (
+                f"{row.nodes} nodes receive {_rate(receive)} per node in epoch 1 (forecast):"
+                " gradients and the storage reads that cross the same fabric (epoch 1's"
+                f" rx - tx, {_rate(run.storage_fabric_bytes_per_image, per_second=False)}"
+                " per image)"
             )
-        )
+            if run.link_bytes_per_second:
+                share = receive / run.link_bytes_per_second
+                sentence += f", {share:.0%} of the link"
+            out.append(sentence + ".")
+    cached = cache_sentence(run)
+    if cached:
+        out.append(cached)
     return out
+
+
+def cache_sentence(run: MeasuredRun) -> str | None:
+    """Whether the data set stays cached after epoch 1: its bytes against what a node may
+    fill (its RAM, and the run's memory limit where the ranks reported one)."""
+    usable = run.usable_memory_bytes
+    if not run.dataset_bytes or not usable:
+        return None
+    limited = run.memory_limit_bytes is not None and usable == run.memory_limit_bytes
+    against = (
+        f"the run's memory limit ({_rate(run.memory_limit_bytes, per_second=False)})"
+        if limited
+        else f"a node's RAM ({_rate(usable, per_second=False)})"
+    )
+    if limited and run.host_memory_bytes:
+        against += f", under the node's RAM ({_rate(run.host_memory_bytes, per_second=False)})"
+    fits = run.dataset_bytes <= usable
+    return (
+        f"The data set ({_rate(run.dataset_bytes, per_second=False)}) "
+        f"{'fits' if fits else 'does not fit'} in {against}: "
+        + (
+            "it stays cached after epoch 1 at every size."
+            if fits
+            else "every epoch reads it from storage, at epoch 1's rate."
+        )
+    )
 
 
 def _rate(value: float, per_second: bool = True) -> str:
     unit = "/s" if per_second else ""
     if value >= 1e9:
         return f"{value / 1e9:.2f} GB{unit}"
+    if value < 1e6:
+        return f"{value / 1e3:.1f} kB{unit}"
     return f"{value / 1e6:.1f} MB{unit}"
 
 

@@ -11,14 +11,20 @@ from typing import Any
 
 from collector.analysis.compare import PARTS, compare
 from collector.analysis.epochs import build_report
-from collector.analysis.forecast import forecast, measured_run, requirements, what_if
+from collector.analysis.forecast import (
+    VALIDATION,
+    forecast,
+    measured_run,
+    requirements,
+    what_if,
+)
 from collector.analysis.run import read_run
 from collector.store.api import ReadStore
 from collector.views.errors import CliError
 from collector.views.output import write_csv, write_json
 from collector.views.reports import open_store
 
-FORECAST_LABEL = "FORECAST (modelled, not measured; docs/forecast.md)"
+FORECAST_LABEL = f"FORECAST (modelled, not measured; {VALIDATION.text()}; docs/forecast.md)"
 FORECAST_COLUMNS = (
     "nodes",
     "gpus",
@@ -35,6 +41,7 @@ FORECAST_COLUMNS = (
     "epoch1_bound",
     "storage_need_bytes_per_second",
     "fabric_gradient_bytes_per_second",
+    "fabric_epoch1_receive_bytes_per_second",
 )
 
 
@@ -67,6 +74,7 @@ def forecast_view(store: ReadStore, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "run_id": run.run_id,
         "label": FORECAST_LABEL,
+        "forecast_error": VALIDATION.to_dict(),
         "measured": {
             "nodes": run.nodes,
             "gpus_per_node": run.gpus_per_node,
@@ -87,6 +95,10 @@ def forecast_view(store: ReadStore, args: argparse.Namespace) -> dict[str, Any]:
             "storage_bytes_per_second": run.storage_bytes_per_second,
             "storage_source": run.storage_source,
             "epoch1_storage_bytes_per_second": run.epoch1_storage_bytes_per_second,
+            "storage_fabric_bytes_per_image": run.storage_fabric_bytes_per_image,
+            "dataset_bytes": run.dataset_bytes,
+            "host_memory_bytes": run.host_memory_bytes,
+            "memory_limit_bytes": run.memory_limit_bytes,
         },
         "forecast": [row.to_dict() for row in rows],
         "requirements": requirements(run, rows),
@@ -110,6 +122,7 @@ def _cell(value: Any, key: str) -> str:
     return str(value)
 
 
+CSV_ERROR_COLUMNS = ("forecast_error_median_percent", "forecast_error_worst_percent")
 TABLE_HEADS = {
     "images_per_second": "img/s",
     "efficiency": "eff",
@@ -123,6 +136,7 @@ TABLE_HEADS = {
     "epoch1_bound": "epoch1 bound",
     "storage_need_bytes_per_second": "reads MB/s",
     "fabric_gradient_bytes_per_second": "grad MB/s/node",
+    "fabric_epoch1_receive_bytes_per_second": "epoch1 rx MB/s/node",
 }
 
 
@@ -201,7 +215,16 @@ def write_forecast(store: ReadStore, args: argparse.Namespace, out) -> None:
     if args.format == "json":
         write_json(view, out)
     elif args.format == "csv":
-        write_csv(view["forecast"], ("forecast", *FORECAST_COLUMNS), out)
+        error = view["forecast_error"]
+        rows = [
+            row
+            | {
+                "forecast_error_median_percent": error["median_percent"],
+                "forecast_error_worst_percent": error["worst_percent"],
+            }
+            for row in view["forecast"]
+        ]
+        write_csv(rows, ("forecast", *FORECAST_COLUMNS, *CSV_ERROR_COLUMNS), out)
     else:
         print_forecast(view, out)
 

@@ -209,3 +209,122 @@ def test_compare_reads_run_b_from_its_own_file(db, tmp_path, capsys):
     assert main(["compare", "a", "c", "--db", db, "--db-b", str(other)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first == "B is 1.00x A: no part of the step moved by half a percentage point"
+
+
+def test_every_forecast_view_carries_its_label_and_its_validated_error(db, capsys):
+    """The table's label line, the JSON's label and forecast_error, the CSV's error columns:
+    each the error measured on real runs (collector.analysis.forecast.VALIDATION)."""
+    from collector.analysis.forecast import VALIDATION
+
+    args = ["forecast", "a", "--db", db, "--nodes", "2", "--gradient-mb", "25", "--link-gbps", "10"]
+    assert main([*args, "--format", "json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["forecast_error"]["median_percent"] == VALIDATION.median_percent
+    assert VALIDATION.text() in view["label"]
+    assert main(args) == 0
+    label = [line for line in capsys.readouterr().out.splitlines() if "FORECAST" in line]
+    assert label == [view["label"]]
+    assert f"median {VALIDATION.median_percent:.1f}%" in label[0]
+    assert main([*args, "--format", "csv"]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    columns = dict(zip(header.split(","), row.split(","), strict=True))
+    assert columns["forecast"] == "True"
+    assert float(columns["forecast_error_worst_percent"]) == VALIDATION.worst_percent
+
+
+def test_validation_figures_are_the_latest_netns_bench_results():
+    """VALIDATION is what bench/forecast/netns.py last wrote (its results are committed)."""
+    from pathlib import Path
+
+    from collector.analysis.forecast import VALIDATION
+
+    results = Path(__file__).resolve().parents[2] / "bench/forecast/results/netns.json"
+    summary = json.loads(results.read_text())["summary"]
+    assert VALIDATION.median_percent == pytest.approx(100 * summary["median_abs_error"], abs=0.05)
+    assert VALIDATION.worst_percent == pytest.approx(100 * summary["worst_abs_error"], abs=0.05)
+    assert VALIDATION.efficiency_worst_points == pytest.approx(
+        summary["worst_abs_efficiency_error_points"], abs=0.05
+    )
+    assert VALIDATION.cases == len(json.loads(results.read_text())["forecasts"])
+
+
+def test_the_data_set_is_judged_against_the_runs_memory_limit_under_the_nodes_ram():
+    run = _one_node_run(
+        25 * MB, dataset_bytes=1000 * MB, dataset_images=10_000, host_memory_bytes=64_000 * MB
+    )
+    fits = requirements(run, forecast(run, [2]))[-1]
+    assert fits == (
+        "The data set (1.00 GB) fits in a node's RAM (64.00 GB): it stays cached after epoch 1"
+        " at every size."
+    )
+    limited = _one_node_run(
+        25 * MB,
+        dataset_bytes=1000 * MB,
+        dataset_images=10_000,
+        host_memory_bytes=64_000 * MB,
+        memory_limit_bytes=500 * MB,
+    )
+    assert requirements(limited, forecast(limited, [2]))[-1] == (
+        "The data set (1.00 GB) does not fit in the run's memory limit (500.0 MB), under the"
+        " node's RAM (64.00 GB): every epoch reads it from storage, at epoch 1's rate."
+    )
+
+
+def _storage_over_network_run(run_id: str) -> RunBuilder:
+    """Two hosts, 2 epochs of 10 s, 640 images per rank each. Both hosts send and receive
+    20 MB/s of gradients; in epoch 1 each also receives 6.4 MB/s of data set reads over the
+    same NIC: 2 x 64 MB for 1,280 images, 100 kB an image (the data set's size per image),
+    and the ranks run under a 500 MB memory limit."""
+    builder = RunBuilder(
+        run_id,
+        hosts=("node1", "node2"),
+        write_samples=True,
+        steps_per_epoch=4,
+        dataset_images=10_000,
+        dataset_bytes=1000 * MB,
+        nfs=False,
+        run_start_fields={"memory_limit_bytes": 500 * MB},
+    )
+    builder.epoch(10.0, 640, shares=(0.0, 0.8, 0.1), net_tx=20 * MB, net_rx=26.4 * MB)
+    builder.epoch(10.0, 640, shares=(0.0, 0.8, 0.1), net_tx=20 * MB, net_rx=20 * MB)
+    return builder
+
+
+def test_storage_read_over_the_gradients_fabric_adds_to_epoch_ones_receive_rate(tmp_path, capsys):
+    path = tmp_path / "net.sqlite"
+    sqlite_store_with(_storage_over_network_run("net").points(), path).close()
+    args = ["forecast", "net", "--db", str(path), "--nodes", "2,4", "--format", "json"]
+    assert main(args) == 0
+    view = json.loads(capsys.readouterr().out)
+    measured = view["measured"]
+    assert measured["memory_limit_bytes"] == 500 * MB
+    # epoch 1's rx - tx over its images: 128 MB / 1,280 images
+    assert measured["storage_fabric_bytes_per_image"] == pytest.approx(100_000, rel=0.02)
+    two, four = view["forecast"]
+    # 2 nodes, as measured: 20 MB/s of gradients each way and 64 images/s x 100 kB of reads
+    assert two["fabric_gradient_bytes_per_second"] == pytest.approx(20 * MB, rel=0.02)
+    assert two["fabric_epoch1_receive_bytes_per_second"] == pytest.approx(26.4 * MB, rel=0.02)
+    assert four["fabric_epoch1_receive_bytes_per_second"] > four["fabric_gradient_bytes_per_second"]
+    sentences = view["requirements"]
+    assert any(
+        s.startswith("4 nodes receive") and "cross the same fabric" in s and "kB per image" in s
+        for s in sentences
+    ), sentences
+    assert "does not fit in the run's memory limit (500.0 MB)" in sentences[-1]
+
+
+def test_traffic_that_is_not_the_data_set_is_not_taken_for_storage(tmp_path, capsys):
+    """rx above tx by less than a tenth of the data set's bytes per image (an agent's or a
+    launcher's traffic) is not storage over the fabric."""
+    builder = RunBuilder(
+        "small", hosts=("node1", "node2"), steps_per_epoch=4, dataset_images=10_000,
+        dataset_bytes=1000 * MB, nfs=False,
+    )  # fmt: skip
+    for _ in range(2):
+        builder.epoch(10.0, 640, shares=(0.0, 0.8, 0.1), net_tx=20 * MB, net_rx=20.5 * MB)
+    path = tmp_path / "small.sqlite"
+    sqlite_store_with(builder.points(), path).close()
+    assert main(["forecast", "small", "--db", str(path), "--nodes", "4", "--format", "json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["measured"]["storage_fabric_bytes_per_image"] is None
+    assert not any("cross the same fabric" in s for s in view["requirements"])
