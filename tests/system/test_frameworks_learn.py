@@ -188,3 +188,24 @@ def test_tensorflow_loss_falls_on_two_processes(tmp_path, repo_env):
     print(f"tensorflow, 2 processes: loss per epoch {loss}")
     assert len(loss) == 3
     assert loss[-1] < loss[0] and loss[-1] < math.log(CLASSES), loss
+
+
+def test_tensorflow_learning_rate_schedule_is_the_linear_warmup():
+    """The Keras schedule the TensorFlow trainer gives its optimizer ramps as
+    warmup_learning_rate says (a 4-step warm-up to 0.025: 0.00625, 0.0125, 0.01875, then
+    0.025 held), and Horovod's DistributedOptimizer, which rebuilds the optimizer from its
+    config, keeps it."""
+    tf = pytest.importorskip("tensorflow")
+    from workloads.train.tf_train import learning_rate_schedule, warmup_learning_rate
+
+    schedule = learning_rate_schedule(tf, 0.025, 4)
+    expected = [warmup_learning_rate(step, 0.025, 4) for step in range(7)]
+    assert [float(schedule(step)) for step in range(7)] == pytest.approx(expected)
+    assert learning_rate_schedule(tf, 0.025, 1) == 0.025
+    hvd = pytest.importorskip("horovod.tensorflow.keras")
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(
+        tf.keras.optimizers.legacy.SGD(learning_rate=schedule, momentum=0.9)
+    )
+    rebuilt = optimizer.learning_rate
+    assert [float(rebuilt(step)) for step in range(7)] == pytest.approx(expected)

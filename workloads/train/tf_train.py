@@ -29,6 +29,9 @@ POLICIES = {"fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 # for the first hundreds of steps: validation (which uses them) then saw one class for
 # every picture, top-1 exactly chance, while training accuracy was already near 1.
 BATCH_NORM_MOMENTUM = 0.9
+# Goyal et al. (2017) ramp the learning rate up linearly over the first 5 epochs of a
+# 90-epoch run; the bundled runs are a few epochs long, so the ramp is their first epoch.
+LEARNING_RATE_WARMUP_EPOCHS = 1
 
 
 def _single_process() -> types.SimpleNamespace:
@@ -103,6 +106,34 @@ def zero_init_last_batch_norms(tf, backbone) -> int:
         gamma = backbone.get_layer(name).gamma
         gamma.assign(tf.zeros_like(gamma))
     return len(names)
+
+
+def learning_rate_warmup_steps(steps_in_epoch: int) -> int:
+    """The steps over which the learning rate ramps up: the first epoch's."""
+    return max(1, LEARNING_RATE_WARMUP_EPOCHS * steps_in_epoch)
+
+
+def warmup_learning_rate(step: int, peak: float, warmup_steps: int) -> float:
+    """The learning rate of (0-based) ``step``: ``peak * (step + 1) / warmup_steps`` over
+    the warm-up, ``peak`` after it. The value ``learning_rate_schedule`` computes, here
+    without TensorFlow for the tests."""
+    return peak * min(1.0, (step + 1) / max(1, warmup_steps))
+
+
+def learning_rate_schedule(tf, peak: float, warmup_steps: int):
+    """``warmup_learning_rate`` as a Keras schedule (or the constant ``peak`` when the
+    warm-up is a single step). A built-in schedule, so Horovod's DistributedOptimizer,
+    which rebuilds the optimizer from its config, rebuilds it too: PolynomialDecay of power
+    1 from ``peak / warmup_steps`` at step 0 *up* to ``peak`` at step ``warmup_steps - 1``,
+    then held there."""
+    if warmup_steps <= 1:
+        return peak
+    return tf.keras.optimizers.schedules.PolynomialDecay(
+        initial_learning_rate=peak / warmup_steps,
+        decay_steps=warmup_steps - 1,
+        end_learning_rate=peak,
+        power=1.0,
+    )
 
 
 def _parse(tf, record):
@@ -366,8 +397,17 @@ def run(spec: RunSpec, start_recorder):
 
     recorder = start_recorder(placement)
     model = build_model(tf, spec)
+    # Goyal et al.'s linear scaling rule (the rate times the world size) and their linear
+    # warm-up to it: as the residual blocks' zero-init, so a fresh network is not hit by
+    # the full rate at its first steps (issue 42, item 1).
+    steps_in_epoch = steps_per_epoch(spec, placement.world_size)
     optimizer = tf.keras.optimizers.legacy.SGD(
-        learning_rate=spec.learning_rate * placement.world_size, momentum=0.9
+        learning_rate=learning_rate_schedule(
+            tf,
+            spec.learning_rate * placement.world_size,
+            learning_rate_warmup_steps(steps_in_epoch),
+        ),
+        momentum=0.9,
     )
     optimizer = hvd.DistributedOptimizer(optimizer)
     stamps = StepStamps(tf)
@@ -406,7 +446,7 @@ def run(spec: RunSpec, start_recorder):
     model.fit(
         data,
         epochs=spec.epochs,
-        steps_per_epoch=steps_per_epoch(spec, placement.world_size),
+        steps_per_epoch=steps_in_epoch,
         callbacks=[*hvd.broadcast_callbacks, Events()],
         verbose=0,
     )
