@@ -165,6 +165,11 @@ class Callbacks:
             prevent_initial_call=True,
         )(self.select_scaling_runs)
         app.callback(
+            Output(ids.FORECAST_BODY, "children"),
+            Input(ids.FORECAST_RUN, "value"),
+            prevent_initial_call=True,
+        )(self.select_forecast_run)
+        app.callback(
             Output(ids.FINDINGS_BODY, "children"),
             Input(ids.FINDINGS_RUN, "value"),
             prevent_initial_call=True,
@@ -189,7 +194,11 @@ class Callbacks:
         if pathname.startswith("/runs/"):
             return self.run_page(unquote(pathname.removeprefix("/runs/"))), nav
         if pathname.rstrip("/") == "/scaling":
-            return pages.scaling_page(self.source.scaling()), nav
+            rows = self.source.scaling()
+            wanted = parse_qs((search or "").lstrip("?")).get("forecast", [None])[0]
+            run_id = wanted or pages.forecast_run_default(rows)
+            view = self.source.forecast(run_id) if run_id else None
+            return pages.scaling_page(rows, run_id, view), nav
         if pathname.rstrip("/") == "/findings":
             runs = self.source.runs()
             wanted = parse_qs((search or "").lstrip("?")).get("run", [None])[0]
@@ -432,6 +441,13 @@ class Callbacks:
         accuracy = figures.time_to_target_figure(rows)
         style = pages.accuracy_style(rows)
         return figures.scaling_figure(rows), accuracy, style, pages.scaling_table(rows)
+
+    def select_forecast_run(self, run_id: str | None) -> Any:
+        if not run_id:
+            raise PreventUpdate
+        with self.source.request():
+            view = self.source.forecast(run_id)
+        return pages.forecast_body(view)
 
     def select_findings_run(self, run_id: str | None) -> Any:
         if not run_id:

@@ -1209,3 +1209,76 @@ def inference_figure(report: dict[str, Any]) -> dict[str, Any]:
     layout["xaxis"] = {"type": "category"}
     layout["legend"] = {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"}
     return {"data": traces, "layout": layout}
+
+
+# --------------------------------------------------------------------------------------
+# forecast (the scaling page's forecast section; never drawn as a measurement)
+# --------------------------------------------------------------------------------------
+
+FORECAST_COLOUR = "#7c3aed"
+
+
+def forecast_figure(view: dict[str, Any]) -> dict[str, Any]:
+    """The run's measured images/s (a filled marker) and the forecast at each size (open
+    markers on a dotted line, named FORECAST with the error measured on real runs), beside
+    the ideal: N x the measured per-node rate."""
+    error = view["forecast_error"]
+    title = (
+        f"FORECAST images/s vs nodes (error on real runs: median {error['median_percent']:.1f}%,"
+        f" worst {error['worst_percent']:.1f}%)"
+    )
+    rows = view.get("forecast") or []
+    if not rows:
+        return empty_figure(title, "no forecast for this run")
+    measured = view["measured"]
+    per_node = measured["images_per_second"] / measured["nodes"]
+    sizes = sorted({measured["nodes"], *(r["nodes"] for r in rows)})
+    traces = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "ideal: N x the measured rate per node",
+            "x": sizes,
+            "y": [per_node * n for n in sizes],
+            "line": {"color": "#9ca3af", "width": 1.5, "dash": "dash"},
+            "hovertemplate": "ideal %{y:,.1f} images/s<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines+markers+text",
+            "name": "FORECAST (modelled, not measured)",
+            "x": [r["nodes"] for r in rows],
+            "y": [r["images_per_second"] for r in rows],
+            "text": [format_efficiency(100 * r["efficiency"]) for r in rows],
+            "textposition": "top center",
+            "line": {"color": FORECAST_COLOUR, "width": 2, "dash": "dot"},
+            "marker": {
+                "color": "white",
+                "size": 10,
+                "symbol": "circle-open",
+                "line": {"color": FORECAST_COLOUR, "width": 2},
+            },
+            "customdata": [[plotly_text(r["bound"])] for r in rows],
+            "hovertemplate": (
+                "FORECAST %{x} nodes: %{y:,.1f} images/s, bound: %{customdata[0]}<extra></extra>"
+            ),
+        },
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": f"measured ({measured['nodes']} node{'s' if measured['nodes'] > 1 else ''})",
+            "x": [measured["nodes"]],
+            "y": [measured["images_per_second"]],
+            "marker": {"color": "#111827", "size": 11, "symbol": "circle"},
+            "hovertemplate": "measured %{x} nodes: %{y:,.1f} images/s<extra></extra>",
+        },
+    ]
+    layout = _base_layout(title, "images/s", height=360)
+    layout["hovermode"] = "closest"
+    layout["xaxis"] = {
+        "title": {"text": "nodes"},
+        "tickmode": "array",
+        "tickvals": sizes,
+        "gridcolor": GRID_COLOUR,
+    }
+    return {"data": traces, "layout": layout}

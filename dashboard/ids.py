@@ -69,6 +69,14 @@ ACCURACY_GRAPH = "accuracy-graph"
 SCALING_TABLE = "scaling-table"  # the container the selection callback rewrites
 SCALING_LIST = "scaling-list"  # the table inside it
 SCALING_NOTE = "scaling-note"  # why some efficiencies are missing
+FORECAST_SECTION = "forecast-section"
+FORECAST_RUN = "forecast-run"  # the run the forecast is made from
+FORECAST_BODY = "forecast-body"  # the container the run's choice rewrites
+FORECAST_LABEL = "forecast-label"  # FORECAST and the error measured on real runs
+FORECAST_GRAPH = "forecast-graph"
+FORECAST_TABLE = "forecast-table"
+FORECAST_REQUIREMENTS = "forecast-requirements"
+FORECAST_NOTE = "forecast-note"  # why no forecast could be made
 
 # -- findings page (and the findings on run and inference pages) ---------------------------
 FINDINGS_RUN = "findings-run"

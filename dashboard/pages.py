@@ -798,7 +798,19 @@ def accuracy_style(rows: list[dict[str, Any]]) -> dict[str, str]:
     return {"display": "none"}
 
 
-def scaling_page(rows: list[dict[str, Any]]) -> html.Div:
+def forecast_run_default(rows: list[dict[str, Any]]) -> str | None:
+    """The run the scaling page forecasts from unless asked (``/scaling?forecast=RUN``): the
+    one on the most nodes (its own all-reduce calibrates the link), the first of those."""
+    if not rows:
+        return None
+    return max(rows, key=lambda row: row.get("nodes") or 0)["run_id"]
+
+
+def scaling_page(
+    rows: list[dict[str, Any]],
+    forecast_run: str | None = None,
+    forecast_view: dict[str, Any] | None = None,
+) -> html.Div:
     options = [
         {
             "label": f"{row['run_id']}  ({figures.group_label(row)}, {gpus_text(row['gpus'])})",
@@ -829,6 +841,7 @@ def scaling_page(rows: list[dict[str, Any]]) -> html.Div:
                 style=accuracy_style(rows),
             ),
             html.Div(scaling_table(rows), id=ids.SCALING_TABLE),
+            forecast_section([row["run_id"] for row in rows], forecast_run, forecast_view),
         ]
     )
 
@@ -1128,4 +1141,118 @@ def job_page(view: dict[str, Any]) -> html.Div:
             html.H2("Runs", id=ids.JOB_RUNS),
             html.Ul(runs) if runs else html.P("No training run named this job.", className="empty"),
         ]
+    )
+
+
+# --------------------------------------------------------------------------------------
+# the scaling page's forecast section (collector.queries.forecast; docs/forecast.md)
+# --------------------------------------------------------------------------------------
+
+FORECAST_TABLE_COLUMNS = (
+    ("nodes", "Nodes"),
+    ("gpus", "Ranks"),
+    ("images_per_second", "Forecast images/s"),
+    ("efficiency", "Forecast efficiency"),
+    ("bound", "Bound by (forecast)"),
+    ("step_seconds", "Forecast step ms"),
+    ("allreduce", "Forecast exposed all-reduce ms"),
+    ("epoch1_images_per_second", "Forecast epoch-1 images/s"),
+    ("storage_need_bytes_per_second", "Reads needed in epoch 1, MB/s"),
+    ("fabric_gradient_bytes_per_second", "Gradients per node, MB/s each way"),
+    ("fabric_epoch1_receive_bytes_per_second", "Received per node in epoch 1, MB/s"),
+)
+
+
+def _forecast_cell(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        return value
+    if key == "efficiency":
+        return f"{value:.0%}"
+    if key in ("step_seconds", "allreduce"):
+        return f"{value * 1000:,.0f}"
+    if key.endswith("bytes_per_second"):
+        return f"{value / 1e6:,.1f}"
+    if key.endswith("images_per_second"):
+        return f"{value:,.1f}"
+    return str(value)
+
+
+def forecast_body(view: dict[str, Any] | None) -> html.Div:
+    """One run's forecast at 2-16 nodes: the label with its validated error, the chart, the
+    table (every figure headed as a forecast), what bounds each size and the storage,
+    fabric and memory requirements; why not, where the run cannot be forecast."""
+    if view is None:
+        return html.Div(html.P("No run chosen to forecast from.", className="empty"))
+    label = html.P(view["label"], className="forecast-label", id=ids.FORECAST_LABEL)
+    if view.get("error"):
+        return html.Div(
+            [
+                label,
+                html.P(
+                    f"No forecast from {visible(view['run_id'])}: {view['error']}. "
+                    "`collector forecast RUN --nodes 2,4,8,16 --gradient-mb G --link-gbps X` "
+                    "takes them.",
+                    className="note",
+                    id=ids.FORECAST_NOTE,
+                ),
+            ]
+        )
+    measured = view["measured"]
+    head = html.Thead(html.Tr([html.Th(title) for _, title in FORECAST_TABLE_COLUMNS]))
+    body = html.Tbody(
+        [
+            html.Tr([html.Td(_forecast_cell(row, key)) for key, _ in FORECAST_TABLE_COLUMNS])
+            for row in view["forecast"]
+        ]
+    )
+    link = measured.get("link_bytes_per_second")
+    sources = (
+        f"From {visible(view['run_id'])} as measured: {measured['images_per_second']:,.1f} "
+        f"images/s on {measured['nodes']} node(s) x {measured['gpus_per_node']} rank(s); "
+        "gradients "
+        + (
+            f"{measured['gradient_bytes'] / 1e6:,.1f} MB a step ({measured['gradient_source']})"
+            if measured.get("gradient_bytes")
+            else "not known"
+        )
+        + "; link "
+        + (f"{link / 1e6:,.1f} MB/s ({measured['link_source']})" if link else "not known")
+        + "."
+    )
+    return html.Div(
+        [
+            label,
+            html.P(sources, className="note"),
+            graph(ids.FORECAST_GRAPH, figures.forecast_figure(view)),
+            html.Table([head, body], className="table forecast-table", id=ids.FORECAST_TABLE),
+            html.Ul(
+                [html.Li(sentence) for sentence in view["requirements"]],
+                id=ids.FORECAST_REQUIREMENTS,
+            ),
+        ]
+    )
+
+
+def forecast_section(runs: list[str], run_id: str | None, view: dict[str, Any] | None) -> html.Div:
+    return html.Div(
+        [
+            html.H2("Forecast: what this run would do at 2, 4, 8 and 16 nodes"),
+            html.P(
+                "Modelled from the chosen run's measured step (compute, input wait, the "
+                "all-reduce over its link) with a ring all-reduce at each size; forecasts, "
+                "not measurements, each with the error the model had on real runs.",
+                className="lead",
+            ),
+            dcc.Dropdown(
+                id=ids.FORECAST_RUN,
+                options=[{"label": r, "value": r} for r in runs],
+                value=run_id,
+                clearable=False,
+            ),
+            html.Div(forecast_body(view), id=ids.FORECAST_BODY),
+        ],
+        id=ids.FORECAST_SECTION,
     )

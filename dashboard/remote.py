@@ -137,6 +137,9 @@ class RemoteSource(DataSource):
     def scaling(self) -> list[dict[str, Any]]:
         return self.ask("scaling")
 
+    def forecast(self, run_id: str) -> dict[str, Any] | None:
+        return self.ask("forecast", run_id=run_id)
+
     def inference_runs(self) -> list[dict[str, Any]]:
         return self.ask("inference_runs")
 

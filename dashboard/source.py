@@ -351,6 +351,13 @@ class DataSource:
     def scaling(self) -> list[dict[str, Any]]:
         return query.scaling_table(self.store)
 
+    def forecast(self, run_id: str) -> dict[str, Any] | None:
+        """The scaling page's forecast of a run at 2-16 nodes
+        (``collector.queries.forecast.dashboard_forecast``), None for an unknown run."""
+        from collector.queries.forecast import dashboard_forecast
+
+        return dashboard_forecast(self.store, run_id)
+
     # -- Slurm jobs -------------------------------------------------------------------------
     def jobs(self) -> list[dict[str, Any]]:
         """Every job the agents saw, newest first (``collector.views.jobs.jobs_rows``)."""

@@ -29,6 +29,9 @@ kept_findings       run_id                           the same when kept already,
 scaling                                              ``query.scaling_table``
 inference_runs                                       ``[{"run_id", "state"}]``
 inference           run_id                           the inference report's JSON, or null
+forecast            run_id                           ``forecast.dashboard_forecast``: the run
+                                                     at 2, 4, 8, 16 nodes (labelled FORECAST,
+                                                     with its validated error), or null
 node_samples        run_id                           ``{host: {"run_end_ns",
                                                      "latest_sample_ns"}}`` (``node_samples``),
                                                      or null
@@ -43,6 +46,7 @@ from dataclasses import asdict
 from typing import Any
 
 from collector.queries import query
+from collector.queries.forecast import dashboard_forecast
 from collector.queries.timeseries import DEFAULT_MAX_POINTS, MIN_BUCKET_NS, TooManyBuckets
 from collector.store.api import ReadStore, RunInfo
 from contract.schema import Cpu, Event
@@ -195,6 +199,7 @@ ANSWERS: dict[str, Callable[[ReadStore, dict[str, str]], Any]] = {
     "scaling": lambda store, params: query.scaling_table(store),
     "inference_runs": _inference_runs,
     "inference": _inference,
+    "forecast": lambda store, params: dashboard_forecast(store, _run_id(params)),
     "node_samples": lambda store, params: node_samples(store, _run_id(params)),
 }
 QUESTIONS = tuple(ANSWERS)

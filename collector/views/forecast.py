@@ -10,21 +10,13 @@ import sys
 from typing import Any
 
 from collector.analysis.compare import PARTS, compare
-from collector.analysis.epochs import build_report
-from collector.analysis.forecast import (
-    VALIDATION,
-    forecast,
-    measured_run,
-    requirements,
-    what_if,
-)
 from collector.analysis.run import read_run
+from collector.queries.forecast import NoSuchRun, forecast_answer
 from collector.store.api import ReadStore
 from collector.views.errors import CliError
 from collector.views.output import write_csv, write_json
 from collector.views.reports import open_store
 
-FORECAST_LABEL = f"FORECAST (modelled, not measured; {VALIDATION.text()}; docs/forecast.md)"
 FORECAST_COLUMNS = (
     "nodes",
     "gpus",
@@ -56,54 +48,22 @@ def parse_nodes(text: str) -> list[int]:
 
 
 def forecast_view(store: ReadStore, args: argparse.Namespace) -> dict[str, Any]:
-    report = build_report(store, args.run_id)
-    if not report.model.records:
-        raise CliError(f"no run {args.run_id} in the store", 1)
     try:
-        run = measured_run(
-            report,
+        return forecast_answer(
+            store,
+            args.run_id,
+            parse_nodes(args.nodes),
             gradient_bytes=args.gradient_mb * 1e6 if args.gradient_mb else None,
             link_bytes_per_second=args.link_gbps * 1e9 / 8 if args.link_gbps else None,
             link_from_ceilings=args.link_from_ceilings,
             storage_bytes_per_second=args.storage_mbps * 1e6 if args.storage_mbps else None,
             storage_from_ceilings=args.storage_from_ceilings,
+            gpus_per_node=args.gpus_per_node,
         )
-        rows = forecast(run, parse_nodes(args.nodes), args.gpus_per_node)
+    except NoSuchRun as error:
+        raise CliError(str(error), 1) from None
     except ValueError as error:
         raise CliError(str(error), 2) from None
-    return {
-        "run_id": run.run_id,
-        "label": FORECAST_LABEL,
-        "forecast_error": VALIDATION.to_dict(),
-        "measured": {
-            "nodes": run.nodes,
-            "gpus_per_node": run.gpus_per_node,
-            "images_per_second": run.images_per_second,
-            "per_rank_images_per_second": run.per_rank_rate,
-            "step": {
-                "input_wait": run.step.input_wait,
-                "compute": run.step.compute,
-                "communication": run.step.communication,
-                "other": run.step.other,
-                "hidden": run.step.hidden,
-            },
-            "overlap_share": run.step.overlap_share if run.overlap_measured else None,
-            "gradient_bytes": run.gradient_bytes,
-            "gradient_source": run.gradient_source,
-            "link_bytes_per_second": run.link_bytes_per_second,
-            "link_source": run.link_source,
-            "storage_bytes_per_second": run.storage_bytes_per_second,
-            "storage_source": run.storage_source,
-            "epoch1_storage_bytes_per_second": run.epoch1_storage_bytes_per_second,
-            "storage_fabric_bytes_per_image": run.storage_fabric_bytes_per_image,
-            "dataset_bytes": run.dataset_bytes,
-            "host_memory_bytes": run.host_memory_bytes,
-            "memory_limit_bytes": run.memory_limit_bytes,
-        },
-        "forecast": [row.to_dict() for row in rows],
-        "requirements": requirements(run, rows),
-        "what_if": [fix.to_dict() for fix in what_if(report)],
-    }
 
 
 def _cell(value: Any, key: str) -> str:

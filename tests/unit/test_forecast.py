@@ -270,7 +270,7 @@ def test_the_data_set_is_judged_against_the_runs_memory_limit_under_the_nodes_ra
     )
 
 
-def _storage_over_network_run(run_id: str) -> RunBuilder:
+def storage_over_network_run(run_id: str) -> RunBuilder:
     """Two hosts, 2 epochs of 10 s, 640 images per rank each. Both hosts send and receive
     20 MB/s of gradients; in epoch 1 each also receives 6.4 MB/s of data set reads over the
     same NIC: 2 x 64 MB for 1,280 images, 100 kB an image (the data set's size per image),
@@ -292,7 +292,7 @@ def _storage_over_network_run(run_id: str) -> RunBuilder:
 
 def test_storage_read_over_the_gradients_fabric_adds_to_epoch_ones_receive_rate(tmp_path, capsys):
     path = tmp_path / "net.sqlite"
-    sqlite_store_with(_storage_over_network_run("net").points(), path).close()
+    sqlite_store_with(storage_over_network_run("net").points(), path).close()
     args = ["forecast", "net", "--db", str(path), "--nodes", "2,4", "--format", "json"]
     assert main(args) == 0
     view = json.loads(capsys.readouterr().out)
@@ -328,3 +328,28 @@ def test_traffic_that_is_not_the_data_set_is_not_taken_for_storage(tmp_path, cap
     view = json.loads(capsys.readouterr().out)
     assert view["measured"]["storage_fabric_bytes_per_image"] is None
     assert not any("cross the same fabric" in s for s in view["requirements"])
+
+
+def test_the_dashboards_question_answers_the_forecast_the_command_prints(tmp_path, capsys):
+    """The scaling page asks ``forecast`` (locally through dashboard.source, remotely through
+    the read API's dashboard questions): the command's JSON at 2, 4, 8 and 16 nodes; a run
+    that cannot be forecast says why, an unknown one is null."""
+    from collector.queries.forecast import dashboard_forecast
+    from collector.queries.questions import answer
+    from collector.store import SqliteStore
+
+    path = tmp_path / "net.sqlite"
+    points = storage_over_network_run("net").points() + _run("one", 10.0, (0.0, 0.9, 0.0)).points()
+    sqlite_store_with(points, path).close()
+    store = SqliteStore(str(path))
+    try:
+        assert main(["forecast", "net", "--db", str(path), "--format", "json"]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        asked = answer(store, "forecast", {"run_id": "net"})
+        assert asked == json.loads(json.dumps(printed))
+        assert [row["nodes"] for row in asked["forecast"]] == [2, 4, 8, 16]
+        cannot = dashboard_forecast(store, "one")
+        assert cannot["label"].startswith("FORECAST") and "--gradient-mb" in cannot["error"]
+        assert dashboard_forecast(store, "nothing") is None
+    finally:
+        store.close()
