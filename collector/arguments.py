@@ -144,12 +144,14 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = Parser) -> argpar
     )
     limits = ConnectionLimits()
     serve.add_argument(
+        "--workers",
         "--parse-workers",
+        dest="workers",
         type=positive_int,
         default=None,
-        help="processes that parse large write bodies (default: one per CPU, at most 8); 1 "
-        "parses every body in the server (a collector for one run: `workloads run "
-        "--profile`)",
+        help="processes that parse the write bodies, beside the one that stores them "
+        "(default: one per core, at most 8); 1 parses every body in the server (a "
+        "collector for one run: `workloads run --profile`)",
     )
     serve.add_argument(
         "--max-connections",

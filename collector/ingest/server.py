@@ -69,7 +69,7 @@ from collector.ingest.connections import (
 )
 from collector.ingest.http import Head, HttpError
 from collector.ingest.maintenance import Checkpointer, Maintenance
-from collector.ingest.parsing import PARALLEL_PARSE_BYTES, ParsePool
+from collector.ingest.parsing import PARALLEL_PARSE_BYTES, ParsePool, default_workers
 from collector.ingest.reads import ReadEndpoints
 from collector.ingest.requests import VERSION
 from collector.ingest.scopes import offered_tokens
@@ -270,8 +270,7 @@ def run(args) -> int:
         store.close()
         raise SystemExit(f"collector: {locked} (another collector serve on this file?)")
     store.set_samples_backend(backend.label if backend is not None else None)
-    workers = args.parse_workers or min(os.cpu_count() or 1, 8)
-    pool = ParsePool(workers)
+    pool = ParsePool(args.workers or default_workers())
     descriptors = raise_descriptor_limit()
     max_connections = connection_cap(args.max_connections, descriptors)
     if max_connections < args.max_connections:
