@@ -74,6 +74,9 @@ def test_every_question_is_answered_as_the_local_store_answers_it(served):
         assert remote.kept_findings(PAPER_RUN) == remote.findings(PAPER_RUN)
         assert remote.kept_findings("no-such-run") is None
         assert remote.scaling() == local.scaling()
+        # the scaling page's forecast section (issue 43)
+        assert remote.forecast(PAPER_RUN) == json.loads(json.dumps(local.forecast(PAPER_RUN)))
+        assert remote.forecast("no-such-run") is None
         assert remote.inference_runs() == local.inference_runs() == []
         since = {host: series["times_ns"][100] for host, series in charts.hosts.items()}
         later = remote.timeseries_since(PAPER_RUN, since, charts.bucket_ns)
