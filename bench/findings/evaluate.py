@@ -51,6 +51,21 @@ def scalar_evidence(evidence: Mapping[str, Any], prefix: str = "") -> dict[str, 
     return kept
 
 
+def with_link_verdict(evidence: dict[str, Any]) -> dict[str, Any]:
+    """A scaling loss's all-reduce share of the measured link and its least share, as the
+    rule words them (``collector.findings.scaling.link_verdict``: bound, not_shown, under),
+    under ``attribution.link_verdict``; the report gives the two shares, not the word."""
+    share = evidence.get("attribution.allreduce_ceiling_percent")
+    if isinstance(share, (int, float)):
+        from collector.findings.scaling import link_verdict
+
+        least = evidence.get("attribution.allreduce_ceiling_least_percent")
+        evidence["attribution.link_verdict"] = link_verdict(
+            share, least if isinstance(least, (int, float)) else None
+        )
+    return evidence
+
+
 def fired_from_report(report: Mapping[str, Any]) -> tuple[Fired, ...]:
     """The findings of ``collector report --format json --findings``."""
     return tuple(
@@ -58,7 +73,7 @@ def fired_from_report(report: Mapping[str, Any]) -> tuple[Fired, ...]:
             rule=finding["rule"],
             severity=finding.get("severity", ""),
             title=finding.get("title", ""),
-            evidence=scalar_evidence(finding.get("evidence") or {}),
+            evidence=with_link_verdict(scalar_evidence(finding.get("evidence") or {})),
         )
         for finding in report.get("findings", [])
     )
@@ -112,7 +127,8 @@ def score(results: Iterable[RunResult], cases: Mapping[str, Case]) -> dict[str, 
             table = by_split[split]
             fired_rules = {f.rule for f in result.fired}
             labelled = {expect.rule for expect in case.must_fire}
-            for rule in fired_rules | labelled | set(case.must_not):
+            cause_forbidden = {expect.rule for expect in case.must_not_cause}
+            for rule in fired_rules | labelled | set(case.must_not) | cause_forbidden:
                 table.setdefault(rule, RuleScore(rule, split))
     for split, table in by_split.items():
         runs = [r for r in scored if split in ("all", split_of(r.case))]
@@ -145,6 +161,13 @@ def _count(result: RunResult, case: Case, table: dict[str, RuleScore]) -> None:
         table[rule].forbidden_runs += 1
         if rule in fired_by_rule:
             table[rule].fired_forbidden += 1
+    for expect in case.must_not_cause:  # may fire, but not stating a wrong cause
+        table[expect.rule].forbidden_runs += 1
+        found = fired_by_rule.get(expect.rule, [])
+        if found and not any(
+            expect.cause_is_right(f.evidence.get(expect.cause_key)) for f in found
+        ):
+            table[expect.rule].fired_forbidden += 1
     if case.control:
         for rule, found in fired_by_rule.items():
             if rule in labelled or rule in case.must_not:

@@ -109,3 +109,42 @@ def test_the_held_out_split_is_the_seeded_draw_and_stable():
     assert held_out_draw(list(reversed(names))) == HELD_OUT  # whatever the order
     assert len(HELD_OUT) * 3 >= len(names)  # at least a third
     assert held_out_draw(names, seed=7) != HELD_OUT
+
+
+def test_a_scaling_losss_link_verdict_is_the_rules_word_for_its_two_shares():
+    """The report gives the all-reduce's share of the measured link and its least share;
+    the evaluation reads the rule's word for them (bound only with both at 80%)."""
+
+    def verdict(**attribution) -> str:
+        report = {"findings": [{"rule": "scaling_loss", "severity": "warning", "title": "t",
+                                "evidence": {"attribution": attribution}}]}  # fmt: skip
+        (found,) = fired_from_report(report)
+        return found.evidence["attribution.link_verdict"]
+
+    assert verdict(allreduce_ceiling_percent=105.0, allreduce_ceiling_least_percent=95.0) == "bound"
+    assert verdict(allreduce_ceiling_percent=133.0, allreduce_ceiling_least_percent=9.0) == (
+        "not_shown"
+    )
+    assert verdict(allreduce_ceiling_percent=19.0, allreduce_ceiling_least_percent=2.0) == "under"
+    (no_link,) = fired_from_report({"findings": [{"rule": "scaling_loss", "evidence": {}}]})
+    assert "attribution.link_verdict" not in no_link.evidence
+
+
+def test_a_rule_may_fire_where_only_a_cause_is_forbidden():
+    """The open link: a scaling loss may be found, but calling it bandwidth-bound is a
+    false alarm."""
+    open_link = Case("open", "script", "netns_open_link",
+                     must_not_cause=(Expect("scaling_loss", "attribution.link_verdict",
+                                            wrong_causes=frozenset({"bound"})),))  # fmt: skip
+
+    def stating(verdict: str) -> tuple[Fired, ...]:
+        return (fired("scaling_loss", **{"attribution.link_verdict": verdict}),)
+
+    results = [
+        RunResult("open", 1, "ok", stating("under")),
+        RunResult("open", 2, "ok", stating("bound")),
+        RunResult("open", 3, "ok", ()),
+    ]
+    (scaling,) = score(results, {"open": open_link})["all"]
+    assert (scaling.rule, scaling.forbidden_runs, scaling.fired_forbidden) == ("scaling_loss", 3, 1)
+    assert scaling.labelled_runs == 0 and scaling.recall is None
