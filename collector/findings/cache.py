@@ -25,7 +25,10 @@ host's RAM, and whether it left the cache and was read again.
     run cannot measure storage past the first epoch (MLPerf Storage's rule); warning when
     it fits outright. That memory is the smaller of the host's RAM and the run's own memory
     limit (``collector.analysis.memory_limit``: a container's, a pod's, a Slurm job's), so a
-    data set that fits in the RAM but not in the limit is said so, not said to fit.
+    data set that fits in the RAM but not in the limit is said so, not said to fit. Nor is
+    one smaller than the limit that the run measured evicted by it (``dataset_evicted``'s
+    ``memory_limit`` cause): the ranks' own memory takes the rest of the limit (they send
+    no resident memory, so the eviction is the evidence).
 
 ``dataset_evicted``
     After the first epoch, a host-epoch's own reads (its ranks' ``/proc/<pid>/io``) brought
@@ -206,10 +209,15 @@ class DatasetFitsInMemory:
     dataset_to_host_memory_ratio: float | None = field(
         default=None, metadata={**IF_KNOWN, **digits(3)}
     )
+    # measured: the most of the data set a host-epoch read again after the run's own memory
+    # limit evicted it (``dataset_evicted``'s memory_limit cause): its processes take the
+    # rest of the limit, so the set did not fit beside them whatever its size against it
+    evicted_by_limit_percent: float | None = field(default=None, metadata={**IF_KNOWN, **digits(1)})
+    evicted_by_limit_epoch: int | None = field(default=None, metadata=IF_KNOWN)
 
     @property
     def fits(self) -> bool:
-        return self.dataset_to_memory_ratio <= 1.0
+        return self.dataset_to_memory_ratio <= 1.0 and self.evicted_by_limit_percent is None
 
     @property
     def fits_host_memory_only(self) -> bool:
@@ -431,6 +439,10 @@ def detect_dataset_fits_in_memory(context: RunContext) -> DatasetFitsInMemory | 
         return None
     limited = limit is not None and limit < memory
     totals = context.totals()
+    by_limit = (
+        [e for e in evicted_host_epochs(context) if e.cause == "memory_limit"] if limited else []
+    )
+    worst = max(by_limit, key=lambda e: e.evicted_bytes, default=None)
     return DatasetFitsInMemory(
         dataset_bytes=dataset,
         host_memory_bytes=memory,
@@ -438,6 +450,8 @@ def detect_dataset_fits_in_memory(context: RunContext) -> DatasetFitsInMemory | 
         dataset_cached_at_end_percent=totals[-1].dataset_cached_end_percent if totals else None,
         memory_limit_bytes=limit if limited else None,
         dataset_to_host_memory_ratio=host_ratio if limited else None,
+        evicted_by_limit_percent=worst.evicted_percent if worst else None,
+        evicted_by_limit_epoch=worst.epoch if worst else None,
     )
 
 
@@ -836,6 +850,10 @@ def word_dataset_fits_in_memory(found: DatasetFitsInMemory) -> Finding:
             "After the first epoch the page cache can hold all of it, so throughput measures "
             "memory, not storage. "
             if found.fits
+            else f"It fits the limit's size, not beside the ranks' own memory: epoch "
+            f"{found.evicted_by_limit_epoch} read {_percent(found.evicted_by_limit_percent)} of "
+            "it from storage again after the limit evicted it (dataset_evicted). "
+            if found.evicted_by_limit_percent is not None and found.dataset_to_memory_ratio <= 1.0
             else "Part of it is read from storage again in every epoch, the rest stays in "
             "the page cache between epochs. "
             if found.fits_host_memory_only

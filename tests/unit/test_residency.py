@@ -476,11 +476,18 @@ def test_the_runs_own_memory_limit_is_named_with_its_size_before_other_causes(ma
         evicted.explanation
     )
     assert "DAMON" not in evicted.explanation  # the cause is known: no list of candidates
-    # the 45 MB set fits in 60 MB, less so beside the processes: not said to fit the RAM
+    # the 45 MB set is smaller than 60 MB but was evicted by the limit: it did not fit
+    # beside the processes, so it is not said to fit the limit (nor the RAM)
     fits = found["dataset_fits_in_memory"]
-    assert fits.title == "The data set fits in the run's 60.0 MB memory limit"
+    assert fits.title == (
+        "The data set fits in the host's RAM but not in the run's 60.0 MB memory limit"
+    )
+    assert fits.severity == "info"
     assert fits.evidence["memory_limit_bytes"] == 60_000_000
     assert fits.evidence["dataset_to_memory_ratio"] == 0.75
+    assert fits.evidence["evicted_by_limit_epoch"] == worst["epoch"]
+    assert fits.evidence["evicted_by_limit_percent"] == worst["evicted_percent"]
+    assert "not beside the ranks' own memory" in fits.explanation
 
 
 def test_a_data_set_larger_than_the_runs_limit_does_not_fit_it(make_store):
