@@ -66,6 +66,28 @@ def with_link_verdict(evidence: dict[str, Any]) -> dict[str, Any]:
     return evidence
 
 
+def with_memory_fit(evidence: dict[str, Any]) -> dict[str, Any]:
+    """``dataset_fits_in_memory``'s word for its evidence, as the rule's own evidence class
+    reads it (``fits``, ``fits_host_memory_only``, else ``under_5x``), under ``fit``."""
+    from dataclasses import fields
+
+    from collector.findings.cache import DatasetFitsInMemory
+
+    names = {f.name for f in fields(DatasetFitsInMemory)}
+    try:
+        found = DatasetFitsInMemory(**{k: v for k, v in evidence.items() if k in names})
+    except TypeError:  # an older report without a field the class needs
+        return evidence
+    evidence["fit"] = (
+        "fits" if found.fits else "fits_host_memory_only" if found.fits_host_memory_only
+        else "under_5x"
+    )  # fmt: skip
+    return evidence
+
+
+DERIVED = {"scaling_loss": with_link_verdict, "dataset_fits_in_memory": with_memory_fit}
+
+
 def fired_from_report(report: Mapping[str, Any]) -> tuple[Fired, ...]:
     """The findings of ``collector report --format json --findings``."""
     return tuple(
@@ -73,7 +95,9 @@ def fired_from_report(report: Mapping[str, Any]) -> tuple[Fired, ...]:
             rule=finding["rule"],
             severity=finding.get("severity", ""),
             title=finding.get("title", ""),
-            evidence=with_link_verdict(scalar_evidence(finding.get("evidence") or {})),
+            evidence=DERIVED.get(finding["rule"], dict)(
+                scalar_evidence(finding.get("evidence") or {})
+            ),
         )
         for finding in report.get("findings", [])
     )

@@ -148,3 +148,22 @@ def test_a_rule_may_fire_where_only_a_cause_is_forbidden():
     (scaling,) = score(results, {"open": open_link})["all"]
     assert (scaling.rule, scaling.forbidden_runs, scaling.fired_forbidden) == ("scaling_loss", 3, 1)
     assert scaling.labelled_runs == 0 and scaling.recall is None
+
+
+def test_whether_the_data_set_fits_is_read_as_the_rule_reads_its_evidence():
+    """The memory-limit case: dataset_fits_in_memory must say the set fits the host's RAM
+    but not the run's limit; the evaluation asks the rule's own evidence class."""
+
+    def fit(**evidence) -> str:
+        base = {"dataset_bytes": 1.2e8, "host_memory_bytes": 2.5e10, "required_ratio": 5}
+        report = {"findings": [{"rule": "dataset_fits_in_memory", "severity": "info",
+                                "title": "t", "evidence": base | evidence}]}  # fmt: skip
+        (found,) = fired_from_report(report)
+        return found.evidence["fit"]
+
+    assert fit(dataset_to_memory_ratio=0.005) == "fits"
+    assert fit(dataset_to_memory_ratio=2.0) == "under_5x"
+    limited = {"memory_limit_bytes": 948_000_000, "dataset_to_host_memory_ratio": 0.005}
+    assert fit(dataset_to_memory_ratio=0.13, **limited) == "fits"
+    evicted = {"evicted_by_limit_percent": 50.0, "evicted_by_limit_epoch": 2}
+    assert fit(dataset_to_memory_ratio=0.13, **limited, **evicted) == "fits_host_memory_only"
