@@ -338,12 +338,12 @@ class Servers:
     victoria-metrics as agents whose ``push.url`` names it do, the collector holding the
     runs' events (none here: a few a second at most) (docs/scale-out.md)."""
 
-    def __init__(self, backend: str, workdir: Path) -> None:
+    def __init__(self, backend: str, workdir: Path, workers: int | None = None) -> None:
         self.backend = backend
         self.workdir = workdir
         self.vm: subprocess.Popen | None = None
         self.vm_port = 0
-        extra: tuple[str, ...] = ()
+        extra: tuple[str, ...] = ("--workers", str(workers)) if workers else ()
         if backend in ("victoriametrics", "vm-direct"):
             self.vm_port = harness.free_port()
             self.vm = subprocess.Popen(
@@ -359,7 +359,7 @@ class Servers:
                 start_new_session=True,  # its own autogroup, as a service has
             )
             harness.wait_until(lambda: self._vm_get("/health") is not None, 30)
-            extra = ("--backend", f"victoriametrics=http://127.0.0.1:{self.vm_port}")
+            extra += ("--backend", f"victoriametrics=http://127.0.0.1:{self.vm_port}")
         self.token, token_file = harness.write_token_file(workdir)
         self.collector = harness.Collector(
             db=workdir / "epochscope.sqlite",
@@ -545,9 +545,11 @@ def count_stored_sqlite(db: Path, steps: list[dict]) -> None:
             step["points_stored"] += int(((times >= low) & (times < high)).sum())
 
 
-def ramp(backend: str, args: argparse.Namespace) -> dict:
+def ramp(backend: str, args: argparse.Namespace, workers: int | None = None) -> dict:
+    """One backend's ramp; ``workers``: the collector's ``--workers`` (None: its default)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"ceiling-{backend}-"))
-    servers = Servers(backend, workdir)
+    servers = Servers(backend, workdir, workers)
+    label = backend if workers is None else f"{backend} w{workers}"
     monitor = Monitor(servers.watched())
     monitor.start()
     steps = []
@@ -555,7 +557,7 @@ def ramp(backend: str, args: argparse.Namespace) -> dict:
         for index, nodes in enumerate(args.steps):
             step = run_step(servers, monitor, nodes, args, index)
             steps.append(step)
-            print(step_line(backend, step), flush=True)
+            print(step_line(label, step), flush=True)
             if not step["held"] and not args.keep_going:
                 break
             time.sleep(args.pause)
@@ -569,7 +571,13 @@ def ramp(backend: str, args: argparse.Namespace) -> dict:
         for s in steps[: next((i for i, s in enumerate(steps) if not s["held"]), len(steps))]
     ]
     shutil.rmtree(workdir, ignore_errors=True)
-    return {"backend": backend, "nodes_held": max(held) if held else 0, "steps": steps}
+    return {
+        "backend": backend,
+        "workers": workers,
+        "label": label,
+        "nodes_held": max(held) if held else 0,
+        "steps": steps,
+    }
 
 
 def step_line(backend: str, step: dict) -> str:
@@ -581,7 +589,7 @@ def step_line(backend: str, step: dict) -> str:
                 f"(+{step[f'{name}_rss_growth_mb_per_min']} MB/min)"
             )
     return (
-        f"{backend:16} {step['nodes']:6} nodes {step['samples_per_second_acknowledged']:>9,} "
+        f"{backend:19} {step['nodes']:6} nodes {step['samples_per_second_acknowledged']:>9,} "
         f"samples/s lost {step['points_lost_unacknowledged']:,} "
         f"lag p50 {step['lag_p50_seconds']} p99 {step['lag_p99_seconds']} s "
         f"(joining {step['lag_p99_joining_seconds']} s){servers} | senders "
@@ -610,22 +618,33 @@ def main(argv: list[str] | None = None) -> int:
         "--keep-going", action="store_true", help="run every step, held or not (a curve)"
     )
     parser.add_argument("--pause", type=float, default=5.0, help="seconds between steps")
+    parser.add_argument(
+        "--workers",
+        default="",
+        help="the collector's --workers, one ramp each, side by side (e.g. 1,2; default: "
+        "the collector's own default); vm-direct ramps once",
+    )
     parser.add_argument("--json", type=Path, default=RESULTS / "ceiling.json")
     args = parser.parse_args(argv)
     args.steps = [int(n) for n in args.steps.split(",")]
+    args.workers = [int(n) for n in args.workers.split(",") if n] or [None]
     backends = {"both": BACKENDS[:2], "all": BACKENDS}.get(args.backend, (args.backend,))
     results = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": harness.machine(),
         "load_before": harness.load_average(),
         "settings": {k: v for k, v in vars(args).items() if k != "json"},
-        "ramps": [ramp(backend, args) for backend in backends],
+        "ramps": [
+            ramp(backend, args, workers)
+            for backend in backends
+            for workers in ([None] if backend == "vm-direct" else args.workers)
+        ],
         "load_after": harness.load_average(),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
     for ramp_result in results["ramps"]:
-        print(f"{ramp_result['backend']}: held {ramp_result['nodes_held']} nodes")
+        print(f"{ramp_result['label']}: held {ramp_result['nodes_held']} nodes")
     print(f"results: {args.json}")
     return 0
 

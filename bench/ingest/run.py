@@ -223,6 +223,8 @@ class Result:
     server_cpu_s: float
     compact_s: float | None = None
     samples_per_s_with_compaction: float | None = None
+    # a collector forwarding to victoria-metrics: that one's CPU, in server_cpu_s too
+    backend_cpu_s: float | None = None
 
 
 # run in the collector's own tree: compaction timed, and one series counted, as JSON
@@ -239,29 +241,66 @@ print(json.dumps({"compact_s": compact_s, "count": int(data.times_ns.size)}))
 """
 
 
+def collector_name(workers: int | None, into_vm: bool) -> str:
+    if workers is None and not into_vm:
+        return COLLECTOR
+    option = f" --workers {workers}" if workers else ""
+    return f"collector{option} ({'to victoria-metrics' if into_vm else 'SQLite'})"
+
+
 def run_collector(
-    workdir: Path, bodies, lines, samples, senders, round_no, tree: Path = REPO_ROOT
+    workdir: Path,
+    bodies,
+    lines,
+    samples,
+    senders,
+    round_no,
+    tree: Path = REPO_ROOT,
+    workers: int | None = None,
+    into_vm: bool = False,
 ) -> Result:
+    """``collector serve`` (``--workers``, default its own) into SQLite, or with
+    ``into_vm`` in front of a fresh victoria-metrics (``--backend victoriametrics=URL``),
+    whose CPU then counts too."""
     port = free_port()
     db = workdir / "collector.sqlite"
     env = dict(os.environ, PYTHONPATH=str(tree), EPOCHSCOPE_LOG_LEVEL="WARNING")
+    extra = ["--workers", str(workers)] if workers else []
+    vm, vm_port = start_victoria_metrics(workdir) if into_vm else (None, 0)
+    if into_vm:
+        extra += ["--backend", f"victoriametrics=http://127.0.0.1:{vm_port}"]
     proc = subprocess.Popen(
-        [*COLLECTOR_SERVE, "--db", str(db), "--listen", f"127.0.0.1:{port}"],
+        [*COLLECTOR_SERVE, "--db", str(db), "--listen", f"127.0.0.1:{port}", *extra],
         env=env,
         cwd=tree,  # `python -m` puts the working directory first on sys.path
         stdout=subprocess.DEVNULL,
     )
+    backend_cpu = None
     try:
         wait_http(port, "/ping")
         # the parse workers start beside the server: let them come up before timing
         send_all(port, [b"warmup,host=w v=1 1"] * 4, 1)
         time.sleep(3)
         cpu_before = process_cpu_seconds(proc.pid)
+        vm_before = process_cpu_seconds(vm.pid) if vm else 0.0
         elapsed = send_all(port, bodies, senders)
         cpu = process_cpu_seconds(proc.pid) - cpu_before
+        if vm is not None:
+            backend_cpu = process_cpu_seconds(vm.pid) - vm_before
+            cpu += backend_cpu
+            wait_for_count(vm_port, lines // (26 * len_hosts(bodies)))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+        if vm is not None:
+            vm.terminate()
+            vm.wait(timeout=60)
+    name = collector_name(workers, into_vm) if tree == REPO_ROOT else BASELINE
+    if into_vm:
+        return Result(
+            name, round_no, elapsed, lines / elapsed, samples / elapsed, cpu,
+            backend_cpu_s=backend_cpu,
+        )  # fmt: skip
     done = subprocess.run(
         [
             sys.executable,
@@ -281,7 +320,7 @@ def run_collector(
     compact_s = checked["compact_s"]
     assert checked["count"] == lines // (26 * len_hosts(bodies)), checked
     return Result(
-        COLLECTOR if tree == REPO_ROOT else BASELINE,
+        name,
         round_no,
         elapsed,
         lines / elapsed,
@@ -292,8 +331,29 @@ def run_collector(
     )
 
 
+def machine_line() -> str:
+    """The CPU, its family and model, the cores, the OS and Python: every figure names it."""
+    import platform
+
+    info: dict[str, str] = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        info.setdefault(key.strip(), value.strip())
+    os_name = platform.platform()
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_name = line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return (
+        f"{os.cpu_count()} vCPUs {info.get('model name', '?')} (family {info.get('cpu family')}"
+        f" model {info.get('model')}), {os_name}, Python {platform.python_version()}"
+    )
+
+
 def len_hosts(bodies: list[bytes]) -> int:
-    return len(set(re.findall(rb"host=(node\d+)", bodies[0])))
+    return len({host for body in bodies for host in re.findall(rb"host=(node\d+)", body)})
 
 
 def victoria_metrics_count(port: int) -> int:
@@ -307,7 +367,7 @@ def victoria_metrics_count(port: int) -> int:
     return len(json.loads(reply[0])["values"]) if reply else 0
 
 
-def run_victoria_metrics(workdir: Path, bodies, lines, samples, senders, round_no) -> Result:
+def start_victoria_metrics(workdir: Path) -> tuple[subprocess.Popen, int]:
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -321,20 +381,30 @@ def run_victoria_metrics(workdir: Path, bodies, lines, samples, senders, round_n
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    wait_http(port, "/health")
+    return proc, port
+
+
+def wait_for_count(port: int, expected: int) -> None:
+    """Until victoria-metrics holds ``expected`` samples of one series (it flushes every
+    ~1 s): every sample acknowledged is stored."""
+    exported = victoria_metrics_count(port)
+    deadline = time.monotonic() + 30
+    while exported != expected and time.monotonic() < deadline:
+        time.sleep(0.5)
+        exported = victoria_metrics_count(port)
+    assert exported == expected, (exported, expected)
+
+
+def run_victoria_metrics(workdir: Path, bodies, lines, samples, senders, round_no) -> Result:
+    proc, port = start_victoria_metrics(workdir)
     try:
-        wait_http(port, "/health")
         send_all(port, [b"warmup,host=w v=1 1"] * 4, 1)
         time.sleep(1)
         cpu_before = process_cpu_seconds(proc.pid)
         elapsed = send_all(port, bodies, senders)
         cpu = process_cpu_seconds(proc.pid) - cpu_before
-        expected = lines // (26 * len_hosts(bodies))
-        exported = victoria_metrics_count(port)
-        deadline = time.monotonic() + 30
-        while exported != expected and time.monotonic() < deadline:  # it flushes every ~1 s
-            time.sleep(0.5)
-            exported = victoria_metrics_count(port)
-        assert exported == expected, (exported, expected)
+        wait_for_count(port, lines // (26 * len_hosts(bodies)))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -355,6 +425,13 @@ def main() -> int:
         help="another checkout of epochscope (e.g. `git archive COMMIT | tar -x -C DIR`) whose"
         " collector runs beside this one in every round: before/after in one run",
     )
+    parser.add_argument(
+        "--workers",
+        default="",
+        help="collector serve's --workers, side by side (e.g. 1,2): each into SQLite and "
+        "in front of a victoria-metrics of its own, every round (default: one collector "
+        "into SQLite, with its default)",
+    )
     args = parser.parse_args()
     if not Path(VICTORIA_METRICS).exists():
         print(f"{VICTORIA_METRICS} is missing: apt-get install victoria-metrics", file=sys.stderr)
@@ -363,7 +440,7 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=max(Console().width, 150))  # the table's names, unwrapped
     with console.status("building the payload"):
         bodies, lines, samples = make_bodies(args.hosts, args.seconds, args.body_lines)
     megabytes = sum(map(len, bodies)) / 1e6
@@ -374,14 +451,24 @@ def main() -> int:
     )
     load_average = {"start": os.getloadavg()}
     console.print(f"load average at the start: {load_average['start']}")
+    machine = machine_line()
+    console.print(f"machine: {machine}")
     results: list[Result] = []
-    runners: list[tuple[str, Callable[..., Result]]] = [
-        (COLLECTOR, run_collector),
-        ("victoria-metrics", run_victoria_metrics),
-    ]
+    runners: list[tuple[str, Callable[..., Result]]] = [(COLLECTOR, run_collector)]
+    if args.workers:
+        runners = [
+            (
+                collector_name(workers, into_vm),
+                functools.partial(run_collector, workers=workers, into_vm=into_vm),
+            )
+            for into_vm in (False, True)
+            for workers in map(int, args.workers.split(","))
+        ]
+    runners.append(("victoria-metrics", run_victoria_metrics))
     if args.baseline:
         baseline = functools.partial(run_collector, tree=args.baseline.resolve())
         runners.insert(1, (BASELINE, baseline))
+    collectors = [name for name, _ in runners if name != "victoria-metrics"]
     for round_no in range(1, args.rounds + 1):
         order = runners if round_no % 2 else runners[::-1]
         for name, runner in order:
@@ -407,6 +494,8 @@ def main() -> int:
             best[result.server] = result
     for result in best.values():
         note = ""
+        if result.backend_cpu_s is not None:
+            note = f"victoria-metrics behind it: {result.backend_cpu_s:.1f} CPU s of these"
         if result.samples_per_s_with_compaction:
             note = f"{result.samples_per_s_with_compaction:,.0f} samples/s with compaction"
         table.add_row(
@@ -422,7 +511,7 @@ def main() -> int:
     console.print(f"load average at the end: {load_average['end']}")
     theirs = best["victoria-metrics"]
     ratios = {}
-    for name in [COLLECTOR, BASELINE] if args.baseline else [COLLECTOR]:
+    for name in collectors:
         ours = best[name]
         by_round = {(r.server, r.round): r for r in results}
         per_round = [
@@ -439,13 +528,13 @@ def main() -> int:
             f" round {', '.join(f'{r:.0%}' for r in per_round)} (target >= 50%); per"
             f" CPU-second: {ratios[name]['cpu_ratio']:.0%}"
         )
-    ratio, per_round, cpu_ratio = (ratios[COLLECTOR][key] for key in ratios[COLLECTOR])
+    ratio, per_round, cpu_ratio = (ratios[collectors[0]][key] for key in ratios[collectors[0]])
     if args.json:
         args.json.write_text(
             json.dumps(
                 {"args": vars(args) | {"json": str(args.json), "baseline": str(args.baseline)}}
                 | {"ratio": ratio, "ratio_per_round": per_round, "cpu_ratio": cpu_ratio}
-                | {"ratios": ratios, "load_average": load_average}
+                | {"ratios": ratios, "load_average": load_average, "machine": machine}
                 | {"results": [asdict(result) for result in results]},
                 indent=2,
             )
