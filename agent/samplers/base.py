@@ -63,7 +63,9 @@ class ProcFile:
     file is missing or unreadable (a device went away), like :func:`read_text`.
     """
 
-    _INITIAL_SIZE = 64 * 1024
+    # grown (doubled) for a file that fills it, and kept at that size: a small first
+    # buffer, since each read allocates one whole buffer before it is cut to the text
+    _INITIAL_SIZE = 4096
 
     def __init__(self, path: Path, keep: bool = True) -> None:
         self.path = path
@@ -72,26 +74,36 @@ class ProcFile:
         self._size = self._INITIAL_SIZE
 
     def read(self) -> str | None:
+        data = self.read_bytes()
+        return None if data is None else data.decode(errors="replace")
+
+    def read_bytes(self) -> bytes | None:
+        """The file's bytes (what ``read`` decodes), or None, as ``read``."""
         fd = self._fd
-        kept = fd is not None
-        if fd is None:
+        if fd is not None:  # kept open: one pread (the every-tick case, kept short)
             try:
-                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                data = os.pread(fd, self._size, 0)
+                return data if len(data) < self._size else self._read_all(fd)
             except OSError:
+                self._fd = None
+                os.close(fd)
                 return None
         try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
             data = self._read_all(fd)
-            if not kept:
+            if self.keep and data:
                 info = os.fstat(fd)
-                if self.keep and stat.S_ISREG(info.st_mode) and info.st_size == 0 and data:
+                if stat.S_ISREG(info.st_mode) and info.st_size == 0:
                     self._fd, fd = fd, None  # a pseudo-file: keep it
         except OSError:
-            self._fd = None
             return None
         finally:
-            if fd is not None and fd != self._fd:
+            if fd is not None:
                 os.close(fd)
-        return data.decode(errors="replace")
+        return data
 
     def _read_all(self, fd: int) -> bytes:
         while True:

@@ -389,6 +389,21 @@ class FileBudget:
         self.kept -= file.keep
         file.close()
 
+    def open_directory(self, path: str) -> int | None:
+        """A directory kept open (``O_DIRECTORY``) within the budget, else None."""
+        if self.kept >= self.limit:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        self.kept += 1
+        return fd
+
+    def close_directory(self, fd: int) -> None:
+        self.kept -= 1
+        os.close(fd)
+
 
 class JobFiles:
     """One job's cgroup files, opened once, and the directories of its subtree, listed
@@ -401,7 +416,10 @@ class JobFiles:
         self._files: dict[tuple[str, str], ProcFile] = {}
         self._top = str(job_top(job))
         self._tree: Seen = {}
-        self._procs: list[tuple[ProcFile, bool]] = []  # (cgroup.procs, of a task_<n>)
+        # each directory of the subtree kept open (within the budget): its signature is
+        # an fstat and its cgroup.procs opened relative to it, without a path lookup
+        self._directory_fds: dict[str, int] = {}
+        self._procs: list[tuple[str, int | None, bool]] = []  # (directory, fd, of a task_<n>)
 
     def read(self, controller: str, name: str) -> str | None:
         file = self._files.get((controller, name))
@@ -413,35 +431,85 @@ class JobFiles:
     def pids(self) -> tuple[list[int], list[int]]:
         """(every pid in the job's cgroups, the pids in its ``task_<n>`` cgroups: the
         job's own processes)."""
-        if not self._tree or not unchanged(self._tree):
+        if not self._tree or not self._tree_unchanged():
             self._list_tree()
         every: set[int] = set()
         tasks: list[int] = []
-        for procs, of_task in self._procs:
-            pids = parse_pids(procs.read() or "")
+        for directory, directory_fd, of_task in self._procs:
+            pids = parse_pids(_read_procs(directory, directory_fd))
             every.update(pids)
             if of_task:
                 tasks.extend(pid for pid in pids if pid not in tasks)
         return sorted(every), tasks
 
+    def _tree_unchanged(self) -> bool:
+        """``unchanged(self._tree)``, by fstat of the directories kept open."""
+        fds = self._directory_fds
+        for directory, before in self._tree.items():
+            fd = fds.get(directory)
+            if fd is None:
+                now = signature(directory)
+            else:
+                try:
+                    info = os.fstat(fd)
+                except OSError:
+                    return False
+                now = (info.st_mtime_ns, info.st_nlink)
+            if now != before:
+                return False
+        return True
+
     def _list_tree(self) -> None:
-        for procs, _ in self._procs:
-            self._budget.close(procs)
+        self._close_directories()
         self._tree = {}
-        # opened at each read, never kept: cgroup v1 serves an open cgroup.procs the pid
-        # list of its first read again until a second passes unread (its pidlist cache),
-        # so a kept file re-read every tick under that would list ended processes
-        self._procs = [
-            (ProcFile(Path(directory, "cgroup.procs"), keep=False), _is_task(directory))
-            for directory in walk_cgroups(self._top, self._tree)
-            if os.path.isfile(os.path.join(directory, "cgroup.procs"))
-        ]
+        # cgroup.procs is opened at each read, never kept: cgroup v1 serves an open
+        # cgroup.procs the pid list of its first read again until a second passes unread
+        # (its pidlist cache), so a kept file re-read every tick under that would list
+        # ended processes. Its directory is kept open instead.
+        procs = []
+        for directory in walk_cgroups(self._top, self._tree):
+            if os.path.isfile(os.path.join(directory, "cgroup.procs")):
+                fd = self._budget.open_directory(directory)
+                if fd is not None:
+                    self._directory_fds[directory] = fd
+                procs.append((directory, fd, _is_task(directory)))
+        self._procs = procs
+
+    def _close_directories(self) -> None:
+        for fd in self._directory_fds.values():
+            self._budget.close_directory(fd)
+        self._directory_fds.clear()
+        self._procs = []
 
     def close(self) -> None:
-        for file in [*self._files.values(), *(procs for procs, _ in self._procs)]:
+        for file in self._files.values():
             self._budget.close(file)
         self._files.clear()
-        self._procs = []
+        self._close_directories()
+
+
+PROCS_BUFFER = 16384
+
+
+def _read_procs(directory: str, directory_fd: int | None) -> str:
+    """A cgroup's ``cgroup.procs``, opened now (relative to its open directory when there
+    is one); "" when it cannot be read (the cgroup went)."""
+    try:
+        if directory_fd is None:
+            fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_RDONLY | os.O_CLOEXEC)
+        else:
+            fd = os.open("cgroup.procs", os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory_fd)
+    except OSError:
+        return ""
+    try:
+        chunks = [os.read(fd, PROCS_BUFFER)]
+        while len(chunks[-1]) == PROCS_BUFFER:  # a short read is the end (seq_file)
+            chunks.append(os.read(fd, PROCS_BUFFER))
+        return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def _is_task(directory: str) -> bool:
@@ -466,6 +534,15 @@ class _JobState:
     last_write: int = 0
     environment: dict[str, str] | None = None  # SLURM_* of a job process, once read
     pid_files: dict[int, tuple[ProcFile, ProcFile]] = field(default_factory=dict)  # stat, io
+    # each process's last (stat bytes, io bytes) and what they gave: an idle process's
+    # unchanged files are not parsed again
+    pid_readings: dict[int, tuple[bytes, bytes, tuple[int, int], ProcessIo]] = field(
+        default_factory=dict
+    )
+    uid: int | None = None  # of the job's processes (v2), once read: it does not change
+    # the slurm_job tags and GPU fields, once the environment is read (they follow from it
+    # and the uid alone)
+    info: tuple[dict[str, str], dict[str, int | float]] | None = None
 
 
 class JobsSampler:
@@ -480,6 +557,7 @@ class JobsSampler:
         self._proc = roots.proc
         self._cgroup = roots.cgroup_root
         self._users = users
+        self._user_names: dict[int, str | None] = {}  # looked up once per uid
         self._budget = budget or FileBudget()
         self._seen: Seen | None = None  # the last scan's directories; None: scan again
         self._cgroups: dict[str, JobFiles] = {}  # every job directory the scan found
@@ -563,12 +641,26 @@ class JobsSampler:
         usage.update(self._process_io(pids, state))
         if state.environment is None:
             state.environment = self._environment(job.job_id, tasks or pids)
+        if state.info is None or state.environment is None or state.uid is None:
+            state.info = self._info(job, state, tasks or pids)
+        tags, gpu_fields = state.info
+        return usage, (dict(tags), {JobInfo.INFO: 1.0, **limits, **gpu_fields})
+
+    def _info(
+        self, job: JobCgroup, state: _JobState, pids: list[int]
+    ) -> tuple[dict[str, str], dict[str, int | float]]:
+        """The ``slurm_job`` tags and the GPU fields: who the job is."""
         environment = state.environment or {}
-        uid = job.uid if job.uid is not None else self._task_uid(tasks or pids, environment)
+        if state.uid is None:
+            state.uid = job.uid if job.uid is not None else self._process_uid(pids)
+        uid = state.uid
+        if uid is None and environment.get("SLURM_JOB_UID", "").isdigit():
+            # any process may set it: taken only where no process's uid is readable
+            uid = int(environment["SLURM_JOB_UID"])
         tags = {Tag.JOB_ID: job.job_id}
         if uid is not None:
             tags[Tag.UID] = str(uid)
-        user = trusted_user(uid, environment.get("SLURM_JOB_USER"), self._users)
+        user = trusted_user(uid, environment.get("SLURM_JOB_USER"), self._user_name)
         if user:
             tags[Tag.USER] = user
         for variable, tag in (
@@ -577,12 +669,17 @@ class JobsSampler:
         ):
             if environment.get(variable):
                 tags[tag] = environment[variable]
-        fields: dict[str, int | float] = {JobInfo.INFO: 1.0, **limits}
+        fields: dict[str, int | float] = {}
         gpus = gpus_from_environment(environment)
         if gpus is not None:
             tags[Tag.GPUS] = ",".join(gpus)
             fields[JobInfo.ALLOCATED_GPUS] = float(len(gpus))
-        return usage, (tags, fields)
+        return tags, fields
+
+    def _user_name(self, uid: int) -> str | None:
+        if uid not in self._user_names:
+            self._user_names[uid] = self._users(uid)
+        return self._user_names[uid]
 
     def _pid_files(self, pid: int, state: _JobState) -> tuple[ProcFile, ProcFile]:
         files = state.pid_files.get(pid)
@@ -595,13 +692,28 @@ class JobsSampler:
     def _process_io(self, pids: Iterable[int], state: _JobState) -> dict[str, int | float]:
         current: dict[tuple[int, int], ProcessIo] = {}
         listed = set(pids)
+        readings = state.pid_readings
         for pid in listed:
             stat_file, io_file = self._pid_files(pid, state)
-            stat = _parse(stat_file.read(), procfs.parse_stat)
-            io = _parse(io_file.read(), procfs.parse_io)
-            if isinstance(stat, procfs.ProcStat) and isinstance(io, procfs.ProcIo):
-                current[(pid, stat.start)] = ProcessIo(stat.ppid, io.read_bytes, io.write_bytes)
+            stat, io = stat_file.read_bytes(), io_file.read_bytes()
+            if stat is None or io is None:
+                readings.pop(pid, None)
+                continue
+            last = readings.get(pid)
+            if last is not None and last[0] == stat and last[1] == io:
+                current[last[2]] = last[3]  # an idle process: nothing to parse
+                continue
+            try:
+                ppid, _, start = procfs.pid_stat_counters(stat)
+                read, write = procfs.pid_io_counters(io)
+            except ValueError:
+                readings.pop(pid, None)
+                continue
+            key, process = (pid, start), ProcessIo(ppid, read, write)
+            readings[pid] = (stat, io, key, process)
+            current[key] = process
         for pid in [pid for pid in state.pid_files if pid not in listed]:
+            readings.pop(pid, None)
             for file in state.pid_files.pop(pid):
                 self._budget.close(file)
         if not current and not state.processes:
@@ -637,15 +749,12 @@ class JobsSampler:
                 }
         return None
 
-    def _task_uid(self, pids: list[int], environment: dict[str, str]) -> int | None:
-        """The uid of the job's processes (the kernel's word); the environment's
-        ``SLURM_JOB_UID`` (any process may set it) only where no process is readable."""
+    def _process_uid(self, pids: list[int]) -> int | None:
+        """The uid of the job's processes (the kernel's word), None if none is readable."""
         for pid in pids:
             uid = _read(self._proc / str(pid) / "status", parse_status_uid)
             if isinstance(uid, int):
                 return uid
-        if environment.get("SLURM_JOB_UID", "").isdigit():
-            return int(environment["SLURM_JOB_UID"])
         return None
 
 

@@ -1,14 +1,17 @@
 """The jobs sampler's CPU per job per sample, before and after a change, side by side.
 
-The "before" sampler is ``agent/samplers/jobs.py`` as it was at a git revision (``--before``,
-default the commit before the kept-open files and the cached scan), loaded from git into
-this process as a module of its own; "after" is the working tree's. Both sample the same N
-live job cgroups (``jobs_cgroups.BenchJobs``: root and cgroup v1, removed at the end),
-interleaved tick by tick, each tick's ``sample()`` and line-protocol encoding timed with
-``time.thread_time``. The two must give the same points (measurements, tags and field
-names) or the bench stops: nothing sampled may be dropped for speed. Prints and writes
-(``--out``) the median CPU ms per sample and per job per sample of each, and the load
-average at the start and the end.
+Each side runs in a process of its own (``jobs_tick_worker.py``) from its own tree: "before"
+from the repository as it was at a git revision (``--before``, unpacked with ``git
+archive`` into a temporary directory), "after" from the working tree, so that everything
+a tick runs counts (the sampler, ``agent/samplers/base.py``'s file reading, the
+line-protocol encoding of ``contract/point.py``), not the sampler's module alone. Both
+sample the same N live job cgroups (``jobs_cgroups.BenchJobs``: root and cgroup v1,
+removed at the end), interleaved tick by tick (the order reversed every other tick), each
+tick's ``sample()`` and line-protocol encoding timed with ``time.thread_time`` in its
+process. The two must give the same points (measurements, tags and field names) or the
+bench stops: nothing sampled may be dropped for speed. Prints and writes (``--out``) the
+median CPU ms per sample and per job per sample of each, and the load average at the
+start and the end.
 
     python bench/agent_overhead/jobs_before_after.py --jobs 50 --ticks 100
 """
@@ -16,48 +19,74 @@ average at the start and the end.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
+import platform
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
 
-from jobs_cgroups import BenchJobs, tick  # noqa: E402
+from jobs_cgroups import BenchJobs  # noqa: E402
 
-from agent.samplers.base import Roots  # noqa: E402
-from agent.samplers.jobs import JobsSampler  # noqa: E402
-
-BEFORE = "2d5b165"  # the per-job sampler reading every file anew and scanning every tick
+BEFORE = "01128b5"  # main before issue 46's per-job changes
 
 
-def sampler_at(revision: str) -> type:
-    """``JobsSampler`` of ``agent/samplers/jobs.py`` at ``revision``."""
-    source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{revision}:agent/samplers/jobs.py"],
+def unpack(revision: str, into: Path) -> Path:
+    """The repository's ``agent`` and ``contract`` at ``revision``, under ``into``."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", revision, "agent", "contract", "netserve"],
         check=True,
         capture_output=True,
-        text=True,
     ).stdout
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as file:
-        file.write(source)
-    spec = importlib.util.spec_from_file_location(f"jobs_at_{revision}", file.name)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    os.unlink(file.name)
-    return module.JobsSampler
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
 
 
-def shape(points: list) -> list:
-    return sorted((p.measurement, sorted(p.tags.items()), sorted(p.fields)) for p in points)
+def machine() -> str:
+    """The CPU model, its count and the OS, as every figure must name them."""
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.machine(),
+    )
+    return f"{os.cpu_count()} x {model}, {platform.platform()}"
+
+
+class Worker:
+    """A ``jobs_tick_worker.py`` process run from ``tree``."""
+
+    def __init__(self, tree: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(HERE / "jobs_tick_worker.py")],
+            env=dict(os.environ, PYTHONPATH=str(tree)),
+            cwd=str(tree),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def tick(self, shape: bool = False) -> dict:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write("tick shape\n" if shape else "tick\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.write("quit\n")
+            self.process.stdin.close()
+        self.process.wait(timeout=30)
 
 
 def main() -> int:
@@ -73,22 +102,28 @@ def main() -> int:
         raise SystemExit("needs root: it makes cgroups and reads other processes' environments")
     load_start = os.getloadavg()
     bench = BenchJobs(args.jobs)
+    before_tree = Path(tempfile.mkdtemp(prefix="jobs-before-"))
+    workers: dict[str, Worker] = {}
     try:
         bench.open()
-        samplers = {"before": sampler_at(args.before)(Roots()), "after": JobsSampler(Roots())}
-        first = {name: tick([sampler])[2] for name, sampler in samplers.items()}
-        if shape(first["before"]) != shape(first["after"]):
+        workers["before"] = Worker(unpack(args.before, before_tree))
+        workers["after"] = Worker(REPO)
+        first = {name: worker.tick(shape=True)["shape"] for name, worker in workers.items()}
+        if first["before"] != first["after"]:
             raise SystemExit("before and after sample different points: not comparable")
-        reported = {p.tags["job_id"] for p in first["after"]} & set(bench.job_ids)
+        reported = {dict(tags)["job_id"] for _, tags, _ in first["after"]} & set(bench.job_ids)
         if len(reported) != args.jobs:
             raise SystemExit(f"{len(reported)} of the {args.jobs} bench jobs reported")
-        cpus: dict[str, list[float]] = {name: [] for name in samplers}
+        cpus: dict[str, list[float]] = {name: [] for name in workers}
         for round_number in range(args.ticks):
-            order = list(samplers) if round_number % 2 == 0 else list(reversed(samplers))
+            order = list(workers) if round_number % 2 == 0 else list(reversed(workers))
             for name in order:
-                cpus[name].append(tick([samplers[name]])[0])
+                cpus[name].append(workers[name].tick()["cpu"])
     finally:
+        for worker in workers.values():
+            worker.close()
         bench.close()
+        shutil.rmtree(before_tree, ignore_errors=True)
     load_end = os.getloadavg()
     rows = {
         name: {
@@ -101,7 +136,8 @@ def main() -> int:
         "jobs": args.jobs,
         "ticks": args.ticks,
         "before_revision": args.before,
-        "cpus": os.cpu_count(),
+        "machine": machine(),
+        "python": platform.python_version(),
         "load_average_start": load_start,
         "load_average_end": load_end,
         "variants": rows,

@@ -84,3 +84,14 @@ def test_the_bytes_fast_path_agrees_with_parse_stat():
     assert procfs.stat_name(data) == stat.command.encode()
     with pytest.raises(ValueError):
         procfs.pid_stat_counters(b"42 (cut) R 1 2")
+
+
+def test_the_io_bytes_fast_path_agrees_with_parse_io():
+    data = Path("/proc/self/io").read_bytes()
+    io = procfs.parse_io(data.decode())
+    assert procfs.pid_io_counters(data) == (io.read_bytes, io.write_bytes)
+    # cancelled_write_bytes is not write_bytes, wherever the lines are
+    text = b"read_bytes: 5\ncancelled_write_bytes: 99\nwrite_bytes: 7"
+    assert procfs.pid_io_counters(text) == (5, 7)
+    with pytest.raises(ValueError, match="no read_bytes"):
+        procfs.pid_io_counters(b"rchar: 1\nwchar: 2\n")  # no task I/O accounting
