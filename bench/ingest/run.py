@@ -180,6 +180,12 @@ def process_cpu_seconds(pid: int) -> float:
     return total
 
 
+def own_cpu_seconds(pid: int) -> float:
+    """CPU time of the process alone (not its children)."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
 def send_all(port: int, bodies: list[bytes], senders: int) -> float:
     """Send every body, ``senders`` at a time; seconds from first request to last 204."""
     next_body = iter(range(len(bodies)))
@@ -225,6 +231,9 @@ class Result:
     samples_per_s_with_compaction: float | None = None
     # a collector forwarding to victoria-metrics: that one's CPU, in server_cpu_s too
     backend_cpu_s: float | None = None
+    # the collector's own process, without its parse workers: the one writer's share
+    main_cpu_s: float | None = None
+    requests: int = 0
 
 
 # run in the collector's own tree: compaction timed, and one series counted, as JSON
@@ -282,9 +291,11 @@ def run_collector(
         send_all(port, [b"warmup,host=w v=1 1"] * 4, 1)
         time.sleep(3)
         cpu_before = process_cpu_seconds(proc.pid)
+        main_before = own_cpu_seconds(proc.pid)
         vm_before = process_cpu_seconds(vm.pid) if vm else 0.0
         elapsed = send_all(port, bodies, senders)
         cpu = process_cpu_seconds(proc.pid) - cpu_before
+        main_cpu = own_cpu_seconds(proc.pid) - main_before
         if vm is not None:
             backend_cpu = process_cpu_seconds(vm.pid) - vm_before
             cpu += backend_cpu
@@ -299,7 +310,7 @@ def run_collector(
     if into_vm:
         return Result(
             name, round_no, elapsed, lines / elapsed, samples / elapsed, cpu,
-            backend_cpu_s=backend_cpu,
+            backend_cpu_s=backend_cpu, main_cpu_s=main_cpu, requests=len(bodies),
         )  # fmt: skip
     done = subprocess.run(
         [
@@ -328,6 +339,8 @@ def run_collector(
         cpu,
         compact_s,
         samples / (elapsed + compact_s),
+        main_cpu_s=main_cpu,
+        requests=len(bodies),
     )
 
 
@@ -479,10 +492,16 @@ def main() -> int:
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             results.append(result)
+            main = ""
+            if result.main_cpu_s is not None:
+                per_request = 1e3 * result.main_cpu_s / result.requests
+                main = (
+                    f" (its own process {result.main_cpu_s:.1f} s: {per_request:.2f} ms a request)"
+                )
             console.print(
                 f"round {round_no} {result.server}: {result.lines_per_s:,.0f} lines/s, "
                 f"{result.samples_per_s:,.0f} samples/s, {result.seconds:.2f} s, "
-                f"server CPU {result.server_cpu_s:.1f} s"
+                f"server CPU {result.server_cpu_s:.1f} s{main}"
             )
 
     table = Table(title="ingest throughput, best round of each")
