@@ -25,9 +25,17 @@ demo: env frameworks
 		$(PY) -m workloads dataset make $(DEMO_DATA_ARGS) --out $(DEMO_DATA)
 	$(PY) -m workloads run $(DEMO_RUN_ARGS)
 
+# Everything (its time on 2 cores: docs/performance.md): ruff; every test not
+# marked serial in TEST_WORKERS pytest-xdist workers, a file's tests on one worker in order
+# (most tests wait on servers, processes and timeouts, so workers gain even on 2 cores);
+# then the serial ones alone (tests/conftest.py SERIAL: Slurm, sshd and Ansible, network
+# namespaces, cgroups, what measures the machine); then the scenarios, on a quiet machine.
+TEST_WORKERS ?= 4
+
 test: env frameworks system-packages user-torch-env dlio-env
 	$(PY) -m ruff check .
-	$(PY) -m pytest --ignore=tests/scenarios
+	$(PY) -m pytest --ignore=tests/scenarios -m "not serial" -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest --ignore=tests/scenarios -m serial
 	$(MAKE) --no-print-directory scenarios
 
 # The fast loop: ruff and the in-process tests (tests/unit: no ML frameworks, no Debian

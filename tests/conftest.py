@@ -33,8 +33,61 @@ def repo_env() -> dict[str, str]:
 TIERS = ("unit", "integration", "system", "scenarios")
 
 
-def pytest_collection_modifyitems(items) -> None:
+# Files whose tests cannot share the machine with other tests: `make test` runs the rest
+# with several pytest-xdist workers (`-m "not serial" -n N --dist loadfile`, so one file's
+# tests stay on one worker, in order), then these alone (`-m serial`). Each says why; a test
+# that starts only its own servers on free loopback ports and writes only under tmp_path
+# needs no entry.
+SERIAL = {
+    # one node-wide thing each: Slurm's slurmctld and slurmd, sshd driven by Ansible,
+    # network namespaces with tc on their links
+    "tests/system/test_slurm_real.py": "a real Slurm; sees every job on the node",
+    "tests/system/test_slurm_one_node.py": "a real Slurm",
+    "tests/system/test_slurm_stepd_killed.py": "a real Slurm, its job cgroups",
+    "tests/system/test_slurm_summary_delay.py": "a real Slurm",
+    "tests/system/test_slurm_zerotouch.py": "a real Slurm with the TaskProlog",
+    "tests/system/test_ansible_agents_alone.py": "sshd and Ansible",
+    "tests/system/test_ansible_collector_tls.py": "sshd and Ansible",
+    "tests/system/test_ansible_deploy.py": "sshd and Ansible",
+    "tests/system/test_ansible_harness.py": "sshd and Ansible",
+    "tests/system/test_ansible_prometheus_rules.py": "sshd and Ansible",
+    "tests/system/test_ansible_scoped_tokens.py": "sshd and Ansible",
+    "tests/system/test_ansible_slurm_hooks.py": "sshd and Ansible",
+    "tests/system/test_ansible_tls.py": "sshd and Ansible",
+    "tests/system/test_ansible_units.py": "sshd and Ansible",
+    "tests/system/test_workloads_hosts.py": "sshd on 127.0.0.2",
+    "tests/system/test_agent_push_every_host.py": "network namespaces, sshd, fixed ports",
+    "tests/system/test_cluster_netns.py": "network namespaces, tc, sshd, fixed ports",
+    "tests/system/test_ceilings_peer.py": "network namespaces and a tc rate measured",
+    "tests/system/test_docs_commands.py": "runs every documented command as written",
+    # real cgroups, the node's page cache, /proc read whole
+    "tests/integration/test_ceilings_cgroups.py": "a CPU quota's decode rate measured",
+    "tests/integration/test_rank_memory_limit.py": "a real cgroup v1 memory group",
+    "tests/integration/test_jobs_gpu.py": "real cgroup v1 job directories",
+    "tests/integration/test_sampler_jobs.py": "live cgroups and /proc as jobs",
+    "tests/integration/test_sampler_jobs_cached.py": "live cgroup v1 job groups",
+    "tests/integration/test_sampler_processes.py": "live /proc and a cgroup v1 group",
+    "tests/integration/test_sampler_memory.py": "drops the whole node's page cache",
+    "tests/integration/test_edges_real_io.py": "device-wide disk reads and Cached",
+    # what is measured is the machine's: memory, CPU time, rates
+    "tests/integration/test_collector_memory.py": "a server's RSS measured",
+    "tests/system/test_promtool.py": "CPU modes' rates summed to the CPU count",
+    "tests/system/test_workloads_frameworks.py": "1 against 2 processes' images/s",
+    "tests/system/test_dlio_crosscheck.py": "AU within 2 points of DLIO's sleeps",
+}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    # under pytest-xdist a worker has workerinput: a serial test there would share the machine
+    on_worker = hasattr(config, "workerinput")
     for item in items:
-        parts = Path(str(item.fspath)).relative_to(REPO_ROOT).parts
+        path = Path(str(item.fspath)).relative_to(REPO_ROOT)
+        parts = path.parts
         if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS:
             item.add_marker(parts[1])
+        why = SERIAL.get(path.as_posix())
+        if why is not None:
+            item.add_marker(pytest.mark.serial)
+            if on_worker:
+                reason = f"serial ({why}): run it alone, `pytest -m serial` without -n"
+                item.add_marker(pytest.mark.skip(reason=reason))
