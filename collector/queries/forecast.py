@@ -2,8 +2,9 @@
 read API's ``forecast`` answers and the dashboard's scaling page draws (docs/forecast.md).
 
 Every figure in it is a forecast: ``label`` and ``forecast_error`` (the error measured on
-real runs, ``collector.analysis.forecast.VALIDATION``) go with it, and every row carries
-``"forecast": true``; ``measured`` holds what the run itself measured, apart.
+real runs forecasting from a run of that size, ``collector.analysis.forecast.validation_for``)
+go with it, and every row carries ``"forecast": true``; ``measured`` holds what the run
+itself measured, apart.
 """
 
 from __future__ import annotations
@@ -12,15 +13,21 @@ from typing import Any
 
 from collector.analysis.epochs import build_report
 from collector.analysis.forecast import (
-    VALIDATION,
+    ForecastError,
     forecast,
     measured_run,
     requirements,
+    validation_for,
     what_if,
 )
 from collector.store.api import ReadStore
 
-FORECAST_LABEL = f"FORECAST (modelled, not measured; {VALIDATION.text()}; docs/forecast.md)"
+
+def forecast_label(error: ForecastError) -> str:
+    """The line every forecast goes under: FORECAST and the error measured on real runs."""
+    return f"FORECAST (modelled, not measured; {error.text()}; docs/forecast.md)"
+
+
 DASHBOARD_SIZES = (2, 4, 8, 16)
 
 
@@ -54,10 +61,11 @@ def forecast_answer(
         storage_from_ceilings=storage_from_ceilings,
     )
     rows = forecast(run, list(nodes), gpus_per_node)
+    error = validation_for(run.nodes)
     return {
         "run_id": run.run_id,
-        "label": FORECAST_LABEL,
-        "forecast_error": VALIDATION.to_dict(),
+        "label": forecast_label(error),
+        "forecast_error": error.to_dict(),
         "measured": {
             "nodes": run.nodes,
             "gpus_per_node": run.gpus_per_node,
@@ -102,9 +110,10 @@ def dashboard_forecast(store: ReadStore, run_id: str) -> dict[str, Any] | None:
     except NoSuchRun:
         return None
     except ValueError as error:
+        validated = validation_for(1)  # only a 1-node run lacks what a forecast needs
         return {
             "run_id": run_id,
-            "label": FORECAST_LABEL,
-            "forecast_error": VALIDATION.to_dict(),
+            "label": forecast_label(validated),
+            "forecast_error": validated.to_dict(),
             "error": str(error),
         }
