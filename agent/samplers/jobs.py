@@ -557,7 +557,7 @@ class JobsSampler:
         self._proc = roots.proc
         self._cgroup = roots.cgroup_root
         self._users = users
-        self._user_names: dict[int, str | None] = {}  # looked up once per uid
+        self._user_names: dict[int, str] = {}  # looked up once per uid
         self._budget = budget or FileBudget()
         self._seen: Seen | None = None  # the last scan's directories; None: scan again
         self._cgroups: dict[str, JobFiles] = {}  # every job directory the scan found
@@ -641,9 +641,12 @@ class JobsSampler:
         usage.update(self._process_io(pids, state))
         if state.environment is None:
             state.environment = self._environment(job.job_id, tasks or pids)
-        if state.info is None or state.environment is None or state.uid is None:
-            state.info = self._info(job, state, tasks or pids)
-        tags, gpu_fields = state.info
+        info = state.info
+        if info is None or state.environment is None or Tag.USER not in info[0]:
+            # built again until the job's user is known (its environment read, its uid's
+            # name resolved), then kept: none of it changes during the job
+            state.info = info = self._info(job, state, tasks or pids)
+        tags, gpu_fields = info
         return usage, (dict(tags), {JobInfo.INFO: 1.0, **limits, **gpu_fields})
 
     def _info(
@@ -677,9 +680,15 @@ class JobsSampler:
         return tags, fields
 
     def _user_name(self, uid: int) -> str | None:
-        if uid not in self._user_names:
-            self._user_names[uid] = self._users(uid)
-        return self._user_names[uid]
+        """The name of ``uid``, looked up once (one that does not resolve is looked up
+        again next time: a directory service may know it later), as the processes
+        sampler does."""
+        name = self._user_names.get(uid)
+        if name is None:
+            name = self._users(uid)
+            if name is not None:
+                self._user_names[uid] = name
+        return name
 
     def _pid_files(self, pid: int, state: _JobState) -> tuple[ProcFile, ProcFile]:
         files = state.pid_files.get(pid)

@@ -388,9 +388,8 @@ class ProcessesSampler:
             if fd != process.io_fd:
                 os.close(fd)
         try:
-            io = procfs.parse_io(data.decode(errors="replace"))
-            return io.read_bytes, io.write_bytes
-        except (ValueError, KeyError):
+            return procfs.pid_io_counters(data)
+        except ValueError:
             return None
 
     def _point(
