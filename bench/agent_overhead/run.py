@@ -36,6 +36,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT))
+
+from contract import procfs  # noqa: E402 (the one /proc parser)
+
 NODE_EXPORTER = Path("/usr/bin/prometheus-node-exporter")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Issue #17: CPU per sample against node_exporter's, per case.
@@ -51,10 +55,7 @@ def free_port() -> int:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, all threads, in seconds."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    # After "pid (comm) ": field 3 (state) is fields[0], so utime (14) is fields[11].
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return procfs.parse_stat(Path(f"/proc/{pid}/stat").read_text()).ticks / CLOCK_TICKS
 
 
 def rss_bytes(pid: int) -> int:

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.side_by_side import interleaved, load_average, spread, take_priority  # noqa: E402
+from contract import procfs  # noqa: E402 (the one /proc parser)
 from workloads.launch.local_stack import EmbeddedProfile  # noqa: E402
 from workloads.record.events import AgentEdges  # noqa: E402
 
@@ -40,8 +41,7 @@ TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_SECOND
+    return procfs.parse_stat(Path(f"/proc/{pid}/stat").read_text()).ticks / TICKS_PER_SECOND
 
 
 def percentile(values: list[float], fraction: float) -> float:

@@ -32,15 +32,19 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+from contract import procfs  # noqa: E402 (the one /proc parser)
+
 HEAD = b"POST /api/v2/write?bucket=b HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 10_000
 
 
 def proc_numbers(pid: int) -> dict:
-    stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    stat = procfs.parse_stat(Path(f"/proc/{pid}/stat").read_text())
     status = Path(f"/proc/{pid}/status").read_text()
     return {
-        "cpu_seconds": (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK"),
-        "threads": int(re.search(r"^Threads:\s+(\d+)", status, re.M)[1]),
+        "cpu_seconds": stat.ticks / os.sysconf("SC_CLK_TCK"),
+        "threads": stat.threads,
         "rss_mib": int(re.search(r"^VmRSS:\s+(\d+)", status, re.M)[1]) / 1024,
         "descriptors": len(os.listdir(f"/proc/{pid}/fd")),
     }
