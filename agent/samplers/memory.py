@@ -88,6 +88,27 @@ _VMSTAT_WANTED = re.compile(
 )
 
 
+# meminfo in the kernel's own form ("Key:   value[ kB]" lines): checked in one regex pass
+# and only the keys the sampler reports pulled out (this runs every tick); anything else
+# goes through parse_meminfo, which names each line it skips.
+_MEMINFO_WELL_FORMED = re.compile(r"(?:[A-Za-z0-9_()]+: +[0-9]+(?: kB)?\n)*")
+_MEMINFO_WANTED = re.compile(
+    "^(" + "|".join(map(re.escape, MEMINFO_FIELDS)) + r"): +([0-9]+)( kB)?$", re.MULTILINE
+)
+
+
+def wanted_meminfo(text: str) -> dict[str, int] | None:
+    """The reported keys of a well-formed ``/proc/meminfo`` (bytes, as ``parse_meminfo``
+    gives them), or None when the text is not in the kernel's form or has no MemTotal."""
+    if not _MEMINFO_WELL_FORMED.fullmatch(text):
+        return None
+    values = {
+        key: int(value) * 1024 if kilobytes else int(value)
+        for key, value, kilobytes in _MEMINFO_WANTED.findall(text)
+    }
+    return values if "MemTotal" in values else None
+
+
 def parse_meminfo(text: str, problems: list[str] | None = None) -> dict[str, int]:
     """``/proc/meminfo`` as {key: value}, "kB" values converted to bytes.
 
@@ -169,6 +190,9 @@ class MemorySampler:
         text = self._meminfo_file.read()
         if text is None:
             return None
+        wanted = wanted_meminfo(text)
+        if wanted is not None:
+            return wanted
         problems: list[str] = []
         try:
             meminfo = parse_meminfo(text, problems)
