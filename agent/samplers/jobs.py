@@ -540,6 +540,8 @@ class _JobState:
         default_factory=dict
     )
     uid: int | None = None  # of the job's processes (v2), once read: it does not change
+    allocation_texts: tuple[str | None, str | None] | None = None  # cpuset, memory limit
+    allocation: dict[str, int | float] = field(default_factory=dict)  # parsed from them
     # the slurm_job tags and GPU fields, once the environment is read (they follow from it
     # and the uid alone)
     info: tuple[dict[str, str], dict[str, int | float]] | None = None
@@ -635,7 +637,10 @@ class JobsSampler:
     ) -> tuple[dict[str, int | float], tuple[dict[str, str], dict[str, int | float]]]:
         job = files.job
         usage = cgroup_usage(job, files.read)
-        limits = cgroup_allocation(job, files.read)
+        texts = allocation_texts(job, files.read)
+        if texts != state.allocation_texts:  # parsed again only when a file changed
+            state.allocation_texts, state.allocation = texts, allocation_fields(*texts)
+        limits = state.allocation
         pids, tasks = files.pids()
         usage[Job.PROCESSES] = float(len(pids))
         usage.update(self._process_io(pids, state))
@@ -872,8 +877,11 @@ def cgroup_usage(job: JobCgroup, read: Reader | None = None) -> dict[str, int | 
 
 def cgroup_allocation(job: JobCgroup, read: Reader | None = None) -> dict[str, int | float]:
     """The ``slurm_job`` fields the cgroup tells: CPUs in its cpuset, its memory limit."""
-    read = read or _read_file(job)
-    fields: dict[str, int | float] = {}
+    return allocation_fields(*allocation_texts(job, read or _read_file(job)))
+
+
+def allocation_texts(job: JobCgroup, read: Reader) -> tuple[str | None, str | None]:
+    """The texts of the job's cpuset and memory limit files (None: not there)."""
     if job.version == 1:
         cpus_text = read("cpuset", "cpuset.cpus") if "cpuset" in job.dirs else None
         limit_text = read("memory", "memory.limit_in_bytes") if "memory" in job.dirs else None
@@ -882,6 +890,12 @@ def cgroup_allocation(job: JobCgroup, read: Reader | None = None) -> dict[str, i
         if cpus_text is None:
             cpus_text = read("", "cpuset.cpus")
         limit_text = read("", "memory.max")
+    return cpus_text, limit_text
+
+
+def allocation_fields(cpus_text: str | None, limit_text: str | None) -> dict[str, int | float]:
+    """:func:`cgroup_allocation`'s fields from :func:`allocation_texts`."""
+    fields: dict[str, int | float] = {}
     cpus = _parse(cpus_text, parse_cpu_list)
     if isinstance(cpus, set) and cpus:
         fields[JobInfo.ALLOCATED_CPUS] = float(len(cpus))
