@@ -45,7 +45,7 @@ def load_average() -> str:
 
 
 def run_command(args: argparse.Namespace) -> None:
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # the runs start in their own folders
     out.mkdir(parents=True, exist_ok=True)
     session = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "cpu": cpu_model(),
                "cores": len(os.sched_getaffinity(0)), "load_start": load_average(),
