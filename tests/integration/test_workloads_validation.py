@@ -1,5 +1,8 @@
-"""``workloads run`` / ``workloads profile`` refuse a --run-id that would leave --runs-dir,
-before anything starts (the real CLI, as a process)."""
+"""``workloads run`` refuses what cannot work before training: a collector URL that cannot
+work (``workloads.cli.main`` in this process: its framework check needs the frameworks), a
+truncated or damaged data set file (the real CLI, as a process); a picture that fails to
+decode mid-run is named. The refusals made while reading the arguments (a --run-id that
+would leave --runs-dir, a misspelt option) are tests/unit/test_command_refusals.py's."""
 
 from __future__ import annotations
 
@@ -11,27 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import run_main
 from tests.support.loopback import free_port
-
-
-@pytest.mark.parametrize(
-    "run_id",
-    ["..", "../escape", "a/../../b", "/tmp/abs", "a/b", "x..y", ".hidden", "-x", "", "a\nb"],
-)
-@pytest.mark.parametrize("command", ["run", "profile"])
-def test_a_run_id_that_is_not_one_plain_name_is_refused_up_front(
-    tmp_path, repo_env, command, run_id
-):
-    runs = tmp_path / "runs"
-    argv = [sys.executable, "-m", "workloads", command, "--runs-dir", str(runs)]
-    argv += [f"--run-id={run_id}"]
-    argv += ["--", sys.executable, "-c", "print('ran')"] if command == "profile" else []
-    result = subprocess.run(argv, capture_output=True, text=True, env=repo_env, timeout=120)
-    assert result.returncode == 2, result.stderr
-    assert "is not a run id" in result.stderr
-    assert "ran" not in result.stdout
-    assert not runs.exists()  # nothing written anywhere
-    assert not (tmp_path / "escape").exists()
+from workloads.cli import main as workloads_main
 
 
 def _unreachable_url() -> str:
@@ -48,17 +33,15 @@ def _unreachable_url() -> str:
         ("unreachable", "cannot reach the collector at http://127.0.0.1:"),
     ],
 )
-def test_a_collector_url_that_cannot_work_is_refused_before_training(
-    tmp_path, repo_env, url, message
-):
+def test_a_collector_url_that_cannot_work_is_refused_before_training(tmp_path, capfd, url, message):
     """Before, ``--collector notaurl`` ended in a ValueError traceback (exit 1) from the
     pre-flight write; every form is now refused with one line and exit 2, nothing trained."""
     url = _unreachable_url() if url == "unreachable" else url
     runs = tmp_path / "runs"
-    argv = [sys.executable, "-m", "workloads", "run", "--framework", "pytorch", "--synthetic"]
+    argv = ["run", "--framework", "pytorch", "--synthetic"]
     argv += ["--batch-size", "2", "--image-size", "32", "--steps-per-epoch", "2"]
     argv += ["--runs-dir", str(runs), "--collector", url]
-    result = subprocess.run(argv, capture_output=True, text=True, env=repo_env, timeout=300)
+    result = run_main(workloads_main, argv, capfd)  # capfd: a started rank's output too
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -162,34 +145,6 @@ def test_a_picture_that_fails_to_decode_mid_run_is_named(datasets, tmp_path, rep
     result = run_on(data_dir, "pytorch", tmp_path / "runs", repo_env)
     assert result.returncode != 0
     assert f"{victim}: cannot decode this picture" in result.stdout + result.stderr
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["workloads", "run", "--framwork", "pytorch", "--synthetic"],
-         "workloads run: unknown option --framwork: did you mean --framework?"),
-        (["workloads", "run", "--framework", "pytorch", "--synthetic", "--epohcs=2"],
-         "workloads run: unknown option --epohcs: did you mean --epochs?"),
-        (["workloads", "profile", "--colector", "http://x", "--", "python", "-c", "1"],
-         "workloads profile: unknown option --colector: did you mean --collector?"),
-        (["workloads", "resend", "--spol", "s", "--collector", "http://x"],
-         "workloads resend: unknown option --spol: did you mean --spool?"),
-        (["collector", "report", "r1", "--fromat", "json"],
-         "collector report: unknown option --fromat: did you mean --format?"),
-        (["collector", "runs", "--zzz"], "collector runs: unknown option --zzz: see"),
-    ],
-    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
-)  # fmt: skip
-def test_a_misspelt_option_is_named_with_the_nearest_known_one(repo_env, argv, message):
-    """One line and exit 2, not the whole usage and the `required` options it hid."""
-    result = subprocess.run(
-        [sys.executable, "-m", *argv], capture_output=True, text=True, env=repo_env, timeout=120
-    )
-    assert result.returncode == 2
-    assert result.stderr.startswith(message), result.stderr
-    assert len(result.stderr.splitlines()) == 1 and "usage" not in result.stderr
-    assert "required" not in result.stderr and result.stdout == ""
 
 
 def test_a_reader_that_goes_away_ends_a_workloads_command_quietly(repo_env, tmp_path):

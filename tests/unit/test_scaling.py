@@ -4,8 +4,7 @@ stored runs grouped and compared against their 1-GPU baseline."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -18,27 +17,24 @@ from collector.analysis.scaling import (
     time_to_accuracy,
 )
 from collector.analysis.throughput import rank_epoch_work, run_throughput
+from collector.cli import main as collector_main
 from contract.point import Point
 from contract.schema import Event, RunState, Tag, Workload
 from contract.units import whole_percent
+from tests.support.cli import Ran, run_main
 from tests.support.memory_store import MemoryStore
 from tests.support.run_builder import NS, T0_NS, RunBuilder
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
 
 
-def collector(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "collector", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+@pytest.fixture
+def collector(capsys) -> Callable[..., Ran]:
+    """``collector ARGS`` run in this process (tests/support/cli.py): its status and output."""
+    return lambda *args: run_main(collector_main, args, capsys)
 
 
-def test_published_c4130_p100_figures_97_and_92_percent(repo_env):
+def test_published_c4130_p100_figures_97_and_92_percent(collector):
     # 001 section 7.2.1: 1099 / (283 x 4) = 1099 / 1132 = 97.08% -> 97%
     #                    2075 / (283 x 8) = 2075 / 2264 = 91.65% -> 92%
     # JSON keeps full precision; only the table rounds
@@ -50,7 +46,6 @@ def test_published_c4130_p100_figures_97_and_92_percent(repo_env):
         "4",
         "--format",
         "json",
-        env=repo_env,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == [
@@ -93,10 +88,8 @@ def test_published_c4140_v100_figures_97_and_90_percent():
     ]
 
 
-def test_table_format_names_intra_and_inter_node(repo_env):
-    result = collector(
-        "scaling", "--throughput", "1:283,4:1099,8:2075", "--gpus-per-node", "4", env=repo_env
-    )
+def test_table_format_names_intra_and_inter_node(collector):
+    result = collector("scaling", "--throughput", "1:283,4:1099,8:2075", "--gpus-per-node", "4")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     row8 = next(line for line in lines if "2,075" in line)
@@ -104,11 +97,11 @@ def test_table_format_names_intra_and_inter_node(repo_env):
     assert "97%" in next(line for line in lines if "1,099" in line)
 
 
-def test_bad_throughput_arguments_exit_2_with_a_clear_message(repo_env):
-    result = collector("scaling", "--throughput", "4:1099,8:2075", env=repo_env)
+def test_bad_throughput_arguments_exit_2_with_a_clear_message(collector):
+    result = collector("scaling", "--throughput", "4:1099,8:2075")
     assert result.returncode == 2
     assert "1-GPU throughput is needed" in result.stderr
-    result = collector("scaling", "--throughput", "1:283,four:1099", env=repo_env)
+    result = collector("scaling", "--throughput", "1:283,four:1099")
     assert result.returncode == 2
     assert "'four:1099' is not GPUS:IMAGES_PER_SECOND" in result.stderr
 
