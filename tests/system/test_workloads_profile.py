@@ -729,8 +729,9 @@ def test_imagenet_example_two_ranks_each_train_their_share(data, runs, launcher)
     jpeg = data("jpeg")
     script = [str(SCRIPTS / "imagenet_train.py"), str(jpeg), "--batch-size", str(BATCH // 2)]
     if launcher == "torchrun":
-        command = [str(USER_VENV / "bin" / "torchrun"), "--nproc-per-node", "2", *script,
-                   "--dist-url", "env://"]  # fmt: skip
+        # a free port, not torchrun's default 29500: other tests' trainings run beside it
+        command = [str(USER_VENV / "bin" / "torchrun"), "--nproc-per-node", "2",
+                   "--master-port", str(spawn_port()), *script, "--dist-url", "env://"]  # fmt: skip
     else:
         # loader workers in the data loaders: none (each would start a fresh interpreter
         # importing torch, under a spawned rank: minutes on 2 cores, and nothing more tested)
