@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import re
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,7 +71,8 @@ def report_command(args: argparse.Namespace) -> None:
     lines = [
         f"# Findings measured like a classifier: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "",
-        f"Machine: {cpu_model()}, {len(os.sched_getaffinity(0))} CPUs seen.",
+        f"Machine: {cpu_model()}, {len(os.sched_getaffinity(0))} CPUs seen, "
+        f"{_os_name()}, Python {sys.version.split()[0]}.",
         "Runs (load average 1/5/15 min at start -> end): "
         + ("; ".join(_session_line(s) for s in sessions) or "none"),
         "",
@@ -90,13 +92,21 @@ def report_command(args: argparse.Namespace) -> None:
     print(text)
     RESULTS.mkdir(exist_ok=True)
     cpu = re.sub(r"[^a-z0-9]+", "-", cpu_model().lower())
-    stem = f"{datetime.now(UTC):%Y-%m-%d}-{cpu}"
-    stem = stem.strip("-")
+    stem = args.name or f"{datetime.now(UTC):%Y-%m-%d}-{cpu}".strip("-")
     (RESULTS / f"{stem}.md").write_text(text)
     runs = [json.loads(p.read_text()) for p in sorted(out.glob("*/r*/result.json"))]
     record = {"sessions": sessions, "scores": scores_json(scores), "runs": runs}
     (RESULTS / f"{stem}.json").write_text(json.dumps(record, indent=1))
     print(f"written: {RESULTS / stem}.md, .json")
+
+
+def _os_name() -> str:
+    release = Path("/etc/os-release")
+    if release.exists():
+        for line in release.read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.partition("=")[2].strip('"')
+    return "an unknown OS"
 
 
 def _session_line(session: dict) -> str:
@@ -121,6 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     run.set_defaults(handler=run_command)
     report = commands.add_parser("report", help="score the runs under --out per rule")
     report.add_argument("--out", default=str(DEFAULT_OUT))
+    report.add_argument(
+        "--name", help="the results files' name under results/ (default <date>-<cpu>)"
+    )
     report.set_defaults(handler=report_command)
     args = parser.parse_args(argv)
     args.handler(args)
