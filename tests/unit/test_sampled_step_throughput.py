@@ -10,10 +10,13 @@ throughput."""
 from __future__ import annotations
 
 import math
+import random
 
+import numpy as np
 import pytest
 
 from collector.queries import query
+from collector.queries.timeseries import rank_step_spans
 from contract.schema import Event, Workload
 from contract.throughput import SampledStep, sampled_step_spans
 from tests.support.run_builder import NS, RunBuilder
@@ -73,3 +76,41 @@ def test_each_event_stands_for_the_steps_since_the_previous_one():
     # without step numbers (older events): each event is its own step
     plain = [SampledStep(5 * NS, 32, 2.0, 1, math.nan)]
     assert sampled_step_spans(plain) == [(3 * NS, 5 * NS, 32)]
+
+
+def _rank_events(seed: int, count: int) -> list[SampledStep]:
+    """One rank's step events in time order, with what real ones hold and what they may
+    lack: epochs changing, steps sent every few steps or repeated, NaN step numbers (older
+    events), zero, negative and NaN seconds, NaN images."""
+    rng = random.Random(seed)
+    events, time_ns, step, epoch = [], 0, 0.0, 1.0
+    for _ in range(count):
+        time_ns += rng.choice([0, 1, rng.randrange(1, 30 * NS)])
+        if rng.random() < 0.1:
+            epoch += 1
+        step += rng.choice([0, 1, 5, 10, 10, 10, -3])
+        events.append(
+            SampledStep(
+                time_ns,
+                rng.choice([32.0, 32.0, 64.0, math.nan]),
+                rng.choice([0.5, 1.25, 0.0, -1.0, math.nan]),
+                epoch,
+                step if rng.random() > 0.1 else math.nan,
+            )
+        )
+    return events
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_run_pages_array_twin_gives_the_rules_floats(seed):
+    # collector.queries.timeseries.rank_step_spans computes the rule over numpy arrays for
+    # the run page: every float must be the rule's own, not merely close
+    events = _rank_events(seed, count=[0, 1, 2, 3, 50, 400][seed % 6])
+    expected = sampled_step_spans(events)
+    columns = [
+        np.array([getattr(e, name) for e in events], dtype=np.float64)
+        for name in ("time_ns", "images", "seconds", "epoch", "step")
+    ]
+    begin, end, images = rank_step_spans(*columns)
+    got = list(zip(begin.tolist(), end.tolist(), images.tolist(), strict=True))
+    assert got == [tuple(float(v) for v in span) for span in expected]
