@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -155,6 +156,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=6, help="steps per epoch")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--keep", action="store_true", help="keep the logs and the store")
     args = parser.parse_args()
     why_not = netns.missing()
     if why_not:
@@ -179,61 +181,68 @@ def main() -> int:
     base.chmod(0o755)
     measured: dict[str, dict] = {}
     rows = []
-    with netns.NetnsCluster(hosts, base) as cluster:
-        bench = Bench(cluster, base, args)
-        bench.start_services()
-        one_host = f"fc-{tag}-1h"
-        cluster.shape(None)
-        seconds = bench.train(one_host, 1)
-        own = bench.forecast(one_host, [1])["measured"]
-        measured[one_host] = own | {"wall_seconds": seconds, "load": load()}
-        print(f"1 host: {own['images_per_second']:.2f} images/s ({seconds:.0f} s, load "
-              f"{load()})", flush=True)  # fmt: skip
-        for rate in rates:
-            cluster.shape(rate)
-            link_gbps = cluster.payload_bytes_per_second() * 8 / 1e9
-            runs = {1: one_host}
-            for size in sizes[1:]:
-                run_id = f"fc-{tag}-{rate:g}m-{size}h"
-                seconds = bench.train(run_id, size)
-                own = bench.forecast(run_id, [size])["measured"]
-                measured[run_id] = own | {"wall_seconds": seconds, "load": load(),
-                                          "rate_mbit": rate}  # fmt: skip
-                runs[size] = run_id
-                print(f"{rate:g} Mbit/s, {size} hosts: {own['images_per_second']:.2f} images/s"
-                      f" ({seconds:.0f} s, load {load()})", flush=True)  # fmt: skip
-            baseline = measured[one_host]["images_per_second"]
-            for source in SOURCES:
-                extra = []
-                if source == 1:
-                    extra = ["--gradient-mb", str(args.gradient_mb), "--link-gbps",
-                             f"{link_gbps:.6f}"]  # fmt: skip
-                answer = bench.forecast(runs[source], list(HELD_OUT), *extra)
-                for row in answer["forecast"]:
-                    actual = measured[runs[row["nodes"]]]["images_per_second"]
-                    row_out = {
-                        "rate_mbit": rate,
-                        "source_hosts": source,
-                        "hosts": row["nodes"],
-                        "forecast_images_per_second": row["images_per_second"],
-                        "measured_images_per_second": actual,
-                        "images_per_second_error": row["images_per_second"] / actual - 1,
-                        "forecast_efficiency": row["images_per_second"] / (row["nodes"] * baseline),
-                        "measured_efficiency": actual / (row["nodes"] * baseline),
-                        "forecast_bound": row["bound"],
-                        "forecast_allreduce_seconds": row["allreduce"],
-                        "link_source": answer["measured"]["link_source"],
-                        "gradient_source": answer["measured"]["gradient_source"],
-                        "link_bytes_per_second": answer["measured"]["link_bytes_per_second"],
-                        "gradient_bytes": answer["measured"]["gradient_bytes"],
-                    }
-                    row_out["efficiency_error_points"] = 100 * (
-                        row_out["forecast_efficiency"] - row_out["measured_efficiency"]
-                    )
-                    rows.append(row_out)
-                    print(f"  from {source} host(s) to {row['nodes']}: forecast "
-                          f"{row['images_per_second']:.2f}, measured {actual:.2f} images/s, "
-                          f"{row_out['images_per_second_error']:+.1%}", flush=True)  # fmt: skip
+    try:
+        with netns.NetnsCluster(hosts, base) as cluster:
+            bench = Bench(cluster, base, args)
+            bench.start_services()
+            one_host = f"fc-{tag}-1h"
+            cluster.shape(None)
+            seconds = bench.train(one_host, 1)
+            own = bench.forecast(one_host, [1])["measured"]
+            measured[one_host] = own | {"wall_seconds": seconds, "load": load()}
+            print(f"1 host: {own['images_per_second']:.2f} images/s ({seconds:.0f} s, load "
+                  f"{load()})", flush=True)  # fmt: skip
+            for rate in rates:
+                cluster.shape(rate)
+                link_gbps = cluster.payload_bytes_per_second() * 8 / 1e9
+                runs = {1: one_host}
+                for size in sizes[1:]:
+                    run_id = f"fc-{tag}-{rate:g}m-{size}h"
+                    seconds = bench.train(run_id, size)
+                    own = bench.forecast(run_id, [size])["measured"]
+                    measured[run_id] = own | {"wall_seconds": seconds, "load": load(),
+                                              "rate_mbit": rate}  # fmt: skip
+                    runs[size] = run_id
+                    print(f"{rate:g} Mbit/s, {size} hosts: {own['images_per_second']:.2f} images/s"
+                          f" ({seconds:.0f} s, load {load()})", flush=True)  # fmt: skip
+                baseline = measured[one_host]["images_per_second"]
+                for source in SOURCES:
+                    extra = []
+                    if source == 1:
+                        extra = ["--gradient-mb", str(args.gradient_mb), "--link-gbps",
+                                 f"{link_gbps:.6f}"]  # fmt: skip
+                    answer = bench.forecast(runs[source], list(HELD_OUT), *extra)
+                    for row in answer["forecast"]:
+                        actual = measured[runs[row["nodes"]]]["images_per_second"]
+                        row_out = {
+                            "rate_mbit": rate,
+                            "source_hosts": source,
+                            "hosts": row["nodes"],
+                            "forecast_images_per_second": row["images_per_second"],
+                            "measured_images_per_second": actual,
+                            "images_per_second_error": row["images_per_second"] / actual - 1,
+                            "forecast_efficiency": row["images_per_second"]
+                            / (row["nodes"] * baseline),
+                            "measured_efficiency": actual / (row["nodes"] * baseline),
+                            "forecast_bound": row["bound"],
+                            "forecast_allreduce_seconds": row["allreduce"],
+                            "link_source": answer["measured"]["link_source"],
+                            "gradient_source": answer["measured"]["gradient_source"],
+                            "link_bytes_per_second": answer["measured"]["link_bytes_per_second"],
+                            "gradient_bytes": answer["measured"]["gradient_bytes"],
+                        }
+                        row_out["efficiency_error_points"] = 100 * (
+                            row_out["forecast_efficiency"] - row_out["measured_efficiency"]
+                        )
+                        rows.append(row_out)
+                        print(f"  from {source} host(s) to {row['nodes']}: forecast "
+                              f"{row['images_per_second']:.2f}, measured {actual:.2f} images/s, "
+                              f"{row_out['images_per_second_error']:+.1%}", flush=True)  # fmt: skip
+    finally:
+        if args.keep:
+            print(f"logs and the store kept in {base}", flush=True)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
     errors = [abs(r["images_per_second_error"]) for r in rows]
     session["load_at_end"] = load()
     summary = {
