@@ -15,7 +15,14 @@ every variant alike), and prints each variant's median milliseconds:
 - ``no shapes`` / ``no annotations``: without the epochs' shading / the panels' titles;
 - ``solid lines`` / ``lines 1 px`` / ``no hover template`` / ``no legend groups``: each
   trace without its dash pattern, with a 1 px line instead of 1.6 px, hovered by name
-  instead of its template, outside its host's legend group.
+  instead of its template, outside its host's legend group;
+- with ``--webgl`` (the page's plotly.js replaced by plotly.py's full bundle of the same
+  version, which has WebGL traces; every variant then draws with it): ``scattergl``, every
+  trace drawn by WebGL (in the tests' headless Chromium: SwiftShader, on the CPU), and
+  ``one trace per series``, the hosts of each panel's series joined into one trace (gaps
+  between hosts; one colour: what SVG's one line colour per trace leaves), as lines
+  (``... lines``), as markers coloured per point by host (``... markers``) and as such
+  markers drawn by WebGL (``... markers gl``).
 
 Timed until ``newPlot``'s promise resolves (plotly.js's work), or with ``--painted`` until
 two animation frames later (the frame that shows it: style, layout and paint too).
@@ -57,6 +64,12 @@ VARIANTS: dict[str, dict[str, object]] = {
     "no hover template": {"no_hover_template": True},
     "no legend groups": {"no_legend_groups": True},
 }
+WEBGL_VARIANTS: dict[str, dict[str, object]] = {
+    "scattergl": {"gl": True},
+    "one trace per series lines": {"merge": "lines"},
+    "one trace per series markers": {"merge": "markers"},
+    "one trace per series markers gl": {"merge": "markers", "gl": True},
+}
 DRAW = f"""
 const done = arguments[arguments.length - 1];
 const variant = arguments[0];
@@ -75,6 +88,33 @@ data.forEach(t => {{
     if (variant.no_hover_template) {{ delete t.hovertemplate; t.hoverinfo = 'y+name'; }}
     if (variant.no_legend_groups) delete t.legendgroup;
 }});
+if (variant.merge) {{
+    // one trace per (axes, dash): the hosts of a panel's series end to end, x in ms
+    const groups = new Map();
+    data.forEach(t => {{
+        const key = [t.xaxis, t.yaxis, t.line && t.line.dash, t.x ? 'x' : 'dx'].join('|');
+        if (!groups.has(key)) groups.set(key, []);
+        groups.get(key).push(t);
+    }});
+    data = Array.from(groups.values(), traces => {{
+        const x = [], y = [], colour = [];
+        traces.forEach(t => {{
+            const start = t.x ? null : Date.parse(t.x0.replace(' ', 'T') + 'Z');
+            t.y.forEach((v, i) => {{
+                x.push(t.x ? t.x[i] : start + i * t.dx);
+                y.push(v);
+                colour.push(t.line.color);
+            }});
+            x.push(null); y.push(null); colour.push(t.line.color);
+        }});
+        const merged = {{type: 'scatter', x, y, xaxis: traces[0].xaxis,
+                         yaxis: traces[0].yaxis, hovertemplate: traces[0].hovertemplate}};
+        if (variant.merge === 'lines') {{ merged.mode = 'lines'; merged.line = traces[0].line; }}
+        else {{ merged.mode = 'markers'; merged.marker = {{color: colour, size: 3}}; }}
+        return merged;
+    }});
+}}
+if (variant.gl) data.forEach(t => {{ t.type = 'scattergl'; }});
 const div = document.createElement('div');
 div.style.width = '1200px';
 document.body.appendChild(div);
@@ -91,13 +131,26 @@ Plotly.newPlot(div, data, layout, {{displayModeBar: false}}).then(() => {{
 }});
 """
 
+WEBGL_RENDERER = """
+const gl = document.createElement('canvas').getContext('webgl');
+if (!gl) return 'none';
+const info = gl.getExtension('WEBGL_debug_renderer_info');
+return info ? gl.getParameter(info.UNMASKED_RENDERER_WEBGL) : 'unnamed';
+"""
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=DEFAULT_DB)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--painted", action="store_true", help="time until the frame is painted")
+    parser.add_argument(
+        "--webgl",
+        action="store_true",
+        help="plotly.py's full bundle; adds the WebGL and one-trace-per-series variants",
+    )
     args = parser.parse_args()
+    variants = {**VARIANTS, **(WEBGL_VARIANTS if args.webgl else {})}
     if not args.db.exists():
         print(f"building {args.db} (8 hosts x 3 h) ...")
         make_store.build(args.db)
@@ -106,7 +159,7 @@ def main() -> int:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     driver = chrome_driver()
     driver.set_script_timeout(120)
-    spent: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    spent: dict[str, list[float]] = {name: [] for name in variants}
     try:
         driver.get(f"http://127.0.0.1:{server.server_port}/runs/{make_store.RUN_ID}")
         deadline = time.monotonic() + 120
@@ -114,9 +167,14 @@ def main() -> int:
             if time.monotonic() > deadline:
                 raise TimeoutError("the run page was not drawn in 120 s")
             time.sleep(0.1)
+        if args.webgl:  # the same plotly.js version, with every trace type
+            from plotly.offline import get_plotlyjs
+
+            driver.execute_script(get_plotlyjs() + "\n;window.Plotly = Plotly;")
+            print("WebGL renderer:", driver.execute_script(WEBGL_RENDERER))
         driver.execute_async_script(DRAW, {})  # (a first draw warms plotly.js up)
         for _ in range(args.rounds):
-            for name, variant in VARIANTS.items():
+            for name, variant in variants.items():
                 spent[name].append(
                     driver.execute_async_script(DRAW, {**variant, "painted": args.painted})
                 )
