@@ -167,7 +167,6 @@ class Callbacks:
         app.callback(
             Output(ids.FORECAST_BODY, "children"),
             Input(ids.FORECAST_RUN, "value"),
-            prevent_initial_call=True,
         )(self.select_forecast_run)
         app.callback(
             Output(ids.FINDINGS_BODY, "children"),
@@ -196,9 +195,10 @@ class Callbacks:
         if pathname.rstrip("/") == "/scaling":
             rows = self.source.scaling()
             wanted = parse_qs((search or "").lstrip("?")).get("forecast", [None])[0]
+            # the forecast comes by its own callback (select_forecast_run, called when the
+            # page comes): building the run's report must not hold the page back
             run_id = wanted or pages.forecast_run_default(rows)
-            view = self.source.forecast(run_id) if run_id else None
-            return pages.scaling_page(rows, run_id, view), nav
+            return pages.scaling_page(rows, run_id), nav
         if pathname.rstrip("/") == "/findings":
             runs = self.source.runs()
             wanted = parse_qs((search or "").lstrip("?")).get("run", [None])[0]

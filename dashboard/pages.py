@@ -806,11 +806,7 @@ def forecast_run_default(rows: list[dict[str, Any]]) -> str | None:
     return max(rows, key=lambda row: row.get("nodes") or 0)["run_id"]
 
 
-def scaling_page(
-    rows: list[dict[str, Any]],
-    forecast_run: str | None = None,
-    forecast_view: dict[str, Any] | None = None,
-) -> html.Div:
+def scaling_page(rows: list[dict[str, Any]], forecast_run: str | None = None) -> html.Div:
     options = [
         {
             "label": f"{row['run_id']}  ({figures.group_label(row)}, {gpus_text(row['gpus'])})",
@@ -841,7 +837,7 @@ def scaling_page(
                 style=accuracy_style(rows),
             ),
             html.Div(scaling_table(rows), id=ids.SCALING_TABLE),
-            forecast_section([row["run_id"] for row in rows], forecast_run, forecast_view),
+            forecast_section([row["run_id"] for row in rows], forecast_run),
         ]
     )
 
@@ -1236,7 +1232,13 @@ def forecast_body(view: dict[str, Any] | None) -> html.Div:
     )
 
 
-def forecast_section(runs: list[str], run_id: str | None, view: dict[str, Any] | None) -> html.Div:
+def forecast_section(runs: list[str], run_id: str | None) -> html.Div:
+    """The section; its body comes by the run choice's callback (``forecast_body``)."""
+    pending = (
+        pending_slot(f"Forecasting from {visible(run_id)}…", 360)
+        if run_id
+        else html.P("No run to forecast from.", className="empty")
+    )
     return html.Div(
         [
             html.H2("Forecast: what this run would do at 2, 4, 8 and 16 nodes"),
@@ -1252,7 +1254,7 @@ def forecast_section(runs: list[str], run_id: str | None, view: dict[str, Any] |
                 value=run_id,
                 clearable=False,
             ),
-            html.Div(forecast_body(view), id=ids.FORECAST_BODY),
+            html.Div(pending, id=ids.FORECAST_BODY),
         ],
         id=ids.FORECAST_SECTION,
     )
