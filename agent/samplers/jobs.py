@@ -131,8 +131,8 @@ def parse_io_stat(text: str) -> tuple[int, int]:
     return read, write
 
 
-def parse_pids(text: str) -> list[int]:
-    """``cgroup.procs`` / ``tasks``: one pid a line."""
+def parse_pids(text: str | bytes) -> list[int]:
+    """``cgroup.procs`` / ``tasks``: one pid a line (as text, or as the bytes read)."""
     return [int(line) for line in text.split() if line.isdigit()]
 
 
@@ -491,23 +491,23 @@ class JobFiles:
 PROCS_BUFFER = 16384
 
 
-def _read_procs(directory: str, directory_fd: int | None) -> str:
+def _read_procs(directory: str, directory_fd: int | None) -> bytes:
     """A cgroup's ``cgroup.procs``, opened now (relative to its open directory when there
-    is one); "" when it cannot be read (the cgroup went)."""
+    is one); empty when it cannot be read (the cgroup went)."""
     try:
         if directory_fd is None:
             fd = os.open(os.path.join(directory, "cgroup.procs"), os.O_RDONLY | os.O_CLOEXEC)
         else:
             fd = os.open("cgroup.procs", os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory_fd)
     except OSError:
-        return ""
+        return b""
     try:
         chunks = [os.read(fd, PROCS_BUFFER)]
         while len(chunks[-1]) == PROCS_BUFFER:  # a short read is the end (seq_file)
             chunks.append(os.read(fd, PROCS_BUFFER))
-        return b"".join(chunks).decode(errors="replace")
+        return b"".join(chunks)
     except OSError:
-        return ""
+        return b""
     finally:
         os.close(fd)
 
