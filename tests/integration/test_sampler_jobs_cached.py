@@ -208,3 +208,36 @@ def test_a_controller_directory_made_later_keeps_the_jobs_state(tmp_path):
     second = by_job(sampler.sample(2), Job.NAME)["8"].fields
     assert second[Job.MEMORY_BYTES] == 4096.0 and second[Job.CPU_SECONDS] == 1.0
     assert sampler._jobs["8"] is state
+
+
+def test_a_step_made_and_removed_during_a_job_is_seen_through_the_kept_directories(live):
+    """Issue 46: a job's directories stay open and its subtree is checked by ``fstat`` of
+    them (cgroup.procs opened relative to them): a new step's process counts at the next
+    tick, and no longer once its step cgroup is removed; the same with no descriptor kept
+    (every path opened at each read)."""
+    live.add("990331")
+    kept = JobsSampler(Roots(), budget=FileBudget())
+    by_path = JobsSampler(Roots(), budget=FileBudget(limit=0))
+    for sampler in (kept, by_path):
+        assert by_job(sampler.sample(1), Job.NAME)["990331"].fields[Job.PROCESSES] == 1.0
+    assert kept._cgroups["990331"]._directory_fds  # the job's directories are kept open
+    assert not by_path._cgroups["990331"]._directory_fds
+    job = CGROUP / "cpuacct" / live.top / "uid_0" / "job_990331"
+    step = job / "step_1"
+    step.mkdir()
+    live.made.append(step)
+    second = subprocess.Popen(["sleep", "120"])
+    try:
+        (step / "cgroup.procs").write_text(str(second.pid))
+        for sampler in (kept, by_path):
+            assert by_job(sampler.sample(2), Job.NAME)["990331"].fields[Job.PROCESSES] == 2.0
+        second.kill()
+        second.wait()
+        step.rmdir()
+        live.made.remove(step)
+        for sampler in (kept, by_path):
+            assert by_job(sampler.sample(3), Job.NAME)["990331"].fields[Job.PROCESSES] == 1.0
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
