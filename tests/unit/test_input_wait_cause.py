@@ -108,3 +108,6 @@ def test_the_reads_per_image_floor():
     assert _reads_are_the_data_set(2.8e6, 1.0e6, MIN_READ_BYTES_PER_IMAGE, None)
     assert not _reads_are_the_data_set(4_000.0, 10_000.0, 6_000.0, data_set)  # 40% of rchar
     assert not _reads_are_the_data_set(None, 10_000.0, None, data_set)
+    # the matrix's cold throttled loop device: its loader read each 2.5 MB file twice, the
+    # second time from the page cache, so storage gave 48% of rchar, but the whole data set
+    assert _reads_are_the_data_set(40_053_760.0, 82_693_924.0, 2_503_360.0, 2_500_000.0)
