@@ -251,6 +251,9 @@ class DiskSampler:
         self._sysfs_present: bool | None = None
         self._kinds: dict[str, str] = {}  # what sysfs said; a device's kind never changes
         self._problems = ProblemLog(log, self._path)
+        # each row's line at the last tick and the fields it gave: an idle device's line
+        # is the same every tick and is not parsed again
+        self._fields_of_line: dict[str, tuple[str, dict[str, int | float]]] = {}
 
     def available(self) -> bool:
         return bool(self._read())
@@ -272,14 +275,44 @@ class DiskSampler:
     def sample(self, now_ns: int) -> list[Point]:
         points = []
         self._sysfs_present = None  # looked at again, once, if a device's kind is unknown
-        rows = self._read()
-        for row in rows:
-            fields = row.fields()
-            tags = {Tag.DEVICE: row.device, Tag.KIND: self.kind(row.device)}
+        for device, fields in self._rows_fields():
+            tags = {Tag.DEVICE: device, Tag.KIND: self.kind(device)}
             points.append(Point(Disk.NAME, tags, fields, now_ns))
-        current = {row.device for row in rows}
+        current = {point.tags[Tag.DEVICE] for point in points}
         self._kinds = {name: kind for name, kind in self._kinds.items() if name in current}
         return points
+
+    def _rows_fields(self) -> list[tuple[str, dict[str, int | float]]]:
+        """(device, fields) of each row, in the file's order: a line the same as at the
+        last tick gives the fields it gave then, the others are parsed (``_read``)."""
+        text = self._file.read()
+        if text is None:
+            self._fields_of_line = {}
+            return []
+        lines = text.splitlines()
+        known = self._fields_of_line
+        changed = [line for line in lines if line not in known]
+        parsed: dict[str, tuple[str, dict[str, int | float]]] = {}
+        malformed = False
+        for line in changed:  # one line at a time: each row keeps its own line
+            rows = parse_diskstats(line)
+            if rows:
+                parsed[line] = (rows[0].device, rows[0].fields())
+            elif line.strip():
+                malformed = True
+        problems: list[str] = []
+        if malformed:  # the whole file again, for the problems with their line numbers
+            parse_diskstats(text, problems)
+        self._problems.report(problems)
+        result = []
+        fields_of_line = {}
+        for line in lines:
+            entry = known.get(line) or parsed.get(line)
+            if entry is not None:
+                fields_of_line[line] = entry
+                result.append((entry[0], dict(entry[1])))
+        self._fields_of_line = fields_of_line
+        return result
 
     def _read(self) -> list[DiskRow]:
         text = self._file.read()

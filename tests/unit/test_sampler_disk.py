@@ -560,3 +560,25 @@ def test_every_captured_tree_with_diskstats_parses_cleanly(tree):
         rows = parse_diskstats(diskstats.read_text(), problems)
         assert problems == []
         assert len(rows) == len(diskstats.read_text().splitlines())
+
+
+def test_an_unchanged_line_gives_the_same_fields_and_a_changed_one_its_new_values(tmp_path):
+    """Issue 46: a row whose line did not change since the last tick is not parsed again;
+    the 107-disk captured host sampled twice gives the same points as a fresh parse, and
+    one line changed in between gives that disk's new counters."""
+    text = (FIXTURE_ROOTS / "pcp-bigsys-480cpu" / "proc" / "diskstats").read_text()
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "diskstats").write_text(text)
+    sampler = DiskSampler(Roots(proc=proc, sys=tmp_path / "sys"))
+    first = [encode_line(point) for point in sampler.sample(1)]
+    again = [encode_line(point) for point in sampler.sample(1)]
+    fresh = [encode_line(p) for p in DiskSampler(Roots(proc=proc, sys=tmp_path / "sys")).sample(1)]
+    assert first == again == fresh and len(first) == len(parse_diskstats(text))
+    lines = text.splitlines()
+    words = lines[0].split()
+    words[3] = str(int(words[3]) + 1000)  # one disk read 1,000 more times
+    (proc / "diskstats").write_text("\n".join([" ".join(words), *lines[1:]]) + "\n")
+    changed = {p.tags["device"]: p for p in sampler.sample(2)}
+    assert changed[words[2]].fields[Disk.READS] == int(words[3])
+    assert len(changed) == len(first)
