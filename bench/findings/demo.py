@@ -106,11 +106,15 @@ def run_once(out: Path, data: Path, index: int) -> dict:
     return record
 
 
+def _epochs(values: list | None) -> str:
+    return " / ".join("-" if v is None else f"{v:.3g}" for v in values) if values else "-"
+
+
 def table(out: Path) -> str:
     lines = [
         "| run | started (UTC) | load (1 min) start / end | s | loss per epoch | top-1 per epoch "
-        "| loss fell | critical |",
-        "|---|---|---|---:|---|---|---|---|",
+        "| loss fell | critical | warnings |",
+        "|---|---|---|---:|---|---|---|---|---|",
     ]
     records = [json.loads(p.read_text()) for p in sorted(out.glob("demo-r*/demo.json"))]
     records.sort(key=lambda r: int(r["run_id"].removeprefix("demo-r")))
@@ -118,8 +122,9 @@ def table(out: Path) -> str:
         critical = ", ".join(r.get("critical", [])) or ("none" if "critical" in r else "-")
         lines.append(
             f"| {r['run_id']} | {r['started']['utc'][11:19]} | {r['started']['load'][0]:.1f} / "
-            f"{r['load_end'][0]:.1f} | {r['seconds']} | {r.get('loss')} | {r.get('top1')} "
-            f"| {'yes' if r.get('loss_fell') else 'no'} | {critical} |"
+            f"{r['load_end'][0]:.1f} | {r['seconds']} | {_epochs(r.get('loss'))} "
+            f"| {_epochs(r.get('top1'))} | {'yes' if r.get('loss_fell') else 'no'} | {critical} "
+            f"| {', '.join(r.get('warning', [])) or 'none'} |"
         )
     return "\n".join(lines)
 
