@@ -38,6 +38,7 @@ store's points per step window (distinct times per tag set), victoria-metrics'
 ``vm_rows_inserted_total``.
 
     flock /work/bench.lock .venv/bin/python bench/ingest/ceiling.py
+    .venv/bin/python bench/ingest/ceiling.py --workers 1,2   # a ramp per collector --workers
     .venv/bin/python bench/ingest/ceiling.py --backend sqlite --steps 250,500 --step-seconds 15
 
 Writes ``bench/ingest/results/ceiling.json`` (``--json``).
