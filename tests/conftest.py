@@ -59,6 +59,7 @@ SERIAL = {
     "tests/system/test_agent_push_every_host.py": "network namespaces, sshd, fixed ports",
     "tests/system/test_cluster_netns.py": "network namespaces, tc, sshd, fixed ports",
     "tests/system/test_ceilings_peer.py": "network namespaces and a tc rate measured",
+    "tests/system/test_netns_switch.py": "network namespaces and a tc rate measured",
     "tests/system/test_docs_commands.py": "runs every documented command as written",
     # real cgroups, the node's page cache, /proc read whole
     "tests/integration/test_ceilings_cgroups.py": "a CPU quota's decode rate measured",
