@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,9 +34,12 @@ def cluster():
     if why_not:
         pytest.skip(why_not)
     base = Path(tempfile.mkdtemp(prefix="epochscope-switch-"))
-    with netns.NetnsCluster(("h1", "h2", "h3"), base) as made:
-        made.shape(RATE_MBIT)
-        yield made
+    try:
+        with netns.NetnsCluster(("h1", "h2", "h3"), base) as made:
+            made.shape(RATE_MBIT)
+            yield made
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def env() -> dict[str, str]:
