@@ -22,6 +22,7 @@ import http.client
 import json
 import os
 import platform
+import shutil
 import signal
 import socket
 import subprocess
@@ -311,6 +312,7 @@ def run(
     push_only = start_agent(workdir, "agent-push-only", endpoint, samplers)
     # --before: the same two agents from the revision's tree, side by side in this run
     agents = {"agent_scraped": scraped, "agent_push_only": push_only}
+    tree: Path | None = None
     if before is not None:
         tree = unpack(before)
         agents["agent_scraped_before"] = start_agent(
@@ -365,6 +367,8 @@ def run(
             each.process.send_signal(signal.SIGTERM)
         for each in watched:
             each.exit_code = each.process.wait(30)
+        if tree is not None:
+            shutil.rmtree(tree, ignore_errors=True)  # the unpacked revision, not its logs
     # The agents flushed their last batch on SIGTERM: count the samples taken in the window.
     for agent in agents.values():
         agent.samples = endpoint.samples(agent.name, window_start_ns, window_end_ns)
