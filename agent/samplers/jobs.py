@@ -27,9 +27,14 @@ once); ``SLURM_JOB_USER`` is stored only when it is the uid's name (or no uid is
 environment alone (the sampler does not read the devices controller), so they are the
 job's own word, from a process that lies in the job's cgroup.
 
-A tick is cheap (docs/slurm.md, "Cost"): the scan for jobs is redone only when a directory
-it listed gained or lost an entry (``signature``), and every file read at each tick is
-kept open and re-read with ``pread`` (``JobFiles``, ``FileBudget``).
+A tick is cheap (docs/slurm.md, "Cost"; docs/performance.md, "Per-job sampling"): the scan
+for jobs is redone only when a directory it listed gained or lost an entry (``signature``);
+every file read at each tick is kept open and re-read with ``pread`` (``JobFiles``,
+``FileBudget``) but ``cgroup.procs``, which cgroup v1 would serve stale from a kept file:
+it is opened at each read, relative to its directory, which is kept open and whose
+``fstat`` tells whether the job's subtree changed; a job process's ``stat`` and ``io`` are
+parsed only when their bytes changed, and who the job is (its ``slurm_job`` tags) is
+worked out once.
 """
 
 from __future__ import annotations
