@@ -75,6 +75,11 @@ SERIAL = {
     "tests/system/test_promtool.py": "CPU modes' rates summed to the CPU count",
     "tests/system/test_workloads_frameworks.py": "1 against 2 processes' images/s",
     "tests/system/test_dlio_crosscheck.py": "AU within 2 points of DLIO's sleeps",
+    # deadlines a fraction of a second wide, missed beside 3 other workers at load 4-18
+    # (the parallel pass's one run, 2026-11-29): a 3000-byte spool drained at 5 ticks a
+    # second, a page fetched while slow heads hold the server to its header deadline
+    "tests/integration/test_reliability_crash.py": "a 2-tick spool drained in time",
+    "tests/integration/test_dashboard_server.py": "a page within the header deadline",
 }
 
 
