@@ -16,14 +16,12 @@ round and the best of each; the load average at the start and the end.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import random
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,10 +31,10 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.ingest.run import (  # noqa: E402
     COLLECTOR_SERVE,
-    WRITE_PATH,
     free_port,
     host_lines,
     process_cpu_seconds,
+    send_all,
     wait_http,
 )
 from netserve.tokens import mint_token  # noqa: E402
@@ -67,38 +65,12 @@ def make_bodies(hosts: int, seconds: int, body_seconds: int) -> tuple[list[Body]
     return [Body(host, data) for host, data in bodies], lines_total, samples
 
 
-def send_all(port: int, bodies: list[Body], tokens: dict[str, str] | None, senders: int) -> float:
-    next_body = iter(range(len(bodies)))
-    lock = threading.Lock()
-    failures: list[str] = []
-
-    def sender() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-        while True:
-            with lock:
-                index = next(next_body, None)
-            if index is None:
-                break
-            body = bodies[index]
-            headers = {"Authorization": f"Token {tokens[body.token]}"} if tokens else {}
-            conn.request("POST", WRITE_PATH, body=body.data, headers=headers)
-            response = conn.getresponse()
-            reply = response.read()
-            if response.status != 204:
-                failures.append(f"{response.status} {reply[:200]!r}")
-                break
-        conn.close()
-
-    threads = [threading.Thread(target=sender) for _ in range(senders)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    if failures:
-        raise RuntimeError(f"writes failed: {failures[:3]}")
-    return elapsed
+def send_owned(port: int, bodies: list[Body], tokens: dict[str, str] | None, senders: int) -> float:
+    """run.send_all, each body with its own host's token when ``tokens`` is given."""
+    headers = (
+        [{"Authorization": f"Token {tokens[body.token]}"} for body in bodies] if tokens else None
+    )
+    return send_all(port, [body.data for body in bodies], senders, headers)
 
 
 @dataclass
@@ -135,7 +107,7 @@ def run_one(
             wait_http(port, "/ping")
             time.sleep(3)  # the parse workers come up beside the server
             cpu_before = process_cpu_seconds(proc.pid)
-            elapsed = send_all(port, bodies, tokens, senders)
+            elapsed = send_owned(port, bodies, tokens, senders)
             cpu = process_cpu_seconds(proc.pid) - cpu_before
         finally:
             proc.terminate()

@@ -186,8 +186,11 @@ def own_cpu_seconds(pid: int) -> float:
     return times.user + times.system
 
 
-def send_all(port: int, bodies: list[bytes], senders: int) -> float:
-    """Send every body, ``senders`` at a time; seconds from first request to last 204."""
+def send_all(
+    port: int, bodies: list[bytes], senders: int, headers: list[dict[str, str]] | None = None
+) -> float:
+    """Send every body, ``senders`` at a time (``headers[i]`` with body ``i`` when given);
+    seconds from first request to last 204."""
     next_body = iter(range(len(bodies)))
     lock = threading.Lock()
     failures: list[str] = []
@@ -199,7 +202,9 @@ def send_all(port: int, bodies: list[bytes], senders: int) -> float:
                 index = next(next_body, None)
             if index is None:
                 break
-            conn.request("POST", WRITE_PATH, body=bodies[index])
+            conn.request(
+                "POST", WRITE_PATH, body=bodies[index], headers=headers[index] if headers else {}
+            )
             response = conn.getresponse()
             reply = response.read()
             if response.status != 204:
