@@ -23,6 +23,7 @@ import pytest
 from collector.analysis.epochs import build_report
 from collector.analysis.scaling import scaling_rows
 from collector.findings.engine import run_findings
+from collector.findings.scaling import SCALING_EFFICIENCY_FLOOR, SCALING_LOSS_MIN_FRACTION
 from collector.store import SqliteStore
 from contract.schema import Workload
 from workloads.launch import frameworks
@@ -301,10 +302,16 @@ def check_scaling_loss_attributed(db: Path, prefix: str) -> dict:
     assert (evidence["reference_run"], evidence["reference_ranks"], evidence["ranks"]) == (
         one, 1, 2
     )  # fmt: skip
+    per_rank = evidence["images_per_second_per_rank"]
+    reference_per_rank = evidence["reference_images_per_second_per_rank"]
+    assert per_rank < reference_per_rank
+    # the rule's own condition, either half: how much slower a rank is depends on the
+    # machine (on CI's two cores a rank once lost only 1%; the efficiency fired the rule)
+    efficiency = finding.evidence["efficiency_percent"]
     assert (
-        evidence["images_per_second_per_rank"]
-        < 0.95 * evidence["reference_images_per_second_per_rank"]
-    )
+        per_rank <= (1 - SCALING_LOSS_MIN_FRACTION) * reference_per_rank
+        or efficiency < SCALING_EFFICIENCY_FLOOR
+    ), (per_rank, reference_per_rank, efficiency)
     parts = {p["part"]: p for p in evidence["parts"]}
     assert parts["communication"]["reference_seconds"] == 0.0  # one process: no all-reduce
     assert parts["communication"]["run_seconds"] > 0.0
