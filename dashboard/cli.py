@@ -171,11 +171,11 @@ def open_remote(args: argparse.Namespace, max_points: int):
 def open_store(args: argparse.Namespace) -> ReadStore:
     path = Path(args.db or DEFAULT_DB)
     if not path.is_file():
-        raise CliError(
-            f"no store at {path}: start `collector serve --db {path}` first, or give --db "
-            "(or --collector URL for a remote collector)",
-            status=1,
-        )
+        # the run files beside it first (`make demo` keeps each run in runs/RUN_ID.sqlite),
+        # as `collector report` says; with none, start a collector or ask one elsewhere
+        from collector.views.reports import missing_store_hint
+
+        raise CliError(f"no store at {path} ({missing_store_hint(path, args)})", status=1)
     if args.backend:
         from collector.store.backends import (
             BackendSpecError,

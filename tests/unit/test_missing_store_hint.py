@@ -39,3 +39,17 @@ def test_the_run_files_beside_the_missing_store_are_named(tmp_path):
 def test_with_no_file_there_start_a_collector(tmp_path):
     message = refused("report", "r1", "--db", str(tmp_path / "epochscope.sqlite"))
     assert "start `collector serve --db" in message
+
+
+def test_dashboard_serve_names_the_run_files_too(tmp_path, capsys):
+    """`dashboard serve` as docs/dashboard.md and usage.md write it (the default store)
+    after `make demo`: the run's file is named, not "start a collector"; nothing listens."""
+    from dashboard.cli import main
+
+    (tmp_path / "demo-run.sqlite").write_bytes(b"")
+    default = tmp_path / "epochscope.sqlite"
+    assert main(["serve", "--db", str(default), "--port", "0"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"dashboard: error: no store at {default} ")
+    assert f"give --db {tmp_path / 'demo-run.sqlite'}" in line
+    assert "collector serve" not in line and not default.exists()
