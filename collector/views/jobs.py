@@ -36,6 +36,7 @@ from collector.views.errors import CliError
 from collector.views.output import (
     console_for,
     print_findings,
+    print_table,
     report_table,
     shown_plain,
     shown_text,
@@ -391,7 +392,7 @@ def print_jobs(store: ReadStore, args: argparse.Namespace, out) -> int:
             *_number_cells(row),
             shown_text(", ".join(row["runs"]) or MISSING),
         )
-    console.print(table)
+    print_table(table, console, out, "--format csv")
     return 0
 
 
@@ -436,7 +437,7 @@ def _print_job_table(store: ReadStore, view: dict[str, Any], out) -> None:
     if len(view["nodes"]) > 1:
         table.add_section()
         table.add_row("all nodes", *_number_cells(job), style="bold")
-    console.print(table)
+    print_table(table, console, out, "--format csv, or --format json")
     for near in view["neighbours"]:
         console.print(
             f"beside job {shown_plain(near['job_id'])} "

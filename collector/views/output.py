@@ -117,6 +117,45 @@ def terminal_width(out) -> int | None:
     return shutil.get_terminal_size().columns if isatty and isatty() else None
 
 
+def fit_table(table, console, out, every_column: str, keep: int = 2) -> str | None:
+    """A rich ``table`` written to a terminal narrower than it (``terminal_width``): its
+    trailing columns that do not fit are left out (the first ``keep`` always stay), as
+    ``report_table`` does, rather than every column squeezed to an ellipsis; the line that
+    says which and how to see them (``every_column``), or None (a pipe, a file, a table
+    that fits). A column that wraps counts at its longest word, one that does not at its
+    longest cell; between columns 3 characters (padding and a rule), at the edges 2 each."""
+    width = terminal_width(out)
+    if width is None or not table.columns:
+        return None
+    from rich.measure import Measurement
+
+    options = console.options.update_width(width)
+    widths = []
+    for column in table.columns:
+        measured = [Measurement.get(console, options, c) for c in (column.header, *column.cells)]
+        widths.append(max(m.maximum if column.no_wrap else m.minimum for m in measured))
+    shown = columns_that_fit(widths, width - 4)  # 3 between columns, 2 at the edges
+    if shown >= len(table.columns):
+        return None
+    shown = max(shown, keep)
+    left_out = [str(column.header) for column in table.columns[shown:]]
+    total = len(table.columns)
+    del table.columns[shown:]
+    return (
+        f"{shown} of {total} columns shown to fit this {width}-character terminal "
+        f"(left out: {', '.join(left_out)}); every column: {every_column}"
+    )
+
+
+def print_table(table, console, out, every_column: str) -> None:
+    """``table`` on ``console``, fitted to the terminal ``out`` is (``fit_table``), the
+    line naming the columns left out under it."""
+    note = fit_table(table, console, out, every_column)
+    console.print(table)
+    if note:
+        console.print(note, style="dim", markup=False, highlight=False)
+
+
 def columns_that_fit(widths: list[int], max_width: int, separator: int = 3) -> int:
     """How many leading columns of these widths fit in ``max_width`` characters with
     ``separator`` characters between them (host and epoch, the first two, always)."""

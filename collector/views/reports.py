@@ -36,6 +36,7 @@ from collector.views.output import (
     DEFAULT_COLUMNS,
     console_for,
     print_findings,
+    print_table,
     report_table,
     shown_plain,
     shown_text,
@@ -261,7 +262,7 @@ def print_runs(store: ReadStore, args: argparse.Namespace, out) -> int:
             row["end"] or "",
             shown_text(row["state"]),
         )
-    console_for(out).print(table)
+    print_table(table, console_for(out), out, "--format json")
     return 0
 
 
@@ -386,7 +387,9 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
         "TTA speedup",
     )
     for header in headers:
-        table.add_column(header, justify="left" if header in ("group", "run") else "right")
+        # a run id is never cut (fit_table leaves out the columns after it instead)
+        table.add_column(header, justify="left" if header in ("group", "run") else "right",
+                         no_wrap=header == "run")  # fmt: skip
     previous = None
     for row in rows:
         group = " ".join(
@@ -412,5 +415,5 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
             format_speedup(row["time_to_target_speedup"]),
         )
         previous = group
-    console.print(table)
+    print_table(table, console, out, "--format csv")
     return 0
