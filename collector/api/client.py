@@ -44,9 +44,13 @@ TIMEOUT_SECONDS = 120.0
 
 
 class RemoteError(Exception):
-    def __init__(self, message: str, status: int = 1) -> None:
+    """``status``: the command's exit status; ``http_status``: the collector's answer, when
+    it answered (401 and 403: the token may not read)."""
+
+    def __init__(self, message: str, status: int = 1, http_status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.http_status = http_status
 
 
 def query_of(args: argparse.Namespace) -> dict[str, str]:
@@ -82,11 +86,13 @@ def fetch_view(
         message = _message(problem.read())
         if problem.code == HTTPStatus.UNAUTHORIZED:
             fix = "give --token-file FILE" if not token else "check --token-file"
-            raise RemoteError(f"{url} refused the token ({message}): {fix}") from None
+            raise RemoteError(f"{url} refused the token ({message}): {fix}",
+                              http_status=problem.code) from None  # fmt: skip
         if problem.code == HTTPStatus.NOT_FOUND and not message:
             raise RemoteError(f"{url} has no read API (is it an epochscope collector?)") from None
         raise RemoteError(message or f"{url} answered {problem.code}",
-                          2 if problem.code == HTTPStatus.BAD_REQUEST else 1) from None  # fmt: skip
+                          2 if problem.code == HTTPStatus.BAD_REQUEST else 1,
+                          http_status=problem.code) from None  # fmt: skip
     except (urllib.error.URLError, OSError) as problem:
         reason = getattr(problem, "reason", problem)
         raise RemoteError(f"cannot reach the collector at {url}: {reason}") from None

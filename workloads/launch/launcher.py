@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 
 from contract.schema import Event, RunState, Tag, Workload
@@ -691,6 +692,12 @@ def print_collector_report(plan: Plan, args: argparse.Namespace, node_samples: b
     try:
         report = json.loads(fetch_view(url, "report", query, plan.token))
     except (RemoteError, ValueError) as error:
+        refused = (HTTPStatus.UNAUTHORIZED, HTTPStatus.FORBIDDEN)
+        if getattr(error, "http_status", None) in refused:
+            # the token wrote the run's events but may not read (an agent's node token):
+            # the same token file would be refused again
+            again = (f"collector report {run_id} --collector {url} --token-file FILE, FILE "
+                     "holding a run or admin token")  # fmt: skip
         print(f"workloads: no per-epoch table from {url}: {error}; later: {again}",
               file=sys.stderr)  # fmt: skip
         return
