@@ -363,6 +363,25 @@ def test_mxnet_scaling_loss_is_attributed_on_real_runs(horovod_runs):
     check_scaling_loss_attributed(db, "mx")
 
 
+@needs("mxnet", processes=2)
+def test_the_bundled_mxnet_pair_does_not_trip_the_oversubscription_warning(horovod_runs):
+    """Issue 45, item 5: the bundled 2-rank MXNet run shares the host's cores between its
+    ranks (MXSetNumOMPThreads), so the tool's own cpu_oversubscription rule does not call
+    it oversubscribed, and no advice of any finding names PyTorch's thread setting."""
+    from collector.findings.contention import OVERSUBSCRIBED
+
+    (_, db), _ = horovod_runs("mxnet")
+    store = SqliteStore(db)
+    try:
+        found = run_findings(store, "mx-2")
+    finally:
+        store.close()
+    said = [(f.rule, f.title) for f in found]
+    verdicts = [f.evidence.get("verdict") for f in found if f.rule == "cpu_oversubscription"]
+    assert OVERSUBSCRIBED not in verdicts, said
+    assert not any("torch.set_num_threads" in f.explanation for f in found), said
+
+
 @pytest.fixture(scope="module")
 def pytorch_runs(datasets, tmp_path_factory):
     """pt-1 (one process) and pt-2 (torchrun, two) trained with ``--profile`` into one
