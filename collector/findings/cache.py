@@ -6,9 +6,12 @@ host's RAM, and whether it left the cache and was read again.
     Storage reads are high in epoch 1 and fall to at most ``SETTLED_READ_FRACTION`` of that
     afterwards: later epochs are served from the page cache. The reads judged are the
     training's own (its ranks' ``/proc/<pid>/io``) when every rank sent them, else the
-    hosts' (disk plus NFS server, every process's). Warning when the data set is smaller
-    than ``MLPERF_STORAGE_RAM_MULTIPLE`` x RAM, since those later epochs then measure
-    memory, not storage.
+    hosts' (disk plus NFS server, every process's). Info: an epoch 1 from storage and
+    later epochs from the page cache is how a healthy training on a data set that fits in
+    RAM runs. Where the data set is smaller than ``MLPERF_STORAGE_RAM_MULTIPLE`` x RAM it
+    says that those later epochs measure memory, not storage: a caveat for whoever reads
+    the run as a storage measurement (``dataset_fits_in_memory``'s), not a fault of the
+    run; what a cold epoch 1 cost is ``startup``'s and ``storage_bound``'s to say.
     Where the ranks measured the data set's page-cache residency (``--data-dir``: mincore
     at run start and every epoch end), that decides instead: it fires when the data set
     went from under ``CACHED_PERCENT`` cached before the run to at least that at the end of
@@ -22,13 +25,18 @@ host's RAM, and whether it left the cache and was read again.
 
 ``dataset_fits_in_memory``
     From the run's configuration alone: a data set below 5 x the memory a host gives the
-    run cannot measure storage past the first epoch (MLPerf Storage's rule); warning when
-    it fits outright. That memory is the smaller of the host's RAM and the run's own memory
-    limit (``collector.analysis.memory_limit``: a container's, a pod's, a Slurm job's), so a
-    data set that fits in the RAM but not in the limit is said so, not said to fit. Nor is
-    one smaller than the limit that the run measured evicted by it (``dataset_evicted``'s
+    run cannot measure storage past the first epoch (MLPerf Storage's rule). That memory is
+    the smaller of the host's RAM and the run's own memory limit
+    (``collector.analysis.memory_limit``: a container's, a pod's, a Slurm job's), so a data
+    set that fits in the RAM but not in the limit is said so, not said to fit. Nor is one
+    smaller than the limit that the run measured evicted by it (``dataset_evicted``'s
     ``memory_limit`` cause): the ranks' own memory takes the rest of the limit (they send
-    no resident memory, so the eviction is the evidence).
+    no resident memory, so the eviction is the evidence). Info where it only states the
+    configuration: a set that fits in RAM is the healthy case of most trainings, and the
+    sentence qualifies what its later epochs measure. Warning where it is the one finding
+    that explains a cost: the set fits the host's RAM but not the run's own limit, so it is
+    read from storage again every epoch, and no measured eviction (``dataset_evicted``,
+    itself a warning that names the limit) says so already.
 
 ``dataset_evicted``
     After the first epoch, a host-epoch's own reads (its ranks' ``/proc/<pid>/io``) brought
@@ -224,6 +232,13 @@ class DatasetFitsInMemory:
         """It fits in the host's RAM but not in the run's own limit."""
         ratio = self.dataset_to_host_memory_ratio
         return not self.fits and ratio is not None and ratio <= 1.0
+
+    @property
+    def explains_rereads(self) -> bool:
+        """It is the one finding that explains a cost: the run's own limit makes it read a
+        set the host's RAM holds from storage again every epoch, and no measured eviction
+        (``dataset_evicted``, a warning naming the limit) says so already."""
+        return self.fits_host_memory_only and self.evicted_by_limit_percent is None
 
 
 @dataclass(frozen=True)
@@ -654,7 +669,7 @@ def word_cache_warmup(found: CacheWarmup) -> Finding:
         )
     return Finding(
         rule="cache_warmup",
-        severity=WARNING if found.measures_memory else INFO,
+        severity=INFO,
         title=title,
         explanation=explanation,
         evidence=evidence_json(found),
@@ -870,7 +885,7 @@ def word_dataset_fits_in_memory(found: DatasetFitsInMemory) -> Finding:
     )
     return Finding(
         rule="dataset_fits_in_memory",
-        severity=WARNING if found.fits else INFO,
+        severity=WARNING if found.explains_rereads else INFO,
         title=title,
         explanation=explanation,
         evidence=evidence_json(found),

@@ -78,7 +78,7 @@ def test_report_table_and_findings(make_store):
     star_rows = [line for line in text.splitlines() if line.startswith("* ")]
     assert len(star_rows) == 2
     assert "30.0 GB" in text  # n1's NFS server bytes in epoch 1
-    assert "WARNING Storage reads stop after epoch 1" in text
+    assert "INFO Storage reads stop after epoch 1" in text
 
 
 def test_a_long_finding_is_one_line_and_its_words_are_not_markup():

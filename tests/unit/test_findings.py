@@ -45,8 +45,10 @@ def cached_after_first_epoch(run_id="warm", dataset_bytes=143 * GB, memory=384 *
 def test_cache_warmup_fires_when_reads_stop_after_epoch_1(make_store):
     store = make_store(cached_after_first_epoch().points())
     (finding,) = findings_of(store, "warm", "cache_warmup")
-    # 143 GB data set on 384 GB hosts: later epochs measure memory -> warning
-    assert finding.severity == "warning"
+    # 143 GB data set on 384 GB hosts: later epochs measure memory, which it says (info:
+    # a caveat for a storage measurement, not a fault of the run; issue 42's matrix)
+    assert finding.severity == "info"
+    assert "the epochs after the first measure memory, not storage" in finding.explanation
     assert finding.chart == "disk_read_mbps"
     evidence = finding.evidence
     # 2 hosts x 300 MB/s x 100 s
@@ -96,7 +98,7 @@ def test_cache_warmup_silent_while_every_epoch_reads_storage(make_store):
     assert findings_of(store, "cold", "dataset_fits_in_memory") == []
 
 
-def test_dataset_fits_in_memory_severity_follows_the_ratio(make_store):
+def test_dataset_fits_in_memory_is_info_when_it_only_states_the_configuration(make_store):
     def finding_for(dataset_gb: float) -> list[Finding]:
         run = RunBuilder(
             f"d{dataset_gb}", dataset_bytes=dataset_gb * GB, host_memory_bytes=384 * GB
@@ -105,7 +107,8 @@ def test_dataset_fits_in_memory_severity_follows_the_ratio(make_store):
         return findings_of(make_store(run.points()), f"d{dataset_gb}", "dataset_fits_in_memory")
 
     (fits,) = finding_for(143)
-    assert fits.severity == "warning"
+    assert fits.severity == "info"  # fits outright: the healthy case (warning: a limit)
+    assert fits.title == "The data set fits in a host's RAM"
     assert fits.evidence["dataset_to_memory_ratio"] == pytest.approx(0.372, abs=1e-3)
     (partly,) = finding_for(1000)  # 2.6x RAM: still below MLPerf Storage's 5x
     assert partly.severity == "info"
@@ -289,10 +292,13 @@ def test_scaling_loss_silent_at_92_percent(make_store):
 
 
 def test_findings_are_json_ready_and_most_severe_first(make_store):
-    store = make_store(cached_after_first_epoch().points())
+    # under a 100 GB memory limit of its own, the 143 GB set fits the hosts' RAM, not the
+    # limit: that warning comes before cache_warmup's info, though the engine runs it later
+    limit = {"memory_limit_bytes": 100 * GB}
+    store = make_store(cached_after_first_epoch(run_start_fields=limit).points())
     findings = run_findings(store, "warm")
-    assert [f.rule for f in findings] == ["cache_warmup", "dataset_fits_in_memory"]
-    assert findings[0].severity == "warning"
+    assert [f.rule for f in findings] == ["dataset_fits_in_memory", "cache_warmup"]
+    assert [f.severity for f in findings] == ["warning", "info"]
     json.dumps([f.to_dict() for f in findings], allow_nan=False)
 
 
