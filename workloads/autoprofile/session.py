@@ -435,10 +435,14 @@ class Session:
                                              Workload.STEP: self.global_step})  # fmt: skip
             writer, self.writer = self.writer, None
         if not writer.close(DELIVERY_TIMEOUT_SECONDS):
-            from workloads.launch.preflight import resend_command
+            from workloads.record.delivery import holds_events, resend_command
             from workloads.record.spec import TOKEN_FILE_ENV
 
             spool = self.config.spool_dir(self.placement.rank if self.placement else 0)
+            if not holds_events(spool):  # none reached the disk: no directory to name
+                print(f"epochscope: events not delivered to {self.config.collector_url}, and "
+                      "none kept on disk to resend", file=sys.stderr)  # fmt: skip
+                return
             command = resend_command(spool, self.config.collector_url,
                                      os.environ.get(TOKEN_FILE_ENV))  # fmt: skip
             print(f"epochscope: events not yet delivered stay in {spool}; send them with: "

@@ -16,3 +16,9 @@ def resend_command(spool: Path, url: str, token_file: str | None) -> str:
     if token_file:
         argv += ["--token-file", token_file]
     return shlex.join(argv)
+
+
+def holds_events(spool: Path) -> bool:
+    """The spool directory exists and holds a non-empty segment: only then is it named,
+    with the command that delivers it."""
+    return spool.is_dir() and any(p.is_file() and p.stat().st_size for p in spool.rglob("*"))

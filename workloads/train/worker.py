@@ -12,11 +12,10 @@ from __future__ import annotations
 import socket
 import sys
 import traceback
-from pathlib import Path
 
 from contract.schema import RunState, Workload
 from workloads.record.cpus import cpu_fields
-from workloads.record.delivery import UNDELIVERED_EXIT, resend_command
+from workloads.record.delivery import UNDELIVERED_EXIT, holds_events, resend_command
 from workloads.record.events import AgentEdges, EventWriter, make_sink
 from workloads.record.spec import TOKEN_ENV, RunSpec, token_from_env
 from workloads.record.stopping import Interrupted, raise_on_signals, stop_was_asked
@@ -148,11 +147,6 @@ def run_rank(spec: RunSpec) -> int:
         # quietly, rather than printing a traceback about a rank that failed
         return 0
     return status
-
-
-def holds_events(spool: Path) -> bool:
-    """The spool directory exists and holds a non-empty segment."""
-    return spool.is_dir() and any(p.is_file() and p.stat().st_size for p in spool.rglob("*"))
 
 
 def undelivered_message(spec: RunSpec, rank: int) -> str:
