@@ -1,4 +1,4 @@
-"""The memory rules on runs built from the facts of real controls of the
+"""The memory and contention rules on runs built from the facts of real controls of the
 findings matrix (bench/findings, issue 42): trainings with nothing injected, whose stores
 are under runs/findings-eval-2 and runs/findings-eval-3 (not in git). Each test says which
 run its numbers come from; a healthy control must get no warning from these rules unless
@@ -6,9 +6,11 @@ the run measured what the warning says."""
 
 from __future__ import annotations
 
+import pytest
+
 from collector.findings.engine import Finding, run_findings
 from contract.point import Point
-from contract.schema import Event, Workload
+from contract.schema import Event, Process, Tag, Workload
 from tests.support.run_builder import RunBuilder
 
 pytest_plugins = ["tests.support.analysis_stores"]  # the make_store fixture
@@ -117,3 +119,83 @@ def test_a_controls_partly_cold_set_warming_in_epoch_1_is_info(make_store):
     # the caveat for a storage measurement is still stated
     assert "the epochs after the first measure memory, not storage" in warm.explanation
     assert found["dataset_fits_in_memory"].severity == "info"
+
+
+# --------------------------------------------------------------------------------------
+# contention: the named processes against the others' share
+# --------------------------------------------------------------------------------------
+
+RANK_PID, LOADER_PID, LAUNCHER_PID, SIBLING_PID = 30721, 30754, 30706, 30716
+ANSIBLE_PID, ANSIBLE_WORKER_PID = 30733, 30737
+
+
+def script_control(
+    training_share: float, busy: float, others: dict[tuple[int, int, str], float]
+) -> list[Point]:
+    """A 1-rank script control on 2 CPUs, two epochs of 20 s (the real ones lasted about
+    1 s: stretched so the agent's 1 s samples resolve them; the shares are the facts):
+    the host ``busy``, the rank and its loader ``training_share`` of the host's CPU time,
+    and ``others`` ((pid, ppid, command) -> CPUs busy) among the agent's busiest."""
+    run = control_run("control-script")
+    for _ in range(2):
+        run.epoch(20.0, 128, cpu_busy=busy)
+    points = []
+    for point in run.points():
+        event = point.fields.get(Workload.EVENT)
+        if event == Event.RUN_START:
+            point.fields[Workload.PID] = RANK_PID
+        elif event == Event.EPOCH_END:
+            point.fields[Workload.CPU_SECONDS] = training_share * 2 * 20.0
+        points.append(point)
+    start, end = run.t0_ns - 5 * NS, run.end_true_ns() + 5 * NS
+    for (pid, ppid, command), cpus in others.items():
+        points += [
+            Point(
+                Process.NAME,
+                {Tag.HOST: "node1", Tag.PID: str(pid), Tag.COMMAND: command, Tag.USER: "root"},
+                {Process.CPU_SECONDS: cpus * (t - start) / NS, Process.PPID: float(ppid)},
+                t,
+            )
+            for t in range(start, end, NS)
+        ]
+    return points
+
+
+# control-script r2 of runs/findings-eval-2, epoch 1 (05:25 UTC, load 1.2): 1.01 s, the
+# host 99.0% busy, the rank and its loader worker 1.20 CPU s of 2.01 (59.7%); among the
+# agent's busiest an ansible-playbook and its worker (0.08 and 0.15 s), the run's own
+# launcher's other child (0.01 s), and the rank's loader (counted as the training's)
+LOAD_1_2 = {
+    (ANSIBLE_WORKER_PID, ANSIBLE_PID, "ansible-playboo"): 0.15 / 1.01,
+    (ANSIBLE_PID, 26847, "ansible-playboo"): 0.08 / 1.01,
+    (SIBLING_PID, LAUNCHER_PID, "python"): 0.01 / 1.01,
+    (LOADER_PID, RANK_PID, "pt_data_worker"): 0.13 / 1.01,
+}
+
+
+def test_contention_says_how_much_of_the_others_share_it_could_not_name(make_store):
+    store = make_store(script_control(1.20 / 2.01, 0.99, LOAD_1_2))
+    found = rules(store, "control-script")["contention"]
+    evidence = found.evidence
+    # others: 99.0 - 59.7 = 39.3% of the host's CPU time; the named ones (ansible x2 and
+    # the launcher's child, not the rank's loader) (0.15 + 0.08 + 0.01) / 1.01 / 2 = 11.9%
+    assert evidence["other_cpu_percent_mean"] == pytest.approx(39.3, abs=0.3)
+    assert evidence["named_cpu_percent"] == pytest.approx(11.9, abs=0.3)
+    assert evidence["unnamed_cpu_percent"] == pytest.approx(27.4, abs=0.5)
+    assert LOADER_PID not in [p["pid"] for p in evidence["processes"]]
+    assert "The processes the agent saw used 12% of the host's CPU time" in found.explanation
+    assert "the other 27% was taken by processes it never saw" in found.explanation
+    assert "children their parents reaped" in found.explanation
+
+
+def test_the_quiet_control_gets_no_contention(make_store):
+    # control-script r1 of runs/findings-eval-3 (07:17 UTC, nothing else on the machine):
+    # the host 87.6% busy in epoch 1 and the rank with its loader 87.6% of it, the launcher
+    # and its child 0.5% and 0.3%: the others took nothing (0% of the host's CPU time)
+    quiet = {
+        (SIBLING_PID, LAUNCHER_PID, "python"): 0.005 * 2,
+        (LAUNCHER_PID, 1, "python"): 0.003 * 2,
+        (LOADER_PID, RANK_PID, "pt_data_worker"): 0.17 * 2,
+    }
+    store = make_store(script_control(0.876, 0.876, quiet))
+    assert "contention" not in rules(store, "control-script")
