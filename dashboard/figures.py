@@ -939,7 +939,7 @@ def group_label(row: dict[str, Any]) -> str:
         row.get("framework"),
         row.get("model"),
         row.get("precision"),
-        f"batch {batch}/GPU" if batch is not None else None,
+        f"batch {batch}/rank" if batch is not None else None,
         row.get("data_format"),
         f"{size} px" if size else None,
     ]
@@ -975,10 +975,20 @@ def label_positions(rows: list[dict[str, Any]]) -> dict[str, str]:
     return positions
 
 
+RANKS_AXIS = "ranks (GPUs or processes)"  # what the runs and scaling tables head "Ranks"
+
+
+def ranks_text(ranks: int) -> str:
+    """A run's world size as the scaling page says it: ranks, which are GPUs only where
+    the run trained on GPUs."""
+    return f"{ranks} rank" if ranks == 1 else f"{ranks} ranks"
+
+
 def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Images/s against GPUs per group, with the ideal (N x the 1-GPU baseline) dashed,
-    efficiency labels, and marker shapes for baseline, intra-node and inter-node runs."""
-    title = "Throughput vs GPUs (dashed: ideal linear scaling from the 1-GPU run)"
+    """Images/s against ranks per group (a GPU each, or a CPU process: a CPU run's ranks are
+    not GPUs), with the ideal (N x the 1-rank baseline) dashed, efficiency labels, and
+    marker shapes for baseline, intra-node and inter-node runs."""
+    title = "Throughput vs ranks (dashed: ideal linear scaling from the 1-rank run)"
     measured = [r for r in rows if r.get("images_per_second") is not None]
     if not measured:
         return empty_figure(title, "no runs with a measured throughput selected")
@@ -1044,7 +1054,7 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                         "line": {"color": "white", "width": 1},
                     },
                     "hovertemplate": (
-                        "%{customdata[0]}<br>%{x} GPUs: %{y:,.0f} images/s"
+                        "%{customdata[0]}<br>%{x} ranks: %{y:,.0f} images/s"
                         f"<extra>{plotly_text(scope)}</extra>"
                     ),
                 }
@@ -1069,7 +1079,7 @@ def scaling_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     layout["hovermode"] = "closest"
     gpus = sorted({r["gpus"] for r in measured})
     layout["xaxis"] = {
-        "title": {"text": "GPUs"},
+        "title": {"text": RANKS_AXIS},
         "tickmode": "array",
         "tickvals": gpus,
         "gridcolor": GRID_COLOUR,
@@ -1143,7 +1153,7 @@ def time_to_target_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
             {
                 "type": "bar",
                 "name": plotly_text(label),
-                "x": [f"{r['gpus']} GPU{'s' if r['gpus'] != 1 else ''}" for r in members],
+                "x": [ranks_text(r["gpus"]) for r in members],
                 "y": [r["seconds_to_target"] / 3600 for r in members],
                 "text": [
                     f"{r['epochs_to_target']} epochs" if r.get("epochs_to_target") else ""
@@ -1161,7 +1171,7 @@ def time_to_target_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     layout = _base_layout(title, "hours", height=320)
     layout["barmode"] = "group"
     layout["hovermode"] = "closest"
-    layout["xaxis"] = {"type": "category", "title": {"text": "GPUs"}}
+    layout["xaxis"] = {"type": "category", "title": {"text": RANKS_AXIS}}
     return {"data": traces, "layout": layout}
 
 

@@ -787,10 +787,6 @@ def epochs_key(live_state: dict[str, Any]) -> dict[str, str]:
     return {"run_id": live_state["run_id"], "epochs": live_state["epochs"]}
 
 
-def gpus_text(gpus: int) -> str:
-    return f"{gpus} GPU" if gpus == 1 else f"{gpus} GPUs"
-
-
 def accuracy_style(rows: list[dict[str, Any]]) -> dict[str, str]:
     """The time-to-accuracy chart only shows when some run reached its target."""
     if any(row.get("seconds_to_target") is not None for row in rows):
@@ -806,14 +802,14 @@ def forecast_run_default(rows: list[dict[str, Any]]) -> str | None:
     return max(rows, key=lambda row: row.get("nodes") or 0)["run_id"]
 
 
+def scaling_option_label(row: dict[str, Any]) -> str:
+    """A run in the scaling page's chooser: its group and its ranks (not GPUs: a CPU run's
+    ranks are processes)."""
+    return f"{row['run_id']}  ({figures.group_label(row)}, {figures.ranks_text(row['gpus'])})"
+
+
 def scaling_page(rows: list[dict[str, Any]], forecast_run: str | None = None) -> html.Div:
-    options = [
-        {
-            "label": f"{row['run_id']}  ({figures.group_label(row)}, {gpus_text(row['gpus'])})",
-            "value": row["run_id"],
-        }
-        for row in rows
-    ]
+    options = [{"label": scaling_option_label(row), "value": row["run_id"]} for row in rows]
     return html.Div(
         [
             html.H1("Scaling"),

@@ -223,7 +223,7 @@ def test_time_to_target_in_hours_with_epochs(source):
     rows = [r for r in source.scaling() if r["run_id"] in (BASELINE_RUN, INTRA_RUN)]
     figure = valid(figures.time_to_target_figure(rows))
     (trace,) = figure["data"]
-    assert trace["x"] == ["1 GPU", "4 GPUs"]
+    assert trace["x"] == ["1 rank", "4 ranks"]  # ranks: a CPU run's are not GPUs
     assert trace["y"] == pytest.approx([200 / 3600, 200 / 3600])  # 2 epochs of 100 s
     assert trace["text"] == ["2 epochs", "2 epochs"]
 

@@ -121,3 +121,17 @@ def test_findings_of_a_run_that_does_not_exist_say_so_with_the_runs_link(callbac
 def test_a_store_without_runs_says_so_on_the_findings_page():
     body = pages.findings_body([], None, [])
     assert text(body) == "No runs in this store yet: the runs page."
+
+
+def test_the_scaling_page_counts_ranks_not_gpus(callbacks):
+    """The scaling page's chooser and chart over CPU runs: ranks, as the tables head them."""
+    from dashboard import figures
+
+    page, _nav, _scroll = callbacks.route("/scaling", "")
+    labels = [str(option["label"]) for option in find(page, ids.SCALING_RUNS).options]
+    assert labels and all("GPU" not in label for label in labels), labels
+    assert any(label.endswith(", 2 ranks)") for label in labels), labels
+    rows = callbacks.source.scaling()
+    figure = figures.scaling_figure(rows)
+    assert figure["layout"]["xaxis"]["title"]["text"] == "ranks (GPUs or processes)"
+    assert "GPU" not in figure["layout"]["title"]["text"]
