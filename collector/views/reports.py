@@ -369,12 +369,12 @@ def print_stored_scaling(store: ReadStore, args: argparse.Namespace, out) -> int
         console.print("no runs with throughput yet")
         return 0
     table = Table(
-        title="scaling per group (framework, model, precision, batch/GPU, format, image size)"
+        title="scaling per group (framework, model, precision, batch/rank, format, image size)"
     )
     headers = (
         "group",
         "run",
-        "GPUs",
+        "ranks",  # GPUs, or processes in a CPU run (the dashboard's 'Ranks')
         "nodes",
         "img/s",
         "ideal",
