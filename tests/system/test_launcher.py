@@ -379,6 +379,10 @@ def test_ctrl_c_in_a_two_rank_pytorch_run_is_one_interrupted_run_without_a_trace
     assert f"run {run_id} stopped by SIGINT: marked interrupted" in output
     assert "Epoch 1 interrupted: the run stopped in it" in output  # the --profile summary
     assert not (runs / run_id / "stopped").exists()
+    # a spool directory a rank names exists (issue 45, item 2: one was named that did not)
+    for line in output.splitlines():
+        if "; they wait in " in line:
+            assert Path(line.split("; they wait in ", 1)[1].strip()).is_dir(), line
     db = ["--db", str(runs / f"{run_id}.sqlite")]
     with SqliteStore(runs / f"{run_id}.sqlite") as store:
         ends = store.events(run_id, kinds=(Event.RUN_END,))
