@@ -67,6 +67,9 @@ def main():
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--strategy", default="auto")
     parser.add_argument("--devices", type=int, default=1)
+    # keep the loaders' workers across epochs (a healthy script: without it Lightning forks
+    # them again every epoch, which the epoch_restart finding names)
+    parser.add_argument("--persistent-workers", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
     transform = transforms.Compose([
@@ -75,9 +78,11 @@ def main():
     ])  # fmt: skip
     train = datasets.ImageFolder(os.path.join(args.data, "train"), transform)
     val = datasets.ImageFolder(os.path.join(args.data, "val"), transform)
+    persistent = args.persistent_workers and args.workers > 0
     train_loader = DataLoader(train, batch_size=args.batch_size, shuffle=True,
-                              num_workers=args.workers)  # fmt: skip
-    val_loader = DataLoader(val, batch_size=args.batch_size, num_workers=args.workers)
+                              num_workers=args.workers, persistent_workers=persistent)  # fmt: skip
+    val_loader = DataLoader(val, batch_size=args.batch_size, num_workers=args.workers,
+                            persistent_workers=persistent)  # fmt: skip
 
     model = LitClassifier(num_classes=len(train.classes))
     trainer = L.Trainer(max_epochs=args.max_epochs, accelerator="cpu", devices=args.devices,
