@@ -1,6 +1,8 @@
 """``python -m bench.findings run [--cases PATTERN] [--repeat N] [--out DIR] [--timeout S]``
 runs the labelled matrix (resumable); ``python -m bench.findings report [--out DIR]`` scores
-it per rule, fit and held-out apart, into bench/findings/results/<date>-<cpu>.md and .json."""
+it per rule, fit and held-out apart, into bench/findings/results/<date>-<cpu>.md and .json;
+``python -m bench.findings rescore [--out DIR]`` reports every run under DIR again with the
+current code from the store it left (bench/findings/rescore.py), for ``report`` to score."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from bench.findings.evaluate import (
     scores_json,
 )
 from bench.findings.matrix import CASES, HELD_OUT, split_of
+from bench.findings.rescore import rescore
 from bench.findings.runner import DEFAULT_OUT, DEFAULT_TIMEOUT, read_results, run_matrix, selected
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -59,6 +62,11 @@ def run_command(args: argparse.Namespace) -> None:
         path = out / SESSIONS
         sessions = json.loads(path.read_text()) if path.exists() else []
         path.write_text(json.dumps([*sessions, session], indent=1))
+
+
+def rescore_command(args: argparse.Namespace) -> None:
+    for line in rescore(Path(args.out)):
+        print(line, flush=True)
 
 
 def report_command(args: argparse.Namespace) -> None:
@@ -129,6 +137,11 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--out", default=str(DEFAULT_OUT))
     run.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds a run")
     run.set_defaults(handler=run_command)
+    again = commands.add_parser(
+        "rescore", help="report every run under --out again with the current code"
+    )
+    again.add_argument("--out", default=str(DEFAULT_OUT))
+    again.set_defaults(handler=rescore_command)
     report = commands.add_parser("report", help="score the runs under --out per rule")
     report.add_argument("--out", default=str(DEFAULT_OUT))
     report.add_argument(
