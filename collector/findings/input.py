@@ -8,10 +8,11 @@ epoch, and epoch 1's start-up.
 
 ``input_wait``
     Input wait is at least ``INPUT_WAIT_SHARE`` of the step time on a host in settled
-    epochs. Storage-bound when the training's own reads came from storage (``read_bytes``
-    at least ``STORAGE_READ_SHARE`` of ``rchar`` or of the data set's bytes per image
-    trained, a loader re-reading its files through the page cache dilutes the first; and
-    per image trained at least
+    epochs, or in epoch 1 alone where that wait was the data set's first reads from storage
+    beyond the settled epochs' wait (a cold run on slow storage). Storage-bound when the
+    training's own reads came from storage (``read_bytes`` at least ``STORAGE_READ_SHARE``
+    of ``rchar`` or of the data set's bytes per image trained, a loader re-reading its
+    files through the page cache dilutes the first; and per image trained at least
     ``DATASET_READ_SHARE`` of the data set's bytes per image, else ``MIN_READ_BYTES_PER_IMAGE``:
     a few MB of libraries is no data set) or iowait is high; decode-bound, for a data set of
     pictures only (``DECODED_FORMATS``: JPEG files or records of them), when the epochs' images/s
@@ -26,7 +27,12 @@ epoch, and epoch 1's start-up.
     ``EPOCH_START_WAIT_SHARE`` of the wait fell in the epochs' first steps (a profiled
     rank's, which AU leaves out): what restarts with each epoch held the first batch back,
     and more workers would only start more. The share of the decode ceiling is stated beside it
-    where measured.
+    where measured. Epoch 1, which the settled epochs leave out as start-up, is judged on its
+    own where no settled epoch put the host's wait on storage: its wait is storage-bound when
+    what it waited beyond the settled epochs' share is at least ``INPUT_WAIT_SHARE`` of its
+    steps, the wait is not held in their first, and the ranks' own storage reads in it were
+    the data set (a cold run on slow storage waits in epoch 1 only); a loader starting or
+    graph building, which read no data set, stays ``startup``'s.
 
 ``epoch_restart``
     In epochs after the first, an epoch's first timed step takes at least
@@ -47,7 +53,7 @@ epoch, and epoch 1's start-up.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -254,6 +260,9 @@ class InputWaitHost:
     read_bytes_per_image: float | None = field(default=None, metadata={**IF_KNOWN, **digits(0)})
     data_format: str | None = field(default=None, metadata=IF_KNOWN)  # run_start's
     loader_workers: int | None = field(default=None, metadata=IF_KNOWN)  # run_start's
+    # True: epoch 1 alone, its wait the data set's first reads from storage (a cold run on
+    # slow storage), which the settled epochs leave out; else not in the evidence
+    cold_first_epoch: bool | None = field(default=None, metadata=IF_KNOWN)
 
 
 @dataclass(frozen=True)
@@ -437,67 +446,125 @@ def _others_saturate(own_cpu: float | None, cpu_util_percent: float | None) -> b
 def detect_input_wait(
     context: RunContext, mine: list[RankEpoch], reads: Reads
 ) -> list[InputWaitHost]:
-    rows = settled(mine)
-    by_host: dict[str, list[RankEpoch]] = defaultdict(list)
-    for r in rows:
-        by_host[r.host].append(r)
+    """Per host over the settled epochs; and epoch 1 on its own where its wait was the data
+    set's first reads from storage (``_cold_first_epoch``), which leaving out the first epoch
+    as start-up would hide: a cold run whose storage is slow waits in epoch 1 only."""
     report_rows = {
         (row.host, row.epoch): row for row in context.report.rows if row.host != ALL_HOSTS
     }
+    found = []
+    later = _by_host(settled(mine))
+    for host, members in later.items():
+        hit = _input_wait_host(context, host, members, reads, report_rows)
+        if hit is not None:
+            found.append(hit)
+    epochs = sorted({r.epoch for r in mine})
+    if len(epochs) >= 2:
+        storage_hosts = {f.host for f in found if f.cause == "storage"}
+        first = [r for r in mine if r.epoch == epochs[0]]
+        for host, members in _by_host(first).items():
+            if host in storage_hosts:
+                continue  # the settled epochs' finding already puts the wait on storage
+            hit = _input_wait_host(context, host, members, reads, report_rows)
+            settled_share = _wait_share(later.get(host, []))
+            if hit is not None and _cold_first_epoch(context, hit, members, reads, settled_share):
+                found.append(replace(hit, cold_first_epoch=True))
+    return sorted(found, key=lambda f: (f.host, f.epochs))
+
+
+def _by_host(rows: list[RankEpoch]) -> dict[str, list[RankEpoch]]:
+    by_host: dict[str, list[RankEpoch]] = defaultdict(list)
+    for r in rows:
+        by_host[r.host].append(r)
+    return dict(sorted(by_host.items()))
+
+
+def _wait_share(members: list[RankEpoch]) -> float:
+    seconds = sum(r.seconds for r in members)
+    return sum(r.input_wait for r in members) / seconds if seconds > 0 else 0.0
+
+
+def _cold_first_epoch(
+    context: RunContext,
+    hit: InputWaitHost,
+    members: list[RankEpoch],
+    reads: Reads,
+    settled_share: float,
+) -> bool:
+    """Epoch 1's wait was its reads from storage: the ranks' own storage reads were the data
+    set (``_reads_are_the_data_set``, not iowait, which a framework's imports also make), the
+    wait was spread over the epoch's steps, not held in its first (a loader starting is the
+    ``startup`` rule's, as graph building, which waits on no loader, is), and what it waited
+    beyond the settled epochs' share (the same loader over the cached set) is itself at least
+    ``INPUT_WAIT_SHARE`` of its steps: a loader that waits as long over the cached set was not
+    held back by the reads."""
+    if hit.cause != "storage" or hit.input_wait_share - settled_share < INPUT_WAIT_SHARE:
+        return False
+    read_bytes = training_reads(reads, members)
+    rchar_bytes = training_reads(reads, members, PROCESS_RCHAR)
+    images = sum(r.images for r in members)
+    per_image = read_bytes / images if read_bytes is not None and images > 0 else None
+    return _reads_are_the_data_set(
+        read_bytes, rchar_bytes, per_image, dataset_bytes_per_image(context.config)
+    )
+
+
+def _input_wait_host(
+    context: RunContext,
+    host: str,
+    members: list[RankEpoch],
+    reads: Reads,
+    report_rows: dict[tuple[str, int], Any],
+) -> InputWaitHost | None:
+    """The host's input wait over ``members`` (its rows of some epochs) and its cause; None
+    under ``INPUT_WAIT_SHARE`` of the step time."""
     cores = run_host_cores(context.model)
     data_format = context.config.get(Workload.DATA_FORMAT)
     decodes = str(data_format or "").lower() in DECODED_FORMATS
-    found = []
-    for host, members in sorted(by_host.items()):
-        seconds = sum(r.seconds for r in members)
-        if seconds <= 0:
-            continue
-        share = sum(r.input_wait for r in members) / seconds
-        if share < INPUT_WAIT_SHARE:
-            continue
-        epochs = sorted({r.epoch for r in members})
-        host_rows = [report_rows[(host, e)] for e in epochs if (host, e) in report_rows]
-        cpu = _mean([r.cpu_util_percent for r in host_rows if r.cpu_util_percent is not None])
-        own = _mean(
-            [r.training_cpu_percent for r in host_rows if r.training_cpu_percent is not None]
-        )
-        iowait = _mean([r.iowait_percent for r in host_rows if r.iowait_percent is not None])
-        storage = _mean([r.storage_read_mbps for r in host_rows if r.storage_read_mbps is not None])
-        decoding = _mean(
-            [r.decode_ceiling_percent for r in host_rows if r.decode_ceiling_percent is not None]
-        )
-        read_bytes = training_reads(reads, members)
-        rchar_bytes = training_reads(reads, members, PROCESS_RCHAR)
-        images = sum(r.images for r in members)
-        per_image = read_bytes / images if read_bytes is not None and images > 0 else None
-        from_storage = _reads_are_the_data_set(
-            read_bytes, rchar_bytes, per_image, dataset_bytes_per_image(context.config)
-        )
-        first_step = first_step_wait_share(members)
-        if first_step is not None and first_step >= EPOCH_START_WAIT_SHARE:
-            cause = "epoch_start"
-        elif from_storage or (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT):
-            cause = "storage"
-        elif decodes and _decode_bound(decoding, own, cpu):
-            cause = "decode"
-        elif _others_saturate(own, cpu):
-            cause = "others"
-        else:
-            cause = "undetermined"
-        found.append(
-            InputWaitHost(
-                host, epochs, share, cause, cpu, iowait, read_bytes, rchar_bytes, storage,
-                accelerator_utilisation=pooled_utilisation(members),
-                decode_ceiling_percent=decoding,
-                decode_cores=cores.get(host, (None, ""))[0] if decoding is not None else None,
-                training_cpu_percent=own,
-                first_step_wait_share=first_step,
-                read_bytes_per_image=per_image,
-                data_format=str(data_format) if data_format not in (None, "") else None,
-                loader_workers=_config_int(context.config, Workload.LOADER_WORKERS),
-            )
-        )  # fmt: skip
-    return found
+    seconds = sum(r.seconds for r in members)
+    if seconds <= 0:
+        return None
+    share = sum(r.input_wait for r in members) / seconds
+    if share < INPUT_WAIT_SHARE:
+        return None
+    epochs = sorted({r.epoch for r in members})
+    host_rows = [report_rows[(host, e)] for e in epochs if (host, e) in report_rows]
+    cpu = _mean([r.cpu_util_percent for r in host_rows if r.cpu_util_percent is not None])
+    own = _mean([r.training_cpu_percent for r in host_rows if r.training_cpu_percent is not None])
+    iowait = _mean([r.iowait_percent for r in host_rows if r.iowait_percent is not None])
+    storage = _mean([r.storage_read_mbps for r in host_rows if r.storage_read_mbps is not None])
+    decoding = _mean(
+        [r.decode_ceiling_percent for r in host_rows if r.decode_ceiling_percent is not None]
+    )
+    read_bytes = training_reads(reads, members)
+    rchar_bytes = training_reads(reads, members, PROCESS_RCHAR)
+    images = sum(r.images for r in members)
+    per_image = read_bytes / images if read_bytes is not None and images > 0 else None
+    from_storage = _reads_are_the_data_set(
+        read_bytes, rchar_bytes, per_image, dataset_bytes_per_image(context.config)
+    )
+    first_step = first_step_wait_share(members)
+    if first_step is not None and first_step >= EPOCH_START_WAIT_SHARE:
+        cause = "epoch_start"
+    elif from_storage or (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT):
+        cause = "storage"
+    elif decodes and _decode_bound(decoding, own, cpu):
+        cause = "decode"
+    elif _others_saturate(own, cpu):
+        cause = "others"
+    else:
+        cause = "undetermined"
+    return InputWaitHost(
+        host, epochs, share, cause, cpu, iowait, read_bytes, rchar_bytes, storage,
+        accelerator_utilisation=pooled_utilisation(members),
+        decode_ceiling_percent=decoding,
+        decode_cores=cores.get(host, (None, ""))[0] if decoding is not None else None,
+        training_cpu_percent=own,
+        first_step_wait_share=first_step,
+        read_bytes_per_image=per_image,
+        data_format=str(data_format) if data_format not in (None, "") else None,
+        loader_workers=_config_int(context.config, Workload.LOADER_WORKERS),
+    )  # fmt: skip
 
 
 def dataset_bytes_per_image(config: dict[str, Any]) -> float | None:
@@ -817,6 +884,7 @@ def word_input_wait_host(found: InputWaitHost) -> Finding:
             f"{_measured_bytes(found.training_rchar_bytes)} read in all. "
             + CAUSE_TEXT[found.cause]
             + "."
+            + cold_sentence(found)
             + first_step_sentence(found)
             + unknown_sentence(found)
             + decode_sentence(found.decode_ceiling_percent, found.decode_cores)
@@ -824,6 +892,17 @@ def word_input_wait_host(found: InputWaitHost) -> Finding:
         ),
         evidence=evidence_json(found),
         chart=INPUT_WAIT,
+    )
+
+
+def cold_sentence(found: InputWaitHost) -> str:
+    """Epoch 1 alone: its wait was the data set's first reads from storage."""
+    if not found.cold_first_epoch:
+        return ""
+    return (
+        " Only the first epoch waited: the data set was read from storage then (cold), and the"
+        " later epochs found it in the page cache; a cold start (a new node, a new job, a"
+        " data set larger than memory) waits like this on this storage."
     )
 
 
