@@ -263,13 +263,24 @@ CASES: tuple[Case, ...] = (
         must_not=("storage_bound", "contention"),
         script=(SLOW_LOADER, "--item-sleep-ms", "25"),
     ),
+    # JPEG decode under a CPU quota on the loader workers only (the ranks outside it), so
+    # that decoding, not compute, is what is slowed: 256-px JPEGs decoded, then resized to 32
     Case(
         "decode-quota",
-        "pytorch",
-        "run_cpu_quota",
+        "script",
+        "worker_cpu_quota",
         must_fire=(Expect("input_wait", "cause", frozenset({"decode"})),),
         must_not=("storage_bound", "dataset_evicted"),
-        training=bundled("pytorch"),
+        script=(
+            CAUSE_TRAIN,
+            "{data}",
+            "--epochs",
+            "3",
+            "--workers",
+            "2",
+            "--persistent-workers",
+            "--cgroup-workers",
+        ),
         data=Data("pytorch", 64, 8, 256),
         inject_options={"cpus": 0.25},
     ),

@@ -4,7 +4,8 @@ class-per-folder JPEG tree decoded with PIL in its DataLoader workers.
 
 Usage: cause_train.py DATA_DIR [--epochs N] [--batch-size B] [--workers W]
 [--persistent-workers] [--worker-start-ms MS] [--threads T] [--sleep-rank R --sleep-ms MS]
-[--cgroup-rank R] [--images N] [--item-sleep-ms MS] [--lr LR] [--validate] [--stop-top1 X]
+[--cgroup-rank R] [--cgroup-workers] [--images N] [--item-sleep-ms MS] [--lr LR] [--validate]
+[--stop-top1 X]
 
 - ``--item-sleep-ms MS``: the Dataset's ``__getitem__`` sleeps MS per picture before
   decoding it (a slow loader: a remote store, a heavy decode);
@@ -19,7 +20,9 @@ Usage: cause_train.py DATA_DIR [--epochs N] [--batch-size B] [--workers W]
 - ``--sleep-rank R --sleep-ms MS``: rank R sleeps between ``backward()`` and
   ``optimizer.step()`` at every step (a rank slowed outside backward);
 - ``--cgroup-rank R``: rank R moves itself (and so the loader workers it starts) into the
-  cgroup v1 directory named by ``$CAUSE_CGROUP`` before it trains (a CPU quota on one rank).
+  cgroup v1 directory named by ``$CAUSE_CGROUP`` before it trains (a CPU quota on one rank);
+- ``--cgroup-workers``: each loader worker moves itself into that cgroup as it starts, the
+  ranks staying out (a CPU quota on decoding only: the workers open and decode the JPEGs).
 """
 
 import argparse
@@ -64,13 +67,18 @@ class SlowItems(JpegFolder):
 
 
 class WorkerStart:
-    """A loader worker's start-up: ``seconds`` of work before its first batch (picklable,
-    for workers started by spawn as well as fork)."""
+    """A loader worker's start-up: ``seconds`` of work before its first batch, after moving
+    into the cgroup v1 directory ``cgroup`` where given (picklable, for workers started by
+    spawn as well as fork)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, cgroup: str | None = None) -> None:
         self.seconds = seconds
+        self.cgroup = cgroup
 
     def __call__(self, worker_id: int) -> None:
+        if self.cgroup:
+            with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
         time.sleep(self.seconds)
 
 
@@ -97,6 +105,7 @@ def main():
     parser.add_argument("--sleep-rank", type=int)
     parser.add_argument("--sleep-ms", type=float, default=150.0)
     parser.add_argument("--cgroup-rank", type=int)
+    parser.add_argument("--cgroup-workers", action="store_true")
     parser.add_argument("--images", type=int, help="train on the first N pictures only")
     parser.add_argument("--item-sleep-ms", type=float, default=0.0)
     parser.add_argument("--lr", type=float, default=0.05)
@@ -123,7 +132,12 @@ def main():
         sampler=sampler,
         num_workers=args.workers,
         persistent_workers=args.persistent_workers and args.workers > 0,
-        worker_init_fn=WorkerStart(args.worker_start_ms / 1000) if args.workers else None,
+        worker_init_fn=WorkerStart(
+            args.worker_start_ms / 1000,
+            os.environ["CAUSE_CGROUP"] if args.cgroup_workers else None,
+        )
+        if args.workers
+        else None,
     )
     torch.manual_seed(0)
     model = SmallNet(len(os.listdir(os.path.join(args.data, "train"))))
