@@ -33,7 +33,7 @@ class Fired:
 class RunResult:
     case: str
     repeat: int
-    status: str  # ok | failed | skipped
+    status: str  # ok | failed | skipped | not_injected (the cause did not take: not scored)
     fired: tuple[Fired, ...] = ()
     seconds: float = 0.0
     error: str = ""

@@ -38,6 +38,9 @@ class Injected:
     prefix: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     data: Path | None = None
+    # asked once the run is over, from the kernel's own counters: why the cause did not
+    # take (a run it did not reach is recorded ``not_injected`` and not scored), or None
+    took: Callable[[], str | None] | None = None
 
 
 Injection = Callable[[Case, Path | None, Path], contextlib.AbstractContextManager[Injected]]
@@ -114,8 +117,18 @@ def memory_limit(case: Case, data: Path | None, work: Path) -> Iterator[Injected
         json.dumps({"processes_peak": processes_peak, "data_bytes": data_bytes, "limit": limit})
     )
     real_runs.drop_from_cache(data)
-    with real_runs.memory_limit(limit) as (_, prefix):
-        yield Injected(prefix=prefix)
+    with real_runs.memory_limit(limit) as (group, prefix):
+
+        def took() -> str | None:
+            # the calibration's peak may leave the later epochs' cache room for the whole
+            # set: a limit the group never reached evicted nothing (eval-3: 2 of 3 runs)
+            hits = int((group / "memory.failcnt").read_text())
+            record = json.loads((work / "memory_limit.json").read_text())
+            record["failcnt"] = hits
+            (work / "memory_limit.json").write_text(json.dumps(record))
+            return None if hits else f"the group never reached its {limit:,} B limit"
+
+        yield Injected(prefix=prefix, took=took)
 
 
 @contextmanager
@@ -228,10 +241,12 @@ def run_case(case: Case, repeat: int, out: Path, timeout: float) -> RunResult:
             (work / "output.log").write_text(completed.stdout + completed.stderr)
             if completed.returncode != 0:
                 raise RunFailed((completed.stdout + completed.stderr)[-3000:])
+            missed = injected.took() if injected.took is not None else None
         report = real_runs.collector_report(runs / f"{run_id}.sqlite", run_id, env)
         (work / "report.json").write_text(json.dumps(report, indent=1))
-        result = RunResult(case.name, repeat, "ok", fired_from_report(report),
-                           time.monotonic() - started)  # fmt: skip
+        result = RunResult(case.name, repeat, "not_injected" if missed else "ok",
+                           fired_from_report(report), time.monotonic() - started,
+                           error=missed or "")  # fmt: skip
     except NotRunnableHere as reason:
         result = RunResult(case.name, repeat, "skipped", error=str(reason))
     except (RunFailed, subprocess.TimeoutExpired, OSError, subprocess.CalledProcessError) as error:
