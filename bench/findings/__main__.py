@@ -86,7 +86,7 @@ def report_command(args: argparse.Namespace) -> None:
         "",
         f"{len(ok)} runs scored of {len(results)} ({_count(results, 'failed')} failed, "
         f"{_count(results, 'skipped')} skipped, {_count(results, 'not_injected')} whose "
-        "injection the kernel's counters say did not take), over {len({r.case for r in ok})} of "
+        f"injection the kernel's counters say did not take), over {len({r.case for r in ok})} of "
         f"{len(CASES)} cases. Goals: recall >= {RECALL_GOAL}, false alarms <= "
         f"{FALSE_ALARM_GOAL:.0%} of runs, right cause >= {RIGHT_CAUSE_GOAL}.",
         f"Held out (no threshold fitted on them): {', '.join(sorted(HELD_OUT))}.",
