@@ -166,7 +166,9 @@ def test_the_nodes_agent_pushing_elsewhere_is_said_and_not_waited_for(
     assert warnings[0].startswith("workloads: warning: the agent on :")
     assert f'set [push] url = "{url}" in {config}' in warnings[0]
     assert warnings[0].endswith("the report will not wait for its samples")
-    assert seconds < 20 and not any("node_samples" in path for path in asked), asked
+    # never asked, and the --samples-wait not waited out (a bound on that, not on this
+    # machine's speed: a loaded CI machine starts the command's Python slowly)
+    assert seconds < 30 and not any("node_samples" in path for path in asked), (seconds, asked)
 
 
 def test_with_no_agent_there_the_report_waits_for_the_samples(tmp_path, capsys, taking_collector):
