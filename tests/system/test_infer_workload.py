@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from collector.findings.inference import INT8_NO_FASTER
 from collector.queries.inference import inference_report
 from collector.store import SqliteStore
 from contract.schema import INFERENCE_FRAMEWORK, Event, Workload
@@ -167,8 +168,10 @@ def test_both_precisions_are_measured_and_int8_keeps_the_accuracy(trained, profi
         assert row.int8_speedup == pytest.approx(
             row.int8_images_per_second / row.fp32_images_per_second
         )
-    # this small network's speed-ups are whatever this CPU gave: the rule agrees with them
-    slower = all(row.int8_speedup < 1.0 for row in report.comparisons)
+    # this small network's speed-ups are whatever this CPU gave: the rule agrees with them,
+    # by its own threshold
+    speedups = [row.int8_speedup for row in report.comparisons if row.int8_speedup is not None]
+    slower = bool(speedups) and max(speedups) < INT8_NO_FASTER
     assert ("int8_slower" in [f.rule for f in report.findings]) is slower
     # FP32 in ONNX Runtime classifies the validation pictures as PyTorch did (one picture
     # may flip on a near tie); INT8 stays within the stated tolerance
