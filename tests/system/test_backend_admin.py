@@ -348,7 +348,13 @@ def test_dashboard_logs_a_backend_outage_once(tmp_path, caplog):
     source = DataSource(open_backend_store(spec, tmp_path / "c.sqlite"), complete_ahead=False)
     with caplog.at_level(logging.WARNING, logger="dashboard"):
         stop = source.start_preparing(newest=1, every_s=0.05)
-        time.sleep(1.0)  # about 20 rounds
+        # the first round's warning, however slowly a loaded machine gets to it; then about
+        # 20 more rounds, each of which would log again if the outage were said a round
+        deadline = time.monotonic() + 30
+        while not any(r.name.startswith("dashboard") for r in caplog.records):
+            assert time.monotonic() < deadline, "no round said the backend is unreachable"
+            time.sleep(0.05)
+        time.sleep(1.0)
         stop.set()
     mine = [r for r in caplog.records if r.name.startswith("dashboard")]
     assert len(mine) == 1 and mine[0].levelno == logging.WARNING
