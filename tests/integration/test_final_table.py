@@ -126,6 +126,8 @@ def test_the_wait_asks_until_every_host_is_in_and_no_longer(collector):
     url = f"http://127.0.0.1:{collector}"
     assert wait_for_node_samples(url, "now", None, 5.0) == {}
     text, seconds = printed(collector, "now", wait=30.0)
-    assert seconds < 5 and "provisional" not in text
+    # no longer than it took to ask: well under the 30 s it could wait (a loaded machine's
+    # few seconds for the requests, not the wait)
+    assert seconds < 15 and "provisional" not in text, seconds
     # a collector that cannot say (no such question, or unreachable): the table as it comes
     assert wait_for_node_samples("http://127.0.0.1:9", "now", None, 0.0) is None
