@@ -46,8 +46,9 @@ check: env
 
 # Every shell command of README.md and docs/*.md: each one's subcommand and options against
 # its real --help, and the blocks not marked `<!-- docs-check: skip (why) -->` run from a
-# fresh git clone of what is committed, with this .venv (bench/docs_check/docs_check.py;
-# tests/system/test_docs_commands.py runs it inside `make test`).
+# fresh git clone of what is committed, with this .venv: the README's `make demo` first
+# (about 3 minutes), then the blocks on its run and data set, servers started and stopped
+# (bench/docs_check/docs_check.py; tests/system/test_docs_commands.py runs it in `make test`).
 docs-check: env
 	$(PY) bench/docs_check/docs_check.py
 

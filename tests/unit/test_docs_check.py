@@ -5,6 +5,8 @@ command lines in them, our programs' invocations, and the check against ``--help
 from __future__ import annotations
 
 import importlib.util
+import shlex
+import socket
 import sys
 from pathlib import Path
 
@@ -113,3 +115,91 @@ def test_placeholders_and_messages_in_prose_are_not_commands() -> None:
         (1, "collector report RUN --findings"),
         (1, "collector x: y"),
     ]
+
+
+MARKED = """<!-- make docs-check: a plain comment above the marks stops nothing -->
+<!-- docs-check: fill RUN_ID expect "per epoch, per host" -->
+
+<!-- docs-check: omit "workloads profile" (a user's main.py) timeout 30 -->
+```bash
+collector report RUN_ID --db runs/RUN_ID.sqlite
+dashboard serve --db runs/RUN_ID.sqlite --port 8123   # http://127.0.0.1:8123
+workloads profile --data-dir /data/imagenet -- python main.py
+```
+"""
+
+
+def test_marks_omit_fill_expect_and_timeout() -> None:
+    (block,) = docs_check.shell_blocks(MARKED, "doc.md")
+    assert block.skip_reason is None
+    assert block.omit == (("workloads profile", "a user's main.py"),)
+    assert block.fill == (("RUN_ID", "{run}"),)
+    assert block.expect == ("per epoch, per host",)
+    assert block.timeout == 30.0
+    assert block.problems == ()
+
+
+def test_the_script_omits_fills_and_checks_servers() -> None:
+    (block,) = docs_check.shell_blocks(MARKED, "doc.md")
+    script, problems = docs_check.block_script(block, "tf-1")
+    assert problems == []
+    report, serve = script.split("\n")
+    assert report == "collector report tf-1 --db runs/tf-1.sqlite"
+    assert serve.startswith('"$DOCS_CHECK_PYTHON" "$DOCS_CHECK_SCRIPT" --serve ')
+    assert "http://127.0.0.1:8123/ 'dashboard serve --db runs/tf-1.sqlite --port 8123" in serve
+    _, problems = docs_check.block_script(block, None)
+    assert problems == ["no make demo run in runs/ to fill RUN_ID"] * 2
+
+
+def test_marks_that_match_nothing_or_do_not_parse_are_failures() -> None:
+    text = '<!-- docs-check: omit "agent run" (x) fill JOBID -->\n```bash\nagent sample\n```\n'
+    (block,) = docs_check.shell_blocks(text, "doc.md")
+    assert docs_check.block_script(block, "r")[1] == [
+        'omit "agent run" matches no command',
+        "fill JOBID: no such word in the block",
+    ]
+    (bad,) = docs_check.shell_blocks("<!-- docs-check: skip it -->\n```sh\nls\n```\n", "d.md")
+    assert bad.problems == ("docs-check mark not understood: 'skip it'",)
+
+
+def test_fill_with_text_replaces_whole_words_only() -> None:
+    text = (
+        "<!-- docs-check: fill runs/epochscope.sqlite=runs/{run}.sqlite -->\n```sh\n"
+        "collector runs --db runs/epochscope.sqlite --tokens-file /etc/epochscope/t\n```\n"
+    )
+    (block,) = docs_check.shell_blocks(text, "d.md")
+    assert docs_check.block_script(block, "r")[0] == (
+        "collector runs --db runs/r.sqlite --tokens-file /etc/epochscope/t"
+    )
+
+
+def test_servers_and_their_addresses() -> None:
+    url = docs_check.serve_url
+    assert url("dashboard serve --db f") == "http://127.0.0.1:8050/"
+    assert url("dashboard serve --host 0.0.0.0 --auth a:b") == "http://127.0.0.1:8050/"
+    assert url("python -m dashboard serve --port=9000") == "http://127.0.0.1:9000/"
+    assert url("collector serve --db f") == "http://127.0.0.1:8086/health"
+    assert url("collector serve --listen 127.0.0.2:9999") == "http://127.0.0.2:9999/health"
+    assert url("collector serve --db f &   # in the background") is None
+    assert url("dashboard serve --help") is None
+    assert url("collector report RUN --db f") is None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_server_is_started_asked_and_stopped_by_ctrl_c(capsys) -> None:
+    port = _free_port()
+    command = f"{shlex.quote(sys.executable)} -m http.server {port} --bind 127.0.0.1"
+    assert docs_check.serve_check(f"http://127.0.0.1:{port}/", command, wait=20) == 0
+    assert "HTTP 200" in capsys.readouterr().out
+    assert docs_check._answers(f"http://127.0.0.1:{port}/") is None  # it is gone
+
+
+def test_a_server_that_exits_at_once_is_a_failure(capsys) -> None:
+    port = _free_port()
+    assert docs_check.serve_check(f"http://127.0.0.1:{port}/", "echo no store; exit 1") == 1
+    assert "nothing answered" in capsys.readouterr().out
