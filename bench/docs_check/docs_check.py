@@ -454,6 +454,13 @@ def _answers(url: str) -> int | None:
         return None
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """A check started in the background (``nohup``, ``&`` in a script, some CI runners)
+    ignores SIGINT, and the server would inherit that and outlive the Ctrl-C the docs
+    promise: give it the terminal's default, as a user's shell does."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def serve_check(url: str, command: str, wait: float = SERVE_WAIT_SECONDS) -> int:
     """Start ``command`` (a server), wait for ``url`` to answer, stop it with SIGINT as
     Ctrl-C would; 0 when it answered below 500 and stopped."""
@@ -467,6 +474,7 @@ def serve_check(url: str, command: str, wait: float = SERVE_WAIT_SECONDS) -> int
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=_ctrl_c_as_in_a_terminal,
         )
         started = time.monotonic()
         status = None
