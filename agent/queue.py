@@ -225,6 +225,11 @@ class PointQueue:
     def write_failing(self) -> bool:
         return "write" in self._failing
 
+    def failing_beyond_write(self) -> bool:
+        """Whether an operation other than the spool's write fails: a failing write is
+        retried by the next ``put`` itself, the others only by the sender's backoff."""
+        return bool(self._failing.keys() - {"write"})
+
     def fails(self, operation: str, error: OSError) -> None:
         """Log a failing spool operation once until it works again.
 

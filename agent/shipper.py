@@ -371,10 +371,13 @@ class Shipper:
         if oldest is None:
             if self.queue.has_memory:
                 return self._send_memory(backoff)
-            if self.queue.failing:
+            if self.queue.failing_beyond_write():
                 self.queue.update_stats()
                 self._pause(backoff)  # retry the failing operation later
                 return min(backoff * 2, self.backoff_max_seconds)
+            # nothing to send; a failing write is retried by the next put, so wait for
+            # data, not out a backoff that grew while nothing was sent (new points would
+            # wait up to backoff_max_seconds in memory)
             self._wait_for_data()
             return backoff
         single = oldest.seq <= self._isolate_until_seq

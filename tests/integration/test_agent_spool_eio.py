@@ -120,3 +120,29 @@ def _lines(segment: Path) -> list[str]:
     from agent.spool import verified_lines
 
     return verified_lines(segment.read_bytes())[0].decode().split("\n")[:-1]
+
+
+def test_points_after_a_long_write_failure_are_sent_at_once(faulty_disk):
+    """With the spool's writes failing and nothing left to send, the sender waits for new
+    points (a put retries the write itself), not out a backoff that kept doubling while
+    nothing was sent: before, a point submitted 7.6 s into the failure waited out the
+    8 s pause then under way."""
+    mountpoint, control = faulty_disk
+    endpoint = Endpoint()
+    shipper = Shipper(endpoint.url, "secret-token", "o", "b", mountpoint / "spool",
+                      stats=AgentStats(), segment_max_bytes=256,
+                      backoff_max_seconds=30.0)  # fmt: skip
+    shipper.start()
+    try:
+        (control / "write").touch()
+        shipper.submit(points_for(0))
+        assert wait_until(lambda: len(received_lines(endpoint)) == 3, 30)
+        time.sleep(7.6)  # backoffs of 0.5 + 1 + 2 + 4 s had passed; the next was 8 s
+        (control / "write").unlink()
+        submitted = time.monotonic()
+        shipper.submit(points_for(1))
+        assert wait_until(lambda: len(received_lines(endpoint)) == 6, 30)
+        assert time.monotonic() - submitted < 4.0  # not the 8 s pause's remainder
+    finally:
+        shipper.close(1)
+        endpoint.stop()
