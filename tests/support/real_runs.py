@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -393,3 +394,36 @@ def loop_device(size_mib: int, image: Path) -> Iterator[Path]:
     finally:
         subprocess.run(["losetup", "--detach", device], check=True)
         image.unlink(missing_ok=True)
+
+
+def ctrl_c_once_logged(
+    argv: list[str],
+    env: dict[str, str],
+    log: Path,
+    marker: str,
+    start_seconds: float,
+    stop_seconds: float,
+    poll_seconds: float = 0.5,
+    before_signal: Callable[[], None] | None = None,
+) -> tuple[int, str]:
+    """Start ``argv`` with its output in ``log``, send it SIGINT (a user's Ctrl-C) once
+    ``marker`` appears there, and return its exit status and whole output; it is killed if
+    it has not stopped within ``stop_seconds``. ``before_signal`` may assert on the running
+    processes first."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + start_seconds
+        while marker not in log.read_text(errors="replace"):
+            assert process.poll() is None, log.read_text()[-4000:]
+            assert time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(poll_seconds)
+        if before_signal is not None:
+            before_signal()
+        process.send_signal(signal.SIGINT)
+        status = process.wait(stop_seconds)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return status, log.read_text(errors="replace")

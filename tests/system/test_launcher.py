@@ -26,6 +26,7 @@ import pytest
 
 from collector.store import SqliteStore
 from contract.schema import Event, RunState, Workload
+from tests.support.real_runs import ctrl_c_once_logged
 from workloads.cli import build_parser
 from workloads.launch import frameworks
 from workloads.launch.hosts import remove_private, write_private
@@ -282,23 +283,13 @@ def test_ctrl_c_during_training_leaves_no_process_an_interrupted_run_and_epoch(t
         "--epochs", "100", "--steps-per-epoch", "50", "--warmup-steps", "1", "--step-every", "1",
         "--no-validate", "--profile", "--runs-dir", str(runs), "--run-id", run_id,
     ]  # fmt: skip
-    with log.open("wb") as out:
-        launcher = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 600
-        # rank 0 prints a line per timed step: "[0]<stdout>:<step>\t<images/s>\t<loss>"
-        while "[0]<stdout>:3\t" not in log.read_text(errors="replace"):
-            assert launcher.poll() is None, log.read_text()[-4000:]
-            assert time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(0.5)
+
+    def all_started() -> None:
         assert len(processes_with_mark(mark)) >= 4  # launcher, horovodrun, 2 ranks, ...
-        launcher.send_signal(signal.SIGINT)
-        status = launcher.wait(180)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-    output = log.read_text(errors="replace")
+
+    # rank 0 prints a line per timed step: "[0]<stdout>:<step>\t<images/s>\t<loss>"
+    status, output = ctrl_c_once_logged(argv, env, log, "[0]<stdout>:3\t", 600, 180,
+                                        before_signal=all_started)  # fmt: skip
     assert status == 128 + signal.SIGINT, output[-4000:]
     assert processes_with_mark(mark) == [], output[-4000:]
     assert f"run {run_id} stopped by SIGINT: marked interrupted" in output
@@ -356,22 +347,8 @@ def test_ctrl_c_in_a_two_rank_pytorch_run_is_one_interrupted_run_without_a_trace
         "--epochs", "100", "--steps-per-epoch", "50", "--warmup-steps", "1", "--step-every", "1",
         "--no-validate", "--profile", "--runs-dir", str(runs), "--run-id", run_id,
     ]  # fmt: skip
-    with log.open("wb") as out:
-        launcher = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 600
-        # rank 0 prints a line per timed step: "<step>\t<images/s>\t<loss>"
-        while "\n3\t" not in log.read_text(errors="replace"):
-            assert launcher.poll() is None, log.read_text()[-4000:]
-            assert time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(0.5)
-        launcher.send_signal(signal.SIGINT)
-        status = launcher.wait(180)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-    output = log.read_text(errors="replace")
+    # rank 0 prints a line per timed step: "<step>\t<images/s>\t<loss>"
+    status, output = ctrl_c_once_logged(argv, env, log, "\n3\t", 600, 180)
     assert status == 128 + signal.SIGINT, output[-4000:]
     assert processes_with_mark(mark) == [], output[-4000:]
     assert "Traceback" not in output and "SignalException" not in output, output[-4000:]

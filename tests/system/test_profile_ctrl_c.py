@@ -11,13 +11,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from collector.store import SqliteStore
 from contract.schema import Event, RunState, Workload
+from tests.support.real_runs import ctrl_c_once_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -41,21 +41,7 @@ def test_ctrl_c_on_profile_says_interrupted_as_the_store_does(tmp_path, repo_env
     runs, run_id, log = tmp_path / "runs", "stopped-profile", tmp_path / "profile.log"
     argv = [sys.executable, "-m", "workloads", "profile", "--runs-dir", str(runs), "--run-id",
             run_id, "--step-every", "1", "--", sys.executable, str(script)]  # fmt: skip
-    with log.open("wb") as out:
-        launcher = subprocess.Popen(argv, env=repo_env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 300
-        while "epoch 2 step 1" not in log.read_text(errors="replace"):
-            assert launcher.poll() is None, log.read_text()[-4000:]
-            assert time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(0.2)
-        launcher.send_signal(signal.SIGINT)
-        status = launcher.wait(120)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-    output = log.read_text(errors="replace")
+    status, output = ctrl_c_once_logged(argv, repo_env, log, "epoch 2 step 1", 300, 120, 0.2)
     assert status == 128 + signal.SIGINT, output[-4000:]
     assert f"profile {run_id} stopped by SIGINT: marked interrupted" in output, output[-4000:]
     assert "marked failed" not in output and "Traceback" not in output, output[-4000:]
