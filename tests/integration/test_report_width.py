@@ -5,8 +5,6 @@ real pseudo-terminal whose width is set by ``COLUMNS``, over a real SQLite store
 
 from __future__ import annotations
 
-import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from collector.store import SqliteStore
+from tests.support.cli import collector_in_terminal
 from tests.support.run_builder import RunBuilder
 
 RUN = "wide-run"
@@ -32,32 +31,8 @@ def db(tmp_path_factory) -> Path:
 
 def report_in_terminal(db: Path, columns: int, *extra: str, env: dict[str, str]) -> str:
     """What `collector report` prints to a terminal ``columns`` characters wide."""
-    leader, follower = pty.openpty()
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "collector", "report", RUN, "--db", str(db), *extra],
-            stdin=subprocess.DEVNULL,
-            stdout=follower,
-            stderr=subprocess.PIPE,
-            env={**env, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb"},
-        )
-        os.close(follower)
-        follower = -1
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the command closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        assert process.wait(timeout=60) == 0, process.stderr.read()
-    finally:
-        os.close(leader)
-        if follower != -1:
-            os.close(follower)
-    return b"".join(chunks).decode().replace("\r\n", "\n")
+    return collector_in_terminal(["report", RUN, "--db", str(db), *extra], columns, env,
+                                 term="dumb")  # fmt: skip
 
 
 def table_lines(output: str) -> list[str]:

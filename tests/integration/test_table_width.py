@@ -7,9 +7,6 @@ pseudo-terminal whose width is set by ``COLUMNS``, over a real SQLite store."""
 
 from __future__ import annotations
 
-import os
-import pty
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from collector.store import SqliteStore
+from tests.support.cli import collector_in_terminal
 from tests.support.run_builder import RunBuilder
 
 RUN = "narrow-terminal-run-20261129-0001"
-ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @pytest.fixture(scope="module")
@@ -34,34 +31,8 @@ def db(tmp_path_factory) -> Path:
 
 
 def in_terminal(db: Path, columns: int, *argv: str, env: dict[str, str]) -> str:
-    """What `collector ARGV --db DB` prints to a terminal ``columns`` characters wide
-    (TERM=xterm: rich takes a dumb terminal to be 80 wide whatever it is told)."""
-    leader, follower = pty.openpty()
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "collector", *argv, "--db", str(db)],
-            stdin=subprocess.DEVNULL,
-            stdout=follower,
-            stderr=subprocess.PIPE,
-            env={**env, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "xterm"},
-        )
-        os.close(follower)
-        follower = -1
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the command closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        assert process.wait(timeout=60) == 0, process.stderr.read()
-    finally:
-        os.close(leader)
-        if follower != -1:
-            os.close(follower)
-    return ESCAPES.sub("", b"".join(chunks).decode().replace("\r\n", "\n"))
+    """What `collector ARGV --db DB` prints to a terminal ``columns`` characters wide."""
+    return collector_in_terminal([*argv, "--db", str(db)], columns, env)
 
 
 def piped(db: Path, *argv: str, env: dict[str, str]) -> str:

@@ -7,6 +7,10 @@ reader that goes away, signals, a server's port) stays with the tests that need 
 from __future__ import annotations
 
 import os
+import pty
+import re
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -46,3 +50,40 @@ def run_main(
     if isinstance(status, int):
         return Ran(status, out, err)
     return Ran(1, out, err + f"{status}\n")
+
+
+ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def collector_in_terminal(
+    argv: Sequence[str], columns: int, env: dict[str, str], term: str = "xterm"
+) -> str:
+    """What `collector ARGV` prints to a terminal ``columns`` characters wide, colour
+    escapes removed (TERM=xterm: rich takes a dumb terminal to be 80 wide whatever it is
+    told; `collector report` reads COLUMNS itself)."""
+    leader, follower = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "collector", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            env={**env, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": term},
+        )
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the command closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert process.wait(timeout=60) == 0, process.stderr.read()
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+    return ESCAPES.sub("", b"".join(chunks).decode().replace("\r\n", "\n"))
