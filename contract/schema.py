@@ -753,6 +753,27 @@ class Workload(Measurement):
     CPU_SECONDS = gauge(
         "cpu_seconds", "seconds", "CPU time (user + system) of the rank and its loaders"
     )
+    # epoch_end of a profiled PyTorch rank (``workloads profile``): the worker processes its
+    # training DataLoader started at the epoch's start (0: it kept them from the last epoch)
+    LOADER_WORKERS_STARTED = gauge(
+        "loader_workers_started",
+        "count",
+        "Loader worker processes started at the epoch's start (0: kept from the last epoch)",
+    )
+    # epoch_end: the most throttled CPU cgroup with a quota holding the rank or its loaders
+    # over the epoch (its cpu.stat; workloads/record/cputime.py): a quota that held them back
+    CPU_THROTTLED_SHARE = gauge(
+        "cpu_throttled_share",
+        "fraction",
+        "Share of that cgroup's scheduling periods in the epoch whose CPU quota ran out"
+        " (cpu.stat nr_throttled / nr_periods)",
+    )
+    THROTTLED_QUOTA_CPUS = gauge(
+        "throttled_quota_cpus", "cpus", "That cgroup's CPU quota (cfs_quota_us / cfs_period_us)"
+    )
+    THROTTLED_GROUP_HOLDS = text(
+        "throttled_group_holds", "rank | loaders: whether that cgroup holds the rank itself"
+    )
     # inference events (``workloads infer``): precision, batch_size, timed_images and
     # timed_seconds (the timed batches: images/s is contract.throughput's rule), top1 on the
     # validation split, and these:

@@ -7,41 +7,46 @@ epoch, and epoch 1's start-up.
     augmentation) cannot feed the GPUs.
 
 ``input_wait``
-    Input wait is at least ``INPUT_WAIT_SHARE`` of the step time on a host in settled
-    epochs, or in epoch 1 alone where that wait was the data set's first reads from storage
-    beyond the settled epochs' wait (a cold run on slow storage). Storage-bound when the
-    training's own reads came from storage (``read_bytes`` at least ``STORAGE_READ_SHARE``
-    of ``rchar`` or of the data set's bytes per image trained, a loader re-reading its
-    files through the page cache dilutes the first; and per image trained at least
-    ``DATASET_READ_SHARE`` of the data set's bytes per image, else ``MIN_READ_BYTES_PER_IMAGE``:
-    a few MB of libraries is no data set) or iowait is high; decode-bound, for a data set of
-    pictures only (``DECODED_FORMATS``: JPEG files or records of them), when the epochs' images/s
-    reached ``DECODE_BOUND_SHARE`` of the host's decode ceiling (JPEG data sets with a
-    measured decode rate per core, ``decode_ceiling_percent``: a cgroup quota's cores are
-    saturated while the host's CPUs are not) or, unless the input came faster than decoding
-    allows, the training's own processes saturated the CPUs (``training_cpu_percent``; the
-    host's CPUs where not sent); others when the host's CPUs were saturated by other
-    processes than the training's (``contention`` names them); else undetermined: not known
-    from what the run sent (the finding names what was measured and what was missing, the
-    loader's worker count among them). Before all these: the epoch's start, when at least
-    ``EPOCH_START_WAIT_SHARE`` of the wait fell in the epochs' first steps (a profiled
-    rank's, which AU leaves out): what restarts with each epoch held the first batch back,
-    and more workers would only start more. The share of the decode ceiling is stated beside it
-    where measured. Epoch 1, which the settled epochs leave out as start-up, is judged on its
-    own where no settled epoch put the host's wait on storage: its wait is storage-bound when
-    what it waited beyond the settled epochs' share is at least ``INPUT_WAIT_SHARE`` of its
-    steps, the wait is not held in their first, and the ranks' own storage reads in it were
-    the data set (a cold run on slow storage waits in epoch 1 only); a loader starting or
-    graph building, which read no data set, stays ``startup``'s.
+    Input wait is at least ``INPUT_WAIT_SHARE`` of the step time on a host in settled epochs, or
+    in epoch 1 alone where that wait was the data set's first reads from storage beyond the
+    settled epochs' wait (a cold run on slow storage). Storage-bound when the training's own
+    reads came from storage (``read_bytes`` at least ``STORAGE_READ_SHARE`` of ``rchar`` or of
+    the data set's bytes per image trained, a loader re-reading its files through the page cache
+    dilutes the first; and per image trained at least ``DATASET_READ_SHARE`` of the data set's
+    bytes per image, else ``MIN_READ_BYTES_PER_IMAGE``: a few MB of libraries is no data set) or
+    iowait is high; decode-bound, for a data set of pictures only (``DECODED_FORMATS``: JPEG
+    files or records of them), when a CPU quota held the ranks or their loaders back (their most
+    throttled quota group ran out in at least ``THROTTLED_BOUND_SHARE`` of its scheduling
+    periods, ``cpu_throttled_share``), or the epochs' images/s reached ``DECODE_BOUND_SHARE`` of
+    the host's decode ceiling (JPEG data sets with a measured decode rate per core,
+    ``decode_ceiling_percent``: a cgroup quota's cores are saturated while the host's CPUs are
+    not) or, unless the input came faster than decoding allows, the training's own processes
+    saturated the CPUs (``training_cpu_percent``; the host's CPUs where not sent); others when
+    the host's CPUs were saturated by other processes than the training's (``contention`` names
+    them); else undetermined: not known from what the run sent (the finding names what was
+    measured and what was missing, the loader's worker count among them). Before all these: the
+    epoch's start, when at least ``EPOCH_START_WAIT_SHARE`` of the wait fell in the epochs'
+    first steps (a profiled rank's, which AU leaves out): what restarts with each epoch held the
+    first batch back, and more workers would only start more. The share of the decode ceiling is
+    stated beside it where measured. Epoch 1, which the settled epochs leave out as start-up, is
+    judged on its own where no settled epoch put the host's wait on storage: its wait is
+    storage-bound when what it waited beyond the settled epochs' share is at least
+    ``INPUT_WAIT_SHARE`` of its steps, the wait is not held in their first, and the ranks' own
+    storage reads in it were the data set (a cold run on slow storage waits in epoch 1 only); a
+    loader starting or graph building, which read no data set, stays ``startup``'s.
 
 ``epoch_restart``
     In epochs after the first, an epoch's first timed step takes at least
     ``EPOCH_RESTART_RATIO`` times the median of the epoch's other timed steps and its extra
     time is at least ``EPOCH_RESTART_SHARE`` of the epoch (the stored step events, per
     rank): something restarts with every epoch, in PyTorch the DataLoader's worker
-    processes unless ``persistent_workers=True``. Where the run says its loader keeps its
-    workers, that cause is ruled out: the finding says what was seen (an empty prefetch
-    queue's first batch, or a loader made anew) at info, and advises nothing.
+    processes unless ``persistent_workers=True``. A profiled PyTorch rank sends the worker
+    processes its training loader started at each epoch's start (``loader_workers_started``):
+    none started in the epochs found means the workers were kept and the longer first step was
+    the new pass's empty prefetch queue, not reported; workers started although the run keeps
+    them means the DataLoader is made anew each epoch, which the finding says. Where only the
+    run's ``persistent_workers=True`` is known, the restart is ruled out: the finding says what
+    was seen at info, and advises nothing.
 
 ``startup``
     Epoch 1's time per step is at least ``STARTUP_RATIO`` times the settled epochs'.
@@ -102,8 +107,9 @@ from collector.findings.base import (
     words,
 )
 from collector.findings.context import RunContext, complete_epochs
+from collector.store.api import event_number
 from contract.markers import ALL_HOSTS
-from contract.schema import Workload
+from contract.schema import Event, Workload
 from contract.units import format_fraction
 
 GPU_LOW_PERCENT = 70.0
@@ -135,6 +141,15 @@ def decode_verdict(percent: float) -> str:
     if percent >= 100 * DECODE_PAST_SHARE:
         return "past"
     return "bound" if percent >= 100 * DECODE_BOUND_SHARE else "under"
+
+
+# A CPU quota held the input back when the most throttled quota group of the ranks or their
+# loaders (``epoch_end`` ``cpu_throttled_share``: cpu.stat) ran out of quota in at least this
+# share of its scheduling periods: its processes wanted more CPU than the quota gives most of
+# the time (a process spinning under 0.25 CPUs is throttled in >= 80% of them,
+# tests/integration/test_rank_cputime.py; a loader that sleeps or waits is rarely throttled).
+# On a decoded format that is decode-bound whatever the host's other CPUs did.
+THROTTLED_BOUND_SHARE = 0.5
 
 
 STORAGE_READ_SHARE = 0.5  # read_bytes / rchar: the training's reads came from storage
@@ -230,6 +245,23 @@ class EpochRestart:
     # the run's loader, as its run_start gave it (workloads/record/cpus.py)
     loader_workers: int | None = field(default=None, metadata=IF_KNOWN)
     persistent_workers: bool | None = field(default=None, metadata=IF_KNOWN)
+    # worker processes the ranks' training loaders started at those epochs' starts, summed
+    # (``loader_workers_started``: a profiled PyTorch rank's); None where not sent
+    loader_workers_started: int | None = field(default=None, metadata=IF_KNOWN)
+
+
+def workers_started(context: RunContext, epochs: list[int]) -> int | None:
+    """Loader worker processes the ranks started at the starts of ``epochs`` (their
+    ``epoch_end``s' ``loader_workers_started``); None unless every such epoch_end sent it."""
+    wanted, total, seen = set(epochs), 0, False
+    for event in context.model.epoch_events:
+        if event.event != Event.EPOCH_END or event_number(event, Workload.EPOCH) not in wanted:
+            continue
+        started = event_number(event, Workload.LOADER_WORKERS_STARTED)
+        if started is None:
+            return None
+        total, seen = total + int(started), True
+    return total if seen else None
 
 
 @dataclass(frozen=True)
@@ -265,6 +297,10 @@ class InputWaitHost:
     # True: epoch 1 alone, its wait the data set's first reads from storage (a cold run on
     # slow storage), which the settled epochs leave out; else not in the evidence
     cold_first_epoch: bool | None = field(default=None, metadata=IF_KNOWN)
+    # the ranks' most throttled CPU quota group over the epochs (``QuotaThrottling``)
+    cpu_throttled_share: float | None = field(default=None, metadata={**IF_KNOWN, **digits(3)})
+    throttled_quota_cpus: float | None = field(default=None, metadata={**IF_KNOWN, **digits(3)})
+    throttled_group_holds: str | None = field(default=None, metadata=IF_KNOWN)  # rank | loaders
 
 
 @dataclass(frozen=True)
@@ -379,6 +415,9 @@ def detect_epoch_restart(context: RunContext) -> EpochRestart | None:
             hits.append(middle)
     if not hits:
         return None
+    started = workers_started(context, [h.epoch for h in hits])
+    if started == 0:  # measured: the loaders kept their workers; an empty queue is no restart
+        return None
     return EpochRestart(
         epochs=hits,
         epochs_checked=len(by_epoch),
@@ -387,6 +426,7 @@ def detect_epoch_restart(context: RunContext) -> EpochRestart | None:
         framework=context.run.framework,
         loader_workers=_config_int(context.config, Workload.LOADER_WORKERS),
         persistent_workers=_config_flag(context.config, Workload.PERSISTENT_WORKERS),
+        loader_workers_started=started,
     )
 
 
@@ -432,6 +472,44 @@ def _decode_bound(
         return verdict == "bound"
     busy = own_cpu if own_cpu is not None else cpu_util_percent
     return busy is not None and busy >= CPU_SATURATED_PERCENT
+
+
+@dataclass(frozen=True)
+class QuotaThrottling:
+    """A host's ranks' most throttled CPU quota groups over some epochs (their ``epoch_end``s'
+    ``cpu_throttled_share``, mean; the smallest quota; "loaders" when every such group held
+    only loaders, else "rank")."""
+
+    share: float
+    quota_cpus: float
+    holds: str
+
+    @property
+    def bound(self) -> bool:
+        return self.share >= THROTTLED_BOUND_SHARE
+
+
+def quota_throttling(context: RunContext, host: str, epochs: list[int]) -> QuotaThrottling | None:
+    """The host's ranks' quota throttling over ``epochs``; None where none was sent."""
+    shares, quotas, holds = [], [], set()
+    wanted = set(epochs)
+    for event in context.model.epoch_events:
+        if event.event != Event.EPOCH_END or event.host != host:
+            continue
+        if event_number(event, Workload.EPOCH) not in wanted:
+            continue
+        share = event_number(event, Workload.CPU_THROTTLED_SHARE)
+        quota = event_number(event, Workload.THROTTLED_QUOTA_CPUS)
+        if share is None or quota is None:
+            continue
+        shares.append(share)
+        quotas.append(quota)
+        holds.add(event.fields.get(Workload.THROTTLED_GROUP_HOLDS))
+    if not shares:
+        return None
+    return QuotaThrottling(
+        sum(shares) / len(shares), min(quotas), "loaders" if holds == {"loaders"} else "rank"
+    )
 
 
 def _others_saturate(own_cpu: float | None, cpu_util_percent: float | None) -> bool:
@@ -546,11 +624,13 @@ def _input_wait_host(
         read_bytes, rchar_bytes, per_image, dataset_bytes_per_image(context.config)
     )
     first_step = first_step_wait_share(members)
+    throttling = quota_throttling(context, host, epochs)
+    quota_bound = throttling is not None and throttling.bound
     if first_step is not None and first_step >= EPOCH_START_WAIT_SHARE:
         cause = "epoch_start"
     elif from_storage or (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT):
         cause = "storage"
-    elif decodes and _decode_bound(decoding, own, cpu):
+    elif decodes and (quota_bound or _decode_bound(decoding, own, cpu)):
         cause = "decode"
     elif _others_saturate(own, cpu):
         cause = "others"
@@ -566,6 +646,9 @@ def _input_wait_host(
         read_bytes_per_image=per_image,
         data_format=str(data_format) if data_format not in (None, "") else None,
         loader_workers=_config_int(context.config, Workload.LOADER_WORKERS),
+        cpu_throttled_share=None if throttling is None else throttling.share,
+        throttled_quota_cpus=None if throttling is None else throttling.quota_cpus,
+        throttled_group_holds=None if throttling is None else throttling.holds,
     )  # fmt: skip
 
 
@@ -818,8 +901,28 @@ def loader_text(found: EpochRestart) -> str:
 
 
 def workers_kept(found: EpochRestart) -> bool:
-    """The run said its loader keeps its worker processes across epochs."""
+    """The run said its loader keeps its worker processes across epochs, and no measured
+    worker start says otherwise."""
+    if found.loader_workers_started:
+        return False
     return bool(found.persistent_workers) and bool(found.loader_workers)
+
+
+def started_text(found: EpochRestart) -> str:
+    """Worker starts measured at those epochs' starts (a profiled PyTorch rank's)."""
+    started = found.loader_workers_started
+    if not started:
+        return ""
+    text = (
+        f" {started} loader worker process{'' if started == 1 else 'es'} started at those "
+        "epochs' starts (seen at each DataLoader pass)"
+    )
+    if found.persistent_workers:
+        text += (
+            ", although persistent_workers=True: the DataLoader is made anew each epoch, and"
+            " a new DataLoader starts its own workers; make it once, outside the epoch loop"
+        )
+    return text + "."
 
 
 # A loader that keeps its workers still starts each epoch with an empty prefetch queue: its
@@ -842,7 +945,7 @@ def word_epoch_restart(found: EpochRestart) -> Finding:
     listing = "; ".join(restart_text(h) for h in found.epochs[:6])
     more = f" and {len(found.epochs) - 6} more" if len(found.epochs) > 6 else ""
     severity = WARNING if found.extra_share_mean >= 2 * EPOCH_RESTART_SHARE else INFO
-    cause = f"Most likely {long}.{loader_text(found)}"
+    cause = f"Most likely {long}.{loader_text(found)}{started_text(found)}"
     if workers_kept(found):  # the stated cause is ruled out: what was seen, not a guess
         short = "the first batch is loaded again"
         cause = f"The training's loader: {found.loader_workers} workers, {KEPT_WORKERS_TEXT}."
@@ -906,6 +1009,7 @@ def word_input_wait_host(found: InputWaitHost) -> Finding:
             + cold_sentence(found)
             + first_step_sentence(found)
             + unknown_sentence(found)
+            + throttled_sentence(found)
             + decode_sentence(found.decode_ceiling_percent, found.decode_cores)
             + au_sentence(found.accelerator_utilisation)
         ),
@@ -966,6 +1070,24 @@ def unknown_sentence(found: InputWaitHost) -> str:
         text + " A loader that sleeps or waits on something else (a slow transform, a remote"
         " service, too few workers) looks like this; profile one loader worker to find it."
     )
+
+
+def throttled_sentence(found: InputWaitHost) -> str:
+    """What the ranks' or loaders' CPU quota did (empty where no quota group was read)."""
+    share, quota = found.cpu_throttled_share, found.throttled_quota_cpus
+    if share is None or quota is None:
+        return ""
+    whose = "loader workers'" if found.throttled_group_holds == "loaders" else "training's"
+    ran_out = (
+        f"The {whose} cgroup CPU quota of {quota:g} CPUs ran out in "
+        f"{format_fraction(share)} of its scheduling periods (cpu.stat)"
+    )
+    if share >= THROTTLED_BOUND_SHARE:
+        return (
+            f" {ran_out}: they wanted more CPU than the quota gives, so the input could come "
+            "no faster; a larger quota (or fewer, lighter transforms per picture) would help."
+        )
+    return f" {ran_out}, under the {format_fraction(THROTTLED_BOUND_SHARE)} of a limit."
 
 
 def decode_sentence(percent: float | None, cores: float | None) -> str:

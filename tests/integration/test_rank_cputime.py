@@ -8,9 +8,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from contract import procfs
 from contract.schema import Event, Workload
-from workloads.record.cputime import ProcessTreeCpu
+from tests.support import real_runs
+from workloads.record.cputime import ProcessTreeCpu, TreeThrottling, throttling_fields
 from workloads.record.events import EventWriter, MemorySink
 from workloads.record.timing import Recorder
 
@@ -55,3 +58,39 @@ def test_epoch_end_carries_the_ranks_cpu_seconds_and_run_start_its_pid():
     assert start[Workload.PID] == os.getpid()
     assert end[Workload.EVENT] == Event.EPOCH_END
     assert 0.4 <= end[Workload.CPU_SECONDS] < 3.0
+
+
+# a loader that moves itself into the quota group given, then spins for the seconds given
+SPIN_IN_GROUP = (
+    "import pathlib, sys, time\n"
+    "(pathlib.Path(sys.argv[1]) / 'tasks').write_text(str(__import__('os').getpid()))\n"
+    "end = time.monotonic() + float(sys.argv[2])\n"
+    "while time.monotonic() < end: pass\n"
+)
+
+
+def test_a_loader_held_to_its_quota_is_seen_throttled_over_the_epoch():
+    """A real cgroup v1 CPU group of 0.25 CPUs holding one spinning child (a loader pool put
+    in a group of its own, as the findings bench's decode-quota case does): the epoch's
+    fields name that group's quota and a throttled share near every period; the rank's own
+    group (no quota here) is not read."""
+    if not os.access(real_runs.CGROUP_CPU, os.W_OK):
+        pytest.skip(f"{real_runs.CGROUP_CPU} is not writable here")
+    with real_runs.cpu_quota_group(0.25) as group:
+        child = subprocess.Popen([sys.executable, "-c", SPIN_IN_GROUP, str(group), "4"])
+        try:
+            tree = TreeThrottling()
+            deadline = time.monotonic() + 10
+            while not tree() and time.monotonic() < deadline:  # until it has moved in
+                time.sleep(0.05)
+            start = tree()
+            time.sleep(1.5)
+            fields = throttling_fields(start, tree())
+        finally:
+            child.kill()
+            child.wait()
+    assert set(start) == {group}
+    assert fields[Workload.THROTTLED_QUOTA_CPUS] == 0.25
+    assert fields[Workload.THROTTLED_GROUP_HOLDS] == "loaders"
+    # a process spinning under 0.25 CPUs runs out of quota in every 100 ms period it runs
+    assert fields[Workload.CPU_THROTTLED_SHARE] >= 0.8

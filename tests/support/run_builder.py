@@ -103,6 +103,7 @@ class EpochSpec:
     reads: tuple[int, int] | None = None  # each rank's (read_bytes, rchar) in the epoch
     steps: int | None = None  # step events in the epoch (default: the run's steps_per_epoch)
     loss: float | None = None  # the ranks' mean training loss; NaN or Inf: loss_not_finite
+    end_fields: dict[str, object] | None = None  # more epoch_end fields, every rank's
 
 
 @dataclass
@@ -176,6 +177,7 @@ class RunBuilder:
         reads: tuple[int, int] | None = None,
         steps: int | None = None,
         loss: float | None = None,
+        end_fields: dict[str, object] | None = None,
         **rates: Rate,
     ) -> RunBuilder:
         unknown = set(rates) - set(RATE_KEYS)
@@ -183,7 +185,16 @@ class RunBuilder:
             raise ValueError(f"unknown rates {sorted(unknown)}")
         self.epochs.append(
             EpochSpec(
-                seconds, images_per_rank, rates, step_pattern, top1, shares, reads, steps, loss
+                seconds,
+                images_per_rank,
+                rates,
+                step_pattern,
+                top1,
+                shares,
+                reads,
+                steps,
+                loss,
+                end_fields,
             )
         )
         return self
@@ -454,6 +465,7 @@ class RunBuilder:
                         end_fields |= loss_fields(spec.loss)
                     end_fields |= self._anatomy_fields(spec, host, rank, step_number)
                     end_fields |= self._timed_parts(spec, host, rank, timed_seconds)
+                    end_fields |= spec.end_fields or {}
                     out.append(event(end + skew, end_fields))
                 if self.state != RunState.LIVE:
                     out.append(

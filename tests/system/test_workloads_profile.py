@@ -448,6 +448,9 @@ def test_pytorch_loop_recognised_unmodified(data, runs):
     printed = printed_accuracies(result.stdout, r"acc (\d\.\d+)")
     assert [e.fields[Workload.TOP1] for e in ends] == pytest.approx(printed, abs=1e-3)
     assert all(e.fields[Workload.LOSS] > 0 for e in ends)
+    # its training loader (1 worker, not persistent) started its worker again in epoch 2;
+    # epoch 1's pass began before it was known to train
+    assert [e.fields.get(Workload.LOADER_WORKERS_STARTED) for e in ends] == [None, 1]
     for end in ends:  # a lone process: the step's anatomy, with no communication
         parts = [end.fields[name] for name in (Workload.INPUT_WAIT_SECONDS,
                  Workload.COMPUTE_SECONDS, Workload.OTHER_STEP_SECONDS)]  # fmt: skip

@@ -138,3 +138,45 @@ def test_input_past_twice_the_decode_ceiling_was_not_decoded_there(make_store):
 )
 def test_the_decode_verdict_bounds(percent, verdict):
     assert decode_verdict(percent) == verdict
+
+
+def throttled(share: float, holds: str = "loaders") -> dict[str, object]:
+    """An epoch_end's quota group fields (workloads.record.cputime.throttling_fields)."""
+    return {
+        Workload.CPU_THROTTLED_SHARE: share,
+        Workload.THROTTLED_QUOTA_CPUS: 0.25,
+        Workload.THROTTLED_GROUP_HOLDS: holds,
+    }
+
+
+def quota_run(run_id: str, share: float, data_format: str = "jpeg") -> RunBuilder:
+    """A JPEG run whose loaders' quota group was throttled ``share`` of its periods, on a
+    host whose CPUs were 30% busy and without a measured decode rate: as the findings
+    bench's decode-quota case (its loader workers in a 0.25-CPU group of their own)."""
+    run = RunBuilder(run_id, steps_per_epoch=5, data_format=data_format,
+                     run_start_fields={Workload.CPUS_ALLOWED: "0-1"})  # fmt: skip
+    for _ in range(3):
+        run.epoch(100, 6400, shares=(0.7, 0.2, 0.0), cpu_busy=0.3, end_fields=throttled(share))
+    return run
+
+
+def test_loaders_held_to_their_quota_are_decode_bound(make_store):
+    finding = input_wait_of(make_store(quota_run("held", 0.93).points()), "held")
+    assert finding.evidence["cause"] == "decode"
+    assert finding.evidence["cpu_throttled_share"] == 0.93
+    assert finding.evidence["throttled_quota_cpus"] == 0.25
+    assert finding.evidence["throttled_group_holds"] == "loaders"
+    assert (
+        "The loader workers' cgroup CPU quota of 0.25 CPUs ran out in 93% of its scheduling"
+        " periods (cpu.stat): they wanted more CPU than the quota gives" in finding.explanation
+    )
+
+
+def test_a_quota_seldom_reached_or_data_not_decoded_is_not_decode_bound(make_store):
+    seldom = input_wait_of(make_store(quota_run("seldom", 0.1).points()), "seldom")
+    assert seldom.evidence["cause"] == "undetermined"
+    assert "ran out in 10% of its scheduling periods (cpu.stat), under the 50% of a limit" in (
+        seldom.explanation
+    )
+    tensors = input_wait_of(make_store(quota_run("tensors", 0.93, "synthetic").points()), "tensors")
+    assert tensors.evidence["cause"] == "undetermined"

@@ -25,6 +25,7 @@ def restart_run(
     framework: str = "pytorch",
     steps: int = STEPS,
     later_epochs: bool = True,
+    end_fields: dict[str, object] | None = None,
     **settings,
 ) -> RunBuilder:
     """Three epochs of ``steps`` 0.1 s steps whose first takes ``first_step`` s (in epoch 1
@@ -33,7 +34,8 @@ def restart_run(
     for epoch in range(3):
         first = first_step if epoch == 0 or later_epochs else 0.1
         pattern = (first / 0.1,) + (1.0,) * (steps - 1)
-        run.epoch(first + 0.1 * (steps - 1), 64 * steps, step_pattern=pattern)
+        run.epoch(first + 0.1 * (steps - 1), 64 * steps, step_pattern=pattern,
+                  end_fields=end_fields)  # fmt: skip
     return run
 
 
@@ -109,3 +111,27 @@ def test_a_loader_that_keeps_its_workers_is_not_told_to_keep_them(make_store):
     (finding,) = findings_of(store, "restarted")
     assert finding.severity == "warning"
     assert "Create the DataLoader with persistent_workers=True" in finding.explanation
+
+
+def test_measured_worker_starts_decide_whether_the_workers_were_kept(make_store):
+    """A profiled PyTorch rank sends the workers its training loader started at each epoch's
+    start (workloads/autoprofile/torch_hooks.py ``workers_starting``). None started: the
+    workers were kept, the longer first step is the new pass's empty prefetch queue, not
+    reported (the matrix's healthy script with persistent workers, 1 of 3 runs before).
+    Workers started although the run says it keeps them: a DataLoader made anew each epoch."""
+    kept = {Workload.LOADER_WORKERS: 2, Workload.PERSISTENT_WORKERS: 1}
+    none_started = {Workload.LOADER_WORKERS_STARTED: 0}
+    store = make_store(
+        restart_run("kept", 1.5, run_start_fields=kept, end_fields=none_started).points()
+    )
+    assert findings_of(store, "kept") == []
+    anew = {Workload.LOADER_WORKERS_STARTED: 2}
+    store = make_store(restart_run("anew", 1.5, run_start_fields=kept, end_fields=anew).points())
+    (finding,) = findings_of(store, "anew")
+    assert finding.severity == "warning"
+    assert finding.evidence["loader_workers_started"] == 4  # 2 at each of epochs 2 and 3
+    assert finding.title.endswith(": DataLoader worker start-up")
+    assert (
+        "4 loader worker processes started at those epochs' starts (seen at each DataLoader"
+        " pass), although persistent_workers=True: the DataLoader is made anew each epoch"
+    ) in finding.explanation

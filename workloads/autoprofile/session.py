@@ -47,7 +47,7 @@ from workloads.record.anatomy import (
     add,
     split_step,
 )
-from workloads.record.cputime import ProcessTreeCpu
+from workloads.record.cputime import GroupThrottling, ProcessTreeCpu, TreeThrottling
 
 DELIVERY_TIMEOUT_SECONDS = 60.0
 
@@ -121,6 +121,8 @@ class Epoch:
     au_idle: float = 0.0  # and the accelerator's idle time in them
     io_at_start: ProcessIo | None = None  # the rank's reads when the epoch began
     cpu_at_start: float | None = None  # CPU seconds of the rank and its loaders by then
+    throttling_at_start: dict[Path, GroupThrottling] | None = None  # their quota groups'
+    loader_workers_started: int | None = None  # by its training loader at its start
     loss_sum: object = None  # a float, or a framework scalar summed without a device sync
     losses: int = 0
     end_ns: int | None = None  # the latest time the epoch is known to have run to
@@ -147,6 +149,7 @@ class Session:
         self.driver: str | None = None
         self._read_io: ProcessTreeIo | None = None
         self._read_cpu: ProcessTreeCpu | None = None
+        self._read_throttling: TreeThrottling | None = None
         self._agent_edges: object = False  # AgentEdges | None, once asked
         self._residency: object = False  # DatasetResidency | None, once built
         self._mark = 0.0
@@ -274,7 +277,8 @@ class Session:
             io_now = io if io is not None else self.process_io()
             cpu_now = cpu if cpu is not None else self.process_cpu()
             self.epoch = Epoch(self.epochs_done, start_ns or 0, io_at_start=io_now,
-                               cpu_at_start=cpu_now)  # fmt: skip
+                               cpu_at_start=cpu_now,
+                               throttling_at_start=self.process_throttling())  # fmt: skip
             self._mark = self.clock() if start is None else start
             point = self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: self.epoch.number},
                                      start_ns)  # fmt: skip
@@ -300,6 +304,13 @@ class Session:
         if self._read_cpu is None or self._read_cpu.pid != os.getpid():
             self._read_cpu = ProcessTreeCpu()
         return self._read_cpu()
+
+    def process_throttling(self) -> dict[Path, GroupThrottling]:
+        """The CPU quota groups of this process and its data loaders, read where
+        ``process_cpu`` is (``workloads.record.cputime.TreeThrottling``)."""
+        if self._read_throttling is None or self._read_throttling.pid != os.getpid():
+            self._read_throttling = TreeThrottling()
+        return self._read_throttling()
 
     def step(
         self,
@@ -379,6 +390,7 @@ class Session:
         """``epoch_end`` of the open epoch, at ``end_ns`` or the latest time it ran to;
         ``now``: it ends now (stamped with the agent's edge sample)."""
         from contract.schema import Event, Workload
+        from workloads.record.cputime import throttling_fields
         from workloads.record.timing import (
             anatomy_fields,
             io_fields,
@@ -395,6 +407,7 @@ class Session:
             if io_now is not None and epoch.io_at_start is not None:
                 reads = io_now - epoch.io_at_start
             cpu_now = self.process_cpu()
+            throttling = throttling_fields(epoch.throttling_at_start, self.process_throttling())
             cpu_seconds = None
             if cpu_now is not None and epoch.cpu_at_start is not None:
                 cpu_seconds = cpu_now - epoch.cpu_at_start
@@ -420,6 +433,8 @@ class Session:
                 Workload.TOP5: epoch.top5,
                 **self.residency_fields(),
                 Workload.CPU_SECONDS: cpu_seconds,
+                Workload.LOADER_WORKERS_STARTED: epoch.loader_workers_started,
+                **throttling,
             }, None if now else end_ns or epoch.end_ns or self.clock_ns())  # fmt: skip
 
     def finish(self) -> None:

@@ -58,6 +58,16 @@ TRAIN, OTHER = "train", "other"
 TOP5_CLASSES = 5
 
 
+def workers_starting(loader: object) -> int:
+    """The worker processes ``DataLoader.__iter__`` is about to start: its ``num_workers``,
+    unless it keeps them (``persistent_workers``) and has its iterator from an earlier pass,
+    which it resets instead (PyTorch's ``DataLoader.__iter__``). A loader made anew each
+    epoch starts its workers again whatever its ``persistent_workers``."""
+    workers = int(getattr(loader, "num_workers", 0) or 0)
+    has_iterator = getattr(loader, "_iterator", None) is not None
+    return 0 if getattr(loader, "persistent_workers", False) and has_iterator else workers
+
+
 class Pass:
     def __init__(
         self,
@@ -115,8 +125,8 @@ class Tracker:
         self._scored = 0
         self._classes = 0
 
-    # DataLoader.__iter__, before its workers start
-    def pass_started(self, loader: object) -> Pass:
+    # DataLoader.__iter__, before its workers start (``workers_starting`` of them)
+    def pass_started(self, loader: object, workers_started: int = 0) -> Pass:
         asked = time.perf_counter()
         session = sessions.current()
         if session is None or session.explicit:
@@ -132,7 +142,8 @@ class Tracker:
             current = Pass(loader, session.process_io(), start=asked, cpu=session.process_cpu())
         if session.started:
             if role == TRAIN:
-                session.epoch_start(None, current.start, current.io, current.cpu)  # an edge
+                epoch = session.epoch_start(None, current.start, current.io, current.cpu)  # edge
+                epoch.loader_workers_started = workers_started
                 self.training, self._inside_edge_asked = current, False
             elif session.epoch is not None:
                 self._watch_forward(current)
@@ -379,7 +390,7 @@ def patch_dataloader(module: ModuleType) -> None:
     original_next = iterator_class.__next__
 
     def __iter__(self):
-        current = TRACKER.pass_started(self)
+        current = TRACKER.pass_started(self, workers_starting(self))
         iterator = original_iter(self)
         iterator._epochscope_pass = current
         return iterator

@@ -33,6 +33,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from contract.schema import Event, RunState, Workload
 from contract.throughput import TimedWork, rank_images_per_second
@@ -45,7 +46,12 @@ from workloads.record.anatomy import (
     add,
     split_step,
 )
-from workloads.record.cputime import ProcessTreeCpu
+from workloads.record.cputime import (
+    GroupThrottling,
+    ProcessTreeCpu,
+    TreeThrottling,
+    throttling_fields,
+)
 from workloads.record.events import EventWriter
 
 
@@ -91,6 +97,10 @@ class Recorder:
     _io_at_start: ProcessIo | None = None
     read_cpu: Callable[[], float | None] = field(default_factory=ProcessTreeCpu)
     _cpu_at_start: float | None = None
+    read_throttling: Callable[[], dict[Path, GroupThrottling]] = field(
+        default_factory=TreeThrottling
+    )
+    _throttling_at_start: dict[Path, GroupThrottling] | None = None
 
     def run_start(self, config: dict[str, object]) -> None:
         self.writer.emit(Event.RUN_START, {**config, **self.residency_fields()})
@@ -102,6 +112,7 @@ class Recorder:
         self.writer.emit(Event.EPOCH_START, {Workload.EPOCH: epoch})
         self._io_at_start = self.read_io()
         self._cpu_at_start = self.read_cpu()
+        self._throttling_at_start = self.read_throttling()
         self._mark = self.clock()
         self._marks = StepMarks()
 
@@ -184,6 +195,7 @@ class Recorder:
         cpu_now = self.read_cpu()
         if cpu_now is not None and self._cpu_at_start is not None:
             stats.cpu_seconds = cpu_now - self._cpu_at_start
+        throttling = throttling_fields(self._throttling_at_start, self.read_throttling())
         self.writer.emit(
             Event.EPOCH_END,
             {
@@ -201,6 +213,7 @@ class Recorder:
                 **io_fields(stats.io),
                 **self.residency_fields(),
                 Workload.CPU_SECONDS: stats.cpu_seconds,
+                **throttling,
             },
         )
         if self.verbose:
