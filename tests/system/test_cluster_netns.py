@@ -1,19 +1,19 @@
 """A two-host cluster in two network namespaces: Horovod over a real link, seen by agents.
 
-The test makes two network namespaces joined by a veth pair, with addresses 10.213.N.1 and
-10.213.N.2 that exist only inside them, and gives each a UTS namespace with its own
-hostname (h1, h2) and an /etc/netns/<ns>/hosts naming both (iproute2 mounts it over
-/etc/hosts inside the namespace). Each host runs a real sshd on its 10.x address and an
-agent (net and cpu samplers, 1 s). The collector runs on h1. From h1,
+The test makes two "hosts" behind one switch (tests/support/netns.py's ``NetnsCluster``:
+network namespaces whose addresses exist only inside them, each with a UTS namespace
+named h1 or h2 and an /etc/netns/<ns>/hosts naming both). Each host runs a real sshd on
+its 10.x address and an agent (net and cpu samplers, 1 s). The collector runs on h1. From
+h1,
 
     workloads run --framework tensorflow --np 2 --hosts h1:1,h2:1 ...
 
 trains ResNet-50 under `horovodrun --gloo`: rank 0 on h1, rank 1 started on h2 over SSH,
-gradients all-reduced over the veth link. The per-epoch report (`collector report
+gradients all-reduced over their links. The per-epoch report (`collector report
 --format json`) then has rows for both hosts, and each host's interface carried the
 gradient traffic both ways, rx and tx of the same order.
 
-A `tc` token bucket of ``TC_RATE_MBIT`` on each end of the link sets its rate; before the
+A `tc` token bucket of ``TC_RATE_MBIT`` on both ends of each host's link sets its rate; before the
 run each host measures its peer throughput to the other (`agent ceilings --peer`, the other
 running `--serve-peer`) and its agent reports it (the ceilings sampler), so the report
 states each epoch's traffic as a share of the measured link.
@@ -28,7 +28,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -38,6 +37,8 @@ import pytest
 from test_ansible_harness import REPO_ROOT, SSH_KEYGEN, SSHD, readable_base_dir
 
 from collector.findings.scaling import link_verdict
+from tests.support import netns
+from tests.support.netns import NetnsCluster, run_checked, wait_for_log
 from tests.support.views import whole_percent_texts
 
 pytestmark = [pytest.mark.slow, pytest.mark.frameworks, pytest.mark.timeout(900)]
@@ -46,33 +47,17 @@ SSH_PORT = 2222
 AGENT_PORT = 9711
 COLLECTOR_PORT = 8086
 HOSTS = ("h1", "h2")
-INTERFACE = "eth0"
-# `ip netns exec NS` bind-mounts /etc/netns/NS/hosts over /etc/hosts inside NS.
-NETNS_ETC = Path("/etc/netns")
 # Trainable parameters of Keras ResNet50(weights=None, classes=4): 25,583,592 for 1000
 # classes minus the 1000-class head (2048*1000 + 1000) plus a 4-class one (2048*4 + 4):
 #   25,583,592 - 2,049,000 + 8,196 = 23,542,788, i.e. 94,171,152 bytes of fp32 gradients.
 GRADIENT_BYTES_PER_STEP = 23_542_788 * 4
-# Keep the next line in step with the Python run inside each namespace: it sets the
-# hostname of the new UTS namespace, then execs the command (argument lists only).
-SET_HOSTNAME_AND_EXEC = (
-    "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execvp(sys.argv[2], sys.argv[2:])"
-)
-
-
-def run_checked(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
-    result = subprocess.run(argv, capture_output=True, text=True, **kwargs)
-    assert result.returncode == 0, f"{argv} exited {result.returncode}:\n{result.stderr[-4000:]}"
-    return result
 
 
 def skip_unless_possible(horovod: bool = True) -> None:
     """Skip unless namespaces, sshd and (``horovod``) Horovod TensorFlow are here."""
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    for tool in ("ip", "unshare"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (iproute2 / util-linux)")
+    why = netns.missing()
+    if why is not None:
+        pytest.skip(why)
     if not SSHD.exists():
         pytest.skip(f"{SSHD} is missing (openssh-server)")
     from workloads.launch import frameworks
@@ -82,122 +67,37 @@ def skip_unless_possible(horovod: bool = True) -> None:
             frameworks.check("tensorflow", 2)
     except frameworks.FrameworkError as error:
         pytest.skip(f"no Horovod TensorFlow here: {error}")
-    probe = f"esprobe{secrets.token_hex(3)}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot make a network namespace here: {made.stderr.strip()}")
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
 
 
-class Cluster:
-    """Two namespaces, a veth pair between them, and the processes started inside."""
-
-    def __init__(self, base: Path) -> None:
-        tag = secrets.token_hex(2)
-        self.base = base
-        self.subnet = f"10.213.{secrets.randbelow(250) + 1}"
-        self.namespaces = {host: f"es{host}-{tag}" for host in HOSTS}
-        self.addresses = {host: f"{self.subnet}.{i + 1}" for i, host in enumerate(HOSTS)}
-        # Made in this namespace under unique names (<= 15 characters), renamed once moved.
-        self.veths = {host: f"ev{host}{tag}" for host in HOSTS}
-        self.made_netns_dir = not NETNS_ETC.exists()
-        self.processes: list[subprocess.Popen] = []
-        self.logs: list = []
-
-    # --- the network ---
-
-    def create(self) -> None:
-        h1, h2 = HOSTS
-        for host in HOSTS:
-            run_checked(["ip", "netns", "add", self.namespaces[host]])
-        run_checked(["ip", "link", "add", self.veths[h1], "type", "veth", "peer", "name", self.veths[h2]])  # noqa: E501  # fmt: skip
-        for host in HOSTS:
-            ns, veth = self.namespaces[host], self.veths[host]
-            run_checked(["ip", "link", "set", veth, "netns", ns])
-            # One name on every host, as on a cluster: Horovod wants a common interface.
-            run_checked(["ip", "-n", ns, "link", "set", veth, "name", INTERFACE])
-            run_checked(
-                ["ip", "-n", ns, "addr", "add", f"{self.addresses[host]}/24", "dev", INTERFACE]
-            )
-            run_checked(["ip", "-n", ns, "link", "set", INTERFACE, "up"])
-            run_checked(["ip", "-n", ns, "link", "set", "lo", "up"])
-            hosts_dir = NETNS_ETC / ns
-            hosts_dir.mkdir(parents=True, exist_ok=True)
-            (hosts_dir / "hosts").write_text(
-                "127.0.0.1 localhost\n" + "".join(f"{self.addresses[h]} {h}\n" for h in HOSTS)
-            )
-
-    def destroy(self) -> None:
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in reversed(self.processes):
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-        for log in self.logs:
-            log.close()
-        for host in HOSTS:
-            ns = self.namespaces[host]
-            # Deleting a namespace deletes the veth end inside it, and so the pair.
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-            shutil.rmtree(NETNS_ETC / ns, ignore_errors=True)
-        if self.made_netns_dir and NETNS_ETC.is_dir() and not any(NETNS_ETC.iterdir()):
-            NETNS_ETC.rmdir()
-
-    # --- processes inside a host ---
-
-    def on_host(self, host: str, argv: list[str]) -> list[str]:
-        """argv run in the host's network namespace and a UTS namespace named after it."""
-        in_namespaces = ["ip", "netns", "exec", self.namespaces[host], "unshare", "--uts", "--"]
-        return [*in_namespaces, sys.executable, "-c", SET_HOSTNAME_AND_EXEC, host, *argv]
-
-    def start(self, host: str, name: str, argv: list[str], env: dict[str, str]) -> Path:
-        log_path = self.base / f"{host}-{name}.log"
-        log = open(log_path, "wb")  # noqa: SIM115 - closed in destroy()
-        self.logs.append(log)
-        process = subprocess.Popen(
-            self.on_host(host, argv), env=env, stdout=log, stderr=subprocess.STDOUT
+def start_agents(
+    cluster: NetnsCluster,
+    collector_url: str,
+    token: str,
+    ceilings_files: dict[str, Path],
+    env: dict[str, str],
+) -> None:
+    """An agent on each host (cpu, net, its own and the ceilings samplers), pushing to
+    ``collector_url`` every second, its /metrics on AGENT_PORT for the launcher."""
+    for host in HOSTS:
+        config = cluster.base / f"agent-{host}.toml"
+        config.write_text(
+            f'host = "{host}"\ninterval_seconds = 1\n'
+            'samplers = ["cpu", "net", "agent", "ceilings"]\n'
+            f'ceilings_file = "{ceilings_files[host]}"\n'
+            f'[push]\nurl = "{collector_url}"\ntoken = "{token}"\n'
+            f'spool_dir = "{cluster.base / ("spool-" + host)}"\nbatch_seconds = 1\n'
+            f'[metrics]\nlisten = "0.0.0.0:{AGENT_PORT}"\n'
         )
-        self.processes.append(process)
-        return log_path
-
-    def start_agents(
-        self, collector_url: str, token: str, ceilings_files: dict[str, Path], env: dict[str, str]
-    ) -> None:
-        """An agent on each host (cpu, net, its own and the ceilings samplers), pushing to
-        ``collector_url`` every second, its /metrics on AGENT_PORT for the launcher."""
-        for host in HOSTS:
-            config = self.base / f"agent-{host}.toml"
-            config.write_text(
-                f'host = "{host}"\ninterval_seconds = 1\n'
-                'samplers = ["cpu", "net", "agent", "ceilings"]\n'
-                f'ceilings_file = "{ceilings_files[host]}"\n'
-                f'[push]\nurl = "{collector_url}"\ntoken = "{token}"\n'
-                f'spool_dir = "{self.base / ("spool-" + host)}"\nbatch_seconds = 1\n'
-                f'[metrics]\nlisten = "0.0.0.0:{AGENT_PORT}"\n'
-            )
-            config.chmod(0o600)
-            self.start(host, "agent", [sys.executable, "-m", "agent", "run", "--config",
-                                       str(config)], env)  # fmt: skip
-
-
-def wait_for_log(path: Path, text: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if text in path.read_text(errors="replace"):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{text!r} not in {path} after {timeout} s:\n{path.read_text()[-3000:]}")
+        config.chmod(0o600)
+        argv = [sys.executable, "-m", "agent", "run", "--config", str(config)]
+        cluster.start("agent", argv, env, host)
 
 
 TC_RATE_MBIT = 400  # each direction: 50 MB/s, two seconds of gradients per step
 PEER_PORT = 5291
 
 
-def measure_peers(cluster: Cluster, base: Path, env: dict[str, str]) -> dict[str, Path]:
+def measure_peers(cluster: NetnsCluster, base: Path, env: dict[str, str]) -> dict[str, Path]:
     """Each host's ceilings file with its peer throughput to the other host, measured
     over the rate-limited link (the receiver bound to the other host's address)."""
     files = {}
@@ -223,7 +123,7 @@ def measure_peers(cluster: Cluster, base: Path, env: dict[str, str]) -> dict[str
     return files
 
 
-def write_ssh_setup(base: Path, cluster: Cluster) -> tuple[Path, Path, Path]:
+def write_ssh_setup(base: Path, cluster: NetnsCluster) -> tuple[Path, Path, Path]:
     """Host key, client key, known_hosts and an `ssh` wrapper that keeps horovodrun's ssh
     to these files (never ~/.ssh of the user running the test)."""
     keys = base / "ssh"
@@ -271,22 +171,19 @@ def write_ssh_setup(base: Path, cluster: Cluster) -> tuple[Path, Path, Path]:
 def trained(tmp_path_factory):
     skip_unless_possible()
     base = readable_base_dir("epochscope-cluster-")
-    cluster = Cluster(base)
+    cluster = NetnsCluster(HOSTS, base)
     run_id = f"netns-{secrets.token_hex(3)}"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     try:
         cluster.create()
-        bucket = ["tbf", "rate", f"{TC_RATE_MBIT}mbit", "burst", "64kb", "latency", "50ms"]
-        for ns in cluster.namespaces.values():
-            run_checked(["tc", "-n", ns, "qdisc", "add", "dev", INTERFACE, "root", *bucket])
+        cluster.shape(TC_RATE_MBIT)
         ceilings_files = measure_peers(cluster, base, env)
         keys, client_key, wrapper_dir = write_ssh_setup(base, cluster)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         for host in HOSTS:
-            log = cluster.start(
-                host, "sshd", [str(SSHD), "-D", "-e", "-f", str(keys / f"sshd_config_{host}")], env
-            )
+            sshd = [str(SSHD), "-D", "-e", "-f", str(keys / f"sshd_config_{host}")]
+            _, log = cluster.start("sshd", sshd, env, host)
             wait_for_log(log, f"Server listening on {cluster.addresses[host]}", 30)
 
         token = "tok-" + secrets.token_hex(12)
@@ -297,11 +194,11 @@ def trained(tmp_path_factory):
         collector_url = f"http://{cluster.addresses['h1']}:{COLLECTOR_PORT}"
         listen = f"{cluster.addresses['h1']}:{COLLECTOR_PORT}"
         serve = ["collector", "serve", "--db", str(db), "--token-file", str(token_file)]
-        log = cluster.start(
-            "h1", "collector", [sys.executable, "-m", *serve, "--listen", listen], env
+        _, log = cluster.start(
+            "collector", [sys.executable, "-m", *serve, "--listen", listen], env, "h1"
         )
         wait_for_log(log, "listening on", 60)
-        cluster.start_agents(collector_url, token, ceilings_files, env)
+        start_agents(cluster, collector_url, token, ceilings_files, env)
 
         data = base / "data"
         make = "dataset make --format tfrecord --images 64 --classes 4 --image-size 32 --shards 2"
@@ -398,7 +295,7 @@ def test_each_epochs_traffic_is_a_share_of_the_measured_link(trained):
     share of it; tests/system/test_ceilings_peer.py holds it to 10% on its own). Here, on a machine
     at load 15 on 2 cores, it measured 43.9, 44.6 and 46.0 (up to 8% under), so 15% is
     asked. The report judges the host's busier direction against it."""
-    payload_rate = TC_RATE_MBIT * 1e6 / 8 * 1448 / 1514
+    payload_rate = TC_RATE_MBIT * 1e6 / 8 * netns.PAYLOAD_SHARE
     for host in HOSTS:
         (peer,) = trained["ceilings"][host]
         print(f"{host}: peer {peer['device']} {peer['value'] / 1e6:.1f} MB/s")
