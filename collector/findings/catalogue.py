@@ -69,7 +69,8 @@ CANNOT_SEE = {
     "input_wait": "the loader's worker count and queue depth: with no storage, decode or "
     "CPU evidence its cause stays undetermined",
     "accelerator_utilisation": "how well the device computes while busy: AU counts input wait only",
-    "epoch_restart": "what restarts (worker processes, shuffle buffers) beyond the "
+    "epoch_restart": "what restarts beyond a profiled PyTorch loader's worker processes "
+    "(shuffle buffers, an input iterator made per epoch in TensorFlow or MXNet) or the "
     "framework's own settings",
     "startup": "anything in a run of one epoch, which has no settled epochs to compare with",
     "scaling_loss": "congestion from other jobs, a different GPU, driver or framework "

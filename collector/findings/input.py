@@ -484,10 +484,6 @@ class QuotaThrottling:
     quota_cpus: float
     holds: str
 
-    @property
-    def bound(self) -> bool:
-        return self.share >= THROTTLED_BOUND_SHARE
-
 
 def quota_throttling(context: RunContext, host: str, epochs: list[int]) -> QuotaThrottling | None:
     """The host's ranks' quota throttling over ``epochs``; None where none was sent."""
@@ -625,7 +621,7 @@ def _input_wait_host(
     )
     first_step = first_step_wait_share(members)
     throttling = quota_throttling(context, host, epochs)
-    quota_bound = throttling is not None and throttling.bound
+    quota_bound = throttling is not None and throttling.share >= THROTTLED_BOUND_SHARE
     if first_step is not None and first_step >= EPOCH_START_WAIT_SHARE:
         cause = "epoch_start"
     elif from_storage or (iowait is not None and iowait >= IOWAIT_HIGH_PERCENT):
