@@ -969,7 +969,8 @@ CAUSE_TEXT = {
     "storage": "Storage-bound: the training's reads came from storage"
     " (or the CPUs sat in iowait); a faster file system, more read-ahead or caching the data"
     " set would help",
-    "decode": "Decode-bound: the training's CPUs were saturated decoding and augmenting; more"
+    "decode": "Decode-bound: decoding and augmenting took all the CPU the input pipeline may"
+    " use (the host's cores, or a CPU quota's); more"
     " or faster cores, GPU decoding (DALI) or pre-processed records would help",
     "others": "The node's CPUs were saturated by other processes than the training's: its"
     " loaders waited for CPU (the contention finding names who else ran); fewer neighbours,"

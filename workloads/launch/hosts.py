@@ -178,11 +178,32 @@ class RemoteHost:
 
 class RemoteProcess:
     """A command running on a remote host (``RemoteHost.start``): its output is copied to
-    ours line by line as it comes, and it can be signalled by pid."""
+    ours line by line as it comes, and it can be signalled by pid. Once ``divert(log)`` is
+    called (the run is being stopped), its stderr goes to that file instead, as
+    ``launcher.StopRelay`` does for horovodrun: torchrun's ChildFailedError traceback about
+    a rank that ended when its peer on another host left mid all-reduce (gloo aborts that
+    rank) is no news to a user who asked for the stop."""
 
     def __init__(self, host: RemoteHost, pid: int, stdout, stderr) -> None:
         self.host, self.pid = host, pid
         self._stdout, self._stderr = stdout, stderr
+        self.stop_log: Path | None = None
+        self.diverted = 0
+
+    def divert(self, log: Path) -> None:
+        """From now on, its stderr lines are appended to ``log``."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.stop_log = log
+
+    def _copy_stderr(self) -> None:
+        for line in self._stderr:
+            if self.stop_log is not None:
+                with self.stop_log.open("a") as log:
+                    log.write(line)
+                self.diverted += 1
+                continue
+            sys.stderr.write(line)
+            sys.stderr.flush()
 
     def relay_and_wait(self) -> int:
         """Copy its stderr (in a thread) and stdout to ours until it exits; its status."""
@@ -193,7 +214,7 @@ class RemoteProcess:
                 to.write(line)
                 to.flush()
 
-        errors = threading.Thread(target=copy, args=(self._stderr, sys.stderr), daemon=True)
+        errors = threading.Thread(target=self._copy_stderr, daemon=True)
         errors.start()
         copy(self._stdout, sys.stdout)
         errors.join(timeout=5)

@@ -504,9 +504,16 @@ def _torchrun_over_ssh(plan: Plan, share, args: argparse.Namespace) -> int:
         for thread in threads:
             thread.join()
     except Interrupted as error:
+        stop_log = plan.runs_dir / plan.spec.run_id / "torchrun-stop.log"
+        for process in started:
+            process.divert(stop_log)
         stop_remote_ranks(plan, list(started), str(error))
         for thread in threads:
             thread.join(timeout=STOP_GRACE_SECONDS)
+        diverted = sum(process.diverted for process in started)
+        if diverted:
+            print(f"workloads: torchrun's own output while it was stopped ({diverted} lines) "
+                  f"is in {stop_log}", file=sys.stderr)  # fmt: skip
         raise
     return max(statuses.values(), default=1)
 
