@@ -662,8 +662,8 @@ def test_lightning_example_recognised_unmodified(data, runs):
     python = lightning_python()
     jpeg = data("jpeg")
     result = profile(python, runs, "lit", python, str(SCRIPTS / "lightning_train.py"), str(jpeg),
-                     "--batch-size", str(BATCH), options=("--data-dir", str(jpeg)),
-                     env=user_env())  # fmt: skip
+                     "--batch-size", str(BATCH), "--persistent-workers",
+                     options=("--data-dir", str(jpeg)), env=user_env())  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     (rank,) = by_rank(events(runs, "lit")).values()
     # Trainer(max_epochs=2): its sanity-check validation is in no epoch
@@ -671,6 +671,9 @@ def test_lightning_example_recognised_unmodified(data, runs):
     start = rank[0].fields
     assert start[Workload.MODEL] == "LitClassifier" and start[Workload.BATCH_SIZE] == BATCH
     assert start[Workload.WORLD_SIZE] == 1 and rank[0].framework == "pytorch"
+    # its one training loader's workers, kept across epochs: none started after epoch 1
+    assert (start[Workload.LOADER_WORKERS], start[Workload.PERSISTENT_WORKERS]) == (1, 1)
+    assert [e.fields.get(Workload.LOADER_WORKERS_STARTED) for e in ends] == [None, 0]
     # the module's self.log("val_acc", ...) is the epoch's top-1, as the script printed it
     printed = printed_accuracies(result.stdout, r"val_acc (\d\.\d+)")
     assert [e.fields[Workload.TOP1] for e in ends] == pytest.approx(printed, abs=1e-4)

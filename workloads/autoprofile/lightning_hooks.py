@@ -14,6 +14,9 @@
   compute until the end of ``backward`` (under DDP, until backward's graph has run; the
   all-reduce DDP still runs after it is communication, Lightning's DDP too), the
   rest (optimizer update, Lightning's hooks) until the batch's end;
+- the training loaders' worker processes started in each epoch after the first
+  (``loader_workers_started``: 0 when they keep their workers), and at ``run_start`` their
+  worker count and ``persistent_workers`` when the fit has one training loader;
 - loss: the ``loss`` ``training_step`` returned; validation accuracy: ``val_acc`` or
   ``val_accuracy`` (or Keras' names) as the module logged it, read when validation ends.
 
@@ -94,6 +97,7 @@ class EpochscopeCallback:
         self.waited = 0.0  # the training loaders' input wait when the last step ended
         self.global_step = 0
         self.images = 0  # since the last optimizer step
+        self.workers_started: int | None = None  # by the training loaders, at the last epoch end
 
     def _waited(self) -> float:
         from workloads.autoprofile import torch_hooks
@@ -116,7 +120,8 @@ class EpochscopeCallback:
         if not session.started:
             sizes = {getattr(loader, "batch_size", None) for loader in self.loaders}
             batch_size = sizes.pop() if len(sizes) == 1 else None
-            session.start("pytorch", type(pl_module).__name__, batch_size)
+            loader = self.loaders[0] if len(self.loaders) == 1 else None  # its workers sent
+            session.start("pytorch", type(pl_module).__name__, batch_size, loader=loader)
         session.epoch_start()
         self.waited, self.global_step, self.images = self._waited(), trainer.global_step, 0
 
@@ -146,8 +151,17 @@ class EpochscopeCallback:
         session.epoch.top5 = first_of(metrics, LIGHTNING_TOP5_KEYS)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
+        from workloads.autoprofile import torch_hooks
+
         session = sessions.current()
         if session is not None and session.epoch is not None:
+            # the workers the training loaders started since the last epoch's end: this
+            # epoch's (Lightning may make the epoch's iterator before or after its start hook)
+            started = torch_hooks.TRACKER.workers_started
+            total = sum(started.get(loader, 0) for loader in self.loaders)
+            if self.workers_started is not None:
+                session.epoch.loader_workers_started = total - self.workers_started
+            self.workers_started = total
             session.epoch_end(now=True)
 
 

@@ -107,6 +107,8 @@ class Tracker:
         self.ddp_models = 0  # DistributedDataParallel models made under the session
         self.backward_marks = BackwardMarks(time.perf_counter)
         self.waited: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loader: s
+        # worker processes each loader started so far, over all its passes
+        self.workers_started: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.roles: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.last: Pass | None = None  # the pass whose batch came last
         self.training: Pass | None = None  # the open epoch's training pass
@@ -390,7 +392,9 @@ def patch_dataloader(module: ModuleType) -> None:
     original_next = iterator_class.__next__
 
     def __iter__(self):
-        current = TRACKER.pass_started(self, workers_starting(self))
+        starting = workers_starting(self)
+        TRACKER.workers_started[self] = TRACKER.workers_started.get(self, 0) + starting
+        current = TRACKER.pass_started(self, starting)
         iterator = original_iter(self)
         iterator._epochscope_pass = current
         return iterator
