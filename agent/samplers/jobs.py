@@ -623,22 +623,26 @@ class JobsSampler:
         gone = False
         for job_id in sorted(job_ids, key=_job_order):
             files = self._cgroups[job_id]
+            pids, tasks = files.pids()
+            if files.lists_processes and not pids:
+                # no process left: ended while being read, or a stale cgroup (a slurmstepd
+                # killed with SIGKILL leaves its job's behind), whose other files are not
+                # read every tick for nothing
+                gone = gone or not job_dir_exists(files.job)
+                self._drop(job_id)
+                continue
             state = self._jobs.setdefault(job_id, _JobState())
-            usage, info = self._sample_job(files, state)
-            if not files.lists_processes or not usage[Job.PROCESSES]:
-                exists = job_dir_exists(files.job)
-                gone = gone or not exists
-                if not exists or files.lists_processes:
-                    # ended while being read, or a stale cgroup: no process is left in it
-                    # (a slurmstepd killed with SIGKILL leaves its job's cgroup behind)
-                    self._drop(job_id)
-                    continue
+            usage, info = self._sample_job(files, state, pids, tasks)
+            if not files.lists_processes and not job_dir_exists(files.job):
+                gone = True  # ended while being read
+                self._drop(job_id)
+                continue
             points.append(Point(Job.NAME, {Tag.JOB_ID: job_id}, usage, now_ns))
             points.append(Point(JobInfo.NAME, info[0], info[1], now_ns))
         return points, gone
 
     def _sample_job(
-        self, files: JobFiles, state: _JobState
+        self, files: JobFiles, state: _JobState, pids: list[int], tasks: list[int]
     ) -> tuple[dict[str, int | float], tuple[dict[str, str], dict[str, int | float]]]:
         job = files.job
         usage = cgroup_usage(job, files.read)
@@ -646,7 +650,6 @@ class JobsSampler:
         if texts != state.allocation_texts:  # parsed again only when a file changed
             state.allocation_texts, state.allocation = texts, allocation_fields(*texts)
         limits = state.allocation
-        pids, tasks = files.pids()
         usage[Job.PROCESSES] = float(len(pids))
         usage.update(self._process_io(pids, state))
         if state.environment is None:
