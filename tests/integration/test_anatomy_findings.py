@@ -327,7 +327,7 @@ def test_input_wait_on_cpus_the_training_saturated_is_decode_bound(make_store):
     run = input_run("own", 0.45, cpu_busy=0.95, reads=(0, 50_000_000))
     (finding,) = findings_of(make_store(with_training_cpu(run, 0.90)), "own", "input_wait")
     assert finding.evidence["cause"] == "decode"
-    assert "read in all. Decode-bound: the training's CPUs were saturated" in finding.explanation
+    assert "read in all. Decode-bound: decoding and augmenting took all" in finding.explanation
 
 
 def test_input_wait_silent_below_the_threshold(make_store):

@@ -92,12 +92,13 @@ def _start_cluster(base: Path, env: dict[str, str]):
         HOSTS,
         SSH_PORT,
         SSHD,
-        Cluster,
-        wait_for_log,
+        start_agents,
         write_ssh_setup,
     )
 
-    cluster = Cluster(base)
+    from tests.support.netns import NetnsCluster, wait_for_log
+
+    cluster = NetnsCluster(HOSTS, base)
     cluster.create()
     keys, client_key, wrapper_dir = write_ssh_setup(base, cluster)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
@@ -105,7 +106,7 @@ def _start_cluster(base: Path, env: dict[str, str]):
         config = keys / f"sshd_config_{host}"
         # torchrun is started over paramiko, which passes no environment: the session's
         config.write_text(config.read_text() + f"SetEnv PYTHONPATH={env['PYTHONPATH']}\n")
-        log = cluster.start(host, "sshd", [str(SSHD), "-D", "-e", "-f", str(config)], env)
+        _, log = cluster.start("sshd", [str(SSHD), "-D", "-e", "-f", str(config)], env, host)
         wait_for_log(log, f"Server listening on {cluster.addresses[host]}", 30)
     token_file = base / "token"
     token = "tok-" + secrets.token_hex(12)
@@ -114,14 +115,14 @@ def _start_cluster(base: Path, env: dict[str, str]):
     db = base / "collector.sqlite"
     listen = f"{cluster.addresses['h1']}:{COLLECTOR_PORT}"
     collector_url = f"http://{listen}"
-    log = cluster.start(
-        "h1", "collector",
+    _, log = cluster.start(
+        "collector",
         [sys.executable, "-m", "collector", "serve", "--db", str(db), "--token-file",
          str(token_file), "--listen", listen],
-        env,
+        env, "h1",
     )  # fmt: skip
     ceilings_files = {host: base / f"ceilings-{host}.json" for host in HOSTS}
-    cluster.start_agents(collector_url, token, ceilings_files, env)
+    start_agents(cluster, collector_url, token, ceilings_files, env)
     wait_for_log(log, "listening on", 60)
     launcher = ["--ssh-user", "root", "--ssh-port", str(SSH_PORT), "--ssh-key", str(client_key),
                 "--agent-port", str(AGENT_PORT), "--collector", collector_url,
@@ -152,7 +153,9 @@ def _peer_ceilings(files: dict[str, Path]) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def runs():
     from test_ansible_harness import REPO_ROOT, readable_base_dir
-    from test_cluster_netns import INTERFACE, measure_peers, run_checked, skip_unless_possible
+    from test_cluster_netns import measure_peers, skip_unless_possible
+
+    from tests.support.netns import INTERFACE, run_checked
 
     skip_unless_possible(horovod=False)
     pytest.importorskip("torch")

@@ -2,7 +2,7 @@
 on that host's ``--agent-port`` pushes somewhere else (issue #14): the run's node metrics
 come from those agents, and one that pushes elsewhere leaves its host out of the report.
 
-Two hosts in two network namespaces (``tests/system/test_cluster_netns.py``'s ``Cluster``: h1
+Two hosts in network namespaces behind a switch (tests/support/netns.py's ``NetnsCluster``: h1
 and h2, each with its own sshd, hostname and /proc/net/tcp), each running a real agent on
 port 9711: h1's pushes to the run's collector, h2's to another address. The launcher's
 preparation runs on h1 (``prepare``, what `workloads run` does before training): h1 is
@@ -23,13 +23,9 @@ from pathlib import Path
 
 import pytest
 from test_ansible_harness import REPO_ROOT, SSHD, readable_base_dir
-from test_cluster_netns import (
-    SSH_PORT,
-    Cluster,
-    skip_unless_possible,
-    wait_for_log,
-    write_ssh_setup,
-)
+from test_cluster_netns import HOSTS, SSH_PORT, skip_unless_possible, write_ssh_setup
+
+from tests.support.netns import NetnsCluster, wait_for_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -55,7 +51,7 @@ print(json.dumps({report.name: report.warnings for report in plan.reports}))
 def cluster_with_agents():
     skip_unless_possible(horovod=False)
     base = readable_base_dir("epochscope-push-")
-    cluster = Cluster(base)
+    cluster = NetnsCluster(HOSTS, base)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     try:
@@ -63,9 +59,8 @@ def cluster_with_agents():
         keys, client_key, _ = write_ssh_setup(base, cluster)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         for host in cluster.namespaces:
-            log = cluster.start(
-                host, "sshd", [str(SSHD), "-D", "-e", "-f", str(keys / f"sshd_config_{host}")], env
-            )
+            sshd = [str(SSHD), "-D", "-e", "-f", str(keys / f"sshd_config_{host}")]
+            _, log = cluster.start("sshd", sshd, env, host)
             wait_for_log(log, f"Server listening on {cluster.addresses[host]}", 30)
         token = "tok-" + secrets.token_hex(12)
         token_file = base / "token"
@@ -75,7 +70,7 @@ def cluster_with_agents():
         collector_url = f"http://{h1}:{COLLECTOR_PORT}"
         serve = ["collector", "serve", "--db", str(base / "c.sqlite"), "--token-file"]
         serve += [str(token_file), "--listen", f"{h1}:{COLLECTOR_PORT}"]
-        log = cluster.start("h1", "collector", [sys.executable, "-m", *serve], env)
+        _, log = cluster.start("collector", [sys.executable, "-m", *serve], env, "h1")
         wait_for_log(log, "listening on", 60)
         elsewhere = f"http://{h1}:{COLLECTOR_PORT + 1}"  # another collector, down here
         configs = {}
@@ -88,9 +83,8 @@ def cluster_with_agents():
                 f'[metrics]\nlisten = "0.0.0.0:{AGENT_PORT}"\n'
             )
             config.chmod(0o600)
-            cluster.start(
-                host, "agent", [sys.executable, "-m", "agent", "run", "--config", str(config)], env
-            )
+            agent = [sys.executable, "-m", "agent", "run", "--config", str(config)]
+            cluster.start("agent", agent, env, host)
             configs[host] = config
         for host in cluster.namespaces:  # both listen before the check looks for them
             deadline = time.monotonic() + 60
@@ -118,7 +112,7 @@ def cluster_with_agents():
 
 
 def run_on(
-    cluster: Cluster, host: str, argv: list[str], env: dict[str, str]
+    cluster: NetnsCluster, host: str, argv: list[str], env: dict[str, str]
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
         cluster.on_host(host, argv), env=env, capture_output=True, text=True, timeout=300

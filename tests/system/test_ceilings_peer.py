@@ -136,16 +136,18 @@ TCP_PAYLOAD_SHARE = 1448 / 1514
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_over_a_tc_limited_link_the_peer_rate_is_the_tc_rate(tmp_path, repo_env):
-    """Two network namespaces joined by a veth pair (tests/system/test_cluster_netns.py's
-    Cluster); a token bucket (tc tbf) on h1's side sets the link to 200 Mbit/s. The rate
+    """Two network namespaces behind a switch (tests/support/netns.py's NetnsCluster); a
+    token bucket (tc tbf) on h1's side sets its link to 200 Mbit/s. The rate
     counts whole frames, so TCP's payload can be ~95.6% of it (``TCP_PAYLOAD_SHARE``):
     the measurement must land within 10% of that, and so also within 10% of the tc rate
     itself (measured here: 23.3 MB/s of 23.9 payload, 25.0 tc, at load average 9 on 2
     cores; a sender needs a few % of a core for 25 MB/s, so load hardly moves it)."""
-    from test_cluster_netns import Cluster, run_checked, skip_unless_possible
+    from test_cluster_netns import skip_unless_possible
+
+    from tests.support.netns import NetnsCluster, run_checked
 
     skip_unless_possible(horovod=False)
-    cluster = Cluster(tmp_path)
+    cluster = NetnsCluster(("h1", "h2"), tmp_path)
     try:
         cluster.create()
         h1, h2 = cluster.namespaces["h1"], cluster.namespaces["h2"]
