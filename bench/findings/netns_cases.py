@@ -67,18 +67,8 @@ def _start_services(cluster: netns.NetnsCluster, base: Path, env: dict[str, str]
     token = token_file.read_text().strip()
     ceilings = {host: base / f"ceilings-{host}.json" for host in cluster.hosts}
     for host in cluster.hosts:
-        config = base / f"agent-{host}.toml"
-        config.write_text(
-            f'host = "{host}"\ninterval_seconds = 1\n'
-            'samplers = ["cpu", "net", "agent", "ceilings"]\n'
-            f'ceilings_file = "{ceilings[host]}"\n'
-            f'[push]\nurl = "{url}"\ntoken = "{token}"\n'
-            f'spool_dir = "{base / ("spool-" + host)}"\nbatch_seconds = 1\n'
-            f'[metrics]\nlisten = "0.0.0.0:{AGENT_PORT}"\n'
-        )
-        config.chmod(0o600)
-        cluster.start("agent", [sys.executable, "-m", "agent", "run", "--config", str(config)],
-                      env, host=host)  # fmt: skip
+        cluster.start_agent(host, url, token, env, ("cpu", "net", "agent", "ceilings"),
+                            AGENT_PORT, ceilings[host], batch_seconds=1)  # fmt: skip
     return db, url, token_file, ceilings
 
 

@@ -91,17 +91,9 @@ class Bench:
         netns.wait_for_log(log, "listening on", 90)
         token = self.token_file.read_text().strip()
         for host in self.cluster.hosts:
-            config = self.base / f"agent-{host}.toml"
-            config.write_text(
-                f'host = "{host}"\ninterval_seconds = 1\n'
-                'samplers = ["cpu", "net", "agent"]\n'
-                f'[push]\nurl = "{self.collector_url}"\ntoken = "{token}"\n'
-                f'spool_dir = "{self.base / ("spool-" + host)}"\nbatch_seconds = 1\n'
-                f'[metrics]\nlisten = "0.0.0.0:{AGENT_PORT}"\n'
-            )
-            config.chmod(0o600)
-            argv = [sys.executable, "-m", "agent", "run", "--config", str(config)]
-            self.cluster.start("agent", argv, self.env, host=host)
+            self.cluster.start_agent(host, self.collector_url, token, self.env,
+                                     ("cpu", "net", "agent"), AGENT_PORT,
+                                     batch_seconds=1)  # fmt: skip
         time.sleep(3)  # the agents' first pushes
 
     def train(self, run_id: str, hosts: int) -> float:

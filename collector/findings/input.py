@@ -60,6 +60,7 @@ epoch, and epoch 1's start-up.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -107,7 +108,7 @@ from collector.findings.base import (
     words,
 )
 from collector.findings.context import RunContext, complete_epochs
-from collector.store.api import event_number
+from collector.store.api import WorkloadEvent, event_number
 from contract.markers import ALL_HOSTS
 from contract.schema import Event, Workload
 from contract.units import format_fraction
@@ -250,13 +251,23 @@ class EpochRestart:
     loader_workers_started: int | None = field(default=None, metadata=IF_KNOWN)
 
 
+def epoch_ends(
+    context: RunContext, epochs: list[int], host: str | None = None
+) -> Iterator[WorkloadEvent]:
+    """The ranks' ``epoch_end`` events of ``epochs`` (on ``host``, or every host)."""
+    wanted = set(epochs)
+    for event in context.model.epoch_events:
+        if event.event != Event.EPOCH_END or (host is not None and event.host != host):
+            continue
+        if event_number(event, Workload.EPOCH) in wanted:
+            yield event
+
+
 def workers_started(context: RunContext, epochs: list[int]) -> int | None:
     """Loader worker processes the ranks started at the starts of ``epochs`` (their
     ``epoch_end``s' ``loader_workers_started``); None unless every such epoch_end sent it."""
-    wanted, total, seen = set(epochs), 0, False
-    for event in context.model.epoch_events:
-        if event.event != Event.EPOCH_END or event_number(event, Workload.EPOCH) not in wanted:
-            continue
+    total, seen = 0, False
+    for event in epoch_ends(context, epochs):
         started = event_number(event, Workload.LOADER_WORKERS_STARTED)
         if started is None:
             return None
@@ -488,12 +499,7 @@ class QuotaThrottling:
 def quota_throttling(context: RunContext, host: str, epochs: list[int]) -> QuotaThrottling | None:
     """The host's ranks' quota throttling over ``epochs``; None where none was sent."""
     shares, quotas, holds = [], [], set()
-    wanted = set(epochs)
-    for event in context.model.epoch_events:
-        if event.event != Event.EPOCH_END or event.host != host:
-            continue
-        if event_number(event, Workload.EPOCH) not in wanted:
-            continue
+    for event in epoch_ends(context, epochs, host):
         share = event_number(event, Workload.CPU_THROTTLED_SHARE)
         quota = event_number(event, Workload.THROTTLED_QUOTA_CPUS)
         if share is None or quota is None:

@@ -21,6 +21,7 @@ Needs root, iproute2 (``ip``, ``tc``), util-linux ``unshare`` and the kernel's b
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -214,6 +215,35 @@ class NetnsCluster:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.processes.append(process)
         return process, log_path
+
+    def start_agent(
+        self,
+        host: str,
+        push_url: str,
+        token: str,
+        env: dict[str, str],
+        samplers: Sequence[str],
+        metrics_port: int,
+        ceilings_file: Path | None = None,
+        batch_seconds: float | None = None,
+    ) -> Path:
+        """``agent run`` at 1 Hz on ``host`` with ``samplers``, pushing to ``push_url``
+        (its spool in base/spool-<host>), /metrics on ``metrics_port`` of every address;
+        its config (0600, it holds the token) is base/agent-<host>.toml, returned."""
+        config = self.base / f"agent-{host}.toml"
+        text = f'host = "{host}"\ninterval_seconds = 1\nsamplers = {json.dumps(list(samplers))}\n'
+        if ceilings_file is not None:
+            text += f'ceilings_file = "{ceilings_file}"\n'
+        text += f'[push]\nurl = "{push_url}"\ntoken = "{token}"\n'
+        text += f'spool_dir = "{self.base / ("spool-" + host)}"\n'
+        if batch_seconds is not None:
+            text += f"batch_seconds = {batch_seconds:g}\n"
+        text += f'[metrics]\nlisten = "0.0.0.0:{metrics_port}"\n'
+        config.write_text(text)
+        config.chmod(0o600)
+        self.start("agent", [sys.executable, "-m", "agent", "run", "--config", str(config)],
+                   env, host)  # fmt: skip
+        return config
 
 
 def wait_for_log(path: Path, text: str, timeout: float) -> None:

@@ -75,17 +75,8 @@ def cluster_with_agents():
         elsewhere = f"http://{h1}:{COLLECTOR_PORT + 1}"  # another collector, down here
         configs = {}
         for host, push in (("h1", collector_url), ("h2", elsewhere)):
-            config = base / f"agent-{host}.toml"
-            config.write_text(
-                f'host = "{host}"\ninterval_seconds = 1\nsamplers = ["cpu", "agent"]\n'
-                f'[push]\nurl = "{push}"\ntoken = "{token}"\n'
-                f'spool_dir = "{base / ("spool-" + host)}"\n'
-                f'[metrics]\nlisten = "0.0.0.0:{AGENT_PORT}"\n'
-            )
-            config.chmod(0o600)
-            agent = [sys.executable, "-m", "agent", "run", "--config", str(config)]
-            cluster.start("agent", agent, env, host)
-            configs[host] = config
+            samplers = ("cpu", "agent")
+            configs[host] = cluster.start_agent(host, push, token, env, samplers, AGENT_PORT)
         for host in cluster.namespaces:  # both listen before the check looks for them
             deadline = time.monotonic() + 60
             probe = ["python3", "-c", "import socket, sys; socket.create_connection(("

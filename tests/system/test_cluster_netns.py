@@ -79,18 +79,8 @@ def start_agents(
     """An agent on each host (cpu, net, its own and the ceilings samplers), pushing to
     ``collector_url`` every second, its /metrics on AGENT_PORT for the launcher."""
     for host in HOSTS:
-        config = cluster.base / f"agent-{host}.toml"
-        config.write_text(
-            f'host = "{host}"\ninterval_seconds = 1\n'
-            'samplers = ["cpu", "net", "agent", "ceilings"]\n'
-            f'ceilings_file = "{ceilings_files[host]}"\n'
-            f'[push]\nurl = "{collector_url}"\ntoken = "{token}"\n'
-            f'spool_dir = "{cluster.base / ("spool-" + host)}"\nbatch_seconds = 1\n'
-            f'[metrics]\nlisten = "0.0.0.0:{AGENT_PORT}"\n'
-        )
-        config.chmod(0o600)
-        argv = [sys.executable, "-m", "agent", "run", "--config", str(config)]
-        cluster.start("agent", argv, env, host)
+        cluster.start_agent(host, collector_url, token, env, ("cpu", "net", "agent", "ceilings"),
+                            AGENT_PORT, ceilings_files[host], batch_seconds=1)  # fmt: skip
 
 
 TC_RATE_MBIT = 400  # each direction: 50 MB/s, two seconds of gradients per step
