@@ -25,17 +25,22 @@ demo: env frameworks
 		$(PY) -m workloads dataset make $(DEMO_DATA_ARGS) --out $(DEMO_DATA)
 	$(PY) -m workloads run $(DEMO_RUN_ARGS)
 
-# Everything (its time on 2 cores: docs/performance.md): ruff; every test not
-# marked serial in TEST_WORKERS pytest-xdist workers, a file's tests on one worker in order
-# (most tests wait on servers, processes and timeouts, so workers gain even on 2 cores);
-# then the serial ones alone (tests/conftest.py SERIAL: Slurm, sshd and Ansible, network
-# namespaces, cgroups, what measures the machine); then the scenarios, on a quiet machine.
+# Everything (its time on 2 cores: docs/performance.md): ruff; every test not marked
+# serial or node_wide in TEST_WORKERS pytest-xdist workers, a file's tests on one worker in
+# order (most tests wait on servers, processes and timeouts, so workers gain even on 2
+# cores); then the node_wide ones (tests/conftest.py NODE_WIDE: Slurm, Ansible over sshd,
+# the documented commands), each thing's files on one of 2 workers; then the serial ones
+# alone (SERIAL: network namespaces, cgroups, what measures the machine); then the
+# scenarios, on a quiet machine.
 TEST_WORKERS ?= 4
+PYTEST_REPORT := --durations=15
 
 test: env frameworks system-packages user-torch-env dlio-env
 	$(PY) -m ruff check .
-	$(PY) -m pytest --ignore=tests/scenarios -m "not serial" -n $(TEST_WORKERS) --dist loadfile
-	$(PY) -m pytest --ignore=tests/scenarios -m serial
+	$(PY) -m pytest --ignore=tests/scenarios -m "not serial and not node_wide" \
+		-n $(TEST_WORKERS) --dist loadfile $(PYTEST_REPORT)
+	$(PY) -m pytest --ignore=tests/scenarios -m node_wide -n 2 --dist loadfile $(PYTEST_REPORT)
+	$(PY) -m pytest --ignore=tests/scenarios -m serial $(PYTEST_REPORT)
 	$(MAKE) --no-print-directory scenarios
 
 # The fast loop: ruff and the in-process tests (tests/unit: no ML frameworks, no Debian
@@ -55,7 +60,7 @@ docs-check: env
 # Real trainings with each effect a finding explains produced for real (tests/scenarios/):
 # run last, on a machine no other test is loading.
 scenarios: env frameworks system-packages
-	$(PY) -m pytest tests/scenarios
+	$(PY) -m pytest tests/scenarios $(PYTEST_REPORT)
 
 env: $(VENV)/.installed dashboard/assets/plotly-basic.min.js
 

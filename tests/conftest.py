@@ -33,34 +33,45 @@ def repo_env() -> dict[str, str]:
 TIERS = ("unit", "integration", "system", "scenarios")
 
 
-# Files whose tests cannot share the machine with other tests: `make test` runs the rest
-# with several pytest-xdist workers (`-m "not serial" -n N --dist loadfile`, so one file's
-# tests stay on one worker, in order), then these alone (`-m serial`). Each says why; a test
-# that starts only its own servers on free loopback ports and writes only under tmp_path
-# needs no entry.
+# Files that hold one node-wide thing, named: files holding different things may run beside
+# each other, one thing's files run one after another. `make test`'s second pass runs them
+# in 2 pytest-xdist workers (`-m node_wide -n 2 --dist loadfile`: one thing's files are one
+# unit of tests/support/scheduling.py). None of them measures the machine, so sharing it
+# costs only time.
+NODE_WIDE = {
+    # slurmctld and slurmd: one Slurm per node, and it sees every job on the node
+    "tests/system/test_slurm_real.py": "slurm",
+    "tests/system/test_slurm_one_node.py": "slurm",
+    "tests/system/test_slurm_stepd_killed.py": "slurm",
+    "tests/system/test_slurm_summary_delay.py": "slurm",
+    "tests/system/test_slurm_zerotouch.py": "slurm",
+    # the deployed "nodes" share this machine's /etc/passwd (useradd and userdel lock it)
+    "tests/system/test_ansible_agents_alone.py": "ansible",
+    "tests/system/test_ansible_collector_tls.py": "ansible",
+    "tests/system/test_ansible_deploy.py": "ansible",
+    "tests/system/test_ansible_harness.py": "ansible",
+    "tests/system/test_ansible_prometheus_rules.py": "ansible",
+    "tests/system/test_ansible_scoped_tokens.py": "ansible",
+    "tests/system/test_ansible_slurm_hooks.py": "ansible",
+    "tests/system/test_ansible_tls.py": "ansible",
+    "tests/system/test_ansible_units.py": "ansible",
+    # every documented command as written: the default ports (8086, 8050), `make demo`
+    "tests/system/test_docs_commands.py": "documented commands",
+}
+
+
+# Files whose tests cannot share the machine with any other test: `make test` runs the rest
+# with several pytest-xdist workers (`-m "not serial and not node_wide" -n N --dist
+# loadfile`, so one file's tests stay on one worker, in order), then NODE_WIDE's, then
+# these alone (`-m serial`). Each says why; a test that starts only its own servers on free
+# loopback ports and writes only under tmp_path needs no entry.
 SERIAL = {
-    # one node-wide thing each: Slurm's slurmctld and slurmd, sshd driven by Ansible,
-    # network namespaces with tc on their links
-    "tests/system/test_slurm_real.py": "a real Slurm; sees every job on the node",
-    "tests/system/test_slurm_one_node.py": "a real Slurm",
-    "tests/system/test_slurm_stepd_killed.py": "a real Slurm, its job cgroups",
-    "tests/system/test_slurm_summary_delay.py": "a real Slurm",
-    "tests/system/test_slurm_zerotouch.py": "a real Slurm with the TaskProlog",
-    "tests/system/test_ansible_agents_alone.py": "sshd and Ansible",
-    "tests/system/test_ansible_collector_tls.py": "sshd and Ansible",
-    "tests/system/test_ansible_deploy.py": "sshd and Ansible",
-    "tests/system/test_ansible_harness.py": "sshd and Ansible",
-    "tests/system/test_ansible_prometheus_rules.py": "sshd and Ansible",
-    "tests/system/test_ansible_scoped_tokens.py": "sshd and Ansible",
-    "tests/system/test_ansible_slurm_hooks.py": "sshd and Ansible",
-    "tests/system/test_ansible_tls.py": "sshd and Ansible",
-    "tests/system/test_ansible_units.py": "sshd and Ansible",
+    # network-wide and node-wide things whose tests also time or rate what they see
     "tests/system/test_workloads_hosts.py": "sshd on 127.0.0.2",
     "tests/system/test_agent_push_every_host.py": "network namespaces, sshd, fixed ports",
     "tests/system/test_cluster_netns.py": "network namespaces, tc, sshd, fixed ports",
     "tests/system/test_ceilings_peer.py": "network namespaces and a tc rate measured",
     "tests/system/test_netns_switch.py": "network namespaces and a tc rate measured",
-    "tests/system/test_docs_commands.py": "runs every documented command as written",
     # real cgroups, the node's page cache, /proc read whole
     "tests/integration/test_ceilings_cgroups.py": "a CPU quota's decode rate measured",
     "tests/integration/test_rank_memory_limit.py": "a real cgroup v1 memory group",
@@ -83,17 +94,50 @@ SERIAL = {
 }
 
 
+# The slowest files of `make test`'s parallel passes, in seconds (setup, call and teardown
+# summed; 2 vCPUs, quiet): handed to workers first so none starts last (scheduling.py).
+LONGEST: dict[str, float] = {}
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     # under pytest-xdist a worker has workerinput: a serial test there would share the machine
     on_worker = hasattr(config, "workerinput")
+    grouped = on_worker and config.workerinput.get("node_wide_grouped", False)
     for item in items:
         path = Path(str(item.fspath)).relative_to(REPO_ROOT)
         parts = path.parts
         if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS:
             item.add_marker(parts[1])
+        thing = NODE_WIDE.get(path.as_posix())
+        if thing is not None:
+            item.add_marker(pytest.mark.node_wide)
+            if on_worker and not grouped:
+                reason = f"node-wide ({thing}): `pytest -m node_wide -n 2 --dist loadfile`"
+                item.add_marker(pytest.mark.skip(reason=reason))
         why = SERIAL.get(path.as_posix())
         if why is not None:
             item.add_marker(pytest.mark.serial)
             if on_worker:
                 reason = f"serial ({why}): run it alone, `pytest -m serial` without -n"
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` with NODE_WIDE's files grouped by their thing and the longest
+    files first (tests/support/scheduling.py)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from tests.support.scheduling import FileScheduling
+
+    class Scheduling(FileScheduling):
+        node_wide = NODE_WIDE
+        seconds = LONGEST
+
+    return Scheduling(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Tell each worker whether node-wide files are grouped (see the skip above)."""
+    node.workerinput["node_wide_grouped"] = node.config.getoption("dist") == "loadfile"

@@ -103,11 +103,7 @@ def setup(tmp_path_factory):
         {"epochscope_collector": {"head": head.inventory_vars(dashboard_auth)}},
         {
             "all": {
-                "ansible_connection": "paramiko",
-                "ansible_port": str(sshd.port),
-                "ansible_user": sshd.user,
-                "ansible_ssh_private_key_file": str(sshd.client_key),
-                "ansible_python_interpreter": "/usr/bin/python3",
+                **sshd.login_vars(controller),
                 "epochscope_python": "/usr/bin/python3",
                 "epochscope_become": "false",
                 "epochscope_service_manager": "process",

@@ -1,7 +1,7 @@
 """ansible/site.yml (deploy-collector.yml, then deploy-agents.yml) on a small real cluster.
 
 Three inventory hosts are reached through one real sshd started here (see
-test_ansible_harness.py) with ansible_connection=paramiko: `head` (127.0.0.1) gets the
+test_ansible_harness.py) with Ansible's default ssh connection: `head` (127.0.0.1) gets the
 collector and the dashboard, `node1` (127.0.0.1) and `node2` (127.0.0.2) an agent each. Every
 host has its own prefix, config dir, state dir, ports and account (they share this machine's
 /etc/passwd), and the `process` service manager (systemd is not PID 1 here). The agents find
@@ -250,11 +250,7 @@ def cluster(tmp_path_factory):
     for node in nodes.values():
         node.make_skeleton()
     connection = {
-        "ansible_connection": "paramiko",
-        "ansible_port": str(sshd.port),
-        "ansible_user": sshd.user,
-        "ansible_ssh_private_key_file": str(sshd.client_key),
-        "ansible_python_interpreter": "/usr/bin/python3",
+        **sshd.login_vars(controller),
         # The node's system Python (a login shell here would find pyenv's under /root).
         "epochscope_python": "/usr/bin/python3",
         "epochscope_become": "false",

@@ -2,7 +2,8 @@
 
 Nothing is mocked: a Debian OpenSSH server (/usr/sbin/sshd) runs in the foreground on
 loopback with its own host key and config, the controller checks that host key against a
-known_hosts file the test writes, and ansible-playbook logs in over paramiko with a key the
+known_hosts file the test writes, and ansible-playbook logs in with OpenSSH's client (Ansible's
+default `ssh` connection, its ControlPersist sessions reused from task to task) with a key the
 test generated. Every "node" is a set of directories on this machine (its own prefix, config
 dir, spool...), reached at its own loopback address.
 """
@@ -154,8 +155,28 @@ class SshServer:
         public = (self.workdir / "ssh_host_ed25519_key.pub").read_text().split()
         return [f"[{address}]:{self.port} {public[0]} {public[1]}" for address in self.addresses]
 
+    def login_vars(self, controller: Controller) -> dict[str, str]:
+        """The inventory variables that log in to this server from ``controller``: Ansible's
+        default ``ssh`` connection, as on a real cluster. OpenSSH reads ~/.ssh from the
+        account's passwd entry, not $HOME, so the controller's known_hosts is named here."""
+        known_hosts = controller.home / ".ssh" / "known_hosts"
+        return {
+            "ansible_connection": "ssh",
+            "ansible_port": str(self.port),
+            "ansible_user": self.user,
+            "ansible_ssh_private_key_file": str(self.client_key),
+            "ansible_ssh_common_args": (
+                f"-o UserKnownHostsFile={known_hosts} -o GlobalKnownHostsFile=/dev/null"
+                " -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes"
+            ),
+            "ansible_python_interpreter": "/usr/bin/python3",
+        }
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
+            # Its sessions first: Ansible's ControlPersist client would otherwise keep one
+            # open for a minute after the test.
+            subprocess.run(["pkill", "-TERM", "-P", str(self.process.pid)], check=False)
             self.process.terminate()
             try:
                 self.process.wait(10)
