@@ -57,6 +57,12 @@ NODE_WIDE = {
     "tests/system/test_ansible_units.py": "ansible",
     # every documented command as written: the default ports (8086, 8050), `make demo`
     "tests/system/test_docs_commands.py": "documented commands",
+    # hosts in network namespaces (/etc/netns, their sshd and agents on fixed ports); the
+    # namespace tests that measure a tc rate are SERIAL
+    "tests/system/test_cluster_netns.py": "network namespaces",
+    "tests/system/test_agent_push_every_host.py": "network namespaces",
+    # the launcher's remote-host path: an sshd on 127.0.0.2, a name it treats as another host
+    "tests/system/test_workloads_hosts.py": "sshd on 127.0.0.2",
 }
 
 
@@ -66,10 +72,7 @@ NODE_WIDE = {
 # these alone (`-m serial`). Each says why; a test that starts only its own servers on free
 # loopback ports and writes only under tmp_path needs no entry.
 SERIAL = {
-    # network-wide and node-wide things whose tests also time or rate what they see
-    "tests/system/test_workloads_hosts.py": "sshd on 127.0.0.2",
-    "tests/system/test_agent_push_every_host.py": "network namespaces, sshd, fixed ports",
-    "tests/system/test_cluster_netns.py": "network namespaces, tc, sshd, fixed ports",
+    # network namespaces with a tc rate measured
     "tests/system/test_ceilings_peer.py": "network namespaces and a tc rate measured",
     "tests/system/test_netns_switch.py": "network namespaces and a tc rate measured",
     # real cgroups, the node's page cache, /proc read whole
@@ -95,8 +98,23 @@ SERIAL = {
 
 
 # The slowest files of `make test`'s parallel passes, in seconds (setup, call and teardown
-# summed; 2 vCPUs, quiet): handed to workers first so none starts last (scheduling.py).
-LONGEST: dict[str, float] = {}
+# summed from --junitxml; 2 vCPUs of a Zen 3 EPYC at load 1-4, 2026-11-29): handed to
+# workers first so that none starts last (scheduling.py). The first pass's tests sum to
+# 1,564 s over 177 files; a file not here counts by its number of tests.
+LONGEST: dict[str, float] = {
+    "tests/system/test_frameworks_learn.py": 329,
+    "tests/integration/test_store_faults.py": 98,
+    "tests/system/test_launcher.py": 95,
+    "tests/system/test_workloads_profile.py": 80,
+    "tests/system/test_ddp_comm_hooks.py": 76,
+    "tests/integration/test_dashboard_cli.py": 42,
+    "tests/system/test_first_hour_runs.py": 42,
+    "tests/system/test_dashboard_browser.py": 35,
+    # the node-wide pass (its units sum their files)
+    "tests/system/test_docs_commands.py": 177,
+    "tests/system/test_ansible_deploy.py": 275,
+    "tests/system/test_cluster_netns.py": 103,
+}
 
 
 def pytest_collection_modifyitems(config, items) -> None:

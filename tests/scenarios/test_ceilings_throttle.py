@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.findings.base import CACHED_PERCENT
 from contract.schema import Ceiling
 from tests.scenarios.conftest import BLKIO, REPO, blkio_read_limit, cache_code, run_training
 from tests.scenarios.test_residency import READ_LIMIT, TRAINING, padded_set, read_whole
@@ -105,5 +106,7 @@ def test_a_blkio_throttle_is_the_measured_ceiling_a_cold_run_is_bound_by(tmp_pat
     assert "storage_bound" not in cached.rules
     assert "dataset_evicted" not in cold.rules and "dataset_evicted" not in cached.rules
     (cached_first,) = [r for r in cached.rows if r["epoch"] == 1 and r["host"] != "*"]
-    assert cached_first["dataset_cached_start_percent"] >= 99.0
+    # "in memory" as the findings define it: this VM's host reclaims pages it sees idle for
+    # 60 s (DAMON pageout), and once took 1.2% of the set between read_whole and the run
+    assert cached_first["dataset_cached_start_percent"] >= CACHED_PERCENT
     assert cached_first["training_read_bytes"] <= 0.15 * first["training_read_bytes"]
