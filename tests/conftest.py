@@ -102,7 +102,9 @@ SERIAL = {
 # workers first so that none starts last (scheduling.py). The first pass's tests sum to
 # 1,564 s over 177 files; a file not here counts by its number of tests.
 LONGEST: dict[str, float] = {
-    "tests/system/test_frameworks_learn.py": 329,
+    # 329 s before its two 2-process trainings (85 s and ~40 s) went to a file of their own
+    "tests/system/test_frameworks_learn.py": 205,
+    "tests/system/test_frameworks_learn_two_processes.py": 125,
     "tests/integration/test_store_faults.py": 98,
     "tests/system/test_launcher.py": 95,
     "tests/system/test_workloads_profile.py": 80,
